@@ -1,0 +1,7 @@
+"""`python -m dse` runs the `dse` command."""
+
+from __future__ import annotations
+
+from dse.cli import main
+
+raise SystemExit(main())
