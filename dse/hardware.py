@@ -43,6 +43,10 @@ def _registry() -> dict[str, GPU]:
             continue
         raw = yaml.safe_load(entry.read_text())
         fields = {k: raw[k] for k in GPU.__dataclass_fields__}
+        # YAML 1.1 reads "989.4e12" (no sign in the exponent) as a string: coerce numbers here.
+        for key, value in fields.items():
+            if key.endswith(("_per_s", "_bytes", "_w")) and value is not None:
+                fields[key] = float(value)
         out[raw["name"]] = GPU(**fields)
     return out
 

@@ -1,0 +1,83 @@
+"""The `dse` command: parses arguments, calls the library, writes files.
+
+Each subcommand lives in `dse/commands/<name>.py` with `register(subparsers)` and `run(args)`;
+modules are imported only when their subcommand runs, so `dse predict` never imports Optuna or
+plotly and answers within about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dse.errors import DSEError
+
+# name -> (module, one-line help). Order is the order `dse --help` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("dse.commands.check", "validate a search-space YAML and count its configurations"),
+    "arch": ("dse.commands.arch", "parameters, FLOPs, bytes and memory of one architecture"),
+    "predict": ("dse.commands.predict", "predict latency and energy of one or many configurations"),
+    "energy": ("dse.commands.energy", "tokens-to-watt-hours energy breakdown of one configuration"),
+    "sweep": ("dse.commands.sweep", "run a multi-objective study over a search space"),
+    "worker": ("dse.commands.worker", "join a running study from another process or machine"),
+    "studies": ("dse.commands.studies", "list the studies in a storage"),
+    "show": ("dse.commands.show", "print a study's Pareto front"),
+    "report": ("dse.commands.report", "write the interactive HTML report of a sweep"),
+    "export": ("dse.commands.export", "export chosen configurations as YAML, JSON or HF config.json"),
+    "fit": ("dse.commands.fit", "fit the frozen predictor artifact of one GPU from measurements"),
+    "validate": ("dse.commands.validate", "score the frozen predictor against measured data"),
+    "gpus": ("dse.commands.gpus", "list the GPUs in the hardware registry"),
+}
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    return {
+        name: spec
+        for name, spec in COMMANDS.items()
+        if importlib.util.find_spec(spec[0]) is not None
+    }
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with `only`, import just that subcommand's module."""
+    parser = argparse.ArgumentParser(
+        prog="dse",
+        description="Design-space exploration of LLM architectures: predicted inference latency "
+        "and energy, Pareto fronts, exports.",
+    )
+    from dse import __version__
+
+    parser.add_argument("--version", action="version", version=f"dse {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in _available().items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    only = first if first in COMMANDS else None
+    parser = build_parser(only)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    except DSEError as exc:
+        print(f"dse {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dse {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
