@@ -1,0 +1,153 @@
+"""A small multi-layer perceptron: fitted with scikit-learn, predicted with numpy alone.
+
+The frozen artifact stores only plain arrays (weights, biases, input/output scalers), so loading
+and predicting never import scikit-learn and do not depend on the version that fitted it.
+
+    mlp = fit_mlp(X, y, hidden=(32, 32), seed=0)   # sklearn is imported here only
+    state = mlp.to_state("gemm/")                  # dict[str, np.ndarray] for the artifact
+    MLP.from_state(state, "gemm/").predict(X)      # numpy forward pass, same numbers
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.errors import ArtifactError
+
+ACTIVATIONS = ("relu", "tanh")
+
+
+@dataclass(frozen=True)
+class MLP:
+    """Weights of a fitted regressor. `predict` standardises X, runs the layers, un-scales y."""
+
+    coefs: tuple[np.ndarray, ...]  # layer i: (n_in_i, n_out_i)
+    intercepts: tuple[np.ndarray, ...]  # layer i: (n_out_i,)
+    x_mean: np.ndarray  # (n_features,)
+    x_scale: np.ndarray  # (n_features,), never 0
+    y_mean: float
+    y_scale: float
+    activation: str = "relu"
+
+    @property
+    def n_features(self) -> int:
+        return int(self.coefs[0].shape[0])
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Forward pass for a batch X of shape (n, n_features); returns shape (n,)."""
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim == 1:
+            X = X[None, :]
+        # Fold the input scaler into the first layer once per call: W' = W / s, b' = b - (mu/s) W.
+        w0 = self.coefs[0] / self.x_scale[:, None]
+        b0 = self.intercepts[0] - (self.x_mean / self.x_scale) @ self.coefs[0]
+        h = X @ w0
+        h += b0
+        last = len(self.coefs) - 1
+        for i in range(1, last + 1):
+            if self.activation == "relu":
+                np.maximum(h, 0.0, out=h)
+            else:
+                np.tanh(h, out=h)
+            h = h @ self.coefs[i]
+            h += self.intercepts[i]
+        return h[:, 0] * self.y_scale + self.y_mean
+
+    def to_state(self, prefix: str = "") -> dict[str, np.ndarray]:
+        """Plain arrays, keys prefixed (e.g. "resid/"), for `Artifact` storage."""
+        state: dict[str, np.ndarray] = {
+            f"{prefix}n_layers": np.array(len(self.coefs), dtype=np.int64),
+            f"{prefix}x_mean": np.asarray(self.x_mean, dtype=np.float64),
+            f"{prefix}x_scale": np.asarray(self.x_scale, dtype=np.float64),
+            f"{prefix}y_scaler": np.array([self.y_mean, self.y_scale], dtype=np.float64),
+            f"{prefix}activation": np.array(self.activation),
+        }
+        for i, (w, b) in enumerate(zip(self.coefs, self.intercepts, strict=True)):
+            state[f"{prefix}W{i}"] = np.asarray(w, dtype=np.float64)
+            state[f"{prefix}b{i}"] = np.asarray(b, dtype=np.float64)
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray], prefix: str = "") -> MLP:
+        """Inverse of `to_state`; a missing array is an ArtifactError naming it."""
+        try:
+            n = int(state[f"{prefix}n_layers"])
+            coefs = tuple(np.asarray(state[f"{prefix}W{i}"], dtype=np.float64) for i in range(n))
+            intercepts = tuple(
+                np.asarray(state[f"{prefix}b{i}"], dtype=np.float64) for i in range(n)
+            )
+            y_mean, y_scale = (float(v) for v in state[f"{prefix}y_scaler"])
+            activation = str(state[f"{prefix}activation"])
+            x_mean = np.asarray(state[f"{prefix}x_mean"], dtype=np.float64)
+            x_scale = np.asarray(state[f"{prefix}x_scale"], dtype=np.float64)
+        except KeyError as exc:
+            raise ArtifactError(f"MLP weights incomplete: array {exc.args[0]!r} missing") from None
+        if activation not in ACTIVATIONS:
+            raise ArtifactError(f"MLP activation must be one of {ACTIVATIONS}, got {activation!r}")
+        return cls(coefs, intercepts, x_mean, x_scale, y_mean, y_scale, activation)
+
+
+def fit_mlp(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    hidden: tuple[int, ...] = (32, 32),
+    activation: str = "relu",
+    alpha: float = 1e-4,
+    learning_rate_init: float = 1e-3,
+    max_iter: int = 400,
+    batch_size: int | str = "auto",
+    seed: int = 0,
+    sample_weight: np.ndarray | None = None,
+) -> MLP:
+    """Fit an MLP regressor on standardised X and y (Adam, early stopping off, seeded).
+
+    scikit-learn is imported here and nowhere on the prediction path; every argument is passed
+    by keyword so a change of positional order between sklearn versions cannot bite.
+    `sample_weight` needs scikit-learn >= 1.7; it is ignored (with the unweighted fit) on older ones.
+    """
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPRegressor
+
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64).ravel()
+    x_mean = X.mean(axis=0)
+    x_scale = X.std(axis=0)
+    x_scale = np.where(x_scale > 0, x_scale, 1.0)
+    y_mean = float(y.mean())
+    y_scale = float(y.std()) or 1.0
+    reg = MLPRegressor(
+        hidden_layer_sizes=tuple(hidden),
+        activation=activation,
+        solver="adam",
+        alpha=alpha,
+        learning_rate_init=learning_rate_init,
+        max_iter=max_iter,
+        batch_size=batch_size,
+        random_state=seed,
+        tol=1e-7,
+        n_iter_no_change=30,
+        early_stopping=False,
+        shuffle=True,
+    )
+    Xs = (X - x_mean) / x_scale
+    ys = (y - y_mean) / y_scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        try:
+            reg.fit(Xs, ys, sample_weight=sample_weight)
+        except TypeError:
+            reg.fit(Xs, ys)
+    return MLP(
+        coefs=tuple(np.array(w, dtype=np.float64) for w in reg.coefs_),
+        intercepts=tuple(np.array(b, dtype=np.float64) for b in reg.intercepts_),
+        x_mean=x_mean,
+        x_scale=x_scale,
+        y_mean=y_mean,
+        y_scale=y_scale,
+        activation=activation,
+    )
