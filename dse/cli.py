@@ -24,7 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "studies": ("dse.commands.studies", "list the studies in a storage"),
     "show": ("dse.commands.show", "print a study's Pareto front"),
     "report": ("dse.commands.report", "write the interactive HTML report of a sweep"),
-    "export": ("dse.commands.export", "export chosen configurations as YAML, JSON or HF config.json"),
+    "export": (
+        "dse.commands.export",
+        "export chosen configurations as YAML, JSON or HF config.json",
+    ),
     "fit": ("dse.commands.fit", "fit the frozen predictor artifact of one GPU from measurements"),
     "validate": ("dse.commands.validate", "score the frozen predictor against measured data"),
     "gpus": ("dse.commands.gpus", "list the GPUs in the hardware registry"),

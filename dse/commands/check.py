@@ -1,0 +1,47 @@
+"""`dse check SPACE.yaml`: validate a search space, count its configurations, show examples."""
+
+from __future__ import annotations
+
+import argparse
+
+from dse.space import count_feasible, load_space, require_feasible
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="validate a search-space YAML and count its configurations",
+        description="Validate a search-space YAML file: report every mistake with its file, line "
+        "and key, count the configurations and how many satisfy the constraints, and print a few "
+        "examples.\n\nexample: dse check search_spaces/dense_8b.yaml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("space", help="path to the search-space YAML file")
+    p.add_argument(
+        "--examples", type=int, default=3, help="how many example configurations to print"
+    )
+    p.set_defaults(command="check")
+
+
+def run(args: argparse.Namespace) -> int:
+    space = load_space(args.space)
+    count = count_feasible(space)
+    print(f"{space.source}: search space {space.name!r} is valid")
+    searched = ", ".join(f"{p.name} ({len(p.values)})" for p in space.searched) or "none"
+    print(f"  searched parameters: {searched}")
+    print(f"  configurations:      {count.total:,}")
+    if count.valid is None:
+        print("  feasible:            not counted (too many to enumerate)")
+    else:
+        print(f"  valid architectures: {count.valid:,}")
+        print(f"  feasible:            {count.feasible:,} (satisfy every constraint)")
+        for name, n in count.violations.items():
+            print(f"    ruled out by {name}: {n:,}")
+        require_feasible(space, count)
+    o = space.objectives
+    print(f"  objectives:          {', '.join(o.names)} (all minimised)")
+    s = space.study
+    print(f"  study:               sampler={s.sampler} trials={s.trials} seed={s.seed}")
+    for i, ex in enumerate(space.examples(args.examples), 1):
+        print(f"  example {i}: " + " ".join(f"{k}={v}" for k, v in ex.items()))
+    return 0

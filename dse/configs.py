@@ -1,0 +1,185 @@
+"""Batches of configurations as columns: architecture + workload + GPU, and what follows from them.
+
+A configuration batch is a mapping of column name -> numpy array of length n, with one column per
+`Architecture` field, per `Workload` field, and `gpu`. Everything here is vectorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse import arch as A
+from dse.errors import ConfigError
+from dse.hardware import get_gpu
+from dse.workload import Workload
+
+ARCH_FIELDS: tuple[str, ...] = tuple(A.Architecture.field_names())
+WORKLOAD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Workload))
+CONFIG_FIELDS: tuple[str, ...] = (*ARCH_FIELDS, *WORKLOAD_FIELDS, "gpu")
+
+# Defaults for columns a batch may omit (None: derived from other columns).
+DEFAULTS: dict[str, Any] = {
+    **{
+        f.name: f.default
+        for f in fields(A.Architecture)
+        if f.name not in ("d_model", "n_layers", "n_heads", "d_ff")
+    },
+    **{f.name: f.default for f in fields(Workload)},
+    "gpu": "h100_sxm",
+}
+REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
+
+
+def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+    """Normalise a DataFrame or mapping to complete columns (defaults filled, derived resolved)."""
+    if isinstance(configs, pd.DataFrame):
+        raw = {c: configs[c].to_numpy() for c in configs.columns}
+    else:
+        raw = dict(configs)
+    n = 1
+    for v in raw.values():
+        if np.ndim(v) > 0:
+            n = len(v)
+            break
+    missing = [c for c in REQUIRED if c not in raw]
+    if missing:
+        raise ConfigError(f"configuration is missing required field(s): {', '.join(missing)}")
+    cols: dict[str, np.ndarray] = {}
+    for name in CONFIG_FIELDS:
+        v = raw.get(name, DEFAULTS.get(name))
+        if v is None or (np.ndim(v) > 0 and _all_missing(v)):
+            cols[name] = None  # type: ignore[assignment]
+            continue
+        arr = np.asarray(v)
+        if arr.ndim == 0:
+            arr = np.full(n, arr.item())
+        cols[name] = arr
+    # Derived defaults: MHA when n_kv_heads absent, head_dim = d_model / n_heads, expert width.
+    if cols["n_kv_heads"] is None:
+        cols["n_kv_heads"] = cols["n_heads"].copy()
+    if cols["head_dim"] is None:
+        cols["head_dim"] = cols["d_model"] // np.maximum(cols["n_heads"], 1)
+    if cols["d_ff_expert"] is None:
+        cols["d_ff_expert"] = cols["d_ff"].copy()
+    for name in ARCH_FIELDS + WORKLOAD_FIELDS:
+        if name in ("norm", "weight_dtype", "kv_dtype", "engine"):
+            cols[name] = cols[name].astype(str)
+        elif name in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate"):
+            cols[name] = cols[name].astype(bool)
+        else:
+            cols[name] = _ints(cols[name], name)
+    cols["gpu"] = cols["gpu"].astype(str)
+    return cols, n
+
+
+def _all_missing(v: Any) -> bool:
+    try:
+        return bool(pd.isna(np.asarray(v, dtype=object)).all())
+    except (TypeError, ValueError):
+        return False
+
+
+def _ints(v: np.ndarray, name: str) -> np.ndarray:
+    if v.dtype.kind in "iu":
+        return v.astype(np.int64)
+    try:
+        f = v.astype(float)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: must be an integer, got {v[0]!r}") from None
+    if np.any(np.isnan(f)) or np.any(f != np.round(f)):
+        bad = v[np.isnan(f) | (f != np.round(f))][0]
+        raise ConfigError(f"{name}: must be an integer, got {bad!r}")
+    return f.astype(np.int64)
+
+
+def architecture(cols: Mapping[str, np.ndarray]) -> A.Architecture:
+    """The batched Architecture of complete columns."""
+    return A.Architecture(**{k: cols[k] for k in ARCH_FIELDS})
+
+
+def gpu_table(gpus: np.ndarray, attr: str) -> np.ndarray:
+    """Per-row GPU spec values (e.g. 'hbm_capacity_bytes') for an array of registry names."""
+    out = np.empty(len(gpus), dtype=float)
+    for name in np.unique(gpus):
+        value = getattr(get_gpu(str(name)), attr)
+        out[gpus == name] = np.nan if value is None else float(value)
+    return out
+
+
+def derived(cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Validity and sizes of every configuration: the inputs of constraints and reports.
+
+    Keys: invalid (message, '' when valid), total_params, active_params, kv_bytes_per_token,
+    memory_bytes (per GPU at the workload), memory_capacity_bytes, fits_memory.
+    """
+    msg = A.check_columns(
+        {
+            k: cols[k]
+            for k in (
+                "d_model",
+                "n_layers",
+                "n_heads",
+                "d_ff",
+                "n_kv_heads",
+                "n_experts",
+                "top_k",
+                "d_ff_expert",
+            )
+        }
+        | {"head_dim": cols["head_dim"]},
+        n,
+        cols["tensor_parallel"],
+    )
+    a = architecture(cols)
+    p = A.param_breakdown(a)
+    mem = A.memory_breakdown(
+        a, cols["batch_size"], cols["prompt_tokens"], cols["output_tokens"], cols["tensor_parallel"]
+    )
+    cap = gpu_table(cols["gpu"], "hbm_capacity_bytes")
+    return {
+        "invalid": msg,
+        "total_params": np.broadcast_to(p["total"], (n,)),
+        "active_params": np.broadcast_to(p["active"], (n,)),
+        "kv_bytes_per_token": np.broadcast_to(A.kv_bytes_per_token(a), (n,)).astype(float),
+        "memory_bytes": np.broadcast_to(mem["total"], (n,)).astype(float),
+        "memory_capacity_bytes": cap,
+        "fits_memory": A.fits_memory(mem["total"], cap),
+    }
+
+
+def constraint_values(
+    d: Mapping[str, np.ndarray], constraints: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Optuna-style constraint values (<= 0 feasible) for each declared constraint.
+
+    Bounds on sizes are relative (value / bound - 1) so that they are comparable across
+    constraints; validity is 1 for an invalid configuration, 0 otherwise.
+    """
+    out: dict[str, np.ndarray] = {"valid": (d["invalid"] != "").astype(float)}
+    for name, spec in constraints.items():
+        if name == "fits_memory":
+            if spec:
+                out["fits_memory"] = (
+                    d["memory_bytes"] / (A.USABLE_FRACTION * d["memory_capacity_bytes"]) - 1.0
+                )
+            continue
+        value = np.asarray(d[name], dtype=float)
+        if spec.get("min") is not None:
+            out[f"{name}_min"] = 1.0 - value / float(spec["min"])
+        if spec.get("max") is not None:
+            out[f"{name}_max"] = value / float(spec["max"]) - 1.0
+    return out
+
+
+def feasible(values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """True where every constraint value is <= 0."""
+    arrs = list(values.values())
+    ok = np.ones(len(arrs[0]), dtype=bool)
+    for v in arrs:
+        ok &= v <= 0
+    return ok
