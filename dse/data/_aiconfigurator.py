@@ -1,0 +1,296 @@
+"""aiconfigurator (ai-dynamo/aiconfigurator) single-kernel tables -> gemm, attention, moe, allreduce.
+
+Layout: `aiconfigurator/**/systems/data/<gpu>/<op>/<engine>/<version>/<table>.parquet`.
+`latency` is milliseconds per call (CUDA-graph replay); `power` (H200 vLLM tables only) is the
+mean NVML board power in watts while the op looped, idle included, so energy of one call is
+latency_s * power_w. Tables this reader does not know (other ops) are skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dse.data import _common as c
+from dse.errors import ConfigError, DataError
+from dse.hardware import get_gpu
+
+SOURCE = "aiconfigurator"
+FOLDER = "aiconfigurator"
+
+# table file stem -> kind
+_TABLES: dict[str, str] = {
+    "gemm_perf": "gemm",
+    "context_attention_perf": "context_attention",
+    "generation_attention_perf": "generation_attention",
+    "moe_perf": "moe",
+    "nccl_perf": "allreduce",
+    "custom_allreduce_perf": "allreduce",
+}
+
+_DTYPE_COLUMN: dict[str, str] = {
+    "gemm_perf": "gemm_dtype",
+    "context_attention_perf": "attn_dtype",
+    "generation_attention_perf": "attn_dtype",
+    "moe_perf": "moe_dtype",
+    "nccl_perf": "nccl_dtype",
+    "custom_allreduce_perf": "allreduce_dtype",
+}
+
+# Board power in watts must be physically possible (idle ~60 W, limit <= 1000 W on any part).
+_POWER_RANGE_W = (50.0, 800.0)
+# Any single kernel call: 100 ns .. 100 s.
+_LATENCY_RANGE_S = (1e-7, 100.0)
+_KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0}
+
+
+def _peak_flops(gpu: str) -> float:
+    """The highest dense tensor-core rate of a registry GPU (5 PFLOP/s bound if unknown)."""
+    try:
+        spec = get_gpu(gpu)
+    except ConfigError:
+        return 5e15
+    return spec.peak_fp8_flops_per_s or spec.peak_bf16_flops_per_s
+
+
+def _hbm_bw(gpu: str) -> float:
+    try:
+        return get_gpu(gpu).hbm_bw_bytes_per_s
+    except ConfigError:
+        return 8e12
+
+
+def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
+    stem = path.stem
+    kind = _TABLES.get(stem)
+    if kind is None:
+        return None
+    file = c.rel(path, root)
+    parts = path.relative_to(root).parts
+    if len(parts) < 5:
+        raise DataError(f"{file}: expected .../<gpu>/<op>/<engine>/<version>/{path.name}")
+    gpu_dir, _op_dir, engine_dir, version_dir = parts[-5:-1]
+    try:
+        raw = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise DataError(f"{file}: cannot read parquet ({exc})") from exc
+    if raw.empty:
+        raise DataError(f"{file}: table has no rows")
+    dtype_col = _DTYPE_COLUMN[stem]
+    c.require_columns(raw, ["latency", dtype_col], file)
+
+    latency_s = c.numeric(raw, "latency", file) / 1000.0  # ms per call -> s
+    c.check_positive(latency_s, "latency", file)
+    c.check_range(latency_s, *_LATENCY_RANGE_S, "latency (s, after ms -> s)", file)
+
+    gpu = c.normalise_gpu(gpu_dir)
+    df = pd.DataFrame(
+        {
+            "source": SOURCE,
+            "gpu": gpu,
+            "engine": engine_dir.strip().lower(),
+            "engine_version": version_dir,
+            "kind": kind,
+            "dtype": c.normalise_dtype(raw[dtype_col]).to_numpy(),
+            "file": file,
+            "latency_s": latency_s,
+        }
+    )
+    if "power" in raw.columns:
+        power_w = c.numeric(raw, "power", file)
+        c.check_range(power_w, *_POWER_RANGE_W, "power (W)", file)
+        df["power_w"] = power_w
+        df["energy_j"] = latency_s * power_w
+        if "power_limit" in raw.columns:
+            df["power_limit_w"] = c.numeric(raw, "power_limit", file)
+    else:
+        df["power_w"] = np.nan
+        df["energy_j"] = np.nan
+    if "kernel_source" in raw.columns:
+        df["kernel_source"] = raw["kernel_source"].astype(str).to_numpy()
+    if "device" in raw.columns:
+        df["device"] = raw["device"].astype(str).to_numpy()
+
+    builder = {
+        "gemm": _gemm,
+        "context_attention": _context_attention,
+        "generation_attention": _generation_attention,
+        "moe": _moe,
+        "allreduce": _allreduce,
+    }[kind]
+    df = builder(raw, df, file, stem)
+    return kind, c.finish(df)
+
+
+def _ints(raw: pd.DataFrame, df: pd.DataFrame, columns: dict[str, str], file: str) -> None:
+    """Copy integer shape columns (source name -> our name), checking they parse and are >= 0."""
+    c.require_columns(raw, columns, file)
+    for src, dst in columns.items():
+        v = c.numeric(raw, src, file)
+        if (~np.isfinite(v) | (v < 0)).any():
+            i = int(np.flatnonzero(~np.isfinite(v) | (v < 0))[0])
+            raise DataError(
+                f"{file}: column {src!r} must be an integer >= 0, got {v[i]!r} at row {i}"
+            )
+        df[dst] = v.astype(np.int64)
+
+
+def _gemm(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataFrame:
+    # y = x[m, k] @ W[n, k]^T: m tokens, k input features, n output features.
+    _ints(raw, df, {"m": "m", "n": "n", "k": "k"}, file)
+    flops = 2.0 * df["m"].to_numpy(float) * df["n"].to_numpy(float) * df["k"].to_numpy(float)
+    gpu = str(df["gpu"].iloc[0])
+    # best rate at least 1 TFLOP/s, at most 1.3x the fastest tensor-core peak of the GPU
+    c.check_peak_rate(
+        flops, df["latency_s"].to_numpy(), 1e12, 1.3 * _peak_flops(gpu), "FLOP/s", file
+    )
+    # The README anchor: a bf16 4096^3 GEMM runs at 20-110% of the registry bf16 peak.
+    try:
+        peak_bf16 = get_gpu(gpu).peak_bf16_flops_per_s
+    except ConfigError:
+        peak_bf16 = None
+    anchor = (df["m"] == 4096) & (df["n"] == 4096) & (df["k"] == 4096) & (df["dtype"] == "bfloat16")
+    if peak_bf16 and anchor.any():
+        rate = 2.0 * 4096**3 / df.loc[anchor, "latency_s"].to_numpy()
+        c.check_range(rate / peak_bf16, 0.2, 1.1, "bf16 4096^3 GEMM rate / registry peak", file)
+    return df
+
+
+def _attention_common(raw: pd.DataFrame, df: pd.DataFrame, file: str) -> None:
+    _ints(
+        raw,
+        df,
+        {
+            "batch_size": "batch_size",
+            "isl": "isl",
+            "num_heads": "num_heads",
+            "num_key_value_heads": "num_kv_heads",
+            "head_dim": "head_dim",
+        },
+        file,
+    )
+    c.require_columns(raw, ["kv_cache_dtype"], file)
+    df["kv_cache_dtype"] = c.normalise_dtype(raw["kv_cache_dtype"]).to_numpy()
+    # window_size 0 = full attention; older tables (A100 vLLM 0.14) have no column: full.
+    if "window_size" in raw.columns:
+        df["window_size"] = c.numeric(raw, "window_size", file).astype(np.int64)
+    else:
+        df["window_size"] = np.int64(0)
+    if "beam_width" in raw.columns:
+        df["beam_width"] = c.numeric(raw, "beam_width", file).astype(np.int64)
+
+
+def _context_attention(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataFrame:
+    # batch_size sequences of isl new tokens, causal. `step` = tokens already cached before the
+    # chunk (prefix / chunked prefill); 0 in every table seen so far.
+    _attention_common(raw, df, file)
+    c.require_columns(raw, ["step"], file)
+    df["past_kv_len"] = c.numeric(raw, "step", file).astype(np.int64)
+    b, s = df["batch_size"].to_numpy(float), df["isl"].to_numpy(float)
+    h, d = df["num_heads"].to_numpy(float), df["head_dim"].to_numpy(float)
+    w = df["window_size"].to_numpy(float)
+    span = np.where(w > 0, np.minimum(s, w), s)
+    flops = 4.0 * b * h * d * s * span / 2.0  # QK^T and PV, causal half
+    gpu = str(df["gpu"].iloc[0])
+    c.check_peak_rate(
+        flops, df["latency_s"].to_numpy(), 1e11, 1.3 * _peak_flops(gpu), "FLOP/s", file
+    )
+    return df
+
+
+def _generation_attention(
+    raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str
+) -> pd.DataFrame:
+    # One new token per sequence. The collectors pass `step` as the persisted history: the tokens
+    # already in the KV cache before this step (TRT-LLM: num_cached_tokens_per_seq = step; vLLM
+    # 0.24 collector: seq_len = step + 1). The kernel therefore reads kv_len + 1 keys per head.
+    # Caveat: the vLLM 0.14 collector used seq_len = step (one token fewer); negligible but noted.
+    _attention_common(raw, df, file)
+    c.require_columns(raw, ["step"], file)
+    df["kv_len"] = c.numeric(raw, "step", file).astype(np.int64)
+    b, n = df["batch_size"].to_numpy(float), df["kv_len"].to_numpy(float) + 1.0
+    w = df["window_size"].to_numpy(float)
+    n = np.where(w > 0, np.minimum(n, w), n)
+    kvb = df["kv_cache_dtype"].map(_KV_BYTES).fillna(2.0).to_numpy(float)
+    kv_bytes = (
+        2.0 * b * n * df["num_kv_heads"].to_numpy(float) * df["head_dim"].to_numpy(float) * kvb
+    )
+    gpu = str(df["gpu"].iloc[0])
+    # K and V streamed from HBM: best rate between 10 GB/s and 1.5x the HBM bandwidth
+    c.check_peak_rate(
+        kv_bytes, df["latency_s"].to_numpy(), 1e10, 1.5 * _hbm_bw(gpu), "KV bytes/s", file
+    )
+    return df
+
+
+def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataFrame:
+    _ints(
+        raw,
+        df,
+        {
+            "num_tokens": "num_tokens",
+            "hidden_size": "hidden_size",
+            "inter_size": "inter_size",
+            "topk": "topk",
+            "num_experts": "num_experts",
+            "moe_tp_size": "moe_tp_size",
+            "moe_ep_size": "moe_ep_size",
+        },
+        file,
+    )
+    c.require_columns(raw, ["distribution"], file)
+    df["distribution"] = raw["distribution"].astype(str).to_numpy()
+    df["moe_dtype"] = raw["moe_dtype"].astype(str).to_numpy()
+    # gated experts: gate+up (2 x inter) and down (inter) GEMMs, split over TP x EP ranks
+    t, k = df["num_tokens"].to_numpy(float), df["topk"].to_numpy(float)
+    hsz, isz = df["hidden_size"].to_numpy(float), df["inter_size"].to_numpy(float)
+    ranks = df["moe_tp_size"].to_numpy(float) * df["moe_ep_size"].to_numpy(float)
+    flops = 2.0 * t * k * 3.0 * hsz * isz / ranks
+    gpu = str(df["gpu"].iloc[0])
+    c.check_peak_rate(
+        flops, df["latency_s"].to_numpy(), 1e10, 2.0 * _peak_flops(gpu), "FLOP/s", file
+    )
+    return df
+
+
+def _allreduce(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.DataFrame:
+    _ints(raw, df, {"num_gpus": "n_gpus", "message_size": "message_bytes"}, file)
+    if stem == "nccl_perf":
+        c.require_columns(raw, ["op_name"], file)
+        df["implementation"] = "nccl"
+    else:
+        df["implementation"] = "custom"
+    df["op"] = (
+        raw["op_name"].astype(str).str.lower().to_numpy() if "op_name" in raw else "all_reduce"
+    )
+    # vLLM custom all-reduce comes in CUDA-graph and eager flavours (eager includes launch cost)
+    for col in ("backend", "implementation"):
+        if col in raw.columns:
+            df["backend"] = raw[col].astype(str).to_numpy()
+            break
+    # algorithm bandwidth (bytes / s): best between 100 MB/s and 5 TB/s
+    c.check_peak_rate(
+        df["message_bytes"].to_numpy(float),
+        df["latency_s"].to_numpy(),
+        1e8,
+        5e12,
+        "message bytes/s",
+        file,
+    )
+    return df
+
+
+def read_aiconfigurator(root: Path | str) -> dict[str, pd.DataFrame]:
+    """Every known aiconfigurator table under `root/aiconfigurator`, keyed by kind."""
+    root = Path(root)
+    base = root / FOLDER
+    out: dict[str, list[pd.DataFrame]] = {}
+    if not base.is_dir():
+        return {}
+    for path in sorted(base.rglob("*.parquet")):
+        got = _read_table(path, root)
+        if got is not None:
+            c.add_table(out, *got)
+    return c.merge_kinds(out)

@@ -1,0 +1,58 @@
+"""`load`: every reader over one data root, tables concatenated per kind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from dse.data import _common as c
+from dse.data._aiconfigurator import read_aiconfigurator
+from dse.errors import DataError
+
+Reader = Callable[[Path | str], dict[str, pd.DataFrame]]
+
+# source name -> reader; a reader returns {} when its folder is absent.
+READERS: dict[str, Reader] = {
+    "aiconfigurator": read_aiconfigurator,
+}
+
+# Every kind a reader can produce (the validate/fit contract).
+KINDS: tuple[str, ...] = (
+    "gemm",
+    "context_attention",
+    "generation_attention",
+    "moe",
+    "allreduce",
+    "layer_op",
+    "e2e",
+    "e2e_energy",
+    "serving_energy",
+    "splitwise",
+    "softmax",
+    "layernorm",
+    "gelu",
+)
+
+
+def load(root: Path | str, kinds: Iterable[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Read every source found under `root` into tidy tables keyed by kind.
+
+    Missing source folders are skipped; a malformed file raises DataError naming it. `kinds`
+    restricts the result (unknown kind names are an error).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: data folder not found")
+    wanted = None if kinds is None else list(kinds)
+    if wanted is not None:
+        unknown = [k for k in wanted if k not in KINDS]
+        if unknown:
+            raise DataError(f"unknown data kind(s) {unknown}; valid kinds: {', '.join(KINDS)}")
+    per_kind: dict[str, list[pd.DataFrame]] = {}
+    for reader in READERS.values():
+        for kind, table in reader(root).items():
+            if wanted is None or kind in wanted:
+                per_kind.setdefault(kind, []).append(table)
+    return c.merge_kinds(per_kind)
