@@ -193,8 +193,17 @@ def check_architecture(a: Mapping[str, Any], tensor_parallel: int = 1) -> list[s
     return errs
 
 
-def check_columns(cols: Mapping[str, Any], n: int, tensor_parallel: Any = 1) -> np.ndarray:
-    """Vectorised validity: an array of n messages, '' where the configuration is valid."""
+def check_columns(
+    cols: Mapping[str, Any],
+    n: int,
+    tensor_parallel: Any = 1,
+    head_dim_defaulted: Any = None,
+) -> np.ndarray:
+    """Vectorised validity: an array of n messages, '' where the configuration is valid.
+
+    `head_dim_defaulted` marks rows whose head_dim was derived as d_model // n_heads: there
+    n_heads must divide d_model.
+    """
     c = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items() if v is not None}
     tp = np.broadcast_to(np.asarray(tensor_parallel), (n,)).astype(np.int64)
     msg = np.full(n, "", dtype=object)
@@ -217,12 +226,21 @@ def check_columns(cols: Mapping[str, Any], n: int, tensor_parallel: Any = 1) -> 
     flag(kv < 1, lambda i: f"n_kv_heads: must be an integer >= 1, got {kv[i]}")
     safe_kv = np.maximum(kv, 1)
     flag(h % safe_kv != 0, lambda i: f"n_kv_heads: must divide n_heads={h[i]}, got {kv[i]}")
+    safe_h = np.maximum(h, 1)
     if not hd_given:
-        safe_h = np.maximum(h, 1)
-        flag(d % safe_h != 0, lambda i: f"n_heads: must divide d_model={d[i]}, got {h[i]}")
+        defaulted = np.ones(n, dtype=bool)
         hd = d // safe_h
     else:
         hd = c["head_dim"]
+        defaulted = (
+            np.zeros(n, dtype=bool)
+            if head_dim_defaulted is None
+            else np.broadcast_to(np.asarray(head_dim_defaulted, dtype=bool), (n,))
+        )
+    flag(
+        defaulted & (d % safe_h != 0),
+        lambda i: f"n_heads: must divide d_model={d[i]} (or set head_dim), got {h[i]}",
+    )
     flag((hd < 8) | (hd % 2 != 0), lambda i: f"head_dim: must be an even integer >= 8, got {hd[i]}")
     flag(k > e, lambda i: f"top_k: must be <= n_experts={e[i]}, got {k[i]}")
     flag(h % tp != 0, lambda i: f"n_heads: must be divisible by tensor_parallel={tp[i]}, got {h[i]}")

@@ -62,8 +62,17 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     # Derived defaults: MHA when n_kv_heads absent, head_dim = d_model / n_heads, expert width.
     if cols["n_kv_heads"] is None:
         cols["n_kv_heads"] = cols["n_heads"].copy()
+    # head_dim defaults to d_model / n_heads; remember where it was defaulted, because only
+    # there must n_heads divide d_model (an explicit head_dim may differ, as in Mistral-Nemo).
+    default_hd = cols["d_model"] // np.maximum(cols["n_heads"].astype(np.int64), 1)
     if cols["head_dim"] is None:
-        cols["head_dim"] = cols["d_model"] // np.maximum(cols["n_heads"], 1)
+        cols["head_dim"] = default_hd
+        cols["head_dim_defaulted"] = np.ones(n, dtype=bool)
+    else:
+        hd = pd.to_numeric(pd.Series(cols["head_dim"]), errors="coerce").to_numpy()
+        missing_hd = np.isnan(hd)
+        cols["head_dim"] = np.where(missing_hd, default_hd, np.nan_to_num(hd)).astype(np.int64)
+        cols["head_dim_defaulted"] = missing_hd
     if cols["d_ff_expert"] is None:
         cols["d_ff_expert"] = cols["d_ff"].copy()
     for name in ARCH_FIELDS + WORKLOAD_FIELDS:
@@ -117,23 +126,24 @@ def derived(cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
     Keys: invalid (message, '' when valid), total_params, active_params, kv_bytes_per_token,
     memory_bytes (per GPU at the workload), memory_capacity_bytes, fits_memory.
     """
+    check = {
+        k: cols[k]
+        for k in (
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "d_ff",
+            "n_kv_heads",
+            "n_experts",
+            "top_k",
+            "d_ff_expert",
+        )
+    }
     msg = A.check_columns(
-        {
-            k: cols[k]
-            for k in (
-                "d_model",
-                "n_layers",
-                "n_heads",
-                "d_ff",
-                "n_kv_heads",
-                "n_experts",
-                "top_k",
-                "d_ff_expert",
-            )
-        }
-        | {"head_dim": cols["head_dim"]},
+        check | {"head_dim": cols["head_dim"]},
         n,
         cols["tensor_parallel"],
+        head_dim_defaulted=cols.get("head_dim_defaulted"),
     )
     a = architecture(cols)
     p = A.param_breakdown(a)

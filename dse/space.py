@@ -173,9 +173,31 @@ class SearchSpace:
 
 
 # ---------------------------------------------------------------------- loading
+def bundled_spaces() -> list[str]:
+    """Names of the example spaces shipped with the package (search_spaces/*.yaml)."""
+    from dse.resources import shipped
+
+    return sorted(
+        e.name[:-5] for e in shipped("search_spaces").iterdir() if e.name.endswith(".yaml")
+    )
+
+
+def resolve_space_path(path: str | Path) -> Path:
+    """A path as given, or the bundled example of that name (`dense_8b`) when no such file exists."""
+    p = Path(path)
+    if p.exists():
+        return p
+    from dse.resources import shipped
+
+    stem = p.name[:-5] if p.name.endswith(".yaml") else p.name
+    if stem in bundled_spaces():
+        return Path(str(shipped("search_spaces") / f"{stem}.yaml"))
+    return p
+
+
 def load_space(path: str | Path) -> SearchSpace:
-    """Read and validate a search-space YAML file."""
-    doc = load_located(path)
+    """Read and validate a search-space YAML file (or a bundled example by name)."""
+    doc = load_located(resolve_space_path(path))
     return parse_space(doc)
 
 
