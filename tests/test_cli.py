@@ -1,0 +1,140 @@
+"""The `dse` command as a user runs it: help, clear errors with exit 2, predict modes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dse.cli import COMMANDS, _available
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def dse(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dse", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        timeout=120,
+    )
+
+
+def test_help_lists_every_available_subcommand() -> None:
+    r = dse("--help")
+    assert r.returncode == 0
+    for name in _available():
+        assert f"    {name} " in r.stdout, name
+        assert (
+            COMMANDS[name][1] in r.stdout.replace("\n", " ") or COMMANDS[name][1][:30] in r.stdout
+        )
+
+
+@pytest.mark.parametrize("name", sorted(_available()))
+def test_each_subcommand_help_has_an_example(name: str) -> None:
+    r = dse(name, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "example" in r.stdout.lower()
+
+
+def test_check_reports_errors_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "space:\n  d_model: 4096\n  n_layers: {low: 8, high: 4}\n  n_heads: 32\n  d_ff: 1\n"
+    )
+    r = dse("check", str(bad))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert f"{bad}:3: space.n_layers: `low <= high` must hold" in r.stderr
+
+
+def test_check_counts_the_example_space() -> None:
+    r = dse("check", "search_spaces/dense_8b.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "configurations:      2,268" in r.stdout or "configurations:" in r.stdout
+    assert "feasible:" in r.stdout
+
+
+ARCH = [
+    "--d-model",
+    "4096",
+    "--n-layers",
+    "32",
+    "--n-heads",
+    "32",
+    "--n-kv-heads",
+    "8",
+    "--d-ff",
+    "14336",
+    "--vocab-size",
+    "128256",
+]
+
+
+def test_predict_json_is_consistent() -> None:
+    r = dse("predict", *ARCH, "--batch-size", "4", "--gpu", "h200_sxm", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    p = out["prediction"]
+    assert out["config"]["gpu"] == "h200_sxm"
+    assert p["latency_s"] == pytest.approx(p["ttft_s"] + 255 * p["tpot_s"], rel=1e-9)
+    assert p["energy_j"] == pytest.approx(p["prefill_energy_j"] + p["decode_energy_j"], rel=1e-9)
+    assert p["energy_per_output_token_j"] == pytest.approx(p["energy_j"] / (4 * 256), rel=1e-9)
+    assert "artifact_id" in p and "out_of_range" in p
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu", "h900"], "unknown GPU 'h900'"),
+        (["--n-heads", "30", "--n-kv-heads", "30"], "n_heads: must divide d_model=4096"),
+        (["--n-kv-heads", "5"], "n_kv_heads: must divide n_heads=32, got 5"),
+        (["--n-layers", "320", "--gpu", "a100_sxm_40gb"], "does not fit in memory"),
+    ],
+)
+def test_predict_bad_input_is_a_clear_error(args: list[str], message: str) -> None:
+    full = list(ARCH)
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        if flag in full:
+            full[full.index(flag) + 1] = value
+        else:
+            full += [flag, value]
+    r = dse("predict", *full)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_predict_batch_marks_bad_rows(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "d_model,n_layers,n_heads,n_kv_heads,d_ff,gpu,batch_size\n"
+        "4096,32,32,8,14336,h100_sxm,8\n"
+        "4096,32,32,5,14336,h100_sxm,8\n"
+        "4096,32,32,8,14336,h900,8\n"
+        "4096,x,32,8,14336,h100_sxm,8\n"
+        "2048,16,16,16,8192,a100_sxm,2\n"
+    )
+    out = tmp_path / "out.csv"
+    r = dse("predict", "--batch", str(src), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out, keep_default_na=False)
+    assert len(df) == 5
+    errors = df["error"].tolist()
+    assert errors[0] == "" and errors[4] == ""
+    assert "n_kv_heads" in errors[1] and "unknown GPU" in errors[2] and "n_layers" in errors[3]
+    lat = pd.to_numeric(df["latency_s"], errors="coerce")
+    assert lat[0] > 0 and lat[4] > 0 and lat[1:4].isna().all()
+
+
+def test_predict_batch_missing_column_is_an_error(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text("d_model,n_layers\n4096,32\n")
+    r = dse("predict", "--batch", str(src))
+    assert r.returncode == 2
+    assert "missing column(s) n_heads, d_ff" in r.stderr
