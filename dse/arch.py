@@ -2,12 +2,13 @@
 
 Every function here works on a scalar `Architecture` and, unchanged, on a batch whose fields are
 numpy arrays (`Architecture.from_columns`): the arithmetic broadcasts, so the sweep's hot path
-evaluates thousands of configurations in one call.
+evaluates thousands of configurations in one call. Conventions (what counts as active, the FLOP
+convention, the memory model, tensor-parallel rules) are written up in docs/architecture.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -31,9 +32,7 @@ def dtype_bytes(dtype: Any) -> Any:
     """Bytes per element for a dtype name, or an array of names (vectorised)."""
     if isinstance(dtype, str):
         if dtype not in DTYPE_BYTES:
-            raise ConfigError(
-                f"unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}"
-            )
+            raise ConfigError(f"unknown dtype {dtype!r}; valid dtypes: {', '.join(DTYPE_BYTES)}")
         return DTYPE_BYTES[dtype]
     arr = np.asarray(dtype)
     uniq = np.unique(arr)
@@ -48,31 +47,38 @@ def dtype_bytes(dtype: Any) -> Any:
 
 @dataclass(frozen=True)
 class Architecture:
-    """A decoder-only transformer (Llama / Mistral / Mixtral / Qwen2 family).
+    """A decoder-only transformer (Llama / Mistral / Mixtral / Qwen / Gemma family).
 
     Defaults follow Llama: SwiGLU FFN, RMSNorm, no biases, untied embeddings, bf16 weights and
     KV cache. `n_experts == 1` is a dense model; `n_experts > 1` makes every layer's FFN a
-    mixture of `n_experts` experts of width `d_ff_expert`, `top_k` of them active per token.
+    mixture of `n_experts` experts of width `d_ff_expert`, `top_k` of them active per token
+    (`d_ff` is then only the default of `d_ff_expert`).
     """
 
     d_model: Any
     n_layers: Any
     n_heads: Any
     d_ff: Any
-    n_kv_heads: Any = None  # None: equal to n_heads (MHA); 1 is MQA
-    head_dim: Any = None  # None: d_model // n_heads
-    gated_mlp: Any = True  # SwiGLU (gate, up, down) vs plain two-matrix MLP
+    n_kv_heads: Any = None  # None (or 0): equal to n_heads (MHA); 1 is MQA
+    head_dim: Any = None  # None: d_model // n_heads (Mistral-Nemo and Gemma set it explicitly)
+    gated_mlp: Any = True  # SwiGLU / GeGLU (gate, up, down) vs plain two-matrix MLP
     vocab_size: Any = 32000
     tied_embeddings: Any = False
     n_experts: Any = 1
     top_k: Any = 1
-    d_ff_expert: Any = None  # None: d_ff
+    d_ff_expert: Any = None  # None (or 0): d_ff
     shared_expert_d_ff: Any = 0  # Qwen-MoE style always-on expert (0: none)
     shared_expert_gate: Any = False  # Qwen-MoE's sigmoid gate on the shared expert (d_model params)
-    qkv_bias: Any = False  # Qwen2 has biases on q, k and v
+    qkv_bias: Any = False  # Qwen2 has biases on q, k and v (not on the output projection)
     norm: Any = "rmsnorm"
     weight_dtype: Any = "bfloat16"
     kv_dtype: Any = "bfloat16"
+    # Norms of d_model per layer: 2 pre-norm (Llama), 1 parallel block (Falcon-7B, GPT-J),
+    # 4 sandwich (Gemma-2: extra norms after attention and after the FFN).
+    norms_per_layer: Any = 2
+    qk_norm: Any = (
+        False  # per-head norm of q and k (Qwen3, Gemma-3): 2 x head_dim weights per layer
+    )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -81,14 +87,24 @@ class Architecture:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Architecture:
-        """Build from a flat mapping (YAML entry, CSV row); unknown keys are an error."""
+        """Build from a flat mapping (YAML entry, CSV row); unknown keys are an error.
+
+        Integral floats (4096.0, as YAML writes 4.096e3) become ints.
+        """
         names = set(cls.field_names())
         unknown = [k for k in data if k not in names]
         if unknown:
             raise ConfigError(
                 f"unknown architecture field {unknown[0]!r}; valid fields: {', '.join(sorted(names))}"
             )
-        return cls(**{k: v for k, v in data.items() if v is not None}).resolved()
+        kw = {}
+        for k, v in data.items():
+            if v is None:
+                continue
+            if isinstance(v, float) and k not in _BOOL_FIELDS and v.is_integer():
+                v = int(v)
+            kw[k] = v
+        return cls(**kw).resolved()
 
     @classmethod
     def from_columns(cls, cols: Mapping[str, Any], n: int | None = None) -> Architecture:
@@ -104,13 +120,16 @@ class Architecture:
         return cls(**kw).resolved()
 
     def resolved(self) -> Architecture:
-        """Fill the defaults that depend on other fields (kv heads, head_dim, expert width)."""
-        kv = self.n_heads if _is_none(self.n_kv_heads) else self.n_kv_heads
+        """Fill the defaults that depend on other fields (kv heads, head_dim, expert width).
+
+        None and 0 both mean "default" for n_kv_heads and d_ff_expert, as in the validity rules.
+        """
+        kv = _default_where_zero(self.n_kv_heads, self.n_heads)
         hd = self.head_dim
         if _is_none(hd):
             hd = np.asarray(self.d_model) // np.maximum(np.asarray(self.n_heads), 1)
             hd = hd.item() if np.ndim(hd) == 0 else hd
-        dffe = self.d_ff if _is_none(self.d_ff_expert) else self.d_ff_expert
+        dffe = _default_where_zero(self.d_ff_expert, self.d_ff)
         return replace(self, n_kv_heads=kv, head_dim=hd, d_ff_expert=dffe)
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,7 +137,9 @@ class Architecture:
         out = {}
         for name in self.field_names():
             v = getattr(self, name)
-            out[name] = v.item() if isinstance(v, np.generic | np.ndarray) and np.ndim(v) == 0 else v
+            out[name] = (
+                v.item() if isinstance(v, np.generic | np.ndarray) and np.ndim(v) == 0 else v
+            )
         return out
 
     def validate(self, tensor_parallel: int = 1) -> Architecture:
@@ -137,60 +158,36 @@ def _is_none(v: Any) -> bool:
     return v is None
 
 
+def _default_where_zero(v: Any, default: Any) -> Any:
+    """`default` where v is None or 0 (scalar or element-wise)."""
+    if v is None:
+        return default
+    if np.ndim(v) == 0 and np.ndim(default) == 0:
+        return default if v == 0 else v
+    return np.where(np.asarray(v) == 0, np.asarray(default), np.asarray(v))
+
+
 # ---------------------------------------------------------------------- validity rules
-def check_architecture(a: Mapping[str, Any], tensor_parallel: int = 1) -> list[str]:
+# One ordered rule list serves both entry points: `check_architecture` (every broken rule of one
+# configuration) and `check_columns` (the first broken rule of each row), so their verdicts and
+# messages agree by construction. Messages have the form '<field>: <rule>, got <value>'.
+_INT_MIN1 = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "n_experts", "top_k")
+_BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "shared_expert_gate", "qkv_bias", "qk_norm")
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default
+    for f in fields(Architecture)
+    if f.name not in ("d_model", "n_layers", "n_heads", "d_ff")
+}
+
+
+def check_architecture(a: Mapping[str, Any], tensor_parallel: Any = 1) -> list[str]:
     """Every rule broken by one scalar architecture, as messages '<field>: <rule>, got <value>'."""
-    errs: list[str] = []
-    d = dict(a)
-    for name in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "n_experts", "top_k"):
-        v = d.get(name)
-        if v is None or not _is_int(v) or v < 1:
-            errs.append(f"{name}: must be an integer >= 1, got {v!r}")
-    if errs:
-        return errs
-    kv = d.get("n_kv_heads") or d["n_heads"]
-    if not _is_int(kv) or kv < 1:
-        errs.append(f"n_kv_heads: must be an integer >= 1, got {kv!r}")
-    elif d["n_heads"] % kv:
-        errs.append(f"n_kv_heads: must divide n_heads={d['n_heads']}, got {kv}")
-    hd = d.get("head_dim")
-    if hd is None:
-        if d["d_model"] % d["n_heads"]:
-            errs.append(
-                f"n_heads: must divide d_model={d['d_model']} (or set head_dim), got {d['n_heads']}"
-            )
-        else:
-            hd = d["d_model"] // d["n_heads"]
-    if hd is not None and (not _is_int(hd) or hd < 8 or hd % 2):
-        errs.append(f"head_dim: must be an even integer >= 8 (RoPE rotates pairs), got {hd!r}")
-    if d["top_k"] > d["n_experts"]:
-        errs.append(f"top_k: must be <= n_experts={d['n_experts']}, got {d['top_k']}")
-    dffe = d.get("d_ff_expert") or d["d_ff"]
-    if not _is_int(dffe) or dffe < 1:
-        errs.append(f"d_ff_expert: must be an integer >= 1, got {dffe!r}")
-    sff = d.get("shared_expert_d_ff", 0) or 0
-    if not _is_int(sff) or sff < 0:
-        errs.append(f"shared_expert_d_ff: must be an integer >= 0, got {sff!r}")
-    for name in ("weight_dtype", "kv_dtype"):
-        v = d.get(name, "bfloat16")
-        if v not in DTYPE_BYTES:
-            errs.append(f"{name}: must be one of {', '.join(DTYPE_BYTES)}, got {v!r}")
-    if d.get("norm", "rmsnorm") not in NORMS:
-        errs.append(f"norm: must be one of {', '.join(NORMS)}, got {d.get('norm')!r}")
-    tp = tensor_parallel
-    if tp > 1:
-        if d["n_heads"] % tp:
-            errs.append(f"n_heads: must be divisible by tensor_parallel={tp}, got {d['n_heads']}")
-        if _is_int(kv) and kv % tp and tp % kv:
-            # vLLM replicates KV heads when there are fewer than GPUs, so either direction works.
-            errs.append(
-                f"n_kv_heads: must divide or be divisible by tensor_parallel={tp}, got {kv}"
-            )
-        if d["n_experts"] == 1 and d["d_ff"] % tp:
-            errs.append(f"d_ff: must be divisible by tensor_parallel={tp}, got {d['d_ff']}")
-        if d["n_experts"] > 1 and _is_int(dffe) and dffe % tp:
-            errs.append(f"d_ff_expert: must be divisible by tensor_parallel={tp}, got {dffe}")
-    return errs
+    cols = {k: np.array([v], dtype=object) for k, v in a.items()}
+    return [
+        text(0)
+        for mask, text in _rules(cols, 1, np.array([tensor_parallel], dtype=object), None)
+        if mask[0]
+    ]
 
 
 def check_columns(
@@ -201,71 +198,210 @@ def check_columns(
 ) -> np.ndarray:
     """Vectorised validity: an array of n messages, '' where the configuration is valid.
 
-    `head_dim_defaulted` marks rows whose head_dim was derived as d_model // n_heads: there
-    n_heads must divide d_model.
+    Each message is the first rule the row breaks, the same text `check_architecture` puts
+    first. `head_dim_defaulted` marks rows whose head_dim column was derived as
+    d_model // n_heads: there n_heads must divide d_model (rows without a head_dim column, or
+    with None in it, are defaulted too).
     """
     c = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items() if v is not None}
-    tp = np.broadcast_to(np.asarray(tensor_parallel), (n,)).astype(np.int64)
+    tp = np.broadcast_to(np.asarray(tensor_parallel), (n,))
     msg = np.full(n, "", dtype=object)
-
-    def flag(mask: np.ndarray, text: Any) -> None:
-        idx = np.nonzero(mask & (msg == ""))[0]
-        for i in idx:
-            msg[i] = text(i) if callable(text) else text
-
-    def col(name: str, default: Any) -> np.ndarray:
-        return c[name] if name in c else np.full(n, default)
-
-    d, h, ff = col("d_model", 0), col("n_heads", 0), col("d_ff", 0)
-    kv = col("n_kv_heads", 0)
-    kv = np.where(kv > 0, kv, h)
-    e, k = col("n_experts", 1), col("top_k", 1)
-    hd_given = "head_dim" in c
-    for name, v in (("d_model", d), ("n_layers", col("n_layers", 0)), ("n_heads", h), ("d_ff", ff)):
-        flag(v < 1, lambda i, name=name, v=v: f"{name}: must be an integer >= 1, got {v[i]}")
-    flag(kv < 1, lambda i: f"n_kv_heads: must be an integer >= 1, got {kv[i]}")
-    safe_kv = np.maximum(kv, 1)
-    flag(h % safe_kv != 0, lambda i: f"n_kv_heads: must divide n_heads={h[i]}, got {kv[i]}")
-    safe_h = np.maximum(h, 1)
-    if not hd_given:
-        defaulted = np.ones(n, dtype=bool)
-        hd = d // safe_h
-    else:
-        hd = c["head_dim"]
-        defaulted = (
-            np.zeros(n, dtype=bool)
-            if head_dim_defaulted is None
-            else np.broadcast_to(np.asarray(head_dim_defaulted, dtype=bool), (n,))
-        )
-    flag(
-        defaulted & (d % safe_h != 0),
-        lambda i: f"n_heads: must divide d_model={d[i]} (or set head_dim), got {h[i]}",
-    )
-    flag((hd < 8) | (hd % 2 != 0), lambda i: f"head_dim: must be an even integer >= 8, got {hd[i]}")
-    flag(k > e, lambda i: f"top_k: must be <= n_experts={e[i]}, got {k[i]}")
-    flag(h % tp != 0, lambda i: f"n_heads: must be divisible by tensor_parallel={tp[i]}, got {h[i]}")
-    flag(
-        (safe_kv % tp != 0) & (tp % safe_kv != 0),
-        lambda i: f"n_kv_heads: must divide or be divisible by tensor_parallel={tp[i]}, got {kv[i]}",
-    )
-    dffe = col("d_ff_expert", 0)
-    dffe = np.where(dffe > 0, dffe, ff)
-    width = np.where(e > 1, dffe, ff)
-    flag(width % tp != 0, lambda i: f"d_ff: must be divisible by tensor_parallel={tp[i]}, got {width[i]}")
+    for mask, text in _rules(c, n, tp, head_dim_defaulted):
+        for i in np.nonzero(mask & (msg == ""))[0]:
+            msg[i] = text(i)
     return msg
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+def _fmt(v: Any) -> str:
+    """A value as messages show it: ints plainly (also integral floats), strings quoted."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, str):
+        return repr(v)
+    return str(v)
+
+
+def _num(raw: np.ndarray) -> np.ndarray:
+    """Float view of a column; NaN where an entry is not a number (None, text, bool)."""
+    if raw.dtype.kind in "iu":
+        return raw.astype(float)
+    if raw.dtype.kind == "f":
+        return raw.astype(float)
+    if raw.dtype.kind == "b":
+        return np.full(raw.shape, np.nan)
+    out = np.full(raw.shape, np.nan)
+    for i, x in enumerate(raw):
+        if isinstance(x, int | float | np.integer | np.floating) and not isinstance(
+            x, bool | np.bool_
+        ):
+            out[i] = float(x)
+    return out
+
+
+def _is_missing(raw: np.ndarray) -> np.ndarray:
+    if raw.dtype.kind != "O":
+        return np.zeros(raw.shape, dtype=bool)
+    return np.array([x is None for x in raw], dtype=bool)
+
+
+def _is_flag(x: Any) -> bool:
+    return isinstance(x, bool | np.bool_) or (isinstance(x, int | np.integer) and x in (0, 1))
+
+
+def _integral(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(x) & (x == np.floor(x))
+
+
+def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a % b where b >= 1 (callers mask the rest); NaN-safe."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.fmod(a, np.where(b >= 1, b, 1.0))
+
+
+def _rules(
+    cols: Mapping[str, np.ndarray], n: int, tp_raw: np.ndarray, head_dim_defaulted: Any
+) -> Iterator[tuple[np.ndarray, Callable[[int], str]]]:
+    """Yield (broken mask, message of row i) for every rule, in message order."""
+
+    def raw(name: str) -> np.ndarray:
+        if name in cols:
+            return np.broadcast_to(np.asarray(cols[name]), (n,))
+        return np.broadcast_to(np.array([_DEFAULTS.get(name)], dtype=object), (n,))
+
+    # 1. Positive integers; a row failing here skips the rules that divide by these fields.
+    num = {}
+    ok = np.ones(n, dtype=bool)
+    for name in _INT_MIN1:
+        r, x = raw(name), _num(raw(name))
+        bad = ~(_integral(x) & (x >= 1))
+        yield bad, lambda i, name=name, r=r: f"{name}: must be an integer >= 1, got {_fmt(r[i])}"
+        num[name] = x
+        ok &= ~bad
+    d, h, ff = num["d_model"], num["n_heads"], num["d_ff"]
+    e, k = num["n_experts"], num["top_k"]
+
+    # 2. KV heads (None or 0: MHA).
+    r_kv = raw("n_kv_heads")
+    kv = _num(r_kv)
+    kv = np.where(_is_missing(r_kv) | (kv == 0), h, kv)
+    kv_ok = _integral(kv) & (kv >= 1)
+    yield ok & ~kv_ok, lambda i: f"n_kv_heads: must be an integer >= 1, got {_fmt(r_kv[i])}"
+    kv_ok &= ok
+    yield (
+        kv_ok & (_mod(h, kv) != 0),
+        lambda i: f"n_kv_heads: must divide n_heads={_fmt(h[i])}, got {_fmt(kv[i])}",
+    )
+
+    # 3. head_dim: derived rows need n_heads | d_model; every head_dim is even (RoPE rotates pairs).
+    r_hd = raw("head_dim")
+    defaulted = _is_missing(r_hd) if "head_dim" in cols else np.ones(n, dtype=bool)
+    if head_dim_defaulted is not None:
+        defaulted = defaulted | np.broadcast_to(np.asarray(head_dim_defaulted, dtype=bool), (n,))
+    divides = _mod(d, h) == 0
+    yield (
+        ok & defaulted & ~divides,
+        lambda i: f"n_heads: must divide d_model={_fmt(d[i])} (or set head_dim), got {_fmt(h[i])}",
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hd = np.where(defaulted, np.floor(d / np.where(h >= 1, h, 1.0)), _num(r_hd))
+    shown_hd = np.where(defaulted, hd.astype(object), r_hd)
+    hd_ok = _integral(hd) & (hd >= 8) & (_mod(hd, np.full(n, 2.0)) == 0)
+    yield (
+        ok & (divides | ~defaulted) & ~hd_ok,
+        lambda i: (
+            f"head_dim: must be an even integer >= 8 (RoPE rotates pairs), got {_fmt(shown_hd[i])}"
+        ),
+    )
+
+    # 4. Experts.
+    yield ok & (k > e), lambda i: f"top_k: must be <= n_experts={_fmt(e[i])}, got {_fmt(k[i])}"
+    r_dffe = raw("d_ff_expert")
+    dffe = _num(r_dffe)
+    dffe = np.where(_is_missing(r_dffe) | (dffe == 0), ff, dffe)
+    dffe_ok = _integral(dffe) & (dffe >= 1)
+    yield ok & ~dffe_ok, lambda i: f"d_ff_expert: must be an integer >= 1, got {_fmt(r_dffe[i])}"
+    r_sff = raw("shared_expert_d_ff")
+    sff = np.where(_is_missing(r_sff), 0.0, _num(r_sff))
+    sff_ok = _integral(sff) & (sff >= 0)
+    yield ~sff_ok, lambda i: f"shared_expert_d_ff: must be an integer >= 0, got {_fmt(r_sff[i])}"
+    r_npl = raw("norms_per_layer")
+    npl = _num(r_npl)
+    yield (
+        ~(_integral(npl) & (npl >= 1)),
+        lambda i: f"norms_per_layer: must be an integer >= 1, got {_fmt(r_npl[i])}",
+    )
+
+    # 5. Flags and names.
+    for name in _BOOL_FIELDS:
+        r = raw(name)
+        if r.dtype.kind == "b":
+            continue
+        if r.dtype.kind in "iuf":
+            good = np.isin(r, (0, 1))
+        else:
+            good = np.array([_is_flag(x) for x in r], dtype=bool)
+        yield ~good, lambda i, name=name, r=r: f"{name}: must be true or false, got {_fmt(r[i])}"
+    for name, valid in (("weight_dtype", DTYPE_BYTES), ("kv_dtype", DTYPE_BYTES), ("norm", NORMS)):
+        r = raw(name)
+        good = (
+            np.array([isinstance(x, str | np.str_) and str(x) in valid for x in r])
+            if r.dtype.kind == "O"
+            else np.isin(r.astype(str), list(valid))
+        )
+        yield (
+            ~good,
+            lambda i, name=name, r=r, valid=valid: (
+                f"{name}: must be one of {', '.join(valid)}, got {_fmt(r[i])}"
+            ),
+        )
+
+    # 6. Tensor parallelism: heads, KV heads (or replicas of them), FFN widths split evenly.
+    tp = _num(np.asarray(tp_raw))
+    tp_ok = _integral(tp) & (tp >= 1)
+    yield ~tp_ok, lambda i: f"tensor_parallel: must be an integer >= 1, got {_fmt(tp_raw[i])}"
+    split = ok & tp_ok & (tp > 1)
+    yield (
+        split & (_mod(h, tp) != 0),
+        lambda i: f"n_heads: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(h[i])}",
+    )
+    # vLLM replicates KV heads when there are fewer than GPUs, so either direction works.
+    yield (
+        split & kv_ok & (_mod(kv, tp) != 0) & (_mod(tp, kv) != 0),
+        lambda i: (
+            f"n_kv_heads: must divide or be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(kv[i])}"
+        ),
+    )
+    moe = e > 1
+    yield (
+        split & ~moe & (_mod(ff, tp) != 0),
+        lambda i: f"d_ff: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(ff[i])}",
+    )
+    yield (
+        split & moe & dffe_ok & (_mod(dffe, tp) != 0),
+        lambda i: (
+            f"d_ff_expert: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(dffe[i])}"
+        ),
+    )
+    yield (
+        split & moe & sff_ok & (sff > 0) & (_mod(sff, tp) != 0),
+        lambda i: (
+            f"shared_expert_d_ff: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(sff[i])}"
+        ),
+    )
 
 
 # ---------------------------------------------------------------------- parameter counts
 def param_breakdown(a: Architecture) -> dict[str, Any]:
     """Itemised parameter count (nanoGPT style); `total` and `active` are sums of the items.
 
-    Keys: embedding, lm_head, final_norm, and per-model totals over layers of attention/qkv,
-    attention/out, norms, mlp/* (dense) or moe/router, moe/experts, moe/shared (MoE).
-    `active/*` items count only the experts a token uses (top_k of n_experts).
+    Keys: embedding, lm_head, final_norm, and per-model totals over layers of attention/qkv
+    (with the q, k, v biases), attention/out, attention/qk_norm, norms, mlp (dense), or
+    moe/router, moe/experts, moe/shared (shared expert and its gate) for MoE.
+    `active/moe/experts` counts only the experts a token uses (top_k of n_experts); `active` is
+    `total` with that item in place of moe/experts.
     """
     a = a.resolved()
     d, L, h = np.asarray(a.d_model), np.asarray(a.n_layers), np.asarray(a.n_heads)
@@ -273,15 +409,19 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
     e, k = np.asarray(a.n_experts), np.asarray(a.top_k)
     moe = e > 1
     n_mats = np.where(np.asarray(a.gated_mlp), 3, 2)  # SwiGLU: gate, up, down
-    norm_w = np.where(np.asarray(a.norm) == "layernorm", 2, 1) * d  # weight (+ bias)
+    norm_factor = np.where(np.asarray(a.norm) == "layernorm", 2, 1)  # weight (+ bias)
+    norm_w = norm_factor * d
 
     qkv = d * (h + 2 * kv) * hd + np.where(np.asarray(a.qkv_bias), (h + 2 * kv) * hd, 0)
     out = h * hd * d
+    qk_norm = np.where(np.asarray(a.qk_norm), 2 * norm_factor * hd, 0)  # one norm for q, one for k
     dense_ffn = n_mats * d * np.asarray(a.d_ff)
     expert = n_mats * d * np.asarray(a.d_ff_expert)
     sff = np.asarray(a.shared_expert_d_ff)
-    shared = np.where(sff > 0, n_mats * d * sff, 0) + np.where(np.asarray(a.shared_expert_gate), d, 0)
-    router = d * e
+    shared = np.where(sff > 0, n_mats * d * sff, 0) + np.where(
+        np.asarray(a.shared_expert_gate), d, 0
+    )
+    router = d * e  # one logit per expert, no bias
 
     items = {
         "embedding": V * d,
@@ -289,7 +429,8 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
         "final_norm": norm_w,
         "attention/qkv": L * qkv,
         "attention/out": L * out,
-        "norms": L * 2 * norm_w,
+        "attention/qk_norm": L * qk_norm,
+        "norms": L * np.asarray(a.norms_per_layer) * norm_w,
         "mlp": L * np.where(moe, 0, dense_ffn),
         "moe/router": L * np.where(moe, router, 0),
         "moe/experts": L * np.where(moe, e * expert, 0),
@@ -320,13 +461,17 @@ def active_params(a: Architecture) -> Any:
 def matmul_params_per_token(a: Architecture) -> Any:
     """Active parameters that take part in a matrix multiply for one token.
 
-    The embedding lookup is a gather (no FLOPs) and norm weights are elementwise, so both are
-    excluded; a tied LM head multiplies by the embedding matrix, so it is counted once.
+    The embedding lookup is a gather (no FLOPs), norm weights and biases are elementwise, so all
+    are excluded; a tied LM head multiplies by the embedding matrix, so it is counted once.
     """
+    a = a.resolved()
     p = param_breakdown(a)
     V, d = np.asarray(a.vocab_size), np.asarray(a.d_model)
+    L, h, kv, hd = (np.asarray(x) for x in (a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim))
     lm = V * d  # the LM head multiply happens whether or not it is tied
-    return _as_int(p["active"] - p["embedding"] - p["lm_head"] + lm - p["final_norm"] - p["norms"])
+    bias = L * np.where(np.asarray(a.qkv_bias), (h + 2 * kv) * hd, 0)
+    elementwise = p["final_norm"] + p["norms"] + p["attention/qk_norm"] + bias
+    return _as_int(p["active"] - p["embedding"] - p["lm_head"] + lm - elementwise)
 
 
 # ---------------------------------------------------------------------- FLOPs and bytes
@@ -337,8 +482,12 @@ def attention_flops_per_token(a: Architecture, context_len: Any) -> Any:
     * context_len.
     """
     a = a.resolved()
-    return 4 * np.asarray(a.n_layers) * np.asarray(a.n_heads) * np.asarray(a.head_dim) * np.asarray(
-        context_len
+    return (
+        4
+        * np.asarray(a.n_layers)
+        * np.asarray(a.n_heads)
+        * np.asarray(a.head_dim)
+        * np.asarray(context_len)
     )
 
 
@@ -356,7 +505,15 @@ def prefill_flops(a: Architecture, prompt_tokens: Any, batch_size: Any = 1) -> A
     """
     s = np.asarray(prompt_tokens)
     a = a.resolved()
-    attn = 4 * np.asarray(a.n_layers) * np.asarray(a.n_heads) * np.asarray(a.head_dim) * s * (s + 1) / 2
+    attn = (
+        4
+        * np.asarray(a.n_layers)
+        * np.asarray(a.n_heads)
+        * np.asarray(a.head_dim)
+        * s
+        * (s + 1)
+        / 2
+    )
     return np.asarray(batch_size) * (2 * matmul_params_per_token(a) * s + attn)
 
 
@@ -377,6 +534,40 @@ def weight_bytes(a: Architecture) -> Any:
     return total_params(a) * dtype_bytes(a.weight_dtype)
 
 
+def kv_heads_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
+    """KV heads each GPU holds: n_kv_heads / tp, or 1 replica when there are fewer heads than GPUs."""
+    a = a.resolved()
+    return np.maximum(np.asarray(a.n_kv_heads) // np.asarray(tensor_parallel), 1)
+
+
+def params_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
+    """Parameters one GPU stores under Megatron-style tensor parallelism, as vLLM shards them.
+
+    Split tp ways: embedding and LM head (by vocabulary), q heads, the output projection, FFN and
+    expert widths, the shared expert. Replicated: norms, router, shared-expert gate, and K/V
+    projections when n_kv_heads < tp (each GPU keeps one KV head). Equals total_params at tp = 1.
+    """
+    a = a.resolved()
+    p = param_breakdown(a)
+    tp = np.asarray(tensor_parallel)
+    d, L, h, hd = (np.asarray(x) for x in (a.d_model, a.n_layers, a.n_heads, a.head_dim))
+    kv_gpu = kv_heads_per_gpu(a, tp)
+    bias = np.where(np.asarray(a.qkv_bias), 1, 0)
+    qkv_gpu = L * (d + bias) * (h / tp + 2 * kv_gpu) * hd
+    gate = L * np.where(a.is_moe & np.asarray(a.shared_expert_gate), d, 0)
+    split = (
+        p["embedding"]
+        + p["lm_head"]
+        + p["attention/out"]
+        + p["mlp"]
+        + p["moe/experts"]
+        + p["moe/shared"]
+        - gate
+    )
+    replicated = p["final_norm"] + p["norms"] + p["attention/qk_norm"] + p["moe/router"] + gate
+    return split / tp + qkv_gpu + replicated
+
+
 # Memory held back on every GPU besides weights, KV cache and activations: CUDA context, the
 # engine's workspace and the NCCL buffers (aiconfigurator budgets 0.5-3.5 GB; 2 GiB is midway).
 RESERVED_BYTES = 2 * 1024**3
@@ -391,28 +582,40 @@ def memory_breakdown(
     output_tokens: Any,
     tensor_parallel: Any = 1,
 ) -> dict[str, Any]:
-    """Bytes needed per GPU at a workload: weights, KV cache at full length, peak activations."""
+    """Bytes needed per GPU at a workload: weights, KV cache at full length, peak activations.
+
+    Keys weights, kv_cache, activations, reserved and total (their sum), all per GPU.
+    """
     a = a.resolved()
     tp = np.asarray(tensor_parallel)
-    w = weight_bytes(a) / tp
-    kv = np.asarray(batch_size) * (np.asarray(prompt_tokens) + np.asarray(output_tokens)) * (
-        kv_bytes_per_token(a) / tp
+    w = params_per_gpu(a, tp) * dtype_bytes(a.weight_dtype)
+    kv_gpu = kv_heads_per_gpu(a, tp)
+    kv_bytes_gpu = (
+        2 * np.asarray(a.n_layers) * kv_gpu * np.asarray(a.head_dim) * dtype_bytes(a.kv_dtype)
+    )
+    kv = (
+        np.asarray(batch_size)
+        * (np.asarray(prompt_tokens) + np.asarray(output_tokens))
+        * kv_bytes_gpu
     )
     # Peak activation during prefill: the largest live tensors of one layer for all prompt tokens
-    # (residual stream, QKV, the FFN's gate+up output) in 16-bit, plus the last tokens' logits.
+    # (residual stream, QKV, the FFN's gate+up output) in 16-bit, plus the last tokens' fp32 logits.
     tokens = np.asarray(batch_size) * np.asarray(prompt_tokens)
     d = np.asarray(a.d_model)
     width = np.where(a.is_moe, np.asarray(a.top_k) * np.asarray(a.d_ff_expert), np.asarray(a.d_ff))
-    qkv_w = (np.asarray(a.n_heads) + 2 * np.asarray(a.n_kv_heads)) * np.asarray(a.head_dim)
-    act = 2.0 * tokens * (2 * d + (qkv_w + 2 * width) / tp) + 4.0 * np.asarray(
-        batch_size
-    ) * np.asarray(a.vocab_size) / tp
+    qkv_w = (np.asarray(a.n_heads) / tp + 2 * kv_gpu) * np.asarray(a.head_dim)
+    act = (
+        2.0 * tokens * (2 * d + qkv_w + 2 * width / tp)
+        + 4.0 * np.asarray(batch_size) * np.asarray(a.vocab_size) / tp
+    )
     total = w + kv + act + RESERVED_BYTES
     return {
         "weights": w,
         "kv_cache": kv,
         "activations": act,
-        "reserved": np.full(np.shape(total), float(RESERVED_BYTES)) if np.ndim(total) else float(RESERVED_BYTES),
+        "reserved": np.full(np.shape(total), float(RESERVED_BYTES))
+        if np.ndim(total)
+        else float(RESERVED_BYTES),
         "total": total,
     }
 
