@@ -78,6 +78,13 @@ def test_main_gpus_use_registry_names(tables: dict[str, pd.DataFrame]) -> None:
     registry = set(gpu_names())
     g = tables["gemm"]
     assert set(g.loc[g["source"] == "aiconfigurator", "gpu"]) <= registry
+    assert set(tables["layer_op"]["gpu"]) == {"a100_sxm", "h100_sxm", "a40"}
+    assert set(tables["serving_energy"]["gpu"]) == {"h100_sxm", "a100_sxm_40gb"}
+    assert set(tables["splitwise"]["gpu"]) == {"a100_sxm", "h100_sxm"}
+    e2e = tables["e2e"]
+    assert {"h100_sxm", "a100_sxm_40gb", "gh200"} <= set(e2e["gpu"])
+    assert {"mi250", "mi300x"} <= set(e2e["gpu"])  # other vendors: lowercase slugs
+    assert not e2e["gpu"].str.contains(r"[A-Z ]").any()
 
 
 def test_generation_attention_kv_len_is_the_step_column(tables: dict[str, pd.DataFrame]) -> None:
@@ -156,3 +163,245 @@ def test_unreadable_parquet_is_a_data_error(tmp_path: Path) -> None:
 def test_unknown_kind_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="unknown data kind"):
         data.load(tmp_path, kinds=["gemm", "nope"])
+
+
+# ---- vidur -------------------------------------------------------------------------------------
+
+
+def test_vidur_layer_ops_are_melted_per_op(tables: dict[str, pd.DataFrame], data_dir: Path) -> None:
+    ops = tables["layer_op"]
+    f = "vidur/data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    one = ops[ops["file"] == f]
+    raw = pd.read_csv(data_dir / f)
+    expected_ops = {
+        "emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
+        "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add",
+    }  # fmt: skip
+    assert set(one["op"]) == expected_ops
+    assert len(one) == len(raw) * len(expected_ops)
+    # first CSV row, RMSNorm: median ms -> s, mean and std kept
+    row0 = one[(one["row"] == 0) & (one["op"] == "input_layernorm")].iloc[0]
+    assert row0["latency_s"] == pytest.approx(raw["time_stats.input_layernorm.median"][0] / 1e3)
+    assert row0["latency_mean_s"] == pytest.approx(raw["time_stats.input_layernorm.mean"][0] / 1e3)
+    assert row0["latency_std_s"] == pytest.approx(raw["time_stats.input_layernorm.std"][0] / 1e3)
+    assert row0["model"] == "meta-llama/Llama-2-7b-hf"
+    assert (row0["d_model"], row0["n_heads"], row0["d_ff"]) == (4096, 32, 11008)
+    assert bool(row0["gated_mlp"])
+    assert set(one["tensor_parallel"]) == {1, 2, 4, 8}
+    # phi-2 has no post_attention_layernorm (parallel attention + MLP block)
+    phi = ops[ops["model"] == "microsoft/phi-2"]
+    assert "post_attention_layernorm" not in set(phi["op"])
+    assert not phi["gated_mlp"].any()
+
+
+def test_vidur_network_tables(tables: dict[str, pd.DataFrame]) -> None:
+    ar = tables["allreduce"]
+    v = ar[ar["source"] == "vidur"]
+    assert set(v["op"]) == {"all_reduce", "send_recv"}
+    assert set(v["implementation"]) >= {"h100_dgx", "a100_dgx", "h100_pairwise_nvlink"}
+    assert v["message_bytes"].min() == 2048 and v["message_bytes"].max() >= 64 * 2**20
+    assert {2, 4, 8} <= set(v.loc[v["op"] == "all_reduce", "n_gpus"])
+    # a100_dgx has 16-GPU (two-node) all-reduce rows
+    assert (v.loc[v["n_gpus"] == 16, "n_nodes"] == 2).all()
+
+
+# ---- argonne -----------------------------------------------------------------------------------
+
+
+def test_argonne_e2e_and_power(tables: dict[str, pd.DataFrame], data_dir: Path) -> None:
+    e2e, en = tables["e2e"], tables["e2e_energy"]
+    assert len(e2e) == 3142 and len(en) == 40
+    raw = pd.read_csv(data_dir / "argonne/Plots/Fig_16_a_b/power_results.csv")
+    np.testing.assert_allclose(en["power_w"], raw["avg_power"] / 1000.0)
+    np.testing.assert_allclose(en["energy_j"], raw["Latency"] * raw["avg_power"] / 1000.0)
+    assert en["power_w"].between(30, 1000).all()
+    assert (e2e["input_tokens"] == e2e["output_tokens"]).all()
+    assert set(e2e["engine"]) >= {"vllm", "trtllm", "llama.cpp"}
+    # throughput counts input + output tokens of the whole batch, except llama.cpp batches
+    ok = e2e[e2e["throughput_counts_batch"]]
+    np.testing.assert_allclose(
+        ok["throughput_tok_s"],
+        ok["batch_size"] * (ok["input_tokens"] + ok["output_tokens"]) / ok["latency_s"],
+        rtol=0.02,
+    )
+    assert set(e2e.loc[~e2e["throughput_counts_batch"], "engine"]) == {"llama.cpp"}
+
+
+# ---- ml-energy, splitwise, llmcompass ----------------------------------------------------------
+
+
+def test_ml_energy_serving_rows(tables: dict[str, pd.DataFrame]) -> None:
+    se = tables["serving_energy"]
+    assert len(se) == 314 and set(se["task"]) == {"chat", "code"}
+    np.testing.assert_allclose(
+        se["energy_per_output_token_j"], se["energy_per_request_j"] / se["avg_output_tokens"]
+    )
+    assert se["latency_s"].between(0.01, 1.0).all()  # average TPOT in seconds
+    mix = se[se["file"].str.endswith("Mixtral-8x22B-Instruct-v0.1/bs32+tp8+pp2.json")]
+    assert (
+        mix.iloc[0]["n_gpus"] == 16
+        and mix.iloc[0]["model"] == "mistralai/Mixtral-8x22B-Instruct-v0.1"
+    )
+    assert se["power_per_gpu_w"].between(30, 1000).all()
+
+
+def test_splitwise_rows_in_seconds(tables: dict[str, pd.DataFrame], data_dir: Path) -> None:
+    sw = tables["splitwise"]
+    raw = pd.read_csv(data_dir / "splitwise/data/perf_model.csv")
+    assert len(sw) == len(raw)
+    np.testing.assert_allclose(sw["token_time_s"], raw["token_time"] / 1e3)
+    np.testing.assert_allclose(sw["latency_s"], sw["e2e_time_s"])
+    # e2e ~ prefill + (output - 1) decode steps, within 5% for the median configuration
+    est = sw["prompt_time_s"] + (sw["output_tokens"] - 1) * sw["token_time_s"]
+    assert float((est / sw["e2e_time_s"]).median()) == pytest.approx(1.0, abs=0.05)
+    assert sw["power_w"].isna().all()
+    assert sw.loc[sw["gpu"] == "h100_sxm", "average_power_norm"].isna().all()
+    assert sw.loc[sw["hardware"] == "h100-80gb-pcap", "power_capped"].all()
+
+
+def test_llmcompass_tables(tables: dict[str, pd.DataFrame]) -> None:
+    g = tables["gemm"]
+    lc = g[g["source"] == "llmcompass"]
+    assert len(lc) == 20 and (lc["gpu"] == "a100_sxm").all()
+    row = lc[(lc["m"] == 64) & (lc["n"] == 12288)].iloc[0]
+    assert row["latency_s"] == pytest.approx(0.19e-3)
+    for kind in ("softmax", "layernorm", "gelu"):
+        t = tables[kind]
+        np.testing.assert_allclose(t["latency_s"], t["elements"] / t["throughput_elements_per_s"])
+    ln = tables["layernorm"]
+    # 4096 x 32 at 2.476 G elements/s -> 52.9 us
+    first = ln[(ln["m"] == 4096) & (ln["n"] == 32)].iloc[0]
+    assert first["latency_s"] == pytest.approx(4096 * 32 / 2.476377540036036e9)
+
+
+# ---- malformed files of other sources ----------------------------------------------------------
+
+
+def _write(root: Path, rel: str, text: str) -> str:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return rel
+
+
+ARGONNE_HEADER = (
+    "Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,Latency,Throughput"
+)
+
+
+@pytest.mark.parametrize(
+    ("rel", "text", "message"),
+    [
+        (
+            "argonne/Plots/All_results.csv",
+            "Hardware,Framework,Model\nNvidia H100 GPU,vLLM,m\n",
+            "missing column(s) Num of Hardware",
+        ),
+        (
+            "argonne/Plots/All_results.csv",
+            ARGONNE_HEADER + "\nNvidia H100 GPU,1,vLLM,m,128,1,-2.0,100\n",
+            "Latency must be a finite number > 0",
+        ),
+        (
+            "argonne/Plots/Fig_16_a_b/power_results.csv",
+            ARGONNE_HEADER + ",avg_power\nNvidia H100 GPU,1,vLLM,m,128,1,2.0,128,350\n",
+            "avg_power (W, after mW -> W) must lie in [30, 1000]",  # watts written as mW
+        ),
+        (
+            "vidur/data/profiling/compute/h100/org/model/mlp.csv",
+            "time_stats.add.median,n_head,n_kv_head,n_embd,num_tokens\n0.01,8,8,1024,16\n",
+            "missing column(s) num_tensor_parallel_workers",
+        ),
+        (
+            "vidur/data/profiling/compute/h100/org/model/mlp.csv",
+            "time_stats.add.median,n_head,n_kv_head,n_embd,num_tokens,num_tensor_parallel_workers"
+            "\n-0.01,8,8,1024,16,1\n",
+            "time_stats.add.median must be > 0",
+        ),
+        (
+            "vidur/data/profiling/network/h100_dgx/all_reduce.csv",
+            "time_stats.all_reduce.median,num_workers,size\nabc,2,2048\n",
+            "cannot parse 'abc'",
+        ),
+        (
+            "ml-energy-v2/data/llm_text_generation/chat/H100 80GB HBM3/o/m/bs8+tp1+pp1.json",
+            '{"Model": "o/m", "GPU": "NVIDIA H100 80GB HBM3"}',
+            "missing key(s) TP",
+        ),
+        (
+            "ml-energy-v2/data/llm_text_generation/chat/H100 80GB HBM3/o/m/bs8+tp1+pp1.json",
+            "{not json",
+            "cannot parse JSON",
+        ),
+        (
+            "splitwise/data/perf_model.csv",
+            "model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,e2e_time,"
+            "tensor_parallel\nllama2-70b,a100-80gb,512,1,128,0.2,0.055,7.2,2\n",
+            "token_time (s, after ms -> s) must lie in",  # seconds written where ms belong
+        ),
+        (
+            "llmcompass/ae/figure5/ab/real_hardware/matmul_A100.csv",
+            "64, 12288, 12288, 0.1900us, 101.7124Tflops\n",
+            "cannot parse '0.1900us' as a number in ms",
+        ),
+        (
+            "llmcompass/ae/figure5/de/real_hardware/layernorm_A100.csv",
+            "4096, 32\n",
+            "expected 3 columns for layernorm, got 2",
+        ),
+    ],
+)
+def test_malformed_files_name_file_and_problem(
+    tmp_path: Path, rel: str, text: str, message: str
+) -> None:
+    _write(tmp_path, rel, text)
+    with pytest.raises(DataError) as err:
+        data.load(tmp_path)
+    assert rel in str(err.value)
+    assert message in str(err.value)
+
+
+def test_vidur_attention_table_is_read_as_layer_ops(tmp_path: Path) -> None:
+    # vidur's attention.csv layout (absent from the training share): decode rows carry no
+    # attn_prefill time, and those (row, op) pairs are dropped rather than read as NaN latency.
+    header = (
+        "time_stats.attn_prefill.median,time_stats.attn_decode.median,"
+        "time_stats.attn_kv_cache_save.median,n_embd,n_q_head,n_kv_head,block_size,"
+        "num_tensor_parallel_workers,max_model_len,batch_size,prefill_chunk_size,kv_cache_size,"
+        "is_prefill,attention_backend"
+    )
+    rows = [
+        "0.5,,0.01,4096,32,8,16,1,4096,1,512,0,True,FLASHINFER",
+        ",0.05,0.01,4096,32,8,16,1,4096,8,0,1024,False,FLASHINFER",
+    ]
+    rel = _write(
+        tmp_path,
+        "vidur/data/profiling/compute/h100/meta-llama/Meta-Llama-3-8B/attention.csv",
+        header + "\n" + "\n".join(rows) + "\n",
+    )
+    got = data.read_vidur(tmp_path)["layer_op"]
+    assert set(got["file"]) == {rel}
+    assert sorted(got["op"]) == [
+        "attn_decode",
+        "attn_kv_cache_save",
+        "attn_kv_cache_save",
+        "attn_prefill",
+    ]
+    prefill = got[got["op"] == "attn_prefill"].iloc[0]
+    assert prefill["latency_s"] == pytest.approx(0.5e-3)
+    assert (prefill["n_heads"], prefill["prefill_chunk_size"], prefill["is_prefill"]) == (
+        32,
+        512,
+        True,
+    )
+
+
+def test_each_source_alone(data_dir: Path, tmp_path: Path) -> None:
+    """A folder holding one source yields only that source's kinds."""
+    _copy_one(data_dir, tmp_path, "splitwise/data/perf_model.csv")
+    _copy_one(data_dir, tmp_path, "llmcompass/ae/figure5/g/real_hardware/gelu_A100.csv")
+    got = data.load(tmp_path)
+    assert sorted(got) == ["gelu", "splitwise"]
+    assert data.load(tmp_path, kinds=["gelu"]).keys() == {"gelu"}
+    for reader in ("read_vidur", "read_argonne", "read_ml_energy", "read_aiconfigurator"):
+        assert getattr(data, reader)(tmp_path) == {}

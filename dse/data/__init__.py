@@ -1,11 +1,21 @@
-"""Readers of measured-data layouts (aiconfigurator, vidur, argonne, ml-energy, splitwise,
-llmcompass) -> tidy pandas tables with SI units in the column names. See docs/data.md."""
+"""Readers of measured-data layouts -> tidy pandas tables with SI units in the column names.
+
+`load(root)` reads every source found under a folder laid out like `../shared/data` and returns
+one table per kind (gemm, context_attention, generation_attention, moe, allreduce, layer_op, e2e,
+e2e_energy, serving_energy, splitwise, softmax, layernorm, gelu); each `read_<source>(root)` reads
+one source. Every table starts with `COMMON_COLUMNS`. Schema and row counts: docs/data.md.
+"""
 
 from __future__ import annotations
 
 from dse.data._aiconfigurator import read_aiconfigurator
+from dse.data._argonne import read_argonne
 from dse.data._common import COMMON_COLUMNS, normalise_gpu
+from dse.data._llmcompass import read_llmcompass
 from dse.data._load import KINDS, READERS, load
+from dse.data._ml_energy import read_ml_energy
+from dse.data._splitwise import read_splitwise
+from dse.data._vidur import read_vidur
 
 __all__ = [
     "COMMON_COLUMNS",
@@ -14,4 +24,9 @@ __all__ = [
     "load",
     "normalise_gpu",
     "read_aiconfigurator",
+    "read_argonne",
+    "read_llmcompass",
+    "read_ml_energy",
+    "read_splitwise",
+    "read_vidur",
 ]

@@ -73,7 +73,7 @@ def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
         raise DataError(f"{file}: expected .../<gpu>/<op>/<engine>/<version>/{path.name}")
     gpu_dir, _op_dir, engine_dir, version_dir = parts[-5:-1]
     try:
-        raw = pd.read_parquet(path)
+        raw = pd.read_parquet(path).reset_index(drop=True)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise DataError(f"{file}: cannot read parquet ({exc})") from exc
     if raw.empty:
@@ -93,7 +93,7 @@ def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
             "engine": engine_dir.strip().lower(),
             "engine_version": version_dir,
             "kind": kind,
-            "dtype": c.normalise_dtype(raw[dtype_col]).to_numpy(),
+            "dtype": c.normalise_dtype(raw[dtype_col]),
             "file": file,
             "latency_s": latency_s,
         }
@@ -109,9 +109,9 @@ def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
         df["power_w"] = np.nan
         df["energy_j"] = np.nan
     if "kernel_source" in raw.columns:
-        df["kernel_source"] = raw["kernel_source"].astype(str).to_numpy()
+        df["kernel_source"] = raw["kernel_source"].astype("str")
     if "device" in raw.columns:
-        df["device"] = raw["device"].astype(str).to_numpy()
+        df["device"] = raw["device"].astype("str")
 
     builder = {
         "gemm": _gemm,
@@ -172,7 +172,7 @@ def _attention_common(raw: pd.DataFrame, df: pd.DataFrame, file: str) -> None:
         file,
     )
     c.require_columns(raw, ["kv_cache_dtype"], file)
-    df["kv_cache_dtype"] = c.normalise_dtype(raw["kv_cache_dtype"]).to_numpy()
+    df["kv_cache_dtype"] = c.normalise_dtype(raw["kv_cache_dtype"])
     # window_size 0 = full attention; older tables (A100 vLLM 0.14) have no column: full.
     if "window_size" in raw.columns:
         df["window_size"] = c.numeric(raw, "window_size", file).astype(np.int64)
@@ -241,8 +241,8 @@ def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataF
         file,
     )
     c.require_columns(raw, ["distribution"], file)
-    df["distribution"] = raw["distribution"].astype(str).to_numpy()
-    df["moe_dtype"] = raw["moe_dtype"].astype(str).to_numpy()
+    df["distribution"] = raw["distribution"].astype("str")
+    df["moe_dtype"] = raw["moe_dtype"].astype("str")
     # gated experts: gate+up (2 x inter) and down (inter) GEMMs, split over TP x EP ranks
     t, k = df["num_tokens"].to_numpy(float), df["topk"].to_numpy(float)
     hsz, isz = df["hidden_size"].to_numpy(float), df["inter_size"].to_numpy(float)

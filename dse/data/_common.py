@@ -82,8 +82,11 @@ _DTYPE_ALIASES: dict[str, str] = {
 
 def normalise_dtype(values: pd.Series) -> pd.Series:
     """Lowercase dtype names with the usual aliases folded (half -> float16, bf16 -> bfloat16)."""
-    low = values.astype(str).str.strip().str.lower()
-    return low.map(lambda v: _DTYPE_ALIASES.get(v, v))
+    # few distinct values over many rows: map the uniques, then take by code
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    names = [str(u).strip().lower() for u in uniques]
+    mapped = np.array([_DTYPE_ALIASES.get(n, n) for n in names], dtype=object)
+    return pd.Series(mapped[codes], index=values.index, dtype="str")
 
 
 def rel(path: Path, root: Path) -> str:

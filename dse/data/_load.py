@@ -9,6 +9,11 @@ import pandas as pd
 
 from dse.data import _common as c
 from dse.data._aiconfigurator import read_aiconfigurator
+from dse.data._argonne import read_argonne
+from dse.data._llmcompass import read_llmcompass
+from dse.data._ml_energy import read_ml_energy
+from dse.data._splitwise import read_splitwise
+from dse.data._vidur import read_vidur
 from dse.errors import DataError
 
 Reader = Callable[[Path | str], dict[str, pd.DataFrame]]
@@ -16,6 +21,11 @@ Reader = Callable[[Path | str], dict[str, pd.DataFrame]]
 # source name -> reader; a reader returns {} when its folder is absent.
 READERS: dict[str, Reader] = {
     "aiconfigurator": read_aiconfigurator,
+    "vidur": read_vidur,
+    "argonne": read_argonne,
+    "ml-energy-v2": read_ml_energy,
+    "splitwise": read_splitwise,
+    "llmcompass": read_llmcompass,
 }
 
 # Every kind a reader can produce (the validate/fit contract).
