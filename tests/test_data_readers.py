@@ -319,6 +319,12 @@ ARGONNE_HEADER = (
             "time_stats.add.median must be > 0",
         ),
         (
+            "vidur/data/profiling/compute/h100/org/model/mlp.csv",
+            "time_stats.add.median,time_stats.add.mean,n_head,n_kv_head,n_embd,num_tokens,"
+            "num_tensor_parallel_workers\n,0.01,8,8,1024,16,1\n",
+            "time_stats.add.median is empty at row 0",
+        ),
+        (
             "vidur/data/profiling/network/h100_dgx/all_reduce.csv",
             "time_stats.all_reduce.median,num_workers,size\nabc,2,2048\n",
             "cannot parse 'abc'",

@@ -41,11 +41,9 @@ _RENAME = {
 _REQUIRED_MLP = ("n_head", "n_kv_head", "n_embd", "num_tokens", "num_tensor_parallel_workers")
 _REQUIRED_ATTENTION = ("n_embd", "n_kv_head", "batch_size", "num_tensor_parallel_workers")
 _LATENCY_RANGE_S = (1e-7, 100.0)
-# GEMM ops and their weight shape (in x out features per GPU) for the unit check
 # network/<cluster>/<name>.csv files that hold collectives (upstream also misfiles an
 # attention.csv under network/a40_pairwise_nvlink: skipped)
 _COLLECTIVES = ("all_reduce", "send_recv", "all_gather", "reduce_scatter")
-_GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
 
 def _read_csv(path: Path, file: str) -> pd.DataFrame:
@@ -109,8 +107,17 @@ def _read_compute(path: Path, root: Path) -> pd.DataFrame:
     is_attention = "num_tokens" not in raw.columns
     c.require_columns(raw, _REQUIRED_ATTENTION if is_attention else _REQUIRED_MLP, file)
     long, median = _melt(raw, ops, file)
-    # An op vidur did not time for a row (all its stats empty) is not a measurement: drop it.
-    measured = ~np.isnan(median)
+    # An op vidur did not time for a row (every stat empty) is not a measurement: drop it. A
+    # median missing while other stats are present is a broken row.
+    stats_present = long[[col for col in long.columns if col.startswith("latency_")]].notna()
+    measured = stats_present.any(axis=1).to_numpy()
+    partial = measured & np.isnan(median)
+    if partial.any():
+        i = int(np.flatnonzero(partial)[0])
+        raise DataError(
+            f"{file}: time_stats.{long['op'].iloc[i]}.median is empty at row "
+            f"{int(long['row'].iloc[i])} while its other stats are present"
+        )
     bad = measured & (median <= 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
