@@ -411,3 +411,13 @@ def test_each_source_alone(data_dir: Path, tmp_path: Path) -> None:
     assert data.load(tmp_path, kinds=["gelu"]).keys() == {"gelu"}
     for reader in ("read_vidur", "read_argonne", "read_ml_energy", "read_aiconfigurator"):
         assert getattr(data, reader)(tmp_path) == {}
+
+
+def test_kinds_filter_matches_the_full_read(
+    data_dir: Path, tables: dict[str, pd.DataFrame]
+) -> None:
+    got = data.load(data_dir, kinds=["gemm", "layer_op"])
+    assert sorted(got) == ["gemm", "layer_op"]
+    pd.testing.assert_frame_equal(got["gemm"], tables["gemm"])
+    for source, kinds in data.SOURCE_KINDS.items():
+        assert kinds <= set(data.KINDS), source

@@ -12,7 +12,7 @@ from dse.data._aiconfigurator import read_aiconfigurator
 from dse.data._argonne import read_argonne
 from dse.data._common import COMMON_COLUMNS, normalise_gpu
 from dse.data._llmcompass import read_llmcompass
-from dse.data._load import KINDS, READERS, load
+from dse.data._load import KINDS, READERS, SOURCE_KINDS, load
 from dse.data._ml_energy import read_ml_energy
 from dse.data._splitwise import read_splitwise
 from dse.data._vidur import read_vidur
@@ -21,6 +21,7 @@ __all__ = [
     "COMMON_COLUMNS",
     "KINDS",
     "READERS",
+    "SOURCE_KINDS",
     "load",
     "normalise_gpu",
     "read_aiconfigurator",

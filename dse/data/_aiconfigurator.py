@@ -8,6 +8,7 @@ latency_s * power_w. Tables this reader does not know (other ops) are skipped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -282,14 +283,22 @@ def _allreduce(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.
     return df
 
 
-def read_aiconfigurator(root: Path | str) -> dict[str, pd.DataFrame]:
-    """Every known aiconfigurator table under `root/aiconfigurator`, keyed by kind."""
+def read_aiconfigurator(
+    root: Path | str, kinds: Iterable[str] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every known aiconfigurator table under `root/aiconfigurator`, keyed by kind.
+
+    `kinds` (optional) skips the files of other kinds without opening them.
+    """
     root = Path(root)
     base = root / FOLDER
     out: dict[str, list[pd.DataFrame]] = {}
     if not base.is_dir():
         return {}
+    wanted = None if kinds is None else set(kinds)
     for path in sorted(base.rglob("*.parquet")):
+        if wanted is not None and _TABLES.get(path.stem) not in wanted:
+            continue
         got = _read_table(path, root)
         if got is not None:
             c.add_table(out, *got)

@@ -28,6 +28,18 @@ READERS: dict[str, Reader] = {
     "llmcompass": read_llmcompass,
 }
 
+# The kinds each source can produce (lets `load(kinds=...)` skip whole sources).
+SOURCE_KINDS: dict[str, frozenset[str]] = {
+    "aiconfigurator": frozenset(
+        {"gemm", "context_attention", "generation_attention", "moe", "allreduce"}
+    ),
+    "vidur": frozenset({"layer_op", "allreduce"}),
+    "argonne": frozenset({"e2e", "e2e_energy"}),
+    "ml-energy-v2": frozenset({"serving_energy"}),
+    "splitwise": frozenset({"splitwise"}),
+    "llmcompass": frozenset({"gemm", "softmax", "layernorm", "gelu"}),
+}
+
 # Every kind a reader can produce (the validate/fit contract).
 KINDS: tuple[str, ...] = (
     "gemm",
@@ -61,8 +73,11 @@ def load(root: Path | str, kinds: Iterable[str] | None = None) -> dict[str, pd.D
         if unknown:
             raise DataError(f"unknown data kind(s) {unknown}; valid kinds: {', '.join(KINDS)}")
     per_kind: dict[str, list[pd.DataFrame]] = {}
-    for reader in READERS.values():
-        for kind, table in reader(root).items():
+    for source, reader in READERS.items():
+        if wanted is not None and not SOURCE_KINDS[source] & set(wanted):
+            continue
+        got = read_aiconfigurator(root, wanted) if source == "aiconfigurator" else reader(root)
+        for kind, table in got.items():
             if wanted is None or kind in wanted:
                 per_kind.setdefault(kind, []).append(table)
     return c.merge_kinds(per_kind)
