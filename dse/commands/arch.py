@@ -1,0 +1,269 @@
+"""`dse arch`: parameters, FLOPs, KV bytes and memory of one architecture at a workload."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from dse import arch as A
+from dse.errors import ConfigError
+from dse.hardware import get_gpu
+from dse.workload import Workload
+
+# Architecture fields settable by flag (they override --model / --hf-config).
+ARCH_FLAGS: dict[str, type] = {
+    "d_model": int,
+    "n_layers": int,
+    "n_heads": int,
+    "n_kv_heads": int,
+    "head_dim": int,
+    "d_ff": int,
+    "vocab_size": int,
+    "n_experts": int,
+    "top_k": int,
+    "d_ff_expert": int,
+    "shared_expert_d_ff": int,
+    "weight_dtype": str,
+    "kv_dtype": str,
+    "norm": str,
+}
+BOOL_FLAGS: dict[str, tuple[str, str]] = {
+    # field: (flag that sets it true, flag that sets it false)
+    "tied_embeddings": ("--tied", "--untied"),
+    "gated_mlp": ("--gated", "--plain-mlp"),
+    "qkv_bias": ("--qkv-bias", "--no-qkv-bias"),
+    "qk_norm": ("--qk-norm", "--no-qk-norm"),
+    "shared_expert_gate": ("--shared-expert-gate", "--no-shared-expert-gate"),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "arch",
+        help="parameters, FLOPs, bytes and memory of one architecture",
+        description="Itemised parameter count, total and active parameters, FLOPs per token "
+        "(prefill average and decode at a context length), KV-cache bytes per token, and the "
+        "memory one GPU needs at a workload, of an architecture given by flags, by a catalogue "
+        "name or by a Hugging Face config.json. Flags override the catalogue / config values.\n\n"
+        "examples:\n"
+        "  dse arch --model meta-llama/Meta-Llama-3-8B --batch-size 16 --gpu h100_sxm\n"
+        "  dse arch --d-model 4096 --n-layers 32 --n-heads 32 --n-kv-heads 8 --d-ff 14336 "
+        "--vocab-size 128256\n"
+        "  dse arch --model mixtral-8x7b --tensor-parallel 2 --kv-dtype fp8 --json\n"
+        "  dse arch --hf-config path/to/config.json\n"
+        "  dse arch --list",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_argument_group("where the architecture comes from (at most one)")
+    src.add_argument("--model", help="a published model from the catalogue (see --list)")
+    src.add_argument("--hf-config", help="a Hugging Face config.json (or its folder)")
+    src.add_argument(
+        "--list", "--list-models", dest="list_models", action="store_true",
+        help="list the catalogue's model names and exit",
+    )  # fmt: skip
+    arch = p.add_argument_group("architecture flags")
+    for name, typ in ARCH_FLAGS.items():
+        arch.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ)
+    for name, (on, off) in BOOL_FLAGS.items():
+        group = arch.add_mutually_exclusive_group()
+        group.add_argument(on, dest=name, action="store_const", const=True)
+        group.add_argument(off, dest=name, action="store_const", const=False)
+    wl = p.add_argument_group("workload and GPU")
+    wl.add_argument("--batch-size", type=int, default=1, help="requests in the batch (default 1)")
+    wl.add_argument("--prompt-tokens", type=int, default=1024, help="default 1024")
+    wl.add_argument("--output-tokens", type=int, default=256, help="default 256")
+    wl.add_argument(
+        "--tensor-parallel", "--tp", dest="tensor_parallel", type=int, default=1,
+        help="GPUs sharing each layer (default 1)",
+    )  # fmt: skip
+    wl.add_argument(
+        "--context", type=int,
+        help="context length of the decode FLOPs (default prompt + output tokens)",
+    )  # fmt: skip
+    wl.add_argument("--gpu", default="h100_sxm", help="GPU registry name (default h100_sxm)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(command="arch")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_models:
+        return _list_models()
+    title, arch, notes = _architecture(args)
+    wl = Workload(
+        batch_size=args.batch_size,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        tensor_parallel=args.tensor_parallel,
+    ).validate()
+    arch.validate(wl.tensor_parallel)
+    gpu = get_gpu(args.gpu)
+    context = args.context if args.context is not None else wl.prompt_tokens + wl.output_tokens
+    if context < 1:
+        raise ConfigError(f"--context: must be an integer >= 1, got {context}")
+    report = summarise(arch, wl, gpu, context)
+    report["model"] = title
+    report["notes"] = list(notes)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_text(report)
+    return 0
+
+
+def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[str, ...]]:
+    """(title, validated-later Architecture, notes) from --model / --hf-config / flags."""
+    if args.model and args.hf_config:
+        raise ConfigError("give either --model or --hf-config, not both")
+    fields: dict[str, Any] = {}
+    notes: tuple[str, ...] = ()
+    title = "custom architecture"
+    if args.model:
+        from dse.models import model_card
+
+        card = model_card(args.model)
+        fields.update(card.arch.to_dict())
+        title, notes = (
+            f"{card.name} ({card.hf_id})",
+            _approx_notes(card.exact, card.unmodelled_params, card.notes),
+        )
+    elif args.hf_config:
+        from dse.hf import import_hf_config
+
+        imp = import_hf_config(args.hf_config)
+        fields.update(imp.arch.to_dict())
+        title = f"{imp.source} (model_type {imp.model_type})"
+        notes = _approx_notes(imp.exact, imp.unmodelled_params, imp.notes)
+    overridden = False
+    for name in (*ARCH_FLAGS, *BOOL_FLAGS):
+        v = getattr(args, name, None)
+        if v is not None:
+            fields[name] = v
+            overridden = True
+    if overridden and (args.model or args.hf_config):
+        title += ", with flag overrides"
+        if args.head_dim is None and (args.d_model is not None or args.n_heads is not None):
+            fields["head_dim"] = None  # re-derive d_model // n_heads from the new shape
+    missing = [
+        f"--{n.replace('_', '-')}"
+        for n in ("d_model", "n_layers", "n_heads", "d_ff")
+        if fields.get(n) is None
+    ]
+    if missing:
+        raise ConfigError(
+            f"missing {', '.join(missing)}: give --model NAME, --hf-config PATH or every shape flag"
+        )
+    errors = A.check_architecture(fields)
+    if errors:
+        raise ConfigError(errors[0])
+    return title, A.Architecture.from_mapping(fields), notes
+
+
+def _approx_notes(exact: bool, unmodelled: int, notes: tuple[str, ...]) -> tuple[str, ...]:
+    if exact:
+        return notes
+    return (f"approximate: {unmodelled:,} parameters are not modelled", *notes)
+
+
+def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dict[str, Any]:
+    """Every number the command prints, as plain JSON-able values."""
+    a = arch.resolved()
+    p = A.param_breakdown(a)
+    mm = A.matmul_params_per_token(a)
+    s = wl.prompt_tokens
+    prefill_avg = float(A.prefill_flops(a, s)) / s
+    decode = int(A.forward_flops_per_token(a, context))
+    mem = A.memory_breakdown(
+        a, wl.batch_size, wl.prompt_tokens, wl.output_tokens, wl.tensor_parallel
+    )
+    usable = A.USABLE_FRACTION * gpu.hbm_capacity_bytes
+    return {
+        "architecture": a.to_dict(),
+        "params": {k: int(v) for k, v in p.items()},
+        "matmul_params_per_token": int(mm),
+        "flops_per_token": {
+            "prefill_average": prefill_avg,
+            "prompt_tokens": s,
+            "decode": decode,
+            "decode_context": context,
+            "decode_attention": int(A.attention_flops_per_token(a, context)),
+        },
+        "kv_bytes_per_token": float(A.kv_bytes_per_token(a)),
+        "workload": {
+            "batch_size": wl.batch_size,
+            "prompt_tokens": wl.prompt_tokens,
+            "output_tokens": wl.output_tokens,
+            "tensor_parallel": wl.tensor_parallel,
+        },
+        "memory_per_gpu_bytes": {k: float(v) for k, v in mem.items()},
+        "gpu": {
+            "name": gpu.name,
+            "capacity_bytes": float(gpu.hbm_capacity_bytes),
+            "usable_bytes": float(usable),
+            "fits": bool(A.fits_memory(mem["total"], gpu.hbm_capacity_bytes)),
+        },
+    }
+
+
+def _print_text(r: dict[str, Any]) -> None:
+    a, p = r["architecture"], r["params"]
+    print(r["model"])
+    shape = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff", "vocab_size")
+    print("  " + " ".join(f"{k}={a[k]}" for k in shape))
+    extra = (
+        [f"experts={a['n_experts']} top_k={a['top_k']} d_ff_expert={a['d_ff_expert']}"]
+        if a["n_experts"] > 1
+        else []
+    )
+    if a["shared_expert_d_ff"]:
+        extra.append(f"shared_expert_d_ff={a['shared_expert_d_ff']}")
+    flags = [k for k in ("gated_mlp", "tied_embeddings", "qkv_bias", "qk_norm") if a[k]]
+    extra.append(f"{a['norms_per_layer']} {a['norm']} per layer")
+    extra.append(f"weights={a['weight_dtype']} kv={a['kv_dtype']}")
+    print("  " + " ".join(extra + flags))
+    for note in r["notes"]:
+        print(f"  note: {note}")
+    print("\nparameters")
+    for key, v in p.items():
+        if key in ("total", "active", "active/moe/experts") or (v == 0 and key != "lm_head"):
+            continue
+        print(f"  {key:<20}{v:>18,}")
+    print(f"  {'total':<20}{p['total']:>18,}  ({p['total'] / 1e9:.2f} B)")
+    print(f"  {'active per token':<20}{p['active']:>18,}  ({p['active'] / 1e9:.2f} B)")
+    f = r["flops_per_token"]
+    print("\nforward FLOPs per token (2 x matmul parameters + attention)")
+    print(
+        f"  prefill, average over {f['prompt_tokens']} prompt tokens: {f['prefill_average'] / 1e9:,.2f} GFLOP"
+    )
+    print(
+        f"  decode at context {f['decode_context']}: {f['decode'] / 1e9:,.2f} GFLOP "
+        f"(attention {f['decode_attention'] / 1e9:,.2f})"
+    )
+    kv = r["kv_bytes_per_token"]
+    print(f"\nKV cache: {kv:,.0f} bytes per token ({kv / 2**10:,.1f} KiB)")
+    w, m, g = r["workload"], r["memory_per_gpu_bytes"], r["gpu"]
+    print(
+        f"\nmemory per GPU: batch {w['batch_size']} x ({w['prompt_tokens']} + {w['output_tokens']}) "
+        f"tokens, tensor_parallel {w['tensor_parallel']}"
+    )
+    for key in ("weights", "kv_cache", "activations", "reserved", "total"):
+        print(f"  {key:<12}{m[key] / 2**30:>10.2f} GiB")
+    verdict = "fits" if g["fits"] else "does NOT fit"
+    print(
+        f"  {g['name']}: {g['capacity_bytes'] / 2**30:.1f} GiB, {g['usable_bytes'] / 2**30:.1f} GiB "
+        f"usable (90%): {verdict}"
+    )
+
+
+def _list_models() -> int:
+    from dse.arch import active_params, total_params
+    from dse.models import model_card, model_names
+
+    print(f"{'name':<30}{'total':>10}{'active':>10}  exact  Hugging Face id")
+    for name in model_names():
+        c = model_card(name)
+        print(
+            f"{name:<30}{total_params(c.arch) / 1e9:>9.2f}B{active_params(c.arch) / 1e9:>9.2f}B"
+            f"  {'yes' if c.exact else 'no ':<5}  {c.hf_id}"
+        )
+    return 0
