@@ -106,8 +106,9 @@ def counts(
     wb = _f(A.dtype_bytes(a.weight_dtype))
     active_experts = _f(pb["active/moe/experts"])
     one_expert = np.where(e > 1, _f(pb["moe/experts"]) / np.maximum(L * e, 1.0), 0.0)
-    # Everything but the experts is read by every pass (the embedding is a gather: skipped).
-    always = p_mm - active_experts + _f(pb["norms"]) + _f(pb["final_norm"])
+    # Every active parameter but the experts is read by every pass; the embedding is a gather of
+    # a few rows (skipped) while the LM head matrix is read whole, tied or not.
+    always = _f(pb["active"]) - _f(pb["embedding"]) - _f(pb["lm_head"]) + lm - active_experts
 
     def pass_weight_bytes(n_tokens: Any) -> np.ndarray:
         return (always + L * one_expert * experts_touched(e, k, n_tokens)) * wb
@@ -117,7 +118,7 @@ def counts(
     w_dec = o * w_step
 
     # ---- KV cache: GQA-aware, replicated across GPUs when n_kv_heads < tp.
-    kv_tok = _f(A.kv_bytes_per_token(a)) * np.maximum(kv, tp) / kv
+    kv_tok = _f(A.kv_bytes_per_token(a)) * tp * _f(A.kv_heads_per_gpu(a, tp)) / kv
     kv_w_pre = b * s * kv_tok
     kv_w_dec = b * o * kv_tok
     # Decode token t reads the T_in + t - 1 cached tokens before it.

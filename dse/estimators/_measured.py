@@ -7,9 +7,9 @@ Readers of three layouts in the measured-data share (units: `../shared/data/READ
   energy per request summed over GPUs;
 - aiconfigurator H200 tables: one kernel, mean board power in W, latency in ms.
 
-The architectures of the measured models are defined here from their published Hugging Face
-`config.json` values (a local table: no shared model catalogue existed when this was written;
-`tests/test_tokens2wh.py` checks it against `dse.models` when that module knows the model).
+Architectures of the measured models come from the shared catalogue `dse.models` when it is
+installed, else from the local table below (published Hugging Face `config.json` values, written
+before the catalogue existed); `tests/test_tokens2wh.py` checks that the two agree.
 """
 
 from __future__ import annotations
@@ -176,9 +176,27 @@ ML_ENERGY_GLOB = "ml-energy-v2/data/llm_text_generation/*/*/*/*/bs*+tp*+pp*.json
 AIC_H200 = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/h200_sxm"
 
 
+def architecture_source() -> str:
+    """Where `architecture` takes model shapes from: 'dse.models' or 'local table'."""
+    try:
+        import dse.models  # noqa: F401
+    except ImportError:
+        return "local table"
+    return "dse.models"
+
+
+def architecture(model: str) -> Architecture:
+    """The Architecture of a measured model (catalogue first, local table as fallback)."""
+    if architecture_source() == "dse.models":
+        from dse.models import lookup_model
+
+        return lookup_model(model).resolved()
+    return Architecture(**MODELS[model]).resolved()
+
+
 def architecture_columns(models: pd.Series) -> dict[str, np.ndarray]:
     """Architecture field columns for a column of model ids (all must be in MODELS)."""
-    resolved = {m: Architecture(**MODELS[m]).resolved().to_dict() for m in models.unique()}
+    resolved = {m: architecture(m).to_dict() for m in models.unique()}
     return {f: np.array([resolved[m][f] for m in models]) for f in ARCH_FIELDS}
 
 
@@ -186,7 +204,7 @@ def shape_group(models: pd.Series) -> np.ndarray:
     """Name of each row's shape: models with identical layers (any vocabulary) share a group."""
     keys = {}
     for m in models.unique():
-        a = Architecture(**MODELS[m]).resolved()
+        a = architecture(m)
         keys[m] = (
             f"d{a.d_model}-L{a.n_layers}-h{a.n_heads}-kv{a.n_kv_heads}-ff{a.d_ff}-e{a.n_experts}"
         )

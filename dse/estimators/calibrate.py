@@ -311,6 +311,7 @@ def manifest(
     out["assumptions"] = {
         "ml_energy_prompt_tokens": M.ML_ENERGY_PROMPT_TOKENS,
         "argonne_a100": "a100_sxm_40gb (ALCF Polaris)",
+        "architectures": M.architecture_source(),
         "energy_scope": "argonne rows are GPU 0 (compared with energy_j / tp); ml-energy rows "
         "are all GPUs; aiconfigurator rows one GPU",
         "static_time": "measured time when fitting p_static_w",

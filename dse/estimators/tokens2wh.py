@@ -75,8 +75,8 @@ def workload_columns(workload: Workload | Mapping[str, Any]) -> dict[str, np.nda
             raise ConfigError(f"workload.{name}: must be a number, got {raw!r}") from exc
         bad = ~np.isfinite(v) | (v < 1)
         if np.any(bad):
-            first = v[bad].flat[0] if v.ndim else v
-            raise ConfigError(f"workload.{name}: must be >= 1, got {first!r}")
+            first = float(v[bad][0]) if v.ndim else float(v)
+            raise ConfigError(f"workload.{name}: must be >= 1, got {first:g}")
         out[name] = v
     return out
 

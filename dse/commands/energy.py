@@ -1,0 +1,206 @@
+"""`dse energy`: the tokens-to-watt-hours breakdown of one configuration and workload."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+ARCH_FLAGS: dict[str, type] = {
+    "d_model": int,
+    "n_layers": int,
+    "n_heads": int,
+    "n_kv_heads": int,
+    "head_dim": int,
+    "d_ff": int,
+    "vocab_size": int,
+    "n_experts": int,
+    "top_k": int,
+    "d_ff_expert": int,
+    "shared_expert_d_ff": int,
+    "weight_dtype": str,
+    "kv_dtype": str,
+}
+REQUIRED = ("d_model", "n_layers", "n_heads", "d_ff")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "energy",
+        help="tokens-to-watt-hours energy breakdown of one configuration",
+        description="Analytical accelerator energy of one static batch, itemised by component "
+        "(compute, parameter access, KV write, attention read, activations, all-reduce, static) "
+        "and by phase (prefill, decode), with energy per input and per output token.\n"
+        "Presets: 'paper' is Vartziotis et al. (2026) as published (plus its parameters-only "
+        "per-token estimate); 'corrected' is ours, calibrated on measured energy.\n\n"
+        "examples:\n"
+        "  dse energy --d-model 4096 --n-layers 32 --n-heads 32 --n-kv-heads 8 --d-ff 14336 "
+        "--vocab-size 128256 --batch-size 8 --prompt-tokens 1024 --output-tokens 256\n"
+        "  dse energy --model llama-3-8b --gpu a100_sxm --preset corrected --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", help="a published model from the catalogue (dse.models), if present")
+    arch = p.add_argument_group("architecture flags (override --model)")
+    for name, typ in ARCH_FLAGS.items():
+        arch.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ)
+    arch.add_argument("--tied-embeddings", action="store_true", default=None)
+    arch.add_argument(
+        "--no-gated-mlp", dest="gated_mlp", action="store_false", default=None,
+        help="plain two-matrix MLP instead of SwiGLU",
+    )  # fmt: skip
+    wl = p.add_argument_group("workload and GPU")
+    wl.add_argument("--batch-size", type=int, default=1)
+    wl.add_argument("--prompt-tokens", type=int, default=1024)
+    wl.add_argument("--output-tokens", type=int, default=256)
+    wl.add_argument(
+        "--tp", dest="tensor_parallel", type=int, default=1, help="tensor parallel GPUs"
+    )
+    wl.add_argument("--gpu", default="h100_sxm", help="GPU registry name (see `dse gpus`)")
+    p.add_argument(
+        "--preset", choices=("paper", "corrected", "both"), default="both",
+        help="which estimator to print (default both)",
+    )  # fmt: skip
+    p.add_argument(
+        "--time-s", type=float,
+        help="total batch time in seconds from a latency predictor, for the corrected preset's "
+        "static energy (default: its own roofline)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(command="energy")
+
+
+def _architecture(args: argparse.Namespace) -> Any:
+    from dse.arch import Architecture, check_architecture
+    from dse.errors import ConfigError
+
+    row: dict[str, Any] = {}
+    if args.model:
+        try:
+            from dse.models import lookup_model
+        except ImportError:
+            raise ConfigError(
+                "--model: no model catalogue (dse.models) in this build; give the architecture "
+                "flags (--d-model, --n-layers, --n-heads, --d-ff, ...)"
+            ) from None
+        row.update(lookup_model(args.model).to_dict())
+    for name in (*ARCH_FLAGS, "tied_embeddings", "gated_mlp"):
+        v = getattr(args, name, None)
+        if v is not None:
+            row[name] = v
+    missing = [k for k in REQUIRED if row.get(k) is None]
+    if missing:
+        flag = "--" + missing[0].replace("_", "-")
+        raise ConfigError(f"{flag}: required unless --model is given")
+    # Check the row as given: once resolved, a derived head_dim hides n_heads not dividing d_model.
+    errors = check_architecture(row, args.tensor_parallel)
+    if errors:
+        raise ConfigError(errors[0])
+    return Architecture.from_mapping(row)
+
+
+def _scalars(out: dict[str, Any]) -> dict[str, Any]:
+    return {k: (bool(v) if k == "calibrated" else float(v)) for k, v in out.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    from dse.arch import active_params, total_params
+    from dse.errors import ConfigError
+    from dse.estimators import tokens2wh as T
+    from dse.workload import Workload
+
+    a = _architecture(args)
+    wl = Workload(
+        batch_size=args.batch_size,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        tensor_parallel=args.tensor_parallel,
+    ).validate()
+    if args.time_s is not None and not args.time_s > 0:
+        raise ConfigError(f"--time-s: must be > 0, got {args.time_s}")
+    presets = ("paper", "corrected") if args.preset == "both" else (args.preset,)
+    results: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    for preset in presets:
+        time_s = args.time_s if preset == "corrected" else None
+        results[preset] = _scalars(T.estimate(a, wl, args.gpu, preset, time_s=time_s))
+        if preset == "paper":
+            notes[preset] = T.paper_constants(args.gpu).source
+        else:
+            notes[preset] = T.corrected_coefficients(args.gpu).source
+    if "paper" in presets:
+        results["simplified"] = _scalars(T.estimate(a, wl, args.gpu, "simplified"))
+    config = {
+        "architecture": a.to_dict(),
+        "total_params": int(total_params(a)),
+        "active_params": int(active_params(a)),
+        "workload": {
+            "batch_size": wl.batch_size,
+            "prompt_tokens": wl.prompt_tokens,
+            "output_tokens": wl.output_tokens,
+            "tensor_parallel": wl.tensor_parallel,
+        },
+        "gpu": args.gpu,
+    }
+    if args.json:
+        json.dump(
+            {"config": config, "estimates": results, "constants": notes}, sys.stdout, indent=2
+        )
+        print()
+        return 0
+    _print(config, results, notes)
+    return 0
+
+
+def _fmt_j(j: float) -> str:
+    if j == 0:
+        return "0"
+    if abs(j) < 1:
+        return f"{j * 1e3:.4g} mJ"
+    return f"{j:.4g} J"
+
+
+def _print(config: dict[str, Any], results: dict[str, Any], notes: dict[str, str]) -> None:
+    from dse.estimators.tokens2wh import COMPONENTS
+
+    w = config["workload"]
+    print(
+        f"model: {config['total_params'] / 1e9:.3f} B parameters "
+        f"({config['active_params'] / 1e9:.3f} B active) on {config['gpu']}"
+    )
+    print(
+        f"workload: batch {w['batch_size']} x ({w['prompt_tokens']} in, {w['output_tokens']} out), "
+        f"tensor parallel {w['tensor_parallel']}; energy of the batch summed over GPUs"
+    )
+    for preset in ("paper", "corrected"):
+        if preset not in results:
+            continue
+        r = results[preset]
+        print(f"\npreset {preset}: {notes[preset]}")
+        print(f"  {'component':<14}{'prefill':>14}{'decode':>14}{'total':>14}")
+        for comp in COMPONENTS:
+            vals = [r[f"breakdown.{comp}.{ph}_j"] for ph in ("prefill", "decode", "total")]
+            print(f"  {comp:<14}" + "".join(f"{_fmt_j(v):>14}" for v in vals))
+        print(
+            f"  {'total':<14}{_fmt_j(r['prefill_energy_j']):>14}{_fmt_j(r['decode_energy_j']):>14}"
+            f"{_fmt_j(r['energy_j']):>14}"
+        )
+        print(
+            f"  per request {_fmt_j(r['energy_per_request_j'])} ({r['energy_wh'] / w['batch_size']:.4g} Wh); "
+            f"per input token {_fmt_j(r['energy_per_input_token_j'])}; "
+            f"per output token {_fmt_j(r['energy_per_output_token_j'])}"
+        )
+        if preset == "corrected":
+            print(
+                f"  static energy over {r['time_s']:.4g} s "
+                f"(prefill {r['prefill_time_s']:.4g} s, decode {r['decode_time_s']:.4g} s)"
+            )
+        if not r["calibrated"]:
+            print("  warning: this GPU's constants are uncalibrated (derived from another GPU)")
+    if "simplified" in results:
+        s = results["simplified"]
+        print(
+            f"\npaper, parameters-only estimate (compute only): per input token "
+            f"{_fmt_j(s['energy_per_input_token_j'])}, per output token "
+            f"{_fmt_j(s['energy_per_output_token_j'])}"
+        )
