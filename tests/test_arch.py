@@ -155,6 +155,16 @@ def test_moe_active_below_total_dense_equal() -> None:
         assert A.active_params(a) == A.total_params(a)
 
 
+@pytest.mark.parametrize(
+    ("name", "published_active_b"),
+    # Active parameters as the model cards state them (billions).
+    [("Mixtral-8x7B", 12.9), ("Mixtral-8x22B", 39.0), ("Qwen1.5-MoE-A2.7B", 2.7),
+     ("Qwen2-57B-A14B", 14.0), ("Qwen3-30B-A3B", 3.3), ("Qwen3-235B-A22B", 22.0)],
+)  # fmt: skip
+def test_active_params_match_published(name: str, published_active_b: float) -> None:
+    assert A.active_params(lookup_model(name)) / 1e9 == pytest.approx(published_active_b, rel=0.02)
+
+
 def test_kv_bytes_per_token_gqa_by_hand() -> None:
     # Llama-3-70B: K and V x 80 layers x 8 KV heads x 128 dims x 2 bytes = 327,680 bytes
     # (MHA with 64 heads would be 8x that).
