@@ -468,3 +468,12 @@ def test_cli_errors_exit_2_with_message(capsys, extra, message):
 def test_cli_needs_an_architecture(capsys):
     assert main(["energy", "--n-layers", "32"]) == 2
     assert "--d-model: required unless --model is given" in capsys.readouterr().err
+
+
+def test_cli_model_from_catalogue(capsys):
+    pytest.importorskip("dse.models")
+    assert main(["energy", "--model", "Mixtral-8x7B", "--preset", "corrected", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["active_params"] < 0.3 * doc["config"]["total_params"]
+    assert main(["energy", "--model", "no-such-model"]) == 2
+    assert "no-such-model" in capsys.readouterr().err
