@@ -1,0 +1,48 @@
+"""`dse export RESULTS_DIR`: chosen configurations as YAML, JSON or Hugging Face config.json."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export chosen configurations as YAML, JSON or HF config.json",
+        description="Export configurations of a sweep: the Pareto front (default) or the K best "
+        "feasible ones by energy, latency or closeness to the knee. YAML and JSON are read back "
+        "by `dse predict --config FILE --entry N`; `hf` writes one folder per configuration "
+        "with a Hugging Face config.json. A README.md beside the files says what was exported "
+        "and why.\n\n"
+        "examples:\n"
+        "  dse export results/heads --front --format yaml\n"
+        "  dse export results/dense-8b --top 3 --by knee --format hf --out winners/",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("results", metavar="RESULTS_DIR", help="results folder of a sweep")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--front", action="store_true", help="every configuration on the Pareto front (default)"
+    )
+    which.add_argument("--top", type=int, metavar="K", help="the K best feasible configurations")
+    p.add_argument(
+        "--by",
+        choices=("energy", "latency", "knee"),
+        default="energy",
+        help="ranking for --top: lowest energy, lowest latency, or nearest the knee (default: "
+        "energy)",
+    )
+    p.add_argument("--format", choices=("yaml", "json", "hf"), default="yaml", dest="fmt")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: RESULTS_DIR/export)")
+    p.set_defaults(command="export")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dse.export import write_export
+
+    dest = write_export(
+        args.results, fmt=args.fmt, out=args.out, front=args.front, top=args.top, by=args.by
+    )
+    # The README's first sentence says how many configurations and why.
+    print(f"wrote {dest}: {(dest / 'README.md').read_text().splitlines()[2]}")
+    return 0

@@ -1,0 +1,784 @@
+"""Pure builders: a loaded results folder -> one NamedTuple per figure of the report.
+
+Tests compare these objects with the trials table; `_render` turns each into a plotly figure and
+does nothing else (Optuna's two-step style, `optuna/visualization/_pareto_front.py`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from dse import configs as C
+from dse.pareto import knee_index, nondominated
+from dse.report._results import (
+    Objective,
+    Results,
+    fmt_quantity,
+    objective_matrix,
+    plain,
+    unit_scale,
+)
+
+# More points than this per cloud (dominated, infeasible) are drawn as a seeded random sample:
+# SVG scatter stays responsive up to about 20k points, and the page stays under ~30 MB.
+MAX_CLOUD_POINTS = 20_000
+MAX_PARALLEL_ROWS = 10_000
+MAX_TABLE_ROWS = 200
+# Display order of the tokens-to-Wh components; others found in the table follow.
+T2WH_COMPONENTS = (
+    "compute",
+    "params",
+    "param_access",
+    "kv_write",
+    "attn_read",
+    "activations",
+    "allreduce",
+    "static",
+)
+PHASES = ("prefill", "decode")
+
+
+class Axis(NamedTuple):
+    objective: Objective
+    factor: float  # multiply SI values by this to draw them
+    unit_label: str  # the unit after scaling, e.g. "ms"
+
+    @property
+    def title(self) -> str:
+        return f"{self.objective.label} ({self.unit_label})"
+
+
+class PointSet(NamedTuple):
+    """Trials drawn as one trace. Values in SI units; bands NaN where the predictor gave none."""
+
+    numbers: np.ndarray  # Optuna trial numbers
+    x: np.ndarray
+    y: np.ndarray
+    x_lo: np.ndarray
+    x_hi: np.ndarray
+    y_lo: np.ndarray
+    y_hi: np.ndarray
+    out_of_range: np.ndarray  # bool: an input outside the predictor's fitted range
+    hover: list[str]
+
+
+class Marked(NamedTuple):
+    label: str  # "knee", "best Request latency"
+    number: int
+    x: float
+    y: float
+
+
+class ParetoInfo(NamedTuple):
+    x: Axis
+    y: Axis
+    front: PointSet  # feasible and non-dominated in (x, y), sorted by x
+    dominated: PointSet  # feasible, dominated (possibly a sample, see notes)
+    infeasible: PointSet  # evaluated but breaking a constraint (possibly a sample)
+    marks: list[Marked]  # knee and the best trial of each plotted objective
+    has_bands: bool
+    n_invalid: int  # invalid architectures: never predicted, not drawn
+    n_failed: int  # trials whose state is not COMPLETE
+    notes: list[str]
+
+
+class ColourInfo(NamedTuple):
+    """Two objectives on the axes, the third as colour (3-objective studies)."""
+
+    x: Axis
+    y: Axis
+    colour: Axis
+    points: PointSet  # feasible trials
+    colour_values: np.ndarray  # SI
+    on_front: np.ndarray  # bool: on the study's (3-objective) front
+
+
+class Dimension(NamedTuple):
+    label: str
+    values: np.ndarray  # numeric position of each row on the axis
+    tickvals: list[float] | None  # for categorical / boolean parameters
+    ticktext: list[str] | None
+
+
+class ParallelInfo(NamedTuple):
+    dimensions: list[Dimension]  # one per varying parameter
+    colours: list[tuple[Axis, np.ndarray]]  # per objective: axis and SI values per row
+    n_rows: int
+    notes: list[str]
+
+
+class ImportanceInfo(NamedTuple):
+    method: str  # "PED-ANOVA (Optuna)" or the fallback's name
+    importances: dict[str, dict[str, float]]  # objective label -> parameter -> importance (sum 1)
+    notes: list[str]
+
+
+class HypervolumeInfo(NamedTuple):
+    n_trials: np.ndarray
+    hypervolume: np.ndarray
+    exact: float | None
+    final: float | None
+    reference_point: list[float] | None
+
+
+class ExactFrontInfo(NamedTuple):
+    x: Axis
+    y: Axis
+    sampler_x: np.ndarray
+    sampler_y: np.ndarray
+    exact_x: np.ndarray
+    exact_y: np.ndarray
+    n_found: int  # exact-front points the sampler's front contains
+
+
+class BreakdownInfo(NamedTuple):
+    """Energy of front points split into components, and the two energy estimates side by side."""
+
+    labels: list[str]  # one per front point ("#12")
+    numbers: np.ndarray
+    t2wh: dict[tuple[str, str], np.ndarray] | None  # (component, phase) -> J per point
+    hymell: dict[str, np.ndarray] | None  # phase -> J per point (HYMELL prefill / decode)
+    t2wh_total: np.ndarray | None
+    hymell_total: np.ndarray | None
+    unit: tuple[float, str]  # scale for the energy axis
+    notes: list[str]
+
+
+class HeaderInfo(NamedTuple):
+    title: str
+    rows: list[tuple[str, str]]  # what the study was: space, GPU, workload, sampler, counts, ids
+    fixed: dict[str, Any]  # configuration fields that never vary
+    warnings: list[str]
+    reproduce: str  # the command that reproduces the study
+
+
+class FrontTable(NamedTuple):
+    columns: list[str]
+    rows: list[list[str]]
+    n_total: int
+
+
+# ---------------------------------------------------------------------- helpers
+def _col(t: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in t:
+        return np.full(len(t), np.nan)
+    return pd.to_numeric(t[name], errors="coerce").astype(float).to_numpy()
+
+
+def _axis(obj: Objective, values: np.ndarray) -> Axis:
+    factor, label = unit_scale(values, obj.unit)
+    return Axis(obj, factor, label)
+
+
+# Prediction column behind each objective, so that the predictor's error band can be found.
+_PRED_COLUMN = {
+    "latency_request": "pred.latency_s",
+    "latency_ttft": "pred.ttft_s",
+    "latency_tpot": "pred.tpot_s",
+    "energy_hymell_request": "pred.energy_j",
+    "energy_hymell_per_output_token": "pred.energy_per_output_token_j",
+}
+
+
+def band(t: pd.DataFrame, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of an objective from the predictor's band columns, NaN where there are none.
+
+    `pred.<q>_s` has its band in `pred.<q>_lo_s` / `pred.<q>_hi_s`. Energy per output token is
+    energy per request over a constant token count, so its band scales from the request band.
+    """
+    v = _col(t, obj.column)
+    base = _PRED_COLUMN.get(obj.name)
+    nan = np.full(len(t), np.nan)
+    if base is None:
+        return nan, nan
+    stem, _, unit = base.rpartition("_")
+    lo_c, hi_c = f"{stem}_lo_{unit}", f"{stem}_hi_{unit}"
+    if lo_c in t and hi_c in t:
+        centre = _col(t, base)
+        # Same quantity: the band as stored, re-anchored on the objective (equal to the centre).
+        return v - (centre - _col(t, lo_c)), v + (_col(t, hi_c) - centre)
+    if obj.name == "energy_hymell_per_output_token" and {
+        "pred.energy_lo_j",
+        "pred.energy_hi_j",
+    } <= set(t.columns):
+        centre = _col(t, "pred.energy_j")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo = v * _col(t, "pred.energy_lo_j") / centre
+            hi = v * _col(t, "pred.energy_hi_j") / centre
+        return lo, hi
+    return nan, nan
+
+
+def phase_blocks(t: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    """Predicted time per phase and block (attention, ffn, norm, ...), in s per request.
+
+    The predictor's `pred.blocks.<phase>.<block>_s` when present; otherwise its operators
+    `pred.breakdown.<phase>.<family>/<op>_s` summed by family.
+    """
+    out: dict[str, dict[str, np.ndarray]] = {p: {} for p in PHASES}
+    prefix = (
+        "pred.blocks."
+        if any(c.startswith("pred.blocks.") for c in t.columns)
+        else ("pred.breakdown.")
+    )
+    for c in t.columns:
+        if c.startswith(prefix) and c.endswith("_s"):
+            phase, _, op = c[len(prefix) : -2].partition(".")
+            if phase in out:
+                f = op.split("/", 1)[0]
+                out[phase][f] = out[phase].get(f, 0.0) + np.nan_to_num(_col(t, c))
+    return out
+
+
+def hover_texts(t: pd.DataFrame, res: Results, status: str) -> list[str]:
+    """Hover text per trial: objectives, every varying parameter, the predicted breakdown."""
+    if t.empty:
+        return []
+    varying = res.varying
+    objs = [(o, _col(t, o.column)) for o in res.objectives]
+    pred = {
+        k: _col(t, f"pred.{k}")
+        for k in ("ttft_s", "tpot_s", "prefill_energy_j", "decode_energy_j", "avg_power_w")
+    }
+    sizes = {k: _col(t, k) for k in ("total_params", "active_params", "kv_bytes_per_token")}
+    fam = phase_blocks(t)
+    t2wh = _col(t, "t2wh.energy_j")
+    oor = t["pred.out_of_range"].to_numpy() if "pred.out_of_range" in t else np.zeros(len(t), bool)
+    reasons = t["invalid_reason"].astype(str).to_numpy() if "invalid_reason" in t else None
+    cons = [c for c in t.columns if c.startswith("constraint.") and c != "constraint.valid"]
+    cons_vals = {c: _col(t, c) for c in cons}
+    params = {p: t[p].to_numpy() for p in varying}
+    numbers = t["number"].to_numpy()
+    out = []
+    for i in range(len(t)):
+        lines = [f"<b>trial {int(numbers[i])}</b> · {status}"]
+        lines.append(" · ".join(f"{o.label}: {fmt_quantity(v[i], o.unit)}" for o, v in objs))
+        if varying:
+            lines.append(" ".join(f"{p}={plain(params[p][i])}" for p in varying))
+        if math.isfinite(pred["ttft_s"][i]):
+            lines.append(
+                f"TTFT {fmt_quantity(pred['ttft_s'][i], 's')} · TPOT "
+                f"{fmt_quantity(pred['tpot_s'][i], 's')} · power "
+                f"{fmt_quantity(pred['avg_power_w'][i], 'W')}"
+            )
+            lines.append(
+                f"energy prefill {fmt_quantity(pred['prefill_energy_j'][i], 'J')} · decode "
+                f"{fmt_quantity(pred['decode_energy_j'][i], 'J')}"
+                + (
+                    f" · tokens-to-Wh {fmt_quantity(t2wh[i], 'J')}"
+                    if math.isfinite(t2wh[i])
+                    else ""
+                )
+            )
+        for phase in PHASES:
+            items = sorted(fam[phase].items(), key=lambda kv, i=i: -kv[1][i])
+            items = [(k, v[i]) for k, v in items if v[i] > 0]
+            if items:
+                lines.append(
+                    f"{phase}: " + ", ".join(f"{k} {fmt_quantity(v, 's')}" for k, v in items)
+                )
+        if math.isfinite(sizes["total_params"][i]):
+            lines.append(
+                f"params total {fmt_quantity(sizes['total_params'][i], 'parameters')} · active "
+                f"{fmt_quantity(sizes['active_params'][i], 'parameters')} · KV "
+                f"{fmt_quantity(sizes['kv_bytes_per_token'][i], 'bytes')}/token"
+            )
+        broken = [c[len("constraint.") :] for c in cons if cons_vals[c][i] > 0]
+        if broken:
+            lines.append("violates: " + ", ".join(broken))
+        if reasons is not None and reasons[i] not in ("", "nan"):
+            lines.append(f"invalid: {reasons[i]}")
+        if bool(oor[i]):
+            lines.append("<i>outside the predictor's fitted range</i>")
+        out.append("<br>".join(lines))
+    return out
+
+
+def _points(t: pd.DataFrame, res: Results, x: Objective, y: Objective, status: str) -> PointSet:
+    x_lo, x_hi = band(t, x)
+    y_lo, y_hi = band(t, y)
+    oor = (
+        t["pred.out_of_range"].to_numpy().astype(bool)
+        if "pred.out_of_range" in t
+        else np.zeros(len(t), dtype=bool)
+    )
+    return PointSet(
+        t["number"].to_numpy().astype(int),
+        _col(t, x.column),
+        _col(t, y.column),
+        x_lo,
+        x_hi,
+        y_lo,
+        y_hi,
+        oor,
+        hover_texts(t, res, status),
+    )
+
+
+def _sample(t: pd.DataFrame, cap: int, what: str, notes: list[str]) -> pd.DataFrame:
+    if len(t) <= cap:
+        return t
+    notes.append(f"{what}: {cap:,} of {len(t):,} drawn (seeded random sample)")
+    return t.sample(n=cap, random_state=0).sort_values("number")
+
+
+# ---------------------------------------------------------------------- builders
+def pareto_info(res: Results) -> ParetoInfo:
+    """The main figure: the second objective (energy) against the first (latency)."""
+    xo, yo = res.objectives[0], res.objectives[1]
+    t = res.trials
+    complete = t["state"].astype(str) == "COMPLETE"
+    has_xy = np.isfinite(_col(t, xo.column)) & np.isfinite(_col(t, yo.column))
+    feas = t[complete & t["feasible"] & has_xy]
+    infeas = t[complete & ~t["feasible"] & has_xy]
+    n_invalid = int((complete & ~has_xy).sum())
+    n_failed = int((~complete).sum())
+    notes: list[str] = []
+    fx, fy = _col(feas, xo.column), _col(feas, yo.column)
+    if len(res.objectives) == 2:
+        on = feas["on_front"].to_numpy().astype(bool)
+    else:
+        # The study's front is 3-D; the front of this figure is that of its two axes.
+        on = nondominated(np.column_stack([fx, fy]), keep_duplicates=True)
+        notes.append(
+            f"front: non-dominated in {xo.label} and {yo.label} only; the study's 3-objective "
+            "front is in the colour-coded figure"
+        )
+    front = feas[on].sort_values([xo.column, yo.column, "number"])
+    dom = _sample(feas[~on], MAX_CLOUD_POINTS, "dominated trials", notes)
+    inf = _sample(infeas, MAX_CLOUD_POINTS, "infeasible trials", notes)
+    shown = np.concatenate([_col(x, xo.column) for x in (front, dom, inf)])
+    shown_y = np.concatenate([_col(x, yo.column) for x in (front, dom, inf)])
+    marks: list[Marked] = []
+    if len(front):
+        F = objective_matrix(front, (xo, yo))
+        k = knee_index(F)
+        marks.append(Marked("knee", int(front["number"].iloc[k]), F[k, 0], F[k, 1]))
+        for j, o in enumerate((xo, yo)):
+            b = int(np.lexsort((F[:, 1 - j], F[:, j]))[0])
+            marks.append(Marked(f"best {o.label}", int(front["number"].iloc[b]), F[b, 0], F[b, 1]))
+    else:
+        notes.append(
+            "no feasible trial: every evaluated configuration breaks a constraint; the "
+            "infeasible ones are drawn so that the constraint that binds can be seen"
+        )
+    if n_invalid:
+        notes.append(f"{n_invalid:,} invalid architectures were never predicted and are not drawn")
+    if n_failed:
+        notes.append(f"{n_failed:,} trials did not complete and are not drawn")
+    pf = _points(front, res, xo, yo, "front")
+    has_bands = bool(np.isfinite(np.concatenate([pf.x_lo, pf.y_lo])).any()) if len(front) else False
+    n_oor = int(pf.out_of_range.sum())
+    if n_oor:
+        notes.append(f"{n_oor} front points lie outside the predictor's fitted range")
+    return ParetoInfo(
+        x=_axis(xo, shown),
+        y=_axis(yo, shown_y),
+        front=pf,
+        dominated=_points(dom, res, xo, yo, "feasible, dominated"),
+        infeasible=_points(inf, res, xo, yo, "infeasible"),
+        marks=marks,
+        has_bands=has_bands,
+        n_invalid=n_invalid,
+        n_failed=n_failed,
+        notes=notes,
+    )
+
+
+def colour_info(res: Results) -> ColourInfo | None:
+    """Third objective as colour over the first two; None for a 2-objective study."""
+    if len(res.objectives) < 3:
+        return None
+    xo, yo, co = res.objectives[:3]
+    feas = res.feasible
+    if feas.empty:
+        return None
+    return ColourInfo(
+        x=_axis(xo, _col(feas, xo.column)),
+        y=_axis(yo, _col(feas, yo.column)),
+        colour=_axis(co, _col(feas, co.column)),
+        points=_points(feas, res, xo, yo, "feasible"),
+        colour_values=_col(feas, co.column),
+        on_front=feas["on_front"].to_numpy().astype(bool),
+    )
+
+
+def _dimension(name: str, values: pd.Series) -> Dimension:
+    if values.dtype.kind in "iuf" and values.dtype != bool:
+        v = values.to_numpy().astype(float)
+        ticks = np.unique(v)
+        if len(ticks) <= 12:  # a few discrete values: tick exactly those
+            return Dimension(name, v, ticks.tolist(), [f"{plain(t):g}" for t in ticks])
+        return Dimension(name, v, None, None)
+    cats = sorted(values.astype(str).unique())
+    pos = {c: float(i) for i, c in enumerate(cats)}
+    return Dimension(
+        name,
+        values.astype(str).map(pos).to_numpy().astype(float),
+        list(pos.values()),
+        cats,
+    )
+
+
+def parallel_info(res: Results) -> ParallelInfo | None:
+    """Parallel coordinates of the varying parameters; None when fewer than one varies."""
+    params = res.searched
+    if not params:
+        return None
+    notes: list[str] = []
+    rows = res.feasible
+    if rows.empty:
+        t = res.trials
+        rows = t[np.isfinite(objective_matrix(t, res.objectives)).all(axis=1)]
+        notes.append("no feasible trial: lines are infeasible trials")
+    if len(rows) > MAX_PARALLEL_ROWS:
+        front = rows[rows["on_front"]]
+        rest = rows[~rows["on_front"]]
+        keep = max(MAX_PARALLEL_ROWS - len(front), 0)
+        rest = rest.sample(n=min(keep, len(rest)), random_state=0)
+        notes.append(f"{len(front) + len(rest):,} of {len(rows):,} trials drawn (front kept)")
+        rows = pd.concat([front, rest]).sort_values("number")
+    dims = [_dimension(p, rows[p]) for p in params]
+    colours = [(_axis(o, _col(rows, o.column)), _col(rows, o.column)) for o in res.objectives]
+    return ParallelInfo(dims, colours, len(rows), notes)
+
+
+MIN_IMPORTANCE_TRIALS = 10
+
+
+def importance_info(res: Results) -> ImportanceInfo | None:
+    """Importance of each varying parameter for each objective, over the feasible trials.
+
+    Optuna's PED-ANOVA on an in-memory study rebuilt from the trials; with fewer than
+    MIN_IMPORTANCE_TRIALS feasible trials, or when PED-ANOVA cannot separate the top
+    quantile (all importances 0), the fallback is the correlation ratio eta^2 (share of the
+    objective's variance explained by grouping on the parameter), normalised to sum 1.
+    """
+    params = res.searched
+    if len(params) < 2:
+        return None
+    rows = res.feasible
+    notes: list[str] = []
+    if len(rows) < 2:
+        return ImportanceInfo("none", {}, ["fewer than 2 feasible trials: no importance"])
+    out: dict[str, dict[str, float]] = {}
+    methods: set[str] = set()
+    study = _study(rows, params, res.objectives) if len(rows) >= MIN_IMPORTANCE_TRIALS else None
+    for j, o in enumerate(res.objectives):
+        imp = _ped_anova(study, j, params) if study is not None else None
+        if imp is None:
+            imp = correlation_ratio(rows, params, o.column)
+            methods.add("eta2")
+        else:
+            methods.add("ped")
+        out[o.label] = imp
+    if methods == {"ped"}:
+        method = "PED-ANOVA (Optuna)"
+    elif methods == {"eta2"}:
+        method = "correlation ratio η² (fallback)"
+        notes.append(
+            f"{len(rows)} feasible trials: too few for PED-ANOVA, shown as the share of each "
+            "objective's variance explained by each parameter (η²)"
+            if len(rows) < MIN_IMPORTANCE_TRIALS
+            else "PED-ANOVA could not rank the parameters; shown as η² (variance explained)"
+        )
+    else:
+        method = "PED-ANOVA (Optuna), η² where it could not rank"
+    return ImportanceInfo(method, out, notes)
+
+
+def _study(rows: pd.DataFrame, params: list[str], objectives: tuple[Objective, ...]) -> Any:
+    import optuna
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists: dict[str, Any] = {}
+    for p in params:
+        s = rows[p]
+        if s.dtype.kind in "iu" or (s.dtype.kind == "f" and (s == s.round()).all()):
+            dists[p] = IntDistribution(int(s.min()), int(s.max()))
+        else:
+            dists[p] = CategoricalDistribution(sorted({plain(v) for v in s}, key=str))
+    study = optuna.create_study(directions=["minimize"] * len(objectives))
+    values = objective_matrix(rows, objectives)
+    cols = {p: rows[p].to_numpy() for p in params}
+    trials = []
+    for i in range(len(rows)):
+        ps = {}
+        for p in params:
+            v = plain(cols[p][i])
+            ps[p] = int(v) if isinstance(dists[p], IntDistribution) else v
+        trials.append(
+            optuna.trial.create_trial(values=list(values[i]), params=ps, distributions=dists)
+        )
+    study.add_trials(trials)
+    return study
+
+
+def _ped_anova(study: Any, j: int, params: list[str]) -> dict[str, float] | None:
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            imp = get_param_importances(
+                study,
+                evaluator=PedAnovaImportanceEvaluator(),
+                params=params,
+                target=lambda t: t.values[j],
+            )
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return None
+    total = sum(imp.values())
+    if not math.isfinite(total) or total <= 0:
+        return None
+    return {p: float(imp.get(p, 0.0)) / total for p in params}
+
+
+def correlation_ratio(rows: pd.DataFrame, params: list[str], column: str) -> dict[str, float]:
+    """eta^2 of `column` grouped by each parameter, normalised to sum 1 (equal when all 0)."""
+    y = _col(rows, column)
+    total = float(((y - y.mean()) ** 2).sum())
+    raw = {}
+    for p in params:
+        if total <= 0:
+            raw[p] = 0.0
+            continue
+        g = pd.DataFrame({"k": rows[p].astype(str).to_numpy(), "y": y}).groupby("k")["y"]
+        between = float((g.count() * (g.mean() - y.mean()) ** 2).sum())
+        raw[p] = between / total
+    s = sum(raw.values())
+    if s <= 0:
+        return {p: 1.0 / len(params) for p in params}
+    return {p: v / s for p, v in raw.items()}
+
+
+def hypervolume_info(res: Results) -> HypervolumeInfo | None:
+    """Hypervolume against trials from summary.json; None when the sweep recorded no history."""
+    s = res.summary
+    hist = s.get("hypervolume_history") or []
+    pts = [(float(a), float(b)) for a, b in hist if b is not None and math.isfinite(float(b))]
+    if not pts:
+        return None
+    n, hv = np.array(pts).T
+    exact = s.get("exact_hypervolume")
+    final = s.get("hypervolume")
+    return HypervolumeInfo(
+        n,
+        hv,
+        float(exact) if exact is not None else None,
+        float(final) if final is not None else None,
+        s.get("reference_point"),
+    )
+
+
+def exact_front_info(res: Results) -> ExactFrontInfo | None:
+    """The sampler's front against the exact front of the space (exact_front.csv)."""
+    if res.exact_front is None:
+        return None
+    xo, yo = res.objectives[0], res.objectives[1]
+    front = res.front
+    ex = res.exact_front
+    sx, sy = _col(front, xo.column), _col(front, yo.column)
+    ex_x, ex_y = _col(ex, xo.column), _col(ex, yo.column)
+    if len(res.objectives) == 2:
+        found_pts = {(round(a, 12), round(b, 12)) for a, b in zip(sx, sy, strict=True)}
+        n_found = sum(
+            (round(a, 12), round(b, 12)) in found_pts for a, b in zip(ex_x, ex_y, strict=True)
+        )
+    else:
+        k = objective_matrix(front, res.objectives).round(12)
+        found_rows = {tuple(r) for r in k}
+        n_found = sum(
+            tuple(r) in found_rows for r in objective_matrix(ex, res.objectives).round(12)
+        )
+    allx = np.concatenate([sx, ex_x])
+    ally = np.concatenate([sy, ex_y])
+    o = np.argsort(ex_x, kind="stable")
+    return ExactFrontInfo(_axis(xo, allx), _axis(yo, ally), sx, sy, ex_x[o], ex_y[o], int(n_found))
+
+
+def t2wh_components(columns: Any) -> list[str]:
+    """Components of `t2wh.breakdown.<component>.<phase>_j` columns, in display order."""
+    found = []
+    for c in columns:
+        if c.startswith("t2wh.breakdown.") and c.endswith("_j"):
+            comp, _, phase = c[len("t2wh.breakdown.") : -2].rpartition(".")
+            if phase in PHASES and comp not in found:
+                found.append(comp)
+    known = [c for c in T2WH_COMPONENTS if c in found]
+    return known + [c for c in found if c not in known]
+
+
+def breakdown_info(res: Results, max_points: int = 40) -> BreakdownInfo | None:
+    """Energy components of the front points (knee-centred when the front is long)."""
+    front = res.front
+    if front.empty:
+        return None
+    notes: list[str] = []
+    if len(front) > max_points:
+        # Evenly spaced along the front (sorted by the first objective), ends included.
+        idx = np.unique(np.linspace(0, len(front) - 1, max_points).round().astype(int))
+        front = front.iloc[idx]
+        notes.append(f"{len(idx)} of {len(res.front)} front points, evenly spaced along the front")
+    t2wh: dict[tuple[str, str], np.ndarray] | None = {}
+    for comp in t2wh_components(front.columns):
+        for ph in PHASES:
+            c = f"t2wh.breakdown.{comp}.{ph}_j"
+            if c in front:
+                t2wh[(comp, ph)] = np.nan_to_num(_col(front, c))
+    if not t2wh:
+        t2wh = None
+        notes.append("no tokens-to-Wh breakdown in the results (t2wh.breakdown.* columns)")
+    hymell = None
+    if "pred.prefill_energy_j" in front and "pred.decode_energy_j" in front:
+        hymell = {ph: _col(front, f"pred.{ph}_energy_j") for ph in PHASES}
+    t2wh_total = _col(front, "t2wh.energy_j") if "t2wh.energy_j" in front else None
+    hymell_total = _col(front, "pred.energy_j") if "pred.energy_j" in front else None
+    if t2wh is None and hymell is None:
+        return None
+    scale_src = [v for v in (t2wh_total, hymell_total) if v is not None]
+    unit = unit_scale(np.concatenate(scale_src) if scale_src else [1.0], "J")
+    numbers = front["number"].to_numpy().astype(int)
+    return BreakdownInfo(
+        [f"#{n}" for n in numbers], numbers, t2wh, hymell, t2wh_total, hymell_total, unit, notes
+    )
+
+
+def header_info(res: Results) -> HeaderInfo:
+    """What the study was, so that the report can be reproduced from what it shows."""
+    s = res.summary
+    t = res.trials
+    counts = s.get("counts") or {}
+    complete = int((t["state"].astype(str) == "COMPLETE").sum())
+    feasible = len(res.feasible)
+    n_front = len(res.front)
+    fixed = res.fixed
+    gpus = s.get("gpus") or sorted({str(g) for g in t["gpu"].unique()})
+    wl = []
+    for f in C.WORKLOAD_FIELDS:
+        if f in t:
+            vals = sorted({plain(v) for v in t[f].unique()}, key=str)
+            wl.append(
+                f"{f}={vals[0]}" if len(vals) == 1 else f"{f}∈{{{', '.join(map(str, vals))}}}"
+            )
+    arts = s.get("artifacts") or {}
+    if not arts and "pred.artifact_id" in t:
+        arts = {
+            str(g): ", ".join(sorted({str(a) for a in grp.dropna().unique()}))
+            for g, grp in t.groupby("gpu")["pred.artifact_id"]
+        }
+    hv = s.get("hypervolume")
+    rows = [
+        ("study", str(s.get("study", res.path.name))),
+        (
+            "space",
+            f"{s.get('space_file', '?')}"
+            + (
+                f" — {s['space'].get('description')}"
+                if isinstance(s.get("space"), dict) and s["space"].get("description")
+                else ""
+            ),
+        ),
+        ("GPU", ", ".join(map(str, gpus))),
+        ("workload", " · ".join(wl)),
+        ("objectives", ", ".join(f"{o.label} [{o.unit}]" for o in res.objectives) + " (minimised)"),
+        ("sampler", f"{s.get('sampler', '?')} · seed {s.get('seed', '?')}"),
+        (
+            "trials",
+            f"{counts.get('trials', len(t)):,} finished of {s.get('trials_requested', '?')} "
+            f"requested · {complete:,} complete · {feasible:,} feasible · {n_front:,} on the front",
+        ),
+        ("artifacts", "; ".join(f"{k}: {v}" for k, v in arts.items()) or "not recorded"),
+        (
+            "hypervolume",
+            (f"{hv:.6g}" if isinstance(hv, int | float) else "not recorded")
+            + (
+                f" (exact front: {s['exact_hypervolume']:.6g})"
+                if isinstance(s.get("exact_hypervolume"), int | float)
+                else ""
+            )
+            + (
+                f" · reference point {s['reference_point']} (normalised)"
+                if s.get("reference_point")
+                else ""
+            ),
+        ),
+        ("constraints", _constraints_text(s)),
+        (
+            "written",
+            f"{s.get('created', '?')} by dse {s.get('dse_version', '?')} · "
+            f"format {s.get('format_version')} · {s.get('elapsed_s', '?')} s · storage "
+            f"{s.get('storage', 'n/a')}",
+        ),
+        ("results", str(res.path)),
+    ]
+    warn: list[str] = []
+    if feasible == 0:
+        warn.append(
+            "No feasible trial: every configuration the sweep evaluated breaks a constraint. "
+            "The Pareto figure shows the infeasible cloud; relax the constraints in the space."
+        )
+    if "pred.out_of_range" in t:
+        n_oor = int(res.feasible["pred.out_of_range"].sum()) if feasible else 0
+        if n_oor:
+            warn.append(
+                f"{n_oor:,} feasible trials have an input outside the predictor's fitted range "
+                "(marked in the figures): their predictions are extrapolations."
+            )
+    if "pred.source" in t:
+        srcs = sorted({str(v) for v in t["pred.source"].dropna().unique()} - {"nan", ""})
+        if "roofline" in srcs:
+            warn.append(
+                "Predictions come from the roofline stand-in (pred.source == 'roofline'), not "
+                "from a fitted HYMELL artifact."
+            )
+    reproduce = (
+        f"dse sweep {s.get('space_file', 'SPACE.yaml')} --sampler {s.get('sampler', 'auto')} "
+        f"--seed {s.get('seed', 0)} --trials {s.get('trials_requested', len(t))}"
+    )
+    title = f"dse report — {s.get('study', res.path.name)}"
+    return HeaderInfo(title, rows, fixed, warn, reproduce)
+
+
+def _constraints_text(s: dict[str, Any]) -> str:
+    space = s.get("space")
+    cons = space.get("constraints") if isinstance(space, dict) else None
+    if not cons:
+        return "none"
+    parts = []
+    for k, v in cons.items():
+        if isinstance(v, dict):
+            b = [
+                f"{bk} {bv:.4g}" if isinstance(bv, int | float) else f"{bk} {bv}"
+                for bk, bv in v.items()
+            ]
+            parts.append(f"{k} ({', '.join(b)})")
+        else:
+            parts.append(f"{k}: {v}")
+    return "; ".join(parts)
+
+
+def front_table(res: Results) -> FrontTable:
+    """The front as a table: trial, objectives, varying parameters, sizes."""
+    front = res.front
+    objs = res.objectives
+    params = res.searched
+    cols = ["trial", *(f"{o.label}" for o in objs), *params, "total params", "active params"]
+    rows = []
+    for _, r in front.head(MAX_TABLE_ROWS).iterrows():
+        rows.append(
+            [
+                str(int(r["number"])),
+                *(fmt_quantity(r[o.column], o.unit) for o in objs),
+                *(str(plain(r[p])) for p in params),
+                fmt_quantity(r.get("total_params", math.nan), "parameters"),
+                fmt_quantity(r.get("active_params", math.nan), "parameters"),
+            ]
+        )
+    return FrontTable(cols, rows, len(front))

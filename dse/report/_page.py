@@ -1,0 +1,277 @@
+"""The report page: figures rendered into one self-contained HTML file (plotly.js inline)."""
+
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import plotly.graph_objects as go
+import plotly.offline
+
+from dse.errors import DSEError
+from dse.report import _info as I
+from dse.report import _render as R
+from dse.report._results import Results, load_results
+
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+STYLE = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 0 auto;
+       max-width: 1200px; padding: 0 24px 48px; color: #222; }
+h1 { margin: 24px 0 8px; font-size: 26px; }
+h2 { margin-top: 36px; border-bottom: 1px solid #ddd; padding-bottom: 4px; font-size: 20px; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f5f5f5; }
+.header th { width: 120px; }
+.warn { background: #fff3cd; border: 1px solid #e0c060; padding: 8px 12px; margin: 8px 0;
+        border-radius: 4px; }
+.note { color: #555; font-size: 13px; margin: 4px 0; }
+.missing { color: #777; font-style: italic; }
+code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
+"""
+
+
+class ImageExportError(DSEError):
+    """The static image of the main figure could not be written (no Chrome for kaleido, ...)."""
+
+
+class Section(NamedTuple):
+    anchor: str
+    title: str
+    caption: str
+    figures: list[tuple[str, go.Figure]]  # (div id, figure)
+    notes: list[str]
+    missing: str = ""  # why the section has no figure
+
+
+def build_sections(res: Results) -> list[Section]:
+    """Every section of the report, in page order."""
+    pi = I.pareto_info(res)
+    sections = [
+        Section(
+            "pareto",
+            "Pareto front",
+            f"{pi.y.objective.label} against {pi.x.objective.label}. The front is highlighted "
+            "and connected; feasible dominated trials are faint dots, infeasible ones grey "
+            "crosses; orange rings mark inputs outside the predictor's fitted range"
+            + ("; error bars are the predictor's band" if pi.has_bands else "")
+            + ". The knee (star) is the front point closest to the ideal point with each "
+            "objective normalised over the front. Hover a point for its parameters and its "
+            "predicted breakdown.",
+            [("pareto", R.pareto_figure(pi))],
+            pi.notes,
+        )
+    ]
+    ci = I.colour_info(res)
+    if len(res.objectives) >= 3:
+        sections.append(
+            Section(
+                "third",
+                "Third objective",
+                "The first two objectives on the axes, the third as colour; outlined points "
+                "are on the study's 3-objective front.",
+                [("colour", R.colour_figure(ci))] if ci else [],
+                [],
+                "" if ci else "no feasible trial to colour",
+            )
+        )
+    par = I.parallel_info(res)
+    sections.append(
+        Section(
+            "parallel",
+            "Parameters",
+            "Parallel coordinates of the parameters that vary, one figure per objective; drag "
+            "along an axis to filter.",
+            [(f"parallel-{i}", f) for i, f in enumerate(R.parallel_figures(par))] if par else [],
+            par.notes if par else [],
+            "" if par else "no parameter varies across the trials",
+        )
+    )
+    imp = I.importance_info(res)
+    sections.append(
+        Section(
+            "importance",
+            "Parameter importance",
+            "How much each parameter decides each objective over the feasible trials "
+            "(Optuna's PED-ANOVA on a study rebuilt from the trials; η², the share of variance "
+            "explained, when there are too few trials).",
+            [("importance", R.importance_figure(imp))] if imp and imp.importances else [],
+            imp.notes if imp else [],
+            ""
+            if imp and imp.importances
+            else ("fewer than two parameters vary" if imp is None else "; ".join(imp.notes)),
+        )
+    )
+    hv = I.hypervolume_info(res)
+    sections.append(
+        Section(
+            "hypervolume",
+            "Hypervolume against trials",
+            "Hypervolume of the front found after each number of trials, objectives normalised "
+            "by the ideal and nadir points of summary.json"
+            + (" (dashed: the exact front)." if hv and hv.exact is not None else "."),
+            [("hypervolume", R.hypervolume_figure(hv))] if hv else [],
+            [],
+            "" if hv else "the sweep recorded no hypervolume history (summary.json)",
+        )
+    )
+    ex = I.exact_front_info(res)
+    if ex is not None:
+        sections.append(
+            Section(
+                "exact",
+                "Sampler's front against the exact front",
+                "The exact front comes from evaluating every configuration of the space "
+                "(exact_front.csv).",
+                [("exact-front", R.exact_front_figure(ex))],
+                [],
+            )
+        )
+    bd = I.breakdown_info(res)
+    sections.append(
+        Section(
+            "energy",
+            "Where the energy goes",
+            "Energy per request of the front points split into components (tokens-to-Wh: "
+            "compute, weight reads, KV-cache writes, attention reads, static power; prefill "
+            "hatched, decode plain), and the HYMELL and tokens-to-Wh estimates side by side.",
+            [(f"breakdown-{i}", f) for i, f in enumerate(R.breakdown_figures(bd))] if bd else [],
+            bd.notes if bd else [],
+            "" if bd else "no feasible front point to break down",
+        )
+    )
+    return sections
+
+
+def _header_html(h: I.HeaderInfo) -> str:
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in h.rows
+    )
+    fixed = ", ".join(f"{k}={v}" for k, v in h.fixed.items())
+    warns = "".join(f'<div class="warn">{html.escape(w)}</div>' for w in h.warnings)
+    return (
+        f"<h1>{html.escape(h.title)}</h1>{warns}"
+        f'<table class="header">{rows}'
+        f"<tr><th>fixed fields</th><td>{html.escape(fixed) or 'none'}</td></tr>"
+        f"<tr><th>reproduce</th><td><code>{html.escape(h.reproduce)}</code></td></tr></table>"
+    )
+
+
+def _table_html(t: I.FrontTable) -> str:
+    if not t.rows:
+        return '<p class="missing">The front is empty: no feasible trial.</p>'
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in t.rows
+    )
+    more = (
+        f'<p class="note">First {len(t.rows)} of {t.n_total} front points.</p>'
+        if t.n_total > len(t.rows)
+        else ""
+    )
+    return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def render_html(res: Results) -> str:
+    """The whole report as one HTML string (plotly.js embedded, works offline)."""
+    header = I.header_info(res)
+    parts = [_header_html(header)]
+    nav = []
+    for s in build_sections(res):
+        nav.append(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>')
+        parts.append(f'<h2 id="{s.anchor}">{html.escape(s.title)}</h2>')
+        parts.append(f'<p class="note">{html.escape(s.caption)}</p>')
+        parts.extend(f'<p class="note">Note: {html.escape(n)}.</p>' for n in s.notes)
+        if s.missing:
+            parts.append(f'<p class="missing">Not shown: {html.escape(s.missing)}.</p>')
+        for div_id, fig in s.figures:
+            parts.append(
+                fig.to_html(
+                    full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG
+                )
+            )
+    nav.append('<a href="#front-table">Front table</a>')
+    parts.append('<h2 id="front-table">Front table</h2>')
+    parts.append(_table_html(I.front_table(res)))
+    parts.insert(1, '<p class="note">' + " · ".join(nav) + "</p>")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(header.title)}</title>"
+        f"<style>{STYLE}</style>"
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>'
+        "</head><body>" + "\n".join(parts) + "</body></html>\n"
+    )
+
+
+def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the HTML report of a results folder; returns its path (default RESULTS_DIR/report.html).
+
+    Raises ResultsError (a DSEError) for a missing, empty or older-format folder.
+    """
+    res = load_results(results_dir)
+    path = Path(out) if out is not None else res.path / "report.html"
+    text = render_html(res)
+    _atomic_write(path, text)
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise DSEError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
+
+
+IMAGE_FORMATS = ("png", "svg", "pdf")
+
+
+def write_image(
+    results_dir: str | Path,
+    path: str | Path,
+    *,
+    width: int = 1000,
+    height: int = 620,
+    scale: float = 2.0,
+) -> Path:
+    """Static image of the main (Pareto) figure for papers, via kaleido and a Chrome/Chromium.
+
+    Raises ImageExportError saying why when the format is unknown or kaleido or a browser is
+    missing; the HTML report does not depend on this.
+    """
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in IMAGE_FORMATS:
+        raise ImageExportError(
+            f"{p}: image format must be one of {', '.join(IMAGE_FORMATS)} (from the file "
+            f"extension), got {fmt or 'no extension'!r}"
+        )
+    fig = R.pareto_figure(I.pareto_info(load_results(results_dir)))
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        raise ImageExportError(
+            f"{p}: cannot write a static image: the Python package kaleido is not installed "
+            "(pip install 'kaleido>=1'); it also needs Chrome or Chromium "
+            "(Debian: apt-get install chromium). The HTML report is unaffected."
+        ) from None
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fig.write_image(p, format=fmt, width=width, height=height, scale=scale)
+    except Exception as exc:  # kaleido raises its own and choreographer's error types
+        raise ImageExportError(
+            f"{p}: cannot write a static image: kaleido could not render it "
+            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no detail'}). "
+            "kaleido needs Chrome or Chromium: install one (Debian: apt-get install chromium) "
+            "or point BROWSER_PATH at its executable. The HTML report is unaffected."
+        ) from None
+    if not p.is_file() or p.stat().st_size == 0:
+        raise ImageExportError(f"{p}: kaleido finished but wrote no image")
+    return p

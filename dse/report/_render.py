@@ -1,0 +1,431 @@
+"""Thin plotly renderers: one info NamedTuple in, one `go.Figure` out, no computation.
+
+Every point trace carries `meta="points:<group>"` so that a test (or a user's script) can find
+the plotted trials in the page's data without relying on legend text.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dse.report._info import (
+    PHASES,
+    BreakdownInfo,
+    ColourInfo,
+    ExactFrontInfo,
+    HypervolumeInfo,
+    ImportanceInfo,
+    ParallelInfo,
+    ParetoInfo,
+    PointSet,
+)
+
+FRONT = "#d62728"
+DOMINATED = "#1f77b4"
+INFEASIBLE = "#7f7f7f"
+OUT_OF_RANGE = "#ff7f0e"
+COMPONENT_COLOURS = {
+    "compute": "#1f77b4",
+    "params": "#2ca02c",
+    "param_access": "#2ca02c",
+    "kv_write": "#9467bd",
+    "attn_read": "#ff7f0e",
+    "activations": "#17becf",
+    "allreduce": "#8c564b",
+    "static": "#7f7f7f",
+}
+OTHER_COLOURS = ("#bcbd22", "#e377c2", "#aec7e8", "#98df8a")
+COMPONENT_LABELS = {
+    "compute": "compute",
+    "params": "weight reads",
+    "param_access": "weight reads",
+    "kv_write": "KV write",
+    "attn_read": "attention read",
+    "activations": "activations",
+    "allreduce": "all-reduce",
+    "static": "static",
+}
+LAYOUT = {
+    "template": "plotly_white",
+    "height": 560,
+    "margin": {"l": 70, "r": 30, "t": 50, "b": 130},
+    # Below the plot: long objective names in the legend would collide with the title above.
+    "legend": {"orientation": "h", "yanchor": "top", "y": -0.16, "x": 0},
+}
+
+
+def _errors(ps: PointSet, centre: np.ndarray, lo: np.ndarray, hi: np.ndarray, f: float) -> dict:
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if not ok.any():
+        return {"visible": False}
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": np.where(ok, (hi - centre) * f, 0.0),
+        "arrayminus": np.where(ok, (centre - lo) * f, 0.0),
+        "thickness": 1,
+        "width": 3,
+        "color": FRONT,
+    }
+
+
+def _scatter(ps: PointSet, fx: float, fy: float, **kw: object) -> go.Scatter:
+    return go.Scatter(
+        x=ps.x * fx,
+        y=ps.y * fy,
+        hovertext=ps.hover,
+        hovertemplate="%{hovertext}<extra></extra>",
+        **kw,
+    )
+
+
+def pareto_figure(info: ParetoInfo) -> go.Figure:
+    fx, fy = info.x.factor, info.y.factor
+    fig = go.Figure()
+    n_inf, n_dom, n_front = len(info.infeasible.x), len(info.dominated.x), len(info.front.x)
+    fig.add_trace(
+        _scatter(
+            info.infeasible,
+            fx,
+            fy,
+            mode="markers",
+            name=f"infeasible ({n_inf:,})",
+            meta="points:infeasible",
+            marker={
+                "symbol": "x-thin",
+                "size": 6,
+                "color": INFEASIBLE,
+                "line": {"width": 1, "color": INFEASIBLE},
+            },
+            opacity=0.55,
+        )
+    )
+    fig.add_trace(
+        _scatter(
+            info.dominated,
+            fx,
+            fy,
+            mode="markers",
+            name=f"feasible, dominated ({n_dom:,})",
+            meta="points:dominated",
+            marker={"size": 6, "color": DOMINATED},
+            opacity=0.3,
+        )
+    )
+    fig.add_trace(
+        _scatter(
+            info.front,
+            fx,
+            fy,
+            mode="lines+markers",
+            name=f"Pareto front ({n_front:,})",
+            meta="points:front",
+            marker={"size": 9, "color": FRONT, "line": {"width": 1, "color": "white"}},
+            line={"color": FRONT, "width": 2, "shape": "hv"},
+            error_x=_errors(info.front, info.front.x, info.front.x_lo, info.front.x_hi, fx),
+            error_y=_errors(info.front, info.front.y, info.front.y_lo, info.front.y_hi, fy),
+        )
+    )
+    oor = [
+        (ps, ps.out_of_range)
+        for ps in (info.front, info.dominated, info.infeasible)
+        if ps.out_of_range.any()
+    ]
+    if oor:
+        xs = np.concatenate([ps.x[m] for ps, m in oor]) * fx
+        ys = np.concatenate([ps.y[m] for ps, m in oor]) * fy
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="markers",
+                name=f"outside fitted range ({len(xs):,})",
+                meta="marks:out_of_range",
+                marker={
+                    "symbol": "circle-open",
+                    "size": 14,
+                    "color": OUT_OF_RANGE,
+                    "line": {"width": 2},
+                },
+                hoverinfo="skip",
+            )
+        )
+    for m in info.marks:
+        is_knee = m.label == "knee"
+        fig.add_trace(
+            go.Scatter(
+                x=[m.x * fx],
+                y=[m.y * fy],
+                mode="markers",
+                name=f"{m.label} (#{m.number})",
+                meta=f"marks:{m.label}",
+                marker={
+                    "symbol": "star" if is_knee else "diamond",
+                    "size": 16 if is_knee else 12,
+                    "color": "gold" if is_knee else "black",
+                    "line": {"width": 1, "color": "black"},
+                },
+                hovertemplate=f"{m.label}: trial {m.number}<extra></extra>",
+            )
+        )
+    # One label per marked trial (the knee is often also the best of one objective), placed
+    # below and left of the front, where no feasible point lies, staggered left to right.
+    labels: dict[int, list[str]] = {}
+    where: dict[int, tuple[float, float]] = {}
+    for m in info.marks:
+        labels.setdefault(m.number, []).append(m.label)
+        where[m.number] = (m.x * fx, m.y * fy)
+    for k, number in enumerate(sorted(labels, key=lambda n: where[n])):
+        fig.add_annotation(
+            x=where[number][0],
+            y=where[number][1],
+            text=f"{' · '.join(labels[number])} #{number}",
+            showarrow=True,
+            arrowhead=2,
+            ax=-30,
+            ay=35 + 24 * k,
+            xanchor="right",
+            font={"size": 11},
+            bgcolor="rgba(255,255,255,0.85)",
+        )
+    if not n_front:
+        fig.add_annotation(
+            text="no feasible trial",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.95,
+            showarrow=False,
+            font={"size": 16, "color": FRONT},
+        )
+    fig.update_layout(
+        title=f"{info.y.objective.label} against {info.x.objective.label}",
+        xaxis_title=info.x.title,
+        yaxis_title=info.y.title,
+        **LAYOUT,
+    )
+    return fig
+
+
+def colour_figure(info: ColourInfo) -> go.Figure:
+    fx, fy, fc = info.x.factor, info.y.factor, info.colour.factor
+    c = info.colour_values * fc
+    lo, hi = float(np.nanmin(c)), float(np.nanmax(c))
+    fig = go.Figure()
+    for on, name, size, line in (
+        (~info.on_front, "feasible", 6, {"width": 0}),
+        (info.on_front, "on the 3-objective front", 10, {"width": 1.5, "color": "black"}),
+    ):
+        if not on.any():
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=info.points.x[on] * fx,
+                y=info.points.y[on] * fy,
+                mode="markers",
+                name=f"{name} ({int(on.sum()):,})",
+                meta=f"points:{'front' if size == 10 else 'feasible'}",
+                hovertext=[h for h, keep in zip(info.points.hover, on, strict=True) if keep],
+                hovertemplate="%{hovertext}<extra></extra>",
+                marker={
+                    "size": size,
+                    "color": c[on],
+                    "cmin": lo,
+                    "cmax": hi,
+                    "colorscale": "Viridis",
+                    "line": line,
+                    "showscale": size == 10 or not info.on_front.any(),
+                    "colorbar": {"title": {"text": info.colour.title, "side": "right"}},
+                },
+                opacity=1.0 if size == 10 else 0.5,
+            )
+        )
+    fig.update_layout(
+        title=f"Three objectives: colour is {info.colour.objective.label}",
+        xaxis_title=info.x.title,
+        yaxis_title=info.y.title,
+        **LAYOUT,
+    )
+    return fig
+
+
+def parallel_figures(info: ParallelInfo) -> list[go.Figure]:
+    figs = []
+    dims = [
+        {
+            "label": d.label,
+            "values": d.values,
+            **({"tickvals": d.tickvals, "ticktext": d.ticktext} if d.tickvals is not None else {}),
+        }
+        for d in info.dimensions
+    ]
+    for axis, values in info.colours:
+        v = values * axis.factor
+        figs.append(
+            go.Figure(
+                go.Parcoords(
+                    dimensions=[
+                        *dims,
+                        {"label": f"{axis.objective.label} ({axis.unit_label})", "values": v},
+                    ],
+                    line={
+                        "color": v,
+                        "colorscale": "Viridis",
+                        "showscale": True,
+                        "colorbar": {"title": {"text": axis.unit_label}},
+                    },
+                )
+            ).update_layout(
+                title=f"Parameters coloured by {axis.objective.label} ({info.n_rows:,} trials)",
+                template="plotly_white",
+                height=460,
+                margin={"l": 70, "r": 70, "t": 90, "b": 40},
+            )
+        )
+    return figs
+
+
+def importance_figure(info: ImportanceInfo) -> go.Figure:
+    fig = go.Figure()
+    # Most important (largest over the objectives) at the top: plotly draws the first bar lowest.
+    params = sorted(
+        {p for imp in info.importances.values() for p in imp},
+        key=lambda p: max(imp.get(p, 0.0) for imp in info.importances.values()),
+    )
+    for label, imp in info.importances.items():
+        fig.add_trace(
+            go.Bar(
+                y=params,
+                x=[imp.get(p, 0.0) for p in params],
+                orientation="h",
+                name=label,
+                hovertemplate="%{y}: %{x:.3f}<extra>" + label + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"Parameter importance per objective — {info.method}",
+        xaxis_title="importance (sums to 1 per objective)",
+        barmode="group",
+        **{**LAYOUT, "height": max(300, 90 + 40 * len(params) * max(len(info.importances), 1))},
+    )
+    return fig
+
+
+def hypervolume_figure(info: HypervolumeInfo) -> go.Figure:
+    fig = go.Figure(
+        go.Scatter(
+            x=info.n_trials,
+            y=info.hypervolume,
+            mode="lines+markers",
+            name="sampler's front",
+            meta="points:hypervolume",
+        )
+    )
+    if info.exact is not None:
+        fig.add_hline(
+            y=info.exact,
+            line_dash="dash",
+            line_color="black",
+            annotation_text=f"exact front {info.exact:.4g}",
+        )
+    fig.update_layout(
+        title="Hypervolume against trials (normalised objectives)",
+        xaxis_title="trials",
+        yaxis_title="hypervolume",
+        **LAYOUT,
+    )
+    return fig
+
+
+def exact_front_figure(info: ExactFrontInfo) -> go.Figure:
+    fx, fy = info.x.factor, info.y.factor
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=info.exact_x * fx,
+            y=info.exact_y * fy,
+            mode="lines+markers",
+            name=f"exact front ({len(info.exact_x):,})",
+            meta="points:exact",
+            line={"color": "black", "dash": "dot", "shape": "hv"},
+            marker={"size": 11, "symbol": "circle-open", "color": "black"},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=info.sampler_x * fx,
+            y=info.sampler_y * fy,
+            mode="markers",
+            name=f"sampler's front ({len(info.sampler_x):,})",
+            meta="points:sampler",
+            marker={"size": 7, "color": FRONT},
+        )
+    )
+    fig.update_layout(
+        title=f"Sampler's front against the exact front: {info.n_found} of "
+        f"{len(info.exact_x)} exact points found",
+        xaxis_title=info.x.title,
+        yaxis_title=info.y.title,
+        **LAYOUT,
+    )
+    return fig
+
+
+def breakdown_figures(info: BreakdownInfo) -> list[go.Figure]:
+    f, unit = info.unit
+    figs = []
+    if info.t2wh:
+        fig = go.Figure()
+        comps = list(dict.fromkeys(c for c, _ in info.t2wh))
+        others = iter(OTHER_COLOURS * 4)
+        for comp in comps:
+            colour = COMPONENT_COLOURS.get(comp) or next(others)
+            label = COMPONENT_LABELS.get(comp, comp.replace("_", " "))
+            for ph in PHASES:
+                v = info.t2wh.get((comp, ph))
+                if v is None:
+                    continue
+                fig.add_trace(
+                    go.Bar(
+                        x=info.labels,
+                        y=v * f,
+                        name=f"{label} · {ph}",
+                        legendgroup=comp,
+                        marker={
+                            "color": colour,
+                            "pattern": {"shape": "/" if ph == "prefill" else ""},
+                        },
+                        hovertemplate=f"%{{x}} {label} ({ph}): %{{y:.4g}} {unit}<extra></extra>",
+                    )
+                )
+        fig.update_layout(
+            title="Energy of front points by component (tokens-to-Wh; hatched: prefill)",
+            barmode="stack",
+            xaxis_title="front point (trial number, by increasing first objective)",
+            yaxis_title=f"energy per request ({unit})",
+            **LAYOUT,
+        )
+        figs.append(fig)
+    fig = go.Figure()
+    if info.hymell_total is not None and info.t2wh_total is not None:
+        fig.add_trace(go.Bar(x=info.labels, y=info.hymell_total * f, name="HYMELL"))
+        fig.add_trace(go.Bar(x=info.labels, y=info.t2wh_total * f, name="tokens-to-Wh"))
+        fig.update_layout(
+            title="HYMELL and tokens-to-Wh energy of the front points", barmode="group"
+        )
+    elif info.hymell is not None:
+        for ph in PHASES:
+            fig.add_trace(go.Bar(x=info.labels, y=info.hymell[ph] * f, name=f"HYMELL {ph}"))
+        fig.update_layout(
+            title="HYMELL energy of the front points, prefill and decode", barmode="stack"
+        )
+    else:
+        return figs
+    fig.update_layout(
+        xaxis_title="front point (trial number, by increasing first objective)",
+        yaxis_title=f"energy per request ({unit})",
+        **LAYOUT,
+    )
+    figs.append(fig)
+    return figs

@@ -1,0 +1,347 @@
+"""Reading a sweep's results folder (docs/results_format.md) and the array maths reports share.
+
+Everything here is plain pandas / numpy: no plotly, so `dse export` can use it without importing
+the plotting stack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse import configs as C
+from dse.errors import DSEError
+
+FORMAT_VERSION = 1
+# Columns every results folder of format 1 has; the rest (pred.*, t2wh.*) are optional.
+REQUIRED_COLUMNS = ("number", "state", "feasible", "on_front", "d_model", "n_layers", "gpu")
+
+
+class ResultsError(DSEError):
+    """A results folder that is missing, empty, malformed or of another format version."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective of the study: its name, SI unit and column in the trials table."""
+
+    name: str  # e.g. "latency_request"
+    unit: str  # "s", "J", "parameters", "bytes"
+
+    @property
+    def column(self) -> str:
+        return f"obj.{self.name}"
+
+    @property
+    def label(self) -> str:
+        return objective_label(self.name)
+
+
+@dataclass(frozen=True)
+class Results:
+    """A loaded results folder: all trials, the summary, and the exact front when there is one."""
+
+    path: Path
+    trials: pd.DataFrame  # one row per finished trial (docs/results_format.md)
+    summary: dict[str, Any]
+    objectives: tuple[Objective, ...]
+    exact_front: pd.DataFrame | None
+
+    @property
+    def feasible(self) -> pd.DataFrame:
+        """Feasible trials with finite objective values."""
+        t = self.trials
+        ok = t["feasible"].astype(bool) & _finite_rows(t, [o.column for o in self.objectives])
+        return t[ok]
+
+    @property
+    def front(self) -> pd.DataFrame:
+        """The study's front (feasible, non-dominated), sorted by the first objective."""
+        t = self.feasible
+        return t[t["on_front"].astype(bool)].sort_values(
+            [o.column for o in self.objectives] + ["number"]
+        )
+
+    @property
+    def varying(self) -> list[str]:
+        """Configuration fields that take more than one value across the trials."""
+        return [c for c in C.CONFIG_FIELDS if c in self.trials and self.trials[c].nunique() > 1]
+
+    @property
+    def searched(self) -> list[str]:
+        """The parameters the study searched: varying fields declared with several values in
+        the space of summary.json; without it, varying fields that copy no earlier one (a dense
+        model's d_ff_expert repeats d_ff)."""
+        varying = self.varying
+        declared = searched_fields(self.summary.get("space"))
+        if declared is not None:
+            keep = [c for c in varying if c in declared]
+            if keep:
+                return keep
+        out: list[str] = []
+        for c in varying:
+            col = self.trials[c].astype(str)
+            if not any(col.equals(self.trials[o].astype(str)) for o in out):
+                out.append(c)
+        return out
+
+    @property
+    def fixed(self) -> dict[str, Any]:
+        """Configuration fields with a single value in every trial, as plain Python values."""
+        t = self.trials
+        return {
+            c: plain(t[c].iloc[0])
+            for c in C.CONFIG_FIELDS
+            if c in t and len(t) and t[c].nunique() <= 1
+        }
+
+
+def searched_fields(raw: Any) -> set[str] | None:
+    """Fields declared with more than one value in a search-space mapping (the YAML as read)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("space"), dict):
+        return None
+
+    def many(spec: Any) -> bool:
+        if not isinstance(spec, dict):
+            return False
+        if "values" in spec:
+            return isinstance(spec["values"], list) and len(spec["values"]) > 1
+        try:
+            return float(spec.get("low", 0)) < float(spec.get("high", 0))
+        except (TypeError, ValueError):
+            return False
+
+    out = {"gpu"} if many(raw.get("hardware")) else set()
+    for section in (raw.get("workload"), raw["space"], raw["space"].get("moe")):
+        if isinstance(section, dict):
+            out |= {str(k) for k, v in section.items() if many(v)}
+    return out
+
+
+def _finite_rows(t: pd.DataFrame, columns: list[str]) -> pd.Series:
+    ok = pd.Series(True, index=t.index)
+    for c in columns:
+        ok &= np.isfinite(pd.to_numeric(t[c], errors="coerce").astype(float))
+    return ok
+
+
+def load_results(path: str | Path) -> Results:
+    """Read and check a results folder written by `dse sweep` (format version 1)."""
+    d = Path(path)
+    if not d.exists():
+        raise ResultsError(f"{d}: results folder does not exist (run `dse sweep SPACE.yaml` first)")
+    if not d.is_dir():
+        raise ResultsError(f"{d}: must be a results folder written by `dse sweep`, got a file")
+    summary_file = d / "summary.json"
+    trials_file = next((d / n for n in ("trials.parquet", "trials.csv") if (d / n).is_file()), None)
+    if trials_file is None and not summary_file.is_file():
+        raise ResultsError(
+            f"{d}: not a results folder: it has no summary.json and no trials.parquet or "
+            "trials.csv (is the sweep still running, or was it given another --out?)"
+        )
+    if not summary_file.is_file():
+        raise ResultsError(
+            f"{d}: summary.json is missing: the folder is from an older dse or the sweep did not "
+            "finish; run the same `dse sweep` again to resume and complete it"
+        )
+    try:
+        summary = json.loads(summary_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{summary_file}: is not valid JSON ({exc})") from None
+    if not isinstance(summary, dict):
+        raise ResultsError(f"{summary_file}: must hold a JSON object, got {type(summary).__name__}")
+    version = summary.get("format_version")
+    if version != FORMAT_VERSION:
+        if version is None or (isinstance(version, int | float) and version < FORMAT_VERSION):
+            raise ResultsError(
+                f"{summary_file}: format_version must be {FORMAT_VERSION}, got {version!r}: the "
+                "folder was written by an older dse; re-run its `dse sweep` with this version"
+            )
+        raise ResultsError(
+            f"{summary_file}: format_version must be {FORMAT_VERSION}, got {version!r}: the "
+            "folder was written by a newer dse; upgrade dse to read it"
+        )
+    if trials_file is None:
+        raise ResultsError(
+            f"{d}: trials.parquet and trials.csv are both missing (the sweep wrote its summary "
+            "but no trials; run it again)"
+        )
+    trials = _read_table(trials_file)
+    missing = [c for c in REQUIRED_COLUMNS if c not in trials.columns]
+    if missing:
+        raise ResultsError(
+            f"{trials_file}: missing column(s) {', '.join(missing)}; a results folder of format "
+            f"{FORMAT_VERSION} has them (docs/results_format.md)"
+        )
+    if trials.empty:
+        raise ResultsError(f"{trials_file}: holds no trials (the study finished none)")
+    objectives = _objectives(summary, trials, summary_file)
+    for flag in ("feasible", "on_front"):
+        trials[flag] = _as_bool(trials[flag])
+    if "pred.out_of_range" in trials:
+        trials["pred.out_of_range"] = _as_bool(trials["pred.out_of_range"])
+    exact = None
+    exact_file = d / "exact_front.csv"
+    if exact_file.is_file():
+        exact = _read_table(exact_file)
+        gone = [o.column for o in objectives if o.column not in exact.columns]
+        if gone:
+            raise ResultsError(f"{exact_file}: missing objective column(s) {', '.join(gone)}")
+    return Results(d, trials, summary, objectives, exact)
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
+    except Exception as exc:  # pyarrow and the CSV parser raise many types for a damaged file
+        raise ResultsError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def _as_bool(s: pd.Series) -> pd.Series:
+    if s.dtype == bool:
+        return s
+    return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0")).astype(bool)
+
+
+DEFAULT_UNITS = {"latency": "s", "energy": "J"}
+SIZE_UNITS = {
+    "active_params": "parameters",
+    "total_params": "parameters",
+    "kv_bytes_per_token": "bytes",
+}
+
+
+def _objectives(
+    summary: dict[str, Any], trials: pd.DataFrame, where: Path
+) -> tuple[Objective, ...]:
+    spec = summary.get("objectives")
+    if spec:
+        out = []
+        for i, o in enumerate(spec):
+            name = o.get("name") if isinstance(o, dict) else o
+            if not isinstance(name, str):
+                raise ResultsError(f"{where}: objectives.{i}: must name an objective, got {o!r}")
+            unit = (o.get("unit") if isinstance(o, dict) else None) or default_unit(name)
+            out.append(Objective(name, unit))
+    else:  # summary without the list: the obj.* columns, in table order
+        out = [
+            Objective(c[4:], default_unit(c[4:])) for c in trials.columns if c.startswith("obj.")
+        ]
+    if len(out) < 2:
+        raise ResultsError(
+            f"{where}: objectives: a study needs at least 2 objectives, got {[o.name for o in out]}"
+        )
+    gone = [o.column for o in out if o.column not in trials.columns]
+    if gone:
+        raise ResultsError(f"{where}: trials have no column(s) {', '.join(gone)}")
+    return tuple(out)
+
+
+def default_unit(name: str) -> str:
+    """The SI unit of an objective from its name (latency_* in s, energy_* in J, sizes)."""
+    if name in SIZE_UNITS:
+        return SIZE_UNITS[name]
+    return DEFAULT_UNITS.get(name.split("_", 1)[0], "")
+
+
+_LATENCY_LABELS = {
+    "request": "Request latency",
+    "ttft": "Time to first token",
+    "tpot": "Time per output token",
+}
+_ENERGY_LABELS = {"request": "Energy per request", "per_output_token": "Energy per output token"}
+_SOURCE_LABELS = {"hymell": "HYMELL", "tokens2wh": "tokens-to-Wh"}
+_SIZE_LABELS = {
+    "active_params": "Active parameters",
+    "total_params": "Total parameters",
+    "kv_bytes_per_token": "KV-cache bytes per token",
+}
+
+
+def objective_label(name: str) -> str:
+    """A readable axis title for an objective name ('energy_hymell_request' -> ...)."""
+    if name.startswith("latency_") and name[8:] in _LATENCY_LABELS:
+        return _LATENCY_LABELS[name[8:]]
+    if name.startswith("energy_"):
+        source, _, metric = name[7:].partition("_")
+        if source in _SOURCE_LABELS and metric in _ENERGY_LABELS:
+            return f"{_ENERGY_LABELS[metric]} ({_SOURCE_LABELS[source]})"
+    return _SIZE_LABELS.get(name, name.replace("_", " "))
+
+
+# ---------------------------------------------------------------------- units
+_PREFIXES = ((1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
+
+
+def unit_scale(values: Any, unit: str) -> tuple[float, str]:
+    """(factor, label) to show `values` (SI) readably: multiply by factor, print label.
+
+    Seconds and joules take SI prefixes chosen by the largest magnitude (2.1 s stays s, 0.04 J
+    becomes 40 mJ); parameter counts become millions or billions; bytes KiB/MiB/GiB.
+    """
+    arr = np.asarray(values, dtype=float)
+    arr = np.abs(arr[np.isfinite(arr)])
+    top = float(arr.max()) if arr.size else 1.0
+    if unit in ("s", "J", "W"):
+        for base, prefix in _PREFIXES:
+            if top >= base or base == _PREFIXES[-1][0]:
+                if unit == "s" and base > 1:  # kiloseconds read worse than seconds
+                    return 1.0, "s"
+                return 1.0 / base, f"{prefix}{unit}"
+    if unit == "parameters":
+        if top >= 1e9:
+            return 1e-9, "billion parameters"
+        if top >= 1e6:
+            return 1e-6, "million parameters"
+        return 1.0, "parameters"
+    if unit == "bytes":
+        for base, label in ((1024**3, "GiB"), (1024**2, "MiB"), (1024, "KiB")):
+            if top >= base:
+                return 1.0 / base, label
+        return 1.0, "bytes"
+    return 1.0, unit
+
+
+def fmt_quantity(value: Any, unit: str, digits: int = 3) -> str:
+    """One value with its own prefix: fmt_quantity(0.0123, 's') == '12.3 ms'."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if not math.isfinite(v):
+        return "n/a"
+    factor, label = unit_scale([v], unit)
+    label = _SHORT.get(label, label)
+    return f"{v * factor:.{digits}g} {label}".strip()
+
+
+_SHORT = {"billion parameters": "B", "million parameters": "M"}
+
+
+def plain(v: Any) -> Any:
+    """A numpy / pandas scalar as a plain Python value (int, float, bool, str)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def objective_matrix(rows: pd.DataFrame, objectives: tuple[Objective, ...]) -> np.ndarray:
+    """(n, k) float array of objective values."""
+    return (
+        np.column_stack(
+            [
+                pd.to_numeric(rows[o.column], errors="coerce").astype(float).to_numpy()
+                for o in objectives
+            ]
+        )
+        if len(rows)
+        else np.zeros((0, len(objectives)))
+    )

@@ -1,0 +1,388 @@
+"""The report: pure info builders checked against the trials table, the page, the command."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.offline
+import pytest
+from sweep_results import write_results
+
+from dse.cli import main
+from dse.pareto import knee_index
+from dse.report import ResultsError, fmt_quantity, load_results, unit_scale, write_report
+from dse.report import _info as I
+
+
+# ---------------------------------------------------------------------- results folders
+@pytest.fixture(scope="module")
+def gpu_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """200 random trials of a space over three GPUs and four batch sizes: invalid, infeasible
+    and feasible trials, TPOT latency and per-output-token energy (ms and mJ)."""
+    return write_results(
+        "search_spaces/gpu_batch.yaml", tmp_path_factory.mktemp("gpu_batch"), trials=200, seed=1
+    )
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three objectives (latency, energy, total parameters)."""
+    return write_results("search_spaces/moe.yaml", tmp_path_factory.mktemp("moe"), trials=120)
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An exhaustive run: exact_front.csv and an exact hypervolume."""
+    return write_results(
+        "search_spaces/heads_study.yaml", tmp_path_factory.mktemp("heads"), sampler="exhaustive"
+    )
+
+
+@pytest.fixture(scope="module")
+def infeasible(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """No feasible trial: a parameter budget no 7-9B model meets."""
+    return write_results(
+        "search_spaces/dense_8b.yaml",
+        tmp_path_factory.mktemp("infeasible"),
+        trials=60,
+        constraints={"active_params": {"max": 1.0e6}},
+    )
+
+
+def _objectives(t: pd.DataFrame, names: list[str]) -> np.ndarray:
+    return t[[f"obj.{n}" for n in names]].to_numpy(float)
+
+
+# ---------------------------------------------------------------------- loading
+def test_load_results_reads_the_folder(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    assert [o.name for o in res.objectives] == ["latency_tpot", "energy_hymell_per_output_token"]
+    assert [o.unit for o in res.objectives] == ["s", "J"]
+    assert len(res.trials) == 200
+    assert res.front["on_front"].all() and res.front["feasible"].all()
+    # The searched fields come from the space in summary.json, not from what happens to vary.
+    assert set(res.searched) == {
+        "gpu",
+        "batch_size",
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "d_ff",
+        "vocab_size",
+    }
+    assert "head_dim" in res.varying and "head_dim" not in res.searched
+    assert res.fixed["prompt_tokens"] == 512
+
+
+def test_csv_only_folder_reads_like_parquet(gpu_batch: Path, tmp_path: Path) -> None:
+    d = tmp_path / "csv"
+    shutil.copytree(gpu_batch, d)
+    (d / "trials.parquet").unlink()
+    a, b = load_results(gpu_batch), load_results(d)
+    assert a.front["number"].tolist() == b.front["number"].tolist()
+    assert a.trials["feasible"].tolist() == b.trials["feasible"].tolist()
+
+
+# ---------------------------------------------------------------------- the Pareto figure
+def test_pareto_info_partitions_the_trials(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    t = res.trials
+    info = I.pareto_info(res)
+    F = _objectives(t, ["latency_tpot", "energy_hymell_per_output_token"])
+    finite = np.isfinite(F).all(axis=1)
+    assert set(info.front.numbers) == set(t.loc[t["on_front"], "number"])
+    assert set(info.dominated.numbers) == set(t.loc[t["feasible"] & ~t["on_front"], "number"])
+    assert set(info.infeasible.numbers) == set(t.loc[~t["feasible"] & finite, "number"])
+    assert info.n_invalid == int((~finite).sum()) > 0  # gpu_batch has impossible head counts
+    assert len(info.infeasible.numbers) > 0
+    # The front is sorted by latency, and no feasible trial beats a front point on both axes.
+    assert np.all(np.diff(info.front.x) >= 0)
+    fx, fy = info.front.x, info.front.y
+    for x, y in zip(info.dominated.x, info.dominated.y, strict=True):
+        assert np.any((fx <= x) & (fy <= y))
+    for x, y in zip(fx, fy, strict=True):
+        assert not np.any(
+            (info.dominated.x <= x)
+            & (info.dominated.y <= y)
+            & ((info.dominated.x < x) | (info.dominated.y < y))
+        )
+
+
+def test_knee_and_best_marks(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    info = I.pareto_info(res)
+    marks = {m.label: m for m in info.marks}
+    feas = res.feasible
+    lat, en = "obj.latency_tpot", "obj.energy_hymell_per_output_token"
+    assert marks["best Time per output token"].x == feas[lat].min()
+    assert marks["best Energy per output token (HYMELL)"].y == feas[en].min()
+    F = np.column_stack([info.front.x, info.front.y])
+    k = knee_index(F)
+    assert marks["knee"].number == info.front.numbers[k]
+
+
+def test_axes_pick_readable_units(gpu_batch: Path) -> None:
+    info = I.pareto_info(load_results(gpu_batch))
+    # TPOT is tens of milliseconds; energy per output token is below a joule.
+    assert (info.x.unit_label, info.x.factor) == ("ms", 1e3)
+    assert info.y.unit_label in ("mJ", "J")
+    assert info.x.title == "Time per output token (ms)"
+
+
+@pytest.mark.parametrize(
+    ("values", "unit", "expected"),
+    [
+        ([2.5, 0.3], "s", (1.0, "s")),
+        ([0.0123], "s", (1e3, "ms")),
+        ([4e-5], "s", (1e6, "µs")),
+        ([0.04], "J", (1e3, "mJ")),
+        ([1500.0], "J", (1e-3, "kJ")),
+        ([8.0e9, 7.1e9], "parameters", (1e-9, "billion parameters")),
+        ([131072.0], "bytes", (1 / 1024, "KiB")),
+        ([np.nan, 0.5], "s", (1e3, "ms")),
+    ],
+)
+def test_unit_scale(values: list[float], unit: str, expected: tuple[float, str]) -> None:
+    factor, label = unit_scale(values, unit)
+    assert label == expected[1]
+    assert factor == pytest.approx(expected[0])
+
+
+def test_fmt_quantity() -> None:
+    assert fmt_quantity(0.0123, "s") == "12.3 ms"
+    assert fmt_quantity(815.86, "J") == "816 J"
+    assert fmt_quantity(8.03e9, "parameters") == "8.03 B"
+    assert fmt_quantity(math.nan, "J") == "n/a"
+
+
+def test_error_bands_bracket_the_front(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    info = I.pareto_info(res)
+    assert info.has_bands
+    f = info.front
+    assert np.all(f.x_lo <= f.x) and np.all(f.x <= f.x_hi)
+    assert np.all(f.y_lo <= f.y) and np.all(f.y <= f.y_hi)
+    # Energy per output token has no band column of its own: it scales the request band.
+    row = res.trials.set_index("number").loc[f.numbers[0]]
+    ratio = row["pred.energy_lo_j"] / row["pred.energy_j"]
+    assert f.y_lo[0] == pytest.approx(f.y[0] * ratio, rel=1e-12)
+
+
+def test_hover_shows_parameters_and_breakdown(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    info = I.pareto_info(res)
+    row = res.trials.set_index("number").loc[info.front.numbers[0]]
+    h = info.front.hover[0]
+    assert f"trial {info.front.numbers[0]}" in h
+    for p in res.searched:
+        assert f"{p}={row[p]}" in h
+    assert "prefill:" in h and "decode:" in h and "TTFT" in h
+    assert "violates: " in info.infeasible.hover[0]
+
+
+def test_third_objective_as_colour(moe: Path) -> None:
+    res = load_results(moe)
+    info = I.colour_info(res)
+    assert info is not None
+    feas = res.feasible
+    assert np.array_equal(info.colour_values, feas["obj.total_params"].to_numpy(float))
+    assert info.on_front.sum() == len(res.front) >= 1
+    assert info.colour.unit_label == "billion parameters"
+    # The main figure's front is then that of its two axes only, and says so.
+    p = I.pareto_info(res)
+    assert any("non-dominated in" in n for n in p.notes)
+
+
+def test_no_colour_view_with_two_objectives(gpu_batch: Path) -> None:
+    assert I.colour_info(load_results(gpu_batch)) is None
+
+
+# ---------------------------------------------------------------------- other figures
+def test_parallel_info(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    info = I.parallel_info(res)
+    assert [d.label for d in info.dimensions] == res.searched
+    assert info.n_rows == len(res.feasible)
+    gpu = next(d for d in info.dimensions if d.label == "gpu")
+    assert gpu.ticktext == sorted(res.feasible["gpu"].unique())
+    n_layers = next(d for d in info.dimensions if d.label == "n_layers")
+    assert np.array_equal(n_layers.values, res.feasible["n_layers"].to_numpy(float))
+    assert [a.objective.name for a, _ in info.colours] == [o.name for o in res.objectives]
+
+
+def test_importance_uses_ped_anova(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    info = I.importance_info(res)
+    assert info.method == "PED-ANOVA (Optuna)"
+    assert set(info.importances) == {o.label for o in res.objectives}
+    for imp in info.importances.values():
+        assert set(imp) == set(res.searched)
+        assert sum(imp.values()) == pytest.approx(1.0)
+        assert all(v >= 0 for v in imp.values())
+
+
+def test_correlation_ratio_hand_example() -> None:
+    # y depends on a only: a explains all of its variance, b none.
+    rows = pd.DataFrame({"a": [1, 1, 2, 2], "b": [1, 2, 1, 2], "y": [1.0, 1.0, 3.0, 3.0]})
+    imp = I.correlation_ratio(rows, ["a", "b"], "y")
+    assert imp == {"a": 1.0, "b": 0.0}
+
+
+def test_importance_falls_back_with_few_trials(gpu_batch: Path, tmp_path: Path) -> None:
+    d = write_results("search_spaces/gpu_batch.yaml", tmp_path / "few", trials=12, seed=3)
+    res = load_results(d)
+    assert 2 <= len(res.feasible) < I.MIN_IMPORTANCE_TRIALS
+    info = I.importance_info(res)
+    assert info.method.startswith("correlation ratio")
+    assert info.notes
+
+
+def test_hypervolume_and_exact_front(heads: Path) -> None:
+    res = load_results(heads)
+    hv = I.hypervolume_info(res)
+    assert hv is not None
+    assert hv.n_trials[-1] == len(res.trials)
+    assert hv.exact == res.summary["exact_hypervolume"]
+    ex = I.exact_front_info(res)
+    assert ex is not None
+    assert ex.n_found == len(res.exact_front) == len(ex.exact_x)
+
+
+def test_energy_breakdown_sums_to_the_total(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    info = I.breakdown_info(res)
+    assert info is not None and info.t2wh
+    assert {c for c, _ in info.t2wh} >= {"compute", "kv_write", "attn_read", "static"}
+    parts = sum(info.t2wh.values())
+    np.testing.assert_allclose(parts, info.t2wh_total, rtol=1e-9)
+    front = res.front.set_index("number").loc[info.numbers]
+    np.testing.assert_array_equal(info.hymell_total, front["pred.energy_j"].to_numpy(float))
+
+
+def test_header_says_how_to_reproduce(gpu_batch: Path) -> None:
+    res = load_results(gpu_batch)
+    h = I.header_info(res)
+    rows = dict(h.rows)
+    assert rows["sampler"] == "random · seed 1"
+    assert "h100_sxm" in rows["GPU"] and "a100_sxm" in rows["GPU"]
+    assert "batch_size∈{" in rows["workload"] and "prompt_tokens=512" in rows["workload"]
+    assert "roofline-v0" in rows["artifacts"]
+    assert f"{len(res.feasible):,} feasible" in rows["trials"]
+    assert "search_spaces/gpu_batch.yaml" in h.reproduce and "--seed 1" in h.reproduce
+
+
+# ---------------------------------------------------------------------- the page
+def test_report_is_one_self_contained_file(gpu_batch: Path, tmp_path: Path) -> None:
+    out = write_report(gpu_batch, tmp_path / "r.html")
+    text = out.read_text()
+    lib = plotly.offline.get_plotlyjs()
+    assert lib in text  # the library itself, inline
+    page = text.replace(lib, "")
+    assert "<script src" not in page and "http://" not in page and "https://" not in page
+    assert text.count("Plotly.newPlot(") >= 5
+    for div in ("pareto", "parallel-0", "importance", "hypervolume", "breakdown-0"):
+        assert f'id="{div}"' in text
+    assert write_report(gpu_batch) == gpu_batch / "report.html"
+
+
+def test_no_feasible_trial_report(infeasible: Path) -> None:
+    res = load_results(infeasible)
+    info = I.pareto_info(res)
+    assert len(info.front.numbers) == 0 and len(info.infeasible.numbers) > 0
+    assert info.marks == []
+    text = write_report(infeasible).read_text()
+    assert "No feasible trial" in text
+
+
+def test_command_writes_the_report(gpu_batch: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cli.html"
+    assert main(["report", str(gpu_batch), "--out", str(out)]) == 0
+    assert out.is_file()
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_command_on_no_feasible_trial_warns(infeasible: Path, tmp_path: Path, capsys) -> None:
+    assert main(["report", str(infeasible), "--out", str(tmp_path / "x.html")]) == 0
+    assert "no feasible trial" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- bad input
+def _older(d: Path) -> None:
+    s = json.loads((d / "summary.json").read_text())
+    del s["format_version"]
+    (d / "summary.json").write_text(json.dumps(s))
+
+
+def _no_columns(d: Path) -> None:
+    t = pd.read_parquet(d / "trials.parquet").drop(columns=["on_front"])
+    t.to_parquet(d / "trials.parquet")
+
+
+def _no_rows(d: Path) -> None:
+    pd.read_parquet(d / "trials.parquet").head(0).to_parquet(d / "trials.parquet")
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: shutil.rmtree(d), "does not exist"),
+        (lambda d: [p.unlink() for p in d.iterdir()], "not a results folder"),
+        (lambda d: (d / "summary.json").unlink(), "summary.json is missing"),
+        (_older, "older dse"),
+        (lambda d: (d / "summary.json").write_text("{not json"), "not valid JSON"),
+        (_no_columns, "missing column(s) on_front"),
+        (_no_rows, "holds no trials"),
+        (lambda d: (d / "trials.parquet").write_bytes(b"garbage"), "cannot be read"),
+    ],
+)
+def test_bad_folder_gets_one_clear_message(
+    gpu_batch: Path, tmp_path: Path, capsys, damage, message: str
+) -> None:
+    d = tmp_path / "res"
+    shutil.copytree(gpu_batch, d)
+    (d / "trials.csv").unlink()
+    damage(d)
+    with pytest.raises(ResultsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_results(d)
+    assert main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dse report: error: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_newer_format_asks_for_an_upgrade(gpu_batch: Path, tmp_path: Path) -> None:
+    d = tmp_path / "res"
+    shutil.copytree(gpu_batch, d)
+    s = json.loads((d / "summary.json").read_text())
+    s["format_version"] = 99
+    (d / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(ResultsError, match="newer dse"):
+        load_results(d)
+
+
+# ---------------------------------------------------------------------- static image
+def test_image_with_an_unknown_extension_fails_clearly(gpu_batch: Path, tmp_path: Path, capsys):
+    out = tmp_path / "r.html"
+    assert (
+        main(["report", str(gpu_batch), "--out", str(out), "--image", str(tmp_path / "f.bmp")]) == 3
+    )
+    err = capsys.readouterr().err
+    assert "image format must be one of png, svg, pdf" in err
+    assert out.is_file()  # the HTML report is written all the same
+
+
+def test_image_svg(gpu_batch: Path, tmp_path: Path) -> None:
+    pytest.importorskip("kaleido", reason="kaleido (static image export) is not installed")
+    if not (shutil.which("chromium") or shutil.which("google-chrome")):
+        pytest.skip("no Chrome or Chromium for kaleido")
+    from dse.report import write_image
+
+    out = write_image(gpu_batch, tmp_path / "front.svg")
+    svg = out.read_text()
+    assert svg.lstrip().startswith("<svg") and "Time per output token (ms)" in svg
