@@ -206,9 +206,12 @@ def check_columns(
     c = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items() if v is not None}
     tp = np.broadcast_to(np.asarray(tensor_parallel), (n,))
     msg = np.full(n, "", dtype=object)
+    done = np.zeros(n, dtype=bool)  # rows that already hold their first message
     for mask, text in _rules(c, n, tp, head_dim_defaulted):
-        for i in np.nonzero(mask & (msg == ""))[0]:
+        idx = np.nonzero(mask & ~done)[0]
+        for i in idx:
             msg[i] = text(i)
+        done[idx] = True
     return msg
 
 
@@ -269,7 +272,9 @@ def _rules(
     def raw(name: str) -> np.ndarray:
         if name in cols:
             return np.broadcast_to(np.asarray(cols[name]), (n,))
-        return np.broadcast_to(np.array([_DEFAULTS.get(name)], dtype=object), (n,))
+        default = _DEFAULTS.get(name)
+        # Native dtypes for defaults keep the checks below vectorised (no per-element Python).
+        return np.broadcast_to(np.array([default], dtype=object if default is None else None), (n,))
 
     # 1. Positive integers; a row failing here skips the rules that divide by these fields.
     num = {}
