@@ -455,3 +455,20 @@ def test_cli_arch_errors(argv: list[str], message: str, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err.startswith("dse arch: error: ") and message in err
     assert "Traceback" not in err
+
+
+def test_cli_arch_hf_config_approximate(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An approximately representable config is accepted with its notes (BLOOM: biases, ALiBi)."""
+    cfg = {
+        "model_type": "bloom",
+        "n_embed": 4096,
+        "n_head": 32,
+        "n_layer": 30,
+        "vocab_size": 250880,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["arch", "--hf-config", str(tmp_path), "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    # Unmodelled: 30 layers x (4096 + 4 x 4096 + 4096) biases + the embedding LayerNorm (2 x 4096).
+    assert f"approximate: {30 * 6 * 4096 + 2 * 4096:,} parameters are not modelled" in out
+    assert "ALiBi" in out and "(model_type bloom)" in out
