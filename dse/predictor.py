@@ -1,28 +1,47 @@
 """The objective function: batched latency and energy prediction for configuration columns.
 
-`predict(configs)` is what `dse predict` and every sweep call. It prices each operator of
-`dse.ops.forward_ops` for prefill and for decode, integrates decode over the growing KV cache,
-and returns arrays. Until the frozen HYMELL artifacts exist for a GPU, operators are priced by a
-roofline with a launch floor (`source == "roofline"` in the provenance).
+`predict(configs)` is what `dse predict` and every sweep call. Per GPU it loads the frozen
+HYMELL artifact (`surrogates/<gpu>/`), prices each operator of `dse.ops.forward_ops` with the
+Level-1 models and the Level-2 block residuals (`dse.surrogate.hymell`), integrates decode over
+the growing KV cache with a quadrature, and corrects the whole request with Level 3
+(`dse.surrogate.level3`). Without an artifact a GPU falls back to the roofline
+(`source == "roofline"`). Only numpy (and pandas for DataFrame input) run here: no Optuna,
+plotly or scikit-learn.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dse import arch as A
 from dse import configs as C
+from dse.errors import ConfigError
 from dse.hardware import GPU, get_gpu
 from dse.ops import Op, forward_ops
+from dse.surrogate.artifact import Artifact
+from dse.surrogate.hymell import (
+    LAUNCH_S,  # noqa: F401  (re-exported: the roofline launch floor)
+    HymellPricer,
+    PhaseCost,
+)
+from dse.surrogate.level3 import OOR_BAND_WIDEN, GlobalInputs
 
-LAUNCH_S = 5e-6  # kernel launch floor per operator call (CUDA-graph replay, H100-class GPU)
-# Roofline stand-in power: idle plus this fraction of the idle-to-board span at full utilisation.
-ROOFLINE_ACTIVE_POWER_FRACTION = 0.75
 # Decode is integrated over the KV length with composite Simpson on this many segments.
 DECODE_SEGMENTS = 2
+LEVEL3_MODEL = "level3.e2e"
+POWER3_MODEL = "level3.power"
+# A GPU without its own artifact borrows the one of the same chip (compute and bandwidth alike).
+SIBLING_ARTIFACT = {"a100_sxm_40gb": "a100_sxm"}
+# Band of a roofline-only prediction: no held-out residuals exist, so a wide factor (x0.5 .. x2).
+ROOFLINE_BAND_LOG = np.log(2.0)
+SURROGATES_ENV = "DSE_SURROGATES"  # folder holding <gpu>/manifest.json, overrides the shipped one
 
 OpPricer = Callable[[list[Op], GPU, str], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
 
@@ -36,132 +55,318 @@ OUTPUT_KEYS = (
     "energy_per_output_token_j",
     "avg_power_w",
 )
+BAND_KEYS = (
+    "ttft_lo_s",
+    "ttft_hi_s",
+    "tpot_lo_s",
+    "tpot_hi_s",
+    "latency_lo_s",
+    "latency_hi_s",
+    "energy_lo_j",
+    "energy_hi_j",
+)
 
 
 def roofline_pricer(
     ops: list[Op], gpu: GPU, phase: str
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Time and energy of one forward pass: per op max(FLOPs / peak, bytes / bandwidth) + launch."""
-    n = len(np.atleast_1d(ops[0].count))
-    time = np.zeros(n)
-    energy = np.zeros(n)
-    items: dict[str, np.ndarray] = {}
-    span = gpu.board_power_w - gpu.idle_power_w
-    for op in ops:
-        peak = gpu.peak_bf16_flops_per_s
-        if op.kind == "gemm":
-            peak = np.where(op.dims["dtype"] == "fp8", gpu.peak_flops_per_s("fp8"), peak)
-        if op.kind == "allreduce":
-            t_data = (
-                op.bytes
-                * 2
-                * (op.dims["n_gpus"] - 1)
-                / np.maximum(op.dims["n_gpus"], 1)
-                / gpu.nvlink_bw_bytes_per_s
-            )
-            t_op = t_data + 10e-6
-            util = np.zeros(n)
-        else:
-            t_c = op.flops / peak
-            t_m = op.bytes / gpu.hbm_bw_bytes_per_s
-            t_roof = np.maximum(t_c, t_m)
-            t_op = t_roof + LAUNCH_S
-            util = t_roof / t_op
-        t = np.where(op.count > 0, t_op * op.count, 0.0)
-        p = gpu.idle_power_w + ROOFLINE_ACTIVE_POWER_FRACTION * span * util
-        time += t
-        energy += t * p
-        items[op.name] = items.get(op.name, 0) + t
-    return time, energy, items
+    """Time and energy of one forward pass on the roofline (no artifact): (time, energy, items)."""
+    c = HymellPricer(gpu, None).price(ops, phase)
+    return c.time_s, c.energy_j, c.items_s
 
 
-def _decode_nodes(
-    prompt: np.ndarray, output: np.ndarray
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Nodes and weights so that sum_j f(prompt + j), j = 0..output-1, ~= sum_i w_i f(x_i).
+# ---------------------------------------------------------------------------- artifacts
+def surrogates_dir() -> Path:
+    env = os.environ.get(SURROGATES_ENV)
+    if env:
+        return Path(env)
+    from dse.resources import shipped
 
-    The step sum equals the integral of f over [prompt - 1/2, prompt + output - 1/2] exactly when
-    f is linear (midpoint rule), and composite Simpson is exact for every linear or quadratic
-    piece of f, so the only error comes from the kinks where an operator changes regime.
+    return Path(str(shipped("surrogates")))
+
+
+@cache
+def _load_cached(path: str) -> Artifact | None:
+    p = Path(path)
+    if not (p / "manifest.json").is_file():
+        return None
+    return Artifact.load(p)
+
+
+def load_artifact(gpu: str) -> tuple[Artifact | None, str]:
+    """The frozen artifact for `gpu` (or its sibling chip's) and the GPU it was fitted for;
+    (None, "") when there is none. Loaded once per process."""
+    root = surrogates_dir()
+    for name in (gpu, SIBLING_ARTIFACT.get(gpu)):
+        if name:
+            art = _load_cached(str(root / name))
+            if art is not None:
+                return art, name
+    return None, ""
+
+
+# ---------------------------------------------------------------------------- quadrature
+def decode_nodes(kv_start: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights, each (2m+1, n), so that sum_{j<steps} f(kv_start + j) ~= sum w f(x).
+
+    The step sum equals the integral of f over [kv_start - 1/2, kv_start + steps - 1/2] exactly
+    when f is linear (midpoint rule), and composite Simpson is exact on every segment where f is
+    linear or quadratic, so the only error comes from the segments holding a kink where an
+    operator changes regime (tested against the step-by-step sum in tests/test_predictor.py).
     """
-    a = prompt - 0.5
-    width = output.astype(float)
+    a = np.asarray(kv_start, dtype=float) - 0.5
+    width = np.asarray(steps, dtype=float)
     m = 2 * DECODE_SEGMENTS
     h = width / m
-    nodes, weights = [], []
-    for i in range(m + 1):
-        c = 1.0 if i in (0, m) else (4.0 if i % 2 else 2.0)
-        nodes.append(a + i * h)
-        weights.append(c * h / 3.0)
-    return nodes, weights
+    i = np.arange(m + 1, dtype=float)[:, None]
+    c = np.where((i == 0) | (i == m), 1.0, np.where(i % 2 == 1, 4.0, 2.0))
+    return a + i * h, c * h / 3.0
+
+
+# ---------------------------------------------------------------------------- one GPU
+def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+    """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU."""
+    a = C.architecture(cols)
+    mem = A.memory_breakdown(
+        a, cols["batch_size"], cols["prompt_tokens"], cols["output_tokens"], cols["tensor_parallel"]
+    )
+    free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - mem["weights"] - mem["reserved"]
+    return np.asarray(mem["kv_cache"], dtype=float), np.asarray(free, dtype=float)
+
+
+def _kv_fill(cols: Mapping[str, np.ndarray], gpu: GPU) -> np.ndarray:
+    """KV cache needed / KV memory left per GPU (> 1: the engine must queue or preempt)."""
+    need, free = kv_memory(cols, gpu)
+    return np.where(free > 0, need / np.maximum(free, 1.0), 10.0)
+
+
+def kv_waves(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+    """(waves, sequences per wave): a batch whose KV cache does not fit runs as consecutive
+    waves of as many full-length sequences as fit (at least one)."""
+    b = cols["batch_size"].astype(float)
+    need, free = kv_memory(cols, gpu)
+    per_seq = need / b
+    fit = np.maximum(np.floor(np.maximum(free, 0.0) / np.maximum(per_seq, 1.0)), 1.0)
+    waves = np.ceil(b / np.minimum(fit, b))
+    return waves, np.ceil(b / waves)
+
+
+def global_inputs(
+    cols: Mapping[str, np.ndarray], gpu: GPU, pre: PhaseCost, dec: PhaseCost, steps: np.ndarray
+) -> GlobalInputs:
+    f = lambda k: cols[k].astype(float)  # noqa: E731
+    return GlobalInputs(
+        engine=cols["engine"].astype(str),
+        t_pre_s=pre.time_s,
+        t_dec_s=dec.time_s,
+        steps=steps,
+        batch=f("batch_size"),
+        prompt=f("prompt_tokens"),
+        output=f("output_tokens"),
+        n_layers=f("n_layers"),
+        d_model=f("d_model"),
+        tp=f("tensor_parallel"),
+        n_experts=f("n_experts"),
+        gqa=f("n_heads") / np.maximum(f("n_kv_heads"), 1.0),
+        kv_fill=_kv_fill(cols, gpu),
+    )
+
+
+def base_costs(
+    cols: Mapping[str, np.ndarray],
+    n: int,
+    gpu: GPU,
+    artifact: Artifact | None,
+    artifact_gpu: GPU | None = None,
+) -> tuple[PhaseCost, PhaseCost, np.ndarray]:
+    """Levels 1-2: prefill and the sum of all decode steps on one GPU, and the step count.
+
+    `artifact_gpu`: the chip the artifact's kernels were measured on, when not `gpu` itself."""
+    pricer = HymellPricer(gpu, artifact, artifact_gpu)
+    waves, per_wave = kv_waves(cols, gpu)
+    queued = waves > 1
+    if queued.any():
+        cols = dict(cols)
+        cols["batch_size"] = np.where(queued, per_wave, cols["batch_size"]).astype(np.int64)
+    pre = pricer.price(forward_ops(cols, "prefill"), "prefill")
+    out_tokens = cols["output_tokens"].astype(float)
+    # The first output token comes out of prefill; the remaining output_tokens - 1 are decode
+    # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
+    steps = np.maximum(out_tokens - 1.0, 0.0)
+    nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
+    dec = pricer.price(forward_ops(cols, "decode", kv_len=nodes), "decode", weights)
+    if queued.any():
+        pre, dec = pre.scaled(waves), dec.scaled(waves)
+    return pre, dec, steps
 
 
 def predict_columns(
-    cols: Mapping[str, np.ndarray], n: int, pricer: OpPricer | None = None, gpu: GPU | None = None
+    cols: Mapping[str, np.ndarray],
+    n: int,
+    gpu: GPU | None = None,
+    artifact: Artifact | str | None = "auto",
 ) -> dict[str, np.ndarray]:
-    """Predict one GPU's configurations (complete columns, all on `gpu`)."""
-    pricer = pricer or roofline_pricer
+    """Predict configurations that all run on one GPU (complete columns, see dse.configs).
+
+    `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline.
+    """
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
-    tp = cols["tensor_parallel"].astype(float)
-    prefill_ops = forward_ops(cols, "prefill")
-    t_pre, e_pre, items_pre = pricer(prefill_ops, gpu, "prefill")
-    out_tokens = cols["output_tokens"].astype(float)
-    # The first output token comes out of prefill; the remaining output_tokens - 1 are decode steps
-    # whose KV length runs from prompt_tokens to prompt_tokens + output_tokens - 2 (+1 for the new token).
-    steps = np.maximum(out_tokens - 1.0, 0.0)
-    nodes, weights = _decode_nodes(
-        cols["prompt_tokens"].astype(float) + 1.0, np.maximum(steps, 1.0)
-    )
-    t_dec = np.zeros(n)
-    e_dec = np.zeros(n)
-    items_dec: dict[str, np.ndarray] = {}
-    for x, w in zip(nodes, weights, strict=True):
-        t, e, items = pricer(forward_ops(cols, "decode", kv_len=x), gpu, "decode")
-        t_dec += w * t
-        e_dec += w * e
-        for k, v in items.items():
-            items_dec[k] = items_dec.get(k, 0) + w * v
+    fitted_for = gpu.name
+    if isinstance(artifact, str):
+        artifact, fitted_for = load_artifact(gpu.name)
+    elif artifact is not None:
+        fitted_for = artifact.gpu
+    art_gpu = _registry_gpu(fitted_for, gpu)
+    pre, dec, steps = base_costs(cols, n, gpu, artifact, art_gpu)
     has_decode = steps > 0
-    t_dec = np.where(has_decode, t_dec, 0.0)
-    e_dec = np.where(has_decode, e_dec, 0.0)
-    # Energy of one GPU times the tensor-parallel group: every GPU runs its shard of every op.
-    e_pre = e_pre * tp
-    e_dec = e_dec * tp
+    tp = cols["tensor_parallel"].astype(float)
+    out_tokens = cols["output_tokens"].astype(float)
+    g = global_inputs(cols, gpu, pre, dec, steps)
+
+    lvl3 = _model(artifact, LEVEL3_MODEL)
+    oor = pre.out_of_range | dec.out_of_range
+    if lvl3 is not None:
+        c = lvl3.correct(g)
+        oor = oor | lvl3.out_of_range(g) | ~c["engine_known"]
+        pre_f, dec_f = c["pre_factor"], c["dec_factor"]
+        pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
+        band_lo, band_hi = c["band_lo"], c["band_hi"]
+    else:
+        pre_f = dec_f = np.ones(n)
+        pre_over = dec_over = np.zeros(n)
+        band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
+    dec_over = np.where(has_decode, dec_over, 0.0)
+    dec_f = np.where(has_decode, dec_f, 0.0)
+    t_pre = pre.time_s * pre_f + pre_over
+    t_dec = dec.time_s * dec_f + dec_over
+
+    # Energy of one GPU: kernels at their modelled power for their (corrected) time, and the
+    # engine's host-side overhead at idle power (the GPU waits for the next launch).
+    e_pre = pre.energy_j * pre_f + pre_over * gpu.idle_power_w
+    e_dec = dec.energy_j * dec_f + dec_over * gpu.idle_power_w
+    pw = _model(artifact, POWER3_MODEL)
+    power_scale = np.ones(n)
+    power_band = np.zeros((2, n))
+    if pw is not None:
+        power_scale, power_band = pw.scale(g, e_pre + e_dec, t_pre + t_dec, gpu)
+    e_pre = e_pre * power_scale
+    e_dec = e_dec * power_scale
+
+    widen = np.where(oor, OOR_BAND_WIDEN, 1.0)
+    lo, hi = np.exp(band_lo * widen), np.exp(band_hi * widen)
     latency = t_pre + t_dec
-    energy = e_pre + e_dec
-    out = {
+    # Energy band: latency and power residuals combined in quadrature (independent errors).
+    e_lo = np.exp(-np.hypot(band_lo, power_band[0]) * widen)
+    e_hi = np.exp(np.hypot(band_hi, power_band[1]) * widen)
+    energy_one_gpu = e_pre + e_dec
+    # Every GPU of the tensor-parallel group runs its shard of every operator.
+    energy = energy_one_gpu * tp
+    tpot = np.where(has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
+    out: dict[str, np.ndarray] = {
         "ttft_s": t_pre,
-        "tpot_s": np.where(has_decode, t_dec / np.maximum(steps, 1.0), 0.0),
+        "tpot_s": tpot,
         "latency_s": latency,
-        "prefill_energy_j": e_pre,
-        "decode_energy_j": e_dec,
+        "prefill_energy_j": e_pre * tp,
+        "decode_energy_j": e_dec * tp,
         "energy_j": energy,
         # Per output token of the whole batch: batch_size sequences each produce output_tokens.
         "energy_per_output_token_j": energy / (out_tokens * cols["batch_size"].astype(float)),
-        "avg_power_w": energy / np.maximum(latency, 1e-12) / tp,
+        "avg_power_w": energy_one_gpu / np.maximum(latency, 1e-12),
+        "ttft_lo_s": t_pre * lo,
+        "ttft_hi_s": t_pre * hi,
+        "tpot_lo_s": tpot * lo,
+        "tpot_hi_s": tpot * hi,
+        "latency_lo_s": latency * lo,
+        "latency_hi_s": latency * hi,
+        "energy_lo_j": energy * e_lo,
+        "energy_hi_j": energy * e_hi,
+        "out_of_range": oor,
     }
-    for k, v in items_pre.items():
-        out[f"breakdown.prefill.{k}_s"] = np.broadcast_to(v, (n,)).astype(float)
-    for k, v in items_dec.items():
-        out[f"breakdown.decode.{k}_s"] = np.where(has_decode, v, 0.0)
+    for phase, cost, f, over in (
+        ("prefill", pre, pre_f, pre_over),
+        ("decode", dec, dec_f, dec_over),
+    ):
+        for k, v in cost.items_s.items():
+            out[f"breakdown.{phase}.{k}_s"] = v * f
+        if lvl3 is not None:
+            out[f"breakdown.{phase}.system_overhead_s"] = over
+        for k, v in cost.blocks_s.items():
+            out[f"blocks.{phase}.{k}_s"] = v * f
+    # Operators the roofline priced (no fitted model), among those this batch actually runs.
+    fallback = sorted(
+        k
+        for c in (pre, dec)
+        for k, s in c.sources.items()
+        if "roofline" in s and np.any(c.items_s[k] > 0)
+    )
+    fallback = sorted(set(fallback))
+    meta = {
+        "source": "hymell" if lvl3 is not None else "roofline",
+        "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",
+        "artifact_gpu": fitted_for if artifact is not None else "",
+        "roofline_ops": ",".join(fallback),
+        "energy_source": _energy_source(artifact, gpu, pw is not None),
+    }
+    for k, v in meta.items():
+        out[k] = np.full(n, v, dtype=object)
     return out
 
 
-def predict(configs: pd.DataFrame | Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Predict every configuration (rows may mix GPUs). Returns arrays keyed as OUTPUT_KEYS plus
-    `breakdown.<phase>.<op>_s`, `source` and `artifact_id` (provenance) and `out_of_range`."""
+def _registry_gpu(name: str, default: GPU) -> GPU:
+    try:
+        return get_gpu(name) if name and name != default.name else default
+    except ConfigError:  # an artifact fitted for an unregistered GPU (tests): no transfer
+        return default
+
+
+def _model(artifact: Artifact | None, name: str) -> Any:
+    if artifact is None or not artifact.has(name):
+        return None
+    return artifact.model(name)
+
+
+def _energy_source(artifact: Artifact | None, gpu: GPU, calibrated: bool) -> str:
+    if artifact is None or not artifact.names("power"):
+        return "roofline power stand-in (uncalibrated)"
+    base = (
+        f"power model fitted on measured kernel power of {gpu.name}"
+        if gpu.measured_power
+        else f"power model (no measured power for {gpu.name}; transferred from measured GPUs)"
+    )
+    return base + ("; level-3 calibrated on argonne GPU-0 power" if calibrated else "")
+
+
+# ---------------------------------------------------------------------------- public API
+def predict(
+    configs: pd.DataFrame | Mapping[str, Any],
+    artifacts: Mapping[str, Artifact | None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Predict every configuration (rows may mix GPUs).
+
+    Returns arrays keyed as OUTPUT_KEYS, the band (BAND_KEYS), `out_of_range`, itemised
+    `breakdown.<phase>.<op>_s` and `blocks.<phase>.<block>_s`, and provenance strings `source`
+    ("hymell" or "roofline"), `artifact_id`, `artifact_gpu`, `roofline_ops` (operators priced by
+    the roofline fallback) and `energy_source`. `artifacts` overrides the frozen artifact per GPU
+    name (None forces the roofline).
+    """
     cols, n = C.as_columns(configs)
     result: dict[str, np.ndarray] = {}
     gpus = cols["gpu"]
     for name in np.unique(gpus):
         idx = np.nonzero(gpus == name)[0]
-        part = {k: v[idx] for k, v in cols.items()}
-        pred = predict_columns(part, len(idx), gpu=get_gpu(str(name)))
+        part = cols if len(idx) == n else {k: v[idx] for k, v in cols.items()}
+        art: Artifact | str | None = "auto"
+        if artifacts is not None and str(name) in artifacts:
+            art = artifacts[str(name)]
+        pred = predict_columns(part, len(idx), gpu=get_gpu(str(name)), artifact=art)
+        if len(idx) == n:
+            return pred
         for k, v in pred.items():
             if k not in result:
-                result[k] = np.zeros(n)
+                result[k] = (
+                    np.zeros(n, dtype=v.dtype)
+                    if v.dtype != object
+                    else np.full(n, "", dtype=object)
+                )
             result[k][idx] = v
-    result["source"] = np.full(n, "roofline", dtype=object)
-    result["artifact_id"] = np.full(n, "roofline-v0", dtype=object)
-    result["out_of_range"] = np.zeros(n, dtype=bool)
     return result

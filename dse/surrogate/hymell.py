@@ -1,0 +1,318 @@
+"""Levels 1 and 2 of HYMELL as an operator pricer: each operator of `dse.ops.forward_ops` gets a
+time and an energy from the GPU's frozen artifact, block residuals correct the sums.
+
+- Level 1: every operator kind is priced by the fitted model of the artifact that covers it
+  (GEMM by m, n, k, dtype; attention by the context / generation attention models; the fused MoE
+  block; norms and elementwise ops by the layer-op models; all-reduce by the comm model). Where no
+  fitted model exists (or no artifact at all) the operator falls back to a roofline with a launch
+  floor, and the pricer records which operators did (`PhaseCost.fallback`).
+- Energy: power per operator from the artifact's power model when it has one, else the roofline
+  stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
+- Level 2: a residual MLP per block (attention, ffn) whose inputs are the Level-1 estimates and
+  architecture parameters; it multiplies the block's operator times (`Level2Block`).
+
+Decode is priced once for all quadrature nodes: an operator whose arrays have a leading node axis
+(shape (k, n), only attention over the KV length) is reduced with the node weights, every other
+operator (shape (n,)) is multiplied by the sum of the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from dse.hardware import GPU
+from dse.ops import Op
+from dse.surrogate.artifact import Artifact, register_model
+from dse.surrogate.nn import MLP
+
+LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H100-class GPU)
+ALLREDUCE_FLOOR_S = 10e-6  # roofline latency floor of one NCCL all-reduce inside a node
+# Roofline stand-in power: idle plus this fraction of the idle-to-board span at full utilisation.
+ROOFLINE_ACTIVE_POWER_FRACTION = 0.75
+BLOCKS = ("attention", "ffn")  # the blocks Level 2 corrects (others pass through)
+L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
+
+
+@dataclass
+class L1Price:
+    """Level-1 price of one operator call: time, optional power, and where it came from."""
+
+    latency_s: np.ndarray
+    power_w: np.ndarray | None = None
+    out_of_range: np.ndarray | None = None
+    model: str = "roofline"
+
+
+# kind -> adapter(artifact, op, gpu) -> L1Price | None (None: no model covers this op)
+Level1Adapter = Callable[[Artifact, Op, GPU], L1Price | None]
+LEVEL1: dict[str, Level1Adapter] = {}
+
+
+def level1_adapter(*kinds: str) -> Callable[[Level1Adapter], Level1Adapter]:
+    """Register the function that prices operators of these `Op.kind`s from an artifact."""
+
+    def deco(fn: Level1Adapter) -> Level1Adapter:
+        for k in kinds:
+            LEVEL1[k] = fn
+        return fn
+
+    return deco
+
+
+# ---------------------------------------------------------------------------- roofline
+def roofline_op(op: Op, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per call, utilisation in [0, 1]) of one operator on the roofline."""
+    if op.kind == "allreduce":
+        g = np.asarray(op.dims["n_gpus"], dtype=float)
+        # Ring all-reduce moves 2 (g - 1) / g of the message over each GPU's NVLink.
+        t_data = op.bytes * 2 * (g - 1) / np.maximum(g, 1) / gpu.nvlink_bw_bytes_per_s
+        t = t_data + ALLREDUCE_FLOOR_S
+        return t, np.zeros_like(t)
+    peak = gpu.peak_bf16_flops_per_s
+    if op.kind == "gemm":
+        peak = np.where(op.dims["dtype"] == "fp8", gpu.peak_flops_per_s("fp8"), peak)
+    t_roof = np.maximum(op.flops / peak, op.bytes / gpu.hbm_bw_bytes_per_s)
+    t = t_roof + LAUNCH_S
+    return t, t_roof / t
+
+
+def transfer_factor(op: Op, gpu: GPU, fitted_on: GPU) -> np.ndarray:
+    """Time on `gpu` / time on `fitted_on` by the roofline (launch floor included): moves a
+    Level-1 time measured on one chip to a sibling with other bandwidth or peak."""
+    t_here, _ = roofline_op(op, gpu)
+    t_there, _ = roofline_op(op, fitted_on)
+    return t_here / t_there
+
+
+def roofline_power_w(gpu: GPU, util: np.ndarray) -> np.ndarray:
+    """Stand-in board power at a utilisation: idle + fraction of the idle-to-board span."""
+    span = gpu.board_power_w - gpu.idle_power_w
+    return gpu.idle_power_w + ROOFLINE_ACTIVE_POWER_FRACTION * span * util
+
+
+# ---------------------------------------------------------------------------- Level 2
+def block_features(
+    block: str, l1_block_s: np.ndarray, dims: Mapping[str, np.ndarray], phase: str
+) -> np.ndarray:
+    """Inputs of a Level-2 block MLP: log Level-1 block time + log architecture/workload sizes.
+
+    Shapes broadcast (decode attention carries a node axis); returns (..., n_features).
+    """
+    cols = [np.log(np.maximum(l1_block_s, 1e-9))]
+    for key in LEVEL2_DIMS[block]:
+        cols.append(np.log2(np.maximum(np.asarray(dims[key], dtype=float), 1.0)))
+    cols.append(np.full(np.shape(l1_block_s), 1.0 if phase == "decode" else 0.0))
+    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
+    return np.stack([np.broadcast_to(c, shape) for c in cols], axis=-1)
+
+
+# Architecture / workload sizes a block's residual depends on (log2 of each is a feature).
+LEVEL2_DIMS: dict[str, tuple[str, ...]] = {
+    "attention": ("tokens", "d_model", "num_heads", "num_kv_heads", "head_dim", "kv_len"),
+    "ffn": ("tokens", "d_model", "d_ff", "n_experts", "top_k"),
+}
+
+
+@register_model("level2_block")
+class Level2Block:
+    """Residual MLP of one block: log(measured block time / sum of Level-1 op times)."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        block: str = "ffn",
+        hidden: tuple[int, ...] = (16,),
+        alpha: float = 1e-2,
+        seed: int = 0,
+    ) -> None:
+        self.block = block
+        self.hidden = hidden
+        self.alpha = alpha
+        self.seed = seed
+
+    def fit_arrays(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
+        from dse.surrogate.nn import fit_mlp
+
+        self.mlp_ = fit_mlp(X, log_ratio, hidden=self.hidden, alpha=self.alpha, seed=self.seed)
+        self.range_ = {
+            f"x{i}": (float(X[:, i].min()), float(X[:, i].max())) for i in range(X.shape[1])
+        }
+        return self
+
+    def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
+        raise NotImplementedError("Level2Block is fitted with fit_arrays(X, log_ratio)")
+
+    def log_factor(self, X: np.ndarray) -> np.ndarray:
+        shape = X.shape[:-1]
+        r = self.mlp_.predict(X.reshape(-1, X.shape[-1])).reshape(shape)
+        return np.clip(r, -L2_CLIP, L2_CLIP)
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        X = np.asarray(arrays["X"], dtype=float)
+        return {"log_factor": self.log_factor(X)}
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        lo = np.array([v[0] for v in self.range_.values()])
+        hi = np.array([v[1] for v in self.range_.values()])
+        return {
+            **self.mlp_.to_state("mlp/"),
+            "block": np.array(self.block),
+            "range_lo": lo,
+            "range_hi": hi,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        self = cls(block=str(state["block"]))
+        self.mlp_ = MLP.from_state(dict(state), "mlp/")
+        lo, hi = state["range_lo"], state["range_hi"]
+        self.range_ = {
+            f"x{i}": (float(a), float(b)) for i, (a, b) in enumerate(zip(lo, hi, strict=True))
+        }
+        return self
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+
+# ---------------------------------------------------------------------------- the pricer
+@dataclass
+class PhaseCost:
+    """One phase priced: totals per configuration (one GPU) and the itemised parts."""
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    items_s: dict[str, np.ndarray] = field(default_factory=dict)  # op name -> seconds
+    items_j: dict[str, np.ndarray] = field(default_factory=dict)  # op name -> joules
+    blocks_s: dict[str, np.ndarray] = field(default_factory=dict)  # block -> seconds
+    sources: dict[str, str] = field(default_factory=dict)  # op name -> model name | "roofline"
+    out_of_range: np.ndarray | None = None
+
+    def scaled(self, f: np.ndarray) -> PhaseCost:
+        """Every time and energy multiplied by f (e.g. the number of waves a batch runs in)."""
+        return PhaseCost(
+            self.time_s * f,
+            self.energy_j * f,
+            {k: v * f for k, v in self.items_s.items()},
+            {k: v * f for k, v in self.items_j.items()},
+            {k: v * f for k, v in self.blocks_s.items()},
+            dict(self.sources),
+            self.out_of_range,
+        )
+
+
+def _reduce(x: np.ndarray, w: np.ndarray | None, n: int) -> np.ndarray:
+    """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)."""
+    if w is None:
+        return np.broadcast_to(x, (n,)).astype(float)
+    if np.ndim(x) == 2:
+        return np.einsum("kn,kn->n", w, x)
+    return np.broadcast_to(x, (n,)) * w.sum(axis=0)
+
+
+class HymellPricer:
+    """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
+
+    def __init__(
+        self, gpu: GPU, artifact: Artifact | None = None, artifact_gpu: GPU | None = None
+    ) -> None:
+        self.gpu = gpu
+        self.artifact = artifact
+        # The GPU whose measurements the Level-1 models were fitted on, when it is another chip
+        # of the same compute (A100 40GB priced with the 80GB part's kernels): times move with
+        # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
+        self.artifact_gpu = artifact_gpu if artifact_gpu is not None else gpu
+
+    def _level2(self, block: str) -> Level2Block | None:
+        art = self.artifact
+        name = f"level2.{block}"
+        if art is None or not art.has(name):
+            return None
+        return art.model(name)
+
+    def price(self, ops: list[Op], phase: str, weights: np.ndarray | None = None) -> PhaseCost:
+        """Time and energy of one forward pass (prefill) or of all decode steps (with `weights`,
+        the (k, n) quadrature weights of the node axis that attention arrays carry)."""
+        n = len(np.atleast_1d(ops[0].count))
+        oor = np.zeros(n, dtype=bool)
+        per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
+        sources: dict[str, str] = {}
+        for op in ops:
+            price = None
+            adapter = LEVEL1.get(op.kind)
+            if self.artifact is not None and adapter is not None:
+                price = adapter(self.artifact, op, self.gpu)
+            t_roof, util = roofline_op(op, self.gpu)
+            if price is None:
+                t_call, power, src = t_roof, None, "roofline"
+            else:
+                t_call, power, src = price.latency_s, price.power_w, price.model
+                if self.artifact_gpu is not self.gpu:
+                    t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
+                if price.out_of_range is not None:
+                    o = np.asarray(price.out_of_range) & (np.asarray(op.count) > 0)
+                    oor |= o.any(axis=0) if o.ndim == 2 else o
+            if power is None:
+                power = roofline_power_w(self.gpu, np.minimum(util * t_roof / t_call, 1.0))
+            t = np.where(op.count > 0, t_call * op.count, 0.0)
+            per_op.append((op, t, power))
+            prev = sources.get(op.name)
+            sources[op.name] = src if prev in (None, src) else f"{prev}+{src}"
+        self._apply_level2(per_op, phase)
+        out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
+        for op, t, p in per_op:
+            t_r = _reduce(t, weights, n)
+            e_r = _reduce(t * p, weights, n)
+            out.time_s += t_r
+            out.energy_j += e_r
+            out.items_s[op.name] = out.items_s.get(op.name, 0.0) + t_r
+            out.items_j[op.name] = out.items_j.get(op.name, 0.0) + e_r
+            out.blocks_s[op.block] = out.blocks_s.get(op.block, 0.0) + t_r
+        return out
+
+    def _apply_level2(self, per_op: list[tuple[Op, np.ndarray, np.ndarray]], phase: str) -> None:
+        """Scale each block's operator times by its Level-2 residual factor (in place)."""
+        for block in BLOCKS:
+            model = self._level2(block)
+            if model is None:
+                continue
+            idx = [i for i, (op, _, _) in enumerate(per_op) if op.block == block]
+            if not idx:
+                continue
+            total = sum(per_op[i][1] for i in idx)
+            dims = block_dims(block, [per_op[i][0] for i in idx])
+            factor = np.exp(model.log_factor(block_features(block, total, dims, phase)))
+            for i in idx:
+                op, t, p = per_op[i]
+                per_op[i] = (op, t * factor, p)
+
+
+def block_dims(block: str, ops: list[Op]) -> dict[str, np.ndarray]:
+    """The sizes Level 2 sees for a block, read from its operators' dims."""
+    by_kind = {op.kind: op for op in ops}
+    if block == "attention":
+        core = by_kind.get("attention_prefill") or by_kind["attention_decode"]
+        qkv = next(op for op in ops if op.name == "attention/qkv")
+        kv_len = core.dims.get("kv_len", core.dims.get("isl"))
+        return {
+            "tokens": qkv.dims["m"],
+            "d_model": qkv.dims["k"],
+            "num_heads": core.dims["num_heads"],
+            "num_kv_heads": core.dims["num_kv_heads"],
+            "head_dim": core.dims["head_dim"],
+            "kv_len": kv_len,
+        }
+    gate = next(op for op in ops if op.name == "ffn/gate_up")
+    moe = by_kind["moe"]
+    return {
+        "tokens": gate.dims["m"],
+        "d_model": gate.dims["k"],
+        "d_ff": gate.dims["n"],
+        "n_experts": moe.dims["num_experts"],
+        "top_k": moe.dims["topk"],
+    }

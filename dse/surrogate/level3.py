@@ -1,0 +1,432 @@
+"""Level 3 of HYMELL: the whole request, corrected for what no kernel shows.
+
+Kernel models (Levels 1-2) price what the GPU computes; a serving engine adds per-step host
+work (scheduling, sampling, Python), launch gaps between kernels, synchronisation across
+tensor-parallel ranks, and KV-cache preemption when the batch does not fit. Level 3 learns these
+from whole-request measurements (argonne static batches), per engine, in two stages:
+
+1. a physical overhead model, linear in named coefficients fitted with non-negative least
+   squares on relative error:
+       ttft   = a_pre * T_pre + o_step
+       decode = a_dec * T_dec + steps * o_step + a_pre_kv * T_dec * kv_overflow
+       o_step = c0 + c_batch * batch + c_layer * n_layers + c_tp * n_layers * log2(tp)
+2. a small MLP ensemble on the remaining log ratio with global features (layers, d_model,
+   batch, lengths, MoE, tensor parallelism, Level-1/2 times), clipped to +-LOG_CLIP, applied
+   to both phases.
+
+The error band comes from held-out (leave-one-model-out) log residual quantiles of the whole
+stack, widened for configurations outside the fitted range.
+
+    lvl3 = Level3.from_state(state)
+    out = lvl3.correct(g)   # g: GlobalInputs arrays; returns ttft_s, decode_s, factors, band
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from dse.errors import ArtifactError
+from dse.surrogate.artifact import register_model
+from dse.surrogate.nn import MLP
+
+# Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
+TERMS: tuple[str, ...] = (
+    "a_pre",  # x Level-2 prefill time
+    "a_dec",  # x Level-2 decode time
+    "c0_s",  # per step (prefill counts as one step)
+    "c_batch_s",  # per step per sequence
+    "c_layer_s",  # per step per layer
+    "c_tp_s",  # per step per layer per doubling of tensor parallelism
+    "a_kv_overflow",  # x decode time x KV overflow fraction (preemption, recompute)
+)
+# MLP inputs, in order (see `mlp_features`).
+FEATURES: tuple[str, ...] = (
+    "log_t_pre",
+    "log_t_step",
+    "log_batch",
+    "log_prompt",
+    "log_output",
+    "log_layers",
+    "log_d_model",
+    "log2_tp",
+    "moe",
+    "log2_gqa",
+    "kv_fill",
+    "pre_share",
+)
+# Global inputs whose fitted range decides `out_of_range` (name -> GlobalInputs attribute).
+RANGE_INPUTS: tuple[str, ...] = (
+    "batch",
+    "prompt",
+    "output",
+    "n_layers",
+    "d_model",
+    "tp",
+    "n_experts",
+    "kv_fill",
+)
+LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
+OOR_BAND_WIDEN = 2.0  # band half-widths (log) are multiplied by this outside the fitted range
+BAND_QUANTILES = (0.05, 0.95)
+
+
+@dataclass
+class GlobalInputs:
+    """Per-configuration arrays Level 3 reads (one GPU's share of the work)."""
+
+    engine: np.ndarray  # str
+    t_pre_s: np.ndarray  # Level-1/2 prefill time
+    t_dec_s: np.ndarray  # Level-1/2 time of all decode steps
+    steps: np.ndarray  # decode steps (output_tokens - 1)
+    batch: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    n_layers: np.ndarray
+    d_model: np.ndarray
+    tp: np.ndarray
+    n_experts: np.ndarray
+    gqa: np.ndarray  # n_heads / n_kv_heads
+    kv_fill: np.ndarray  # KV cache needed / KV memory available per GPU (> 1: preemption)
+
+    def value(self, name: str) -> np.ndarray:
+        return np.asarray(getattr(self, name), dtype=float)
+
+    def take(self, idx: np.ndarray) -> GlobalInputs:
+        return GlobalInputs(**{k: np.asarray(v)[idx] for k, v in vars(self).items()})
+
+
+def step_overhead_terms(g: GlobalInputs) -> np.ndarray:
+    """(n, 4) per-step overhead regressors: 1, batch, layers, layers * log2(tp)."""
+    L = g.value("n_layers")
+    return np.stack(
+        [np.ones_like(L), g.value("batch"), L, L * np.log2(np.maximum(g.value("tp"), 1.0))],
+        axis=1,
+    )
+
+
+def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrices (n, len(TERMS)) of ttft and of the decode phase, so that
+    ttft = X_ttft @ theta and decode = X_dec @ theta."""
+    step = step_overhead_terms(g)
+    steps = g.value("steps")[:, None]
+    overflow = np.maximum(g.value("kv_fill") - 1.0, 0.0)
+    zero = np.zeros_like(g.t_pre_s)
+    x_ttft = np.column_stack([g.t_pre_s, zero, step, zero])
+    x_dec = np.column_stack([zero, g.t_dec_s, steps * step, g.t_dec_s * overflow])
+    return x_ttft, x_dec
+
+
+def mlp_features(g: GlobalInputs, ttft_s: np.ndarray, decode_s: np.ndarray) -> np.ndarray:
+    """(n, len(FEATURES)) inputs of the residual MLP, after the structured stage."""
+    steps = np.maximum(g.value("steps"), 1.0)
+    total = np.maximum(ttft_s + decode_s, 1e-12)
+    cols = [
+        np.log(np.maximum(g.t_pre_s, 1e-9)),
+        np.log(np.maximum(g.t_dec_s / steps, 1e-9)),
+        np.log(g.value("batch")),
+        np.log(g.value("prompt")),
+        np.log(np.maximum(g.value("output"), 1.0)),
+        np.log(g.value("n_layers")),
+        np.log(g.value("d_model")),
+        np.log2(np.maximum(g.value("tp"), 1.0)),
+        (g.value("n_experts") > 1).astype(float),
+        np.log2(np.maximum(g.value("gqa"), 1.0)),
+        np.clip(g.value("kv_fill"), 0.0, 4.0),
+        ttft_s / total,
+    ]
+    return np.stack(cols, axis=1)
+
+
+@dataclass
+class EngineFit:
+    """Level-3 state of one engine."""
+
+    theta: np.ndarray  # (len(TERMS),)
+    mlps: tuple[MLP, ...]  # ensemble (may be empty: structured stage only)
+    band_log: np.ndarray  # (2,) held-out log-residual quantiles (lo < 0 < hi, usually)
+    cv_mape_pct: float
+
+
+@register_model("level3_e2e")
+class Level3:
+    """End-to-end correction for every engine fitted on one GPU's measurements."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        hidden: tuple[int, ...] = (8,),
+        alpha: float = 1.0,
+        n_ensemble: int = 5,
+        use_mlp: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.hidden = hidden
+        self.alpha = alpha
+        self.n_ensemble = n_ensemble
+        self.use_mlp = use_mlp
+        self.seed = seed
+
+    # ---- fitting --------------------------------------------------------------------------
+    def fit_arrays(
+        self,
+        g: GlobalInputs,
+        latency_s: np.ndarray,
+        groups: np.ndarray,
+        ttft_s: np.ndarray | None = None,
+    ) -> Self:
+        """Fit every engine in `g` on measured batch latencies; `groups` (model names) drive the
+        leave-one-group-out residuals behind the error band. `ttft_s` (NaN where unknown) adds
+        measured time-to-first-token rows to the structured fit."""
+        self.engines_: dict[str, EngineFit] = {}
+        self.cv_: dict[str, dict[str, Any]] = {}
+        self.range_ = {k: _range(g.value(k)) for k in RANGE_INPUTS}
+        y = np.asarray(latency_s, dtype=float)
+        tt = np.full_like(y, np.nan) if ttft_s is None else np.asarray(ttft_s, dtype=float)
+        for engine in sorted(np.unique(g.engine)):
+            idx = np.nonzero(g.engine == engine)[0]
+            gi, yi, ti, grp = g.take(idx), y[idx], tt[idx], np.asarray(groups)[idx]
+            held = np.full(len(idx), np.nan)
+            uniq = np.unique(grp)
+            if len(uniq) > 1:
+                for m in uniq:
+                    tr, te = grp != m, grp == m
+                    fit = self._fit_engine(gi.take(tr), yi[tr], ti[tr])
+                    held[te] = _latency(fit, gi.take(te))
+            final = self._fit_engine(gi, yi, ti)
+            ok = np.isfinite(held)
+            logres = np.log(yi[ok] / held[ok]) if ok.any() else np.zeros(1)
+            final.band_log = np.quantile(logres, BAND_QUANTILES)
+            final.cv_mape_pct = (
+                float(np.mean(np.abs(held[ok] / yi[ok] - 1)) * 100) if ok.any() else float("nan")
+            )
+            self.engines_[str(engine)] = final
+            self.cv_[str(engine)] = {
+                "scheme": "leave-one-model-out",
+                "rows": int(ok.sum()),
+                "groups": len(uniq),
+                "latency_mape_pct": final.cv_mape_pct,
+                "held_out_pred_s": held,
+            }
+        return self
+
+    def _fit_engine(self, g: GlobalInputs, y: np.ndarray, ttft: np.ndarray) -> EngineFit:
+        theta = _fit_structured(g, y, ttft)
+        mlps: list[MLP] = []
+        if self.use_mlp and len(y) >= 8:
+            ttft_s, dec_s = _structured(theta, g)
+            X = mlp_features(g, ttft_s, dec_s)
+            r = np.log(y / (ttft_s + dec_s))
+            for k in range(self.n_ensemble):
+                mlps.append(fit_small_mlp(X, r, self.hidden, self.alpha, self.seed + k))
+        return EngineFit(theta, tuple(mlps), np.zeros(2), float("nan"))
+
+    def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
+        raise NotImplementedError("Level3 is fitted with fit_arrays (see dse.surrogate.hymell_fit)")
+
+    # ---- prediction -----------------------------------------------------------------------
+    def correct(self, g: GlobalInputs) -> dict[str, np.ndarray]:
+        """Corrected ttft_s and decode_s, the factor each Level-2 time was scaled by, the
+        additive overhead seconds, and the band (log quantiles) per configuration."""
+        n = len(g.t_pre_s)
+        out = {
+            "ttft_s": np.zeros(n),
+            "decode_s": np.zeros(n),
+            "pre_factor": np.ones(n),
+            "dec_factor": np.ones(n),
+            "pre_overhead_s": np.zeros(n),
+            "dec_overhead_s": np.zeros(n),
+            "band_lo": np.zeros(n),
+            "band_hi": np.zeros(n),
+            "engine_known": np.zeros(n, dtype=bool),
+        }
+        for engine in np.unique(g.engine):
+            idx = np.nonzero(g.engine == engine)[0]
+            fit = self.engines_.get(str(engine))
+            if fit is None:
+                # An engine without measurements: the closest fitted one (vLLM when present).
+                fit = self.engines_.get("vllm") or next(iter(self.engines_.values()))
+            else:
+                out["engine_known"][idx] = True
+            gi = g.take(idx) if len(idx) < n else g
+            parts = _parts(fit, gi)
+            for k, v in parts.items():
+                out[k][idx] = v
+            out["band_lo"][idx] = fit.band_log[0]
+            out["band_hi"][idx] = fit.band_log[1]
+        return out
+
+    def out_of_range(self, g: GlobalInputs) -> np.ndarray:
+        """True where a global input lies outside what Level 3 was fitted on."""
+        oor = np.zeros(len(g.t_pre_s), dtype=bool)
+        for k, (lo, hi) in self.range_.items():
+            v = g.value(k)
+            oor |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
+        return oor
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        g = GlobalInputs(**{k: arrays[k] for k in GlobalInputs.__dataclass_fields__})
+        c = self.correct(g)
+        return {"latency_s": c["ttft_s"] + c["decode_s"], **c}
+
+    # ---- state ----------------------------------------------------------------------------
+    def to_state(self) -> dict[str, np.ndarray]:
+        names = sorted(self.engines_)
+        st: dict[str, np.ndarray] = {
+            "engines": np.array(names),
+            "terms": np.array(TERMS),
+            "features": np.array(FEATURES),
+            "range_names": np.array(list(self.range_)),
+            "range": np.array([self.range_[k] for k in self.range_], dtype=float),
+        }
+        for e in names:
+            f = self.engines_[e]
+            st[f"{e}.theta"] = f.theta
+            st[f"{e}.band_log"] = f.band_log
+            st[f"{e}.cv_mape_pct"] = np.array(f.cv_mape_pct)
+            st[f"{e}.n_mlps"] = np.array(len(f.mlps), dtype=np.int64)
+            for i, m in enumerate(f.mlps):
+                st.update(m.to_state(f"{e}.mlp{i}."))
+        return st
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        st = dict(state)
+        if (
+            tuple(str(t) for t in st["terms"]) != TERMS
+            or tuple(str(f) for f in st["features"]) != FEATURES
+        ):
+            raise ArtifactError(
+                "level-3 model was fitted with other terms/features than this dse computes; "
+                "re-fit the artifact with `dse fit`"
+            )
+        self = cls()
+        self.range_ = {
+            str(k): (float(lo), float(hi))
+            for k, (lo, hi) in zip(st["range_names"], st["range"], strict=True)
+        }
+        self.engines_ = {}
+        for e in (str(x) for x in st["engines"]):
+            mlps = tuple(MLP.from_state(st, f"{e}.mlp{i}.") for i in range(int(st[f"{e}.n_mlps"])))
+            self.engines_[e] = EngineFit(
+                np.asarray(st[f"{e}.theta"], dtype=float),
+                mlps,
+                np.asarray(st[f"{e}.band_log"], dtype=float),
+                float(st[f"{e}.cv_mape_pct"]),
+            )
+        return self
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+
+def _range(v: np.ndarray) -> tuple[float, float]:
+    return float(np.min(v)), float(np.max(v))
+
+
+def _structured(theta: np.ndarray, g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
+    x_ttft, x_dec = design(g)
+    return x_ttft @ theta, x_dec @ theta
+
+
+def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
+    th = fit.theta
+    ttft_s, dec_s = _structured(th, g)
+    log_f = np.zeros_like(ttft_s)
+    if fit.mlps:
+        X = mlp_features(g, ttft_s, dec_s)
+        log_f = np.mean([m.predict(X) for m in fit.mlps], axis=0)
+        log_f = np.clip(log_f, -LOG_CLIP, LOG_CLIP)
+    f = np.exp(log_f)
+    overflow = np.maximum(g.value("kv_fill") - 1.0, 0.0)
+    o_step = step_overhead_terms(g) @ th[2:6]
+    return {
+        "ttft_s": ttft_s * f,
+        "decode_s": dec_s * f,
+        "pre_factor": th[0] * f,
+        "dec_factor": (th[1] + th[6] * overflow) * f,
+        "pre_overhead_s": o_step * f,
+        "dec_overhead_s": g.value("steps") * o_step * f,
+    }
+
+
+def _latency(fit: EngineFit, g: GlobalInputs) -> np.ndarray:
+    p = _parts(fit, g)
+    return p["ttft_s"] + p["decode_s"]
+
+
+def _fit_structured(g: GlobalInputs, y: np.ndarray, ttft: np.ndarray) -> np.ndarray:
+    """Non-negative least squares on relative error of the batch latency (and of measured
+    TTFT rows, where given)."""
+    from scipy.optimize import nnls
+
+    x_ttft, x_dec = design(g)
+    X = (x_ttft + x_dec) / y[:, None]
+    b = np.ones(len(y))
+    has_t = np.isfinite(ttft)
+    if has_t.any():
+        X = np.vstack([X, x_ttft[has_t] / ttft[has_t, None]])
+        b = np.concatenate([b, np.ones(int(has_t.sum()))])
+    # Scale columns to unit norm so NNLS treats seconds and factors alike.
+    norm = np.linalg.norm(X, axis=0)
+    norm = np.where(norm > 0, norm, 1.0)
+    theta, _ = nnls(X / norm, b)
+    return theta / norm
+
+
+def fit_small_mlp(
+    X: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], alpha: float, seed: int
+) -> MLP:
+    """A tanh MLP on standardised X and y with L-BFGS (full batch: a few hundred rows fit in
+    milliseconds and converge better than Adam). scikit-learn is imported only here."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPRegressor
+
+    x_mean, x_scale = X.mean(axis=0), X.std(axis=0)
+    x_scale = np.where(x_scale > 0, x_scale, 1.0)
+    y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
+    reg = MLPRegressor(
+        hidden_layer_sizes=tuple(hidden),
+        activation="tanh",
+        solver="lbfgs",
+        alpha=alpha,
+        max_iter=500,
+        random_state=seed,
+        tol=1e-6,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg.fit((X - x_mean) / x_scale, (y - y_mean) / y_scale)
+    return MLP(
+        coefs=tuple(np.array(w, dtype=np.float64) for w in reg.coefs_),
+        intercepts=tuple(np.array(b, dtype=np.float64) for b in reg.intercepts_),
+        x_mean=x_mean,
+        x_scale=x_scale,
+        y_mean=y_mean,
+        y_scale=y_scale,
+        activation="tanh",
+    )
+
+
+def fit_summary(model: Level3) -> dict[str, Any]:
+    """JSON-able held-out errors and coefficients per engine (for the manifest)."""
+    out: dict[str, Any] = {}
+    for e, f in model.engines_.items():
+        cv = model.cv_.get(e, {})
+        out[e] = {
+            "coefficients": dict(zip(TERMS, (float(v) for v in f.theta), strict=True)),
+            "mlp_ensemble": len(f.mlps),
+            "band_log_quantiles": [float(v) for v in f.band_log],
+            "cv": {k: v for k, v in cv.items() if k != "held_out_pred_s"},
+        }
+    return out
+
+
+def as_engines(values: Sequence[str] | np.ndarray) -> np.ndarray:
+    return np.asarray(values).astype(str)
