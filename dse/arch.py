@@ -127,8 +127,12 @@ class Architecture:
         kv = _default_where_zero(self.n_kv_heads, self.n_heads)
         hd = self.head_dim
         if _is_none(hd):
-            hd = np.asarray(self.d_model) // np.maximum(np.asarray(self.n_heads), 1)
-            hd = hd.item() if np.ndim(hd) == 0 else hd
+            d, h = np.asarray(self.d_model), np.maximum(np.asarray(self.n_heads), 1)
+            hd = d // h
+            if np.ndim(hd) == 0:
+                # A scalar whose n_heads does not divide d_model keeps head_dim unset, so that
+                # validate() reports the rule instead of silently flooring d_model / n_heads.
+                hd = None if int(d) % int(h) else hd.item()
         dffe = _default_where_zero(self.d_ff_expert, self.d_ff)
         return replace(self, n_kv_heads=kv, head_dim=hd, d_ff_expert=dffe)
 

@@ -78,7 +78,7 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     for name in ARCH_FIELDS + WORKLOAD_FIELDS:
         if name in ("norm", "weight_dtype", "kv_dtype", "engine"):
             cols[name] = cols[name].astype(str)
-        elif name in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate"):
+        elif name in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm"):
             cols[name] = cols[name].astype(bool)
         else:
             cols[name] = _ints(cols[name], name)

@@ -115,9 +115,18 @@ def forward_ops(cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None) 
             {"tokens": tokens, "d_model": d},
         )
     )
-    ops.append(_elementwise("norm/input", "norm", L, tokens * d, 1, 1, 4))
+    # Most models have 2 norms per layer (input, post-attention); Gemma-2 has 4, Falcon-7B 1.
+    half_norms = L * cols["norms_per_layer"].astype(float) / 2
+    ops.append(_elementwise("norm/input", "norm", half_norms, tokens * d, 1, 1, 4))
     ops.append(
         _gemm("attention/qkv", "attention", L, tokens, (h_tp + 2 * kv_tp) * hd, d, wb, gemm_dtype)
+    )
+    # Qwen3's RMSNorm over each query and key head before RoPE.
+    qk_count = L * cols["qk_norm"].astype(float)
+    ops.append(
+        _elementwise(
+            "attention/qk_norm", "attention", qk_count, tokens * (h_tp + kv_tp) * hd, 1, 1, 4
+        )
     )
     ops.append(
         _elementwise("attention/rope", "attention", L, tokens * (h_tp + kv_tp) * hd, 1, 1, 6)
@@ -172,7 +181,7 @@ def forward_ops(cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None) 
         )
     ops.append(_gemm("attention/out", "attention", L, tokens, d, h_tp * hd, wb, gemm_dtype))
     ops.append(_elementwise("residual/attention", "norm", L, tokens * d, 2, 1, 1))
-    ops.append(_elementwise("norm/post_attention", "norm", L, tokens * d, 1, 1, 4))
+    ops.append(_elementwise("norm/post_attention", "norm", half_norms, tokens * d, 1, 1, 4))
 
     # FFN: dense (gate+up fused, activation, down) or MoE (router + grouped experts).
     dff = cols["d_ff"].astype(float) / tp

@@ -45,7 +45,7 @@ TOP_KEYS = (
     "objectives",
     "study",
 )
-BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate")
+BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm")
 STR_FIELDS: dict[str, tuple[str, ...]] = {
     "norm": NORMS,
     "weight_dtype": tuple(DTYPE_BYTES),

@@ -267,7 +267,7 @@ def _run_batch(args: argparse.Namespace, predict: Any) -> int:
     for c in df.columns:
         if c in ("gpu", "engine", "norm", "weight_dtype", "kv_dtype"):
             continue
-        if c in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate"):
+        if c in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm"):
             continue
         vals = pd.to_numeric(df[c], errors="coerce")
         bad = (vals.isna() & df[c].notna()) | (vals.notna() & (vals != vals.round()))
