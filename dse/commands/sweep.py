@@ -1,0 +1,116 @@
+"""`dse sweep SPACE.yaml`: run (or resume) a multi-objective study and write its results folder."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from dse.space import SAMPLERS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run a multi-objective study over a search space",
+        description="Search the space for the Pareto front of predicted latency against energy "
+        "(objectives, constraints and study settings from the YAML; options override them). "
+        "Trials are asked in batches, evaluated in one vectorised predictor call, and stored in "
+        "results/<study>/journal.log (or --storage). Running the same command again resumes the "
+        "study and runs only the missing trials; Ctrl-C stops after the current batch.\n\n"
+        "examples:\n"
+        "  dse sweep search_spaces/dense_8b.yaml\n"
+        "  dse sweep search_spaces/moe.yaml --sampler nsga2 --trials 5000 --seed 1\n"
+        "  dse sweep search_spaces/heads_study.yaml --sampler exhaustive\n"
+        "  dse sweep space.yaml --storage postgresql://user@host/db --study big  "
+        "# then `dse worker` elsewhere",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("space", help="path to the search-space YAML file")
+    p.add_argument("--study", help="study name (default: the space's `name`)")
+    p.add_argument(
+        "--storage",
+        metavar="URL",
+        help="Optuna storage: postgresql://..., mysql://..., sqlite:///FILE.db or journal:FILE.log "
+        "(default: journal.log in the results folder)",
+    )
+    p.add_argument("--out", type=Path, help="results folder (default: results/<study>)")
+    p.add_argument(
+        "--sampler", help=f"one of {', '.join(SAMPLERS)} (default: the YAML's study.sampler)"
+    )
+    p.add_argument("--trials", type=int, help="trial budget (default: the YAML's study.trials)")
+    p.add_argument("--seed", type=int, help="random seed (default: the YAML's study.seed)")
+    p.add_argument(
+        "--batch-size", type=int, help="trials per predictor call (default: study.batch_size)"
+    )
+    p.add_argument(
+        "--reference",
+        choices=["exact"],
+        help="also enumerate the whole space for its exact front (exact_front.csv, and "
+        "hypervolumes normalised by it)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument(
+        "--heartbeat",
+        type=int,
+        default=10,
+        metavar="S",
+        help="database storages: heartbeat interval; a trial silent for 2 intervals is "
+        "failed and queued again (default: 10)",
+    )
+    p.set_defaults(command="sweep")
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    parts = ["dse", "sweep", str(args.space)]
+    for flag, value in (
+        ("--study", args.study),
+        ("--storage", args.storage),
+        ("--out", args.out),
+        ("--sampler", args.sampler),
+        ("--trials", args.trials),
+        ("--seed", args.seed),
+        ("--batch-size", args.batch_size),
+        ("--reference", args.reference),
+    ):
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dse.sweep import SweepOptions, run_sweep
+    from dse.sweep._storage import mask_url
+
+    outcome = run_sweep(
+        SweepOptions(
+            space_file=Path(args.space),
+            study=args.study,
+            storage=args.storage,
+            out=args.out,
+            sampler=args.sampler,
+            trials=args.trials,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            reference=args.reference,
+            quiet=args.quiet,
+            heartbeat_s=args.heartbeat,
+            resume_command=mask_url(resume_command(args)),
+        )
+    )
+    if outcome.interrupted:
+        return 130
+    if not args.quiet and outcome.written is not None:
+        s = outcome.written.summary
+        c = s["counts"]
+        hv = s["hypervolume"]
+        print(
+            f"study {s['study']!r} ({s['sampler']}, seed {s['seed']}): {c['trials']:,} trials, "
+            f"{c['feasible']:,} feasible, {c['front']} on the front"
+            + (f", hypervolume {hv:.4f}" if hv is not None else ""),
+            file=sys.stderr,
+        )
+        print(f"results in {outcome.folder}/ (storage {outcome.storage})", file=sys.stderr)
+        print(f"show the front with: dse show {outcome.folder}", file=sys.stderr)
+    return 0

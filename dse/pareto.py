@@ -1,0 +1,170 @@
+"""Pareto maths on plain arrays: non-dominated filter, hypervolume, knee point, normalisation.
+
+Every function takes an (n, m) array of objective values, all minimised, and returns arrays or
+floats; nothing here knows about Optuna. The Study-facing helpers at the bottom are one-line
+adapters. Rows holding NaN (an objective that could not be computed) are never on a front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import moocore
+import numpy as np
+
+# Reference point of the hypervolume, in normalised units (ideal -> 0, nadir -> 1): a point on
+# the nadir still adds a sliver of volume, so the extremes of a front count.
+REFERENCE_FACTOR = 1.1
+
+
+class Normalisation(NamedTuple):
+    """The ideal and nadir points that map objective values to [0, 1] (front-wise)."""
+
+    ideal: np.ndarray  # (m,), best value of each objective on the front
+    nadir: np.ndarray  # (m,), worst value of each objective on the front
+
+    def apply(self, points: np.ndarray) -> np.ndarray:
+        span = np.where(self.nadir > self.ideal, self.nadir - self.ideal, 1.0)
+        return (np.asarray(points, dtype=float) - self.ideal) / span
+
+    def as_dict(self) -> dict[str, list[float]]:
+        return {"ideal": self.ideal.tolist(), "nadir": self.nadir.tolist()}
+
+
+def _points(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    p = np.asarray(points, dtype=float)
+    if p.ndim != 2:
+        raise ValueError(f"points must be a 2-D array (n, m), got shape {p.shape}")
+    return p
+
+
+def nondominated(points: np.ndarray, *, keep_duplicates: bool = False) -> np.ndarray:
+    """Boolean mask of the non-dominated rows (minimisation).
+
+    A row is dominated when another row is no worse in every objective and better in one.
+    Identical rows do not dominate each other: with `keep_duplicates=False` only the first of
+    each group of identical rows is kept, so a front holds one row per distinct point. Rows
+    with a NaN or an infinity are never kept. moocore's dimension sweep: O(n log n) for two and
+    three objectives (a million points in well under a second).
+    """
+    p = _points(points)
+    mask = np.zeros(len(p), dtype=bool)
+    ok = np.nonzero(np.isfinite(p).all(axis=1))[0]
+    if len(ok) == 0:
+        return mask
+    q = p[ok]
+    if q.shape[1] == 1:
+        keep = q[:, 0] == q[:, 0].min()
+        if not keep_duplicates:
+            keep = np.arange(len(q)) == np.argmax(keep)
+    else:
+        keep = np.asarray(moocore.is_nondominated(q, keep_weakly=keep_duplicates), dtype=bool)
+    mask[ok] = keep
+    return mask
+
+
+def front_indices(points: np.ndarray, feasible: np.ndarray | None = None) -> np.ndarray:
+    """Row indices of the (feasible) non-dominated rows, one per distinct point, sorted by the
+    first objective then row."""
+    p = _points(points)
+    mask = np.ones(len(p), dtype=bool) if feasible is None else np.asarray(feasible, dtype=bool)
+    rows = np.nonzero(mask)[0]
+    keep = rows[nondominated(p[rows])]
+    return keep[np.lexsort((keep, p[keep, 0]))]
+
+
+def merge_front(front: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The non-dominated points of two point sets (front first, so its rows win ties)."""
+    both = np.vstack([_points(front).reshape(-1, np.shape(new)[1]), _points(new)])
+    return both[nondominated(both)]
+
+
+def normalisation(front: np.ndarray) -> Normalisation | None:
+    """Ideal and nadir of a front (None when empty)."""
+    f = _points(front)
+    if len(f) == 0:
+        return None
+    return Normalisation(f.min(axis=0), f.max(axis=0))
+
+
+def reference_point(m: int) -> np.ndarray:
+    """The hypervolume reference point in normalised units: 1.1 x nadir (= 1.1 per axis)."""
+    return np.full(m, REFERENCE_FACTOR)
+
+
+def hypervolume(points: np.ndarray, norm: Normalisation) -> float:
+    """Hypervolume dominated by `points` (any set: dominated points add nothing) in normalised
+    units, bounded by the reference point; points beyond it add nothing."""
+    p = _points(points)
+    if len(p) == 0:
+        return 0.0
+    z = norm.apply(p)
+    ref = reference_point(p.shape[1])
+    z = z[np.isfinite(z).all(axis=1) & (z < ref).all(axis=1)]
+    if len(z) == 0:
+        return 0.0
+    z = z[nondominated(z)]
+    return float(moocore.hypervolume(z, ref=ref))
+
+
+def hypervolume_history(
+    points: np.ndarray,
+    feasible: np.ndarray,
+    norm: Normalisation,
+    checkpoints: Sequence[int],
+) -> list[list[float]]:
+    """[[k, hypervolume of the feasible points among the first k rows], ...] for each k.
+
+    The running front is merged one checkpoint segment at a time, so the cost is that of one
+    pass plus one hypervolume per checkpoint.
+    """
+    p = _points(points)
+    ok = np.asarray(feasible, dtype=bool) & np.isfinite(p).all(axis=1)
+    out: list[list[float]] = []
+    front = np.empty((0, p.shape[1]))
+    start = 0
+    for k in sorted({int(c) for c in checkpoints if 0 < c <= len(p)}):
+        seg = p[start:k][ok[start:k]]
+        if len(seg):
+            front = merge_front(front, seg)
+        start = k
+        out.append([k, hypervolume(front, norm)])
+    return out
+
+
+def checkpoints(n: int, count: int = 50) -> list[int]:
+    """About `count` trial counts from 1 to n, geometric at first then even (for HV curves)."""
+    if n <= 0:
+        return []
+    geo = np.unique(np.round(np.geomspace(1, n, count)).astype(int))
+    lin = np.linspace(0, n, count + 1)[1:].round().astype(int)
+    return sorted({int(v) for v in np.concatenate([geo, lin]) if v >= 1} | {n})
+
+
+def knee_index(front: np.ndarray) -> int:
+    """Row of `front` at its knee: in normalised space, the point farthest from the hyperplane
+    through the extreme points (for two objectives the line between the two ends), on the side
+    of the ideal; the point nearest the ideal when that plane is degenerate."""
+    f = _points(front)
+    if len(f) == 0:
+        raise ValueError("the front is empty: it has no knee point")
+    z = Normalisation(f.min(axis=0), f.max(axis=0)).apply(f)
+    extremes = z[np.argmin(z, axis=0)]  # (m, m): row i is the point best in objective i
+    try:
+        # Plane n . x = 1 through the extremes; the ideal (origin) lies on the side n . x < 1.
+        normal = np.linalg.solve(extremes, np.ones(z.shape[1]))
+        dist = (1.0 - z @ normal) / np.linalg.norm(normal)
+        if np.all(np.isfinite(dist)) and dist.max() > 1e-12:
+            return int(np.argmax(dist))
+    except np.linalg.LinAlgError:
+        pass
+    return int(np.argmin(np.linalg.norm(z, axis=1)))
+
+
+# ---------------------------------------------------------------- Study-facing adapters
+def study_front_numbers(
+    values: np.ndarray, feasible: np.ndarray, numbers: np.ndarray
+) -> np.ndarray:
+    """Trial numbers on the feasible front of a table of trials (values NaN where missing)."""
+    return np.asarray(numbers)[front_indices(values, feasible)]

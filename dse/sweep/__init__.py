@@ -1,0 +1,39 @@
+"""Optuna multi-objective sweeps over a YAML search space: batched, persisted, resumable.
+
+    run_sweep(SweepOptions(space_file=...)) -> SweepOutcome     # `dse sweep`
+    run_worker(storage_url, study_name, max_trials=None) -> int # `dse worker`
+    evaluate(space, cols) -> Evaluation                         # the objective, on arrays
+    exact_front(space) -> ExactFront                            # exhaustive, vectorised
+    list_studies(storage_url) -> list[StudyInfo]                # `dse studies`
+    load_front(target, storage_url=None) -> FrontView           # `dse show`
+
+docs/sweeps.md explains the design and its measurements; docs/results_format.md the files.
+"""
+
+from __future__ import annotations
+
+from dse.sweep._evaluate import Evaluation, check_predictor, evaluate
+from dse.sweep._exhaustive import ExactFront, exact_front, space_columns
+from dse.sweep._inspect import FrontView, StudyInfo, list_studies, load_front
+from dse.sweep._results import read_summary, write_results
+from dse.sweep._run import SweepOptions, SweepOutcome, run_sweep, run_worker, space_from_record
+
+__all__ = [
+    "Evaluation",
+    "ExactFront",
+    "FrontView",
+    "StudyInfo",
+    "SweepOptions",
+    "SweepOutcome",
+    "check_predictor",
+    "evaluate",
+    "exact_front",
+    "list_studies",
+    "load_front",
+    "read_summary",
+    "run_sweep",
+    "run_worker",
+    "space_columns",
+    "space_from_record",
+    "write_results",
+]

@@ -1,0 +1,191 @@
+"""The objective of a sweep on arrays: configurations in, objectives, constraints and predictions out.
+
+Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.configs`) and
+returns an `Evaluation` of arrays. Invalid configurations (an architecture that cannot exist)
+are decided first by `dse.configs.derived` and never reach the predictor: their objectives and
+predictions are NaN. One predictor call per batch, one tokens-to-Wh call per GPU in it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import numpy as np
+
+from dse import configs as C
+from dse.errors import ConfigError
+from dse.space import SearchSpace
+
+SIZE_KEYS = ("total_params", "active_params", "kv_bytes_per_token", "memory_bytes")
+WORKLOAD_KEYS = ("batch_size", "prompt_tokens", "output_tokens", "tensor_parallel")
+# Objective name -> (table, key) it is read from; per-output-token energy of tokens-to-Wh is
+# computed like HYMELL's (whole-request energy over batch_size * output_tokens) so the two
+# sources rank configurations on the same footing.
+OBJECTIVE_SOURCE: dict[str, tuple[str, str]] = {
+    "latency_request": ("pred", "latency_s"),
+    "latency_ttft": ("pred", "ttft_s"),
+    "latency_tpot": ("pred", "tpot_s"),
+    "energy_hymell_request": ("pred", "energy_j"),
+    "energy_hymell_per_output_token": ("pred", "energy_per_output_token_j"),
+    "energy_tokens2wh_request": ("t2wh", "energy_j"),
+    "energy_tokens2wh_per_output_token": ("t2wh", "energy_per_generated_token_j"),
+    "active_params": ("size", "active_params"),
+    "total_params": ("size", "total_params"),
+    "kv_bytes_per_token": ("size", "kv_bytes_per_token"),
+}
+UNITS = {"latency": "s", "energy": "J", "kv": "bytes"}
+
+Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def objective_unit(name: str) -> str:
+    return UNITS.get(name.split("_")[0], "parameters")
+
+
+@dataclass
+class Evaluation:
+    """Arrays of length n (or (n, m) for `objectives`), one row per configuration."""
+
+    n: int
+    objectives: np.ndarray  # (n, m), NaN where invalid
+    constraints: dict[str, np.ndarray]  # name -> value, <= 0 feasible
+    valid: np.ndarray  # bool: the architecture exists (reached the predictor)
+    feasible: np.ndarray  # bool: valid and every constraint <= 0
+    invalid_reason: np.ndarray  # str, '' when valid
+    sizes: dict[str, np.ndarray]
+    pred: dict[str, np.ndarray]  # every key of predictor output, NaN/None where invalid
+    t2wh: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def tokens2wh_module() -> ModuleType | None:
+    """The tokens-to-Wh estimator when it is importable (it is optional for HYMELL sweeps)."""
+    try:
+        return importlib.import_module("dse.estimators.tokens2wh")
+    except ImportError:
+        return None
+
+
+def default_predictor() -> Predictor:
+    from dse.predictor import predict
+
+    return predict
+
+
+def _scatter(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Put the values of the valid rows back into an n-long array; missing rows NaN/None."""
+    v = np.asarray(values)
+    if v.ndim == 0:
+        v = np.full(len(rows), v.item())
+    out = np.full(n, np.nan) if v.dtype.kind in "fiu" else np.full(n, None, dtype=object)
+    out[rows] = v
+    return out
+
+
+def _tokens2wh(
+    t2wh: ModuleType, cols: Mapping[str, np.ndarray], pred: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The corrected tokens-to-Wh estimate of valid rows, its static term timed by the predictor."""
+    n = len(cols["gpu"])
+    out: dict[str, np.ndarray] = {}
+    for gpu in np.unique(cols["gpu"]):
+        idx = np.nonzero(cols["gpu"] == gpu)[0]
+        part = {k: v[idx] for k, v in cols.items()}
+        ttft = np.asarray(pred["ttft_s"], dtype=float)[idx]
+        total = np.asarray(pred["latency_s"], dtype=float)[idx]
+        est = t2wh.estimate(
+            C.architecture(part),
+            {k: part[k] for k in WORKLOAD_KEYS},
+            str(gpu),
+            preset="corrected",
+            time_s={"prefill": ttft, "decode": np.maximum(total - ttft, 0.0)},
+        )
+        for k, v in est.items():
+            arr = np.broadcast_to(np.asarray(v), (len(idx),))
+            if k not in out:
+                out[k] = (
+                    np.full(n, np.nan)
+                    if arr.dtype.kind in "fiu"
+                    else np.full(n, None, dtype=object)
+                )
+            out[k][idx] = arr
+    if "energy_j" in out:
+        gen = cols["batch_size"].astype(float) * cols["output_tokens"].astype(float)
+        out["energy_per_generated_token_j"] = out["energy_j"] / gen
+    return out
+
+
+def evaluate(
+    space: SearchSpace,
+    cols: Mapping[str, np.ndarray],
+    *,
+    predictor: Predictor | None = None,
+    with_tokens2wh: bool = True,
+) -> Evaluation:
+    """Sizes, constraints, predictions and objectives of a batch of complete configurations."""
+    n = len(cols["d_model"])
+    d = C.derived(cols, n)
+    cv = C.constraint_values(d, space.constraints)
+    reason = np.asarray(d["invalid"]).astype(str)
+    valid = reason == ""
+    feasible = C.feasible(cv) & valid
+    sizes = {k: np.asarray(d[k], dtype=float) for k in SIZE_KEYS}
+    rows = np.nonzero(valid)[0]
+    pred: dict[str, np.ndarray] = {}
+    t2wh_out: dict[str, np.ndarray] = {}
+    names = space.objectives.names
+    need_t2wh = space.objectives.energy_source == "tokens2wh"
+    if len(rows):
+        part = {k: np.asarray(v)[rows] for k, v in cols.items()}
+        raw = (predictor or default_predictor())(part)
+        pred = {k: _scatter(v, rows, n) for k, v in raw.items()}
+        module = tokens2wh_module() if (with_tokens2wh or need_t2wh) else None
+        if module is None and need_t2wh:
+            raise ConfigError(
+                f"{space.source}: objectives.energy.source: tokens2wh needs "
+                "dse.estimators.tokens2wh, which cannot be imported"
+            )
+        if module is not None:
+            est = _tokens2wh(module, part, raw)
+            t2wh_out = {k: _scatter(v, rows, n) for k, v in est.items()}
+    tables = {"pred": pred, "t2wh": t2wh_out, "size": sizes}
+    obj = np.full((n, len(names)), np.nan)
+    for j, name in enumerate(names):
+        table, key = OBJECTIVE_SOURCE[name]
+        if table in ("pred", "t2wh") and not len(rows):
+            continue
+        obj[:, j] = np.asarray(tables[table][key], dtype=float)
+    obj[~valid] = np.nan
+    return Evaluation(
+        n=n,
+        objectives=obj,
+        constraints={k: np.asarray(v, dtype=float) for k, v in cv.items()},
+        valid=valid,
+        feasible=feasible,
+        invalid_reason=reason,
+        sizes=sizes,
+        pred=pred,
+        t2wh=t2wh_out,
+    )
+
+
+def check_predictor(space: SearchSpace, predictor: Predictor | None = None) -> dict[str, str]:
+    """Predict one valid configuration per GPU of the space before anything is written, so a
+    missing artifact or an unusable objective fails cleanly. Returns {gpu: artifact id}."""
+    examples = space.examples(256, seed=space.study.seed)
+    cols, n = C.as_columns({k: np.asarray([e[k] for e in examples]) for k in examples[0]})
+    d = C.derived(cols, n)
+    valid = np.asarray(d["invalid"]).astype(str) == ""
+    pick: list[int] = []
+    for gpu in dict.fromkeys(cols["gpu"].tolist()):
+        idx = np.nonzero(valid & (cols["gpu"] == gpu))[0]
+        if len(idx):
+            pick.append(int(idx[0]))
+    if not pick:
+        return {}
+    part = {k: v[np.asarray(pick)] for k, v in cols.items()}
+    ev = evaluate(space, part, predictor=predictor)
+    ids = ev.pred.get("artifact_id")
+    return {str(g): (str(ids[i]) if ids is not None else "") for i, g in enumerate(part["gpu"])}

@@ -1,0 +1,223 @@
+"""Trials <-> arrays: telling an evaluated batch to Optuna, and reading trials back as a table.
+
+Each trial keeps, as user attributes, everything the results need, so nothing is recomputed
+later (the predictor may change; the study records what it said):
+- `pred`: the predictor's output for this configuration, as a JSON object in a string;
+- `t2wh`: the tokens-to-Wh estimate (corrected preset), likewise, when the estimator exists;
+- `sizes`: total_params, active_params, kv_bytes_per_token, memory_bytes;
+- `invalid_reason`: why the architecture cannot exist (only on invalid configurations).
+Predictions are strings rather than nested objects because Optuna deep-copies a trial's
+attributes on every tell: a string is copied for free, a 100-key dict is not (measured in
+docs/sweeps.md). Constraint values go through `Trial.set_constraint`; invalid configurations are
+told as FAIL (their objectives cannot be computed) with the `valid` constraint violated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from dse import configs as C
+from dse.space import SearchSpace
+from dse.sweep._evaluate import SIZE_KEYS, Evaluation
+
+STATES = {TrialState.COMPLETE: "COMPLETE", TrialState.FAIL: "FAIL", TrialState.PRUNED: "PRUNED"}
+
+
+def suggest_all(trial: optuna.Trial, dists: dict[str, BaseDistribution]) -> dict[str, Any]:
+    """Draw every searched parameter of a trial (from the sampler, or its enqueued values)."""
+    out: dict[str, Any] = {}
+    for name, d in dists.items():
+        if isinstance(d, IntDistribution):
+            out[name] = trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
+        else:
+            out[name] = trial.suggest_categorical(name, d.choices)  # type: ignore[attr-defined]
+    return out
+
+
+def _rows(table: dict[str, np.ndarray], n: int) -> list[str | None]:
+    """One JSON object per row; rows whose values are all missing give None."""
+    if not table:
+        return [None] * n
+    keys = list(table)
+    cols = [np.asarray(table[k]).tolist() for k in keys]
+    out: list[str | None] = []
+    for i in range(n):
+        row = {k: c[i] for k, c in zip(keys, cols, strict=True)}
+        out.append(json.dumps(row, separators=(",", ":")))
+    return out
+
+
+def tell_batch(
+    study: optuna.Study, trials: Sequence[optuna.Trial], ev: Evaluation
+) -> list[FrozenTrial]:
+    """Record constraints, predictions and objectives of an evaluated batch; return the
+    finished trials (as Optuna's `tell` returns them)."""
+    n = len(trials)
+    pred = _rows(ev.pred, n)
+    t2wh = _rows(ev.t2wh, n)
+    cons = {k: np.asarray(v, dtype=float).tolist() for k, v in ev.constraints.items()}
+    sizes = {k: np.asarray(ev.sizes[k], dtype=float).tolist() for k in SIZE_KEYS}
+    objectives = ev.objectives.tolist()
+    finished: list[FrozenTrial] = []
+    for i, trial in enumerate(trials):
+        for name, values in cons.items():
+            v = values[i]
+            trial.set_constraint(name, v if math.isfinite(v) else 1.0)
+        trial.set_user_attr("sizes", {k: sizes[k][i] for k in SIZE_KEYS})
+        if ev.valid[i]:
+            if pred[i] is not None:
+                trial.set_user_attr("pred", pred[i])
+            if t2wh[i] is not None:
+                trial.set_user_attr("t2wh", t2wh[i])
+            finished.append(study.tell(trial, objectives[i]))
+        else:
+            trial.set_user_attr("invalid_reason", str(ev.invalid_reason[i]))
+            finished.append(study.tell(trial, state=TrialState.FAIL))
+    return finished
+
+
+def evaluated(trial: FrozenTrial) -> bool:
+    """Counts toward the budget: complete, or told FAIL because the configuration is invalid
+    (a FAIL without that mark is a trial whose worker died; it is retried)."""
+    return trial.state == TrialState.COMPLETE or (
+        trial.state == TrialState.FAIL and "invalid_reason" in trial.user_attrs
+    )
+
+
+def trials_table(trials: Sequence[FrozenTrial], space: SearchSpace) -> pd.DataFrame:
+    """One row per finished trial, columns as docs/results_format.md (without `on_front`)."""
+    done = [t for t in trials if t.state in STATES]
+    done.sort(key=lambda t: t.number)
+    names = list(space.objectives.names)
+    n = len(done)
+    searched = [p.name for p in space.searched]
+    table: dict[str, Any] = {
+        "number": np.asarray([t.number for t in done], dtype=np.int64),
+        "state": [STATES[t.state] for t in done],
+    }
+    # Configuration columns: params of the trial over the space's fixed values.
+    if n:
+        rows = [{name: t.params.get(name) for name in searched} for t in done]
+        complete = [r for r in rows if all(v is not None for v in r.values())]
+        # A trial failed by a dead worker may lack params: fill what it has.
+        cols = space.columns_from(rows) if len(complete) == n else _partial_columns(space, rows)
+    else:
+        cols = {k: np.asarray([], dtype=object) for k in C.CONFIG_FIELDS}
+    values = np.full((n, len(names)), np.nan)
+    for i, t in enumerate(done):
+        if t.state == TrialState.COMPLETE and t.values is not None:
+            values[i] = t.values
+    cons_names: list[str] = []
+    for t in done:
+        for k in t.constraints:
+            if k not in cons_names:
+                cons_names.append(k)
+    cons = np.full((n, len(cons_names)), np.nan)
+    for i, t in enumerate(done):
+        for j, k in enumerate(cons_names):
+            if k in t.constraints:
+                cons[i, j] = t.constraints[k]
+    complete_mask = np.asarray([t.state == TrialState.COMPLETE for t in done], dtype=bool)
+    feasible = complete_mask & (np.nan_to_num(cons, nan=1.0) <= 0).all(axis=1)
+    table["feasible"] = feasible
+    table["on_front"] = np.zeros(n, dtype=bool)
+    for k in C.CONFIG_FIELDS:
+        table[k] = cols[k]
+    for j, name in enumerate(names):
+        table[f"obj.{name}"] = values[:, j]
+    for j, k in enumerate(cons_names):
+        table[f"constraint.{k}"] = cons[:, j]
+    table["invalid_reason"] = [str(t.user_attrs.get("invalid_reason", "")) for t in done]
+    sizes = [t.user_attrs.get("sizes") or {} for t in done]
+    for k in SIZE_KEYS:
+        table[k] = np.asarray([s.get(k, np.nan) for s in sizes], dtype=float)
+    df = pd.DataFrame(table)
+    for attr, prefix in (("pred", "pred."), ("t2wh", "t2wh.")):
+        parsed = [_loads(t.user_attrs.get(attr)) for t in done]
+        if any(parsed):
+            extra = pd.DataFrame.from_records(parsed, index=df.index)
+            extra.columns = [f"{prefix}{c}" for c in extra.columns]
+            extra = _tidy(extra)
+            df = pd.concat([df, extra], axis=1)
+    return df
+
+
+def _loads(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    return json.loads(value)
+
+
+def _tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers as float (NaN where missing), flags as nullable booleans, text as strings."""
+    for c in df.columns:
+        col = df[c]
+        if col.dtype == object:
+            nonnull = col.dropna()
+            if len(nonnull) and all(isinstance(v, bool) for v in nonnull):
+                df[c] = col.astype("boolean")
+            elif len(nonnull) and all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in nonnull
+            ):
+                df[c] = col.astype(float)
+    return df
+
+
+def _partial_columns(space: SearchSpace, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Configuration columns when some trials miss parameters (killed before drawing them)."""
+    n = len(rows)
+    full = [r for r in rows if all(v is not None for v in r.values())]
+    out: dict[str, np.ndarray] = {k: np.full(n, None, dtype=object) for k in C.CONFIG_FIELDS}
+    if full:
+        idx = np.asarray([i for i, r in enumerate(rows) if all(v is not None for v in r.values())])
+        cols = space.columns_from(full)
+        for k in C.CONFIG_FIELDS:
+            out[k][idx] = cols[k]
+    for k, v in space.fixed.items():
+        out[k][:] = v
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            if v is not None:
+                out[k][i] = v
+    return out
+
+
+def evaluation_table(
+    space: SearchSpace, cols: dict[str, np.ndarray], ev: Evaluation, numbers: np.ndarray
+) -> pd.DataFrame:
+    """The same columns as `trials_table`, straight from an evaluation (no Optuna trials):
+    used for the exact front of `--reference exact`, where `number` is the configuration's
+    index in the space's enumeration."""
+    n = ev.n
+    table: dict[str, Any] = {
+        "number": np.asarray(numbers, dtype=np.int64),
+        "state": np.where(ev.valid, "COMPLETE", "FAIL").tolist(),
+        "feasible": ev.feasible.copy(),
+        "on_front": np.zeros(n, dtype=bool),
+    }
+    for k in C.CONFIG_FIELDS:
+        table[k] = np.asarray(cols[k])
+    for j, name in enumerate(space.objectives.names):
+        table[f"obj.{name}"] = ev.objectives[:, j]
+    for k, v in ev.constraints.items():
+        table[f"constraint.{k}"] = v
+    table["invalid_reason"] = ev.invalid_reason.astype(str)
+    for k in SIZE_KEYS:
+        table[k] = ev.sizes[k]
+    df = pd.DataFrame(table)
+    for prefix, src in (("pred.", ev.pred), ("t2wh.", ev.t2wh)):
+        if src:
+            extra = pd.DataFrame({f"{prefix}{k}": np.asarray(v) for k, v in src.items()})
+            df = pd.concat([df, _tidy(extra)], axis=1)
+    return df

@@ -1,0 +1,669 @@
+"""The sweep loop: ask a batch, evaluate it in one predictor call, tell it back, persist it.
+
+Two engines share the loop body:
+- local (the default journal file): the sampler works on an in-memory copy of the study and
+  every finished batch is appended to the journal in one write, so a SIGKILL at any moment
+  leaves whole batches only; the same command again reloads them and continues. The sampler
+  of each batch is seeded from (seed, trials done), so the resumed run draws exactly what the
+  uninterrupted run would have drawn.
+- shared (an RDB storage: PostgreSQL, MySQL, SQLite): workers claim trials through the
+  database (a WAITING trial moves to RUNNING for exactly one of them), heartbeat them while
+  they run, and fail-and-requeue the trials of workers that died. Exhaustive studies enqueue
+  every configuration once, so no configuration is evaluated twice and none is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import BaseStorage, InMemoryStorage
+from optuna.trial import TrialState
+
+from dse import pareto
+from dse.errors import ConfigError, DSEError
+from dse.space import SearchSpace, count_feasible, load_space, require_feasible
+from dse.sweep import _samplers as S
+from dse.sweep._evaluate import Evaluation, Predictor, check_predictor, evaluate
+from dse.sweep._exhaustive import ExactFront, exact_front
+from dse.sweep._record import evaluated, suggest_all, tell_batch
+from dse.sweep._results import Written, write_results
+from dse.sweep._storage import (
+    DEFAULT_HEARTBEAT_S,
+    BatchedJournalBackend,
+    FolderLock,
+    StorageSpec,
+    StudyRecord,
+    check_writable,
+    json_safe,
+    load_study,
+    open_journal,
+    open_rdb,
+    parse_storage,
+    space_hash,
+    study_names,
+)
+from dse.yamlio import Located
+
+ENQUEUED_ATTR = "dse:enqueued"
+COUNT_LIMIT = 200_000  # spaces up to this size are counted for feasibility before a sweep
+REFERENCE_LIMIT = 20_000_000  # `--reference exact` enumerates at most this many
+POLL_S = 0.5  # a worker with nothing to claim waits this long before looking again
+
+
+@dataclass
+class SweepOptions:
+    """`dse sweep` arguments; None means "from the YAML's study section"."""
+
+    space_file: Path
+    study: str | None = None
+    storage: str | None = None
+    out: Path | None = None
+    sampler: str | None = None
+    trials: int | None = None
+    seed: int | None = None
+    batch_size: int | None = None
+    reference: str | None = None  # "exact": also enumerate the space for the exact front
+    quiet: bool = False
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S
+    resume_command: str = ""
+    predictor: Predictor | None = field(default=None, repr=False)
+
+
+@dataclass
+class SweepOutcome:
+    written: Written | None
+    interrupted: bool
+    done: int
+    budget: int
+    folder: Path
+    storage: str
+
+
+# ------------------------------------------------------------------ signals and progress
+class StopFlag:
+    """Ctrl-C (or SIGTERM) asks the loop to stop after the current batch; a second Ctrl-C
+    aborts at once (the unfinished batch is then simply not recorded)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.requested = False
+        self._quiet = quiet
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(
+            "\ndse: stopping after the current batch (Ctrl-C again to abort it)",
+            file=sys.stderr,
+        )
+
+    def __enter__(self) -> StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class Progress:
+    """tqdm on stderr: trials done of the budget, feasible fraction, front size, hypervolume."""
+
+    def __init__(self, total: int, initial: int, quiet: bool, m: int, desc: str) -> None:
+        self.quiet = quiet
+        self._front = np.empty((0, m))
+        self._n = 0
+        self._feasible = 0
+        self._bar: Any = None
+        if not quiet:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total,
+                initial=initial,
+                desc=desc,
+                unit="trial",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=0.5,
+            )
+
+    def add(self, objectives: np.ndarray, feasible: np.ndarray) -> None:
+        ok = feasible & np.isfinite(objectives).all(axis=1)
+        self._n += len(feasible)
+        self._feasible += int(ok.sum())
+        if ok.any():
+            self._front = pareto.merge_front(self._front, objectives[ok])
+
+    def show(self, done: int) -> None:
+        if self._bar is None:
+            return
+        norm = pareto.normalisation(self._front)
+        hv = pareto.hypervolume(self._front, norm) if norm is not None else 0.0
+        frac = self._feasible / self._n if self._n else 0.0
+        self._bar.n = done
+        self._bar.set_postfix_str(
+            f"feasible {frac:.0%} front {len(self._front)} hv {hv:.3f}", refresh=False
+        )
+        self._bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# ------------------------------------------------------------------ settings
+def _quiet_optuna() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message=".*Heartbeat of storage.*")
+
+
+def settings(space: SearchSpace, opts: SweepOptions) -> StudyRecord:
+    """The study record of a new sweep: CLI options over the YAML's study section."""
+    st = space.study
+    trials = st.trials if opts.trials is None else opts.trials
+    seed = st.seed if opts.seed is None else opts.seed
+    batch = st.batch_size if opts.batch_size is None else opts.batch_size
+    if trials < 1:
+        raise ConfigError(f"--trials: must be an integer >= 1, got {trials}")
+    if batch < 1:
+        raise ConfigError(f"--batch-size: must be an integer >= 1, got {batch}")
+    sampler = S.resolve(opts.sampler or st.sampler, space, trials)
+    if sampler == "exhaustive":
+        trials = space.size()
+        batch = max(batch, S.EXHAUSTIVE_BATCH)
+    return StudyRecord(
+        space_file=space.source,
+        space_raw=json_safe(space.raw),
+        space_hash=space_hash(space),
+        sampler=sampler,
+        seed=int(seed),
+        batch_size=int(batch),
+        trials=int(trials),
+    )
+
+
+def space_from_record(rec: StudyRecord) -> SearchSpace:
+    """Rebuild the search space a study was created from (for workers and `dse show`)."""
+    from dse.space import parse_space
+
+    return parse_space(Located(Path(rec.space_file), rec.space_raw, {}))
+
+
+def _check_same(existing: StudyRecord, new: StudyRecord, name: str, where: str) -> StudyRecord:
+    """A resumed study must have the same space; sampler, seed and batch size too (so it
+    continues deterministically). The budget may grow or shrink."""
+    if existing.space_hash != new.space_hash:
+        raise ConfigError(
+            f"{where}: study {name!r} exists with a different search space (space hash "
+            f"{existing.space_hash}, from {existing.space_file}; this one is {new.space_hash}, "
+            f"from {new.space_file}); use another --study name (or --out folder)"
+        )
+    for key in ("sampler", "seed", "batch_size"):
+        a, b = getattr(existing, key), getattr(new, key)
+        if a != b:
+            raise ConfigError(
+                f"{where}: study {name!r} was created with {key}={a!r}, not {b!r}; resume it "
+                f"with the same {key} or use another --study name"
+            )
+    return replace(existing, trials=new.trials)
+
+
+# ------------------------------------------------------------------ the local engine
+def _local(
+    space: SearchSpace,
+    rec: StudyRecord,
+    spec: StorageSpec,
+    name: str,
+    opts: SweepOptions,
+    stop: StopFlag,
+) -> tuple[list[optuna.trial.FrozenTrial], int]:
+    """Run the study on the default journal file; return (all finished trials, done)."""
+    storage, backend = open_journal(spec, batched=True)
+    assert isinstance(backend, BatchedJournalBackend)
+    directions = ["minimize"] * len(space.objectives.names)
+    where = str(spec.path)
+    if name in study_names(storage):
+        pstudy = optuna.load_study(study_name=name, storage=storage)
+        existing = StudyRecord.from_attrs(pstudy.user_attrs, where)
+        rec = _check_same(existing, rec, name, where)
+        if pstudy.user_attrs.get("dse:trials") != rec.trials:
+            pstudy.set_user_attr("dse:trials", rec.trials)
+            backend.flush()
+    else:
+        pstudy = optuna.create_study(storage=storage, study_name=name, directions=directions)
+        pstudy.set_metric_names(list(space.objectives.names))
+        for k, v in rec.attrs().items():
+            pstudy.set_user_attr(k, v)
+        backend.flush()  # study and its record in one write
+    mem = optuna.create_study(storage=InMemoryStorage(), study_name=name, directions=directions)
+    history = pstudy.get_trials(deepcopy=False)
+    unfinished = [t for t in history if not t.state.is_finished()]
+    if unfinished:  # only possible when a journal was written by other means
+        raise ConfigError(
+            f"{where}: study {name!r} has {len(unfinished)} unfinished trials; the default "
+            "journal only holds finished batches"
+        )
+    if history:
+        mem.add_trials(history)
+    finished = list(history)
+    done = sum(evaluated(t) for t in history)
+    budget = rec.trials
+    progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name)
+    for t in history:
+        _progress_add(progress, t)
+    dists = S.distributions(space)
+    try:
+        while done < budget and not stop.requested:
+            n = min(rec.batch_size, budget - done)
+            mem.sampler = S.make(rec.sampler, space, S.batch_seed(rec.seed, done), rec.batch_size)
+            trials = [mem.ask() for _ in range(n)]
+            rows = [suggest_all(t, dists) for t in trials]
+            ev = evaluate(space, space.columns_from(rows), predictor=opts.predictor)
+            told = tell_batch(mem, trials, ev)
+            pstudy.add_trials(told)
+            backend.flush()  # the batch becomes durable here, all or nothing
+            finished.extend(told)
+            done += sum(evaluated(t) for t in told)
+            progress.add(ev.objectives, ev.feasible)
+            progress.show(done)
+    finally:
+        backend.discard()
+        progress.close()
+    return finished, done
+
+
+def _progress_add(progress: Progress, t: optuna.trial.FrozenTrial) -> None:
+    if t.state == TrialState.COMPLETE and t.values is not None:
+        ok = all(v <= 0 for v in t.constraints.values())
+        progress.add(np.asarray([t.values], dtype=float), np.asarray([ok]))
+
+
+# ------------------------------------------------------------------ the shared engine
+class Heartbeat:
+    """Records a heartbeat for every trial this process runs, every `interval_s` seconds."""
+
+    def __init__(self, storage: BaseStorage, interval_s: float) -> None:
+        self._storage = storage
+        self._interval = interval_s
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            with self._lock:
+                ids = list(self._ids)
+            for tid in ids:
+                with contextlib.suppress(Exception):  # a finished trial needs none
+                    self._storage.record_heartbeat(tid)  # type: ignore[attr-defined]
+
+    def track(self, ids: list[int]) -> None:
+        with self._lock:
+            self._ids.update(ids)
+
+    def untrack(self, ids: list[int]) -> None:
+        with self._lock:
+            self._ids.difference_update(ids)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _counts(storage: BaseStorage, sid: int) -> tuple[int, int, list[Any]]:
+    """(evaluated, running, waiting trials) of a shared study, with cheap count queries."""
+    complete = storage.get_n_trials(sid, TrialState.COMPLETE)
+    fails = storage.get_all_trials(sid, deepcopy=False, states=(TrialState.FAIL,))
+    invalid = sum("invalid_reason" in t.user_attrs for t in fails)
+    running = storage.get_n_trials(sid, TrialState.RUNNING)
+    waiting = storage.get_all_trials(sid, deepcopy=False, states=(TrialState.WAITING,))
+    return complete + invalid, running, waiting
+
+
+def _claim(
+    storage: BaseStorage,
+    sid: int,
+    waiting: list[Any],
+    want: int,
+    new_allowed: int,
+    rng: np.random.Generator,
+) -> list[int]:
+    """Move up to `want` trials to RUNNING for this process: queued ones first (in random
+    order, so workers rarely collide), then new empty ones. The heartbeat is recorded before
+    the claim, so a claimed trial can always be detected as stale if this process dies."""
+    got: list[int] = []
+    for j in rng.permutation(len(waiting)):
+        if len(got) >= want:
+            break
+        tid = waiting[j]._trial_id
+        storage.record_heartbeat(tid)  # type: ignore[attr-defined]
+        try:
+            if storage.set_trial_state_values(tid, TrialState.RUNNING):
+                got.append(tid)
+        except UpdateFinishedTrialError:
+            continue
+    while len(got) < want and new_allowed > 0:
+        template = optuna.trial.create_trial(state=TrialState.WAITING)
+        tid = storage.create_new_trial(sid, template_trial=template)
+        new_allowed -= 1
+        storage.record_heartbeat(tid)  # type: ignore[attr-defined]
+        try:
+            if storage.set_trial_state_values(tid, TrialState.RUNNING):
+                got.append(tid)
+        except UpdateFinishedTrialError:
+            continue
+    return got
+
+
+def _shared_loop(
+    study: optuna.Study,
+    space: SearchSpace,
+    rec: StudyRecord,
+    *,
+    stop: StopFlag,
+    quiet: bool,
+    heartbeat_s: int,
+    salt: int,
+    max_trials: int | None = None,
+    predictor: Predictor | None = None,
+) -> int:
+    """Work on a shared study until its budget is met (or `max_trials` were done here, or a
+    stop was requested). Returns the number of trials this process evaluated."""
+    storage = study._storage
+    sid = study._study_id
+    dists = S.distributions(space)
+    exhaustive = rec.sampler == "exhaustive"
+    rng = np.random.default_rng([rec.seed, salt])
+    mine = 0
+    done, running, waiting = _counts(storage, sid)
+    progress = Progress(
+        rec.trials, min(done, rec.trials), quiet, len(space.objectives.names), study.study_name
+    )
+    try:
+        with Heartbeat(storage, max(heartbeat_s / 2, 0.2)) as hb:
+            while not stop.requested:
+                optuna.storages.fail_stale_trials(study)
+                done, running, waiting = _counts(storage, sid)
+                progress.show(min(done, rec.trials))
+                if done >= rec.trials or (max_trials is not None and mine >= max_trials):
+                    break
+                want = min(rec.batch_size, rec.trials - done)
+                if max_trials is not None:
+                    want = min(want, max_trials - mine)
+                new_allowed = 0 if exhaustive else rec.trials - done - running - len(waiting)
+                ids = _claim(storage, sid, waiting, want, new_allowed, rng)
+                if not ids:
+                    enqueued = study.user_attrs.get(ENQUEUED_ATTR) is not None or not exhaustive
+                    if running == 0 and not waiting and enqueued:
+                        print(
+                            f"dse: study {study.study_name!r}: {rec.trials - done} trials are "
+                            "missing and none is queued or running; run `dse sweep` with the "
+                            "same space and storage to queue them again",
+                            file=sys.stderr,
+                        )
+                        break
+                    time.sleep(POLL_S)
+                    continue
+                hb.track(ids)
+                try:
+                    study.sampler = S.make(
+                        rec.sampler, space, S.batch_seed(rec.seed, done, salt), rec.batch_size
+                    )
+                    trials = [optuna.trial.Trial(study, tid) for tid in ids]
+                    rows = [suggest_all(t, dists) for t in trials]
+                    ev = evaluate(space, space.columns_from(rows), predictor=predictor)
+                    tell_batch(study, trials, ev)
+                finally:
+                    hb.untrack(ids)
+                mine += len(ids)
+                progress.add(ev.objectives, ev.feasible)
+                progress.show(min(done + len(ids), rec.trials))
+    finally:
+        progress.close()
+    return mine
+
+
+def _enqueue_missing(study: optuna.Study, space: SearchSpace) -> int:
+    """Queue every configuration not yet queued or evaluated (exhaustive on a shared storage);
+    returns how many were queued. Then mark the study so workers know the queue is whole."""
+    if study.user_attrs.get(ENQUEUED_ATTR) is not None:
+        return 0
+    names = [p.name for p in space.searched]
+    seen: set[tuple[Any, ...]] = set()
+    for t in study.get_trials(deepcopy=False):
+        fixed = t.system_attrs.get("fixed_params") or t.params
+        if all(k in fixed for k in names):
+            seen.add(tuple(fixed[k] for k in names))
+    n = 0
+    size = space.size()
+    for start in range(0, size, 4096):
+        for params in S.config_params(space, np.arange(start, min(start + 4096, size))):
+            key = tuple(params[k] for k in names)
+            if key not in seen:
+                study.enqueue_trial(params)
+                n += 1
+    study.set_user_attr(ENQUEUED_ATTR, size)
+    return n
+
+
+def _shared_study(
+    storage: BaseStorage, space: SearchSpace, rec: StudyRecord, name: str, where: str
+) -> tuple[optuna.Study, StudyRecord]:
+    directions = ["minimize"] * len(space.objectives.names)
+    if name in study_names(storage):
+        study = optuna.load_study(study_name=name, storage=storage)
+        if "dse:space_hash" not in study.user_attrs and not study.get_trials(deepcopy=False):
+            study = _init_record(study, space, rec)  # created but not yet recorded: finish it
+        existing = StudyRecord.from_attrs(study.user_attrs, where)
+        rec = _check_same(existing, rec, name, where)
+        if study.user_attrs.get("dse:trials") != rec.trials:
+            study.set_user_attr("dse:trials", rec.trials)
+        return study, rec
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=directions)
+    except optuna.exceptions.DuplicatedStudyError:
+        return _shared_study(storage, space, rec, name, where)
+    return _init_record(study, space, rec), rec
+
+
+def _init_record(study: optuna.Study, space: SearchSpace, rec: StudyRecord) -> optuna.Study:
+    study.set_metric_names(list(space.objectives.names))
+    for k, v in rec.attrs().items():
+        study.set_user_attr(k, v)
+    return study
+
+
+# ------------------------------------------------------------------ entry points
+def run_sweep(opts: SweepOptions) -> SweepOutcome:
+    """`dse sweep`: create or resume a study, run it to its budget, write the results folder.
+
+    Every check that can fail on user input (YAML, sampler, storage URL, results folder,
+    predictor artifact, an existing study with another space) runs before anything is
+    written, and raises a DSEError with one clear message.
+    """
+    _quiet_optuna()
+    t0 = time.perf_counter()
+    space = load_space(opts.space_file)
+    rec = settings(space, opts)
+    if space.size() <= COUNT_LIMIT:
+        require_feasible(space, count_feasible(space))
+    if opts.reference not in (None, "exact"):
+        raise ConfigError(f"--reference: must be exact, got {opts.reference!r}")
+    if opts.reference == "exact" and space.size() > REFERENCE_LIMIT:
+        raise ConfigError(
+            f"--reference exact: the space has {space.size():,} configurations, more than "
+            f"{REFERENCE_LIMIT:,} to enumerate"
+        )
+    name = opts.study or space.name
+    folder = opts.out if opts.out is not None else Path("results") / name
+    spec = parse_storage(opts.storage, folder)
+    artifacts = check_predictor(space, opts.predictor)
+    check_writable(folder)
+    locks = [FolderLock(folder / ".lock")]
+    if spec.path is not None and spec.path.parent.resolve() != folder.resolve():
+        check_writable(spec.path.parent)
+        locks.append(FolderLock(spec.path.with_name(spec.path.name + ".lock-dse")))
+    for i, lock in enumerate(locks):
+        try:
+            lock.acquire()
+        except DSEError:
+            for held in locks[:i]:
+                held.release()
+            raise
+    interrupted = False
+    try:
+        with StopFlag(opts.quiet) as stop:
+            if spec.kind == "journal":
+                trials, done = _local(space, rec, spec, name, opts, stop)
+            else:
+                trials, done, rec = _run_shared_sweep(space, rec, spec, name, opts, stop)
+            interrupted = stop.requested and done < rec.trials
+        exact = _reference(space, rec, opts, done, interrupted)
+        written = write_results(
+            folder,
+            space,
+            trials,
+            study_name=name,
+            sampler=rec.sampler,
+            seed=rec.seed,
+            trials_requested=rec.trials,
+            storage=spec.display,
+            elapsed_s=time.perf_counter() - t0,
+            exact=exact,
+            exact_table=None,
+            artifacts=artifacts,
+        )
+        if rec.sampler == "exhaustive" and done >= rec.trials and exact is None:
+            written = _exhaustive_exact(written, space, folder)
+    finally:
+        for lock in locks:
+            lock.release()
+    if interrupted and not opts.quiet:
+        hint = opts.resume_command or f"dse sweep {opts.space_file}"
+        print(
+            f"dse sweep: interrupted after {done:,} of {rec.trials:,} trials; results so far "
+            f"are in {folder}/. Resume with:\n  {hint}",
+            file=sys.stderr,
+        )
+    return SweepOutcome(written, interrupted, done, rec.trials, folder, spec.display)
+
+
+def _run_shared_sweep(
+    space: SearchSpace,
+    rec: StudyRecord,
+    spec: StorageSpec,
+    name: str,
+    opts: SweepOptions,
+    stop: StopFlag,
+) -> tuple[list[optuna.trial.FrozenTrial], int, StudyRecord]:
+    storage = open_rdb(spec, opts.heartbeat_s)
+    study, rec = _shared_study(storage, space, rec, name, spec.display)
+    if rec.sampler == "exhaustive":
+        _enqueue_missing(study, space)
+    _shared_loop(
+        study,
+        space,
+        rec,
+        stop=stop,
+        quiet=opts.quiet,
+        heartbeat_s=opts.heartbeat_s,
+        salt=0,
+        predictor=opts.predictor,
+    )
+    trials = study.get_trials(deepcopy=False)
+    done = sum(evaluated(t) for t in trials)
+    return trials, done, rec
+
+
+def _reference(
+    space: SearchSpace, rec: StudyRecord, opts: SweepOptions, done: int, interrupted: bool
+) -> ExactFront | None:
+    if opts.reference != "exact" or interrupted:
+        return None
+    return exact_front(space, predictor=opts.predictor)
+
+
+def _exhaustive_exact(written: Written, space: SearchSpace, folder: Path) -> Written:
+    """A finished exhaustive study is its own exact front: record it as such."""
+    from dse.sweep._results import write_table
+
+    write_table(written.front, folder / "exact_front.csv")
+    summary = dict(written.summary)
+    summary["exact_hypervolume"] = summary["hypervolume"]
+    import json
+
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return replace(written, summary=summary)
+
+
+def run_worker(
+    storage_url: str,
+    study_name: str,
+    *,
+    max_trials: int | None = None,
+    quiet: bool = False,
+    heartbeat_s: int = DEFAULT_HEARTBEAT_S,
+    predictor: Predictor | None = None,
+) -> int:
+    """`dse worker`: join a shared study (its space, sampler and budget come from the study)
+    and evaluate batches until the budget is met. Returns how many trials this worker ran."""
+    _quiet_optuna()
+    spec = parse_storage(storage_url, None)
+    if spec.kind == "journal":
+        raise ConfigError(
+            f"--storage {spec.display}: workers share a study through a database "
+            "(postgresql://, mysql:// or sqlite:///); a journal file is written by one "
+            "`dse sweep` at a time"
+        )
+    storage = open_rdb(spec, heartbeat_s)
+    study = load_study(storage, study_name, spec.display)
+    rec = StudyRecord.from_attrs(study.user_attrs, f"{spec.display}: study {study_name!r}")
+    space = space_from_record(rec)
+    check_predictor(space, predictor)
+    salt = int.from_bytes(os.urandom(4), "little")
+    with StopFlag(quiet) as stop:
+        return _shared_loop(
+            study,
+            space,
+            rec,
+            stop=stop,
+            quiet=quiet,
+            heartbeat_s=heartbeat_s,
+            salt=salt,
+            max_trials=max_trials,
+            predictor=predictor,
+        )
+
+
+__all__ = [
+    "DSEError",
+    "Evaluation",
+    "SweepOptions",
+    "SweepOutcome",
+    "run_sweep",
+    "run_worker",
+    "settings",
+    "space_from_record",
+]

@@ -1,0 +1,147 @@
+"""Samplers by name, the exhaustive sampler, and what `auto` picks.
+
+Determinism across restarts: the sampler is rebuilt for every batch with a seed drawn from
+(study seed, trials already done), so a study resumed after a crash continues exactly as the
+uninterrupted run would (the journal holds whole batches, so both see the same history).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial
+
+from dse.errors import ConfigError
+from dse.space import SAMPLERS, SearchSpace
+
+# `auto` enumerates a space of up to this many configurations (or up to the trial budget,
+# when that is larger): about 20 s of evaluating and storing at the throughput measured in
+# docs/sweeps.md, and the front is then exact.
+AUTO_EXHAUSTIVE_MAX = 20_000
+# `auto` otherwise: the sampler that reached the best hypervolume at a 2,000-trial budget in
+# benchmarks/sweep_quality.py (docs/sweeps.md).
+AUTO_SAMPLER = "nsga2"
+# Gaussian-process sampling refits a GP per trial at a cost growing like trials^3.
+GP_MAX_TRIALS = 1_000
+# Exhaustive sweeps store one trial per configuration; beyond this, use `--reference exact`.
+EXHAUSTIVE_MAX_TRIALS = 1_000_000
+EXHAUSTIVE_BATCH = 1024  # configurations evaluated per predictor call in exhaustive mode
+
+
+def distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    """The Optuna distribution of every searched parameter (ranges: int, lists: categorical)."""
+    out: dict[str, BaseDistribution] = {}
+    for p in space.searched:
+        if p.kind == "int":
+            out[p.name] = IntDistribution(int(p.low), int(p.high), step=int(p.step or 1), log=p.log)  # type: ignore[arg-type]
+        else:
+            out[p.name] = CategoricalDistribution(list(p.values))
+    return out
+
+
+def config_params(space: SearchSpace, index: np.ndarray | int) -> list[dict[str, Any]]:
+    """Searched-parameter dicts of configurations by their index in `space.enumerate()` order."""
+    searched = space.searched
+    idx = np.atleast_1d(np.asarray(index, dtype=np.int64))
+    if not searched:
+        return [{} for _ in idx]
+    digits = np.unravel_index(idx, [len(p.values) for p in searched])
+    cols = [[p.values[int(i)] for i in d] for p, d in zip(searched, digits, strict=True)]
+    return [
+        {p.name: col[j] for p, col in zip(searched, cols, strict=True)} for j in range(len(idx))
+    ]
+
+
+def resolve(name: str, space: SearchSpace, trials: int) -> str:
+    """The concrete sampler for `name` (`auto` decided here), or a ConfigError."""
+    if name not in SAMPLERS:
+        import difflib
+
+        close = difflib.get_close_matches(name, SAMPLERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"--sampler: must be one of {', '.join(SAMPLERS)}{hint}, got {name!r}")
+    size = space.size()
+    if name == "auto":
+        return "exhaustive" if size <= max(trials, AUTO_EXHAUSTIVE_MAX) else AUTO_SAMPLER
+    if name == "exhaustive" and size > EXHAUSTIVE_MAX_TRIALS:
+        raise ConfigError(
+            f"{space.source}: sampler exhaustive stores one trial per configuration and the "
+            f"space has {size:,} (limit {EXHAUSTIVE_MAX_TRIALS:,}); use another sampler with "
+            "`--reference exact` to get the exact front of a space this large"
+        )
+    if name == "gp" and trials > GP_MAX_TRIALS:
+        raise ConfigError(
+            f"sampler gp: a Gaussian process refits on every trial at a cost growing like "
+            f"trials^3, so it applies to budgets up to {GP_MAX_TRIALS:,} trials, got "
+            f"{trials:,}; use tpe or nsga2"
+        )
+    if name in ("nsga2", "nsga3", "tpe", "gp", "random") and not space.searched:
+        return "exhaustive"
+    return name
+
+
+def batch_seed(seed: int, done: int, salt: int = 0) -> int:
+    """The seed of the sampler that draws the batch starting after `done` trials."""
+    return int(np.random.SeedSequence([seed, done, salt]).generate_state(1)[0])
+
+
+def make(name: str, space: SearchSpace, seed: int, batch_size: int, offset: int = 0) -> BaseSampler:
+    """A fresh sampler (`name` already resolved). GA samplers breed one generation per batch."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-feature warnings
+        if name == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+        if name == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(batch_size, 2))
+        if name == "nsga3":
+            return optuna.samplers.NSGAIIISampler(seed=seed, population_size=max(batch_size, 2))
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if name == "gp":
+            try:
+                return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
+            except ImportError as exc:
+                raise ConfigError(f"sampler gp needs PyTorch and SciPy ({exc})") from None
+        if name == "exhaustive":
+            return ExhaustiveSampler(space, offset)
+    raise ConfigError(f"--sampler: unknown sampler {name!r}")
+
+
+class ExhaustiveSampler(BaseSampler):
+    """Trial number k (+ offset) takes configuration k of `space.enumerate()` order.
+
+    Used by the single-process sweep, whose trial numbers are exactly 0, 1, 2, ... because the
+    journal holds whole batches. Shared storages enqueue the configurations instead.
+    """
+
+    def __init__(self, space: SearchSpace, offset: int = 0) -> None:
+        self._space = space
+        self._dists = distributions(space)
+        self._offset = offset
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self._dists)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        index = trial.number + self._offset
+        if index >= self._space.size():
+            raise ConfigError(f"exhaustive sampler: configuration {index} is past the space")
+        return config_params(self._space, index)[0]
+
+    def sample_independent(
+        self,
+        study: optuna.Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        raise ConfigError(f"exhaustive sampler: parameter {param_name!r} is not in the space")
