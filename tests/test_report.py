@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -286,6 +287,9 @@ def test_report_is_one_self_contained_file(gpu_batch: Path, tmp_path: Path) -> N
     page = text.replace(lib, "")
     assert "<script src" not in page and "http://" not in page and "https://" not in page
     assert text.count("Plotly.newPlot(") >= 5
+    # plotly finds each figure by its id: every id of the page must be unique.
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
     for div in ("pareto", "parallel-0", "importance", "hypervolume", "breakdown-0"):
         assert f'id="{div}"' in text
     assert write_report(gpu_batch) == gpu_batch / "report.html"

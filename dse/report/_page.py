@@ -182,8 +182,9 @@ def render_html(res: Results) -> str:
     parts = [_header_html(header)]
     nav = []
     for s in build_sections(res):
-        nav.append(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>')
-        parts.append(f'<h2 id="{s.anchor}">{html.escape(s.title)}</h2>')
+        # Section anchors are prefixed: plotly finds each figure's div by its bare id.
+        nav.append(f'<a href="#sec-{s.anchor}">{html.escape(s.title)}</a>')
+        parts.append(f'<h2 id="sec-{s.anchor}">{html.escape(s.title)}</h2>')
         parts.append(f'<p class="note">{html.escape(s.caption)}</p>')
         parts.extend(f'<p class="note">Note: {html.escape(n)}.</p>' for n in s.notes)
         if s.missing:
@@ -194,8 +195,8 @@ def render_html(res: Results) -> str:
                     full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG
                 )
             )
-    nav.append('<a href="#front-table">Front table</a>')
-    parts.append('<h2 id="front-table">Front table</h2>')
+    nav.append('<a href="#sec-front-table">Front table</a>')
+    parts.append('<h2 id="sec-front-table">Front table</h2>')
     parts.append(_table_html(I.front_table(res)))
     parts.insert(1, '<p class="note">' + " · ".join(nav) + "</p>")
     return (

@@ -55,6 +55,30 @@ LAYOUT = {
 }
 
 
+# Buttons to switch both axes between linear and logarithmic (fronts often span decades).
+AXIS_SCALE_MENU = {
+    "type": "buttons",
+    "direction": "left",
+    "x": 1.0,
+    "xanchor": "right",
+    "y": 1.01,
+    "yanchor": "bottom",
+    "showactive": True,
+    "buttons": [
+        {
+            "label": "linear",
+            "method": "relayout",
+            "args": [{"xaxis.type": "linear", "yaxis.type": "linear"}],
+        },
+        {
+            "label": "log",
+            "method": "relayout",
+            "args": [{"xaxis.type": "log", "yaxis.type": "log"}],
+        },
+    ],
+}
+
+
 def _errors(ps: PointSet, centre: np.ndarray, lo: np.ndarray, hi: np.ndarray, f: float) -> dict:
     ok = np.isfinite(lo) & np.isfinite(hi)
     if not ok.any():
@@ -66,7 +90,7 @@ def _errors(ps: PointSet, centre: np.ndarray, lo: np.ndarray, hi: np.ndarray, f:
         "arrayminus": np.where(ok, (centre - lo) * f, 0.0),
         "thickness": 1,
         "width": 3,
-        "color": FRONT,
+        "color": "rgba(214, 39, 40, 0.45)",  # FRONT, lighter: bands sit behind the markers
     }
 
 
@@ -151,43 +175,44 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
                 hoverinfo="skip",
             )
         )
+    # One trace per marked trial, labelled beside its marker where no feasible trial can be:
+    # left of the fastest (nothing feasible is faster), below the most frugal, and above right
+    # of the knee, over the faint dominated cloud. Text, unlike arrows in pixels, stays put when
+    # the axes switch to log.
+    by_trial: dict[int, list] = {}
     for m in info.marks:
-        is_knee = m.label == "knee"
+        by_trial.setdefault(m.number, []).append(m)
+    best_x = f"best {info.x.objective.label}"
+    best_y = f"best {info.y.objective.label}"
+    for number, ms in by_trial.items():
+        names = [m.label for m in ms]
+        is_knee = "knee" in names
+        position = (
+            "middle left"
+            if best_x in names
+            else "bottom center"
+            if best_y in names
+            else "top right"
+        )
         fig.add_trace(
             go.Scatter(
-                x=[m.x * fx],
-                y=[m.y * fy],
-                mode="markers",
-                name=f"{m.label} (#{m.number})",
-                meta=f"marks:{m.label}",
+                x=[ms[0].x * fx],
+                y=[ms[0].y * fy],
+                mode="markers+text",
+                text=[f"{' · '.join(names)} #{number}"],
+                textposition=position,
+                textfont={"size": 11},
+                cliponaxis=False,
+                name=f"{' · '.join(names)} (#{number})",
+                meta="marks:" + ",".join(names),
                 marker={
                     "symbol": "star" if is_knee else "diamond",
                     "size": 16 if is_knee else 12,
                     "color": "gold" if is_knee else "black",
                     "line": {"width": 1, "color": "black"},
                 },
-                hovertemplate=f"{m.label}: trial {m.number}<extra></extra>",
+                hovertemplate=f"{' · '.join(names)}: trial {number}<extra></extra>",
             )
-        )
-    # One label per marked trial (the knee is often also the best of one objective), placed
-    # below and left of the front, where no feasible point lies, staggered left to right.
-    labels: dict[int, list[str]] = {}
-    where: dict[int, tuple[float, float]] = {}
-    for m in info.marks:
-        labels.setdefault(m.number, []).append(m.label)
-        where[m.number] = (m.x * fx, m.y * fy)
-    for k, number in enumerate(sorted(labels, key=lambda n: where[n])):
-        fig.add_annotation(
-            x=where[number][0],
-            y=where[number][1],
-            text=f"{' · '.join(labels[number])} #{number}",
-            showarrow=True,
-            arrowhead=2,
-            ax=-30,
-            ay=35 + 24 * k,
-            xanchor="right",
-            font={"size": 11},
-            bgcolor="rgba(255,255,255,0.85)",
         )
     if not n_front:
         fig.add_annotation(
@@ -203,7 +228,8 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
         title=f"{info.y.objective.label} against {info.x.objective.label}",
         xaxis_title=info.x.title,
         yaxis_title=info.y.title,
-        **LAYOUT,
+        updatemenus=[AXIS_SCALE_MENU],
+        **{**LAYOUT, "margin": {**LAYOUT["margin"], "t": 85}},  # room for the scale buttons
     )
     return fig
 

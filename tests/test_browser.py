@@ -1,0 +1,217 @@
+"""report.html in a real browser: headless Debian Chromium driven by Selenium and chromedriver.
+
+Checks that the page loads with no JavaScript error, that the Pareto figure holds the expected
+number of points (read from the plotly graph div in the page), and that a screenshot of it is
+not blank. Skips with the reason when Chromium, chromedriver or selenium is missing, except
+under CI (CI=true), where it fails instead: `.ci/run` sources `.ci/browser.sh` to install them.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sweep_results import write_results
+
+from dse.report import load_results, write_report
+
+pytestmark = pytest.mark.browser
+
+# The flags a sandboxed, offline machine needs (no GPU, no background network, root user).
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # Parallel coordinates draw with WebGL: opt in to the software renderer explicitly, since
+    # Chromium has deprecated falling back to it silently.
+    "--enable-unsafe-swiftshader",
+    "--window-size=1280,1000",
+)
+# Collects uncaught errors and console.error calls from the first line of the page on.
+ERROR_COLLECTOR = """
+window.__errors = [];
+window.addEventListener('error', e => window.__errors.push('error: ' + e.message));
+window.addEventListener('unhandledrejection', e => window.__errors.push('rejection: ' + e.reason));
+const __consoleError = console.error;
+console.error = function (...args) { window.__errors.push('console: ' + args.join(' '));
+                                      __consoleError.apply(console, args); };
+"""
+FRONT_RGB = (0xD6, 0x27, 0x28)  # dse.report._render.FRONT
+
+
+def _missing() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install selenium)"
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        return "Chromium is not installed (apt-get install chromium; see .ci/browser.sh)"
+    if not shutil.which("chromedriver"):
+        return "chromedriver is not installed (apt-get install chromium-driver)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[object]:
+    why = _missing()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser test cannot run under CI: {why}")
+        pytest.skip(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    for flag in CHROMIUM_FLAGS:
+        opts.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="dse-chromium-")
+    opts.add_argument(f"--user-data-dir={profile}")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # An explicit chromedriver path: Selenium Manager would otherwise try to download one.
+    d = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    d.set_page_load_timeout(60)
+    d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": ERROR_COLLECTOR})
+    try:
+        yield d
+    finally:
+        d.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _open(driver, page: Path) -> None:
+    driver.get_log("browser")  # drop what earlier pages logged
+    driver.get(page.resolve().as_uri())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done = driver.execute_script(
+            "const g = [...document.querySelectorAll('.plotly-graph-div')];"
+            "return g.length > 0 && g.every(d => d._fullLayout !== undefined);"
+        )
+        if done:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{page}: the plotly figures did not render within 30 s")
+
+
+def _errors(driver) -> list[str]:
+    errs = list(driver.execute_script("return window.__errors"))
+    errs += [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    return errs
+
+
+def _trace_sizes(driver, div: str) -> dict[str, int]:
+    """Points per trace, by its `meta` tag, as plotly holds them in the graph div."""
+    pairs = driver.execute_script(
+        "return document.getElementById(arguments[0])._fullData"
+        ".map(t => [String(t.meta), t.x ? t.x.length : 0]);",
+        div,
+    )
+    return {meta: n for meta, n in pairs}
+
+
+# Decodes a PNG (base64) in the page itself and summarises its pixels: size, the fraction that
+# is not near-white, the number of distinct colours, and how many are the front's red.
+PIXEL_STATS = """
+const [b64, front, done] = arguments;
+const img = new Image();
+img.onload = () => {
+  const c = document.createElement('canvas');
+  c.width = img.width; c.height = img.height;
+  const ctx = c.getContext('2d');
+  ctx.drawImage(img, 0, 0);
+  const px = ctx.getImageData(0, 0, c.width, c.height).data;
+  let ink = 0, red = 0;
+  const colours = new Set();
+  for (let i = 0; i < px.length; i += 4) {
+    const [r, g, b] = [px[i], px[i + 1], px[i + 2]];
+    if (r < 245 || g < 245 || b < 245) ink++;
+    if (Math.abs(r - front[0]) + Math.abs(g - front[1]) + Math.abs(b - front[2]) <= 6) red++;
+    colours.add((r << 16) | (g << 8) | b);
+  }
+  const n = px.length / 4;
+  done({width: c.width, height: c.height, ink: ink / n, colours: colours.size, red: red});
+};
+img.onerror = () => done({error: 'the screenshot is not a decodable PNG'});
+img.src = 'data:image/png;base64,' + b64;
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = write_results(
+        "search_spaces/gpu_batch.yaml", tmp_path_factory.mktemp("gpu_batch"), trials=200, seed=1
+    )
+    return write_report(d)
+
+
+def test_report_loads_without_errors_and_shows_every_point(driver, report: Path) -> None:
+    _open(driver, report)
+    assert _errors(driver) == []
+    # Nothing was fetched from the network: the page is self-contained.
+    urls = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert [u for u in urls if not u.startswith(("file:", "data:", "blob:"))] == []
+    res = load_results(report.parent)
+    t = res.trials
+    finite = np.isfinite(t[[o.column for o in res.objectives]].to_numpy(float)).all(axis=1)
+    sizes = _trace_sizes(driver, "pareto")
+    assert sizes["points:front"] == int(t["on_front"].sum())
+    assert sizes["points:dominated"] == int((t["feasible"] & ~t["on_front"]).sum())
+    assert sizes["points:infeasible"] == int((~t["feasible"] & finite).sum())
+    drawn = driver.execute_script(
+        "return document.querySelectorAll('#pareto .scatterlayer .trace path.point').length"
+    )
+    assert drawn >= int(finite.sum())  # every plotted trial became an SVG marker
+    # Every figure of the page rendered.
+    ids = driver.execute_script(
+        "return [...document.querySelectorAll('.plotly-graph-div')].map(g => g.id)"
+    )
+    assert {"pareto", "parallel-0", "parallel-1", "importance", "hypervolume"} <= set(ids)
+
+
+def test_screenshot_is_not_blank(driver, report: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    _open(driver, report)
+    el = driver.find_element(By.ID, "pareto")
+    driver.execute_script("arguments[0].scrollIntoView()", el)
+    png = el.screenshot_as_png
+    keep = os.environ.get("DSE_SCREENSHOT")  # a path to look at the picture by hand
+    if keep:
+        Path(keep).write_bytes(png)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    stats = driver.execute_async_script(
+        PIXEL_STATS, base64.b64encode(png).decode(), list(FRONT_RGB)
+    )
+    assert "error" not in stats, stats
+    assert stats["width"] > 600 and stats["height"] > 300, stats
+    assert 0.01 < stats["ink"] < 0.6, stats  # drawn on, but not a solid block
+    assert stats["colours"] > 50, stats
+    # The front's markers are drawn in their colour (exact pixels inside the 9 px markers).
+    assert stats["red"] > 20, stats
+
+
+def test_no_feasible_report_loads(driver, tmp_path: Path) -> None:
+    d = write_results(
+        "search_spaces/dense_8b.yaml",
+        tmp_path / "none",
+        trials=40,
+        constraints={"active_params": {"max": 1.0e6}},
+    )
+    _open(driver, write_report(d))
+    assert _errors(driver) == []
+    sizes = _trace_sizes(driver, "pareto")
+    assert sizes["points:front"] == 0 and sizes["points:infeasible"] == 40
+    assert "No feasible trial" in driver.find_element("tag name", "body").text

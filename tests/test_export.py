@@ -1,0 +1,187 @@
+"""`dse export`: selection, YAML/JSON that `dse predict` reads back, Hugging Face folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from sweep_results import write_results
+
+from dse import arch as A
+from dse import configs as C
+from dse.cli import main
+from dse.errors import ConfigError
+from dse.export import entry_architecture, entry_columns, select, write_export
+from dse.predictor import predict
+from dse.report import ResultsError, load_results
+from dse.report import _info as I
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """150 random trials of the dense 7-9B space: GQA from 1 to 8 KV heads."""
+    return write_results(
+        "search_spaces/dense_8b.yaml", tmp_path_factory.mktemp("dense"), trials=150, seed=2
+    )
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_results("search_spaces/moe.yaml", tmp_path_factory.mktemp("moe"), trials=60)
+
+
+def _load(path: Path) -> list[dict]:
+    text = path.read_text()
+    doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    assert list(doc) == ["configs"]
+    return doc["configs"]
+
+
+# ---------------------------------------------------------------------- selection
+def test_front_is_the_default(dense: Path) -> None:
+    res = load_results(dense)
+    sel = select(res)
+    assert sel.rows["number"].tolist() == res.front["number"].tolist()
+    assert "Pareto front" in sel.why
+
+
+@pytest.mark.parametrize(("by", "column"), [("energy", 1), ("latency", 0)])
+def test_top_k_by_one_objective(dense: Path, by: str, column: int) -> None:
+    res = load_results(dense)
+    sel = select(res, top=4, by=by)
+    col = res.objectives[column].column
+    assert len(sel.rows) == 4 and sel.rows["feasible"].all()
+    expect = res.feasible.sort_values([col, "number"]).head(4)
+    assert sel.rows["number"].tolist() == expect["number"].tolist()
+
+
+def test_top_by_knee_starts_at_the_reports_knee(dense: Path) -> None:
+    res = load_results(dense)
+    sel = select(res, top=3, by="knee")
+    knee = next(m for m in I.pareto_info(res).marks if m.label == "knee")
+    assert sel.rows["number"].iloc[0] == knee.number
+    assert f"trial {knee.number}" in sel.why
+
+
+def test_selection_mistakes(dense: Path, tmp_path: Path) -> None:
+    res = load_results(dense)
+    with pytest.raises(ConfigError, match="either --front or --top"):
+        select(res, front=True, top=2)
+    with pytest.raises(ConfigError, match="--top: must be an integer >= 1, got 0"):
+        select(res, top=0)
+    bad = write_results(
+        "search_spaces/dense_8b.yaml",
+        tmp_path / "none",
+        trials=20,
+        constraints={"active_params": {"max": 1.0e6}},
+    )
+    with pytest.raises(ResultsError, match="no feasible trial to export"):
+        select(load_results(bad))
+    assert main(["export", str(bad)]) == 2
+
+
+# ---------------------------------------------------------------------- YAML / JSON
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_round_trip_gives_identical_predictions(dense: Path, tmp_path: Path, fmt: str) -> None:
+    dest = write_export(dense, fmt=fmt, out=tmp_path / fmt)
+    entries = _load(dest / f"configs.{fmt}")
+    res = load_results(dense)
+    assert [e["predictions"]["trial"] for e in entries] == res.front["number"].tolist()
+    for e in entries:
+        assert set(e) == {"architecture", "workload", "gpu", "predictions"}
+        assert set(e["architecture"]) == set(C.ARCH_FIELDS)
+        assert set(e["workload"]) == set(C.WORKLOAD_FIELDS)
+    cols, _ = C.as_columns({k: np.asarray(v) for k, v in entry_columns(entries).items()})
+    again = predict(cols)
+    for i, e in enumerate(entries):
+        stored = e["predictions"]["hymell"]
+        for key, v in again.items():
+            if np.asarray(v).dtype.kind == "f":
+                assert stored[key] == v[i], (key, stored[key], v[i])
+        # Sizes agree with the accounting of the architecture as written.
+        a = entry_architecture(e)
+        assert A.total_params(a) == e["predictions"]["sizes"]["total_params"]
+
+
+def test_dse_predict_reads_the_export(dense: Path, tmp_path: Path, capsys) -> None:
+    dest = write_export(dense, fmt="yaml", out=tmp_path / "y", top=2, by="energy")
+    entries = _load(dest / "configs.yaml")
+    assert main(["predict", "--config", str(dest / "configs.yaml"), "--entry", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["prediction"]["latency_s"] == entries[1]["predictions"]["hymell"]["latency_s"]
+    assert out["prediction"]["energy_j"] == entries[1]["predictions"]["hymell"]["energy_j"]
+
+
+def test_readme_says_what_and_why(dense: Path, tmp_path: Path) -> None:
+    dest = write_export(dense, fmt="json", out=tmp_path / "j", top=3, by="latency")
+    text = (dest / "README.md").read_text()
+    assert "3 configurations: the 3 feasible configurations with the lowest Request latency" in text
+    for e in _load(dest / "configs.json"):
+        assert f"| {e['predictions']['trial']} |" in text
+    assert "dse predict --config configs.json --entry N" in text
+
+
+def test_command(dense: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cli"
+    assert main(["export", str(dense), "--top", "2", "--by", "knee", "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert len(_load(out / "configs.yaml")) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse: --front and --top are exclusive
+        main(["export", str(dense), "--front", "--top", "2"])
+    assert exc.value.code == 2
+    assert main(["export", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- Hugging Face
+def _meta_param_count(folder: Path) -> tuple[str, int]:
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return cfg.model_type, sum(p.numel() for p in model.parameters())
+
+
+def test_hf_dense_gqa(dense: Path, tmp_path: Path) -> None:
+    dest = write_export(dense, fmt="hf", out=tmp_path / "hf", top=2, by="knee")
+    entries = _load(
+        write_export(dense, fmt="yaml", out=tmp_path / "y", top=2, by="knee") / "configs.yaml"
+    )
+    for e in entries:
+        folder = dest / f"trial-{e['predictions']['trial']}"
+        cfg = json.loads((folder / "config.json").read_text())
+        assert cfg["num_key_value_heads"] == e["architecture"]["n_kv_heads"]
+        model_type, n = _meta_param_count(folder)
+        assert model_type == "llama"
+        assert (
+            n == A.total_params(entry_architecture(e)) == e["predictions"]["sizes"]["total_params"]
+        )
+    # The knee of this space is a GQA model, so num_key_value_heads is exercised.
+    assert any(e["architecture"]["n_kv_heads"] < e["architecture"]["n_heads"] for e in entries)
+    assert "AutoConfig.from_pretrained" in (dest / "README.md").read_text()
+
+
+def test_hf_moe(moe: Path, tmp_path: Path) -> None:
+    dest = write_export(moe, fmt="hf", out=tmp_path / "hf", top=1, by="energy")
+    (folder,) = [p for p in dest.iterdir() if p.is_dir()]
+    trial = int(folder.name.split("-")[1])
+    row = load_results(moe).trials.set_index("number").loc[trial]
+    model_type, n = _meta_param_count(folder)
+    assert model_type == "mixtral"
+    assert n == row["total_params"]
+
+
+def test_hf_refuses_what_it_cannot_express(tmp_path: Path) -> None:
+    space = tmp_path / "plain_mlp.yaml"
+    space.write_text(
+        "name: plain\nhardware: h100_sxm\n"
+        "space: {d_model: 2048, n_layers: {values: [8, 12]}, n_heads: 16, d_ff: 8192,"
+        " gated_mlp: false}\n"
+    )
+    res = write_results(space, tmp_path / "res", sampler="exhaustive")
+    with pytest.raises(ConfigError, match="gated_mlp: must be true"):
+        write_export(res, fmt="hf", out=tmp_path / "hf")
