@@ -206,6 +206,10 @@ class PhaseCost:
         )
 
 
+def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
+    d[key] = d[key] + v if key in d else np.broadcast_to(v, np.shape(v)).copy()
+
+
 def _reduce(x: np.ndarray, w: np.ndarray | None, n: int) -> np.ndarray:
     """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)."""
     if w is None:
@@ -242,7 +246,13 @@ class HymellPricer:
         oor = np.zeros(n, dtype=bool)
         per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
         sources: dict[str, str] = {}
+        zero = np.zeros(n)
         for op in ops:
+            runs = op.count > 0
+            if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
+                per_op.append((op, zero, zero))
+                sources.setdefault(op.name, "none")
+                continue
             price = None
             adapter = LEVEL1.get(op.kind)
             if self.artifact is not None and adapter is not None:
@@ -255,24 +265,32 @@ class HymellPricer:
                 if self.artifact_gpu is not self.gpu:
                     t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
                 if price.out_of_range is not None:
-                    o = np.asarray(price.out_of_range) & (np.asarray(op.count) > 0)
+                    o = np.asarray(price.out_of_range) & runs
                     oor |= o.any(axis=0) if o.ndim == 2 else o
+                util = np.minimum(util * t_roof / t_call, 1.0)
             if power is None:
-                power = roofline_power_w(self.gpu, np.minimum(util * t_roof / t_call, 1.0))
-            t = np.where(op.count > 0, t_call * op.count, 0.0)
+                power = roofline_power_w(self.gpu, util)
+            t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
             per_op.append((op, t, power))
             prev = sources.get(op.name)
-            sources[op.name] = src if prev in (None, src) else f"{prev}+{src}"
+            sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
         self._apply_level2(per_op, phase)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
+        wsum = None if weights is None else weights.sum(axis=0)
         for op, t, p in per_op:
-            t_r = _reduce(t, weights, n)
-            e_r = _reduce(t * p, weights, n)
+            if t is zero:
+                t_r = e_r = zero
+            elif np.ndim(t) == 2:
+                t_r = np.einsum("kn,kn->n", weights, t)
+                e_r = np.einsum("kn,kn->n", weights, t * p)
+            else:
+                t_r = t if wsum is None else t * wsum
+                e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n)
             out.time_s += t_r
             out.energy_j += e_r
-            out.items_s[op.name] = out.items_s.get(op.name, 0.0) + t_r
-            out.items_j[op.name] = out.items_j.get(op.name, 0.0) + e_r
-            out.blocks_s[op.block] = out.blocks_s.get(op.block, 0.0) + t_r
+            _acc(out.items_s, op.name, t_r)
+            _acc(out.items_j, op.name, e_r)
+            _acc(out.blocks_s, op.block, t_r)
         return out
 
     def _apply_level2(self, per_op: list[tuple[Op, np.ndarray, np.ndarray]], phase: str) -> None:

@@ -102,10 +102,10 @@ def price_rows(
         idx = np.nonzero(cols["gpu"] == name)[0]
         sub = {k: v[idx] for k, v in cols.items()}
         gpu = get_gpu(str(name))
-        pre, dec, steps = base_costs(sub, len(idx), gpu, artifact, fitted_on or gpu)
-        parts.append(global_inputs(sub, gpu, pre, dec, steps))
-        extra["kernel_energy_j"].append(pre.energy_j + dec.energy_j)
-        extra["kernel_time_s"].append(pre.time_s + dec.time_s)
+        base = base_costs(sub, len(idx), gpu, artifact, fitted_on or gpu)
+        parts.append(global_inputs(sub, base))
+        extra["kernel_energy_j"].append(base.prefill.energy_j + base.decode.energy_j)
+        extra["kernel_time_s"].append(base.prefill.time_s + base.decode.time_s)
         order.append(idx)
     perm = np.argsort(np.concatenate(order))
     g = GlobalInputs(
