@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sweep_results import write_results
+from sweep_results import no_feasible_sweep, run_sweep
 
 from dse.report import load_results, write_report
 
@@ -151,8 +151,10 @@ img.src = 'data:image/png;base64,' + b64;
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = write_results(
-        "search_spaces/gpu_batch.yaml", tmp_path_factory.mktemp("gpu_batch"), trials=200, seed=1
+    d = run_sweep(
+        "search_spaces/gpu_batch.yaml",
+        tmp_path_factory.mktemp("gpu_batch"),
+        *("--sampler", "random", "--trials", "200", "--seed", "1"),
     )
     return write_report(d)
 
@@ -204,14 +206,9 @@ def test_screenshot_is_not_blank(driver, report: Path) -> None:
 
 
 def test_no_feasible_report_loads(driver, tmp_path: Path) -> None:
-    d = write_results(
-        "search_spaces/dense_8b.yaml",
-        tmp_path / "none",
-        trials=40,
-        constraints={"active_params": {"max": 1.0e6}},
-    )
+    d = no_feasible_sweep(tmp_path)
     _open(driver, write_report(d))
     assert _errors(driver) == []
     sizes = _trace_sizes(driver, "pareto")
-    assert sizes["points:front"] == 0 and sizes["points:infeasible"] == 40
+    assert sizes["points:front"] == 0 and sizes["points:infeasible"] == 30
     assert "No feasible trial" in driver.find_element("tag name", "body").text

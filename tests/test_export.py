@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from sweep_results import write_results
+from sweep_results import no_feasible_sweep, run_sweep
 
 from dse import arch as A
 from dse import configs as C
@@ -23,14 +23,20 @@ from dse.report import _info as I
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """150 random trials of the dense 7-9B space: GQA from 1 to 8 KV heads."""
-    return write_results(
-        "search_spaces/dense_8b.yaml", tmp_path_factory.mktemp("dense"), trials=150, seed=2
+    return run_sweep(
+        "search_spaces/dense_8b.yaml",
+        tmp_path_factory.mktemp("dense"),
+        *("--sampler", "random", "--trials", "150", "--seed", "2"),
     )
 
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_results("search_spaces/moe.yaml", tmp_path_factory.mktemp("moe"), trials=60)
+    return run_sweep(
+        "search_spaces/moe.yaml",
+        tmp_path_factory.mktemp("moe"),
+        *("--sampler", "random", "--trials", "60", "--seed", "0"),
+    )
 
 
 def _load(path: Path) -> list[dict]:
@@ -72,12 +78,7 @@ def test_selection_mistakes(dense: Path, tmp_path: Path) -> None:
         select(res, front=True, top=2)
     with pytest.raises(ConfigError, match="--top: must be an integer >= 1, got 0"):
         select(res, top=0)
-    bad = write_results(
-        "search_spaces/dense_8b.yaml",
-        tmp_path / "none",
-        trials=20,
-        constraints={"active_params": {"max": 1.0e6}},
-    )
+    bad = no_feasible_sweep(tmp_path)
     with pytest.raises(ResultsError, match="no feasible trial to export"):
         select(load_results(bad))
     assert main(["export", str(bad)]) == 2
@@ -182,6 +183,6 @@ def test_hf_refuses_what_it_cannot_express(tmp_path: Path) -> None:
         "space: {d_model: 2048, n_layers: {values: [8, 12]}, n_heads: 16, d_ff: 8192,"
         " gated_mlp: false}\n"
     )
-    res = write_results(space, tmp_path / "res", sampler="exhaustive")
+    res = run_sweep(space, tmp_path / "res", "--sampler", "exhaustive")
     with pytest.raises(ConfigError, match="gated_mlp: must be true"):
         write_export(res, fmt="hf", out=tmp_path / "hf")

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.offline
 import pytest
-from sweep_results import write_results
+from sweep_results import no_feasible_sweep, run_sweep
 
 from dse.cli import main
 from dse.pareto import knee_index
@@ -24,35 +24,37 @@ from dse.report import _info as I
 @pytest.fixture(scope="module")
 def gpu_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """200 random trials of a space over three GPUs and four batch sizes: invalid, infeasible
-    and feasible trials, TPOT latency and per-output-token energy (ms and mJ)."""
-    return write_results(
-        "search_spaces/gpu_batch.yaml", tmp_path_factory.mktemp("gpu_batch"), trials=200, seed=1
+    and feasible trials, TPOT latency and per-output-token energy (ms and J)."""
+    return run_sweep(
+        "search_spaces/gpu_batch.yaml",
+        tmp_path_factory.mktemp("gpu_batch"),
+        *("--sampler", "random", "--trials", "200", "--seed", "1"),
     )
 
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three objectives (latency, energy, total parameters)."""
-    return write_results("search_spaces/moe.yaml", tmp_path_factory.mktemp("moe"), trials=120)
+    """Three objectives (latency, energy, total parameters), NSGA-II, and the exact front of the
+    240-configuration space beside it (--reference exact)."""
+    return run_sweep(
+        "search_spaces/moe.yaml",
+        tmp_path_factory.mktemp("moe"),
+        *("--sampler", "nsga2", "--trials", "64", "--seed", "0", "--reference", "exact"),
+    )
 
 
 @pytest.fixture(scope="module")
 def heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An exhaustive run: exact_front.csv and an exact hypervolume."""
-    return write_results(
-        "search_spaces/heads_study.yaml", tmp_path_factory.mktemp("heads"), sampler="exhaustive"
-    )
+    return run_sweep("search_spaces/heads_study.yaml", tmp_path_factory.mktemp("heads"))
 
 
 @pytest.fixture(scope="module")
 def infeasible(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """No feasible trial: a parameter budget no 7-9B model meets."""
-    return write_results(
-        "search_spaces/dense_8b.yaml",
-        tmp_path_factory.mktemp("infeasible"),
-        trials=60,
-        constraints={"active_params": {"max": 1.0e6}},
-    )
+    """No feasible trial among the 30 a random sampler drew."""
+    d = no_feasible_sweep(tmp_path_factory.mktemp("infeasible"))
+    assert not load_results(d).trials["feasible"].any()
+    return d
 
 
 def _objectives(t: pd.DataFrame, names: list[str]) -> np.ndarray:
@@ -236,7 +238,11 @@ def test_correlation_ratio_hand_example() -> None:
 
 
 def test_importance_falls_back_with_few_trials(gpu_batch: Path, tmp_path: Path) -> None:
-    d = write_results("search_spaces/gpu_batch.yaml", tmp_path / "few", trials=12, seed=3)
+    d = run_sweep(
+        "search_spaces/gpu_batch.yaml",
+        tmp_path / "few",
+        *("--sampler", "random", "--trials", "12", "--seed", "0"),
+    )
     res = load_results(d)
     assert 2 <= len(res.feasible) < I.MIN_IMPORTANCE_TRIALS
     info = I.importance_info(res)
@@ -273,7 +279,8 @@ def test_header_says_how_to_reproduce(gpu_batch: Path) -> None:
     assert rows["sampler"] == "random · seed 1"
     assert "h100_sxm" in rows["GPU"] and "a100_sxm" in rows["GPU"]
     assert "batch_size∈{" in rows["workload"] and "prompt_tokens=512" in rows["workload"]
-    assert "roofline-v0" in rows["artifacts"]
+    for gpu, artifact in res.summary["artifacts"].items():
+        assert f"{gpu}: {artifact}" in rows["artifacts"]
     assert f"{len(res.feasible):,} feasible" in rows["trials"]
     assert "search_spaces/gpu_batch.yaml" in h.reproduce and "--seed 1" in h.reproduce
 

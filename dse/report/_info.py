@@ -83,7 +83,7 @@ class ParetoInfo(NamedTuple):
     marks: list[Marked]  # knee and the best trial of each plotted objective
     has_bands: bool
     n_invalid: int  # invalid architectures: never predicted, not drawn
-    n_failed: int  # trials whose state is not COMPLETE
+    n_failed: int  # other trials that did not complete (crashed, pruned, still running)
     notes: list[str]
 
 
@@ -336,8 +336,13 @@ def pareto_info(res: Results) -> ParetoInfo:
     has_xy = np.isfinite(_col(t, xo.column)) & np.isfinite(_col(t, yo.column))
     feas = t[complete & t["feasible"] & has_xy]
     infeas = t[complete & ~t["feasible"] & has_xy]
-    n_invalid = int((complete & ~has_xy).sum())
-    n_failed = int((~complete).sum())
+    # Invalid architectures carry their reason (the sweep records them as FAIL or COMPLETE
+    # with NaN objectives); any other unfinished trial counts as failed.
+    reason = t["invalid_reason"].fillna("").astype(str) if "invalid_reason" in t else None
+    invalid = (reason.ne("") & reason.ne("nan")) if reason is not None else complete & ~has_xy
+    invalid |= complete & ~has_xy
+    n_invalid = int(invalid.sum())
+    n_failed = int((~complete & ~invalid).sum())
     notes: list[str] = []
     fx, fy = _col(feas, xo.column), _col(feas, yo.column)
     if len(res.objectives) == 2:
