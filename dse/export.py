@@ -249,6 +249,7 @@ def _write(path: Path, text: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, path)
     except OSError as exc:
         raise DSEError(f"{path}: cannot write ({exc.strerror or exc})") from None
@@ -307,3 +308,9 @@ def readme_text(
             + f" | {fmt_quantity(p['sizes'].get('total_params', math.nan), 'parameters')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -397,3 +397,17 @@ def test_image_svg(gpu_batch: Path, tmp_path: Path) -> None:
     out = write_image(gpu_batch, tmp_path / "front.svg")
     svg = out.read_text()
     assert svg.lstrip().startswith("<svg") and "Time per output token (ms)" in svg
+
+
+def test_image_without_a_browser_says_so(
+    gpu_batch: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("kaleido", reason="kaleido (static image export) is not installed")
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-chrome"))
+    out = tmp_path / "r.html"
+    rc = main(["report", str(gpu_batch), "--out", str(out), "--image", str(tmp_path / "f.png")])
+    err = capsys.readouterr().err
+    assert rc == 3
+    assert "cannot write a static image" in err and "Chrome or Chromium" in err
+    assert "Traceback" not in err
+    assert out.is_file() and not (tmp_path / "f.png").exists()

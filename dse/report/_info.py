@@ -454,6 +454,8 @@ def parallel_info(res: Results) -> ParallelInfo | None:
 
 
 MIN_IMPORTANCE_TRIALS = 10
+# PED-ANOVA over more trials than this is slow and no more telling: a seeded sample is used.
+MAX_IMPORTANCE_ROWS = 5_000
 
 
 def importance_info(res: Results) -> ImportanceInfo | None:
@@ -471,6 +473,11 @@ def importance_info(res: Results) -> ImportanceInfo | None:
     notes: list[str] = []
     if len(rows) < 2:
         return ImportanceInfo("none", {}, ["fewer than 2 feasible trials: no importance"])
+    if len(rows) > MAX_IMPORTANCE_ROWS:
+        notes.append(
+            f"{MAX_IMPORTANCE_ROWS:,} of {len(rows):,} feasible trials used (seeded sample)"
+        )
+        rows = rows.sample(n=MAX_IMPORTANCE_ROWS, random_state=0).sort_values("number")
     out: dict[str, dict[str, float]] = {}
     methods: set[str] = set()
     study = _study(rows, params, res.objectives) if len(rows) >= MIN_IMPORTANCE_TRIALS else None

@@ -226,6 +226,7 @@ def _atomic_write(path: Path, text: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, path)
     except OSError as exc:
         raise DSEError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
@@ -276,3 +277,9 @@ def write_image(
     if not p.is_file() or p.stat().st_size == 0:
         raise ImageExportError(f"{p}: kaleido finished but wrote no image")
     return p
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

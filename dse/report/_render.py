@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from dse.report._info import (
     PHASES,
+    Axis,
     BreakdownInfo,
     ColourInfo,
     ExactFrontInfo,
@@ -104,6 +105,14 @@ def _scatter(ps: PointSet, fx: float, fy: float, **kw: object) -> go.Scatter:
     )
 
 
+def _short(axis: Axis) -> str:
+    """'latency', 'energy', 'params' or 'KV bytes': what an objective is, in one word."""
+    name = axis.objective.name
+    if name.startswith(("latency", "energy")):
+        return name.split("_")[0]
+    return "KV bytes" if name.startswith("kv") else "params"
+
+
 def pareto_figure(info: ParetoInfo) -> go.Figure:
     fx, fy = info.x.factor, info.y.factor
     fig = go.Figure()
@@ -168,38 +177,39 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
                 meta="marks:out_of_range",
                 marker={
                     "symbol": "circle-open",
-                    "size": 14,
+                    "size": 12,
                     "color": OUT_OF_RANGE,
-                    "line": {"width": 2},
+                    "line": {"width": 1.5},
                 },
+                opacity=0.7,
                 hoverinfo="skip",
             )
         )
     # One trace per marked trial, labelled beside its marker where no feasible trial can be:
     # left of the fastest (nothing feasible is faster), below the most frugal, and above right
     # of the knee, over the faint dominated cloud. Text, unlike arrows in pixels, stays put when
-    # the axes switch to log.
+    # the axes switch to log. The on-plot text is short; the legend names the objectives.
     by_trial: dict[int, list] = {}
     for m in info.marks:
         by_trial.setdefault(m.number, []).append(m)
     best_x = f"best {info.x.objective.label}"
     best_y = f"best {info.y.objective.label}"
+    short = {"knee": "knee", best_x: f"best {_short(info.x)}", best_y: f"best {_short(info.y)}"}
     for number, ms in by_trial.items():
         names = [m.label for m in ms]
         is_knee = "knee" in names
-        position = (
-            "middle left"
-            if best_x in names
-            else "bottom center"
-            if best_y in names
-            else "top right"
-        )
+        if is_knee:
+            position = "top right"
+        elif best_x in names:
+            position = "middle left"
+        else:
+            position = "bottom center"
         fig.add_trace(
             go.Scatter(
                 x=[ms[0].x * fx],
                 y=[ms[0].y * fy],
                 mode="markers+text",
-                text=[f"{' · '.join(names)} #{number}"],
+                text=[f"{' · '.join(short.get(n, n) for n in names)} #{number}"],
                 textposition=position,
                 textfont={"size": 11},
                 cliponaxis=False,
