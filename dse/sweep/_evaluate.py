@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,18 @@ def tokens2wh_module() -> ModuleType | None:
         return None
 
 
+_CALIBRATION: dict[int, Any] = {}
+
+
+def _calibration(t2wh: ModuleType) -> Any:
+    """The estimator's calibration, read once per process (not once per batch)."""
+    key = id(t2wh)
+    if key not in _CALIBRATION:
+        load = getattr(t2wh, "load_calibration", None)
+        _CALIBRATION[key] = load() if load is not None else None
+    return _CALIBRATION[key]
+
+
 def default_predictor() -> Predictor:
     from dse.predictor import predict
 
@@ -101,6 +114,7 @@ def _tokens2wh(
             str(gpu),
             preset="corrected",
             time_s={"prefill": ttft, "decode": np.maximum(total - ttft, 0.0)},
+            calibration=_calibration(t2wh),
         )
         for k, v in est.items():
             arr = np.broadcast_to(np.asarray(v), (len(idx),))

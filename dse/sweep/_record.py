@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
 import pandas as pd
 from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from dse import configs as C
@@ -57,10 +59,15 @@ def _rows(table: dict[str, np.ndarray], n: int) -> list[str | None]:
 
 
 def tell_batch(
-    study: optuna.Study, trials: Sequence[optuna.Trial], ev: Evaluation
+    study: optuna.Study,
+    trials: Sequence[optuna.Trial],
+    ev: Evaluation,
+    *,
+    skip_finished: bool = False,
 ) -> list[FrozenTrial]:
     """Record constraints, predictions and objectives of an evaluated batch; return the
-    finished trials (as Optuna's `tell` returns them)."""
+    finished trials (as Optuna's `tell` returns them). With `skip_finished`, a trial that
+    another process has finished meanwhile (a shared study failing it as stale) is skipped."""
     n = len(trials)
     pred = _rows(ev.pred, n)
     t2wh = _rows(ev.t2wh, n)
@@ -69,20 +76,44 @@ def tell_batch(
     objectives = ev.objectives.tolist()
     finished: list[FrozenTrial] = []
     for i, trial in enumerate(trials):
-        for name, values in cons.items():
-            v = values[i]
-            trial.set_constraint(name, v if math.isfinite(v) else 1.0)
-        trial.set_user_attr("sizes", {k: sizes[k][i] for k in SIZE_KEYS})
-        if ev.valid[i]:
-            if pred[i] is not None:
-                trial.set_user_attr("pred", pred[i])
-            if t2wh[i] is not None:
-                trial.set_user_attr("t2wh", t2wh[i])
-            finished.append(study.tell(trial, objectives[i]))
-        else:
-            trial.set_user_attr("invalid_reason", str(ev.invalid_reason[i]))
-            finished.append(study.tell(trial, state=TrialState.FAIL))
+        row = _Row(
+            constraints={k: v[i] if math.isfinite(v[i]) else 1.0 for k, v in cons.items()},
+            sizes={k: v[i] for k, v in sizes.items()},
+            pred=pred[i],
+            t2wh=t2wh[i],
+            values=objectives[i] if ev.valid[i] else None,
+            invalid_reason=str(ev.invalid_reason[i]),
+        )
+        try:
+            finished.append(_tell_one(study, trial, row))
+        except UpdateFinishedTrialError:
+            if not skip_finished:
+                raise
     return finished
+
+
+@dataclass(frozen=True)
+class _Row:
+    constraints: dict[str, float]
+    sizes: dict[str, float]
+    pred: str | None
+    t2wh: str | None
+    values: list[float] | None  # None: invalid configuration, told FAIL
+    invalid_reason: str
+
+
+def _tell_one(study: optuna.Study, trial: optuna.Trial, row: _Row) -> FrozenTrial:
+    for name, value in row.constraints.items():
+        trial.set_constraint(name, value)
+    trial.set_user_attr("sizes", row.sizes)
+    if row.values is None:
+        trial.set_user_attr("invalid_reason", row.invalid_reason)
+        return study.tell(trial, state=TrialState.FAIL)
+    if row.pred is not None:
+        trial.set_user_attr("pred", row.pred)
+    if row.t2wh is not None:
+        trial.set_user_attr("t2wh", row.t2wh)
+    return study.tell(trial, row.values)
 
 
 def evaluated(trial: FrozenTrial) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -187,7 +188,6 @@ def settings(space: SearchSpace, opts: SweepOptions) -> StudyRecord:
     sampler = S.resolve(opts.sampler or st.sampler, space, trials)
     if sampler == "exhaustive":
         trials = space.size()
-        batch = max(batch, S.EXHAUSTIVE_BATCH)
     return StudyRecord(
         space_file=space.source,
         space_raw=json_safe(space.raw),
@@ -252,7 +252,14 @@ def _local(
         for k, v in rec.attrs().items():
             pstudy.set_user_attr(k, v)
         backend.flush()  # study and its record in one write
-    mem = optuna.create_study(storage=InMemoryStorage(), study_name=name, directions=directions)
+    mem_storage = InMemoryStorage()
+    mem = optuna.create_study(storage=mem_storage, study_name=name, directions=directions)
+    cache = SamplerCache(
+        storage,
+        storage.get_study_id_from_name(name),
+        mem_storage,
+        mem_storage.get_study_id_from_name(name),
+    )
     history = pstudy.get_trials(deepcopy=False)
     unfinished = [t for t in history if not t.state.is_finished()]
     if unfinished:  # only possible when a journal was written by other means
@@ -262,6 +269,7 @@ def _local(
         )
     if history:
         mem.add_trials(history)
+        cache.restore()
     finished = list(history)
     done = sum(evaluated(t) for t in history)
     budget = rec.trials
@@ -270,14 +278,21 @@ def _local(
         _progress_add(progress, t)
     dists = S.distributions(space)
     try:
+        # Exhaustive batches only bound the predictor call: no sampler state depends on them.
+        step = (
+            max(rec.batch_size, S.EXHAUSTIVE_BATCH)
+            if rec.sampler == "exhaustive"
+            else rec.batch_size
+        )
         while done < budget and not stop.requested:
-            n = min(rec.batch_size, budget - done)
+            n = min(step, budget - done)
             mem.sampler = S.make(rec.sampler, space, S.batch_seed(rec.seed, done), rec.batch_size)
             trials = [mem.ask() for _ in range(n)]
             rows = [suggest_all(t, dists) for t in trials]
             ev = evaluate(space, space.columns_from(rows), predictor=opts.predictor)
             told = tell_batch(mem, trials, ev)
             pstudy.add_trials(told)
+            cache.save()
             backend.flush()  # the batch becomes durable here, all or nothing
             finished.extend(told)
             done += sum(evaluated(t) for t in told)
@@ -287,6 +302,32 @@ def _local(
         backend.discard()
         progress.close()
     return finished, done
+
+
+class SamplerCache:
+    """Carries what samplers cache in the in-memory study's system attributes (NSGA-II's parent
+    population of each generation, ...) to the journal, with the batch that produced it, and
+    back on resume: a recomputed cache can list the same parents in another order, and
+    NSGA-II's tournament then draws different parents. Stored under a `dse:cache:` prefix so
+    nothing else reads these values (they hold in-memory trial ids, equal to trial numbers)."""
+
+    PREFIX = "dse:cache:"
+
+    def __init__(self, pstorage: BaseStorage, psid: int, mstorage: BaseStorage, msid: int) -> None:
+        self._p, self._psid, self._m, self._msid = pstorage, psid, mstorage, msid
+        self._saved: dict[str, Any] = {}
+
+    def restore(self) -> None:
+        for k, v in self._p.get_study_system_attrs(self._psid).items():
+            if k.startswith(self.PREFIX):
+                self._m.set_study_system_attr(self._msid, k[len(self.PREFIX) :], v)
+                self._saved[k[len(self.PREFIX) :]] = v
+
+    def save(self) -> None:
+        for k, v in self._m.get_study_system_attrs(self._msid).items():
+            if self._saved.get(k) != v:
+                self._p.set_study_system_attr(self._psid, self.PREFIX + k, v)
+                self._saved[k] = v
 
 
 def _progress_add(progress: Progress, t: optuna.trial.FrozenTrial) -> None:
@@ -357,7 +398,7 @@ def _claim(
     for j in rng.permutation(len(waiting)):
         if len(got) >= want:
             break
-        tid = waiting[j]._trial_id
+        tid = waiting[j]._trial_id  # a FrozenTrial names its storage id only privately
         storage.record_heartbeat(tid)  # type: ignore[attr-defined]
         try:
             if storage.set_trial_state_values(tid, TrialState.RUNNING):
@@ -378,6 +419,7 @@ def _claim(
 
 
 def _shared_loop(
+    storage: BaseStorage,
     study: optuna.Study,
     space: SearchSpace,
     rec: StudyRecord,
@@ -391,11 +433,11 @@ def _shared_loop(
 ) -> int:
     """Work on a shared study until its budget is met (or `max_trials` were done here, or a
     stop was requested). Returns the number of trials this process evaluated."""
-    storage = study._storage
-    sid = study._study_id
+    sid = storage.get_study_id_from_name(study.study_name)
     dists = S.distributions(space)
     exhaustive = rec.sampler == "exhaustive"
     rng = np.random.default_rng([rec.seed, salt])
+    worker = f"{socket.gethostname()}:{os.getpid()}"  # user attr: who evaluated each trial
     mine = 0
     done, running, waiting = _counts(storage, sid)
     progress = Progress(
@@ -431,15 +473,24 @@ def _shared_loop(
                     study.sampler = S.make(
                         rec.sampler, space, S.batch_seed(rec.seed, done, salt), rec.batch_size
                     )
-                    trials = [optuna.trial.Trial(study, tid) for tid in ids]
-                    rows = [suggest_all(t, dists) for t in trials]
+                    trials, rows = [], []
+                    for tid in ids:
+                        # A trial failed meanwhile by another worker (this one was silent past
+                        # the grace period) was queued again: leave it to the queue.
+                        with contextlib.suppress(UpdateFinishedTrialError):
+                            trial = optuna.trial.Trial(study, tid)
+                            trial.set_user_attr("worker", worker)
+                            rows.append(suggest_all(trial, dists))
+                            trials.append(trial)
+                    if not trials:
+                        continue
                     ev = evaluate(space, space.columns_from(rows), predictor=predictor)
-                    tell_batch(study, trials, ev)
+                    told = tell_batch(study, trials, ev, skip_finished=True)
                 finally:
                     hb.untrack(ids)
-                mine += len(ids)
+                mine += len(told)
                 progress.add(ev.objectives, ev.feasible)
-                progress.show(min(done + len(ids), rec.trials))
+                progress.show(min(done + len(told), rec.trials))
     finally:
         progress.close()
     return mine
@@ -583,6 +634,7 @@ def _run_shared_sweep(
     if rec.sampler == "exhaustive":
         _enqueue_missing(study, space)
     _shared_loop(
+        storage,
         study,
         space,
         rec,
@@ -645,6 +697,7 @@ def run_worker(
     salt = int.from_bytes(os.urandom(4), "little")
     with StopFlag(quiet) as stop:
         return _shared_loop(
+            storage,
             study,
             space,
             rec,

@@ -229,6 +229,8 @@ def open_rdb(spec: StorageSpec, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -
     url = spec.url
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = f"postgresql+{_postgres_driver()}://" + url[len("postgresql://") :]
     kwargs: dict[str, Any] = {}
     if heartbeat_s:
         kwargs = {
@@ -239,7 +241,11 @@ def open_rdb(spec: StorageSpec, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **kwargs)
+            rdb = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **kwargs)
+        # The caching wrapper Optuna itself puts around an RDBStorage: every object of this
+        # process (study, trials, claims) must go through the same one, or it loses track of
+        # the trials claimed here.
+        return optuna.storages.get_storage(rdb)
     except ImportError as exc:
         raise StorageError(
             f"--storage {spec.display}: the database driver is not installed ({exc})"
@@ -247,6 +253,15 @@ def open_rdb(spec: StorageSpec, heartbeat_s: int | None = DEFAULT_HEARTBEAT_S) -
     except Exception as exc:  # sqlalchemy errors: unreachable server, bad credentials, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"--storage {spec.display}: cannot open ({first})") from None
+
+
+def _postgres_driver() -> str:
+    """SQLAlchemy 2.1 defaults postgresql:// to psycopg 3; use psycopg2 when only it exists."""
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is not None:
+        return "psycopg"
+    return "psycopg2"
 
 
 # ------------------------------------------------------------------ the study record
