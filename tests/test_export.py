@@ -135,6 +135,8 @@ def test_command(dense: Path, tmp_path: Path, capsys) -> None:
     assert exc.value.code == 2
     assert main(["export", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["export", str(dense), "--by", "knee"]) == 2
+    assert "give --top K as well" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- Hugging Face

@@ -411,3 +411,12 @@ def test_image_without_a_browser_says_so(
     assert "cannot write a static image" in err and "Chrome or Chromium" in err
     assert "Traceback" not in err
     assert out.is_file() and not (tmp_path / "f.png").exists()
+
+
+def test_log_axes_when_the_trials_span_decades(gpu_batch: Path, heads: Path) -> None:
+    info = I.pareto_info(load_results(gpu_batch))
+    y = np.concatenate([info.front.y, info.dominated.y, info.infeasible.y])
+    # Energy per output token spans batch sizes 1 to 64: far more than a factor 20.
+    assert y.max() / y.min() > I.LOG_AXES_SPAN
+    assert info.log_axes
+    assert not I.pareto_info(load_results(heads)).log_axes

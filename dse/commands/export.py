@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--by",
         choices=("energy", "latency", "knee"),
-        default="energy",
+        default=None,
         help="ranking for --top: lowest energy, lowest latency, or nearest the knee (default: "
         "energy)",
     )
@@ -38,10 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dse.errors import ConfigError
     from dse.export import write_export
 
+    if args.by is not None and args.top is None:
+        raise ConfigError(f"--by {args.by} ranks the trials for --top K: give --top K as well")
     dest = write_export(
-        args.results, fmt=args.fmt, out=args.out, front=args.front, top=args.top, by=args.by
+        args.results,
+        fmt=args.fmt,
+        out=args.out,
+        front=args.front,
+        top=args.top,
+        by=args.by or "energy",
     )
     # The README's first sentence says how many configurations and why.
     print(f"wrote {dest}: {(dest / 'README.md').read_text().splitlines()[2]}")

@@ -29,6 +29,9 @@ from dse.report._results import (
 MAX_CLOUD_POINTS = 20_000
 MAX_PARALLEL_ROWS = 10_000
 MAX_TABLE_ROWS = 200
+# Draw the Pareto figure on log axes when the drawn trials span more than this factor on an
+# axis: an infeasible cloud 50 times slower would otherwise squash the front into a corner.
+LOG_AXES_SPAN = 20.0
 # Display order of the tokens-to-Wh components; others found in the table follow.
 T2WH_COMPONENTS = (
     "compute",
@@ -82,6 +85,7 @@ class ParetoInfo(NamedTuple):
     infeasible: PointSet  # evaluated but breaking a constraint (possibly a sample)
     marks: list[Marked]  # knee and the best trial of each plotted objective
     has_bands: bool
+    log_axes: bool  # start with logarithmic axes: the trials span more than LOG_AXES_SPAN
     n_invalid: int  # invalid architectures: never predicted, not drawn
     n_failed: int  # other trials that did not complete (crashed, pruned, still running)
     notes: list[str]
@@ -380,7 +384,10 @@ def pareto_info(res: Results) -> ParetoInfo:
     has_bands = bool(np.isfinite(np.concatenate([pf.x_lo, pf.y_lo])).any()) if len(front) else False
     n_oor = int(pf.out_of_range.sum())
     if n_oor:
-        notes.append(f"{n_oor} front points lie outside the predictor's fitted range")
+        notes.append(
+            f"{n_oor} front point{'s lie' if n_oor > 1 else ' lies'} outside the predictor's "
+            "fitted range"
+        )
     return ParetoInfo(
         x=_axis(xo, shown),
         y=_axis(yo, shown_y),
@@ -389,10 +396,19 @@ def pareto_info(res: Results) -> ParetoInfo:
         infeasible=_points(inf, res, xo, yo, "infeasible"),
         marks=marks,
         has_bands=has_bands,
+        log_axes=_wide(shown) or _wide(shown_y),
         n_invalid=n_invalid,
         n_failed=n_failed,
         notes=notes,
     )
+
+
+def _wide(values: np.ndarray) -> bool:
+    """True when positive values span more than LOG_AXES_SPAN (log axes read better)."""
+    v = values[np.isfinite(values)]
+    if len(v) < 2 or v.min() <= 0:
+        return False
+    return bool(v.max() / v.min() > LOG_AXES_SPAN)
 
 
 def colour_info(res: Results) -> ColourInfo | None:

@@ -59,9 +59,15 @@ def build_sections(res: Results) -> list[Section]:
             "and connected; feasible dominated trials are faint dots, infeasible ones grey "
             "crosses; orange rings mark inputs outside the predictor's fitted range"
             + ("; error bars are the predictor's band" if pi.has_bands else "")
-            + ". The knee (star) is the front point closest to the ideal point with each "
-            "objective normalised over the front. Hover a point for its parameters and its "
-            "predicted breakdown.",
+            + ". The knee (star) is the front point farthest from the line through the front's "
+            "extremes, objectives normalised over the front; diamonds mark the best trial of each "
+            "objective. Hover a point for its parameters and its predicted breakdown"
+            + (
+                "; the axes start logarithmic because the trials span more than a factor "
+                f"{I.LOG_AXES_SPAN:g} (switch with the buttons)."
+                if pi.log_axes
+                else "."
+            ),
             [("pareto", R.pareto_figure(pi))],
             pi.notes,
         )

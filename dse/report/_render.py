@@ -238,9 +238,12 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
         title=f"{info.y.objective.label} against {info.x.objective.label}",
         xaxis_title=info.x.title,
         yaxis_title=info.y.title,
-        updatemenus=[AXIS_SCALE_MENU],
+        updatemenus=[{**AXIS_SCALE_MENU, "active": 1 if info.log_axes else 0}],
         **{**LAYOUT, "margin": {**LAYOUT["margin"], "t": 85}},  # room for the scale buttons
     )
+    if info.log_axes:
+        fig.update_xaxes(type="log")
+        fig.update_yaxes(type="log")
     return fig
 
 
