@@ -44,6 +44,9 @@ SIBLING_ARTIFACT = {"a100_sxm_40gb": "a100_sxm"}
 ROOFLINE_BAND_LOG = np.log(2.0)
 SURROGATES_ENV = "DSE_SURROGATES"  # folder holding <gpu>/manifest.json, overrides the shipped one
 
+ATTENTION_KINDS = ("attention_decode",)  # decode kernels Level 3 scales by a_attn
+COMM_KINDS = ("allreduce",)  # decode kernels Level 3 scales by a_comm
+
 OpPricer = Callable[[list[Op], GPU, str], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
 
 OUTPUT_KEYS = (
@@ -166,6 +169,8 @@ def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInput
         engine=cols["engine"].astype(str),
         t_pre_s=base.prefill.time_s,
         t_dec_s=base.decode.time_s,
+        t_dec_attn_s=base.decode.part_s(*ATTENTION_KINDS),
+        t_dec_comm_s=base.decode.part_s(*COMM_KINDS),
         steps=base.steps,
         batch=f("batch_size"),
         prompt=f("prompt_tokens"),
@@ -233,25 +238,36 @@ def predict_columns(
 
     lvl3 = _model(artifact, LEVEL3_MODEL)
     oor = pre.out_of_range | dec.out_of_range
+    ones = np.ones(n)
     if lvl3 is not None:
         c = lvl3.correct(g)
         oor = oor | lvl3.out_of_range(g) | ~c["engine_known"]
-        pre_f, dec_f = c["pre_factor"], c["dec_factor"]
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
     else:
-        pre_f = dec_f = np.ones(n)
+        c = {"pre_factor": ones, "dec_factor": ones}
         pre_over = dec_over = np.zeros(n)
         band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
     dec_over = np.where(has_decode, dec_over, 0.0)
-    dec_f = np.where(has_decode, dec_f, 0.0)
-    t_pre = pre.time_s * pre_f + pre_over
-    t_dec = dec.time_s * dec_f + dec_over
+    # Level-3 kernel factors per operator: prefill one factor; decode one each for attention
+    # over the KV cache, all-reduces, and the rest.
+    pre_f = {"*": c["pre_factor"]}
+    dec_f = {
+        "*": c["dec_factor"],
+        **{k: c.get("dec_attn_factor", c["dec_factor"]) for k in ATTENTION_KINDS},
+        **{k: c.get("dec_comm_factor", c["dec_factor"]) for k in COMM_KINDS},
+    }
+    pre_items_s, t_pre, e_pre = _scaled(pre, pre_f)
+    dec_items_s, t_dec, e_dec = _scaled(dec, dec_f)
+    t_dec = np.where(has_decode, t_dec, 0.0)
+    e_dec = np.where(has_decode, e_dec, 0.0)
+    t_pre = t_pre + pre_over
+    t_dec = t_dec + dec_over
 
     # Energy of one GPU: kernels at their modelled power for their (corrected) time, and the
     # engine's host-side overhead at idle power (the GPU waits for the next launch).
-    e_pre = pre.energy_j * pre_f + pre_over * gpu.idle_power_w
-    e_dec = dec.energy_j * dec_f + dec_over * gpu.idle_power_w
+    e_pre = e_pre + pre_over * gpu.idle_power_w
+    e_dec = e_dec + dec_over * gpu.idle_power_w
     pw = _model(artifact, POWER3_MODEL)
     power_scale = np.ones(n)
     power_band = np.zeros((2, n))
@@ -290,16 +306,22 @@ def predict_columns(
         "energy_hi_j": energy * e_hi,
         "out_of_range": oor,
     }
-    for phase, cost, f, over in (
-        ("prefill", pre, pre_f, pre_over),
-        ("decode", dec, dec_f, dec_over),
+    for phase, cost, items, over in (
+        ("prefill", pre, pre_items_s, pre_over),
+        ("decode", dec, dec_items_s, dec_over),
     ):
-        for k, v in cost.items_s.items():
-            out[f"breakdown.{phase}.{k}_s"] = v * f
+        for k, v in items.items():
+            out[f"breakdown.{phase}.{k}_s"] = (
+                v if phase == "prefill" else np.where(has_decode, v, 0.0)
+            )
         if lvl3 is not None:
             out[f"breakdown.{phase}.system_overhead_s"] = over
-        for k, v in cost.blocks_s.items():
-            out[f"blocks.{phase}.{k}_s"] = v * f
+        blocks: dict[str, np.ndarray] = {}
+        for k, v in items.items():
+            b = cost.blocks.get(k, k)
+            blocks[b] = blocks[b] + v if b in blocks else v
+        for b, v in blocks.items():
+            out[f"blocks.{phase}.{b}_s"] = v if phase == "prefill" else np.where(has_decode, v, 0.0)
     # Operators the roofline priced (no fitted model), among those this batch actually runs.
     fallback = sorted(
         k
@@ -318,6 +340,22 @@ def predict_columns(
     for k, v in meta.items():
         out[k] = _const_object(n, v)
     return out
+
+
+def _scaled(
+    cost: PhaseCost, factors: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Operator times scaled by the Level-3 factor of their kind ("*": every other kind):
+    (items in seconds, total seconds, total joules)."""
+    items: dict[str, np.ndarray] = {}
+    t = np.zeros_like(cost.time_s)
+    e = np.zeros_like(cost.time_s)
+    for name, v in cost.items_s.items():
+        f = factors.get(cost.kinds.get(name, ""), factors["*"])
+        items[name] = v * f
+        t = t + items[name]
+        e = e + cost.items_j[name] * f
+    return items, t, e
 
 
 def _const_object(n: int, value: str) -> np.ndarray:

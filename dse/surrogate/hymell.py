@@ -189,9 +189,25 @@ class PhaseCost:
     energy_j: np.ndarray
     items_s: dict[str, np.ndarray] = field(default_factory=dict)  # op name -> seconds
     items_j: dict[str, np.ndarray] = field(default_factory=dict)  # op name -> joules
-    blocks_s: dict[str, np.ndarray] = field(default_factory=dict)  # block -> seconds
     sources: dict[str, str] = field(default_factory=dict)  # op name -> model name | "roofline"
     out_of_range: np.ndarray | None = None
+    kinds: dict[str, str] = field(default_factory=dict)  # op name -> Op.kind
+    blocks: dict[str, str] = field(default_factory=dict)  # op name -> Op.block
+
+    def part_s(self, *kinds: str) -> np.ndarray:
+        """Seconds spent in operators of these kinds."""
+        return self._part(self.items_s, kinds)
+
+    def part_j(self, *kinds: str) -> np.ndarray:
+        """Joules spent in operators of these kinds."""
+        return self._part(self.items_j, kinds)
+
+    def _part(self, items: dict[str, np.ndarray], kinds: tuple[str, ...]) -> np.ndarray:
+        total = np.zeros_like(self.time_s)
+        for name, v in items.items():
+            if self.kinds.get(name) in kinds:
+                total = total + v
+        return total
 
     def scaled(self, f: np.ndarray) -> PhaseCost:
         """Every time and energy multiplied by f (e.g. the number of waves a batch runs in)."""
@@ -200,9 +216,10 @@ class PhaseCost:
             self.energy_j * f,
             {k: v * f for k, v in self.items_s.items()},
             {k: v * f for k, v in self.items_j.items()},
-            {k: v * f for k, v in self.blocks_s.items()},
             dict(self.sources),
             self.out_of_range,
+            dict(self.kinds),
+            dict(self.blocks),
         )
 
 
@@ -269,13 +286,15 @@ class HymellPricer:
                     oor |= o.any(axis=0) if o.ndim == 2 else o
                 util = np.minimum(util * t_roof / t_call, 1.0)
             if power is None:
-                power = roofline_power_w(self.gpu, util)
+                power = self._power(op, t_call, util)
             t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
             per_op.append((op, t, power))
             prev = sources.get(op.name)
             sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
         self._apply_level2(per_op, phase)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
+        out.kinds = {op.name: op.kind for op in ops}
+        out.blocks = {op.name: op.block for op in ops}
         wsum = None if weights is None else weights.sum(axis=0)
         for op, t, p in per_op:
             if t is zero:
@@ -290,8 +309,17 @@ class HymellPricer:
             out.energy_j += e_r
             _acc(out.items_s, op.name, t_r)
             _acc(out.items_j, op.name, e_r)
-            _acc(out.blocks_s, op.block, t_r)
         return out
+
+    def _power(self, op: Op, t_call: np.ndarray, util: np.ndarray) -> np.ndarray:
+        """The artifact's power model at the operator's utilisations, else the stand-in."""
+        if self.artifact is not None:
+            from dse.surrogate.level1_adapters import op_power_w
+
+            p = op_power_w(self.artifact, op, self.gpu, t_call)
+            if p is not None:
+                return p
+        return roofline_power_w(self.gpu, util)
 
     def _apply_level2(self, per_op: list[tuple[Op, np.ndarray, np.ndarray]], phase: str) -> None:
         """Scale each block's operator times by its Level-2 residual factor (in place)."""
@@ -334,3 +362,7 @@ def block_dims(block: str, ops: list[Op]) -> dict[str, np.ndarray]:
         "n_experts": moe.dims["num_experts"],
         "top_k": moe.dims["topk"],
     }
+
+
+# The adapters register themselves on import (they need the names defined above).
+from dse.surrogate import level1_adapters  # noqa: E402, F401

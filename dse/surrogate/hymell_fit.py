@@ -90,12 +90,15 @@ def price_rows(
     cfg: pd.DataFrame, artifact: Artifact | None, artifact_gpu: str
 ) -> tuple[GlobalInputs, dict[str, np.ndarray]]:
     """Level-1/2 costs of each row on its own GPU (artifact kernels moved there) as Level-3
-    inputs, plus the per-GPU energy and time of the kernels (for the power calibration)."""
+    inputs, plus the kernels' prefill and decode energy per GPU (for the power calibration)."""
     from dse.predictor import base_costs, global_inputs
 
     cols, _ = C.as_columns(cfg)
     parts: list[GlobalInputs] = []
-    extra: dict[str, list[np.ndarray]] = {"kernel_energy_j": [], "kernel_time_s": []}
+    from dse.predictor import ATTENTION_KINDS, COMM_KINDS
+
+    keys = ("prefill_energy_j", "decode_energy_j", "decode_attn_energy_j", "decode_comm_energy_j")
+    extra: dict[str, list[np.ndarray]] = {k: [] for k in keys}
     order = []
     fitted_on = get_gpu(artifact_gpu) if artifact is not None else None
     for name in np.unique(cols["gpu"]):
@@ -104,8 +107,10 @@ def price_rows(
         gpu = get_gpu(str(name))
         base = base_costs(sub, len(idx), gpu, artifact, fitted_on or gpu)
         parts.append(global_inputs(sub, base))
-        extra["kernel_energy_j"].append(base.prefill.energy_j + base.decode.energy_j)
-        extra["kernel_time_s"].append(base.prefill.time_s + base.decode.time_s)
+        extra["prefill_energy_j"].append(base.prefill.energy_j)
+        extra["decode_energy_j"].append(base.decode.energy_j)
+        extra["decode_attn_energy_j"].append(base.decode.part_j(*ATTENTION_KINDS))
+        extra["decode_comm_energy_j"].append(base.decode.part_j(*COMM_KINDS))
         order.append(idx)
     perm = np.argsort(np.concatenate(order))
     g = GlobalInputs(

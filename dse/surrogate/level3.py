@@ -8,8 +8,11 @@ from whole-request measurements (argonne static batches), per engine, in two sta
 1. a physical overhead model, linear in named coefficients fitted with non-negative least
    squares on relative error:
        ttft   = a_pre * T_pre + o_step
-       decode = a_dec * T_dec + steps * o_step + a_pre_kv * T_dec * kv_overflow
+       decode = a_dec * T_rest + a_attn * T_attn + a_comm * T_comm + steps * o_step
+                + a_kv_overflow * T_dec * kv_overflow
        o_step = c0 + c_batch * batch + c_layer * n_layers + c_tp * n_layers * log2(tp)
+   (T_attn: attention over the KV cache, T_comm: all-reduces, T_rest: the other decode
+   kernels; a prior pulls the four kernel factors towards 1, where Levels 1-2 are right)
 2. a small MLP ensemble on the remaining log ratio with global features (layers, d_model,
    batch, lengths, MoE, tensor parallelism, Level-1/2 times), clipped to +-LOG_CLIP, applied
    to both phases.
@@ -36,7 +39,9 @@ from dse.surrogate.nn import MLP
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
 TERMS: tuple[str, ...] = (
     "a_pre",  # x Level-2 prefill time
-    "a_dec",  # x Level-2 decode time
+    "a_dec",  # x Level-2 decode time of GEMMs, norms and elementwise operators
+    "a_attn",  # x Level-2 decode time of attention over the KV cache
+    "a_comm",  # x Level-2 decode time of tensor-parallel all-reduces
     "c0_s",  # per step (prefill counts as one step)
     "c_batch_s",  # per step per sequence
     "c_layer_s",  # per step per layer
@@ -81,6 +86,8 @@ class GlobalInputs:
     engine: np.ndarray  # str
     t_pre_s: np.ndarray  # Level-1/2 prefill time
     t_dec_s: np.ndarray  # Level-1/2 time of all decode steps
+    t_dec_attn_s: np.ndarray  # of which attention over the KV cache
+    t_dec_comm_s: np.ndarray  # of which tensor-parallel all-reduces
     steps: np.ndarray  # decode steps (output_tokens - 1)
     batch: np.ndarray
     prompt: np.ndarray
@@ -115,8 +122,11 @@ def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
     steps = g.value("steps")[:, None]
     overflow = np.maximum(g.value("kv_fill") - 1.0, 0.0)
     zero = np.zeros_like(g.t_pre_s)
-    x_ttft = np.column_stack([g.t_pre_s, zero, step, zero])
-    x_dec = np.column_stack([zero, g.t_dec_s, steps * step, g.t_dec_s * overflow])
+    rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
+    x_ttft = np.column_stack([g.t_pre_s, zero, zero, zero, step, zero])
+    x_dec = np.column_stack(
+        [zero, rest, g.t_dec_attn_s, g.t_dec_comm_s, steps * step, g.t_dec_s * overflow]
+    )
     return x_ttft, x_dec
 
 
@@ -168,12 +178,16 @@ class Level3:
         n_ensemble: int = 5,
         use_mlp: bool = True,
         seed: int = 0,
+        prior_weight: float = 20.0,
+        ttft_weight: float = 1.0,
     ) -> None:
         self.hidden = hidden
         self.alpha = alpha
         self.n_ensemble = n_ensemble
         self.use_mlp = use_mlp
         self.seed = seed
+        self.prior_weight = prior_weight
+        self.ttft_weight = ttft_weight
 
     # ---- fitting --------------------------------------------------------------------------
     def fit_arrays(
@@ -232,7 +246,7 @@ class Level3:
         return self
 
     def _fit_engine(self, g: GlobalInputs, y: np.ndarray, ttft: np.ndarray) -> EngineFit:
-        theta = _fit_structured(g, y, ttft)
+        theta = _fit_structured(g, y, ttft, self.prior_weight, self.ttft_weight)
         mlps: list[MLP] = []
         if self.use_mlp and len(y) >= 8:
             ttft_s, dec_s = _structured(theta, g)
@@ -255,6 +269,8 @@ class Level3:
             "decode_s": np.zeros(n),
             "pre_factor": np.ones(n),
             "dec_factor": np.ones(n),
+            "dec_attn_factor": np.ones(n),
+            "dec_comm_factor": np.ones(n),
             "pre_overhead_s": np.zeros(n),
             "dec_overhead_s": np.zeros(n),
             "band_lo": np.zeros(n),
@@ -363,13 +379,16 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
             log_f = np.mean([m.predict(X) for m in fit.mlps], axis=0)
         log_f = np.clip(log_f, -LOG_CLIP, LOG_CLIP)
     f = np.exp(log_f)
-    overflow = np.maximum(g.value("kv_fill") - 1.0, 0.0)
-    o_step = step_overhead_terms(g) @ th[2:6]
+    over = th[TERMS.index("a_kv_overflow")] * np.maximum(g.value("kv_fill") - 1.0, 0.0)
+    i0 = TERMS.index("c0_s")
+    o_step = step_overhead_terms(g) @ th[i0 : i0 + 4]
     return {
         "ttft_s": ttft_s * f,
         "decode_s": dec_s * f,
-        "pre_factor": th[0] * f,
-        "dec_factor": (th[1] + th[6] * overflow) * f,
+        "pre_factor": th[TERMS.index("a_pre")] * f,
+        "dec_factor": (th[TERMS.index("a_dec")] + over) * f,
+        "dec_attn_factor": (th[TERMS.index("a_attn")] + over) * f,
+        "dec_comm_factor": (th[TERMS.index("a_comm")] + over) * f,
         "pre_overhead_s": o_step * f,
         "dec_overhead_s": g.value("steps") * o_step * f,
     }
@@ -415,9 +434,16 @@ def _latency(fit: EngineFit, g: GlobalInputs) -> np.ndarray:
     return p["ttft_s"] + p["decode_s"]
 
 
-def _fit_structured(g: GlobalInputs, y: np.ndarray, ttft: np.ndarray) -> np.ndarray:
-    """Non-negative least squares on relative error of the batch latency (and of measured
-    TTFT rows, where given)."""
+def _fit_structured(
+    g: GlobalInputs,
+    y: np.ndarray,
+    ttft: np.ndarray,
+    prior_weight: float = 0.0,
+    ttft_weight: float = 1.0,
+) -> np.ndarray:
+    """Non-negative least squares on relative error of the batch latency, of measured TTFT
+    rows (where given, weighted), and a prior pulling a_pre and a_dec towards 1 (the kernels
+    take as long in the engine as on the bench) with `prior_weight` in units of rows."""
     from scipy.optimize import nnls
 
     x_ttft, x_dec = design(g)
@@ -425,8 +451,16 @@ def _fit_structured(g: GlobalInputs, y: np.ndarray, ttft: np.ndarray) -> np.ndar
     b = np.ones(len(y))
     has_t = np.isfinite(ttft)
     if has_t.any():
-        X = np.vstack([X, x_ttft[has_t] / ttft[has_t, None]])
-        b = np.concatenate([b, np.ones(int(has_t.sum()))])
+        X = np.vstack([X, ttft_weight * x_ttft[has_t] / ttft[has_t, None]])
+        b = np.concatenate([b, np.full(int(has_t.sum()), ttft_weight)])
+    if prior_weight > 0:
+        w = np.sqrt(prior_weight)
+        factors = ("a_pre", "a_dec", "a_attn", "a_comm")
+        prior = np.zeros((len(factors), X.shape[1]))
+        for i, name in enumerate(factors):
+            prior[i, TERMS.index(name)] = w
+        X = np.vstack([X, prior])
+        b = np.concatenate([b, np.full(len(factors), w)])
     # Scale columns to unit norm so NNLS treats seconds and factors alike.
     norm = np.linalg.norm(X, axis=0)
     norm = np.where(norm > 0, norm, 1.0)

@@ -121,6 +121,52 @@ def _ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
     return np.linalg.solve(X.T @ X + reg, X.T @ y)
 
 
+def model_power_w(
+    parts: Mapping[str, np.ndarray], extra: Mapping[str, np.ndarray], gpus: np.ndarray
+) -> np.ndarray:
+    """Average power per GPU the operator power model predicts for whole requests: kernels at
+    their modelled power, stretched to their Level-3 time, host gaps at idle power.
+
+    `parts`: `Level3.correct` output; `extra`: `price_rows` kernel energy and time; `gpus`:
+    registry name per row."""
+    t = parts["ttft_s"] + parts["decode_s"]
+    over = parts["pre_overhead_s"] + parts["dec_overhead_s"]
+    idle = np.array([get_gpu(str(x)).idle_power_w for x in gpus])
+    # The same sum as dse.predictor.predict_columns before calibration.
+    dec_rest = (
+        extra["decode_energy_j"] - extra["decode_attn_energy_j"] - extra["decode_comm_energy_j"]
+    )
+    e = (
+        extra["prefill_energy_j"] * parts["pre_factor"]
+        + dec_rest * parts["dec_factor"]
+        + extra["decode_attn_energy_j"] * parts["dec_attn_factor"]
+        + extra["decode_comm_energy_j"] * parts["dec_comm_factor"]
+        + idle * over
+    )
+    return e / t
+
+
+def dynamic_fraction(power_w: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """(P - P_idle) / (P_board - P_idle) per row."""
+    idle = np.array([get_gpu(str(x)).idle_power_w for x in gpus])
+    board = np.array([get_gpu(str(x)).board_power_w for x in gpus])
+    return (power_w - idle) / (board - idle)
+
+
+def from_fraction(y: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    idle = np.array([get_gpu(str(x)).idle_power_w for x in gpus])
+    board = np.array([get_gpu(str(x)).board_power_w for x in gpus])
+    return idle + np.clip(y, 0.0, 1.0) * (board - idle)
+
+
+def power_groups(kept: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Held-out groups: models where two or more exist, else batch sizes (held-out shapes)."""
+    models = kept["model"].to_numpy()
+    if len(np.unique(models)) > 1:
+        return models, "leave-one-model-out"
+    return kept["batch_size"].to_numpy(), "leave-one-batch-size-out"
+
+
 def fit_power3(
     gpu: str,
     energy_rows: pd.DataFrame,
@@ -137,35 +183,14 @@ def fit_power3(
     if len(cfg) < 3:
         return None, {"cv": {}}
     g, extra = price_rows(cfg, artifact, gpu)
-    c = level3.correct(g)
-    p_model = np.empty(len(cfg))
-    u = np.empty(len(cfg))
-    y = np.empty(len(cfg))
+    gpus = cfg["gpu"].to_numpy()
+    p_model = model_power_w(level3.correct(g), extra, gpus)
     measured = kept["power_w"].to_numpy(float)
-    for gname in cfg["gpu"].unique():
-        m = (cfg["gpu"] == gname).to_numpy()
-        spec = get_gpu(str(gname))
-        t = c["ttft_s"][m] + c["decode_s"][m]
-        over = c["pre_overhead_s"][m] + c["dec_overhead_s"][m]
-        kernel_t = t - over
-        # Kernels at their modelled power (stretched with their time), host gaps at idle.
-        e = extra["kernel_energy_j"][m] / np.maximum(extra["kernel_time_s"][m], 1e-12) * kernel_t
-        e = e + over * spec.idle_power_w
-        p_model[m] = e / t
-        span = spec.board_power_w - spec.idle_power_w
-        u[m] = (p_model[m] - spec.idle_power_w) / span
-        y[m] = (measured[m] - spec.idle_power_w) / span
-    models = kept["model"].to_numpy()
-    if len(np.unique(models)) > 1:
-        groups, scheme = models, "leave-one-model-out"
-    else:
-        groups, scheme = kept["batch_size"].to_numpy(), "leave-one-batch-size-out"
-    pw = Power3().fit_arrays(u, g.value("batch"), y, groups)
-    spans = np.array(
-        [get_gpu(str(x)).board_power_w - get_gpu(str(x)).idle_power_w for x in cfg["gpu"]]
+    groups, scheme = power_groups(kept)
+    pw = Power3().fit_arrays(
+        dynamic_fraction(p_model, gpus), g.value("batch"), dynamic_fraction(measured, gpus), groups
     )
-    idles = np.array([get_gpu(str(x)).idle_power_w for x in cfg["gpu"]])
-    held_p = idles + np.clip(pw.held_out_, 0, 1) * spans
+    held_p = from_fraction(pw.held_out_, gpus)
     ok = np.isfinite(pw.held_out_)
     logres = np.log(measured[ok] / held_p[ok])
     pw.band_log_ = np.quantile(logres, BAND_QUANTILES) if ok.any() else np.zeros(2)
@@ -175,7 +200,7 @@ def fit_power3(
         "power_mape_pct": float(np.mean(np.abs(held_p[ok] / measured[ok] - 1)) * 100)
         if ok.any()
         else None,
-        "model_power_mape_pct": float(np.mean(np.abs(p_model / measured - 1)) * 100),
+        "uncalibrated_power_mape_pct": float(np.mean(np.abs(p_model / measured - 1)) * 100),
     }
     info = {
         "cv": cv,
