@@ -80,12 +80,22 @@ def merge_front(front: np.ndarray, new: np.ndarray) -> np.ndarray:
     return both[nondominated(both)]
 
 
+# Where a front does not spread in an objective (one point, or all equal there), the nadir is
+# put this fraction of the ideal's magnitude above it: a point 1 % worse is then at 1.0.
+DEGENERATE_SPAN = 0.01
+
+
 def normalisation(front: np.ndarray) -> Normalisation | None:
-    """Ideal and nadir of a front (None when empty)."""
+    """Ideal and nadir of a front (None when empty); a zero span is widened (DEGENERATE_SPAN)
+    so the stated nadir always differs from the ideal and reproduces the normalisation."""
     f = _points(front)
+    f = f[np.isfinite(f).all(axis=1)]
     if len(f) == 0:
         return None
-    return Normalisation(f.min(axis=0), f.max(axis=0))
+    ideal, nadir = f.min(axis=0), f.max(axis=0)
+    flat = nadir <= ideal
+    widen = np.where(np.abs(ideal) > 0, np.abs(ideal) * DEGENERATE_SPAN, 1.0)
+    return Normalisation(ideal, np.where(flat, ideal + widen, nadir))
 
 
 def reference_point(m: int) -> np.ndarray:

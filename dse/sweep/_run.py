@@ -571,6 +571,14 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     folder = opts.out if opts.out is not None else Path("results") / name
     spec = parse_storage(opts.storage, folder)
     artifacts = check_predictor(space, opts.predictor)
+    storage: BaseStorage | None = None
+    if spec.kind == "rdb":  # reach the database, and refuse a clashing study, before writing
+        storage = open_rdb(spec, opts.heartbeat_s)
+        if name in study_names(storage):
+            found = optuna.load_study(study_name=name, storage=storage)
+            if "dse:space_hash" in found.user_attrs:
+                existing = StudyRecord.from_attrs(found.user_attrs, spec.display)
+                _check_same(existing, rec, name, spec.display)
     check_writable(folder)
     locks = [FolderLock(folder / ".lock")]
     if spec.path is not None and spec.path.parent.resolve() != folder.resolve():
@@ -589,7 +597,8 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             if spec.kind == "journal":
                 trials, done = _local(space, rec, spec, name, opts, stop)
             else:
-                trials, done, rec = _run_shared_sweep(space, rec, spec, name, opts, stop)
+                assert storage is not None
+                trials, done, rec = _run_shared_sweep(storage, space, rec, spec, name, opts, stop)
             interrupted = stop.requested and done < rec.trials
         exact = _reference(space, rec, opts, done, interrupted)
         written = write_results(
@@ -622,6 +631,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
 
 
 def _run_shared_sweep(
+    storage: BaseStorage,
     space: SearchSpace,
     rec: StudyRecord,
     spec: StorageSpec,
@@ -629,7 +639,6 @@ def _run_shared_sweep(
     opts: SweepOptions,
     stop: StopFlag,
 ) -> tuple[list[optuna.trial.FrozenTrial], int, StudyRecord]:
-    storage = open_rdb(spec, opts.heartbeat_s)
     study, rec = _shared_study(storage, space, rec, name, spec.display)
     if rec.sampler == "exhaustive":
         _enqueue_missing(study, space)

@@ -26,8 +26,9 @@ AUTO_EXHAUSTIVE_MAX = 20_000
 # `auto` otherwise: the sampler that reached the best hypervolume at a 2,000-trial budget in
 # benchmarks/sweep_quality.py (docs/sweeps.md).
 AUTO_SAMPLER = "nsga2"
-# Gaussian-process sampling refits a GP per trial at a cost growing like trials^3.
-GP_MAX_TRIALS = 1_000
+# Gaussian-process sampling refits a GP per trial at a cost growing like trials^3; a
+# two-objective GP trial already takes seconds at a few dozen trials (docs/sweeps.md).
+GP_MAX_TRIALS = 300
 # Exhaustive sweeps store one trial per configuration; beyond this, use `--reference exact`.
 EXHAUSTIVE_MAX_TRIALS = 1_000_000
 EXHAUSTIVE_BATCH = 1024  # configurations evaluated per predictor call in exhaustive mode
@@ -104,6 +105,11 @@ def make(name: str, space: SearchSpace, seed: int, batch_size: int, offset: int 
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "gp":
             try:
+                import torch
+
+                # The GP's matrices are tiny (trials x trials): thread start-up costs more than
+                # it saves, 5-10x slower per trial with the default threads (docs/sweeps.md).
+                torch.set_num_threads(1)
                 return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
             except ImportError as exc:
                 raise ConfigError(f"sampler gp needs PyTorch and SciPy ({exc})") from None
