@@ -274,9 +274,9 @@ class HymellPricer:
             adapter = LEVEL1.get(op.kind)
             if self.artifact is not None and adapter is not None:
                 price = adapter(self.artifact, op, self.gpu)
-            t_roof, util = roofline_op(op, self.gpu)
             if price is None:
-                t_call, power, src = t_roof, None, "roofline"
+                t_call, util = roofline_op(op, self.gpu)
+                power, src = None, "roofline"
             else:
                 t_call, power, src = price.latency_s, price.power_w, price.model
                 if self.artifact_gpu is not self.gpu:
@@ -284,8 +284,11 @@ class HymellPricer:
                 if price.out_of_range is not None:
                     o = np.asarray(price.out_of_range) & runs
                     oor |= o.any(axis=0) if o.ndim == 2 else o
-                util = np.minimum(util * t_roof / t_call, 1.0)
+                util = None
             if power is None:
+                if util is None:
+                    t_roof, _ = roofline_op(op, self.gpu)
+                    util = np.minimum((t_roof - LAUNCH_S) / t_call, 1.0)
                 power = self._power(op, t_call, util)
             t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
             per_op.append((op, t, power))

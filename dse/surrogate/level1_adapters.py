@@ -32,7 +32,7 @@ UTIL_MAX = 1.5  # the power model clips utilisations here too
 def unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray] | None:
     """Distinct rows of integral columns and the inverse index, or None when deduplication
     would not pay (most rows distinct) or the values do not pack into one int64 key."""
-    n = cols[0].size
+    n = np.size(cols[0])
     if n < 64:
         return None
     bits = 63 // len(cols)
@@ -42,14 +42,14 @@ def unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray] 
         if v.max(initial=0) >= 2**bits or v.min(initial=0) < 0:
             return None
         key = (key << bits) | v.astype(np.int64)
-    # Cheap check first: a sample with mostly distinct keys means the whole batch is too.
-    sample = key[:: max(n // 256, 1)]
-    if len(np.unique(sample)) > 0.5 * len(sample):
-        return None
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    import pandas as pd  # hash-based factorize: O(n), where np.unique sorts
+
+    codes, uniq = pd.factorize(key, sort=False)
     if len(uniq) > 0.5 * n:
         return None
-    return tuple(np.asarray(c).ravel()[first] for c in cols), inverse
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[codes] = np.arange(n)  # one (the last) row of each distinct key
+    return tuple(np.asarray(c).ravel()[rep] for c in cols), codes
 
 
 def dedupe(fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray) -> dict[str, np.ndarray]:
@@ -72,18 +72,22 @@ class PowerTable:
         uc, um = np.meshgrid(s**2, s**2, indexing="ij")
         self.step = s[1]
         self.table = model.fraction(uc.ravel(), um.ravel()).reshape(uc.shape)
+        self.flat = np.ascontiguousarray(self.table.ravel())
 
     def fraction(self, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
-        last = POWER_GRID - 1
-        x = np.sqrt(np.clip(compute_util, 0.0, UTIL_MAX)) / self.step
-        y = np.sqrt(np.clip(memory_util, 0.0, UTIL_MAX)) / self.step
-        i = np.minimum(x.astype(np.intp), last - 1)
-        j = np.minimum(y.astype(np.intp), last - 1)
+        g = POWER_GRID
+        x = np.sqrt(np.clip(compute_util, 0.0, UTIL_MAX))
+        x *= 1.0 / self.step
+        y = np.sqrt(np.clip(memory_util, 0.0, UTIL_MAX))
+        y *= 1.0 / self.step
+        i = np.minimum(x.astype(np.intp), g - 2)
+        j = np.minimum(y.astype(np.intp), g - 2)
         fx, fy = x - i, y - j
-        t = self.table
-        top = t[i, j] * (1 - fy) + t[i, j + 1] * fy
-        bot = t[i + 1, j] * (1 - fy) + t[i + 1, j + 1] * fy
-        return top * (1 - fx) + bot * fx
+        k = i * g + j  # flat index of the lower-left grid point
+        t = self.flat
+        top = t.take(k) * (1 - fy) + t.take(k + 1) * fy
+        bot = t.take(k + g) * (1 - fy) + t.take(k + g + 1) * fy
+        return top + (bot - top) * fx
 
     def power_w(self, gpu: GPU, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
         span = gpu.board_power_w - gpu.idle_power_w
