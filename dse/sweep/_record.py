@@ -5,6 +5,9 @@ later (the predictor may change; the study records what it said):
 - `pred`: the predictor's output for this configuration, as a JSON object in a string;
 - `t2wh`: the tokens-to-Wh estimate (corrected preset), likewise, when the estimator exists;
 - `sizes`: total_params, active_params, kv_bytes_per_token, memory_bytes;
+- `feasible`: every constraint <= 0 (also readable where constraints are not, e.g. in
+  optuna-dashboard 0.21, which predates Optuna 5's named constraints);
+- `worker`: host:pid of the process that evaluated it (shared storages only);
 - `invalid_reason`: why the architecture cannot exist (only on invalid configurations).
 Predictions are strings rather than nested objects because Optuna deep-copies a trial's
 attributes on every tell: a string is copied for free, a 100-key dict is not (measured in
@@ -106,6 +109,8 @@ def _tell_one(study: optuna.Study, trial: optuna.Trial, row: _Row) -> FrozenTria
     for name, value in row.constraints.items():
         trial.set_constraint(name, value)
     trial.set_user_attr("sizes", row.sizes)
+    # Also as a flag: optuna-dashboard 0.21 does not read Optuna 5's named constraints.
+    trial.set_user_attr("feasible", row.values is not None and max(row.constraints.values()) <= 0)
     if row.values is None:
         trial.set_user_attr("invalid_reason", row.invalid_reason)
         return study.tell(trial, state=TrialState.FAIL)

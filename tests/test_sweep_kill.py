@@ -1,0 +1,134 @@
+"""A real `dse sweep` process killed (SIGKILL) or interrupted (SIGINT) mid-run, then resumed."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_sweep import MEDIUM, PARAMS
+
+from dse.cli import main
+from dse.sweep import SweepOptions, run_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+OBJ = ["obj.latency_request", "obj.energy_hymell_request"]
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dse", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def trial_lines(journal: Path) -> int:
+    """Trials in the journal: one CREATE_TRIAL line each (whole batches only)."""
+    if not journal.exists():
+        return 0
+    return journal.read_bytes().count(b'"op_code":4,')
+
+
+def wait_for(journal: Path, n: int, proc: subprocess.Popen[str], timeout_s: float = 60) -> int:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        got = trial_lines(journal)
+        if got >= n:
+            return got
+        if proc.poll() is not None:
+            raise AssertionError(f"sweep ended early: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.01)
+    raise AssertionError(f"sweep wrote fewer than {n} trials in {timeout_s} s")
+
+
+def test_sigkill_at_any_moment_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    space = tmp_path / "medium.yaml"
+    space.write_text(MEDIUM)
+    opts = ["--sampler", "nsga2", "--trials", "480", "--batch-size", "40", "--seed", "7", "-q"]
+    whole = tmp_path / "whole"
+    run_sweep(
+        SweepOptions(
+            space_file=space,
+            out=whole,
+            sampler="nsga2",
+            trials=480,
+            batch_size=40,
+            seed=7,
+            quiet=True,
+        )
+    )
+    out = tmp_path / "killed"
+    journal = out / "journal.log"
+    seen = []
+    for at in (60, 250):  # two kills, at different points of the run
+        proc = start(["sweep", str(space), "--out", str(out), *opts], tmp_path)
+        wait_for(journal, at, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        n = trial_lines(journal)
+        assert n % 40 == 0, f"a partial batch reached the journal ({n} trials)"
+        assert journal.read_bytes().endswith(b"\n")
+        seen.append(n)
+    assert seen[0] < 480 and seen[1] < 480
+    assert main(["sweep", str(space), "--out", str(out), *opts]) == 0  # the same command again
+    a = pd.read_parquet(whole / "trials.parquet")
+    b = pd.read_parquet(out / "trials.parquet")
+    assert len(b) == 480 and b["number"].tolist() == list(range(480))
+    assert b[["number", *PARAMS, *OBJ]].equals(a[["number", *PARAMS, *OBJ]])
+    fa = pd.read_csv(whole / "front.csv")
+    fb = pd.read_csv(out / "front.csv")
+    assert fb[["number", *PARAMS]].equals(fa[["number", *PARAMS]])
+
+
+def test_ctrl_c_stops_after_the_batch_and_says_how_to_resume(tmp_path: Path) -> None:
+    space = tmp_path / "medium.yaml"
+    space.write_text(MEDIUM)
+    out = tmp_path / "res"
+    args = ["sweep", str(space), "--out", str(out), "--sampler", "random", "--trials", "1200"]
+    args += ["--batch-size", "40"]
+    proc = start(args, tmp_path)
+    wait_for(out / "journal.log", 80, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopping after the current batch" in err
+    assert "Resume with:" in err
+    hint = err.split("Resume with:")[1].strip().splitlines()[0]
+    n = trial_lines(out / "journal.log")
+    assert 80 <= n < 1200 and n % 40 == 0
+    part = pd.read_parquet(out / "trials.parquet")  # results of the trials done so far
+    assert len(part) == n
+    cmd = shlex.split(hint)
+    assert cmd[:2] == ["dse", "sweep"]
+    assert main([*cmd[1:], "-q"]) == 0
+    done = pd.read_parquet(out / "trials.parquet")
+    assert done["number"].tolist() == list(range(1200))
+    assert done.iloc[:n][["number", *PARAMS]].equals(part[["number", *PARAMS]])
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused_while_one_runs(tmp_path: Path) -> None:
+    space = tmp_path / "medium.yaml"
+    space.write_text(MEDIUM)
+    out = tmp_path / "res"
+    proc = start(
+        ["sweep", str(space), "--out", str(out), "--sampler", "random", "--trials", "3000", "-q"],
+        tmp_path,
+    )
+    try:
+        wait_for(out / "journal.log", 64, proc)
+        with pytest.raises(Exception, match="another dse process"):
+            run_sweep(SweepOptions(space_file=space, out=out, sampler="random", quiet=True))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
