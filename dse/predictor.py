@@ -181,6 +181,7 @@ def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInput
         n_experts=f("n_experts"),
         gqa=f("n_heads") / np.maximum(f("n_kv_heads"), 1.0),
         kv_fill=base.kv_fill,
+        waves=base.waves,
     )
 
 
@@ -194,12 +195,12 @@ def base_costs(
     """Levels 1-2: prefill and the sum of all decode steps on one GPU, and the step count.
 
     `artifact_gpu`: the chip the artifact's kernels were measured on, when not `gpu` itself."""
-    pricer = HymellPricer(gpu, artifact, artifact_gpu)
     fill, waves, per_wave = kv_waves(cols["batch_size"], *kv_memory(cols, gpu))
     queued = waves > 1
     if queued.any():
         cols = dict(cols)
         cols["batch_size"] = np.where(queued, per_wave, cols["batch_size"]).astype(np.int64)
+    pricer = HymellPricer(gpu, artifact, artifact_gpu, cols)
     pre = pricer.price(forward_ops(cols, "prefill"), "prefill")
     out_tokens = cols["output_tokens"].astype(float)
     # The first output token comes out of prefill; the remaining output_tokens - 1 are decode

@@ -47,8 +47,10 @@ class L1Price:
     model: str = "roofline"
 
 
-# kind -> adapter(artifact, op, gpu) -> L1Price | None (None: no model covers this op)
-Level1Adapter = Callable[[Artifact, Op, GPU], L1Price | None]
+# kind -> adapter(artifact, op, gpu, ctx) -> L1Price | None (None: no model covers this op).
+# ctx: "cols" (the configuration columns the operators were built from), "phase", "tokens"
+# (tokens per forward pass per GPU: batch x prompt for prefill, batch for decode).
+Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
 LEVEL1: dict[str, Level1Adapter] = {}
 
 
@@ -223,6 +225,13 @@ class PhaseCost:
         )
 
 
+def _tokens(cols: Mapping[str, np.ndarray] | None, phase: str) -> np.ndarray | None:
+    if cols is None:
+        return None
+    b = cols["batch_size"].astype(float)
+    return b * cols["prompt_tokens"].astype(float) if phase == "prefill" else b
+
+
 def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
     d[key] = d[key] + v if key in d else np.broadcast_to(v, np.shape(v)).copy()
 
@@ -240,10 +249,15 @@ class HymellPricer:
     """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
 
     def __init__(
-        self, gpu: GPU, artifact: Artifact | None = None, artifact_gpu: GPU | None = None
+        self,
+        gpu: GPU,
+        artifact: Artifact | None = None,
+        artifact_gpu: GPU | None = None,
+        cols: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.gpu = gpu
         self.artifact = artifact
+        self.cols = cols  # configuration columns: some Level-1 models need sizes ops do not carry
         # The GPU whose measurements the Level-1 models were fitted on, when it is another chip
         # of the same compute (A100 40GB priced with the 80GB part's kernels): times move with
         # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
@@ -264,6 +278,7 @@ class HymellPricer:
         per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
         sources: dict[str, str] = {}
         zero = np.zeros(n)
+        ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
         for op in ops:
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
@@ -273,7 +288,7 @@ class HymellPricer:
             price = None
             adapter = LEVEL1.get(op.kind)
             if self.artifact is not None and adapter is not None:
-                price = adapter(self.artifact, op, self.gpu)
+                price = adapter(self.artifact, op, self.gpu, ctx)
             if price is None:
                 t_call, util = roofline_op(op, self.gpu)
                 power, src = None, "roofline"

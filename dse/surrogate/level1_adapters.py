@@ -13,7 +13,7 @@ with `@level1_adapter`. Two things keep them fast on batches of 10^5 configurati
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from dse.hardware import GPU
 from dse.ops import Op
 from dse.surrogate.artifact import Artifact
-from dse.surrogate.hymell import L1Price, level1_adapter
+from dse.surrogate.hymell import L1Price, level1_adapter, roofline_op
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
 POWER_GRID = 97  # points per axis of the power table (sqrt-spaced utilisation)
@@ -120,7 +120,9 @@ def op_power_w(
 
 # ---------------------------------------------------------------------------- GEMM
 @level1_adapter("gemm")
-def price_gemm(artifact: Artifact, op: Op, gpu: GPU) -> L1Price | None:
+def price_gemm(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
     """GEMMs by (m, n, k, dtype) with the artifact's GEMM models (vLLM tables by default)."""
     if not artifact.names("gemm"):
         return None
@@ -171,3 +173,61 @@ def _gemm_call(
         return {"latency_s": out["latency_s"], "power_w": p}
     out = model.predict(m, n, k)
     return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
+
+
+# ---------------------------------------------------------------------------- layer operators
+# dse.ops operator name -> vidur operator the layer-op model was fitted on.
+LAYER_OP_OF: dict[str, str] = {
+    "norm/input": "input_layernorm",
+    "norm/post_attention": "post_attention_layernorm",
+    "norm/final": "input_layernorm",
+    "attention/rope": "attn_rope",
+    "ffn/act": "mlp_act",
+    "residual/attention": "add",
+    "residual/ffn": "add",
+    "embedding": "emb",
+}
+
+
+@level1_adapter("elementwise", "embedding")
+def price_layer_op(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Norms, RoPE, activation, residual adds and the embedding by the layer-op model (vidur's
+    per-operator rows), with the configuration's sizes."""
+    names = artifact.names("layer_op")
+    vidur_op = LAYER_OP_OF.get(op.name)
+    if not names or vidur_op is None or ctx is None or ctx.get("cols") is None:
+        return None
+    cols, tokens = ctx["cols"], np.asarray(ctx["tokens"], dtype=float)
+    model = artifact.model(names[0])
+    # LayerNorm models are not gated in vidur's sense either: both use the non-gated family
+    # where the model has one (phi-2), the gated one otherwise.
+    gated = cols["gated_mlp"] & (cols["norm"] == "rmsnorm")
+    arrays = {
+        "num_tokens": tokens,
+        "d_model": cols["d_model"].astype(float),
+        "n_heads": cols["n_heads"].astype(float),
+        "n_kv_heads": cols["n_kv_heads"].astype(float),
+        "d_ff": cols["d_ff"].astype(float),
+        "tensor_parallel": cols["tensor_parallel"].astype(float),
+    }
+    res = (
+        dedupe(
+            lambda *v: model.predict(
+                op=vidur_op, gated_mlp=True, **dict(zip(arrays, v, strict=True))
+            ),
+            *(np.rint(a).astype(np.int64) for a in arrays.values()),
+        )
+        if gated.all()
+        else model.predict(op=vidur_op, gated_mlp=gated, **arrays)
+    )
+    lat = np.asarray(res["latency_s"], dtype=float)
+    covered = np.asarray(res.get("covered", np.ones(lat.shape, bool)), dtype=bool)
+    if not covered.any():
+        return None
+    t_roof, _ = roofline_op(op, gpu)
+    lat = np.where(covered, lat, t_roof)
+    oor = artifact.out_of_range(names[0], **arrays)
+    power = op_power_w(artifact, op, gpu, lat)
+    return L1Price(lat, power, oor, names[0])

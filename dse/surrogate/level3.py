@@ -9,7 +9,7 @@ from whole-request measurements (argonne static batches), per engine, in two sta
    squares on relative error:
        ttft   = a_pre * T_pre + o_step
        decode = a_dec * T_rest + a_attn * T_attn + a_comm * T_comm + steps * o_step
-                + a_kv_overflow * T_dec * kv_overflow
+                + a_kv_overflow * T_dec * min(kv_fill - 1, 1)+
        o_step = c0 + c_batch * batch + c_layer * n_layers + c_tp * n_layers * log2(tp)
    (T_attn: attention over the KV cache, T_comm: all-reduces, T_rest: the other decode
    kernels; a prior pulls the four kernel factors towards 1, where Levels 1-2 are right)
@@ -62,6 +62,7 @@ FEATURES: tuple[str, ...] = (
     "log2_gqa",
     "kv_fill",
     "pre_share",
+    "log_waves",
 )
 # Global inputs whose fitted range decides `out_of_range` (name -> GlobalInputs attribute).
 RANGE_INPUTS: tuple[str, ...] = (
@@ -98,6 +99,7 @@ class GlobalInputs:
     n_experts: np.ndarray
     gqa: np.ndarray  # n_heads / n_kv_heads
     kv_fill: np.ndarray  # KV cache needed / KV memory available per GPU (> 1: preemption)
+    waves: np.ndarray  # consecutive waves the batch runs in when its KV cache does not fit
 
     def value(self, name: str) -> np.ndarray:
         return np.asarray(getattr(self, name), dtype=float)
@@ -107,12 +109,20 @@ class GlobalInputs:
 
 
 def step_overhead_terms(g: GlobalInputs) -> np.ndarray:
-    """(n, 4) per-step overhead regressors: 1, batch, layers, layers * log2(tp)."""
+    """(n, 4) overhead regressors per step of one sequence: the engine steps `waves` times as
+    often when the batch runs in waves, each step for batch / waves sequences."""
     L = g.value("n_layers")
+    w = g.value("waves")
     return np.stack(
-        [np.ones_like(L), g.value("batch"), L, L * np.log2(np.maximum(g.value("tp"), 1.0))],
+        [w, g.value("batch"), w * L, w * L * np.log2(np.maximum(g.value("tp"), 1.0))],
         axis=1,
     )
+
+
+def kv_overflow(g: GlobalInputs) -> np.ndarray:
+    """KV overflow beyond what the waves already count, in [0, 1]: preemption and recompute
+    cost saturates (a few measured models only; unbounded it would extrapolate wildly)."""
+    return np.clip(g.value("kv_fill") - 1.0, 0.0, 1.0)
 
 
 def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +130,7 @@ def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
     ttft = X_ttft @ theta and decode = X_dec @ theta."""
     step = step_overhead_terms(g)
     steps = g.value("steps")[:, None]
-    overflow = np.maximum(g.value("kv_fill") - 1.0, 0.0)
+    overflow = kv_overflow(g)
     zero = np.zeros_like(g.t_pre_s)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
     x_ttft = np.column_stack([g.t_pre_s, zero, zero, zero, step, zero])
@@ -147,6 +157,7 @@ def mlp_features(g: GlobalInputs, ttft_s: np.ndarray, decode_s: np.ndarray) -> n
         np.log2(np.maximum(g.value("gqa"), 1.0)),
         np.clip(g.value("kv_fill"), 0.0, 4.0),
         ttft_s / total,
+        np.log(g.value("waves")),
     ]
     return np.stack(cols, axis=1)
 
@@ -174,7 +185,7 @@ class Level3:
     def __init__(
         self,
         hidden: tuple[int, ...] = (8,),
-        alpha: float = 1.0,
+        alpha: float = 3.0,
         n_ensemble: int = 5,
         use_mlp: bool = True,
         seed: int = 0,
@@ -379,7 +390,7 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
             log_f = np.mean([m.predict(X) for m in fit.mlps], axis=0)
         log_f = np.clip(log_f, -LOG_CLIP, LOG_CLIP)
     f = np.exp(log_f)
-    over = th[TERMS.index("a_kv_overflow")] * np.maximum(g.value("kv_fill") - 1.0, 0.0)
+    over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)
     i0 = TERMS.index("c0_s")
     o_step = step_overhead_terms(g) @ th[i0 : i0 + 4]
     return {
@@ -454,13 +465,14 @@ def _fit_structured(
         X = np.vstack([X, ttft_weight * x_ttft[has_t] / ttft[has_t, None]])
         b = np.concatenate([b, np.full(int(has_t.sum()), ttft_weight)])
     if prior_weight > 0:
+        # Kernel factors towards 1 (Levels 1-2 right), the overflow penalty towards 0.
         w = np.sqrt(prior_weight)
-        factors = ("a_pre", "a_dec", "a_attn", "a_comm")
-        prior = np.zeros((len(factors), X.shape[1]))
-        for i, name in enumerate(factors):
+        targets = {"a_pre": 1.0, "a_dec": 1.0, "a_attn": 1.0, "a_comm": 1.0, "a_kv_overflow": 0.0}
+        prior = np.zeros((len(targets), X.shape[1]))
+        for i, name in enumerate(targets):
             prior[i, TERMS.index(name)] = w
         X = np.vstack([X, prior])
-        b = np.concatenate([b, np.full(len(factors), w)])
+        b = np.concatenate([b, w * np.array(list(targets.values()))])
     # Scale columns to unit norm so NNLS treats seconds and factors alike.
     norm = np.linalg.norm(X, axis=0)
     norm = np.where(norm > 0, norm, 1.0)
