@@ -1,0 +1,491 @@
+"""Level 1, GEMM: a regime-aware analytical model with fitted coefficients and a tabulated
+learned residual, predicting time and energy of y = x[m, k] @ W[n, k]^T per GPU, engine, dtype.
+
+Three stages, each in log space, all evaluated with numpy only:
+
+1. Roofline with fitted efficiencies and launch floor (4 coefficients):
+       t_c' = 2mnk / (eta_c * peak),  t_m' = (B_in + B_out) / (eta_m * bw)
+       t_base = t_launch + (t_c'^p + t_m'^p)^(1/p)          (p: fitted overlap sharpness)
+   The regime follows from FLOPs and arithmetic intensity through these times:
+       0 launch-bound       t_launch >= max(t_c', t_m')   (small F: the launch floor dominates)
+       1 memory-bound       t_m' >= 2 t_c'                (AI <= AI*/2, AI* = fitted ridge point)
+       2 balanced, memory-dominant    t_c' <= t_m' < 2 t_c'
+       3 balanced, compute-dominant   t_m' < t_c' <= 2 t_m'
+       4 compute-bound      t_c' > 2 t_m'
+2. Per-regime linear correction on physical features: log t_c', log t_m', log PF (PF = mn/k),
+   log B_in, log B_out, wave-quantisation efficiency over the GPU's SMs for 128x128 and
+   128x256 output tiles, and the padding of m to 16 rows.
+3. Residual: gradient-boosted trees (scikit-learn, fit time only) on a wider physical feature
+   set, evaluated on the measurement lattice of (log2 m, log2 n, log2 k) and stored as a table;
+   prediction interpolates it multilinearly (exact on lattice points, clamped outside).
+
+Energy: power = the family power model f(compute_util, memory_util) scaled by the GPU's idle and
+board power (`dse.surrogate.power`); where the fit saw measured power (H200) a second tabulated
+residual corrects it. energy_j = power_w * latency_s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import ArtifactError, ConfigError
+from dse.hardware import get_gpu
+from dse.surrogate.artifact import Artifact, register_model
+from dse.surrogate.power import PowerModel
+
+REGIMES: tuple[str, ...] = (
+    "launch-bound",
+    "memory-bound",
+    "balanced memory-dominant",
+    "balanced compute-dominant",
+    "compute-bound",
+)
+# Spellings the data and callers use -> the dtype names the models are fitted under.
+DTYPE_ALIASES: dict[str, str] = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "bfloat16",  # same tensor-core rate and element size as bf16
+    "fp16": "bfloat16",
+    "half": "bfloat16",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_block": "fp8_block",
+}
+IN_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0}
+OUT_BYTES = 2.0  # every kernel here writes bf16 output
+SCALE_BLOCK = 128  # fp8_block: one fp32 scale per 1x128 activation and 128x128 weight block
+# Linear-stage feature names (stage 2), in column order.
+LINEAR_FEATURES: tuple[str, ...] = (
+    "1",
+    "log_t_compute",
+    "log_t_memory",
+    "log_pf",
+    "log_bytes_in",
+    "log_bytes_out",
+    "wave_eff_128x128",
+    "wave_eff_128x256",
+    "pad_m16",
+)
+INPUTS: tuple[str, ...] = ("m", "n", "k")
+
+
+def canonical_dtype(dtype: str) -> str:
+    """'bf16', 'float16' -> 'bfloat16'; 'float8' -> 'fp8'; unknown names are a ConfigError."""
+    key = str(dtype).strip().lower()
+    if key not in DTYPE_ALIASES:
+        raise ConfigError(f"unknown GEMM dtype {dtype!r}; valid: {', '.join(DTYPE_ALIASES)}")
+    return DTYPE_ALIASES[key]
+
+
+def gemm_work(m: Any, n: Any, k: Any, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(FLOPs, bytes read, bytes written) of one call; arrays broadcast."""
+    dt = canonical_dtype(dtype)
+    m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
+    flops = 2.0 * m * n * k
+    bytes_in = (m * k + n * k) * IN_BYTES[dt]
+    if dt == "fp8_block":  # fp32 scales: m x k/128 for x, (n/128) x (k/128) for W
+        kb = np.ceil(k / SCALE_BLOCK)
+        bytes_in = bytes_in + 4.0 * (m * kb + np.ceil(n / SCALE_BLOCK) * kb)
+    bytes_out = m * n * OUT_BYTES
+    return flops, bytes_in, bytes_out
+
+
+def _wave_eff(m: np.ndarray, n: np.ndarray, tm: int, tn: int, n_sms: float) -> np.ndarray:
+    """Busy fraction of the last-wave-padded grid: tiles / (waves * SMs)."""
+    tiles = np.ceil(m / tm) * np.ceil(n / tn)
+    return tiles / (np.ceil(tiles / n_sms) * n_sms)
+
+
+def _residual_features(m: np.ndarray, n: np.ndarray, k: np.ndarray, c: Mapping[str, float]):
+    """Wider physical feature set of the learned residual (fit and tabulation time only)."""
+    flops, b_in, b_out = gemm_work(m, n, k, c["dtype"])
+    tc = flops / c["peak"]
+    tm = (b_in + b_out) / c["bw"]
+    lm, ln, lk = np.log2(m), np.log2(n), np.log2(k)
+    cols = [lm, ln, lk, np.log(tc), np.log(tm), np.log(tm / tc), ln + lk, lm + ln, lm + lk]
+    for a, b in ((64, 64), (64, 128), (128, 128), (128, 256), (256, 128)):
+        tiles = np.ceil(m / a) * np.ceil(n / b)
+        waves = np.ceil(tiles / c["n_sms"])
+        # Split-K a library may use when the tiles leave SMs idle (bounded by k / 256).
+        split = np.clip(np.floor(c["n_sms"] / tiles), 1, np.maximum(k / 256, 1))
+        cols += [tiles / (waves * c["n_sms"]), np.log2(waves), np.log2(split)]
+    for a in (8, 16, 32, 64, 128, 256):
+        cols.append(np.ceil(m / a) * a / m)
+    for a in (64, 128, 256):
+        cols.append(np.ceil(n / a) * a / n)
+        cols.append(np.ceil(k / a) * a / k)
+    return np.column_stack(cols)
+
+
+def _interp3(
+    table: np.ndarray, axes: tuple[np.ndarray, ...], pts: tuple[np.ndarray, ...]
+) -> np.ndarray:
+    """Multilinear interpolation of a 3-D table on increasing axes; clamped at the edges."""
+    idx, frac = [], []
+    for ax, p in zip(axes, pts, strict=True):
+        if len(ax) == 1:
+            idx.append(np.zeros(p.shape, dtype=np.intp))
+            frac.append(np.zeros(p.shape))
+            continue
+        i = np.clip(np.searchsorted(ax, p, side="right") - 1, 0, len(ax) - 2)
+        lo = ax[i]
+        t = np.clip((p - lo) / (ax[i + 1] - lo), 0.0, 1.0)
+        idx.append(i)
+        frac.append(t)
+    n0, n1, n2 = table.shape
+    s1 = 1 if n1 > 1 else 0
+    s2 = 1 if n2 > 1 else 0
+    s0 = 1 if n0 > 1 else 0
+    flat = table.ravel()
+    base = (idx[0] * n1 + idx[1]) * n2 + idx[2]
+    t0, t1, t2 = frac
+    out = np.zeros(base.shape)
+    for d0 in (0, 1):
+        w0 = t0 if d0 else 1.0 - t0
+        for d1 in (0, 1):
+            w01 = w0 * (t1 if d1 else 1.0 - t1)
+            for d2 in (0, 1):
+                w = w01 * (t2 if d2 else 1.0 - t2)
+                off = d0 * s0 * n1 * n2 + d1 * s1 * n2 + d2 * s2
+                out += w * np.take(flat, base + off)
+    return out
+
+
+@register_model("gemm")
+class GemmModel:
+    """One GPU, engine and dtype. `fit(df)` needs columns m, n, k, latency_s (+ power_w for the
+    measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays."""
+
+    kind: ClassVar[str] = "gemm"
+
+    def __init__(
+        self,
+        gpu: str = "h100_sxm",
+        dtype: str = "bfloat16",
+        engine: str = "vllm",
+        power_model: PowerModel | None = None,
+        seed: int = 0,
+        tree_iter: int = 300,
+    ) -> None:
+        self.gpu = gpu
+        self.dtype = dtype
+        self.engine = engine
+        self.power_model = power_model
+        self.seed = seed
+        self.tree_iter = tree_iter
+
+    # ---- fitting ------------------------------------------------------------------------
+    def _constants(self) -> dict[str, Any]:
+        spec = get_gpu(self.gpu)
+        dt = canonical_dtype(self.dtype)
+        return {
+            "dtype": dt,
+            "peak": float(spec.peak_flops_per_s(dt)),
+            "bw": float(spec.hbm_bw_bytes_per_s),
+            "n_sms": float(spec.n_sms),
+            "idle_w": float(spec.idle_power_w),
+            "board_w": float(spec.board_power_w),
+        }
+
+    def fit(self, df: pd.DataFrame) -> Self:
+        from scipy.optimize import least_squares
+
+        c = self._constants()
+        self.c_ = c
+        m, n, k = (df[col].to_numpy(np.float64) for col in INPUTS)
+        y = np.log(df["latency_s"].to_numpy(np.float64))
+        flops, b_in, b_out = gemm_work(m, n, k, c["dtype"])
+        tc, tm = flops / c["peak"], (b_in + b_out) / c["bw"]
+
+        # Stage 1: theta = log(t_launch), log(eta_c), log(eta_m), log(p); soft-L1 in log time.
+        def resid(th: np.ndarray) -> np.ndarray:
+            return np.log(self._base(tc, tm, th)) - y
+
+        th0 = np.array([np.log(np.quantile(df["latency_s"], 0.01)), np.log(0.7), np.log(0.8), 1.0])
+        fit = least_squares(resid, th0, loss="soft_l1", f_scale=0.05, max_nfev=400)
+        self.theta_ = fit.x
+        log_base = np.log(self._base(tc, tm, self.theta_))
+        regime = self._regime(tc, tm, self.theta_)
+
+        # Stage 2: ridge per regime on the physical features (regimes with < 30 rows: zero).
+        Z = self._linear_features(m, n, k, tc, tm, b_in, b_out)
+        r1 = y - log_base
+        coef = np.zeros((len(REGIMES), Z.shape[1]))
+        for g in range(len(REGIMES)):
+            sel = regime == g
+            if sel.sum() < 30:
+                continue
+            A, b = Z[sel], r1[sel]
+            coef[g] = np.linalg.solve(A.T @ A + 1e-3 * np.eye(A.shape[1]), A.T @ b)
+        self.coef_ = coef
+        lin = np.einsum("ij,ij->i", Z, coef[regime])
+        r2 = r1 - lin
+
+        # Stage 3: boosted trees on the wide feature set, tabulated on the lattice.
+        self.axes_ = tuple(np.unique(np.log2(v)) for v in (m, n, k))
+        X = _residual_features(m, n, k, c)
+        trees = self._trees(X, r2)
+        self.table_ = self._tabulate(trees).astype(np.float32)
+        self.range_ = {
+            name: (float(v.min()), float(v.max()))
+            for name, v in zip(INPUTS, (m, n, k), strict=True)
+        }
+
+        # Energy: measured power residual over the family power model, where the rows have it.
+        self.power_table_ = None
+        pw = df["power_w"].to_numpy(np.float64) if "power_w" in df else np.full(len(df), np.nan)
+        ok = np.isfinite(pw)
+        if self.power_model is not None and ok.mean() > 0.5:
+            lat_fit = np.exp(log_base + lin + self._lookup(self.table_, m, n, k))
+            p0 = self._generic_power(flops, b_in + b_out, lat_fit)
+            rp = np.log(pw[ok]) - np.log(p0[ok])
+            trees_p = self._trees(X[ok], rp)
+            self.power_table_ = self._tabulate(trees_p).astype(np.float32)
+        return self
+
+    def _trees(self, X: np.ndarray, r: np.ndarray) -> Any:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        reg = HistGradientBoostingRegressor(
+            max_iter=self.tree_iter,
+            learning_rate=0.1,
+            max_leaf_nodes=31,
+            min_samples_leaf=20,
+            early_stopping=False,
+            random_state=self.seed,
+        )
+        return reg.fit(X, r)
+
+    def _tabulate(self, trees: Any) -> np.ndarray:
+        gm, gn, gk = np.meshgrid(*(2.0**a for a in self.axes_), indexing="ij")
+        X = _residual_features(gm.ravel(), gn.ravel(), gk.ravel(), self.c_)
+        return trees.predict(X).reshape(gm.shape)
+
+    # ---- the model ----------------------------------------------------------------------
+    @staticmethod
+    def _base(tc: np.ndarray, tm: np.ndarray, th: np.ndarray) -> np.ndarray:
+        t_launch, eta_c, eta_m, p = np.exp(th)
+        a, b = tc / eta_c, tm / eta_m
+        hi = np.maximum(a, b)
+        # (a^p + b^p)^(1/p) computed as hi * (1 + (lo/hi)^p)^(1/p) to avoid under/overflow.
+        smooth = hi * (1.0 + (np.minimum(a, b) / hi) ** p) ** (1.0 / p)
+        return t_launch + smooth
+
+    @staticmethod
+    def _regime(tc: np.ndarray, tm: np.ndarray, th: np.ndarray) -> np.ndarray:
+        t_launch, eta_c, eta_m, _ = np.exp(th)
+        a, b = tc / eta_c, tm / eta_m
+        regime = np.select(
+            [t_launch >= np.maximum(a, b), b >= 2 * a, b >= a, a <= 2 * b], [0, 1, 2, 3], 4
+        )
+        return regime.astype(np.int8)
+
+    def _linear_features(self, m, n, k, tc, tm, b_in, b_out) -> np.ndarray:
+        n_sms = self.c_["n_sms"]
+        _, eta_c, eta_m, _ = np.exp(self.theta_)
+        return np.column_stack(
+            [
+                np.ones_like(m),
+                np.log(tc / eta_c),
+                np.log(tm / eta_m),
+                np.log(m * n / k),
+                np.log(b_in),
+                np.log(b_out),
+                _wave_eff(m, n, 128, 128, n_sms),
+                _wave_eff(m, n, 128, 256, n_sms),
+                np.ceil(m / 16) * 16 / m,
+            ]
+        )
+
+    def _lookup(self, table: np.ndarray, m, n, k) -> np.ndarray:
+        return _interp3(table, self.axes_, (np.log2(m), np.log2(n), np.log2(k)))
+
+    def _generic_power(self, flops, bytes_total, latency_s) -> np.ndarray:
+        uc = flops / self.c_["peak"] / latency_s
+        um = bytes_total / self.c_["bw"] / latency_s
+        return self.power_model.predict(
+            uc, um, idle_power_w=self.c_["idle_w"], board_power_w=self.c_["board_w"]
+        )["power_w"]
+
+    def predict(self, m: Any, n: Any, k: Any) -> dict[str, np.ndarray]:
+        """Itemised prediction per call; inputs broadcast, outputs are float arrays (regime int8).
+
+        latency_s = roofline_s + correction_s, roofline_s = launch_s + overlap of the
+        fitted-efficiency compute and memory times; t_compute_s / t_memory_s are the spec-sheet
+        ideal times (2mnk / peak, bytes / bandwidth) and *_util = ideal / latency.
+        """
+        m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (m, n, k)))
+        shape = m.shape
+        m, n, k = m.ravel(), n.ravel(), k.ravel()
+        c = self.c_
+        flops, b_in, b_out = gemm_work(m, n, k, c["dtype"])
+        tc, tm = flops / c["peak"], (b_in + b_out) / c["bw"]
+        roof = self._base(tc, tm, self.theta_)
+        regime = self._regime(tc, tm, self.theta_)
+        Z = self._linear_features(m, n, k, tc, tm, b_in, b_out)
+        log_corr = np.einsum("ij,ij->i", Z, self.coef_[regime]) + self._lookup(self.table_, m, n, k)
+        latency = roof * np.exp(log_corr)
+        if self.power_model is not None:
+            power = self._generic_power(flops, b_in + b_out, latency)
+            if self.power_table_ is not None:
+                power = power * np.exp(self._lookup(self.power_table_, m, n, k))
+        else:
+            power = np.full_like(latency, np.nan)
+        out = {
+            "latency_s": latency,
+            "energy_j": power * latency,
+            "power_w": power,
+            "t_compute_s": tc,
+            "t_memory_s": tm,
+            "launch_s": np.full_like(latency, np.exp(self.theta_[0])),
+            "roofline_s": roof,
+            "correction_s": latency - roof,
+            "compute_util": tc / latency,
+            "memory_util": tm / latency,
+            "flops": flops,
+            "bytes": b_in + b_out,
+            "regime": regime,
+        }
+        return {key: v.reshape(shape) for key, v in out.items()}
+
+    # ---- artifact protocol --------------------------------------------------------------
+    def to_state(self) -> dict[str, np.ndarray]:
+        c = self.c_
+        state: dict[str, np.ndarray] = {
+            "meta": np.array([self.gpu, c["dtype"], self.engine]),
+            "constants": np.array([c["peak"], c["bw"], c["n_sms"], c["idle_w"], c["board_w"]]),
+            "theta": self.theta_,
+            "coef": self.coef_,
+            "axis_m": self.axes_[0],
+            "axis_n": self.axes_[1],
+            "axis_k": self.axes_[2],
+            "table": self.table_,
+            "range": np.array([self.range_[i] for i in INPUTS]),
+        }
+        if self.power_table_ is not None:
+            state["power_table"] = self.power_table_
+        if self.power_model is not None:
+            state.update({f"power/{key}": v for key, v in self.power_model.to_state().items()})
+        return state
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        try:
+            gpu, dtype, engine = (str(v) for v in state["meta"])
+            power = {key[6:]: v for key, v in state.items() if key.startswith("power/")}
+            obj = cls(gpu, dtype, engine, PowerModel.from_state(power) if power else None)
+            peak, bw, n_sms, idle_w, board_w = (float(v) for v in state["constants"])
+            obj.c_ = {
+                "dtype": dtype,
+                "peak": peak,
+                "bw": bw,
+                "n_sms": n_sms,
+                "idle_w": idle_w,
+                "board_w": board_w,
+            }
+            obj.theta_ = np.asarray(state["theta"], dtype=np.float64)
+            obj.coef_ = np.asarray(state["coef"], dtype=np.float64)
+            obj.axes_ = tuple(np.asarray(state[f"axis_{a}"], np.float64) for a in INPUTS)
+            obj.table_ = np.asarray(state["table"], dtype=np.float64)
+            pt = state.get("power_table")
+            obj.power_table_ = None if pt is None else np.asarray(pt, dtype=np.float64)
+            obj.range_ = {
+                i: (float(lo), float(hi))
+                for i, (lo, hi) in zip(INPUTS, state["range"], strict=True)
+            }
+        except KeyError as exc:
+            raise ArtifactError(f"GEMM model state incomplete: {exc.args[0]!r} missing") from None
+        return obj
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+    @property
+    def measured_power(self) -> bool:
+        return self.power_table_ is not None
+
+    def coefficients(self) -> dict[str, Any]:
+        """The analytical coefficients in physical units (for the manifest and docs)."""
+        t_launch, eta_c, eta_m, p = np.exp(self.theta_)
+        return {
+            "launch_s": float(t_launch),
+            "compute_efficiency": float(eta_c),
+            "memory_efficiency": float(eta_m),
+            "overlap_p": float(p),
+            # Ridge point in FLOP/byte: above it the fitted compute time exceeds memory time.
+            "ridge_flop_per_byte": float(eta_c * self.c_["peak"] / (eta_m * self.c_["bw"])),
+        }
+
+
+def regime_names(codes: Any) -> np.ndarray:
+    """Regime codes (0..4) -> names, vectorised."""
+    return np.asarray(REGIMES, dtype=object)[np.asarray(codes, dtype=np.intp)]
+
+
+def model_name(engine: str, dtype: str) -> str:
+    return f"gemm.{engine}.{canonical_dtype(dtype)}"
+
+
+class Gemm:
+    """Every GEMM model of one artifact, chosen by dtype and engine.
+
+    g = Gemm.load("h100_sxm")
+    g.predict(m, n, k, "bfloat16")["latency_s"]
+    """
+
+    # When an artifact has no model for the asked dtype, try these in order.
+    DTYPE_FALLBACK: ClassVar[dict[str, tuple[str, ...]]] = {
+        "fp8": ("fp8_block",),
+        "fp8_block": ("fp8",),
+        "bfloat16": (),
+    }
+
+    def __init__(self, artifact: Artifact) -> None:
+        self.artifact = artifact
+        self.names = {n for n in artifact.names("gemm")}
+
+    @classmethod
+    def load(cls, path_or_gpu: str) -> Gemm:
+        return cls(Artifact.load(path_or_gpu))
+
+    def engines(self) -> list[str]:
+        return sorted({n.split(".")[1] for n in self.names})
+
+    def default_engine(self) -> str:
+        engines = self.engines()
+        if not engines:
+            raise ArtifactError(f"artifact {self.artifact.artifact_id} has no GEMM models")
+        return "vllm" if "vllm" in engines else engines[0]
+
+    def resolve(self, dtype: str, engine: str | None = None) -> str:
+        """The model name used for (dtype, engine): the engine's own, else the default
+        engine's; the dtype's own, else its fallback. Raises ArtifactError if none."""
+        dt = canonical_dtype(dtype)
+        engines = [engine] if engine in self.engines() else []
+        engines.append(self.default_engine())
+        for eng in engines:
+            for d in (dt, *self.DTYPE_FALLBACK[dt]):
+                name = model_name(eng, d)
+                if name in self.names:
+                    return name
+        raise ArtifactError(
+            f"artifact for {self.artifact.gpu} has no GEMM model for dtype {dtype!r}; it has: "
+            f"{', '.join(sorted(self.names))}"
+        )
+
+    def model(self, dtype: str = "bfloat16", engine: str | None = None) -> GemmModel:
+        return self.artifact.model(self.resolve(dtype, engine))
+
+    def predict(
+        self, m: Any, n: Any, k: Any, dtype: str = "bfloat16", engine: str | None = None
+    ) -> dict[str, np.ndarray]:
+        """Itemised prediction (see `GemmModel.predict`) plus `out_of_range`."""
+        name = self.resolve(dtype, engine)
+        out = self.artifact.model(name).predict(m, n, k)
+        out["out_of_range"] = self.artifact.out_of_range(name, m=m, n=n, k=k)
+        return out

@@ -1,0 +1,148 @@
+"""Board power of a kernel as a function of how hard it drives the compute units and HBM.
+
+    P = P_idle + (P_board - P_idle) * f(compute_util, memory_util)
+
+`compute_util` = achieved FLOP/s / dense peak of the dtype, `memory_util` = achieved bytes/s /
+HBM bandwidth; both are dimensionless, so `f` fitted on one GPU transfers to any GPU of the
+registry through that GPU's idle and board power (`dse.hardware`). Energy of a call is then
+power x time for every GPU.
+
+Only h200_sxm has measured power behind it: `f` is fitted on the H200 GEMM rows of
+aiconfigurator (mean NVML board power while the kernel looped, idle included). On every other GPU
+the same `f` is an assumption, and artifacts record `measured_power: false` for them.
+
+    from dse.surrogate.power import power_w
+    power_w("h100_sxm", compute_util=0.7, memory_util=0.2)   # watts, numpy broadcasting
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import ArtifactError
+from dse.hardware import GPU, get_gpu
+from dse.surrogate.artifact import register_model
+from dse.surrogate.nn import MLP, fit_mlp
+
+# Utilisations above 1 happen (spec sheets round; L2 hits beat HBM): clip the inputs here.
+UTIL_CLIP = (0.0, 1.5)
+# f may exceed 1 slightly (transients above the power limit in NVML means), never below 0.
+FRACTION_CLIP = (0.0, 1.05)
+POWER_SOURCE_GPU = "h200_sxm"  # the only GPU with measured power in the training share
+
+
+def _inputs(compute_util: Any, memory_util: Any) -> np.ndarray:
+    uc = np.clip(np.asarray(compute_util, dtype=np.float64), *UTIL_CLIP)
+    um = np.clip(np.asarray(memory_util, dtype=np.float64), *UTIL_CLIP)
+    uc, um = np.broadcast_arrays(uc, um)
+    # sqrt spreads the many low-utilisation kernels; the product is the "both busy" term.
+    return np.column_stack([uc.ravel(), um.ravel(), np.sqrt(uc).ravel(), np.sqrt(um).ravel()])
+
+
+@register_model("power")
+class PowerModel:
+    """f(compute_util, memory_util) in [0, 1.05]: the fraction of the idle-to-board power span.
+
+    fit(df) needs columns compute_util, memory_util, power_w, idle_power_w, board_power_w.
+    """
+
+    kind: ClassVar[str] = "power"
+    inputs: ClassVar[tuple[str, ...]] = ("compute_util", "memory_util")
+
+    def __init__(self, hidden: tuple[int, ...] = (8, 8), seed: int = 0) -> None:
+        self.hidden = hidden
+        self.seed = seed
+
+    def fit(self, df: pd.DataFrame) -> Self:
+        span = df["board_power_w"].to_numpy(float) - df["idle_power_w"].to_numpy(float)
+        frac = (df["power_w"].to_numpy(float) - df["idle_power_w"].to_numpy(float)) / span
+        X = _inputs(df["compute_util"], df["memory_util"])
+        self.mlp_ = fit_mlp(
+            X,
+            np.clip(frac, *FRACTION_CLIP),
+            hidden=self.hidden,
+            activation="tanh",
+            alpha=1e-3,
+            max_iter=300,
+            batch_size=512,
+            seed=self.seed,
+        )
+        self.range_ = {
+            "compute_util": (float(X[:, 0].min()), float(X[:, 0].max())),
+            "memory_util": (float(X[:, 1].min()), float(X[:, 1].max())),
+        }
+        return self
+
+    def fraction(self, compute_util: Any, memory_util: Any) -> np.ndarray:
+        """f in [0, 1.05], shaped like the broadcast inputs."""
+        shape = np.broadcast_shapes(np.shape(compute_util), np.shape(memory_util))
+        f = self.mlp_.predict(_inputs(compute_util, memory_util))
+        return np.clip(f, *FRACTION_CLIP).reshape(shape)
+
+    def predict(
+        self,
+        compute_util: Any,
+        memory_util: Any,
+        idle_power_w: Any = None,
+        board_power_w: Any = None,
+        gpu: str | GPU = POWER_SOURCE_GPU,
+    ) -> dict[str, np.ndarray]:
+        """Board power in watts; idle/board default to `gpu`'s registry values."""
+        spec = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+        idle = spec.idle_power_w if idle_power_w is None else np.asarray(idle_power_w, float)
+        board = spec.board_power_w if board_power_w is None else np.asarray(board_power_w, float)
+        f = self.fraction(compute_util, memory_util)
+        return {"power_w": idle + (board - idle) * f, "power_fraction": f}
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        state = self.mlp_.to_state("f/")
+        state["range"] = np.array([self.range_[k] for k in self.inputs], dtype=np.float64)
+        return state
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        obj = cls()
+        obj.mlp_ = MLP.from_state(dict(state), "f/")
+        rng = np.asarray(state["range"], dtype=np.float64)
+        obj.range_ = {
+            k: (float(lo), float(hi)) for k, (lo, hi) in zip(cls.inputs, rng, strict=True)
+        }
+        return obj
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+
+@cache
+def _default_model() -> PowerModel:
+    from dse.surrogate.artifact import Artifact
+
+    art = Artifact.load(POWER_SOURCE_GPU)
+    if not art.has("power"):
+        raise ArtifactError(
+            f"artifact {POWER_SOURCE_GPU} has no 'power' model; re-fit it with "
+            f"`dse fit --data DIR --gpu {POWER_SOURCE_GPU}`"
+        )
+    return art.model("power")
+
+
+def power_w(
+    gpu: str | GPU, compute_util: Any, memory_util: Any, model: PowerModel | None = None
+) -> np.ndarray:
+    """Board power in watts of a kernel on `gpu` at these utilisations (numpy broadcasting).
+
+    `model` defaults to the power model frozen in the h200_sxm artifact. Measured power backs
+    this only on h200_sxm; elsewhere it is the H200 shape scaled by the GPU's idle/board power.
+    """
+    m = model if model is not None else _default_model()
+    return m.predict(compute_util, memory_util, gpu=gpu)["power_w"]
+
+
+def has_measured_power(gpu: str | GPU) -> bool:
+    """True when the training data holds measured power for this GPU (registry flag)."""
+    return bool((gpu if isinstance(gpu, GPU) else get_gpu(gpu)).measured_power)

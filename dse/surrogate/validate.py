@@ -1,0 +1,177 @@
+"""`dse validate` behind the CLI: score the frozen artifacts against every measured row.
+
+For each kind of table `dse.data.load` reads, the family registered for that kind predicts the
+rows of every GPU that has an artifact; MAPE is computed per (source, gpu, engine, kind, dtype
+[, op]). Rows nobody can predict (no artifact for the GPU, no model for the kind, a shape the
+model refuses) are counted in `unpredicted_rows`, never dropped silently.
+
+    report = validate("/path/to/data", gpus=["h100_sxm"])
+    report["results"][0]  # {"source": ..., "rows": ..., "latency_mape_pct": ..., ...}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import ArtifactError, DataError
+from dse.surrogate.artifact import Artifact, Family
+
+GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
+
+
+def _validators(fams: Iterable[Family]) -> dict[str, Family]:
+    out: dict[str, Family] = {}
+    for fam in fams:
+        if fam.predict_rows is None:
+            continue
+        for kind in fam.validates:
+            out.setdefault(kind, fam)
+    return out
+
+
+def predict_table(
+    kind: str,
+    rows: pd.DataFrame,
+    artifacts: dict[str, Artifact | None],
+    validators: dict[str, Family],
+) -> pd.DataFrame:
+    """Predicted latency/energy for the rows of one kind (NaN where it cannot), plus `reason`."""
+    out = pd.DataFrame(
+        {"latency_pred_s": np.nan, "energy_pred_j": np.nan, "reason": ""}, index=rows.index
+    )
+    fam = validators.get(kind)
+    if fam is None:
+        out["reason"] = f"no model family predicts kind {kind!r}"
+        return out
+    for gpu, sub in rows.groupby("gpu", sort=True):
+        art = artifacts.get(str(gpu))
+        if art is None:
+            out.loc[sub.index, "reason"] = f"no artifact for GPU {gpu!r}"
+            continue
+        got = fam.predict_rows(art, kind, sub)
+        for col in ("latency_pred_s", "energy_pred_j"):
+            if col in got:
+                out.loc[sub.index, col] = got[col].reindex(sub.index).to_numpy(float)
+    missing = ~np.isfinite(out["latency_pred_s"].to_numpy(float)) & (out["reason"] == "")
+    out.loc[missing, "reason"] = "model cannot predict this row"
+    return out
+
+
+def _mape(pred: np.ndarray, true: np.ndarray) -> tuple[float | None, int]:
+    ok = np.isfinite(pred) & np.isfinite(true) & (true > 0)
+    if not ok.any():
+        return None, 0
+    return round(float(100.0 * np.mean(np.abs(pred[ok] / true[ok] - 1.0))), 3), int(ok.sum())
+
+
+def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[str, Any]]:
+    """One result entry per (source, gpu, engine, kind, dtype[, op]) group of one kind."""
+    df = rows.copy()
+    for key in GROUP_KEYS:
+        if key not in df:
+            df[key] = kind if key == "kind" else ""
+        df[key] = df[key].fillna("").astype(str)
+    keys = list(GROUP_KEYS) + (["op"] if "op" in df else [])
+    if "op" in df:
+        df["op"] = df["op"].fillna("").astype(str)
+    nan = pd.Series(np.nan, index=df.index)
+    lat_true = df.get("latency_s", nan)
+    energy_true = df.get("energy_j", nan)
+    results = []
+    for key, sub in df.groupby(keys, sort=True):
+        idx = sub.index
+        lat_p = pred.loc[idx, "latency_pred_s"].to_numpy(float)
+        en_p = pred.loc[idx, "energy_pred_j"].to_numpy(float)
+        lat_mape, _ = _mape(lat_p, lat_true.loc[idx].to_numpy(float))
+        en_mape, n_en = _mape(en_p, energy_true.loc[idx].to_numpy(float))
+        entry: dict[str, Any] = dict(zip(keys, key, strict=True))
+        reasons = pred.loc[idx, "reason"]
+        entry.update(
+            {
+                "rows": len(sub),
+                "latency_mape_pct": lat_mape,
+                "energy_mape_pct": en_mape,
+                "predicted_rows": int(np.isfinite(lat_p).sum()),
+                "unpredicted_rows": int((~np.isfinite(lat_p)).sum()),
+                "energy_rows": n_en,
+            }
+        )
+        bad = reasons[reasons != ""]
+        if len(bad):
+            entry["unpredicted_reason"] = str(bad.value_counts().index[0])
+        results.append(entry)
+    return results
+
+
+def validate(
+    data_root: str | Path,
+    gpus: Iterable[str] | None = None,
+    artifacts: dict[str, Artifact | None] | None = None,
+    kinds: Iterable[str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Score artifacts on every row of `data_root` (optionally only some GPUs / kinds).
+
+    `artifacts` maps GPU -> Artifact (default: the shipped artifact of each GPU in the data,
+    None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
+    """
+    from dse.data import load
+    from dse.surrogate.fit import load_families
+
+    root = Path(data_root)
+    if not root.is_dir():
+        raise DataError(f"{data_root}: data folder not found")
+    tables = load(root, kinds)
+    wanted = None if gpus is None else {str(g).strip().lower() for g in gpus}
+    validators = _validators(load_families())
+    arts: dict[str, Artifact | None] = dict(artifacts or {})
+    results: list[dict[str, Any]] = []
+    for kind in sorted(tables):
+        rows = tables[kind]
+        if rows.empty:
+            continue
+        if wanted is not None:
+            rows = rows[rows["gpu"].isin(wanted)]
+            if rows.empty:
+                continue
+        for gpu in sorted(rows["gpu"].unique()):
+            if gpu not in arts:
+                try:
+                    arts[gpu] = Artifact.load(gpu)
+                except ArtifactError as exc:
+                    arts[gpu] = None
+                    if log:
+                        log(f"{gpu}: {exc}")
+        pred = predict_table(kind, rows, arts, validators)
+        results.extend(summarise(kind, rows, pred))
+    return {
+        "artifacts": {g: a.artifact_id for g, a in sorted(arts.items()) if a is not None},
+        "results": results,
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A fixed-width text table of the results."""
+    head = (
+        f"{'source':<15}{'gpu':<14}{'engine':<9}{'kind':<22}{'dtype':<11}{'op':<26}"
+        f"{'rows':>7}{'unpred':>8}{'lat MAPE%':>11}{'energy MAPE%':>14}"
+    )
+    lines = [head, "-" * len(head)]
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    for r in report["results"]:
+        lines.append(
+            f"{r['source']:<15}{r['gpu']:<14}{r['engine']:<9}{r['kind']:<22}{r['dtype']:<11}"
+            f"{r.get('op', ''):<26}{r['rows']:>7}{r['unpredicted_rows']:>8}"
+            f"{f(r['latency_mape_pct']):>11}{f(r['energy_mape_pct']):>14}"
+        )
+    arts = ", ".join(f"{g}={a}" for g, a in report["artifacts"].items()) or "none"
+    lines.append(f"artifacts: {arts}")
+    return "\n".join(lines)
