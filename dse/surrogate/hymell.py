@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from dse.errors import ArtifactError
 from dse.hardware import GPU
 from dse.ops import Op
 from dse.surrogate.artifact import Artifact, register_model
@@ -33,7 +34,6 @@ LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H10
 ALLREDUCE_FLOOR_S = 10e-6  # roofline latency floor of one NCCL all-reduce inside a node
 # Roofline stand-in power: idle plus this fraction of the idle-to-board span at full utilisation.
 ROOFLINE_ACTIVE_POWER_FRACTION = 0.75
-BLOCKS = ("attention", "ffn")  # the blocks Level 2 corrects (others pass through)
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
 
 
@@ -97,84 +97,102 @@ def roofline_power_w(gpu: GPU, util: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- Level 2
-def block_features(
-    block: str, l1_block_s: np.ndarray, dims: Mapping[str, np.ndarray], phase: str
-) -> np.ndarray:
-    """Inputs of a Level-2 block MLP: log Level-1 block time + log architecture/workload sizes.
-
-    Shapes broadcast (decode attention carries a node axis); returns (..., n_features).
-    """
-    cols = [np.log(np.maximum(l1_block_s, 1e-9))]
-    for key in LEVEL2_DIMS[block]:
-        cols.append(np.log2(np.maximum(np.asarray(dims[key], dtype=float), 1.0)))
-    cols.append(np.full(np.shape(l1_block_s), 1.0 if phase == "decode" else 0.0))
-    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
-    return np.stack([np.broadcast_to(c, shape) for c in cols], axis=-1)
-
-
-# Architecture / workload sizes a block's residual depends on (log2 of each is a feature).
-LEVEL2_DIMS: dict[str, tuple[str, ...]] = {
-    "attention": ("tokens", "d_model", "num_heads", "num_kv_heads", "head_dim", "kv_len"),
-    "ffn": ("tokens", "d_model", "d_ff", "n_experts", "top_k"),
+# Blocks with a Level-2 residual: name -> the dse.ops operators it scales. These are the blocks
+# whose whole-block time is measured (vidur times every operator of a layer at real model
+# shapes); attention over the KV cache and the fused MoE are measured as whole kernels already
+# and priced by their own Level-1/2 models.
+LEVEL2_BLOCKS: dict[str, tuple[str, ...]] = {
+    "attention_proj": ("attention/qkv", "attention/rope", "attention/out"),
+    "ffn_dense": ("ffn/gate_up", "ffn/act", "ffn/down"),
 }
+LEVEL2_FEATURES: tuple[str, ...] = ("log_l1_s", "log2_tokens", "log2_d_model", "log2_width")
+
+
+def block_features(l1_call_s: np.ndarray, ops: Mapping[str, Op], block: str) -> np.ndarray:
+    """(n, 4) inputs of a block residual: log Level-1 time of one call of the block, log2 of
+    tokens, d_model and the block's per-GPU width (QKV width or d_ff / tp)."""
+    if block == "attention_proj":  # x[tokens, d_model] @ W_qkv[width, d_model]^T
+        g = ops["attention/qkv"]
+        tokens, d, width = g.dims["m"], g.dims["k"], g.dims["n"]
+    else:  # down projection: x[tokens, d_ff / tp] @ W[d_model, d_ff / tp]^T
+        g = ops["ffn/down"]
+        tokens, d, width = g.dims["m"], g.dims["n"], g.dims["k"]
+    cols = [np.log(np.maximum(l1_call_s, 1e-9)), np.log2(tokens), np.log2(d), np.log2(width)]
+    n = np.shape(l1_call_s)[0]
+    return np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in cols], axis=1)
 
 
 @register_model("level2_block")
 class Level2Block:
-    """Residual MLP of one block: log(measured block time / sum of Level-1 op times)."""
+    """Residual MLP ensemble of one block: log(measured block time / sum of Level-1 op times),
+    clipped to +-L2_CLIP."""
 
     kind: ClassVar[str]
 
     def __init__(
         self,
-        block: str = "ffn",
-        hidden: tuple[int, ...] = (16,),
-        alpha: float = 1e-2,
+        block: str = "ffn_dense",
+        hidden: tuple[int, ...] = (8,),
+        alpha: float = 1.0,
+        n_ensemble: int = 3,
         seed: int = 0,
     ) -> None:
         self.block = block
         self.hidden = hidden
         self.alpha = alpha
+        self.n_ensemble = n_ensemble
         self.seed = seed
 
     def fit_arrays(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
-        from dse.surrogate.nn import fit_mlp
+        from dse.surrogate.level3 import Forward32, fit_small_mlp, merge_ensemble
 
-        self.mlp_ = fit_mlp(X, log_ratio, hidden=self.hidden, alpha=self.alpha, seed=self.seed)
+        mlps = [
+            fit_small_mlp(X, log_ratio, self.hidden, self.alpha, self.seed + k)
+            for k in range(self.n_ensemble)
+        ]
+        self.mlp_ = merge_ensemble(tuple(mlps)) or mlps[0]
+        self.fast_ = Forward32(self.mlp_)
         self.range_ = {
-            f"x{i}": (float(X[:, i].min()), float(X[:, i].max())) for i in range(X.shape[1])
+            name: (float(X[:, i].min()), float(X[:, i].max()))
+            for i, name in enumerate(LEVEL2_FEATURES)
         }
         return self
 
     def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
-        raise NotImplementedError("Level2Block is fitted with fit_arrays(X, log_ratio)")
+        raise NotImplementedError("Level2Block is fitted with fit_arrays (see hymell_fit)")
 
     def log_factor(self, X: np.ndarray) -> np.ndarray:
-        shape = X.shape[:-1]
-        r = self.mlp_.predict(X.reshape(-1, X.shape[-1])).reshape(shape)
-        return np.clip(r, -L2_CLIP, L2_CLIP)
+        return np.clip(self.fast_.predict(X), -L2_CLIP, L2_CLIP)
 
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        X = np.asarray(arrays["X"], dtype=float)
-        return {"log_factor": self.log_factor(X)}
-
-    def to_state(self) -> dict[str, np.ndarray]:
+    def out_of_range(self, X: np.ndarray) -> np.ndarray:
         lo = np.array([v[0] for v in self.range_.values()])
         hi = np.array([v[1] for v in self.range_.values()])
+        # The Level-1 time itself may go beyond what the blocks measured; the sizes may not.
+        return ((X[:, 1:] < lo[1:] - 1e-9) | (X[:, 1:] > hi[1:] + 1e-9)).any(axis=1)
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        return {"log_factor": self.log_factor(np.asarray(arrays["X"], dtype=float))}
+
+    def to_state(self) -> dict[str, np.ndarray]:
         return {
             **self.mlp_.to_state("mlp/"),
             "block": np.array(self.block),
-            "range_lo": lo,
-            "range_hi": hi,
+            "features": np.array(LEVEL2_FEATURES),
+            "range": np.array(list(self.range_.values()), dtype=float),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        if tuple(str(f) for f in state["features"]) != LEVEL2_FEATURES:
+            raise ArtifactError("level-2 block model has other features; re-fit with `dse fit`")
         self = cls(block=str(state["block"]))
         self.mlp_ = MLP.from_state(dict(state), "mlp/")
-        lo, hi = state["range_lo"], state["range_hi"]
+        from dse.surrogate.level3 import Forward32
+
+        self.fast_ = Forward32(self.mlp_)
         self.range_ = {
-            f"x{i}": (float(a), float(b)) for i, (a, b) in enumerate(zip(lo, hi, strict=True))
+            k: (float(lo), float(hi))
+            for k, (lo, hi) in zip(LEVEL2_FEATURES, state["range"], strict=True)
         }
         return self
 
@@ -263,13 +281,6 @@ class HymellPricer:
         # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
         self.artifact_gpu = artifact_gpu if artifact_gpu is not None else gpu
 
-    def _level2(self, block: str) -> Level2Block | None:
-        art = self.artifact
-        name = f"level2.{block}"
-        if art is None or not art.has(name):
-            return None
-        return art.model(name)
-
     def price(self, ops: list[Op], phase: str, weights: np.ndarray | None = None) -> PhaseCost:
         """Time and energy of one forward pass (prefill) or of all decode steps (with `weights`,
         the (k, n) quadrature weights of the node axis that attention arrays carry)."""
@@ -309,7 +320,7 @@ class HymellPricer:
             per_op.append((op, t, power))
             prev = sources.get(op.name)
             sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
-        self._apply_level2(per_op, phase)
+        self._apply_level2(per_op, oor)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
         out.kinds = {op.name: op.kind for op in ops}
         out.blocks = {op.name: op.block for op in ops}
@@ -339,47 +350,29 @@ class HymellPricer:
                 return p
         return roofline_power_w(self.gpu, util)
 
-    def _apply_level2(self, per_op: list[tuple[Op, np.ndarray, np.ndarray]], phase: str) -> None:
-        """Scale each block's operator times by its Level-2 residual factor (in place)."""
-        for block in BLOCKS:
-            model = self._level2(block)
-            if model is None:
+    def _apply_level2(
+        self, per_op: list[tuple[Op, np.ndarray, np.ndarray]], oor: np.ndarray
+    ) -> None:
+        """Scale each Level-2 block's operator times by its residual factor (in place)."""
+        if self.artifact is None:
+            return
+        for block, names in LEVEL2_BLOCKS.items():
+            name = f"level2.{block}"
+            if not self.artifact.has(name):
                 continue
-            idx = [i for i, (op, _, _) in enumerate(per_op) if op.block == block]
-            if not idx:
+            idx = [i for i, (op, _, _) in enumerate(per_op) if op.name in names]
+            ops = {per_op[i][0].name: per_op[i][0] for i in idx}
+            if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
                 continue
-            total = sum(per_op[i][1] for i in idx)
-            dims = block_dims(block, [per_op[i][0] for i in idx])
-            factor = np.exp(model.log_factor(block_features(block, total, dims, phase)))
+            count = np.maximum(ops[names[-1]].count, 1.0)
+            l1_call = sum(per_op[i][1] for i in idx) / count
+            model = self.artifact.model(name)
+            X = block_features(l1_call, ops, block)
+            factor = np.exp(model.log_factor(X))
+            oor |= model.out_of_range(X) & (ops[names[-1]].count > 0)
             for i in idx:
                 op, t, p = per_op[i]
                 per_op[i] = (op, t * factor, p)
-
-
-def block_dims(block: str, ops: list[Op]) -> dict[str, np.ndarray]:
-    """The sizes Level 2 sees for a block, read from its operators' dims."""
-    by_kind = {op.kind: op for op in ops}
-    if block == "attention":
-        core = by_kind.get("attention_prefill") or by_kind["attention_decode"]
-        qkv = next(op for op in ops if op.name == "attention/qkv")
-        kv_len = core.dims.get("kv_len", core.dims.get("isl"))
-        return {
-            "tokens": qkv.dims["m"],
-            "d_model": qkv.dims["k"],
-            "num_heads": core.dims["num_heads"],
-            "num_kv_heads": core.dims["num_kv_heads"],
-            "head_dim": core.dims["head_dim"],
-            "kv_len": kv_len,
-        }
-    gate = next(op for op in ops if op.name == "ffn/gate_up")
-    moe = by_kind["moe"]
-    return {
-        "tokens": gate.dims["m"],
-        "d_model": gate.dims["k"],
-        "d_ff": gate.dims["n"],
-        "n_experts": moe.dims["num_experts"],
-        "top_k": moe.dims["topk"],
-    }
 
 
 # The adapters register themselves on import (they need the names defined above).

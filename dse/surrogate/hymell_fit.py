@@ -183,6 +183,138 @@ def fit_levels(
     return out
 
 
+# ---------------------------------------------------------------------------- Level 2
+# vidur operators summed into each Level-2 block (per layer call).
+VIDUR_BLOCK_OPS: dict[str, tuple[str, ...]] = {
+    "attention_proj": ("attn_pre_proj", "attn_rope", "attn_post_proj"),
+    "ffn_dense": ("mlp_up_proj", "mlp_act", "mlp_down_proj"),
+}
+
+
+def level2_rows(
+    layer_ops: pd.DataFrame, gpus: tuple[str, ...], artifact: Artifact | None, artifact_gpu: str
+) -> dict[str, pd.DataFrame]:
+    """Per block: one row per vidur (model, tokens, tp) with the measured block time, the
+    Level-1 time of the same operators and the Level-2 features."""
+    from dse.ops import forward_ops
+    from dse.surrogate.hymell import LEVEL2_BLOCKS, HymellPricer, block_features
+
+    d = layer_ops[layer_ops["gpu"].isin(gpus)]
+    if d.empty:
+        return {}
+    keys = ["gpu", "model", "num_tokens", "tensor_parallel"]
+    wide = d.pivot_table(index=keys, columns="op", values="latency_s", aggfunc="first")
+    shape = d.groupby(keys)[
+        ["d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "gated_mlp"]
+    ].first()
+    wide = wide.join(shape).reset_index()
+    out: dict[str, pd.DataFrame] = {}
+    fitted_on = get_gpu(artifact_gpu) if artifact is not None else None
+    for gname in wide["gpu"].unique():
+        w = wide[wide["gpu"] == gname].reset_index(drop=True)
+        n = len(w)
+        cfg = {
+            "d_model": w["d_model"].to_numpy(np.int64),
+            "n_layers": np.ones(n, dtype=np.int64),
+            "n_heads": w["n_heads"].to_numpy(np.int64),
+            "n_kv_heads": w["n_kv_heads"].to_numpy(np.int64),
+            "d_ff": w["d_ff"].to_numpy(np.int64),
+            "vocab_size": w["vocab_size"].to_numpy(np.int64),
+            "gated_mlp": w["gated_mlp"].to_numpy(bool),
+            "batch_size": w["num_tokens"].to_numpy(np.int64),
+            "prompt_tokens": np.ones(n, dtype=np.int64),
+            "output_tokens": np.ones(n, dtype=np.int64),
+            "tensor_parallel": w["tensor_parallel"].to_numpy(np.int64),
+            "gpu": np.full(n, gname),
+        }
+        cols, _ = C.as_columns(cfg)
+        gpu = get_gpu(str(gname))
+        # Level 1 only (no Level-2 models in the artifact passed here): one layer, prefill of
+        # num_tokens single-token sequences = num_tokens rows through every operator.
+        pricer = HymellPricer(gpu, artifact, fitted_on or gpu, cols)
+        ops = forward_ops(cols, "prefill")
+        cost = pricer.price(ops, "prefill")
+        by_name = {op.name: op for op in ops}
+        for block, names in LEVEL2_BLOCKS.items():
+            measured = w[list(VIDUR_BLOCK_OPS[block])].sum(axis=1, min_count=3).to_numpy()
+            l1 = sum(cost.items_s[k] for k in names)
+            X = block_features(l1, by_name, block)
+            rows = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
+            rows["measured_s"] = measured
+            rows["l1_s"] = l1
+            rows["model"] = w["model"].to_numpy()
+            rows["gpu"] = gname
+            ok = np.isfinite(measured) & (measured > 0)
+            out.setdefault(block, []).append(rows[ok])  # type: ignore[arg-type]
+    return {b: pd.concat(v, ignore_index=True) for b, v in out.items()}  # type: ignore[arg-type]
+
+
+def fit_level2(
+    gpu: str,
+    layer_ops: pd.DataFrame,
+    artifact: Artifact | None,
+    seed: int = 0,
+    min_gain_pct: float = 0.5,
+) -> list[FittedModel]:
+    """Level-2 block residuals of artifact `gpu` on vidur's rows of its chip, kept only where
+    they beat Level 1 alone on held-out models (leave-one-model-out) by `min_gain_pct`."""
+    from threadpoolctl import threadpool_limits
+
+    from dse.surrogate.hymell import Level2Block
+
+    LAST_LEVEL2_CV.clear()
+    sources = LEVEL2_ROWS.get(gpu, (gpu,))
+    tables = level2_rows(layer_ops, sources, artifact, gpu)
+    out = []
+    with threadpool_limits(limits=1):
+        for block, rows in tables.items():
+            X = rows[[c for c in rows.columns if c.startswith("x")]].to_numpy(float)
+            r = np.log(rows["measured_s"].to_numpy() / rows["l1_s"].to_numpy())
+            groups = rows["model"].to_numpy()
+            held = np.full(len(r), np.nan)
+            for m in np.unique(groups):
+                te = groups == m
+                if te.all():
+                    continue
+                mdl = Level2Block(block, seed=seed).fit_arrays(X[~te], r[~te])
+                held[te] = mdl.log_factor(X[te])
+            ok = np.isfinite(held)
+            y, l1 = rows["measured_s"].to_numpy(), rows["l1_s"].to_numpy()
+            mape_l1 = float(np.mean(np.abs(l1[ok] / y[ok] - 1)) * 100) if ok.any() else None
+            mape_l2 = (
+                float(np.mean(np.abs(l1[ok] * np.exp(held[ok]) / y[ok] - 1)) * 100)
+                if ok.any()
+                else None
+            )
+            cv = {
+                "scheme": "leave-one-model-out (vidur models)",
+                "rows": int(ok.sum()),
+                "models": len(np.unique(groups)),
+                "level1_mape_pct": mape_l1,
+                "level2_mape_pct": mape_l2,
+            }
+            if mape_l1 is None or mape_l2 is None or mape_l2 > mape_l1 - min_gain_pct:
+                LAST_LEVEL2_CV[block] = {**cv, "kept": False}
+                continue
+            model = Level2Block(block, seed=seed).fit_arrays(X, r)
+            LAST_LEVEL2_CV[block] = {**cv, "kept": True}
+            out.append(
+                FittedModel(f"level2.{block}", model, cv=cv, info={"rows_from_gpus": list(sources)})
+            )
+    return out
+
+
+# Held-out errors of the last fit_level2 call, kept or not (for reports).
+LAST_LEVEL2_CV: dict[str, dict[str, Any]] = {}
+# Artifact GPU -> the GPUs whose vidur rows fit its Level 2.
+LEVEL2_ROWS: dict[str, tuple[str, ...]] = {
+    "h100_sxm": ("h100_sxm",),
+    "h200_sxm": ("h100_sxm",),
+    "a100_sxm": ("a100_sxm",),
+    "a100_sxm_40gb": ("a100_sxm",),
+}
+
+
 # ---------------------------------------------------------------------------- artifacts
 def transient_artifact(gpu: str, fitted: list[FittedModel]) -> Artifact:
     """An in-memory artifact of models fitted earlier in a run (no file hashing, no id)."""
@@ -220,9 +352,107 @@ def merge(
     return Artifact(manifest=manifest, models=models)
 
 
+# ---------------------------------------------------------------------------- dse fit / validate
+def _family_fit(ctx: Any) -> list[FittedModel]:
+    """`dse fit` entry: Level 2 and Level 3 on top of the Level-1 models fitted earlier in the
+    run (`ctx.fitted`), for `ctx.gpu`. Returns [] when there is nothing to fit them on."""
+    gpu = str(ctx.gpu)
+    earlier = [fm for fm in getattr(ctx, "fitted", []) or [] if not fm.name.startswith("level")]
+    level1 = transient_artifact(gpu, earlier) if earlier else None
+    root = getattr(ctx, "data_root", None) or getattr(ctx, "data", None) or ""
+    out: list[FittedModel] = []
+    layer_ops = ctx.table("layer_op")
+    if layer_ops is not None and not layer_ops.empty:
+        out += fit_level2(gpu, layer_ops, level1, seed=int(getattr(ctx, "seed", 0)))
+    base = transient_artifact(gpu, earlier + out) if (earlier or out) else None
+    tables = {k: ctx.table(k) for k in ("e2e", "e2e_energy")}
+    e2e = tables["e2e"]
+    if e2e is None or e2e.empty or not e2e["gpu"].isin(LEVEL3_ROWS.get(gpu, (gpu,))).any():
+        return out
+    out += fit_levels(gpu, root, artifact=base, seed=int(getattr(ctx, "seed", 0)), tables=tables)
+    return out
+
+
+def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """Predicted latency and energy of measured end-to-end rows with a frozen artifact (NaN where
+    the model is not in the catalogue or the configuration is invalid)."""
+    from dse.predictor import predict
+
+    out = pd.DataFrame(
+        {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
+    )
+    if kind in ("e2e", "e2e_energy"):
+        r = rows.reset_index(drop=True)
+        cfg, kept = e2e_configs(r.assign(_row=np.arange(len(r))))
+        if len(cfg):
+            arts = {str(g): artifact for g in cfg["gpu"].unique()}
+            p = predict(cfg, artifacts=arts)
+            idx = rows.index[kept["_row"].to_numpy()]
+            out.loc[idx, "latency_pred_s"] = p["latency_s"]
+            # argonne power rows: GPU 0 of the tensor-parallel group.
+            out.loc[idx, "energy_pred_j"] = p["energy_j"] / cfg["tensor_parallel"].to_numpy()
+    elif kind == "serving_energy":
+        r = rows.reset_index(drop=True)
+        conv = pd.DataFrame(
+            {
+                "model": r["model"],
+                "gpu": r["gpu"],
+                "engine": "vllm",
+                "batch_size": np.maximum(np.rint(r["avg_batch_size"]), 1).astype(int),
+                "input_tokens": SERVING_PROMPT_TOKENS,
+                "output_tokens": np.maximum(np.rint(r["avg_output_tokens"]), 2).astype(int),
+                "n_gpus": r["tensor_parallel"].astype(int),
+                "_row": np.arange(len(r)),
+            }
+        )
+        cfg, kept = e2e_configs(conv)
+        if len(cfg):
+            arts = {str(g): artifact for g in cfg["gpu"].unique()}
+            p = predict(cfg, artifacts=arts)
+            idx = rows.index[kept["_row"].to_numpy()]
+            out.loc[idx, "latency_pred_s"] = p["tpot_s"]  # the serving rows' latency is TPOT
+            per_req = (
+                p["energy_per_output_token_j"] * r["avg_output_tokens"].to_numpy()[kept["_row"]]
+            )
+            out.loc[idx, "energy_pred_j"] = per_req
+    return out
+
+
+SERVING_PROMPT_TOKENS = 256  # ml-energy-v2 did not record prompt lengths (ShareGPT: a few hundred)
+
+
+def register() -> None:
+    """Register the Level-2/3 family with `dse fit` / `dse validate` (after every Level 1)."""
+    from dse.surrogate.artifact import Family, register_family
+
+    register_family(
+        Family(
+            name="hymell-levels-2-3",
+            fit=_family_fit,
+            predict_rows=_family_predict_rows,
+            validates=("e2e", "e2e_energy", "serving_energy"),
+            order=900,
+        )
+    )
+
+
+register()
+
+
+def without_levels(art: Artifact | None, prefixes: tuple[str, ...]) -> Artifact | None:
+    """A view of `art` without the models whose names start with any of `prefixes`."""
+    if art is None:
+        return None
+    keep = [n for n in art.models if not n.startswith(prefixes)]
+    return Artifact(
+        manifest={**art.manifest, "models": {n: art.manifest["models"][n] for n in keep}},
+        models={n: art.models[n] for n in keep},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m dse.surrogate.hymell_fit --data DIR --gpu NAME [--out DIR]`: fit Level 3 onto
-    the GPU's existing artifact (Level-1/2 models kept) and save it."""
+    """`python -m dse.surrogate.hymell_fit --data DIR --gpu NAME [--out DIR]`: fit Levels 2 and 3
+    onto the GPU's existing artifact (its Level-1 models kept, old Level-2/3 replaced), save it."""
     import argparse
 
     from dse.predictor import surrogates_dir
@@ -235,23 +465,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from dse.data import load
 
-    tables = load(args.data, ["e2e", "e2e_energy"])
+    tables = load(args.data, ["e2e", "e2e_energy", "layer_op"])
     out_root = Path(args.out) if args.out else surrogates_dir()
     for gpu in args.gpu:
         folder = surrogates_dir() / gpu
         base = Artifact.load(folder) if (folder / "manifest.json").is_file() else None
-        level12 = base
-        if base is not None:
-            keep = [n for n in base.models if not n.startswith("level3.")]
-            level12 = Artifact(
-                manifest={**base.manifest, "models": {n: base.manifest["models"][n] for n in keep}},
-                models={n: base.models[n] for n in keep},
-            )
-        fitted = fit_levels(gpu, args.data, artifact=level12, seed=args.seed, tables=tables)
+        base = without_levels(base, ("level2.", "level3."))
+        level1 = base if base is not None and base.models else None
+        fitted: list[FittedModel] = []
+        if tables.get("layer_op") is not None and level1 is not None:
+            fitted += fit_level2(gpu, tables["layer_op"], level1, seed=args.seed)
+        level12 = merge(level1, gpu, fitted, args.data) if fitted else level1
+        fitted += fit_levels(gpu, args.data, artifact=level12, seed=args.seed, tables=tables)
         art = merge(base, gpu, fitted, args.data)
         path = art.save(out_root / gpu)
         for fm in fitted:
             print(f"{gpu}: {fm.name}: {json_cv(fm.cv)}")
+        for block, cv in LAST_LEVEL2_CV.items():
+            if not cv.get("kept"):
+                print(f"{gpu}: level2.{block} not kept (no held-out gain): {json_cv(cv)}")
         print(f"{gpu}: wrote {path} (artifact {art.artifact_id})")
     return 0
 

@@ -21,7 +21,7 @@ import numpy as np
 from dse.hardware import GPU
 from dse.ops import Op
 from dse.surrogate.artifact import Artifact
-from dse.surrogate.hymell import L1Price, level1_adapter, roofline_op
+from dse.surrogate.hymell import LAUNCH_S, L1Price, level1_adapter
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
 POWER_GRID = 97  # points per axis of the power table (sqrt-spaced utilisation)
@@ -29,37 +29,53 @@ UTIL_MAX = 1.5  # the power model clips utilisations here too
 
 
 # ---------------------------------------------------------------------------- shared helpers
-def unique_rows(*cols: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray] | None:
-    """Distinct rows of integral columns and the inverse index, or None when deduplication
-    would not pay (most rows distinct) or the values do not pack into one int64 key."""
+def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(index of one row per distinct row, inverse index) of integral columns, or None when
+    deduplication would not pay (most rows distinct) or the values do not pack into 63 bits."""
     n = np.size(cols[0])
     if n < 64:
         return None
-    bits = 63 // len(cols)
     key = np.zeros(n, dtype=np.int64)
+    used = 0
     for c in cols:
         v = np.asarray(c).ravel()
-        if v.max(initial=0) >= 2**bits or v.min(initial=0) < 0:
+        lo, hi = v.min(), v.max()
+        if lo < 0:
+            return None
+        bits = max(int(hi).bit_length(), 1)
+        used += bits
+        if used > 63:
             return None
         key = (key << bits) | v.astype(np.int64)
     import pandas as pd  # hash-based factorize: O(n), where np.unique sorts
 
+    if n > 20_000:
+        # A sample that is almost all distinct means the batch is too: skip the full pass.
+        sample = key[:: n // 4000]
+        if len(pd.unique(sample)) > 0.97 * len(sample):
+            return None
     codes, uniq = pd.factorize(key, sort=False)
     if len(uniq) > 0.5 * n:
         return None
     rep = np.empty(len(uniq), dtype=np.intp)
     rep[codes] = np.arange(n)  # one (the last) row of each distinct key
-    return tuple(np.asarray(c).ravel()[rep] for c in cols), codes
+    return rep, codes
 
 
-def dedupe(fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray) -> dict[str, np.ndarray]:
-    """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' shape."""
+def dedupe(
+    fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray, rows: bool = False
+) -> dict[str, np.ndarray]:
+    """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' shape. With
+    rows=True fn gets the flat row indices it evaluates first: fn(index, *cols)."""
     shape = np.shape(cols[0])
     u = unique_rows(*cols)
     if u is None:
-        return fn(*cols)
-    uniq, inverse = u
-    out = fn(*uniq)
+        args = tuple(np.asarray(c).ravel() for c in cols)
+        out = fn(np.arange(args[0].size), *args) if rows else fn(*args)
+        return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
+    rep, inverse = u
+    args = tuple(np.asarray(c).ravel()[rep] for c in cols)
+    out = fn(rep, *args) if rows else fn(*args)
     return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
 
 
@@ -72,14 +88,14 @@ class PowerTable:
         uc, um = np.meshgrid(s**2, s**2, indexing="ij")
         self.step = s[1]
         self.table = model.fraction(uc.ravel(), um.ravel()).reshape(uc.shape)
-        self.flat = np.ascontiguousarray(self.table.ravel())
+        # float32 halves the memory traffic of the gathers; a power fraction needs no more.
+        self.flat = np.ascontiguousarray(self.table.ravel(), dtype=np.float32)
 
     def fraction(self, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
         g = POWER_GRID
-        x = np.sqrt(np.clip(compute_util, 0.0, UTIL_MAX))
-        x *= 1.0 / self.step
-        y = np.sqrt(np.clip(memory_util, 0.0, UTIL_MAX))
-        y *= 1.0 / self.step
+        inv = np.float32(1.0 / self.step)
+        x = np.sqrt(np.clip(np.asarray(compute_util, dtype=np.float32), 0.0, UTIL_MAX)) * inv
+        y = np.sqrt(np.clip(np.asarray(memory_util, dtype=np.float32), 0.0, UTIL_MAX)) * inv
         i = np.minimum(x.astype(np.intp), g - 2)
         j = np.minimum(y.astype(np.intp), g - 2)
         fx, fy = x - i, y - j
@@ -87,7 +103,7 @@ class PowerTable:
         t = self.flat
         top = t.take(k) * (1 - fy) + t.take(k + 1) * fy
         bot = t.take(k + g) * (1 - fy) + t.take(k + g + 1) * fy
-        return top + (bot - top) * fx
+        return (top + (bot - top) * fx).astype(np.float64)
 
     def power_w(self, gpu: GPU, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
         span = gpu.board_power_w - gpu.idle_power_w
@@ -189,6 +205,17 @@ LAYER_OP_OF: dict[str, str] = {
 }
 
 
+# The inputs each vidur layer operator's time depends on (see dse.surrogate.layerops).
+LAYER_OP_INPUTS: dict[str, tuple[str, ...]] = {
+    "input_layernorm": ("num_tokens", "d_model", "tensor_parallel"),
+    "post_attention_layernorm": ("num_tokens", "d_model", "tensor_parallel"),
+    "add": ("num_tokens", "d_model", "tensor_parallel"),
+    "emb": ("num_tokens", "d_model", "tensor_parallel"),
+    "attn_rope": ("num_tokens", "d_model", "n_heads", "n_kv_heads", "tensor_parallel"),
+    "mlp_act": ("num_tokens", "d_ff", "tensor_parallel"),
+}
+
+
 @level1_adapter("elementwise", "embedding")
 def price_layer_op(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
@@ -212,22 +239,37 @@ def price_layer_op(
         "d_ff": cols["d_ff"].astype(float),
         "tensor_parallel": cols["tensor_parallel"].astype(float),
     }
-    res = (
-        dedupe(
-            lambda *v: model.predict(
-                op=vidur_op, gated_mlp=True, **dict(zip(arrays, v, strict=True))
-            ),
-            *(np.rint(a).astype(np.int64) for a in arrays.values()),
+    # Only these inputs change this operator's time; the others are held at any row's value
+    # so that the model runs once per distinct shape of *this* operator.
+    relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
+    keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
+
+    flops = np.broadcast_to(op.flops, tokens.shape).ravel()
+    nbytes = np.broadcast_to(op.bytes, tokens.shape).ravel()
+    table = power_table(artifact)
+
+    def run(rows: np.ndarray, *v: np.ndarray) -> dict[str, np.ndarray]:
+        m = len(v[0])
+        kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
+        kw.update({k: np.asarray(x, dtype=float) for k, x in zip(relevant, v, strict=False)})
+        res = model.predict(op=vidur_op, gated_mlp=np.asarray(v[-1], dtype=bool), **kw)
+        lat = np.asarray(res["latency_s"], dtype=float)
+        covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
+        # Not covered (no such operator family in the model): the roofline, flagged below.
+        t_roof = np.maximum(
+            flops[rows] / gpu.peak_bf16_flops_per_s, nbytes[rows] / gpu.hbm_bw_bytes_per_s
         )
-        if gated.all()
-        else model.predict(op=vidur_op, gated_mlp=gated, **arrays)
-    )
-    lat = np.asarray(res["latency_s"], dtype=float)
-    covered = np.asarray(res.get("covered", np.ones(lat.shape, bool)), dtype=bool)
-    if not covered.any():
+        lat = np.where(covered, lat, t_roof + LAUNCH_S)
+        out = {"latency_s": lat, "covered": covered}
+        if table is not None:
+            t = np.maximum(lat, 1e-12)
+            uc = flops[rows] / gpu.peak_bf16_flops_per_s / t
+            um = nbytes[rows] / gpu.hbm_bw_bytes_per_s / t
+            out["power_w"] = table.power_w(gpu, uc, um)
+        return out
+
+    res = dedupe(run, *keys, rows=True)
+    if not res["covered"].any():
         return None
-    t_roof, _ = roofline_op(op, gpu)
-    lat = np.where(covered, lat, t_roof)
-    oor = artifact.out_of_range(names[0], **arrays)
-    power = op_power_w(artifact, op, gpu, lat)
-    return L1Price(lat, power, oor, names[0])
+    oor = artifact.out_of_range(names[0], **{k: arrays[k] for k in relevant})
+    return L1Price(res["latency_s"], res.get("power_w"), oor, names[0])
