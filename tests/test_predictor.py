@@ -237,7 +237,8 @@ def test_a_batch_predicts_like_its_rows_one_by_one(tiny_artifact: Artifact) -> N
     for i in range(len(QUERY)):
         one = predict(QUERY.iloc[[i]], artifacts=arts)
         for k in OUTPUT_KEYS:
-            assert one[k][0] == pytest.approx(batch[k][i], rel=1e-12), (i, k)
+            # float32 MLP passes: BLAS may sum in another order for another batch size.
+            assert one[k][0] == pytest.approx(batch[k][i], rel=1e-6), (i, k)
 
 
 def test_roofline_fallback_is_named_in_the_provenance() -> None:
