@@ -357,14 +357,28 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
     """`dse fit` entry: Level 2 and Level 3 on top of the Level-1 models fitted earlier in the
     run (`ctx.fitted`), for `ctx.gpu`. Returns [] when there is nothing to fit them on."""
     gpu = str(ctx.gpu)
-    earlier = [fm for fm in getattr(ctx, "fitted", []) or [] if not fm.name.startswith("level")]
+    fitted = getattr(ctx, "fitted", None) or {}
+    fitted = list(fitted.values()) if isinstance(fitted, Mapping) else list(fitted)
+    earlier = [fm for fm in fitted if not fm.name.startswith(("level2.", "level3."))]
     level1 = transient_artifact(gpu, earlier) if earlier else None
+    if level1 is None:
+        # `dse fit --only` this family: the Level-1 models of the shipped artifact, if any.
+        from dse.predictor import surrogates_dir
+
+        folder = surrogates_dir() / gpu
+        if (folder / "manifest.json").is_file():
+            level1 = without_levels(Artifact.load(folder), ("level2.", "level3."))
+            earlier = [] if level1 is None or not level1.models else earlier
+            level1 = level1 if level1 is not None and level1.models else None
     root = getattr(ctx, "data_root", None) or getattr(ctx, "data", None) or ""
     out: list[FittedModel] = []
     layer_ops = ctx.table("layer_op")
     if layer_ops is not None and not layer_ops.empty:
         out += fit_level2(gpu, layer_ops, level1, seed=int(getattr(ctx, "seed", 0)))
-    base = transient_artifact(gpu, earlier + out) if (earlier or out) else None
+    if earlier or level1 is None:
+        base = transient_artifact(gpu, earlier + out) if (earlier or out) else None
+    else:
+        base = merge(level1, gpu, out, root) if out else level1
     tables = {k: ctx.table(k) for k in ("e2e", "e2e_energy")}
     e2e = tables["e2e"]
     if e2e is None or e2e.empty or not e2e["gpu"].isin(LEVEL3_ROWS.get(gpu, (gpu,))).any():
@@ -406,6 +420,11 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             }
         )
         cfg, kept = e2e_configs(conv)
+        if len(cfg):
+            # A served model that does not fit as catalogued (405B in bf16 on 8 GPUs: it was
+            # served in fp8) cannot be predicted as configured: NaN, counted by validate.
+            fits = C.derived(*C.as_columns(cfg))["fits_memory"]
+            cfg, kept = cfg[fits].reset_index(drop=True), kept[fits].reset_index(drop=True)
         if len(cfg):
             arts = {str(g): artifact for g in cfg["gpu"].unique()}
             p = predict(cfg, artifacts=arts)
