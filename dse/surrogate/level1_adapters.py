@@ -273,3 +273,146 @@ def price_layer_op(
         return None
     oor = artifact.out_of_range(names[0], **{k: arrays[k] for k in relevant})
     return L1Price(res["latency_s"], res.get("power_w"), oor, names[0])
+
+
+# ---------------------------------------------------------------------------- kernel tables
+# Attention, fused MoE and all-reduce models are fitted on aiconfigurator's kernel tables and
+# take the tables' column names as inputs (`model.predict(**arrays)`); an adapter finds the
+# model by kind and passes the columns the model's signature or fitted range names.
+KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "attention_prefill": ("context_attention", "attention_context", "attention.context"),
+    "attention_decode": ("generation_attention", "attention_generation", "attention.generation"),
+    "moe": ("moe", "fused_moe"),
+    "allreduce": ("allreduce", "all_reduce", "comm"),
+}
+
+
+def _find_model(artifact: Artifact, op_kind: str) -> str | None:
+    for kind in KIND_CANDIDATES.get(op_kind, ()):
+        names = artifact.names(kind)
+        if names:
+            # Prefer the vLLM tables (the engine the end-to-end rows mostly use) when several.
+            vllm = [n for n in names if "vllm" in n]
+            return (vllm or names)[0]
+    return None
+
+
+def _call(model: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """model.predict with the inputs it accepts (all of them when it takes **kwargs)."""
+    import inspect
+
+    params = inspect.signature(model.predict).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return model.predict(**arrays)
+    return model.predict(**{k: v for k, v in arrays.items() if k in params})
+
+
+def _kernel_price(
+    artifact: Artifact, op: Op, gpu: GPU, arrays: dict[str, np.ndarray], keys: tuple[str, ...]
+) -> L1Price | None:
+    name = _find_model(artifact, op.kind)
+    if name is None:
+        return None
+    model = artifact.model(name)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in arrays.values()))
+    flat = {k: np.broadcast_to(np.asarray(v), shape).ravel() for k, v in arrays.items()}
+    ints = [np.rint(flat[k]).astype(np.int64) for k in keys]
+    flops = np.broadcast_to(op.flops, shape).ravel()
+    nbytes = np.broadcast_to(op.bytes, shape).ravel()
+    table = power_table(artifact)
+
+    def run(rows: np.ndarray, *_: np.ndarray) -> dict[str, np.ndarray]:
+        res = _call(model, {k: v[rows] for k, v in flat.items()})
+        lat = np.asarray(res["latency_s"], dtype=float).ravel()
+        out = {"latency_s": lat}
+        if "power_w" in res and np.all(np.isfinite(res["power_w"])):
+            out["power_w"] = np.asarray(res["power_w"], dtype=float).ravel()
+        elif table is not None:
+            t = np.maximum(lat, 1e-12)
+            uc = flops[rows] / gpu.peak_bf16_flops_per_s / t
+            um = nbytes[rows] / gpu.hbm_bw_bytes_per_s / t
+            out["power_w"] = table.power_w(gpu, uc, um)
+        return out
+
+    res = dedupe(run, *ints, rows=True)
+    lat = res["latency_s"].reshape(shape)
+    if not np.all(np.isfinite(lat)):
+        return None
+    rng = artifact.manifest["models"][name].get("fitted_range", {})
+    oor = artifact.out_of_range(name, **{k: v for k, v in flat.items() if k in rng}).reshape(shape)
+    power = res.get("power_w")
+    return L1Price(lat, None if power is None else power.reshape(shape), oor, name)
+
+
+def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
+    d = op.dims
+    kv_dtype = np.asarray(d["kv_dtype"])
+    return {
+        "batch_size": np.asarray(d["batch_size"], dtype=float),
+        "num_heads": np.asarray(d["num_heads"], dtype=float),
+        "num_key_value_heads": np.asarray(d["num_kv_heads"], dtype=float),
+        "num_kv_heads": np.asarray(d["num_kv_heads"], dtype=float),
+        "head_dim": np.asarray(d["head_dim"], dtype=float),
+        "kv_fp8": (kv_dtype == "fp8").astype(float),
+    }
+
+
+@level1_adapter("attention_prefill")
+def price_context_attention(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Causal prefill attention (FlashAttention) by the context-attention model."""
+    a = _attention_arrays(op)
+    a["isl"] = np.asarray(op.dims["isl"], dtype=float)
+    return _kernel_price(
+        artifact, op, gpu, a, ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim")
+    )
+
+
+@level1_adapter("attention_decode")
+def price_generation_attention(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Decode attention over the KV cache by the generation-attention model (the KV length
+    carries the quadrature's node axis; shapes are deduplicated over nodes and rows)."""
+    a = _attention_arrays(op)
+    kv = np.asarray(op.dims["kv_len"], dtype=float)
+    a["kv_len"] = np.rint(kv)
+    a["step"] = a["kv_len"]
+    a["isl"] = np.ones_like(kv)
+    return _kernel_price(
+        artifact, op, gpu, a, ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim")
+    )
+
+
+@level1_adapter("moe")
+def price_moe(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """The fused MoE block (router + grouped experts) by the MoE model, balanced routing."""
+    d = op.dims
+    a = {
+        "num_tokens": np.asarray(d["num_tokens"], dtype=float),
+        "hidden_size": np.asarray(d["hidden_size"], dtype=float),
+        "inter_size": np.asarray(d["inter_size"], dtype=float),
+        "topk": np.asarray(d["topk"], dtype=float),
+        "num_experts": np.asarray(d["num_experts"], dtype=float),
+        "moe_tp_size": np.asarray(d["moe_tp_size"], dtype=float),
+        "moe_ep_size": np.ones(np.shape(d["num_tokens"])),
+    }
+    return _kernel_price(artifact, op, gpu, a, tuple(k for k in a if k != "moe_ep_size"))
+
+
+@level1_adapter("allreduce")
+def price_allreduce(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Tensor-parallel all-reduce of the residual stream by the comm model."""
+    d = op.dims
+    a = {
+        "message_size": np.asarray(d["message_bytes"], dtype=float),
+        "message_bytes": np.asarray(d["message_bytes"], dtype=float),
+        "num_gpus": np.asarray(d["n_gpus"], dtype=float),
+        "n_gpus": np.asarray(d["n_gpus"], dtype=float),
+    }
+    return _kernel_price(artifact, op, gpu, a, ("message_bytes", "n_gpus"))
