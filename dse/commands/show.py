@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         out[f"{name} [{unit}]"] = f[f"obj.{name}"].to_numpy(float) * scale
     moe = "n_experts" in f and (f["n_experts"].fillna(1) > 1).any()
     shown = [c for c in CONFIG_COLUMNS if c in f and (moe or c not in ("top_k", "d_ff_expert"))]
-    varying = [c for c in shown if f[c].nunique(dropna=True) > 1] or shown[:6]
+    varying = [c for c in shown if f[c].nunique(dropna=True) > 1] if len(f) > 1 else shown
     for c in varying:
         out[c] = f[c].to_numpy()
     if "active_params" in f:

@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also enumerate the whole space for its exact front (exact_front.csv, and "
         "hypervolumes normalised by it)",
     )
+    p.add_argument(
+        "--report", action="store_true", help="also write report.html (`dse report`) at the end"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument(
         "--heartbeat",
@@ -99,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
             resume_command=mask_url(resume_command(args)),
         )
     )
+    if args.report and outcome.written is not None:
+        from dse.report import write_report
+
+        page = write_report(outcome.folder)
+        if not args.quiet:
+            print(f"report: {page}", file=sys.stderr)
     if outcome.interrupted:
         return 130
     if not args.quiet and outcome.written is not None:

@@ -91,16 +91,61 @@ def batch_seed(seed: int, done: int, salt: int = 0) -> int:
     return int(np.random.SeedSequence([seed, done, salt]).generate_state(1)[0])
 
 
+def _known_space(base: type[BaseSampler]) -> type[BaseSampler]:
+    """`base` told the search space instead of inferring it from every finished trial.
+
+    Optuna samplers intersect the distributions of all completed trials to find the relative
+    search space, incrementally per sampler instance; since each batch gets a fresh, reseeded
+    sampler, that would rescan the whole history once per batch. Every dse trial draws every
+    searched parameter from the same distributions, so the space is known up front. The class
+    keeps the base's name: genetic samplers key their per-trial records by class name.
+    """
+
+    def __init__(self: Any, *args: Any, dists: dict[str, BaseDistribution], **kwargs: Any) -> None:
+        base.__init__(self, *args, **kwargs)
+        self._dse_dists = {k: d for k, d in dists.items() if not d.single()}
+
+    def infer_relative_search_space(
+        self: Any, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self._dse_dists)
+
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "__init__": __init__,
+            "infer_relative_search_space": infer_relative_search_space,
+            "__module__": __name__,
+            "__doc__": base.__doc__,
+        },
+    )
+
+
+_KNOWN: dict[str, type[BaseSampler]] = {}
+
+
+def _cls(name: str, base: type[BaseSampler]) -> type[BaseSampler]:
+    if name not in _KNOWN:
+        _KNOWN[name] = _known_space(base)
+    return _KNOWN[name]
+
+
 def make(name: str, space: SearchSpace, seed: int, batch_size: int, offset: int = 0) -> BaseSampler:
     """A fresh sampler (`name` already resolved). GA samplers breed one generation per batch."""
+    dists = distributions(space)
+    pop = max(batch_size, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-feature warnings
         if name == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
+            tpe = _cls(name, optuna.samplers.TPESampler)
+            return tpe(seed=seed, multivariate=True, constant_liar=True, dists=dists)  # type: ignore[call-arg]
         if name == "nsga2":
-            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(batch_size, 2))
+            nsga2 = _cls(name, optuna.samplers.NSGAIISampler)
+            return nsga2(seed=seed, population_size=pop, dists=dists)  # type: ignore[call-arg]
         if name == "nsga3":
-            return optuna.samplers.NSGAIIISampler(seed=seed, population_size=max(batch_size, 2))
+            nsga3 = _cls(name, optuna.samplers.NSGAIIISampler)
+            return nsga3(seed=seed, population_size=pop, dists=dists)  # type: ignore[call-arg]
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "gp":
@@ -110,7 +155,8 @@ def make(name: str, space: SearchSpace, seed: int, batch_size: int, offset: int 
                 # The GP's matrices are tiny (trials x trials): thread start-up costs more than
                 # it saves, 5-10x slower per trial with the default threads (docs/sweeps.md).
                 torch.set_num_threads(1)
-                return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
+                gp = _cls(name, optuna.samplers.GPSampler)
+                return gp(seed=seed, deterministic_objective=True, dists=dists)  # type: ignore[call-arg]
             except ImportError as exc:
                 raise ConfigError(f"sampler gp needs PyTorch and SciPy ({exc})") from None
         if name == "exhaustive":
