@@ -112,10 +112,10 @@ def test_dse_predict_reads_the_export(dense: Path, tmp_path: Path, capsys) -> No
     entries = _load(dest / "configs.yaml")
     assert main(["predict", "--config", str(dest / "configs.yaml"), "--entry", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    # A batch of one and the sweep's batch may round the last bit differently (summation order).
+    # A batch of one and the sweep's batch may differ in the last digits (summation order, float32 MLP weights).
     hymell = entries[1]["predictions"]["hymell"]
-    assert out["prediction"]["latency_s"] == pytest.approx(hymell["latency_s"], rel=1e-12)
-    assert out["prediction"]["energy_j"] == pytest.approx(hymell["energy_j"], rel=1e-12)
+    assert out["prediction"]["latency_s"] == pytest.approx(hymell["latency_s"], rel=1e-6)
+    assert out["prediction"]["energy_j"] == pytest.approx(hymell["energy_j"], rel=1e-6)
 
 
 def test_readme_says_what_and_why(dense: Path, tmp_path: Path) -> None:
