@@ -170,6 +170,7 @@ def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInput
         t_pre_s=base.prefill.time_s,
         t_dec_s=base.decode.time_s,
         t_dec_attn_s=base.decode.part_s(*ATTENTION_KINDS),
+        t_dec_attn_roof_s=base.decode.roof_part_s(*ATTENTION_KINDS),
         t_dec_comm_s=base.decode.part_s(*COMM_KINDS),
         steps=base.steps,
         batch=f("batch_size"),

@@ -122,6 +122,7 @@ TRUE = {
     "a_pre": 1.3,
     "a_dec": 1.1,
     "a_attn": 1.2,
+    "a_attn_roof": 0.0,
     "a_comm": 1.5,
     "c0_s": 2e-3,
     "c_batch_s": 4e-5,
@@ -162,7 +163,12 @@ def test_level3_recovers_known_overheads() -> None:
     model, g, y = _synthetic(use_mlp=False)
     for engine in ("vllm", "trtllm"):
         theta = model.engines_[engine].theta
-        np.testing.assert_allclose(theta, TRUE_THETA, rtol=0.02)
+        # Without a kernel model, attention's model and roofline times are the same column:
+        # only their sum is identified.
+        i, j = TERMS.index("a_attn"), TERMS.index("a_attn_roof")
+        rest = [k for k in range(len(TERMS)) if k not in (i, j)]
+        np.testing.assert_allclose(theta[rest], TRUE_THETA[rest], rtol=0.02)
+        assert theta[i] + theta[j] == pytest.approx(TRUE["a_attn"], rel=0.02)
         assert model.cv_[engine]["latency_mape_pct"] < 1.0
     out = model.correct(g)
     np.testing.assert_allclose(out["ttft_s"] + out["decode_s"], y, rtol=0.01)

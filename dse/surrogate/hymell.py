@@ -34,6 +34,7 @@ LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H10
 ALLREDUCE_FLOOR_S = 10e-6  # roofline latency floor of one NCCL all-reduce inside a node
 # Roofline stand-in power: idle plus this fraction of the idle-to-board span at full utilisation.
 ROOFLINE_ACTIVE_POWER_FRACTION = 0.75
+ROOFLINE_TOO = ("attention_decode",)  # op kinds whose roofline time is kept beside the model's
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
 
 
@@ -213,10 +214,17 @@ class PhaseCost:
     out_of_range: np.ndarray | None = None
     kinds: dict[str, str] = field(default_factory=dict)  # op name -> Op.kind
     blocks: dict[str, str] = field(default_factory=dict)  # op name -> Op.block
+    # Roofline seconds of the operators in ROOFLINE_TOO (whatever priced them): Level 3 may
+    # weigh the fitted kernel model against the roofline where the engine's kernels differ.
+    roof_s: dict[str, np.ndarray] = field(default_factory=dict)
 
     def part_s(self, *kinds: str) -> np.ndarray:
         """Seconds spent in operators of these kinds."""
         return self._part(self.items_s, kinds)
+
+    def roof_part_s(self, *kinds: str) -> np.ndarray:
+        """Roofline seconds of operators of these kinds (see `roof_s`)."""
+        return self._part(self.roof_s, kinds)
 
     def part_j(self, *kinds: str) -> np.ndarray:
         """Joules spent in operators of these kinds."""
@@ -240,6 +248,7 @@ class PhaseCost:
             self.out_of_range,
             dict(self.kinds),
             dict(self.blocks),
+            {k: v * f for k, v in self.roof_s.items()},
         )
 
 
@@ -290,6 +299,7 @@ class HymellPricer:
         sources: dict[str, str] = {}
         zero = np.zeros(n)
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
+        roof: dict[str, np.ndarray] = {}
         for op in ops:
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
@@ -317,11 +327,15 @@ class HymellPricer:
                     util = np.minimum((t_roof - LAUNCH_S) / t_call, 1.0)
                 power = self._power(op, t_call, util)
             t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
+            if op.kind in ROOFLINE_TOO:
+                t_r = t_call if src == "roofline" else roofline_op(op, self.gpu)[0]
+                roof[op.name] = np.where(runs, t_r * op.count, 0.0)
             per_op.append((op, t, power))
             prev = sources.get(op.name)
             sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
         self._apply_level2(per_op, oor)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
+        out.roof_s = {k: _reduce(v, weights, n) for k, v in roof.items()}
         out.kinds = {op.name: op.kind for op in ops}
         out.blocks = {op.name: op.block for op in ops}
         wsum = None if weights is None else weights.sum(axis=0)

@@ -339,7 +339,8 @@ def _kernel_price(
     if not np.all(np.isfinite(lat)):
         return None
     rng = artifact.manifest["models"][name].get("fitted_range", {})
-    oor = artifact.out_of_range(name, **{k: v for k, v in flat.items() if k in rng}).reshape(shape)
+    oor = artifact.out_of_range(name, **{k: v for k, v in flat.items() if k in rng})
+    oor = np.broadcast_to(oor, (int(np.prod(shape)),)).reshape(shape)
     power = res.get("power_w")
     return L1Price(lat, None if power is None else power.reshape(shape), oor, name)
 

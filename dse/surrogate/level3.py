@@ -8,7 +8,8 @@ from whole-request measurements (argonne static batches), per engine, in two sta
 1. a physical overhead model, linear in named coefficients fitted with non-negative least
    squares on relative error:
        ttft   = a_pre * T_pre + o_step
-       decode = a_dec * T_rest + a_attn * T_attn + a_comm * T_comm + steps * o_step
+       decode = a_dec * T_rest + a_attn * T_attn + a_attn_roof * T_attn_roofline
+                + a_comm * T_comm + steps * o_step
                 + a_kv_overflow * T_dec * min(kv_fill - 1, 1)+
        o_step = c0 + c_batch * batch + c_layer * n_layers + c_tp * n_layers * log2(tp)
    (T_attn: attention over the KV cache, T_comm: all-reduces, T_rest: the other decode
@@ -41,6 +42,7 @@ TERMS: tuple[str, ...] = (
     "a_pre",  # x Level-2 prefill time
     "a_dec",  # x Level-2 decode time of GEMMs, norms and elementwise operators
     "a_attn",  # x Level-2 decode time of attention over the KV cache
+    "a_attn_roof",  # x roofline time of that attention (when the engine's kernel is not the model's)
     "a_comm",  # x Level-2 decode time of tensor-parallel all-reduces
     "c0_s",  # per step (prefill counts as one step)
     "c_batch_s",  # per step per sequence
@@ -88,6 +90,7 @@ class GlobalInputs:
     t_pre_s: np.ndarray  # Level-1/2 prefill time
     t_dec_s: np.ndarray  # Level-1/2 time of all decode steps
     t_dec_attn_s: np.ndarray  # of which attention over the KV cache
+    t_dec_attn_roof_s: np.ndarray  # the roofline time of that attention
     t_dec_comm_s: np.ndarray  # of which tensor-parallel all-reduces
     steps: np.ndarray  # decode steps (output_tokens - 1)
     batch: np.ndarray
@@ -133,9 +136,17 @@ def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
     overflow = kv_overflow(g)
     zero = np.zeros_like(g.t_pre_s)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
-    x_ttft = np.column_stack([g.t_pre_s, zero, zero, zero, step, zero])
+    x_ttft = np.column_stack([g.t_pre_s, zero, zero, zero, zero, step, zero])
     x_dec = np.column_stack(
-        [zero, rest, g.t_dec_attn_s, g.t_dec_comm_s, steps * step, g.t_dec_s * overflow]
+        [
+            zero,
+            rest,
+            g.t_dec_attn_s,
+            g.t_dec_attn_roof_s,
+            g.t_dec_comm_s,
+            steps * step,
+            g.t_dec_s * overflow,
+        ]
     )
     return x_ttft, x_dec
 
@@ -399,7 +410,14 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
         "decode_s": dec_s * f,
         "pre_factor": th[TERMS.index("a_pre")] * f,
         "dec_factor": (th[TERMS.index("a_dec")] + over) * f,
-        "dec_attn_factor": (th[TERMS.index("a_attn")] + over) * f,
+        "dec_attn_factor": (
+            th[TERMS.index("a_attn")]
+            + th[TERMS.index("a_attn_roof")]
+            * g.t_dec_attn_roof_s
+            / np.maximum(g.t_dec_attn_s, 1e-12)
+            + over
+        )
+        * f,
         "dec_comm_factor": (th[TERMS.index("a_comm")] + over) * f,
         "pre_overhead_s": o_step * f,
         "dec_overhead_s": g.value("steps") * o_step * f,
@@ -495,14 +513,26 @@ def _fit_structured(
         X = np.vstack([X, ttft_weight * x_ttft[has_t] / ttft[has_t, None]])
         b = np.concatenate([b, np.full(int(has_t.sum()), ttft_weight)])
     if prior_weight > 0:
-        # Kernel factors towards 1 (Levels 1-2 right), the overflow penalty towards 0.
+        # Kernel factors towards 1 (Levels 1-2 right), the overflow penalty towards 0; decode
+        # attention as a blend of the fitted kernel model and the roofline summing to 1 (the
+        # data choose the mix; a weak pull towards the model breaks the tie when they agree).
         w = np.sqrt(prior_weight)
-        targets = {"a_pre": 1.0, "a_dec": 1.0, "a_attn": 1.0, "a_comm": 1.0, "a_kv_overflow": 0.0}
-        prior = np.zeros((len(targets), X.shape[1]))
-        for i, name in enumerate(targets):
-            prior[i, TERMS.index(name)] = w
+        rows = [
+            ({"a_pre": 1.0}, 1.0, w),
+            ({"a_dec": 1.0}, 1.0, w),
+            ({"a_attn": 1.0, "a_attn_roof": 1.0}, 1.0, w),
+            ({"a_attn_roof": 1.0}, 0.0, w * 0.1),
+            ({"a_comm": 1.0}, 1.0, w),
+            ({"a_kv_overflow": 1.0}, 0.0, w),
+        ]
+        prior = np.zeros((len(rows), X.shape[1]))
+        target = np.zeros(len(rows))
+        for i, (coefs, value, weight) in enumerate(rows):
+            for name, c in coefs.items():
+                prior[i, TERMS.index(name)] = c * weight
+            target[i] = value * weight
         X = np.vstack([X, prior])
-        b = np.concatenate([b, w * np.array(list(targets.values()))])
+        b = np.concatenate([b, target])
     # Scale columns to unit norm so NNLS treats seconds and factors alike.
     norm = np.linalg.norm(X, axis=0)
     norm = np.where(norm > 0, norm, 1.0)
