@@ -257,3 +257,43 @@ def evaluation_table(
             extra = pd.DataFrame({f"{prefix}{k}": np.asarray(v) for k, v in src.items()})
             df = pd.concat([df, _tidy(extra)], axis=1)
     return df
+
+
+def created_trials(
+    dists: dict[str, BaseDistribution], params: list[dict[str, Any]], ev: Evaluation
+) -> list[FrozenTrial]:
+    """Finished trials built directly (`optuna.trial.create_trial`), with the same parameters,
+    constraints, attributes and state `tell_batch` records: for the exhaustive sweep, whose
+    configurations need no sampler (about ten times faster than ask/suggest/tell)."""
+    n = len(params)
+    pred = _rows(ev.pred, n)
+    t2wh = _rows(ev.t2wh, n)
+    cons = {k: np.asarray(v, dtype=float).tolist() for k, v in ev.constraints.items()}
+    sizes = {k: np.asarray(ev.sizes[k], dtype=float).tolist() for k in SIZE_KEYS}
+    objectives = ev.objectives.tolist()
+    out: list[FrozenTrial] = []
+    for i in range(n):
+        c = {k: v[i] if math.isfinite(v[i]) else 1.0 for k, v in cons.items()}
+        valid = bool(ev.valid[i])
+        attrs: dict[str, Any] = {
+            "sizes": {k: v[i] for k, v in sizes.items()},
+            "feasible": valid and max(c.values()) <= 0,
+        }
+        if valid:
+            if pred[i] is not None:
+                attrs["pred"] = pred[i]
+            if t2wh[i] is not None:
+                attrs["t2wh"] = t2wh[i]
+        else:
+            attrs["invalid_reason"] = str(ev.invalid_reason[i])
+        out.append(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE if valid else TrialState.FAIL,
+                values=objectives[i] if valid else None,
+                params=params[i],
+                distributions=dists,
+                user_attrs=attrs,
+                constraints=c,
+            )
+        )
+    return out

@@ -37,8 +37,8 @@ from dse.errors import ConfigError, DSEError
 from dse.space import SearchSpace, count_feasible, load_space, require_feasible
 from dse.sweep import _samplers as S
 from dse.sweep._evaluate import Evaluation, Predictor, check_predictor, evaluate
-from dse.sweep._exhaustive import ExactFront, exact_front
-from dse.sweep._record import evaluated, suggest_all, tell_batch
+from dse.sweep._exhaustive import ExactFront, exact_front, space_columns
+from dse.sweep._record import created_trials, evaluated, suggest_all, tell_batch
 from dse.sweep._results import Written, write_results
 from dse.sweep._storage import (
     DEFAULT_HEARTBEAT_S,
@@ -277,15 +277,16 @@ def _local(
     for t in history:
         _progress_add(progress, t)
     dists = S.distributions(space)
+    if rec.sampler == "exhaustive":
+        try:
+            done = _local_exhaustive(space, rec, pstudy, backend, done, progress, stop, opts)
+        finally:
+            backend.discard()
+            progress.close()
+        return pstudy.get_trials(deepcopy=False), done
     try:
-        # Exhaustive batches only bound the predictor call: no sampler state depends on them.
-        step = (
-            max(rec.batch_size, S.EXHAUSTIVE_BATCH)
-            if rec.sampler == "exhaustive"
-            else rec.batch_size
-        )
         while done < budget and not stop.requested:
-            n = min(step, budget - done)
+            n = min(rec.batch_size, budget - done)
             mem.sampler = S.make(rec.sampler, space, S.batch_seed(rec.seed, done), rec.batch_size)
             trials = [mem.ask() for _ in range(n)]
             rows = [suggest_all(t, dists) for t in trials]
@@ -328,6 +329,32 @@ class SamplerCache:
             if self._saved.get(k) != v:
                 self._p.set_study_system_attr(self._psid, self.PREFIX + k, v)
                 self._saved[k] = v
+
+
+def _local_exhaustive(
+    space: SearchSpace,
+    rec: StudyRecord,
+    pstudy: optuna.Study,
+    backend: BatchedJournalBackend,
+    done: int,
+    progress: Progress,
+    stop: StopFlag,
+    opts: SweepOptions,
+) -> int:
+    """Every configuration from index `done` on, in enumeration order, as finished trials
+    written straight to the journal (no sampler to consult): trial k is configuration k."""
+    dists = S.distributions(space)
+    step = max(rec.batch_size, S.EXHAUSTIVE_BATCH)
+    while done < rec.trials and not stop.requested:
+        idx = np.arange(done, min(done + step, rec.trials), dtype=np.int64)
+        cols = space_columns(space, idx)
+        ev = evaluate(space, cols, predictor=opts.predictor)
+        pstudy.add_trials(created_trials(dists, S.config_params(space, idx), ev))
+        backend.flush()  # the batch becomes durable here, all or nothing
+        done += len(idx)
+        progress.add(ev.objectives, ev.feasible)
+        progress.show(done)
+    return done
 
 
 def _progress_add(progress: Progress, t: optuna.trial.FrozenTrial) -> None:

@@ -23,9 +23,11 @@ from dse.space import SAMPLERS, SearchSpace
 # when that is larger): about 20 s of evaluating and storing at the throughput measured in
 # docs/sweeps.md, and the front is then exact.
 AUTO_EXHAUSTIVE_MAX = 20_000
-# `auto` otherwise: the sampler that reached the best hypervolume at a 2,000-trial budget in
-# benchmarks/sweep_quality.py (docs/sweeps.md).
-AUTO_SAMPLER = "nsga2"
+# `auto` otherwise: TPE reached the best hypervolume at a 2,000-trial budget on the
+# 1.2M-configuration space of benchmarks/sweep_quality.py (docs/sweeps.md) but its cost per
+# trial grows with the history (about 25 ms per trial at 2,000 here, 10x NSGA-II's), so larger
+# budgets get NSGA-II.
+AUTO_TPE_MAX_TRIALS = 5_000
 # Gaussian-process sampling refits a GP per trial at a cost growing like trials^3; a
 # two-objective GP trial already takes seconds at a few dozen trials (docs/sweeps.md).
 GP_MAX_TRIALS = 300
@@ -68,7 +70,9 @@ def resolve(name: str, space: SearchSpace, trials: int) -> str:
         raise ConfigError(f"--sampler: must be one of {', '.join(SAMPLERS)}{hint}, got {name!r}")
     size = space.size()
     if name == "auto":
-        return "exhaustive" if size <= max(trials, AUTO_EXHAUSTIVE_MAX) else AUTO_SAMPLER
+        if size <= max(trials, AUTO_EXHAUSTIVE_MAX):
+            return "exhaustive"
+        return "tpe" if trials <= AUTO_TPE_MAX_TRIALS else "nsga2"
     if name == "exhaustive" and size > EXHAUSTIVE_MAX_TRIALS:
         raise ConfigError(
             f"{space.source}: sampler exhaustive stores one trial per configuration and the "
