@@ -73,14 +73,21 @@ def latency_cv(gpu: str, e2e: pd.DataFrame, base: Artifact | None) -> dict[str, 
     g, extra = price_rows(cfg, base, gpu)
     y = kept["latency_s"].to_numpy(float)
     by_model = Level3(seed=0).fit_arrays(g, y, kept["model"].to_numpy())
+    structured = Level3(seed=0, use_mlp=False).fit_arrays(g, y, kept["model"].to_numpy())
     shape = (kept["batch_size"].astype(str) + "x" + kept["input_tokens"].astype(str)).to_numpy()
     by_shape = Level3(seed=0).fit_arrays(g, y, shape)
     kept = kept.copy()
     kept["l12_s"] = g.t_pre_s + g.t_dec_s
-    for name, model in (("lomo", by_model), ("loso", by_shape)):
+    for name, model in (("lomo", by_model), ("lomo_s", structured), ("loso", by_shape)):
         kept[name] = np.nan
         for e, cv in model.cv_.items():
             kept.loc[(kept["engine"] == e).to_numpy(), name] = cv["held_out_pred_s"]
+    kept["band_lo"] = np.nan
+    kept["band_hi"] = np.nan
+    for e, fit in by_model.engines_.items():
+        sel = (kept["engine"] == e).to_numpy()
+        kept.loc[sel, "band_lo"] = fit.band_log[0]
+        kept.loc[sel, "band_hi"] = fit.band_log[1]
     return {"rows": kept, "g": g, "extra": extra, "cfg": cfg, "skipped": len(rows) - len(kept)}
 
 
@@ -213,16 +220,20 @@ def report() -> str:
             "",
         ]
         lines += [
-            "| engine | rows | models | L1-2 MAPE | lomo MAPE | lomo MAPE, models with >= 4 rows | loso MAPE |",
-            "|---|---|---|---|---|---|---|",
+            "| engine | rows | models | L1-2 MAPE | lomo, structured stage | lomo MAPE | lomo, models with >= 4 rows | loso MAPE | 90% band holds |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for e, x in r.groupby("engine"):
             big = x.groupby("model")["model"].transform("size") >= 4
+            meas = x["latency_s"].to_numpy()
+            lr = np.log(meas / x["lomo"].to_numpy())
+            inside = np.mean((lr >= x["band_lo"].to_numpy()) & (lr <= x["band_hi"].to_numpy()))
             lines.append(
-                f"| {e} | {len(x)} | {x['model'].nunique()} | {mape(x['l12_s'].to_numpy(), x['latency_s'].to_numpy()):.1f}% "
-                f"| {mape(x['lomo'].to_numpy(), x['latency_s'].to_numpy()):.2f}% "
-                f"| {mape(x['lomo'][big].to_numpy(), x['latency_s'][big].to_numpy()):.2f}% "
-                f"| {mape(x['loso'].to_numpy(), x['latency_s'].to_numpy()):.2f}% |"
+                f"| {e} | {len(x)} | {x['model'].nunique()} | {mape(x['l12_s'].to_numpy(), meas):.1f}% "
+                f"| {mape(x['lomo_s'].to_numpy(), meas):.2f}% "
+                f"| {mape(x['lomo'].to_numpy(), meas):.2f}% "
+                f"| {mape(x['lomo'][big].to_numpy(), meas[big.to_numpy()]):.2f}% "
+                f"| {mape(x['loso'].to_numpy(), meas):.2f}% | {100 * inside:.0f}% |"
             )
         lines += ["", "Per model (lomo MAPE, rows):", ""]
         lines += ["| engine | model | TP | rows | lomo MAPE |", "|---|---|---|---|---|"]
@@ -235,6 +246,25 @@ def report() -> str:
             f"Rows not predictable (model not in the catalogue or shape invalid): {lat['skipped']}.",
             "",
         ]
+        l2 = {
+            n: e
+            for n, e in (base.manifest["models"].items() if base else [])
+            if n.startswith("level2.")
+        }
+        if l2:
+            lines += [
+                "Level 2 (block residuals over Level 1, vidur block sums, leave-one-model-out):",
+                "",
+                "| block | rows | models | Level 1 MAPE | Level 1 + 2 MAPE |",
+                "|---|---|---|---|---|",
+            ]
+            for n, entry in l2.items():
+                cv = entry.get("cv", {})
+                lines.append(
+                    f"| {n} | {cv.get('rows')} | {cv.get('models')} | {cv.get('level1_mape_pct', float('nan')):.1f}% "
+                    f"| {cv.get('level2_mape_pct', float('nan')):.1f}% |"
+                )
+            lines.append("")
         en = energy_cv(gpu, tables, lat, base)
         if not en.empty:
             en["artifact"] = gpu

@@ -322,6 +322,8 @@ def predict_columns(
         for k, v in items.items():
             b = cost.blocks.get(k, k)
             blocks[b] = blocks[b] + v if b in blocks else v
+        if lvl3 is not None:
+            blocks["system_overhead"] = over
         for b, v in blocks.items():
             out[f"blocks.{phase}.{b}_s"] = v if phase == "prefill" else np.where(has_decode, v, 0.0)
     # Operators the roofline priced (no fitted model), among those this batch actually runs.
@@ -389,6 +391,8 @@ def _model(artifact: Artifact | None, name: str) -> Any:
 
 def _energy_source(artifact: Artifact | None, gpu: GPU, calibrated: bool) -> str:
     if artifact is None or not artifact.names("power"):
+        if calibrated:
+            return "roofline power stand-in, level-3 calibrated on argonne GPU-0 power"
         return "roofline power stand-in (uncalibrated)"
     base = (
         f"power model fitted on measured kernel power of {gpu.name}"

@@ -224,6 +224,8 @@ def test_outputs_are_consistent(tiny_artifact: Artifact) -> None:
     for phase, total in (("prefill", p["ttft_s"]), ("decode", p["latency_s"] - p["ttft_s"])):
         items = sum(v for k, v in p.items() if k.startswith(f"breakdown.{phase}."))
         np.testing.assert_allclose(items, total, rtol=1e-9, atol=1e-12)
+        blocks = sum(v for k, v in p.items() if k.startswith(f"blocks.{phase}."))
+        np.testing.assert_allclose(blocks, total, rtol=1e-9, atol=1e-12)
     for key in ("ttft", "tpot", "latency"):
         assert np.all(p[f"{key}_lo_s"] <= p[f"{key}_s"]) and np.all(
             p[f"{key}_s"] <= p[f"{key}_hi_s"]

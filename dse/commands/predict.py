@@ -226,14 +226,32 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
             k.split(".", 2)[2][:-2]: v for k, v in r.items() if k.startswith(f"breakdown.{phase}.")
         }
         total = sum(items.values()) or 1.0
+        blocks = {
+            k.split(".", 2)[2][:-2]: v for k, v in r.items() if k.startswith(f"blocks.{phase}.")
+        }
+        if blocks:
+            shares = ", ".join(
+                f"{k} {100 * v / total:.0f}%"
+                for k, v in sorted(blocks.items(), key=lambda kv: -kv[1])
+                if v > 0
+            )
+            print(f"  blocks, {phase}: {shares}")
         print(f"  breakdown, {phase}:")
         for k, v in sorted(items.items(), key=lambda kv: -kv[1]):
             if v > 0:
                 print(f"    {k:<24}{_fmt_time(v):>12}  {100 * v / total:5.1f}%")
+    fitted_for = r.get("artifact_gpu")
     print(
-        f"provenance: source={r.get('source')} artifact={r.get('artifact_id')} "
-        f"out_of_range={'yes' if r.get('out_of_range') else 'no'}"
+        f"provenance: source={r.get('source')} artifact={r.get('artifact_id')}"
+        + (f" (fitted for {fitted_for})" if fitted_for and fitted_for != config["gpu"] else "")
+        + f" out_of_range={'yes' if r.get('out_of_range') else 'no'}"
     )
+    if r.get("energy_source"):
+        print(f"  energy: {r['energy_source']}")
+    if r.get("roofline_ops"):
+        print(f"  priced by the roofline (no fitted model): {r['roofline_ops'].replace(',', ', ')}")
+    if "latency_lo_s" in r:
+        print("  band: held-out residual quantiles (5%..95%) of the whole stack")
     if r.get("out_of_range"):
         print(
             "  warning: an input lies outside the range the artifact was fitted on; trust the band less"
