@@ -240,10 +240,17 @@ def predict_columns(
 
     lvl3 = _model(artifact, LEVEL3_MODEL)
     oor = pre.out_of_range | dec.out_of_range
+    oor_by = {**{f"prefill {k}": v for k, v in pre.oor_by.items()}}
+    oor_by.update({f"decode {k}": v for k, v in dec.oor_by.items()})
     ones = np.ones(n)
     if lvl3 is not None:
         c = lvl3.correct(g)
-        oor = oor | lvl3.out_of_range(g) | ~c["engine_known"]
+        by3 = lvl3.out_of_range_by(g)
+        if not c["engine_known"].all():
+            by3["engine"] = ~c["engine_known"]
+        for k, v in by3.items():
+            oor = oor | v
+            oor_by[f"level3 {k}"] = v
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
     else:
@@ -307,6 +314,7 @@ def predict_columns(
         "energy_lo_j": energy * e_lo,
         "energy_hi_j": energy * e_hi,
         "out_of_range": oor,
+        "out_of_range_inputs": _flag_names(oor_by, n),
     }
     for phase, cost, items, over in (
         ("prefill", pre, pre_items_s, pre_over),
@@ -360,6 +368,22 @@ def _scaled(
         t = t + items[name]
         e = e + cost.items_j[name] * f
     return items, t, e
+
+
+def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """Per configuration, the comma-joined names of the flags set ('' when none), built once
+    per distinct combination (cheap for 10^5 rows)."""
+    if not flags:
+        return _const_object(n, "")
+    names = list(flags)
+    code = np.zeros(n, dtype=np.int64)
+    for i, k in enumerate(names[:62]):
+        code |= np.asarray(flags[k], dtype=np.int64) << i
+    uniq, inverse = np.unique(code, return_inverse=True)
+    text = np.empty(len(uniq), dtype=object)
+    for j, c in enumerate(uniq):
+        text[j] = ",".join(k for i, k in enumerate(names[:62]) if (int(c) >> i) & 1)
+    return text[inverse]
 
 
 def _const_object(n: int, value: str) -> np.ndarray:

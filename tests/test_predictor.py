@@ -263,6 +263,8 @@ def test_out_of_range_is_flagged_and_widens_the_band(tiny_artifact: Artifact) ->
     outside = dict(inside, d_model=16384, n_heads=128, n_kv_heads=8, n_layers=120, batch_size=512)
     p = predict(frame(inside, outside), artifacts={"h100_sxm": tiny_artifact})
     assert list(p["out_of_range"]) == [False, True]
+    assert p["out_of_range_inputs"][0] == ""
+    assert "level3 d_model" in p["out_of_range_inputs"][1].split(",")
     width = np.log(p["latency_hi_s"] / p["latency_lo_s"])
     assert width[1] > 1.5 * width[0]
 

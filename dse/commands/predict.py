@@ -256,6 +256,8 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
         print(
             "  warning: an input lies outside the range the artifact was fitted on; trust the band less"
         )
+        if r.get("out_of_range_inputs"):
+            print(f"  outside the fitted range: {r['out_of_range_inputs'].replace(',', ', ')}")
 
 
 def _run_batch(args: argparse.Namespace, predict: Any) -> int:

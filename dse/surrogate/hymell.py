@@ -217,6 +217,8 @@ class PhaseCost:
     # Roofline seconds of the operators in ROOFLINE_TOO (whatever priced them): Level 3 may
     # weigh the fitted kernel model against the roofline where the engine's kernels differ.
     roof_s: dict[str, np.ndarray] = field(default_factory=dict)
+    # Which part flagged `out_of_range` (operator or level-2 block name -> bool per config).
+    oor_by: dict[str, np.ndarray] = field(default_factory=dict)
 
     def part_s(self, *kinds: str) -> np.ndarray:
         """Seconds spent in operators of these kinds."""
@@ -249,6 +251,7 @@ class PhaseCost:
             dict(self.kinds),
             dict(self.blocks),
             {k: v * f for k, v in self.roof_s.items()},
+            dict(self.oor_by),
         )
 
 
@@ -300,6 +303,7 @@ class HymellPricer:
         zero = np.zeros(n)
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
         roof: dict[str, np.ndarray] = {}
+        oor_by: dict[str, np.ndarray] = {}
         for op in ops:
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
@@ -319,7 +323,10 @@ class HymellPricer:
                     t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
                 if price.out_of_range is not None:
                     o = np.asarray(price.out_of_range) & runs
-                    oor |= o.any(axis=0) if o.ndim == 2 else o
+                    o = o.any(axis=0) if o.ndim == 2 else o
+                    if o.any():
+                        oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
+                        oor |= o
                 util = None
             if power is None:
                 if util is None:
@@ -333,8 +340,9 @@ class HymellPricer:
             per_op.append((op, t, power))
             prev = sources.get(op.name)
             sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
-        self._apply_level2(per_op, oor)
+        self._apply_level2(per_op, oor, oor_by)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
+        out.oor_by = oor_by
         out.roof_s = {k: _reduce(v, weights, n) for k, v in roof.items()}
         out.kinds = {op.name: op.kind for op in ops}
         out.blocks = {op.name: op.block for op in ops}
@@ -365,7 +373,10 @@ class HymellPricer:
         return roofline_power_w(self.gpu, util)
 
     def _apply_level2(
-        self, per_op: list[tuple[Op, np.ndarray, np.ndarray]], oor: np.ndarray
+        self,
+        per_op: list[tuple[Op, np.ndarray, np.ndarray]],
+        oor: np.ndarray,
+        oor_by: dict[str, np.ndarray],
     ) -> None:
         """Scale each Level-2 block's operator times by its residual factor (in place)."""
         if self.artifact is None:
@@ -383,7 +394,10 @@ class HymellPricer:
             model = self.artifact.model(name)
             X = block_features(l1_call, ops, block)
             factor = np.exp(model.log_factor(X))
-            oor |= model.out_of_range(X) & (ops[names[-1]].count > 0)
+            o = model.out_of_range(X) & (ops[names[-1]].count > 0)
+            if o.any():
+                oor_by[name] = o
+                oor |= o
             for i in idx:
                 op, t, p = per_op[i]
                 per_op[i] = (op, t * factor, p)

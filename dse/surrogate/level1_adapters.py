@@ -287,13 +287,25 @@ KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Preferred implementation of each kernel family, most preferred first (substrings of the
+# model name): the vLLM tables (the engine most end-to-end rows use), CUDA-graph all-reduce.
+PREFER: dict[str, tuple[str, ...]] = {
+    "attention_prefill": ("vllm",),
+    "attention_decode": ("vllm",),
+    "moe": ("vllm.bfloat16", "vllm"),
+    "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
+}
+
+
 def _find_model(artifact: Artifact, op_kind: str) -> str | None:
     for kind in KIND_CANDIDATES.get(op_kind, ()):
-        names = artifact.names(kind)
+        names = sorted(artifact.names(kind))
         if names:
-            # Prefer the vLLM tables (the engine the end-to-end rows mostly use) when several.
-            vllm = [n for n in names if "vllm" in n]
-            return (vllm or names)[0]
+            for pref in PREFER.get(op_kind, ()):
+                hit = [n for n in names if pref in n]
+                if hit:
+                    return hit[0]
+            return names[0]
     return None
 
 
@@ -408,12 +420,42 @@ def price_moe(
 def price_allreduce(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
-    """Tensor-parallel all-reduce of the residual stream by the comm model."""
+    """Tensor-parallel all-reduce of the residual stream by the comm models. Engines switch
+    implementation with the message size (vLLM's custom all-reduce for small messages, NCCL
+    above), so each row takes the most preferred model whose fitted message range covers it."""
+    names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
+    if not names:
+        return None
+    ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
+    ranked = list(dict.fromkeys(ranked + names))
     d = op.dims
-    a = {
-        "message_size": np.asarray(d["message_bytes"], dtype=float),
-        "message_bytes": np.asarray(d["message_bytes"], dtype=float),
-        "num_gpus": np.asarray(d["n_gpus"], dtype=float),
-        "n_gpus": np.asarray(d["n_gpus"], dtype=float),
-    }
-    return _kernel_price(artifact, op, gpu, a, ("message_bytes", "n_gpus"))
+    msg = np.asarray(d["message_bytes"], dtype=float)
+    n_gpus = np.broadcast_to(np.asarray(d["n_gpus"], dtype=float), msg.shape)
+    lat = np.full(msg.shape, np.nan)
+    oor = np.zeros(msg.shape, dtype=bool)
+    used = []
+    todo = np.ones(msg.shape, dtype=bool)
+    for i, name in enumerate(ranked):
+        rng = artifact.manifest["models"][name].get("fitted_range", {})
+        lo, hi = rng.get("message_bytes", (0.0, np.inf))
+        last = i == len(ranked) - 1
+        sel = todo & (((msg >= lo) & (msg <= hi)) | last)
+        if not sel.any():
+            continue
+        model = artifact.model(name)
+        res = dedupe(
+            lambda b, g, m=model: m.predict(message_bytes=b, n_gpus=g),
+            np.rint(msg[sel]).astype(np.int64),
+            n_gpus[sel].astype(np.int64),
+        )
+        lat[sel] = res["latency_s"]
+        oor[sel] = artifact.out_of_range(name, message_bytes=msg[sel], n_gpus=n_gpus[sel])
+        todo &= ~sel
+        used.append(name)
+        if not todo.any():
+            break
+    if not np.all(np.isfinite(lat)):
+        return None
+    # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
+    power = op_power_w(artifact, op, gpu, lat)
+    return L1Price(lat, power, oor, "+".join(used))

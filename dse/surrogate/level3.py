@@ -320,10 +320,20 @@ class Level3:
     def out_of_range(self, g: GlobalInputs) -> np.ndarray:
         """True where a global input lies outside what Level 3 was fitted on."""
         oor = np.zeros(len(g.t_pre_s), dtype=bool)
+        for o in self.out_of_range_by(g).values():
+            oor |= o
+        return oor
+
+    def out_of_range_by(self, g: GlobalInputs) -> dict[str, np.ndarray]:
+        """Global input name -> True where it lies outside the fitted range (only inputs that
+        are out somewhere)."""
+        out = {}
         for k, (lo, hi) in self.range_.items():
             v = g.value(k)
-            oor |= (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-        return oor
+            o = (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
+            if o.any():
+                out[k] = o
+        return out
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         g = GlobalInputs(**{k: arrays[k] for k in GlobalInputs.__dataclass_fields__})
