@@ -145,9 +145,8 @@ def fit_power_family(ctx: FitContext) -> list[FittedModel]:
 
     def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
         m = PowerModel(seed=ctx.seed).fit(tr)
-        return {
-            "power_w": m.predict(te["compute_util"], te["memory_util"], gpu=POWER_GPU)["power_w"]
-        }
+        p = m.predict(te["compute_util"], te["memory_util"], te["latency_s"], gpu=POWER_GPU)
+        return {"power_w": p["power_w"]}
 
     cv = group_kfold_predict(rows, weight_shape_groups(rows), CV_FOLDS, fp)
     model = PowerModel(seed=ctx.seed).fit(rows)

@@ -17,6 +17,7 @@ import numpy as np
 from dse.errors import ArtifactError
 
 ACTIVATIONS = ("relu", "tanh")
+CHUNK_ROWS = 16384
 
 
 @dataclass(frozen=True)
@@ -43,17 +44,22 @@ class MLP:
         # Fold the input scaler into the first layer once per call: W' = W / s, b' = b - (mu/s) W.
         w0 = self.coefs[0] / self.x_scale[:, None]
         b0 = self.intercepts[0] - (self.x_mean / self.x_scale) @ self.coefs[0]
-        h = X @ w0
-        h += b0
-        last = len(self.coefs) - 1
-        for i in range(1, last + 1):
-            if self.activation == "relu":
-                np.maximum(h, 0.0, out=h)
-            else:
-                np.tanh(h, out=h)
-            h = h @ self.coefs[i]
-            h += self.intercepts[i]
-        return h[:, 0] * self.y_scale + self.y_mean
+        out = np.empty(X.shape[0])
+        # Row chunks keep the hidden activations in cache (2-3x faster on a 1M batch).
+        for s in range(0, X.shape[0], CHUNK_ROWS):
+            h = X[s : s + CHUNK_ROWS] @ w0
+            h += b0
+            for i in range(1, len(self.coefs)):
+                if self.activation == "relu":
+                    np.maximum(h, 0.0, out=h)
+                else:
+                    np.tanh(h, out=h)
+                h = h @ self.coefs[i]
+                h += self.intercepts[i]
+            out[s : s + CHUNK_ROWS] = h[:, 0]
+        out *= self.y_scale
+        out += self.y_mean
+        return out
 
     def to_state(self, prefix: str = "") -> dict[str, np.ndarray]:
         """Plain arrays, keys prefixed (e.g. "resid/"), for `Artifact` storage."""
@@ -95,6 +101,7 @@ def fit_mlp(
     *,
     hidden: tuple[int, ...] = (32, 32),
     activation: str = "relu",
+    solver: str = "adam",
     alpha: float = 1e-4,
     learning_rate_init: float = 1e-3,
     max_iter: int = 400,
@@ -102,7 +109,7 @@ def fit_mlp(
     seed: int = 0,
     sample_weight: np.ndarray | None = None,
 ) -> MLP:
-    """Fit an MLP regressor on standardised X and y (Adam, early stopping off, seeded).
+    """Fit an MLP regressor on standardised X and y (Adam or L-BFGS, no early stopping, seeded).
 
     scikit-learn is imported here and nowhere on the prediction path; every argument is passed
     by keyword so a change of positional order between sklearn versions cannot bite.
@@ -123,7 +130,7 @@ def fit_mlp(
     reg = MLPRegressor(
         hidden_layer_sizes=tuple(hidden),
         activation=activation,
-        solver="adam",
+        solver=solver,
         alpha=alpha,
         learning_rate_init=learning_rate_init,
         max_iter=max_iter,
@@ -133,6 +140,7 @@ def fit_mlp(
         n_iter_no_change=30,
         early_stopping=False,
         shuffle=True,
+        max_fun=max(15000, 20 * max_iter),
     )
     Xs = (X - x_mean) / x_scale
     ys = (y - y_mean) / y_scale

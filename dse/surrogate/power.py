@@ -1,18 +1,19 @@
 """Board power of a kernel as a function of how hard it drives the compute units and HBM.
 
-    P = P_idle + (P_board - P_idle) * f(compute_util, memory_util)
+    P = P_idle + (P_board - P_idle) * f(compute_util, memory_util, duration of one call)
 
 `compute_util` = achieved FLOP/s / dense peak of the dtype, `memory_util` = achieved bytes/s /
 HBM bandwidth; both are dimensionless, so `f` fitted on one GPU transfers to any GPU of the
 registry through that GPU's idle and board power (`dse.hardware`). Energy of a call is then
 power x time for every GPU.
 
+Kernel duration enters because back-to-back microsecond kernels never reach steady-state power.
 Only h200_sxm has measured power behind it: `f` is fitted on the H200 GEMM rows of
 aiconfigurator (mean NVML board power while the kernel looped, idle included). On every other GPU
 the same `f` is an assumption, and artifacts record `measured_power: false` for them.
 
     from dse.surrogate.power import power_w
-    power_w("h100_sxm", compute_util=0.7, memory_util=0.2)   # watts, numpy broadcasting
+    power_w("h100_sxm", compute_util=0.7, memory_util=0.2, latency_s=1e-4)   # watts
 """
 
 from __future__ import annotations
@@ -33,70 +34,81 @@ from dse.surrogate.nn import MLP, fit_mlp
 UTIL_CLIP = (0.0, 1.5)
 # f may exceed 1 slightly (transients above the power limit in NVML means), never below 0.
 FRACTION_CLIP = (0.0, 1.05)
+LATENCY_CLIP_S = (1e-6, 1.0)
+MAX_FIT_ROWS = 8000
+DEFAULT_LATENCY_S = 1e-3  # a long kernel: steady-state power
 POWER_SOURCE_GPU = "h200_sxm"  # the only GPU with measured power in the training share
 
 
-def _inputs(compute_util: Any, memory_util: Any) -> np.ndarray:
+def _inputs(compute_util: Any, memory_util: Any, latency_s: Any) -> np.ndarray:
     uc = np.clip(np.asarray(compute_util, dtype=np.float64), *UTIL_CLIP)
     um = np.clip(np.asarray(memory_util, dtype=np.float64), *UTIL_CLIP)
-    uc, um = np.broadcast_arrays(uc, um)
-    # sqrt spreads the many low-utilisation kernels; the product is the "both busy" term.
-    return np.column_stack([uc.ravel(), um.ravel(), np.sqrt(uc).ravel(), np.sqrt(um).ravel()])
+    lat = np.clip(np.asarray(latency_s, dtype=np.float64), *LATENCY_CLIP_S)
+    uc, um, lat = np.broadcast_arrays(uc, um, lat)
+    # sqrt spreads the many low-utilisation kernels; log10 duration: back-to-back microsecond
+    # kernels leave the SMs idle between launches and never reach steady-state clocks.
+    cols = [uc, um, np.sqrt(uc), np.sqrt(um), np.log10(lat)]
+    return np.column_stack([c.ravel() for c in cols])
 
 
 @register_model("power")
 class PowerModel:
-    """f(compute_util, memory_util) in [0, 1.05]: the fraction of the idle-to-board power span.
-
-    fit(df) needs columns compute_util, memory_util, power_w, idle_power_w, board_power_w.
+    """f(compute_util, memory_util, latency_s) in [0, 1.05]: the fraction of the idle-to-board
+    power span. fit(df) needs columns compute_util, memory_util, latency_s, power_w,
+    idle_power_w, board_power_w.
     """
 
     kind: ClassVar[str] = "power"
-    inputs: ClassVar[tuple[str, ...]] = ("compute_util", "memory_util")
+    inputs: ClassVar[tuple[str, ...]] = ("compute_util", "memory_util", "latency_s")
 
     def __init__(self, hidden: tuple[int, ...] = (8, 8), seed: int = 0) -> None:
         self.hidden = hidden
         self.seed = seed
 
     def fit(self, df: pd.DataFrame) -> Self:
+        if len(df) > MAX_FIT_ROWS:  # a smooth 3-input function: a seeded sample is plenty
+            df = df.sample(MAX_FIT_ROWS, random_state=self.seed)
         span = df["board_power_w"].to_numpy(float) - df["idle_power_w"].to_numpy(float)
         frac = (df["power_w"].to_numpy(float) - df["idle_power_w"].to_numpy(float)) / span
-        X = _inputs(df["compute_util"], df["memory_util"])
+        X = _inputs(df["compute_util"], df["memory_util"], df["latency_s"])
         self.mlp_ = fit_mlp(
             X,
             np.clip(frac, *FRACTION_CLIP),
             hidden=self.hidden,
             activation="tanh",
+            solver="lbfgs",
             alpha=1e-3,
-            max_iter=300,
-            batch_size=512,
+            max_iter=200,
             seed=self.seed,
         )
-        self.range_ = {
-            "compute_util": (float(X[:, 0].min()), float(X[:, 0].max())),
-            "memory_util": (float(X[:, 1].min()), float(X[:, 1].max())),
-        }
+        self.range_ = {name: (float(df[name].min()), float(df[name].max())) for name in self.inputs}
         return self
 
-    def fraction(self, compute_util: Any, memory_util: Any) -> np.ndarray:
+    def fraction(
+        self, compute_util: Any, memory_util: Any, latency_s: Any = DEFAULT_LATENCY_S
+    ) -> np.ndarray:
         """f in [0, 1.05], shaped like the broadcast inputs."""
-        shape = np.broadcast_shapes(np.shape(compute_util), np.shape(memory_util))
-        f = self.mlp_.predict(_inputs(compute_util, memory_util))
+        shape = np.broadcast_shapes(
+            np.shape(compute_util), np.shape(memory_util), np.shape(latency_s)
+        )
+        f = self.mlp_.predict(_inputs(compute_util, memory_util, latency_s))
         return np.clip(f, *FRACTION_CLIP).reshape(shape)
 
     def predict(
         self,
         compute_util: Any,
         memory_util: Any,
+        latency_s: Any = DEFAULT_LATENCY_S,
         idle_power_w: Any = None,
         board_power_w: Any = None,
         gpu: str | GPU = POWER_SOURCE_GPU,
     ) -> dict[str, np.ndarray]:
-        """Board power in watts; idle/board default to `gpu`'s registry values."""
+        """Board power in watts of a kernel of this duration (s) back to back; idle/board power
+        default to `gpu`'s registry values."""
         spec = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
         idle = spec.idle_power_w if idle_power_w is None else np.asarray(idle_power_w, float)
         board = spec.board_power_w if board_power_w is None else np.asarray(board_power_w, float)
-        f = self.fraction(compute_util, memory_util)
+        f = self.fraction(compute_util, memory_util, latency_s)
         return {"power_w": idle + (board - idle) * f, "power_fraction": f}
 
     def to_state(self) -> dict[str, np.ndarray]:
@@ -132,15 +144,20 @@ def _default_model() -> PowerModel:
 
 
 def power_w(
-    gpu: str | GPU, compute_util: Any, memory_util: Any, model: PowerModel | None = None
+    gpu: str | GPU,
+    compute_util: Any,
+    memory_util: Any,
+    latency_s: Any = DEFAULT_LATENCY_S,
+    model: PowerModel | None = None,
 ) -> np.ndarray:
-    """Board power in watts of a kernel on `gpu` at these utilisations (numpy broadcasting).
+    """Board power in watts of a kernel on `gpu` at these utilisations, run back to back with
+    this duration per call (default 1 ms: steady state); numpy broadcasting.
 
     `model` defaults to the power model frozen in the h200_sxm artifact. Measured power backs
     this only on h200_sxm; elsewhere it is the H200 shape scaled by the GPU's idle/board power.
     """
     m = model if model is not None else _default_model()
-    return m.predict(compute_util, memory_util, gpu=gpu)["power_w"]
+    return m.predict(compute_util, memory_util, latency_s, gpu=gpu)["power_w"]
 
 
 def has_measured_power(gpu: str | GPU) -> bool:
