@@ -120,10 +120,13 @@ def _training_configs() -> tuple[pd.DataFrame, np.ndarray]:
 
 TRUE = {
     "a_pre": 1.3,
+    "a_pre_roof": 0.0,
     "a_dec": 1.1,
+    "a_dec_roof": 0.0,
     "a_attn": 1.2,
     "a_attn_roof": 0.0,
     "a_comm": 1.5,
+    "a_comm_roof": 0.0,
     "c0_s": 2e-3,
     "c_batch_s": 4e-5,
     "c_layer_s": 1e-5,
@@ -163,12 +166,16 @@ def test_level3_recovers_known_overheads() -> None:
     model, g, y = _synthetic(use_mlp=False)
     for engine in ("vllm", "trtllm"):
         theta = model.engines_[engine].theta
-        # Without a kernel model, attention's model and roofline times are the same column:
-        # only their sum is identified.
-        i, j = TERMS.index("a_attn"), TERMS.index("a_attn_roof")
-        rest = [k for k in range(len(TERMS)) if k not in (i, j)]
+        # Without kernel models, each group's model and roofline times are the same column:
+        # only their sums are identified.
+        from dse.surrogate.level3 import PAIRS
+
+        paired = {TERMS.index(t) for pair in PAIRS for t in pair}
+        rest = [k for k in range(len(TERMS)) if k not in paired]
         np.testing.assert_allclose(theta[rest], TRUE_THETA[rest], rtol=0.02)
-        assert theta[i] + theta[j] == pytest.approx(TRUE["a_attn"], rel=0.02)
+        for a, b in PAIRS:
+            total = theta[TERMS.index(a)] + theta[TERMS.index(b)]
+            assert total == pytest.approx(TRUE[a], rel=0.02), a
         assert model.cv_[engine]["latency_mape_pct"] < 1.0
     out = model.correct(g)
     np.testing.assert_allclose(out["ttft_s"] + out["decode_s"], y, rtol=0.01)

@@ -34,7 +34,6 @@ LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H10
 ALLREDUCE_FLOOR_S = 10e-6  # roofline latency floor of one NCCL all-reduce inside a node
 # Roofline stand-in power: idle plus this fraction of the idle-to-board span at full utilisation.
 ROOFLINE_ACTIVE_POWER_FRACTION = 0.75
-ROOFLINE_TOO = ("attention_decode",)  # op kinds whose roofline time is kept beside the model's
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
 
 
@@ -214,8 +213,8 @@ class PhaseCost:
     out_of_range: np.ndarray | None = None
     kinds: dict[str, str] = field(default_factory=dict)  # op name -> Op.kind
     blocks: dict[str, str] = field(default_factory=dict)  # op name -> Op.block
-    # Roofline seconds of the operators in ROOFLINE_TOO (whatever priced them): Level 3 may
-    # weigh the fitted kernel model against the roofline where the engine's kernels differ.
+    # Roofline seconds of every operator (whatever priced it): Level 3 may weigh the fitted
+    # kernel model against the roofline where the engine's kernels differ from the tables'.
     roof_s: dict[str, np.ndarray] = field(default_factory=dict)
     # Which part flagged `out_of_range` (operator or level-2 block name -> bool per config).
     oor_by: dict[str, np.ndarray] = field(default_factory=dict)
@@ -227,6 +226,11 @@ class PhaseCost:
     def roof_part_s(self, *kinds: str) -> np.ndarray:
         """Roofline seconds of operators of these kinds (see `roof_s`)."""
         return self._part(self.roof_s, kinds)
+
+    @property
+    def roof_time_s(self) -> np.ndarray:
+        """Roofline seconds of every operator."""
+        return sum(self.roof_s.values(), np.zeros_like(self.time_s))
 
     def part_j(self, *kinds: str) -> np.ndarray:
         """Joules spent in operators of these kinds."""
@@ -334,9 +338,8 @@ class HymellPricer:
                     util = np.minimum((t_roof - LAUNCH_S) / t_call, 1.0)
                 power = self._power(op, t_call, util)
             t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
-            if op.kind in ROOFLINE_TOO:
-                t_r = t_call if src == "roofline" else roofline_op(op, self.gpu)[0]
-                roof[op.name] = np.where(runs, t_r * op.count, 0.0)
+            t_r = t_call if src == "roofline" else roofline_op(op, self.gpu)[0]
+            roof[op.name] = t_r * op.count if runs.all() else np.where(runs, t_r * op.count, 0.0)
             per_op.append((op, t, power))
             prev = sources.get(op.name)
             sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"

@@ -8,12 +8,14 @@ from whole-request measurements (argonne static batches), per engine, in two sta
 1. a physical overhead model, linear in named coefficients fitted with non-negative least
    squares on relative error:
        ttft   = a_pre * T_pre + o_step
-       decode = a_dec * T_rest + a_attn * T_attn + a_attn_roof * T_attn_roofline
-                + a_comm * T_comm + steps * o_step
+       decode = a_dec * T_rest + a_attn * T_attn + a_comm * T_comm + steps * o_step
                 + a_kv_overflow * T_dec * min(kv_fill - 1, 1)+
        o_step = c0 + c_batch * batch + c_layer * n_layers + c_tp * n_layers * log2(tp)
    (T_attn: attention over the KV cache, T_comm: all-reduces, T_rest: the other decode
-   kernels; a prior pulls the four kernel factors towards 1, where Levels 1-2 are right)
+   kernels), where every kernel term a * T is in fact a * T + a_roof * T_roofline: the
+   engine's kernels may be nearer the fitted kernel model or the roofline (argonne's engines
+   predate the kernel tables); a prior keeps a + a_roof near 1 and a_roof near 0 unless the
+   data say otherwise
 2. a small MLP ensemble on the remaining log ratio with global features (layers, d_model,
    batch, lengths, MoE, tensor parallelism, Level-1/2 times), clipped to +-LOG_CLIP, applied
    to both phases.
@@ -39,16 +41,29 @@ from dse.surrogate.nn import MLP
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
 TERMS: tuple[str, ...] = (
-    "a_pre",  # x Level-2 prefill time
-    "a_dec",  # x Level-2 decode time of GEMMs, norms and elementwise operators
-    "a_attn",  # x Level-2 decode time of attention over the KV cache
-    "a_attn_roof",  # x roofline time of that attention (when the engine's kernel is not the model's)
-    "a_comm",  # x Level-2 decode time of tensor-parallel all-reduces
+    # Kernel time factors per group, each on the Level-1/2 model time and on the roofline time
+    # of the same operators: the engine's kernels may be nearer either (argonne's engines
+    # predate the kernel tables); a prior keeps each pair summing to 1.
+    "a_pre",  # x prefill time (Levels 1-2)
+    "a_pre_roof",  # x prefill roofline time
+    "a_dec",  # x decode time of GEMMs, norms and elementwise operators
+    "a_dec_roof",
+    "a_attn",  # x decode time of attention over the KV cache
+    "a_attn_roof",
+    "a_comm",  # x decode time of tensor-parallel all-reduces
+    "a_comm_roof",
     "c0_s",  # per step (prefill counts as one step)
     "c_batch_s",  # per step per sequence
     "c_layer_s",  # per step per layer
     "c_tp_s",  # per step per layer per doubling of tensor parallelism
     "a_kv_overflow",  # x decode time x KV overflow fraction (preemption, recompute)
+)
+# (model term, roofline term) of each kernel group.
+PAIRS: tuple[tuple[str, str], ...] = (
+    ("a_pre", "a_pre_roof"),
+    ("a_dec", "a_dec_roof"),
+    ("a_attn", "a_attn_roof"),
+    ("a_comm", "a_comm_roof"),
 )
 # MLP inputs, in order (see `mlp_features`).
 FEATURES: tuple[str, ...] = (
@@ -90,7 +105,10 @@ class GlobalInputs:
     t_pre_s: np.ndarray  # Level-1/2 prefill time
     t_dec_s: np.ndarray  # Level-1/2 time of all decode steps
     t_dec_attn_s: np.ndarray  # of which attention over the KV cache
-    t_dec_attn_roof_s: np.ndarray  # the roofline time of that attention
+    t_pre_roof_s: np.ndarray  # roofline time of the same operators
+    t_dec_roof_s: np.ndarray
+    t_dec_attn_roof_s: np.ndarray
+    t_dec_comm_roof_s: np.ndarray
     t_dec_comm_s: np.ndarray  # of which tensor-parallel all-reduces
     steps: np.ndarray  # decode steps (output_tokens - 1)
     batch: np.ndarray
@@ -136,14 +154,18 @@ def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
     overflow = kv_overflow(g)
     zero = np.zeros_like(g.t_pre_s)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
-    x_ttft = np.column_stack([g.t_pre_s, zero, zero, zero, zero, step, zero])
+    rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
+    x_ttft = np.column_stack([g.t_pre_s, g.t_pre_roof_s, *([zero] * 6), step, zero])
     x_dec = np.column_stack(
         [
             zero,
+            zero,
             rest,
+            rest_roof,
             g.t_dec_attn_s,
             g.t_dec_attn_roof_s,
             g.t_dec_comm_s,
+            g.t_dec_comm_roof_s,
             steps * step,
             g.t_dec_s * overflow,
         ]
@@ -413,22 +435,17 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
         log_f = np.clip(log_f, -LOG_CLIP, LOG_CLIP)
     f = np.exp(log_f)
     over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)
+    rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
+    rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
     i0 = TERMS.index("c0_s")
     o_step = step_overhead_terms(g) @ th[i0 : i0 + 4]
     return {
         "ttft_s": ttft_s * f,
         "decode_s": dec_s * f,
-        "pre_factor": th[TERMS.index("a_pre")] * f,
-        "dec_factor": (th[TERMS.index("a_dec")] + over) * f,
-        "dec_attn_factor": (
-            th[TERMS.index("a_attn")]
-            + th[TERMS.index("a_attn_roof")]
-            * g.t_dec_attn_roof_s
-            / np.maximum(g.t_dec_attn_s, 1e-12)
-            + over
-        )
-        * f,
-        "dec_comm_factor": (th[TERMS.index("a_comm")] + over) * f,
+        "pre_factor": _factor(th, "a_pre", g.t_pre_roof_s, g.t_pre_s) * f,
+        "dec_factor": (_factor(th, "a_dec", rest_roof, rest) + over) * f,
+        "dec_attn_factor": (_factor(th, "a_attn", g.t_dec_attn_roof_s, g.t_dec_attn_s) + over) * f,
+        "dec_comm_factor": (_factor(th, "a_comm", g.t_dec_comm_roof_s, g.t_dec_comm_s) + over) * f,
         "pre_overhead_s": o_step * f,
         "dec_overhead_s": g.value("steps") * o_step * f,
     }
@@ -498,6 +515,12 @@ def merge_ensemble(mlps: tuple[MLP, ...]) -> MLP | None:
     return merged
 
 
+def _factor(th: np.ndarray, term: str, roof_s: np.ndarray, model_s: np.ndarray) -> np.ndarray:
+    """The factor on a group's model time equal to a * model + a_roof * roofline."""
+    a, a_roof = th[TERMS.index(term)], th[TERMS.index(term + "_roof")]
+    return a + a_roof * roof_s / np.maximum(model_s, 1e-15)
+
+
 def _latency(fit: EngineFit, g: GlobalInputs) -> np.ndarray:
     p = _parts(fit, g)
     return p["ttft_s"] + p["decode_s"]
@@ -527,14 +550,11 @@ def _fit_structured(
         # attention as a blend of the fitted kernel model and the roofline summing to 1 (the
         # data choose the mix; a weak pull towards the model breaks the tie when they agree).
         w = np.sqrt(prior_weight)
-        rows = [
-            ({"a_pre": 1.0}, 1.0, w),
-            ({"a_dec": 1.0}, 1.0, w),
-            ({"a_attn": 1.0, "a_attn_roof": 1.0}, 1.0, w),
-            ({"a_attn_roof": 1.0}, 0.0, w * 0.1),
-            ({"a_comm": 1.0}, 1.0, w),
-            ({"a_kv_overflow": 1.0}, 0.0, w),
-        ]
+        rows = []
+        for model_term, roof_term in PAIRS:
+            rows.append(({model_term: 1.0, roof_term: 1.0}, 1.0, w))
+            rows.append(({roof_term: 1.0}, 0.0, w * 0.1))  # tie-break towards the model
+        rows.append(({"a_kv_overflow": 1.0}, 0.0, w))
         prior = np.zeros((len(rows), X.shape[1]))
         target = np.zeros(len(rows))
         for i, (coefs, value, weight) in enumerate(rows):
