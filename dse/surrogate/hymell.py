@@ -5,11 +5,15 @@ time and an energy from the GPU's frozen artifact, block residuals correct the s
   (GEMM by m, n, k, dtype; attention by the context / generation attention models; the fused MoE
   block; norms and elementwise ops by the layer-op models; all-reduce by the comm model). Where no
   fitted model exists (or no artifact at all) the operator falls back to a roofline with a launch
-  floor, and the pricer records which operators did (`PhaseCost.fallback`).
-- Energy: power per operator from the artifact's power model when it has one, else the roofline
-  stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
-- Level 2: a residual MLP per block (attention, ffn) whose inputs are the Level-1 estimates and
-  architecture parameters; it multiplies the block's operator times (`Level2Block`).
+  floor, and the pricer records which model priced each operator (`PhaseCost.sources`). The
+  adapters live in `dse.surrogate.level1_adapters`; the roofline time of every operator is kept
+  too (`PhaseCost.roof_s`), for Level 3 to weigh against the models.
+- Energy: power per operator from the artifact's power model when it has one (tabulated), else
+  the roofline stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
+- Level 2: residual MLPs for the blocks whose whole time is measured (vidur): the attention
+  projections (QKV, RoPE, output) and the dense FFN (gate/up, activation, down); inputs are the
+  Level-1 block time and the block's sizes; each multiplies its operators' times
+  (`Level2Block`, `LEVEL2_BLOCKS`).
 
 Decode is priced once for all quadrature nodes: an operator whose arrays have a leading node axis
 (shape (k, n), only attention over the KV length) is reduced with the node weights, every other
