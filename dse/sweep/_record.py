@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -67,10 +67,14 @@ def tell_batch(
     ev: Evaluation,
     *,
     skip_finished: bool = False,
+    predictions_on_copies: bool = False,
 ) -> list[FrozenTrial]:
     """Record constraints, predictions and objectives of an evaluated batch; return the
-    finished trials (as Optuna's `tell` returns them). With `skip_finished`, a trial that
-    another process has finished meanwhile (a shared study failing it as stale) is skipped."""
+    finished trials (as Optuna's `tell` returns them, deep copies). With `skip_finished`, a
+    trial that another process has finished meanwhile (a shared study failing it as stale) is
+    skipped. With `predictions_on_copies`, `pred` and `t2wh` go on the returned copies only
+    (the ones persisted), not on the live study's trials: samplers never read them, and the
+    in-memory study of a long sweep then holds no copy of the predictions."""
     n = len(trials)
     pred = _rows(ev.pred, n)
     t2wh = _rows(ev.t2wh, n)
@@ -88,7 +92,15 @@ def tell_batch(
             invalid_reason=str(ev.invalid_reason[i]),
         )
         try:
-            finished.append(_tell_one(study, trial, row))
+            if predictions_on_copies:
+                told = _tell_one(study, trial, replace(row, pred=None, t2wh=None))
+                if row.pred is not None and row.values is not None:
+                    told.set_user_attr("pred", row.pred)
+                if row.t2wh is not None and row.values is not None:
+                    told.set_user_attr("t2wh", row.t2wh)
+                finished.append(told)
+            else:
+                finished.append(_tell_one(study, trial, row))
         except UpdateFinishedTrialError:
             if not skip_finished:
                 raise
@@ -178,13 +190,30 @@ def trials_table(trials: Sequence[FrozenTrial], space: SearchSpace) -> pd.DataFr
         table[k] = np.asarray([s.get(k, np.nan) for s in sizes], dtype=float)
     df = pd.DataFrame(table)
     for attr, prefix in (("pred", "pred."), ("t2wh", "t2wh.")):
-        parsed = [_loads(t.user_attrs.get(attr)) for t in done]
-        if any(parsed):
-            extra = pd.DataFrame.from_records(parsed, index=df.index)
-            extra.columns = [f"{prefix}{c}" for c in extra.columns]
-            extra = _tidy(extra)
+        extra = _parsed_column_block(done, attr, prefix)
+        if extra is not None:
+            extra.index = df.index
             df = pd.concat([df, extra], axis=1)
     return df
+
+
+PARSE_CHUNK = 8192  # trials whose JSON attributes are parsed at once (bounds the dicts alive)
+
+
+def _parsed_column_block(
+    trials: Sequence[FrozenTrial], attr: str, prefix: str
+) -> pd.DataFrame | None:
+    """The JSON user attribute `attr` of every trial as typed columns, parsed chunk by chunk
+    so a 100,000-trial study never holds all the intermediate dicts at once."""
+    parts = []
+    for start in range(0, len(trials), PARSE_CHUNK):
+        chunk = [_loads(t.user_attrs.get(attr)) for t in trials[start : start + PARSE_CHUNK]]
+        parts.append(pd.DataFrame.from_records(chunk))
+    if not parts or all(p.shape[1] == 0 for p in parts):
+        return None
+    block = _tidy(pd.concat(parts, ignore_index=True))
+    block.columns = [f"{prefix}{c}" for c in block.columns]
+    return block
 
 
 def _loads(value: Any) -> dict[str, Any]:

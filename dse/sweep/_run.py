@@ -252,6 +252,29 @@ def _local(
         for k, v in rec.attrs().items():
             pstudy.set_user_attr(k, v)
         backend.flush()  # study and its record in one write
+    history = pstudy.get_trials(deepcopy=False)
+    unfinished = [t for t in history if not t.state.is_finished()]
+    if unfinished:  # only possible when a journal was written by other means
+        raise ConfigError(
+            f"{where}: study {name!r} has {len(unfinished)} unfinished trials; the default "
+            "journal only holds finished batches"
+        )
+    done = sum(evaluated(t) for t in history)
+    budget = rec.trials
+    progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name)
+    for t in history:
+        _progress_add(progress, t)
+    if done >= budget:  # nothing to run: no sampler, no in-memory copy
+        progress.close()
+        return history, done
+    if rec.sampler == "exhaustive":
+        try:
+            done = _local_exhaustive(space, rec, pstudy, backend, done, progress, stop, opts)
+        finally:
+            backend.discard()
+            progress.close()
+        return pstudy.get_trials(deepcopy=False), done
+    # The sampler works on an in-memory copy of the study (fast asks; no file I/O per trial).
     mem_storage = InMemoryStorage()
     mem = optuna.create_study(storage=mem_storage, study_name=name, directions=directions)
     cache = SamplerCache(
@@ -260,49 +283,31 @@ def _local(
         mem_storage,
         mem_storage.get_study_id_from_name(name),
     )
-    history = pstudy.get_trials(deepcopy=False)
-    unfinished = [t for t in history if not t.state.is_finished()]
-    if unfinished:  # only possible when a journal was written by other means
-        raise ConfigError(
-            f"{where}: study {name!r} has {len(unfinished)} unfinished trials; the default "
-            "journal only holds finished batches"
-        )
     if history:
         mem.add_trials(history)
         cache.restore()
-    finished = list(history)
-    done = sum(evaluated(t) for t in history)
-    budget = rec.trials
-    progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name)
-    for t in history:
-        _progress_add(progress, t)
+    del history
     dists = S.distributions(space)
-    if rec.sampler == "exhaustive":
-        try:
-            done = _local_exhaustive(space, rec, pstudy, backend, done, progress, stop, opts)
-        finally:
-            backend.discard()
-            progress.close()
-        return pstudy.get_trials(deepcopy=False), done
     try:
         while done < budget and not stop.requested:
             n = min(rec.batch_size, budget - done)
             mem.sampler = S.make(rec.sampler, space, S.batch_seed(rec.seed, done), rec.batch_size)
-            trials = [mem.ask() for _ in range(n)]
-            rows = [suggest_all(t, dists) for t in trials]
+            # Asked with the space's distributions: every trial shares the same objects.
+            trials = [mem.ask(fixed_distributions=dists) for _ in range(n)]
+            rows = [t.params for t in trials]
             ev = evaluate(space, space.columns_from(rows), predictor=opts.predictor)
-            told = tell_batch(mem, trials, ev)
+            told = tell_batch(mem, trials, ev, predictions_on_copies=True)
             pstudy.add_trials(told)
             cache.save()
             backend.flush()  # the batch becomes durable here, all or nothing
-            finished.extend(told)
             done += sum(evaluated(t) for t in told)
+            del told  # the journal's replay keeps the one copy of each trial
             progress.add(ev.objectives, ev.feasible)
             progress.show(done)
     finally:
         backend.discard()
         progress.close()
-    return finished, done
+    return pstudy.get_trials(deepcopy=False), done
 
 
 class SamplerCache:
