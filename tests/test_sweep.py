@@ -382,3 +382,30 @@ def test_gp_refuses_budgets_it_cannot_handle(small: Path, tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="gp: a Gaussian process"):
         run_sweep(SweepOptions(space_file=small, out=tmp_path / "r", sampler="gp", trials=5000))
     assert not (tmp_path / "r").exists()
+
+
+def test_a_torn_last_journal_line_is_cut_and_the_study_resumes(small: Path, tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    first = sweep(small, out, trials=32)
+    journal = out / "journal.log"
+    with open(journal, "ab") as f:  # a write cut short by a crash
+        f.write(b'{"op_code":4,"worker_id":"x","study_id":0,"datetime_st')
+    t = sweep(small, out, trials=48)
+    assert t["number"].tolist() == list(range(48))
+    assert t.iloc[:32][["number", *PARAMS]].equals(first[["number", *PARAMS]])
+    assert journal.read_bytes().endswith(b"\n")
+
+
+def test_journal_storage_elsewhere_and_workers_need_a_database(
+    small: Path, tmp_path: Path, capsys
+) -> None:
+    store = tmp_path / "store" / "studies.log"
+    store.parent.mkdir()
+    out = tmp_path / "res"
+    args = ["sweep", str(small), "--out", str(out), "--storage", f"journal:{store}", "-q"]
+    assert main([*args, "--trials", "16"]) == 0
+    assert store.is_file() and not (out / "journal.log").exists()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["storage"] == f"journal:///{str(store.resolve()).lstrip('/')}"
+    assert main(["worker", "--storage", f"journal:{store}", "--study", "small", "-q"]) == 2
+    assert "workers share a study through a database" in capsys.readouterr().err
