@@ -1,0 +1,355 @@
+"""Cross-validated accuracy (held-out shape groups) and prediction speed of the Level-1 operator
+models other than GEMM: layer ops (vidur), softmax / layernorm / GELU (LLMCompass), all-reduce,
+context / generation attention and the fused MoE block.
+
+Every number is out-of-fold: a row is predicted by a model whose fit never saw any row of its
+group (vidur model; message-size octave; head configuration; MoE layer shape). Writes a JSON
+report and prints markdown tables for docs/accuracy.md.
+
+    PYTHONPATH=. python benchmarks/level1_ops_cv.py --data ../shared/data --out results/l1ops.json
+    PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention --gpus h100_sxm --folds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dse.data import load
+from dse.surrogate import _fitutil as U
+from dse.surrogate import ops_models as O
+from dse.surrogate.allreduce import AllReduceModel
+from dse.surrogate.attention import attention_inputs
+from dse.surrogate.layerops import LayerOpModel, layer_op_inputs
+from dse.surrogate.moe import MoEModel, moe_inputs
+
+GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
+PARTS = ("layer_op", "reduction", "allreduce", "attention", "moe")
+
+
+def _m(pred: Any, y: Any) -> float | None:
+    v = U.mape_pct(pred, y)
+    return None if not np.isfinite(v) else round(v, 2)
+
+
+# ---------------------------------------------------------------------------- parts
+def bench_layer_op(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+    rows = O.layer_op_rows(tables.get("layer_op", pd.DataFrame()), gpu)
+    if rows.empty:
+        return []
+    t0 = time.perf_counter()
+    pred = O.cv_layer_op(rows, gpu)
+    summ = O.layer_op_cv_summary(rows, pred, gpu)
+    # the same model also grouped by width (every model sharing a d_model held out together)
+    by_d = np.full(len(rows), np.nan)
+    for d in rows["d_model"].unique():
+        te = (rows["d_model"] == d).to_numpy()
+        if te.all():
+            continue
+        m = LayerOpModel(gpu).fit(rows[~te])
+        by_d[te] = m.predict(**layer_op_inputs(rows[te]))["latency_s"]
+    y = rows["latency_s"].to_numpy(float)
+    gated = rows["gated_mlp"].to_numpy(bool)
+    full = LayerOpModel(gpu).fit(rows)
+    ins = full.predict(**layer_op_inputs(rows))["latency_s"]
+    # 1 us is the timer resolution of vidur's rows: the in-sample error with the prediction
+    # rounded to it shows how much of the error is resolution, not model
+    return [
+        {
+            "part": "layer_op",
+            "gpu": gpu,
+            "model": "layer_op.vidur",
+            "scheme": summ["scheme"],
+            "rows": len(rows),
+            "latency_mape_pct": summ["latency_mape_pct"],
+            "gated_models_mape_pct": summ["latency_mape_pct_gated_models"],
+            "rows_over_20us_mape_pct": summ["latency_mape_pct_rows_over_20us"],
+            "by_op": summ["latency_mape_pct_by_op"],
+            "by_model": summ["latency_mape_pct_by_model"],
+            "by_d_model_mape_pct": _m(by_d, y),
+            "by_d_model_gated_mape_pct": _m(by_d[gated], y[gated]),
+            "in_sample_mape_pct": _m(ins, y),
+            "in_sample_rounded_1us_mape_pct": _m(np.maximum(np.round(ins * 1e6), 1) * 1e-6, y),
+            "roofline_mape_pct": summ["baselines"]["roofline_mape_pct"],
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+    ]
+
+
+def bench_reduction(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+    class Ctx:
+        def __init__(self) -> None:
+            self.gpu = gpu
+            self.seed = args.seed
+
+        def table(self, k: str) -> pd.DataFrame:
+            return tables.get(k, pd.DataFrame())
+
+        def files(self, rows: pd.DataFrame) -> tuple[str, ...]:
+            return ()
+
+        def log(self, msg: str) -> None:
+            pass
+
+    fitted = O.fit_reduction_family(Ctx())
+    out = []
+    for fm in fitted:
+        if fm.cv.get("fitted_on") != gpu:
+            continue
+        for op in ("softmax", "layernorm", "gelu"):
+            if f"{op}_latency_mape_pct" in fm.cv:
+                out.append(
+                    {
+                        "part": "reduction",
+                        "gpu": gpu,
+                        "model": f"reduction.llmcompass/{op}",
+                        "scheme": fm.cv["scheme"],
+                        "rows": fm.cv[f"{op}_rows"],
+                        "latency_mape_pct": fm.cv[f"{op}_latency_mape_pct"],
+                    }
+                )
+    return out
+
+
+def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+    out = []
+    nv = O.get_gpu(gpu).nvlink_bw_bytes_per_s
+    for name, rows in O.allreduce_groups(tables.get("allreduce", pd.DataFrame()), gpu).items():
+        if not name.startswith("allreduce."):
+            continue
+        key = name.split(".", 1)[1]
+        pred = O.cv_allreduce(rows, lambda key=key: AllReduceModel(gpu, key))
+        y = rows["latency_s"].to_numpy(float)
+        octv = O.size_octaves(rows)
+        inner = (octv > octv.min()) & (octv < octv.max())
+        b, g = rows["message_bytes"].to_numpy(float), rows["n_gpus"].to_numpy(float)
+        roof = 10e-6 + b * 2 * (g - 1) / g / nv
+        out.append(
+            {
+                "part": "allreduce",
+                "gpu": gpu,
+                "model": name,
+                "scheme": "leave one message-size octave out",
+                "rows": len(rows),
+                "latency_mape_pct": _m(pred, y),
+                "interior_sizes_mape_pct": _m(pred[inner], y[inner]),
+                "roofline_mape_pct": _m(roof, y),
+            }
+        )
+    return out
+
+
+def _hybrid_rows(
+    part: str,
+    name: str,
+    gpu: str,
+    rows: pd.DataFrame,
+    groups: np.ndarray,
+    make: Any,
+    inputs: Any,
+    roof: np.ndarray,
+    args: Any,
+) -> dict:
+    t0 = time.perf_counter()
+
+    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
+        return O._keep(make().fit(tr).predict(**inputs(te)))
+
+    cv = O.grouped_cv(rows, groups, args.folds, args.seed, fp)
+    y = rows["latency_s"].to_numpy(float)
+    rec = {
+        "part": part,
+        "gpu": gpu,
+        "model": name,
+        "scheme": f"{args.folds} seeded group folds",
+        "rows": len(rows),
+        "groups": len(np.unique(groups)),
+        "latency_mape_pct": _m(cv["latency_s"], y),
+        "latency_median_ape_pct": round(float(np.nanmedian(U.ape_pct(cv["latency_s"], y))), 2),
+        "fitted_roofline_mape_pct": _m(cv["base_s"], y),
+        "roofline_mape_pct": _m(roof, y),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    if "energy_j" in cv and np.isfinite(rows["energy_j"]).any():
+        rec["energy_mape_pct"] = _m(cv["energy_j"], rows["energy_j"])
+        rec["power_mape_pct"] = _m(cv["power_w"], rows["power_w"])
+    return rec
+
+
+def bench_attention(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+    out = []
+    for kind, cls in O.ATTENTION_CLASSES.items():
+        t = tables.get(kind, pd.DataFrame())
+        if t.empty:
+            continue
+        for engine, rows in t[t["gpu"] == gpu].groupby("engine", sort=True):
+            rows = rows.reset_index(drop=True)
+            for grouping, cols in (("head config", O.HEAD_GROUP), ("batch x length", None)):
+                if grouping != "head config" and not args.second_grouping:
+                    continue
+                if cols is None:
+                    length = "isl" if kind == "context_attention" else "kv_len"
+                    groups = U.group_labels(rows, ["batch_size", length])
+                else:
+                    groups = U.group_labels(rows, cols)
+                rec = _hybrid_rows(
+                    "attention",
+                    f"{kind}.{engine}",
+                    gpu,
+                    rows,
+                    groups,
+                    lambda cls=cls, engine=engine: cls(
+                        gpu=gpu, engine=str(engine), seed=args.seed, max_rows=args.max_rows
+                    ),
+                    attention_inputs,
+                    O.attention_roofline_s(kind, rows, gpu),
+                    args,
+                )
+                rec["scheme"] += f" by {grouping}"
+                out.append(rec)
+                print(json.dumps(rec), flush=True)
+    return out
+
+
+def bench_moe(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+    t = tables.get("moe", pd.DataFrame())
+    if t.empty:
+        return []
+    out = []
+    for (engine, dtype), rows in t[t["gpu"] == gpu].groupby(["engine", "dtype"], sort=True):
+        rows = rows.reset_index(drop=True)
+        if len(rows) < O.MIN_MOE_ROWS:
+            continue
+        for grouping, cols in (
+            ("layer shape", O.MOE_SHAPE_GROUP),
+            ("model shape", ("hidden_size", "inter_size", "topk", "num_experts")),
+        ):
+            if grouping != "layer shape" and not args.second_grouping:
+                continue
+            rec = _hybrid_rows(
+                "moe",
+                f"moe.{engine}.{dtype}",
+                gpu,
+                rows,
+                U.group_labels(rows, cols),
+                lambda engine=engine, dtype=dtype: MoEModel(
+                    gpu, str(engine), str(dtype), seed=args.seed, max_rows=args.max_rows
+                ),
+                moe_inputs,
+                O.moe_roofline_s(rows, gpu, str(dtype)),
+                args,
+            )
+            rec["scheme"] += f" by {grouping}"
+            out.append(rec)
+            print(json.dumps(rec), flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------- speed
+def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str, float]:
+    """Predictions per second on one core, batches of n (models fitted on H100 rows)."""
+    rng = np.random.default_rng(0)
+    out: dict[str, float] = {}
+    lo = O.layer_op_rows(tables["layer_op"], "h100_sxm")
+    m = LayerOpModel("h100_sxm").fit(lo)
+    kw = {
+        "op": "input_layernorm",
+        "num_tokens": rng.integers(1, 8192, n).astype(float),
+        "d_model": np.full(n, 4096.0),
+        "n_heads": np.full(n, 32.0),
+        "n_kv_heads": np.full(n, 8.0),
+        "d_ff": np.full(n, 14336.0),
+        "tensor_parallel": np.full(n, 2.0),
+    }
+    t0 = time.perf_counter()
+    m.predict(**kw)
+    out["layer_op_per_s"] = n / (time.perf_counter() - t0)
+    ar = O.allreduce_groups(tables["allreduce"], "h100_sxm")
+    a = AllReduceModel("h100_sxm").fit(ar["allreduce.nccl.nccl"])
+    b = 2.0 ** rng.uniform(10, 28, n)
+    g = rng.choice([2.0, 4.0, 8.0], n)
+    t0 = time.perf_counter()
+    a.predict(message_bytes=b, n_gpus=g)
+    out["allreduce_per_s"] = n / (time.perf_counter() - t0)
+    return out
+
+
+# ---------------------------------------------------------------------------- main
+def markdown(records: list[dict]) -> str:
+    lines = [
+        "| part | gpu | model | CV scheme | rows | latency MAPE % | energy MAPE % | fitted roofline % | plain roofline % |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        lines.append(
+            f"| {r['part']} | {r['gpu']} | {r['model']} | {r['scheme']} | {r['rows']} | "
+            f"{r.get('latency_mape_pct')} | {r.get('energy_mape_pct', '-')} | "
+            f"{r.get('fitted_roofline_mape_pct', '-')} | {r.get('roofline_mape_pct', '-')} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    ap.add_argument("--out", default=None, help="JSON report path")
+    ap.add_argument("--gpus", nargs="*", default=list(GPUS))
+    ap.add_argument("--only", nargs="*", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--max-rows", type=int, default=15000, help="rows per MLP fit")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--second-grouping", action="store_true", help="also the harder grouping")
+    ap.add_argument("--speed", action="store_true")
+    args = ap.parse_args()
+    kinds = {
+        "layer_op": ["layer_op"],
+        "reduction": ["softmax", "layernorm", "gelu"],
+        "allreduce": ["allreduce"],
+        "attention": ["context_attention", "generation_attention"],
+        "moe": ["moe"],
+    }
+    wanted = sorted(
+        {k for p in args.only for k in kinds[p]}
+        | ({"layer_op", "allreduce"} if args.speed else set())
+    )
+    tables = load(args.data, wanted)
+    records: list[dict] = []
+    fns = {
+        "layer_op": bench_layer_op,
+        "reduction": bench_reduction,
+        "allreduce": bench_allreduce,
+        "attention": bench_attention,
+        "moe": bench_moe,
+    }
+    for gpu in args.gpus:
+        for part in args.only:
+            records += fns[part](tables, gpu, args)
+    report = {
+        "command": " ".join(sys.argv),
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cpus, python {platform.python_version()}",
+        "records": records,
+    }
+    if args.speed:
+        report["speed"] = bench_speed(tables)
+    print(markdown(records))
+    if args.speed:
+        print(json.dumps(report["speed"], indent=1))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""The analytical-base + residual-MLP pattern shared by the attention and MoE models.
+
+    base:     t0 = launch + (t_c^P + t_m^P)^(1/P),  t_c = FLOPs / (peak * e_c),  t_m = bytes / (bw * e_m)
+    residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass)
+    power:    P_board = MLP(same features, log t)                 (only where power was measured)
+
+The base is a roofline with three fitted constants (launch floor, compute and memory
+efficiencies) and a smooth maximum (P = 4), so its parts stay physical and it extrapolates
+sanely; the MLP learns the kernel-specific shape effects no formula names (tiling, wave
+quantisation, split-KV, GQA packing). Fitting is seeded and deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse.errors import ArtifactError
+from dse.surrogate.nn import MLP, fit_mlp
+
+SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Fitted base: launch floor (s) and efficiencies against the GPU's peak and bandwidth."""
+
+    launch_s: float
+    eff_compute: float
+    eff_memory: float
+    peak_flops_per_s: float
+    bw_bytes_per_s: float
+
+    def parts(self, flops: np.ndarray, bytes_: np.ndarray) -> dict[str, np.ndarray]:
+        t_c = flops / (self.peak_flops_per_s * self.eff_compute)
+        t_m = bytes_ / (self.bw_bytes_per_s * self.eff_memory)
+        p = SMOOTH_MAX_P
+        core = (t_c**p + t_m**p) ** (1.0 / p)
+        return {
+            "t_compute_s": t_c,
+            "t_memory_s": t_m,
+            "launch_s": np.full_like(t_c, self.launch_s),
+            "base_s": self.launch_s + core,
+            "regime": (t_c >= t_m).astype(np.int64),  # 1 compute-bound, 0 memory-bound
+        }
+
+    def to_state(self, prefix: str) -> dict[str, np.ndarray]:
+        return {
+            f"{prefix}roofline": np.array(
+                [
+                    self.launch_s,
+                    self.eff_compute,
+                    self.eff_memory,
+                    self.peak_flops_per_s,
+                    self.bw_bytes_per_s,
+                ]
+            )
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray], prefix: str) -> Roofline:
+        try:
+            v = np.asarray(state[f"{prefix}roofline"], dtype=np.float64).ravel()
+        except KeyError:
+            raise ArtifactError(f"state incomplete: array {prefix}roofline missing") from None
+        return cls(*(float(x) for x in v))
+
+
+def fit_roofline(
+    flops: np.ndarray, bytes_: np.ndarray, y_s: np.ndarray, peak: float, bw: float
+) -> Roofline:
+    """Least-squares fit (log space, robust) of the three roofline constants to measured times."""
+    from scipy.optimize import least_squares  # fitting only
+
+    ly = np.log(y_s)
+    p = SMOOTH_MAX_P
+
+    def resid(th: np.ndarray) -> np.ndarray:
+        t_c = flops / (peak * np.exp(th[1]))
+        t_m = bytes_ / (bw * np.exp(th[2]))
+        return np.log(np.exp(th[0]) * 1e-6 + (t_c**p + t_m**p) ** (1 / p)) - ly
+
+    th0 = np.array([np.log(max(np.quantile(y_s, 0.01) * 1e6, 1.0)), np.log(0.5), np.log(0.7)])
+    res = least_squares(resid, th0, loss="soft_l1", f_scale=0.1, max_nfev=200)
+    th = res.x
+    return Roofline(
+        float(np.exp(th[0]) * 1e-6), float(np.exp(th[1])), float(np.exp(th[2])), peak, bw
+    )
+
+
+def fit_residual_mlp(
+    X: np.ndarray,
+    target: np.ndarray,
+    *,
+    hidden: tuple[int, ...],
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> MLP:
+    """A seeded tanh MLP on at most `max_rows` rows (a seeded subsample keeps fits to seconds)."""
+    rng = np.random.default_rng(seed)
+    idx = np.arange(len(X)) if len(X) <= max_rows else np.sort(rng.choice(len(X), max_rows, False))
+    return fit_mlp(
+        X[idx],
+        target[idx],
+        hidden=hidden,
+        activation="tanh",
+        max_iter=max_iter,
+        batch_size=512,
+        learning_rate_init=3e-3,
+        alpha=1e-5,
+        seed=seed,
+    )

@@ -1,0 +1,171 @@
+"""Level-1 model of one all-reduce inside a node, for 2, 4 or 8 GPUs (tensor parallelism).
+
+For each GPU count n the time of a message of B bytes is
+
+    t(B, n) = alpha(n) + B * c(log2 B, n)
+
+alpha the latency floor (launch + synchronisation), c the inverse effective bus rate, a
+piecewise-linear curve over log2 B with one knot per power of two: the size regimes in which
+NCCL and the custom all-reduce kernels switch protocol (LL, LL128, Simple; one-shot vs two-shot)
+and the rate saturates towards the NVLink limit. Both are >= 0; c is smoothed (second
+difference) and constant beyond the largest measured message, so large messages extrapolate at
+the saturated rate and small ones at the floor. Fitted per implementation (NCCL, vLLM custom
+graph / eager, TensorRT-LLM custom, vidur's NCCL runs per cluster) by relative-error least
+squares. A GPU count between the fitted ones interpolates log latency in log2(n); outside, the
+nearest fitted count is used and the row is flagged.
+
+Input: `message_bytes` is the payload of one rank (tokens x d_model x 2 for a bf16 residual
+stream), `n_gpus` the group size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import DataError
+from dse.surrogate import _fitutil as U
+from dse.surrogate.artifact import register_model
+
+SMOOTH = 1e-2  # second-difference penalty weight (per row) on the rate curve
+INPUTS = ("message_bytes", "n_gpus")
+
+
+def _fit_curve(b: np.ndarray, y: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """[alpha_s, c_0 .. c_k (s per GB)] for one GPU count."""
+    X = np.column_stack([np.ones_like(b), (b * 1e-9)[:, None] * U.hat_basis(np.log2(b), knots)])
+    pen = np.zeros((max(len(knots) - 2, 0), X.shape[1]))
+    pen[:, 1:] = U.second_difference(len(knots))
+    pen *= np.sqrt(SMOOTH * len(b))
+    # tiny ridge keeps knots without data determined (the penalty extends the curve to them)
+    ridge = np.zeros((len(knots), X.shape[1]))
+    ridge[:, 1:] = np.eye(len(knots)) * 1e-6
+    return U.relative_lstsq(X, y, np.vstack([pen, ridge]), lower=np.zeros(X.shape[1]))
+
+
+@register_model("allreduce")
+class AllReduceModel:
+    """All-reduce latency of one implementation on one GPU (see module doc).
+
+    predict(message_bytes, n_gpus) -> latency_s, alpha_s, t_transfer_s (sum to latency_s),
+    bw_eff_bytes_per_s (message bytes / transfer time), regime (index of the nearest size knot),
+    n_interpolated (GPU count not fitted: interpolated or nearest).
+    """
+
+    kind: ClassVar[str] = "allreduce"
+
+    def __init__(self, gpu: str = "h100_sxm", implementation: str = "nccl") -> None:
+        self.gpu = gpu
+        self.implementation = implementation
+
+    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+        """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU."""
+        if gpu is not None:
+            self.gpu = gpu
+        d = df[df["gpu"] == self.gpu]
+        if "op" in d:
+            d = d[d["op"].astype(str) == "all_reduce"]
+        if "n_nodes" in d:
+            d = d[d["n_nodes"].fillna(1).to_numpy() == 1]
+        if d.empty:
+            raise DataError(f"no single-node all_reduce rows for gpu {self.gpu!r}")
+        b = d["message_bytes"].to_numpy(np.float64)
+        y = d["latency_s"].to_numpy(np.float64)
+        n = d["n_gpus"].to_numpy(np.float64)
+        lb = np.log2(b)
+        self.knots_ = np.arange(np.floor(lb.min()), np.ceil(lb.max()) + 0.5, 1.0)
+        if len(self.knots_) < 2:
+            self.knots_ = np.array([self.knots_[0], self.knots_[0] + 1.0])
+        self.n_gpus_ = np.unique(n)
+        rows = []
+        for g in self.n_gpus_:
+            sel = n == g
+            rows.append(_fit_curve(b[sel], y[sel], self.knots_))
+        coef = np.array(rows)
+        self.alpha_s_ = coef[:, 0]
+        self.c_s_per_gb_ = coef[:, 1:]
+        self.range_ = U.fitted_range({"message_bytes": b, "n_gpus": n})
+        return self
+
+    def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        c = np.interp(np.log2(b), self.knots_, self.c_s_per_gb_[i])
+        return np.full_like(b, self.alpha_s_[i]), b * 1e-9 * c
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        n_rows = U.batch_size_of(arrays)
+        b = np.maximum(U.as_float("message_bytes", arrays["message_bytes"], n_rows), 1.0)
+        g = U.as_float("n_gpus", arrays["n_gpus"], n_rows)
+        fitted = self.n_gpus_
+        alpha = np.empty(n_rows)
+        trans = np.empty(n_rows)
+        lg, lf = np.log2(np.maximum(g, 1.0)), np.log2(fitted)
+        # neighbours in log2(n): exact hits get weight 1 on themselves
+        j = np.clip(np.searchsorted(lf, lg, side="right") - 1, 0, len(fitted) - 1)
+        k = np.minimum(j + 1, len(fitted) - 1)
+        span = lf[k] - lf[j]
+        f = np.where(span > 0, np.clip((lg - lf[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0)
+        for jj, kk in {(int(a), int(c)) for a, c in zip(j, k, strict=True)}:
+            sel = (j == jj) & (k == kk)
+            a1, t1 = self._curve(b[sel], jj)
+            if kk == jj:
+                alpha[sel], trans[sel] = a1, t1
+                continue
+            a2, t2 = self._curve(b[sel], kk)
+            w = f[sel]
+            tot = np.exp((1 - w) * np.log(a1 + t1) + w * np.log(a2 + t2))
+            # split the interpolated total in the neighbours' alpha : transfer proportion
+            share = ((1 - w) * a1 + w * a2) / ((1 - w) * (a1 + t1) + w * (a2 + t2))
+            alpha[sel], trans[sel] = tot * share, tot * (1 - share)
+        latency = alpha + trans
+        return {
+            "latency_s": latency,
+            "alpha_s": alpha,
+            "t_transfer_s": trans,
+            "bw_eff_bytes_per_s": b / np.maximum(trans, 1e-12),
+            "regime": U.nearest_knot(np.log2(b), self.knots_),
+            "n_interpolated": ~np.isin(g, fitted),
+        }
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        return {
+            "gpu": np.array(self.gpu),
+            "implementation": np.array(self.implementation),
+            "knots_log2_bytes": self.knots_,
+            "n_gpus": self.n_gpus_,
+            "alpha_s": self.alpha_s_,
+            "c_s_per_gb": self.c_s_per_gb_,
+            **U.range_to_state(self.range_),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        U.need(state, ("gpu", "knots_log2_bytes", "n_gpus", "alpha_s", "c_s_per_gb"), "allreduce")
+        m = cls(str(state["gpu"]), str(state.get("implementation", "nccl")))
+        m.knots_ = np.asarray(state["knots_log2_bytes"], dtype=np.float64)
+        m.n_gpus_ = np.asarray(state["n_gpus"], dtype=np.float64)
+        m.alpha_s_ = np.asarray(state["alpha_s"], dtype=np.float64)
+        m.c_s_per_gb_ = np.asarray(state["c_s_per_gb"], dtype=np.float64).reshape(
+            len(m.n_gpus_), len(m.knots_)
+        )
+        m.range_ = U.range_from_state(state)
+        return m
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+
+def implementation_key(df: pd.DataFrame) -> pd.Series:
+    """The model name suffix of each all-reduce row: `<engine>.<implementation>[.<backend>]`
+    plus `.int8` for int8 NCCL tables (e.g. nccl.nccl, vllm.custom.vllm_graph, nccl.h100_dgx)."""
+    eng = df["engine"].astype(str)
+    impl = (
+        df["implementation"].astype(str) if "implementation" in df else pd.Series("nccl", df.index)
+    )
+    backend = df["backend"] if "backend" in df else pd.Series(np.nan, index=df.index)
+    backend = backend.where(backend.notna(), "").astype(str)
+    key = eng + "." + impl + np.where(backend != "", "." + backend, "")
+    dtype = df["dtype"].astype(str)
+    return pd.Series(np.where(dtype == "int8", key + ".int8", key), index=df.index)

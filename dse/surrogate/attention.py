@@ -1,0 +1,310 @@
+"""Level-1 (Level-2 input) models of the attention kernels, per GPU and engine (vLLM FlashAttention,
+TensorRT-LLM): context (prefill: `batch_size` sequences of `isl` new tokens, causal) and
+generation (decode: one new token per sequence over `kv_len` cached tokens), MHA and GQA,
+any head_dim, bf16 or fp8 KV cache, optional sliding window.
+
+Work per call (per GPU, heads already divided by tensor parallelism):
+  context:    FLOPs = 4 b h hd P, P = query-key pairs per head: s(s+1)/2 causal, or
+              w(w+1)/2 + (s - w) w with a window w < s;
+              bytes = b s hd (2 h x 2 [read q, write o] + 2 kv (2 + kv_bytes) [read k, v; write cache])
+  generation: FLOPs = 4 b h hd L', L' = min(kv_len + 1, w);
+              bytes = 2 b L' kv hd kv_bytes [read the cache] + 4 b h hd [q in, o out]
+The time is `dse.surrogate._hybrid`'s roofline base times a residual MLP factor; where the
+training rows carry measured board power (H200), a second MLP predicts the power and the model
+returns energy = power x latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import ArtifactError, DataError
+from dse.hardware import get_gpu
+from dse.surrogate import _fitutil as U
+from dse.surrogate._hybrid import Roofline, fit_residual_mlp, fit_roofline
+from dse.surrogate.artifact import register_model
+from dse.surrogate.nn import MLP
+
+PHASES = ("context", "generation")
+HIDDEN = (32, 32)
+MAX_ITER = 150
+MAX_ROWS = 15000
+KV_BYTES = {"fp8": 1.0, "int8": 1.0, "fp8_block": 1.0}  # anything else: 2 bytes (bf16 / fp16)
+
+
+def kv_bytes_of(kv_dtype: Any, n: int) -> np.ndarray:
+    """Bytes per KV-cache element from dtype names (or numbers already in bytes)."""
+    a = np.asarray(kv_dtype)
+    if a.dtype.kind in "fiu":
+        return np.broadcast_to(a.astype(np.float64), (n,)).copy()
+    names = np.broadcast_to(a.astype(str), (n,))
+    out = np.full(n, 2.0)
+    for name, nb in KV_BYTES.items():
+        out[names == name] = nb
+    return out
+
+
+def _is_fp8(dtype: Any, n: int) -> np.ndarray:
+    a = np.broadcast_to(np.asarray(dtype).astype(str), (n,))
+    return np.char.startswith(a, "fp8")
+
+
+def attention_work(phase: str, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOPs, bytes) of one call (see module doc)."""
+    b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
+    w, kvb = v["window_size"], v["kv_bytes"]
+    if phase == "context":
+        s = v["isl"]
+        ww = np.where(w > 0, np.minimum(w, s), s)
+        pairs = np.where(w > 0, ww * (ww + 1) / 2 + (s - ww) * ww, s * (s + 1) / 2)
+        flops = 4.0 * b * h * hd * pairs
+        bytes_ = b * s * hd * (4.0 * h + 2.0 * kv * (2.0 + kvb))
+    else:
+        L = v["kv_len"] + 1.0
+        span = np.where(w > 0, np.minimum(L, w), L)
+        flops = 4.0 * b * h * hd * span
+        bytes_ = 2.0 * b * span * kv * hd * kvb + 4.0 * b * h * hd
+    return flops, bytes_
+
+
+def _features(
+    phase: str, v: Mapping[str, np.ndarray], flops, bytes_, log_t0, n_sms: int
+) -> np.ndarray:
+    """MLP inputs: log shape sizes, dtype flags, log work, log base time, and the wave
+    quantisation of the kernel's thread blocks over the SMs (the main nonlinearity the
+    roofline misses: a grid of 1.1 waves costs nearly 2)."""
+    b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
+    length = v["isl"] if phase == "context" else v["kv_len"] + 1.0
+    w = v["window_size"]
+    span = np.where(w > 0, np.minimum(w, length), length)
+    if phase == "context":
+        # FlashAttention: one block per 128 query rows per head per sequence
+        ctas = b * h * np.ceil(length / 128.0)
+        crit = np.log(np.ceil(ctas / n_sms)) + np.log(span) + np.log(hd)
+    else:
+        # decode: one block per (sequence, KV head) before split-KV
+        ctas = b * kv
+        crit = np.log(np.ceil(ctas / n_sms)) + np.log(span) + np.log(hd) + np.log(h / kv)
+    waves = np.ceil(ctas / n_sms)
+    return np.column_stack(
+        [
+            np.log(b),
+            np.log(length),
+            np.log(span),
+            np.log(h),
+            np.log(kv),
+            np.log(hd),
+            np.log(h / kv),
+            v["kv_bytes"],
+            v["fp8"],
+            np.log(flops),
+            np.log(bytes_),
+            log_t0,
+            np.log(ctas / n_sms),
+            ctas / (waves * n_sms),
+            crit,
+        ]
+    )
+
+
+class AttentionModel:
+    """Context or generation attention latency (and power/energy where measured) for one engine
+    on one GPU. See module doc.
+
+    predict(batch_size, isl | kv_len, num_heads, num_kv_heads, head_dim, kv_cache_dtype="bfloat16",
+    window_size=0, dtype="bfloat16") -> latency_s, base_s, t_compute_s, t_memory_s, launch_s,
+    regime (1 compute-bound), residual_factor, flops, bytes; plus power_w, energy_j when fitted.
+    """
+
+    kind: ClassVar[str] = "attention"
+    phase_default: ClassVar[str] = "context"
+
+    def __init__(
+        self,
+        phase: str | None = None,
+        gpu: str = "h100_sxm",
+        engine: str = "vllm",
+        seed: int = 0,
+        max_rows: int = MAX_ROWS,
+        max_iter: int = MAX_ITER,
+    ) -> None:
+        self.phase = phase or self.phase_default
+        if self.phase not in PHASES:
+            raise DataError(f"attention phase must be one of {PHASES}, got {self.phase!r}")
+        self.gpu = gpu
+        self.engine = engine
+        self.seed = seed
+        self.max_rows = max_rows
+        self.max_iter = max_iter
+
+    @property
+    def length_key(self) -> str:
+        return "isl" if self.phase == "context" else "kv_len"
+
+    def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        n = U.batch_size_of(arrays)
+        keys = ("batch_size", self.length_key, "num_heads", "num_kv_heads", "head_dim")
+        missing = [k for k in keys if k not in arrays]
+        if missing:
+            raise DataError(f"{self.phase} attention needs inputs {missing}")
+        v = {k: U.as_float(k, arrays[k], n) for k in keys}
+        v["window_size"] = U.as_float("window_size", arrays.get("window_size", 0.0), n)
+        if "kv_cache_dtype" in arrays:
+            v["kv_bytes"] = kv_bytes_of(arrays["kv_cache_dtype"], n)
+        else:  # the Level-1 adapters pass a 0/1 fp8 flag instead of the dtype name
+            fp8_kv = U.as_float("kv_fp8", arrays.get("kv_fp8", 0.0), n)
+            v["kv_bytes"] = np.where(fp8_kv > 0, 1.0, 2.0)
+        v["fp8"] = _is_fp8(arrays.get("dtype", "bfloat16"), n).astype(np.float64)
+        return v
+
+    def _n_sms(self) -> int:
+        if not hasattr(self, "_sms"):
+            self._sms = get_gpu(self.gpu).n_sms
+        return self._sms
+
+    def _peak(self) -> tuple[float, float]:
+        g = get_gpu(self.gpu)
+        return g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s
+
+    # ---- fitting --------------------------------------------------------------------------
+    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+        """Fit on the rows of `df` for this GPU and engine (kind context_/generation_attention)."""
+        if gpu is not None:
+            self.gpu = gpu
+        d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
+        if "kind" in d:
+            d = d[d["kind"] == f"{self.phase}_attention"]
+        if len(d) < 50:
+            raise DataError(
+                f"{self.phase} attention for {self.gpu}/{self.engine}: {len(d)} rows, need >= 50"
+            )
+        arrays = {c: d[c].to_numpy() for c in d.columns if c in _INPUT_COLUMNS}
+        v = self._inputs(arrays)
+        y = d["latency_s"].to_numpy(np.float64)
+        peak, bw = self._peak()
+        flops, bytes_ = attention_work(self.phase, v)
+        # fp8 attention runs on the fp8 tensor cores: count its FLOPs at half weight
+        flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
+        self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw)
+        base = self.roof_.parts(flops_eff, bytes_)["base_s"]
+        X = _features(self.phase, v, flops, bytes_, np.log(base), get_gpu(self.gpu).n_sms)
+        self.mlp_ = fit_residual_mlp(
+            X,
+            np.log(y / base),
+            hidden=HIDDEN,
+            max_iter=self.max_iter,
+            max_rows=self.max_rows,
+            seed=self.seed,
+        )
+        self.power_mlp_: MLP | None = None
+        p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
+        ok = np.isfinite(p)
+        if ok.sum() >= 50:
+            Xp = np.column_stack([X[ok], np.log(y[ok])])
+            self.power_mlp_ = fit_residual_mlp(
+                Xp,
+                p[ok],
+                hidden=HIDDEN,
+                max_iter=self.max_iter,
+                max_rows=self.max_rows,
+                seed=self.seed,
+            )
+        rng = {
+            k: v[k]
+            for k in (
+                "batch_size",
+                self.length_key,
+                "num_heads",
+                "num_kv_heads",
+                "head_dim",
+                "window_size",
+                "kv_bytes",
+            )
+        }
+        self.range_ = U.fitted_range(rng)
+        return self
+
+    # ---- prediction -----------------------------------------------------------------------
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        v = self._inputs(arrays)
+        flops, bytes_ = attention_work(self.phase, v)
+        flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
+        out = self.roof_.parts(flops_eff, bytes_)
+        X = _features(self.phase, v, flops, bytes_, np.log(out["base_s"]), self._n_sms())
+        factor = np.exp(self.mlp_.predict(X))
+        out["residual_factor"] = factor
+        out["latency_s"] = out["base_s"] * factor
+        out["flops"] = flops
+        out["bytes"] = bytes_
+        if self.power_mlp_ is not None:
+            Xp = np.column_stack([X, np.log(out["latency_s"])])
+            out["power_w"] = self.power_mlp_.predict(Xp)
+            out["energy_j"] = out["power_w"] * out["latency_s"]
+        return out
+
+    # ---- state ----------------------------------------------------------------------------
+    def to_state(self) -> dict[str, np.ndarray]:
+        state = {
+            "phase": np.array(self.phase),
+            "gpu": np.array(self.gpu),
+            "engine": np.array(self.engine),
+            **self.roof_.to_state(""),
+            **self.mlp_.to_state("resid/"),
+            **U.range_to_state(self.range_),
+        }
+        if self.power_mlp_ is not None:
+            state.update(self.power_mlp_.to_state("power/"))
+        return state
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        U.need(state, ("phase", "gpu", "engine", "roofline"), "attention")
+        phase = str(state["phase"])
+        klass = ContextAttentionModel if phase == "context" else GenerationAttentionModel
+        if not issubclass(klass, cls) and cls is not AttentionModel:
+            raise ArtifactError(f"state of a {phase} attention model given to {cls.__name__}")
+        m = klass(phase, str(state["gpu"]), str(state["engine"]))
+        m.roof_ = Roofline.from_state(state, "")
+        m.mlp_ = MLP.from_state(dict(state), "resid/")
+        m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+        m.range_ = U.range_from_state(state)
+        return m
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+
+@register_model("context_attention")
+class ContextAttentionModel(AttentionModel):
+    """Prefill (causal FlashAttention) latency: see AttentionModel."""
+
+    phase_default: ClassVar[str] = "context"
+
+
+@register_model("generation_attention")
+class GenerationAttentionModel(AttentionModel):
+    """Decode attention over the KV cache: see AttentionModel."""
+
+    phase_default: ClassVar[str] = "generation"
+
+
+_INPUT_COLUMNS = (
+    "batch_size",
+    "isl",
+    "kv_len",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "kv_cache_dtype",
+    "window_size",
+    "dtype",
+)
+
+
+def attention_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """predict() keyword arrays of an attention table."""
+    return {c: df[c].to_numpy() for c in _INPUT_COLUMNS if c in df.columns}

@@ -1,0 +1,511 @@
+"""Level-1 model of the non-GEMM layer operators (vidur's per-operator rows): RMSNorm
+(input_layernorm, post_attention_layernorm), RoPE (attn_rope), the MLP activation (mlp_act),
+the residual add and the embedding lookup (emb).
+
+Each of these kernels walks rows of a (tokens x width) tensor. Its time is a fixed launch cost,
+plus a per-wave cost (one thread block per row: `ceil(tokens / rows_per_wave)` waves, each
+costing time proportional to the row width, which dominates small batches), plus a memory term
+(elements x seconds-per-element, the inverse effective bandwidth, which depends on the regime the
+total element count falls in: launch-amortising, L2-resident, HBM-bound). Tensor-parallel size
+enters as log2(tp) interactions because vidur's runs at higher tp are measurably faster for the
+same shape (the surrounding kernels leave more of L2 warm). Per operator:
+
+    t = c0 + c1 W + c2 W w + E * s(log E) + log2(tp) (c3 + c4 W w + c5 E)
+
+with w the row width (elements), W = ceil(tokens / C) the waves, E = tokens * w, s a
+piecewise-linear curve over log E (the regimes), C chosen per operator from multiples of the SM
+count. Fitted by relative-error least squares (the percentage error MAPE scores), per GPU.
+
+Widths per operator (per GPU after tensor parallelism, as vidur shards them):
+    input_layernorm / post_attention_layernorm / add / emb: d_model
+    attn_rope: (n_heads + n_kv_heads) / tp * head_dim   (q and k rotated; head_dim = d_model/n_heads)
+    mlp_act:   d_ff / tp   (SiLU-and-mul reads 2 d_ff/tp, writes d_ff/tp; GELU reads/writes d_ff/tp)
+Models without a gated MLP (vidur: phi-2, also the only LayerNorm / parallel-block model) are a
+separate family when the training rows have one; otherwise the gated coefficients are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import ArtifactError, DataError
+from dse.hardware import get_gpu
+from dse.surrogate import _fitutil as U
+from dse.surrogate.artifact import register_model
+
+# Operators this model covers (vidur op names); the GEMM ops belong to the GEMM model.
+LAYER_OPS: tuple[str, ...] = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "attn_rope",
+    "mlp_act",
+    "add",
+    "emb",
+)
+GEMM_OPS: tuple[str, ...] = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# Rows-per-wave candidates in units of the GPU's SM count (blocks resident per SM); inf = no
+# wave term (grid-stride kernels).
+WAVE_CANDIDATES: tuple[float, ...] = (0.5, 1, 2, 3, 4, 6, 8, 16, np.inf)
+# Knots of the per-element cost curve: every half decade of total elements, 1e3 .. 1e9.
+LOG_E_KNOTS = np.log(10.0) * np.arange(3.0, 9.01, 0.5)
+SMOOTH = 1e-3  # second-difference penalty weight (per row) on the cost curve
+N_TP = 6  # tp terms after the curves: (1, W w, W) x (step 1->2, trend 2->)
+# Residual surface (log of measured / structural) over log tokens x log row width, one per tp
+# level term: tensor-product tents at these knots, smoothed. It carries what the structural
+# formula misses between element regimes (kernel-specific bumps), interpolating in width.
+RES_TOKENS = np.log(
+    np.array(
+        [
+            1,
+            8,
+            32,
+            64,
+            128,
+            192,
+            256,
+            384,
+            512,
+            768,
+            1024,
+            1536,
+            2048,
+            3072,
+            4096,
+            6144,
+            8192,
+            16384,
+            32768,
+        ],
+        dtype=np.float64,
+    )
+)
+RES_WIDTHS = np.log(np.array([512, 1024, 2048, 4096, 8192, 16384, 32768], dtype=np.float64))
+RES_SMOOTH = 1e-2  # second-difference penalty weight (per row) of the residual surface
+RES_RIDGE = 1e-3  # pull of unvisited surface cells towards 0 (no correction)
+INPUTS = (
+    "num_tokens",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "tensor_parallel",
+)
+
+
+def op_geometry(op: np.ndarray, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, width) each operator walks, per GPU after tensor parallelism (see module doc)."""
+    t = np.asarray(arrays["num_tokens"], dtype=np.float64)
+    d = np.asarray(arrays["d_model"], dtype=np.float64)
+    h = np.asarray(arrays["n_heads"], dtype=np.float64)
+    kv = np.asarray(arrays["n_kv_heads"], dtype=np.float64)
+    ff = np.asarray(arrays["d_ff"], dtype=np.float64)
+    tp = np.asarray(arrays["tensor_parallel"], dtype=np.float64)
+    hd = d / h
+    rope_w = (h / tp + np.maximum(kv / tp, 1.0)) * hd
+    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", ff / tp, d))
+    return t, width
+
+
+def _features(
+    t: np.ndarray, width: np.ndarray, tp: np.ndarray, rows_per_wave: float
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Design matrix (n, 1 + 2 knots + N_TP): launch, per-wave fixed and per-wave per-width costs
+    at each element-count regime, tp terms. Units: microseconds, thousands of elements."""
+    w_k = width * 1e-3
+    if np.isfinite(rows_per_wave):
+        waves = np.ceil(t / rows_per_wave)
+        unit = rows_per_wave
+    else:  # grid-stride kernel: "waves" are fractional tokens / 1000
+        waves = t / 1000.0
+        unit = 1000.0
+    # the regime coordinate: elements of the whole waves the grid runs (constant within a wave,
+    # so more tokens in the same wave never cost less)
+    H = U.hat_basis(np.log(np.maximum(waves * unit * width, 1.0)), LOG_E_KNOTS)
+    cols = [np.ones_like(t), waves[:, None] * H, (waves * w_k)[:, None] * H]
+    for lt in _tp_levels(tp):
+        cols += [lt, lt * waves * w_k, lt * waves]
+    return np.column_stack(cols), {"waves": waves, "w_k": w_k}
+
+
+def _tp_levels(tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log2(tp) split at 2: the step from tp 1 to 2 and the trend from 2 upwards (vidur's tp-1
+    runs differ from all others more than tp 2 differs from 8)."""
+    l2 = np.log2(np.maximum(tp, 1.0))
+    return np.minimum(l2, 1.0), np.maximum(l2 - 1.0, 0.0)
+
+
+def _res_design(t: np.ndarray, width: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """(n, 3 * len(RES_TOKENS) * len(RES_WIDTHS)) tensor-product tents, x (1, tp step, tp trend)."""
+    a = U.hat_basis(np.log(np.maximum(t, 1.0)), RES_TOKENS)
+    b = U.hat_basis(np.log(np.maximum(width, 1.0)), RES_WIDTHS)
+    T = (a[:, :, None] * b[:, None, :]).reshape(len(t), -1)
+    la, lb = _tp_levels(tp)
+    return np.hstack([T, T * la[:, None], T * lb[:, None]])
+
+
+def _fit_residual(t: np.ndarray, width: np.ndarray, tp: np.ndarray, log_ratio: np.ndarray):
+    """Smoothed least-squares residual surface coefficients (see RES_*)."""
+    nt, nw = len(RES_TOKENS), len(RES_WIDTHS)
+    rough = np.vstack(
+        [np.kron(U.second_difference(nt), np.eye(nw)), np.kron(np.eye(nt), U.second_difference(nw))]
+    )
+    pen = np.kron(np.eye(3), rough) * np.sqrt(RES_SMOOTH * len(t))
+    X = _res_design(t, width, tp)
+    ridge = np.eye(X.shape[1]) * np.sqrt(RES_RIDGE * len(t))
+    A = np.vstack([X, pen, ridge])
+    b = np.concatenate([log_ratio, np.zeros(len(pen) + len(ridge))])
+    coef, *_ = np.linalg.lstsq(A, b, rcond=None)
+    return coef
+
+
+def _res_eval(t: np.ndarray, width: np.ndarray, tp: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """Log correction at each row (bilinear in log tokens x log width per tp term)."""
+    nt, nw = len(RES_TOKENS), len(RES_WIDTHS)
+    c = coef.reshape(3, nt, nw)
+    lt = np.clip(np.log(np.maximum(t, 1.0)), RES_TOKENS[0], RES_TOKENS[-1])
+    lw = np.clip(np.log(np.maximum(width, 1.0)), RES_WIDTHS[0], RES_WIDTHS[-1])
+    i = np.clip(np.searchsorted(RES_TOKENS, lt, side="right") - 1, 0, nt - 2)
+    j = np.clip(np.searchsorted(RES_WIDTHS, lw, side="right") - 1, 0, nw - 2)
+    fi = (lt - RES_TOKENS[i]) / (RES_TOKENS[i + 1] - RES_TOKENS[i])
+    fj = (lw - RES_WIDTHS[j]) / (RES_WIDTHS[j + 1] - RES_WIDTHS[j])
+    la, lb = _tp_levels(tp)
+    out = np.zeros(len(t))
+    for k, lev in enumerate((np.ones_like(la), la, lb)):
+        ck = c[k]
+        v = (
+            ck[i, j] * (1 - fi) * (1 - fj)
+            + ck[i + 1, j] * fi * (1 - fj)
+            + ck[i, j + 1] * (1 - fi) * fj
+            + ck[i + 1, j + 1] * fi * fj
+        )
+        out += lev * v
+    return out
+
+
+def _fit_one(t: np.ndarray, width: np.ndarray, tp: np.ndarray, y_us: np.ndarray, n_sms: int):
+    """Best (rows_per_wave, coef, in-sample MAPE) over the wave candidates."""
+    nk = len(LOG_E_KNOTS)
+    pen = np.zeros((2 * (nk - 2), 1 + 2 * nk + N_TP))
+    pen[: nk - 2, 1 : 1 + nk] = U.second_difference(nk)
+    pen[nk - 2 :, 1 + nk : 1 + 2 * nk] = U.second_difference(nk)
+    pen *= np.sqrt(SMOOTH * len(y_us))
+    best = None
+    for mult in WAVE_CANDIDATES:
+        c_rows = mult * n_sms
+        X, _ = _features(t, width, tp, c_rows)
+        # a feature with no variation (e.g. every row tp 1) would be unidentified: drop it
+        keep = np.ptp(X, axis=0) > 0
+        keep[0] = True
+        coef = np.zeros(X.shape[1])
+        lower = np.full(X.shape[1], -np.inf)
+        lower[: 1 + 2 * nk] = 0.0  # launch and per-wave costs are >= 0
+        coef[keep] = U.relative_lstsq(X[:, keep], y_us, pen[:, keep], lower=lower[keep])
+        err = U.mape_pct(X @ coef, y_us)
+        if best is None or err < best[2] - 1e-9:
+            best = (float(c_rows), coef, err)
+    assert best is not None
+    return best
+
+
+@register_model("layer_op")
+class LayerOpModel:
+    """Latency of vidur's non-GEMM layer operators on one GPU (see module doc).
+
+    predict(op, num_tokens, d_model, n_heads, n_kv_heads, d_ff, tensor_parallel, gated_mlp=True)
+    -> latency_s, launch_s, t_wave_s, t_memory_s, t_tp_s (items sum to latency_s), waves,
+    regime (index of the element-count knot nearest the shape), covered (bool).
+    """
+
+    kind: ClassVar[str] = "layer_op"
+
+    def __init__(self, gpu: str = "h100_sxm", smooth: float = SMOOTH) -> None:
+        self.gpu = gpu
+        self.smooth = smooth
+
+    # ---- fitting --------------------------------------------------------------------------
+    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+        """Fit on layer_op rows of one GPU (rows of other GPUs and GEMM ops are ignored)."""
+        if gpu is not None:
+            self.gpu = gpu
+        n_sms = get_gpu(self.gpu).n_sms
+        d = df[(df["gpu"] == self.gpu) & df["op"].isin(LAYER_OPS)]
+        if d.empty:
+            raise DataError(f"no layer_op rows for gpu {self.gpu!r} (ops {', '.join(LAYER_OPS)})")
+        keys, rows_pw, coefs, res = [], [], [], []
+        gated_all = d["gated_mlp"].to_numpy(bool) if "gated_mlp" in d else np.ones(len(d), bool)
+        for op in LAYER_OPS:
+            for gated in (True, False):
+                sel = (d["op"].to_numpy() == op) & (gated_all == gated)
+                if sel.sum() < 8:
+                    continue
+                g = d[sel]
+                t, width = op_geometry(g["op"].to_numpy(), {c: g[c].to_numpy() for c in INPUTS})
+                tp = g["tensor_parallel"].to_numpy(np.float64)
+                y_us = g["latency_s"].to_numpy() * 1e6
+                c_rows, coef, _ = _fit_one(t, width, tp, y_us, n_sms)
+                X, _ = _features(t, width, tp, c_rows)
+                base = np.maximum(X @ coef, 0.1)
+                res.append(_fit_residual(t, width, tp, np.log(y_us / base)))
+                keys.append(op if gated else f"{op}:nongated")
+                rows_pw.append(c_rows)
+                coefs.append(coef)
+        self.keys_ = np.array(keys, dtype=str)
+        self.rows_per_wave_ = np.array(rows_pw, dtype=np.float64)
+        self.coef_ = np.array(coefs, dtype=np.float64)
+        self.res_coef_ = np.array(res, dtype=np.float64)
+        rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
+        t_all, w_all = op_geometry(d["op"].to_numpy(), rng)
+        rng["elements"] = t_all * w_all
+        self.range_ = U.fitted_range(rng)
+        return self
+
+    # ---- prediction -----------------------------------------------------------------------
+    def _row_key_index(self, op: np.ndarray, gated: np.ndarray) -> np.ndarray:
+        """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
+        idx = np.full(op.shape, -1, dtype=np.int64)
+        lookup = {str(k): i for i, k in enumerate(self.keys_)}
+        for name in np.unique(op):
+            sel = op == name
+            g_i = lookup.get(str(name), -1)
+            n_i = lookup.get(f"{name}:nongated", g_i)
+            idx[sel] = np.where(gated[sel], g_i if g_i >= 0 else n_i, n_i)
+        return idx
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """Itemised latency per row; ops this model does not cover get NaN and covered=False."""
+        n = U.batch_size_of(arrays)
+        op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
+        vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
+        gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
+        t, width = op_geometry(op, vals)
+        tp = vals["tensor_parallel"]
+        idx = self._row_key_index(op, gated)
+        nk = len(LOG_E_KNOTS)
+        out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
+        waves = np.zeros(n)
+        factor = np.ones(n)
+        for i in np.unique(idx[idx >= 0]):
+            sel = idx == i
+            c = self.coef_[i]
+            cr = self.rows_per_wave_[i]
+            ts, ws, ps = t[sel], width[sel], tp[sel]
+            wv = np.ceil(ts / cr) if np.isfinite(cr) else ts / 1000.0
+            w_k = ws * 1e-3
+            unit = cr if np.isfinite(cr) else 1000.0
+            le = np.log(np.maximum(wv * unit * ws, 1.0))
+            per_wave = U.hat_eval(le, LOG_E_KNOTS, c[1 : 1 + nk])
+            per_width = U.hat_eval(le, LOG_E_KNOTS, c[1 + nk : 1 + 2 * nk])
+            la, lb = _tp_levels(ps)
+            ct = c[1 + 2 * nk :]
+            out["launch_s"][sel] = c[0] * 1e-6
+            out["t_wave_s"][sel] = wv * per_wave * 1e-6
+            out["t_memory_s"][sel] = wv * w_k * per_width * 1e-6
+            out["t_tp_s"][sel] = (
+                la * (ct[0] + ct[1] * wv * w_k + ct[2] * wv)
+                + lb * (ct[3] + ct[4] * wv * w_k + ct[5] * wv)
+            ) * 1e-6
+            waves[sel] = wv
+            factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
+        # the residual surface scales every item, so the items still sum to the total
+        for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"):
+            out[k] *= factor
+        total = out["launch_s"] + out["t_wave_s"] + out["t_memory_s"] + out["t_tp_s"]
+        # a fitted curve may dip below zero far outside its range; never predict under 0.1 us
+        out["latency_s"] = np.maximum(total, 1e-7)
+        out["residual_factor"] = factor
+        out["waves"] = waves
+        out["regime"] = U.nearest_knot(np.log(np.maximum(t * width, 1.0)), LOG_E_KNOTS)
+        out["covered"] = idx >= 0
+        return out
+
+    # ---- state ----------------------------------------------------------------------------
+    def to_state(self) -> dict[str, np.ndarray]:
+        return {
+            "gpu": np.array(self.gpu),
+            "keys": self.keys_,
+            "rows_per_wave": self.rows_per_wave_,
+            "coef": self.coef_,
+            "res_coef": self.res_coef_,
+            "log_e_knots": LOG_E_KNOTS.copy(),
+            "res_tokens": RES_TOKENS.copy(),
+            "res_widths": RES_WIDTHS.copy(),
+            **U.range_to_state(self.range_),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        U.need(
+            state,
+            ("gpu", "keys", "rows_per_wave", "coef", "res_coef", "log_e_knots", "res_tokens"),
+            "layer_op",
+        )
+        for key, ref in (
+            ("log_e_knots", LOG_E_KNOTS),
+            ("res_tokens", RES_TOKENS),
+            ("res_widths", RES_WIDTHS),
+        ):
+            if np.shape(state[key]) != ref.shape or not np.allclose(state[key], ref):
+                raise ArtifactError(
+                    f"layer_op state was fitted with other {key}; re-fit with dse fit"
+                )
+        m = cls(str(state["gpu"]))
+        m.keys_ = np.asarray(state["keys"], dtype=str)
+        m.rows_per_wave_ = np.asarray(state["rows_per_wave"], dtype=np.float64)
+        m.coef_ = np.asarray(state["coef"], dtype=np.float64)
+        m.res_coef_ = np.asarray(state["res_coef"], dtype=np.float64)
+        m.range_ = U.range_from_state(state)
+        return m
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+
+def layer_op_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The predict() keyword arrays of a layer_op table."""
+    out: dict[str, np.ndarray] = {c: df[c].to_numpy(np.float64) for c in INPUTS}
+    out["op"] = df["op"].to_numpy(str)
+    out["gated_mlp"] = (
+        df["gated_mlp"].to_numpy(bool) if "gated_mlp" in df else np.ones(len(df), bool)
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------- llmcompass ops
+# Softmax / LayerNorm over an (m x n) tensor and GELU over m elements: LLMCompass's A100
+# micro-benchmarks (PyTorch eager, so the floor includes the framework's dispatch).
+LLMCOMPASS_OPS: tuple[str, ...] = ("softmax", "layernorm", "gelu")
+# Regimes of the per-element cost: knots every half decade of elements, 1e5 .. 1e9.
+RED_LOG_E_KNOTS = np.log(10.0) * np.arange(5.0, 9.01, 0.5)
+RED_SMOOTH = 1e-2
+
+
+def _red_features(m: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """[1, E x tents(log E), E log2 n, m log2 n] in microseconds per million (elements)."""
+    e = m * n
+    H = U.hat_basis(np.log(np.maximum(e, 1.0)), RED_LOG_E_KNOTS)
+    depth = np.log2(n + 1)
+    return np.column_stack(
+        [np.ones_like(e), (e * 1e-6)[:, None] * H, e * depth * 1e-6, m * depth * 1e-6]
+    )
+
+
+@register_model("reduction_op")
+class ReductionOpModel:
+    """Softmax, LayerNorm (row reductions over n) and GELU (n = 1) on one GPU:
+
+        t = launch + E s(log E) + (q E + r m) log2(n + 1),   E = m n elements
+
+    s the per-element cost per element-count regime (memory-bound with a fixed overhead; the
+    knots are the regimes), q and r the reduction-depth costs of rows of n (log2 n tree levels:
+    long rows need more passes per element, and each row pays its tree). For
+    the causal softmax of unfused attention over N x N scores per head: m = N x heads x batch,
+    n = N. Fitted on LLMCompass's A100 rows; other GPUs get the A100 fit with the memory term
+    scaled by the HBM bandwidth ratio (`bw_scale`, analytical: no measurements behind it).
+
+    predict(op, m, n=1) -> latency_s, launch_s, t_memory_s, t_reduce_s (sum), regime, covered.
+    """
+
+    kind: ClassVar[str] = "reduction_op"
+
+    def __init__(self, gpu: str = "a100_sxm", fitted_on: str | None = None) -> None:
+        self.gpu = gpu
+        self.fitted_on = fitted_on or gpu
+
+    def fit(self, tables: Mapping[str, pd.DataFrame], gpu: str | None = None) -> Self:
+        """`tables`: kind -> rows (softmax, layernorm, gelu) of `self.fitted_on`."""
+        if gpu is not None:
+            self.gpu = gpu
+        ops, coefs, rng_m, rng_n = [], [], [], []
+        for op in LLMCOMPASS_OPS:
+            d = tables.get(op)
+            if d is None or d.empty:
+                continue
+            d = d[d["gpu"] == self.fitted_on]
+            if len(d) < 4:
+                continue
+            m = d["m"].to_numpy(np.float64)
+            n = d["n"].to_numpy(np.float64) if "n" in d else np.ones(len(d))
+            n = np.where(np.isfinite(n), n, 1.0)
+            X = _red_features(m, n)
+            nk = len(RED_LOG_E_KNOTS)
+            pen = np.zeros((nk - 2, X.shape[1]))
+            pen[:, 1 : 1 + nk] = U.second_difference(nk)
+            pen *= np.sqrt(RED_SMOOTH * len(m))
+            keep = np.ptp(X, axis=0) > 0
+            keep[0] = True
+            c = np.zeros(X.shape[1])
+            c[keep] = U.relative_lstsq(
+                X[:, keep],
+                d["latency_s"].to_numpy() * 1e6,
+                pen[:, keep],
+                lower=np.zeros(keep.sum()),
+            )
+            ops.append(op)
+            coefs.append(c)
+            rng_m.append(m)
+            rng_n.append(n)
+        if not ops:
+            raise DataError(f"no softmax/layernorm/gelu rows for gpu {self.fitted_on!r}")
+        self.ops_ = np.array(ops, dtype=str)
+        self.coef_ = np.array(coefs)
+        g, f = get_gpu(self.gpu), get_gpu(self.fitted_on)
+        self.bw_scale_ = f.hbm_bw_bytes_per_s / g.hbm_bw_bytes_per_s
+        self.range_ = U.fitted_range({"m": np.concatenate(rng_m), "n": np.concatenate(rng_n)})
+        return self
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        n_rows = U.batch_size_of(arrays)
+        op = np.broadcast_to(np.asarray(arrays.get("op", "softmax"), dtype=str), (n_rows,))
+        m = U.as_float("m", arrays["m"], n_rows)
+        n = U.as_float("n", arrays.get("n", 1.0), n_rows)
+        out = {k: np.full(n_rows, np.nan) for k in ("launch_s", "t_memory_s", "t_reduce_s")}
+        nk = len(RED_LOG_E_KNOTS)
+        for i, name in enumerate(self.ops_):
+            sel = op == name
+            if not sel.any():
+                continue
+            c = self.coef_[i]
+            e = m[sel] * n[sel]
+            per_el = U.hat_eval(np.log(np.maximum(e, 1.0)), RED_LOG_E_KNOTS, c[1 : 1 + nk])
+            out["launch_s"][sel] = c[0] * 1e-6
+            out["t_memory_s"][sel] = e * 1e-6 * per_el * 1e-6 * self.bw_scale_
+            depth = np.log2(n[sel] + 1)
+            out["t_reduce_s"][sel] = (c[1 + nk] * e + c[2 + nk] * m[sel]) * depth * 1e-12
+        out["latency_s"] = out["launch_s"] + out["t_memory_s"] + out["t_reduce_s"]
+        out["regime"] = U.nearest_knot(np.log(np.maximum(m * n, 1.0)), RED_LOG_E_KNOTS)
+        out["covered"] = np.isfinite(out["latency_s"])
+        return out
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        return {
+            "gpu": np.array(self.gpu),
+            "fitted_on": np.array(self.fitted_on),
+            "ops": self.ops_,
+            "coef": self.coef_,
+            "bw_scale": np.array(self.bw_scale_),
+            "log_e_knots": RED_LOG_E_KNOTS.copy(),
+            **U.range_to_state(self.range_),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        U.need(
+            state, ("gpu", "fitted_on", "ops", "coef", "bw_scale", "log_e_knots"), "reduction_op"
+        )
+        if not np.allclose(np.asarray(state["log_e_knots"]), RED_LOG_E_KNOTS):
+            raise ArtifactError(
+                "reduction_op state was fitted with other knots; re-fit with dse fit"
+            )
+        m = cls(str(state["gpu"]), str(state["fitted_on"]))
+        m.ops_ = np.asarray(state["ops"], dtype=str)
+        m.coef_ = np.asarray(state["coef"], dtype=np.float64)
+        m.bw_scale_ = float(state["bw_scale"])
+        m.range_ = U.range_from_state(state)
+        return m
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
