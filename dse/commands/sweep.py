@@ -51,8 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "hypervolumes normalised by it)",
     )
     p.add_argument(
-        "--report", action="store_true", help="also write report.html (`dse report`) at the end"
+        "--no-report",
+        dest="report",
+        action="store_false",
+        help="do not write report.html (`dse report`) at the end (written by default)",
     )
+    p.add_argument("--report", dest="report", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument(
         "--heartbeat",
@@ -103,11 +107,16 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if args.report and outcome.written is not None:
+        from dse.errors import DSEError
         from dse.report import write_report
 
-        page = write_report(outcome.folder)
-        if not args.quiet:
-            print(f"report: {page}", file=sys.stderr)
+        try:
+            page = write_report(outcome.folder)
+        except DSEError as exc:  # the study is saved; only the page failed
+            print(f"dse sweep: report not written: {exc}", file=sys.stderr)
+        else:
+            if not args.quiet:
+                print(f"report: {page}", file=sys.stderr)
     if outcome.interrupted:
         return 130
     if not args.quiet and outcome.written is not None:
