@@ -98,9 +98,12 @@ def _scatter(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
 
 
 def _tokens2wh(
-    t2wh: ModuleType, cols: Mapping[str, np.ndarray], pred: Mapping[str, np.ndarray]
+    t2wh: ModuleType,
+    cols: Mapping[str, np.ndarray],
+    pred: Mapping[str, np.ndarray],
+    preset: str = "corrected",
 ) -> dict[str, np.ndarray]:
-    """The corrected tokens-to-Wh estimate of valid rows, its static term timed by the predictor."""
+    """The tokens-to-Wh estimate of valid rows (corrected preset: static term timed by the predictor)."""
     n = len(cols["gpu"])
     out: dict[str, np.ndarray] = {}
     for gpu in np.unique(cols["gpu"]):
@@ -112,8 +115,10 @@ def _tokens2wh(
             C.architecture(part),
             {k: part[k] for k in WORKLOAD_KEYS},
             str(gpu),
-            preset="corrected",
-            time_s={"prefill": ttft, "decode": np.maximum(total - ttft, 0.0)},
+            preset=preset,
+            time_s={"prefill": ttft, "decode": np.maximum(total - ttft, 0.0)}
+            if preset == "corrected"
+            else None,
             calibration=_calibration(t2wh),
         )
         for k, v in est.items():
@@ -162,7 +167,7 @@ def evaluate(
                 "dse.estimators.tokens2wh, which cannot be imported"
             )
         if module is not None:
-            est = _tokens2wh(module, part, raw)
+            est = _tokens2wh(module, part, raw, space.objectives.energy_preset)
             t2wh_out = {k: _scatter(v, rows, n) for k, v in est.items()}
     tables = {"pred": pred, "t2wh": t2wh_out, "size": sizes}
     obj = np.full((n, len(names)), np.nan)
