@@ -218,7 +218,6 @@ def bench_attention(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
                 )
                 rec["scheme"] += f" by {grouping}"
                 out.append(rec)
-                print(json.dumps(rec), flush=True)
     return out
 
 
@@ -252,7 +251,6 @@ def bench_moe(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict
             )
             rec["scheme"] += f" by {grouping}"
             out.append(rec)
-            print(json.dumps(rec), flush=True)
     return out
 
 
@@ -332,15 +330,20 @@ def main() -> None:
         "attention": bench_attention,
         "moe": bench_moe,
     }
-    for gpu in args.gpus:
-        for part in args.only:
-            records += fns[part](tables, gpu, args)
-    report = {
+    report: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cpus, python {platform.python_version()}",
         "records": records,
     }
+    for gpu in args.gpus:
+        for part in args.only:
+            for rec in fns[part](tables, gpu, args):
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+                if args.out:  # partial results survive an interrupted run
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     if args.speed:
         report["speed"] = bench_speed(tables)
     print(markdown(records))

@@ -1,10 +1,12 @@
 """The analytical-base + residual-MLP pattern shared by the attention and MoE models.
 
-    base:     t0 = launch + (t_c^P + t_m^P)^(1/P),  t_c = FLOPs / (peak * e_c),  t_m = bytes / (bw * e_m)
+    base:     t0 = launch + n_items t_item + (t_c^P + t_m^P)^(1/P),
+              t_c = FLOPs / (peak * e_c),  t_m = bytes / (bw * e_m)
     residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass)
     power:    P_board = MLP(same features, log t)                 (only where power was measured)
 
-The base is a roofline with three fitted constants (launch floor, compute and memory
+The base is a roofline with four fitted constants (launch floor, a per-work-item overhead for
+the model's natural work item: thread blocks, query heads, routed slots; compute and memory
 efficiencies) and a smooth maximum (P = 4), so its parts stay physical and it extrapolates
 sanely; the MLP learns the kernel-specific shape effects no formula names (tiling, wave
 quantisation, split-KV, GQA packing). Fitting is seeded and deterministic.
@@ -32,17 +34,22 @@ class Roofline:
     eff_memory: float
     peak_flops_per_s: float
     bw_bytes_per_s: float
+    item_s: float = 0.0
 
-    def parts(self, flops: np.ndarray, bytes_: np.ndarray) -> dict[str, np.ndarray]:
+    def parts(
+        self, flops: np.ndarray, bytes_: np.ndarray, items: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         t_c = flops / (self.peak_flops_per_s * self.eff_compute)
         t_m = bytes_ / (self.bw_bytes_per_s * self.eff_memory)
+        t_i = np.zeros_like(t_c) if items is None else items * self.item_s
         p = SMOOTH_MAX_P
         core = (t_c**p + t_m**p) ** (1.0 / p)
         return {
             "t_compute_s": t_c,
             "t_memory_s": t_m,
             "launch_s": np.full_like(t_c, self.launch_s),
-            "base_s": self.launch_s + core,
+            "t_items_s": t_i,
+            "base_s": self.launch_s + t_i + core,
             "regime": (t_c >= t_m).astype(np.int64),  # 1 compute-bound, 0 memory-bound
         }
 
@@ -55,6 +62,7 @@ class Roofline:
                     self.eff_memory,
                     self.peak_flops_per_s,
                     self.bw_bytes_per_s,
+                    self.item_s,
                 ]
             )
         }
@@ -69,24 +77,34 @@ class Roofline:
 
 
 def fit_roofline(
-    flops: np.ndarray, bytes_: np.ndarray, y_s: np.ndarray, peak: float, bw: float
+    flops: np.ndarray,
+    bytes_: np.ndarray,
+    y_s: np.ndarray,
+    peak: float,
+    bw: float,
+    items: np.ndarray | None = None,
 ) -> Roofline:
-    """Least-squares fit (log space, robust) of the three roofline constants to measured times."""
+    """Least-squares fit (log space, robust) of the roofline constants to measured times."""
     from scipy.optimize import least_squares  # fitting only
 
     ly = np.log(y_s)
     p = SMOOTH_MAX_P
+    it = np.zeros_like(y_s) if items is None else np.asarray(items, dtype=np.float64)
 
     def resid(th: np.ndarray) -> np.ndarray:
         t_c = flops / (peak * np.exp(th[1]))
         t_m = bytes_ / (bw * np.exp(th[2]))
-        return np.log(np.exp(th[0]) * 1e-6 + (t_c**p + t_m**p) ** (1 / p)) - ly
+        t_i = it * np.exp(th[3]) * 1e-9
+        return np.log(np.exp(th[0]) * 1e-6 + t_i + (t_c**p + t_m**p) ** (1 / p)) - ly
 
-    th0 = np.array([np.log(max(np.quantile(y_s, 0.01) * 1e6, 1.0)), np.log(0.5), np.log(0.7)])
-    res = least_squares(resid, th0, loss="soft_l1", f_scale=0.1, max_nfev=200)
+    th0 = np.array(
+        [np.log(max(np.quantile(y_s, 0.01) * 1e6, 1.0)), np.log(0.5), np.log(0.7), np.log(1.0)]
+    )
+    res = least_squares(resid, th0, loss="soft_l1", f_scale=0.1, max_nfev=300)
     th = res.x
+    item_s = float(np.exp(th[3]) * 1e-9) if items is not None else 0.0
     return Roofline(
-        float(np.exp(th[0]) * 1e-6), float(np.exp(th[1])), float(np.exp(th[2])), peak, bw
+        float(np.exp(th[0]) * 1e-6), float(np.exp(th[1])), float(np.exp(th[2])), peak, bw, item_s
     )
 
 

@@ -71,6 +71,14 @@ def attention_work(phase: str, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray,
     return flops, bytes_
 
 
+def work_items(phase: str, v: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The base's per-item overhead count: context, thread blocks (128 query rows x head x
+    sequence); generation, query heads x sequences (per-sequence setup dominates short caches)."""
+    if phase == "context":
+        return v["batch_size"] * v["num_heads"] * np.ceil(v["isl"] / 128.0)
+    return v["batch_size"] * v["num_heads"]
+
+
 def _features(
     phase: str, v: Mapping[str, np.ndarray], flops, bytes_, log_t0, n_sms: int
 ) -> np.ndarray:
@@ -117,6 +125,7 @@ class AttentionModel:
 
     predict(batch_size, isl | kv_len, num_heads, num_kv_heads, head_dim, kv_cache_dtype="bfloat16",
     window_size=0, dtype="bfloat16") -> latency_s, base_s, t_compute_s, t_memory_s, launch_s,
+    t_items_s (per-block / per-head overhead),
     regime (1 compute-bound), residual_factor, flops, bytes; plus power_w, energy_j when fitted.
     """
 
@@ -189,8 +198,9 @@ class AttentionModel:
         flops, bytes_ = attention_work(self.phase, v)
         # fp8 attention runs on the fp8 tensor cores: count its FLOPs at half weight
         flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
-        self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw)
-        base = self.roof_.parts(flops_eff, bytes_)["base_s"]
+        items = work_items(self.phase, v)
+        self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
+        base = self.roof_.parts(flops_eff, bytes_, items)["base_s"]
         X = _features(self.phase, v, flops, bytes_, np.log(base), get_gpu(self.gpu).n_sms)
         self.mlp_ = fit_residual_mlp(
             X,
@@ -233,7 +243,7 @@ class AttentionModel:
         v = self._inputs(arrays)
         flops, bytes_ = attention_work(self.phase, v)
         flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
-        out = self.roof_.parts(flops_eff, bytes_)
+        out = self.roof_.parts(flops_eff, bytes_, work_items(self.phase, v))
         X = _features(self.phase, v, flops, bytes_, np.log(out["base_s"]), self._n_sms())
         factor = np.exp(self.mlp_.predict(X))
         out["residual_factor"] = factor

@@ -8,7 +8,8 @@ Work on the measured rank (aiconfigurator times one rank of a moe_tp x moe_ep gr
   FLOPs = 2 S m H I_l  (m = 3 matrices gated: gate, up, down; 2 non-gated)
   bytes = U m H I_l w  (expert weights, w bytes each)  +  2 S (2 H + (m - 1) I_l)  (activations)
           + 2 T H E / ep  (router logits path, small)
-The time is the roofline base (`dse.surrogate._hybrid`) times a residual MLP factor whose
+The time is the roofline base (`dse.surrogate._hybrid`; its per-item overhead counts the experts
+touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose
 inputs include the routing skew (0 balanced; the power-law exponent otherwise, 1.01 or 1.2 in
 the tables): skew concentrates tokens on few experts, so the busiest expert sets the pace.
 Where the rows carry measured board power (H200), a power MLP gives energy = power x latency.
@@ -169,8 +170,8 @@ class MoEModel:
         y = d["latency_s"].to_numpy(np.float64)
         w = moe_work(v, self.weight_bytes)
         peak, bw = self._peak()
-        self.roof_ = fit_roofline(w["flops"], w["bytes"], y, peak, bw)
-        base = self.roof_.parts(w["flops"], w["bytes"])["base_s"]
+        self.roof_ = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
+        base = self.roof_.parts(w["flops"], w["bytes"], w["touched"])["base_s"]
         X = _features(v, w, np.log(base))
         self.mlp_ = fit_residual_mlp(
             X,
@@ -200,7 +201,7 @@ class MoEModel:
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         v = self._inputs(arrays)
         w = moe_work(v, self.weight_bytes)
-        out = self.roof_.parts(w["flops"], w["bytes"])
+        out = self.roof_.parts(w["flops"], w["bytes"], w["touched"])
         X = _features(v, w, np.log(out["base_s"]))
         factor = np.exp(self.mlp_.predict(X))
         out["residual_factor"] = factor

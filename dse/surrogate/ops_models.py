@@ -115,15 +115,27 @@ def layer_op_cv_summary(rows: pd.DataFrame, pred: np.ndarray, gpu: str) -> dict[
     }
 
 
+# A GPU without vidur rows borrows the rows of the chip it shares compute (SMs, kernels) with;
+# the model is then a transfer, not a measurement, and its manifest entry says so.
+LAYER_OP_SIBLING = {"h200_sxm": "h100_sxm", "gh200": "h100_sxm", "a100_sxm_40gb": "a100_sxm"}
+
+
 def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
-    rows = layer_op_rows(ctx.table("layer_op"), ctx.gpu)
+    table = ctx.table("layer_op")
+    source_gpu = ctx.gpu
+    rows = layer_op_rows(table, ctx.gpu)
+    if rows.empty and ctx.gpu in LAYER_OP_SIBLING:
+        source_gpu = LAYER_OP_SIBLING[ctx.gpu]
+        rows = layer_op_rows(table, source_gpu)
     if rows.empty:
         ctx.log(f"layer_op: no vidur layer-op rows for {ctx.gpu}; skipped")
         return []
     t0 = time.perf_counter()
-    pred = cv_layer_op(rows, ctx.gpu) if rows["model"].nunique() > 1 else np.full(len(rows), np.nan)
-    model = LayerOpModel(ctx.gpu).fit(rows)
-    cv = layer_op_cv_summary(rows, pred, ctx.gpu)
+    multi = rows["model"].nunique() > 1
+    pred = cv_layer_op(rows, source_gpu) if multi else np.full(len(rows), np.nan)
+    model = LayerOpModel(source_gpu).fit(rows)
+    model.gpu = ctx.gpu
+    cv = layer_op_cv_summary(rows, pred, source_gpu)
     cv["in_sample_latency_mape_pct"] = _mape(
         model.predict(**layer_op_inputs(rows))["latency_s"], rows["latency_s"]
     )
@@ -137,6 +149,11 @@ def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
         "rows_per_wave": [float(x) for x in model.rows_per_wave_],
         "models": sorted(rows["model"].unique()),
         "timing_statistic": "median of vidur's repeats (1 us timer resolution)",
+        "fitted_on_gpu": source_gpu,
+        "note": "measured on this GPU"
+        if source_gpu == ctx.gpu
+        else f"no vidur rows for {ctx.gpu}: the {source_gpu} fit is used as is (same SMs and "
+        "kernels; the memory-bound parts are likely slow by up to the HBM bandwidth ratio)",
     }
     return [FittedModel("layer_op.vidur", model, cv=cv, files=ctx.files(rows), info=info)]
 
