@@ -26,7 +26,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FAMILY",
         help="fit only this family (repeatable); other models of the existing artifact are kept",
     )
-    p.add_argument("--threads", type=int, default=1, help="BLAS/OpenMP threads (default 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="BLAS/OpenMP threads for the tree fits (default 1; 2 on a dedicated 2-core machine)",
+    )
+    p.add_argument(
+        "--no-cv",
+        dest="cv",
+        action="store_false",
+        help="skip cross-validation (quick refit; the manifest then has no held-out errors)",
+    )
     p.set_defaults(command="fit")
 
 
@@ -44,7 +55,13 @@ def run(args: argparse.Namespace) -> int:
         except ArtifactError as exc:
             print(f"dse fit: existing artifact at {out} not kept ({exc})")
     art = fit_artifact(
-        args.data, gpu, seed=args.seed, only=args.only, keep=keep, threads=args.threads
+        args.data,
+        gpu,
+        seed=args.seed,
+        only=args.only,
+        keep=keep,
+        threads=args.threads,
+        cv=args.cv,
     )
     path = art.save(out)
     carried = art.manifest.get("carried_over") or []

@@ -44,6 +44,7 @@ class FitContext:
     data_root: Path
     gpu: str
     seed: int = 0
+    cv: bool = True  # False: fit the final models only (quick refits; manifests say so)
     fitted: dict[str, FittedModel] = field(default_factory=dict)
     log: Callable[[str], None] = print
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
@@ -97,11 +98,17 @@ def group_kfold_predict(
 
     out: dict[str, np.ndarray] = {}
     n_splits = min(n_splits, len(np.unique(groups)))
+    if n_splits < 2:  # cross-validation switched off: all-NaN predictions, metrics None
+        return out
     for tr, te in GroupKFold(n_splits=n_splits).split(df, groups=groups):
         got = fit_predict(df.iloc[tr], df.iloc[te])
         for key, v in got.items():
             out.setdefault(key, np.full(len(df), np.nan))[te] = v
     return out
+
+
+def _get(cv: dict[str, np.ndarray], key: str, n: int) -> np.ndarray:
+    return cv.get(key, np.full(n, np.nan))
 
 
 def weight_shape_groups(df: pd.DataFrame) -> np.ndarray:
@@ -148,7 +155,7 @@ def fit_power_family(ctx: FitContext) -> list[FittedModel]:
         p = m.predict(te["compute_util"], te["memory_util"], te["latency_s"], gpu=POWER_GPU)
         return {"power_w": p["power_w"]}
 
-    cv = group_kfold_predict(rows, weight_shape_groups(rows), CV_FOLDS, fp)
+    cv = group_kfold_predict(rows, weight_shape_groups(rows), CV_FOLDS if ctx.cv else 0, fp)
     model = PowerModel(seed=ctx.seed).fit(rows)
     info = {
         "rows": len(rows),
@@ -158,7 +165,7 @@ def fit_power_family(ctx: FitContext) -> list[FittedModel]:
     }
     cvd = {
         "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape",
-        "power_mape_pct": mape_pct(cv["power_w"], rows["power_w"]),
+        "power_mape_pct": mape_pct(_get(cv, "power_w", len(rows)), rows["power_w"]),
         "input": "measured utilisations (the GEMM models add a measured-power residual on H200)",
     }
     ctx.log(
@@ -210,6 +217,7 @@ def cross_validate_gemm(
 
 
 def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str, Any]:
+    cv = {key: _get(cv, key, len(rows)) for key in ("latency_s", "energy_j", "regime")}
     out: dict[str, Any] = {
         "latency_mape_pct": mape_pct(cv["latency_s"], rows["latency_s"]),
         "energy_mape_pct": mape_pct(cv["energy_j"], rows["energy_j"]),
@@ -218,7 +226,7 @@ def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str,
         out["power_mape_pct"] = mape_pct(cv["energy_j"] / cv["latency_s"], rows["power_w"])
     from dse.surrogate.gemm import REGIMES
 
-    reg = cv["regime"].astype(int)
+    reg = np.nan_to_num(cv["regime"], nan=-1).astype(int)
     out["latency_mape_pct_by_regime"] = {
         REGIMES[g]: {
             "rows": int((reg == g).sum()),
@@ -246,19 +254,20 @@ def fit_gemm_family(ctx: FitContext) -> list[FittedModel]:
         def make(engine: str = engine, dtype: str = dtype) -> GemmModel:
             return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed)
 
-        cv_nk = cross_validate_gemm(rows, make, CV_FOLDS, weight_shape_groups(rows))
-        cv_m = cross_validate_gemm(rows, make, CV_FOLDS_M, rows["m"].to_numpy())
+        folds, folds_m = (CV_FOLDS, CV_FOLDS_M) if ctx.cv else (0, 0)
+        cv_nk = cross_validate_gemm(rows, make, folds, weight_shape_groups(rows))
+        cv_m = cross_validate_gemm(rows, make, folds_m, rows["m"].to_numpy())
         model = make().fit(rows)
         fitted = model.predict(rows["m"].to_numpy(), rows["n"].to_numpy(), rows["k"].to_numpy())
         cv = {
-            "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape",
+            "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape" if ctx.cv else "not run",
             "rows": len(rows),
             "groups": len(np.unique(weight_shape_groups(rows))),
             **_gemm_cv_summary(rows, cv_nk),
             "by_m": {
                 "scheme": f"GroupKFold({CV_FOLDS_M}) by m (token count)",
-                "latency_mape_pct": mape_pct(cv_m["latency_s"], rows["latency_s"]),
-                "energy_mape_pct": mape_pct(cv_m["energy_j"], rows["energy_j"]),
+                "latency_mape_pct": mape_pct(_get(cv_m, "latency_s", len(rows)), rows["latency_s"]),
+                "energy_mape_pct": mape_pct(_get(cv_m, "energy_j", len(rows)), rows["energy_j"]),
             },
             "in_sample": {
                 "latency_mape_pct": mape_pct(fitted["latency_s"], rows["latency_s"]),
@@ -333,6 +342,7 @@ def fit_artifact(
     keep: Artifact | None = None,
     log: Callable[[str], None] = print,
     threads: int = 1,
+    cv: bool = True,
 ) -> Artifact:
     """Fit every registered family (or those named in `only`) for `gpu` into an Artifact.
 
@@ -355,7 +365,7 @@ def fit_artifact(
                 f"{', '.join(f.name for f in fams)}"
             )
         fams = [f for f in fams if f.name in wanted]
-    ctx = FitContext(root, gpu, seed, log=log)
+    ctx = FitContext(root, gpu, seed, cv=cv, log=log)
     with threadpool_limits(threads):
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded
@@ -370,7 +380,7 @@ def fit_artifact(
         gpu,
         list(ctx.fitted.values()),
         data_root=root,
-        extra={"seed": seed, "families": [f.name for f in fams]},
+        extra={"seed": seed, "cross_validated": cv, "families": [f.name for f in fams]},
     )
     if keep is not None:
         carried = [n for n in keep.models if n not in art.models]

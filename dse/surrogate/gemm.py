@@ -216,6 +216,7 @@ class GemmModel:
         power_model: PowerModel | None = None,
         seed: int = 0,
         tree_iter: int = 300,
+        tree_lr: float = 0.15,
     ) -> None:
         self.gpu = gpu
         self.dtype = dtype
@@ -223,6 +224,7 @@ class GemmModel:
         self.power_model = power_model
         self.seed = seed
         self.tree_iter = tree_iter
+        self.tree_lr = tree_lr
 
     # ---- fitting ------------------------------------------------------------------------
     def _constants(self) -> dict[str, Any]:
@@ -300,7 +302,7 @@ class GemmModel:
 
         reg = HistGradientBoostingRegressor(
             max_iter=self.tree_iter,
-            learning_rate=0.1,
+            learning_rate=self.tree_lr,
             max_leaf_nodes=31,
             min_samples_leaf=20,
             early_stopping=False,
