@@ -16,6 +16,7 @@ from test_sweep import MEDIUM, PARAMS
 
 from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
+from dse.sweep._storage import read_committed
 
 REPO = Path(__file__).resolve().parents[1]
 OBJ = ["obj.latency_request", "obj.energy_hymell_request"]
@@ -34,10 +35,16 @@ def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
 
 
 def trial_lines(journal: Path) -> int:
-    """Trials in the journal: one CREATE_TRIAL line each (whole batches only)."""
+    """Trials in the journal's committed part (what the next run will see): one CREATE_TRIAL
+    line each. A SIGKILL may cut the last batch's write short; the bytes past the committed
+    length are dropped when the journal is next opened."""
     if not journal.exists():
         return 0
-    return journal.read_bytes().count(b'"op_code":4,')
+    data = journal.read_bytes()
+    committed = read_committed(journal)
+    if committed is not None:
+        data = data[:committed]
+    return data.count(b'"op_code":4,')
 
 
 def wait_for(journal: Path, n: int, proc: subprocess.Popen[str], timeout_s: float = 60) -> int:
@@ -78,7 +85,8 @@ def test_sigkill_at_any_moment_loses_and_repeats_nothing(tmp_path: Path) -> None
         proc.wait()
         n = trial_lines(journal)
         assert n % 40 == 0, f"a partial batch reached the journal ({n} trials)"
-        assert journal.read_bytes().endswith(b"\n")
+        committed = read_committed(journal)
+        assert committed is not None and journal.read_bytes()[:committed].endswith(b"\n")
         seen.append(n)
     assert seen[0] < 480 and seen[1] < 480
     assert main(["sweep", str(space), "--out", str(out), *opts]) == 0  # the same command again
@@ -132,3 +140,21 @@ def test_a_second_sweep_on_the_same_folder_is_refused_while_one_runs(tmp_path: P
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+def test_recover_drops_a_batch_cut_short_after_the_last_commit(tmp_path: Path) -> None:
+    from dse.sweep._storage import recover, write_committed
+
+    journal = tmp_path / "journal.log"
+    whole = b'{"op_code":4,"n":1}\n{"op_code":4,"n":2}\n'
+    journal.write_bytes(whole)
+    write_committed(journal, len(whole))
+    # A SIGKILL mid-write: whole lines of the next batch, then a torn one.
+    journal.write_bytes(whole + b'{"op_code":4,"n":3}\n{"op_co')
+    recover(journal)
+    assert journal.read_bytes() == whole
+    # Without a commit record (an older journal) only the torn line goes.
+    legacy = tmp_path / "old.log"
+    legacy.write_bytes(whole + b'{"op_co')
+    recover(legacy)
+    assert legacy.read_bytes() == whole

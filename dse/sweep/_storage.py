@@ -103,7 +103,8 @@ class BatchedJournalBackend(BaseJournalBackend):
     """
 
     def __init__(self, path: Path) -> None:
-        repair_tail(path)
+        recover(path)
+        self._path = path
         self._inner = JournalFileBackend(str(path))
         self._pending: list[dict[str, Any]] = []
         self._n_file = 0  # logs on disk (log numbers below this are in the file)
@@ -127,10 +128,49 @@ class BatchedJournalBackend(BaseJournalBackend):
             self._inner.append_logs(self._pending)
             self._n_file += len(self._pending)
             self._pending = []
+            # The batch is on disk (fsync'd); only now does it count. A SIGKILL can cut even a
+            # single large write() short (the kernel checks for fatal signals between pages), so
+            # the journal's committed length is recorded beside it and restored on the next open.
+            write_committed(self._path, self._path.stat().st_size)
 
     def discard(self) -> None:
         """Forget logs not yet written (a batch that will not be finished)."""
         self._pending = []
+
+
+def committed_path(path: Path) -> Path:
+    """The file that records how many bytes of the journal hold whole batches."""
+    return path.with_name(path.name + ".committed")
+
+
+def write_committed(path: Path, size: int) -> None:
+    """Atomically record `size` as the journal's committed length (temp file, fsync, rename)."""
+    target = committed_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(str(size))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+
+
+def read_committed(path: Path) -> int | None:
+    """The journal's committed length in bytes, or None when it was never recorded."""
+    try:
+        return int(committed_path(path).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def recover(path: Path) -> None:
+    """Drop whatever a killed sweep wrote after its last whole batch, then any torn line."""
+    committed = read_committed(path)
+    if committed is not None and path.exists() and path.stat().st_size > committed:
+        with open(path, "rb+") as f:
+            f.truncate(committed)
+            f.flush()
+            os.fsync(f.fileno())
+    repair_tail(path)
 
 
 def repair_tail(path: Path) -> None:
