@@ -138,3 +138,18 @@ def test_predict_batch_missing_column_is_an_error(tmp_path: Path) -> None:
     r = dse("predict", "--batch", str(src))
     assert r.returncode == 2
     assert "missing column(s) n_heads, d_ff" in r.stderr
+
+
+def test_cli_imports_what_it_uses() -> None:
+    """A plain `pip install .` console script starts without the modules that runpy, pytest or
+    an editable install happen to import first (importlib.util once slipped through)."""
+    code = (
+        "import importlib, sys; sys.modules.pop('importlib.util', None); "
+        "delattr(importlib, 'util') if hasattr(importlib, 'util') else None; "
+        "from dse.cli import main; sys.exit(main(['gpus']))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert "h100_sxm" in r.stdout

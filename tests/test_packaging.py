@@ -99,6 +99,18 @@ def test_wheel_install_runs_from_anywhere(tmp_path: Path) -> None:
     assert where.stdout.strip().startswith(str(target))
     r = run("check", "dense_8b")
     assert r.returncode == 0, r.stderr
+    # The console script too: it starts from dse.cli:main without runpy's imports.
+    script = target / "bin" / "dse"
+    assert script.is_file()
+    r = subprocess.run(
+        [sys.executable, str(script), "check", "dense_8b"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
     assert "search space 'dense-8b' is valid" in r.stdout
     r = run(
         "predict",
