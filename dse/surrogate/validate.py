@@ -117,8 +117,8 @@ def validate(
 ) -> dict[str, Any]:
     """Score artifacts on every row of `data_root` (optionally only some GPUs / kinds).
 
-    `artifacts` maps GPU -> Artifact (default: the shipped artifact of each GPU in the data,
-    None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
+    `artifacts` maps GPU -> Artifact; GPUs missing from it have none (default: the shipped
+    artifact of each GPU in the data, None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
     """
     from dse.data import load
     from dse.surrogate.fit import load_families
@@ -130,6 +130,7 @@ def validate(
     wanted = None if gpus is None else {str(g).strip().lower() for g in gpus}
     validators = _validators(load_families())
     arts: dict[str, Artifact | None] = dict(artifacts or {})
+    shipped = artifacts is None  # given a mapping, GPUs missing from it have no artifact
     results: list[dict[str, Any]] = []
     for kind in sorted(tables):
         rows = tables[kind]
@@ -140,7 +141,9 @@ def validate(
             if rows.empty:
                 continue
         for gpu in sorted(rows["gpu"].unique()):
-            if gpu not in arts:
+            if gpu not in arts and not shipped:
+                arts[gpu] = None
+            elif gpu not in arts:
                 try:
                     arts[gpu] = Artifact.load(gpu)
                 except ArtifactError as exc:
