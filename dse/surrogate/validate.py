@@ -22,6 +22,9 @@ from dse.errors import ArtifactError, DataError
 from dse.surrogate.artifact import Artifact, Family
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
+# Rows of a GPU without its own artifact are scored with a sibling's (same chip, other memory);
+# the result entry then names the artifact GPU in `artifact_gpu`.
+ARTIFACT_FALLBACK: dict[str, str] = {"a100_sxm_40gb": "a100_sxm"}
 
 
 def _validators(fams: Iterable[Family]) -> dict[str, Family]:
@@ -132,6 +135,7 @@ def validate(
     arts: dict[str, Artifact | None] = dict(artifacts or {})
     shipped = artifacts is None  # given a mapping, GPUs missing from it have no artifact
     results: list[dict[str, Any]] = []
+    used: dict[str, str] = {}  # artifact GPU -> id, for the artifacts that scored rows
     for kind in sorted(tables):
         rows = tables[kind]
         if rows.empty:
@@ -140,7 +144,7 @@ def validate(
             rows = rows[rows["gpu"].isin(wanted)]
             if rows.empty:
                 continue
-        for gpu in sorted(rows["gpu"].unique()):
+        for gpu in sorted({*rows["gpu"].unique(), *ARTIFACT_FALLBACK.values()}):
             if gpu not in arts and not shipped:
                 arts[gpu] = None
             elif gpu not in arts:
@@ -148,33 +152,56 @@ def validate(
                     arts[gpu] = Artifact.load(gpu)
                 except ArtifactError as exc:
                     arts[gpu] = None
-                    if log:
+                    if log and gpu in set(rows["gpu"]):
                         log(f"{gpu}: {exc}")
-        pred = predict_table(kind, rows, arts, validators)
-        results.extend(summarise(kind, rows, pred))
+        use = {g: a for g, a in arts.items() if a is not None}
+        for gpu, sibling in ARTIFACT_FALLBACK.items():
+            if gpu not in use and sibling in use:
+                use[gpu] = use[sibling]
+        pred = predict_table(kind, rows, use, validators)
+        for entry in summarise(kind, rows, pred):
+            art_gpu = entry["gpu"]
+            if arts.get(art_gpu) is None:
+                sibling = ARTIFACT_FALLBACK.get(art_gpu)
+                if sibling in use:
+                    entry["artifact_gpu"] = art_gpu = sibling
+            if art_gpu in use:
+                used[art_gpu] = use[art_gpu].artifact_id
+            results.append(entry)
     return {
-        "artifacts": {g: a.artifact_id for g, a in sorted(arts.items()) if a is not None},
+        "artifacts": dict(sorted(used.items())),
         "results": results,
     }
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """A fixed-width text table of the results."""
-    head = (
-        f"{'source':<15}{'gpu':<14}{'engine':<9}{'kind':<22}{'dtype':<11}{'op':<26}"
-        f"{'rows':>7}{'unpred':>8}{'lat MAPE%':>11}{'energy MAPE%':>14}"
-    )
-    lines = [head, "-" * len(head)]
+    """A fixed-width text table of the results (column widths fit the content)."""
 
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
-    for r in report["results"]:
-        lines.append(
-            f"{r['source']:<15}{r['gpu']:<14}{r['engine']:<9}{r['kind']:<22}{r['dtype']:<11}"
-            f"{r.get('op', ''):<26}{r['rows']:>7}{r['unpredicted_rows']:>8}"
-            f"{f(r['latency_mape_pct']):>11}{f(r['energy_mape_pct']):>14}"
-        )
+    cols = ["source", "gpu", "engine", "kind", "dtype", "op"]
+    body = [
+        [str(r.get(c, "")) for c in cols]
+        + [
+            str(r["rows"]),
+            str(r["unpredicted_rows"]),
+            f(r["latency_mape_pct"]),
+            f(r["energy_mape_pct"]),
+        ]
+        for r in report["results"]
+    ]
+    head = [*cols, "rows", "unpred", "lat MAPE%", "energy MAPE%"]
+    widths = [
+        max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)
+    ]
+
+    def line(cells: list[str]) -> str:
+        left = [c.ljust(w) for c, w in zip(cells[:6], widths[:6], strict=True)]
+        right = [c.rjust(w) for c, w in zip(cells[6:], widths[6:], strict=True)]
+        return "  ".join(left + right)
+
+    lines = [line(head), "-" * len(line(head))] + [line(row) for row in body]
     arts = ", ".join(f"{g}={a}" for g, a in report["artifacts"].items()) or "none"
     lines.append(f"artifacts: {arts}")
     return "\n".join(lines)
