@@ -101,7 +101,8 @@ def test_round_trip_gives_identical_predictions(dense: Path, tmp_path: Path, fmt
         stored = e["predictions"]["hymell"]
         for key, v in again.items():
             if np.asarray(v).dtype.kind == "f":
-                assert stored[key] == v[i], (key, stored[key], v[i])
+                # Another batch composition moves the 8th significant digit (summation order).
+                assert stored[key] == pytest.approx(v[i], rel=1e-6), (key, stored[key], v[i])
         # Sizes agree with the accounting of the architecture as written.
         a = entry_architecture(e)
         assert A.total_params(a) == e["predictions"]["sizes"]["total_params"]
