@@ -218,6 +218,7 @@ def bench_attention(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
                 )
                 rec["scheme"] += f" by {grouping}"
                 out.append(rec)
+                print("#", json.dumps(rec), flush=True)
     return out
 
 
@@ -251,6 +252,7 @@ def bench_moe(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict
             )
             rec["scheme"] += f" by {grouping}"
             out.append(rec)
+            print("#", json.dumps(rec), flush=True)
     return out
 
 
@@ -280,6 +282,37 @@ def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str
     t0 = time.perf_counter()
     a.predict(message_bytes=b, n_gpus=g)
     out["allreduce_per_s"] = n / (time.perf_counter() - t0)
+    # the MLP models: speed does not depend on fit quality, so a short fit will do
+    if "generation_attention" in tables:
+        from dse.surrogate.attention import GenerationAttentionModel
+
+        t = tables["generation_attention"]
+        rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm")]
+        att = GenerationAttentionModel(gpu="h100_sxm", max_rows=3000, max_iter=5).fit(rows)
+        kw = {
+            "batch_size": rng.integers(1, 256, n).astype(float),
+            "kv_len": rng.integers(1, 32768, n).astype(float),
+            "num_heads": np.full(n, 32.0),
+            "num_kv_heads": np.full(n, 8.0),
+            "head_dim": np.full(n, 128.0),
+        }
+        t0 = time.perf_counter()
+        att.predict(**kw)
+        out["generation_attention_per_s"] = n / (time.perf_counter() - t0)
+    if "moe" in tables:
+        t = tables["moe"]
+        rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["dtype"] == "bfloat16")]
+        moe = MoEModel("h100_sxm", "vllm", "bfloat16", max_rows=3000, max_iter=5).fit(rows)
+        kw = {
+            "num_tokens": rng.integers(1, 16384, n).astype(float),
+            "hidden_size": np.full(n, 4096.0),
+            "inter_size": np.full(n, 14336.0),
+            "topk": np.full(n, 2.0),
+            "num_experts": np.full(n, 8.0),
+        }
+        t0 = time.perf_counter()
+        moe.predict(**kw)
+        out["moe_per_s"] = n / (time.perf_counter() - t0)
     return out
 
 
@@ -317,9 +350,9 @@ def main() -> None:
         "attention": ["context_attention", "generation_attention"],
         "moe": ["moe"],
     }
+    speed_kinds = {"layer_op", "allreduce", "generation_attention", "moe"}
     wanted = sorted(
-        {k for p in args.only for k in kinds[p]}
-        | ({"layer_op", "allreduce"} if args.speed else set())
+        {k for p in args.only for k in kinds[p]} | (speed_kinds if args.speed else set())
     )
     tables = load(args.data, wanted)
     records: list[dict] = []

@@ -126,7 +126,7 @@ def fit_residual_mlp(
         hidden=hidden,
         activation="tanh",
         max_iter=max_iter,
-        batch_size=512,
+        batch_size=min(512, len(idx)),
         learning_rate_init=3e-3,
         alpha=1e-5,
         seed=seed,
