@@ -205,6 +205,47 @@ def test_vidur_network_tables(tables: dict[str, pd.DataFrame]) -> None:
     assert (v.loc[v["n_gpus"] == 16, "n_nodes"] == 2).all()
 
 
+def test_aiconfigurator_allreduce_message_size_is_elements(tables: dict[str, pd.DataFrame]) -> None:
+    # aiconfigurator's `message_size` counts elements of the table's dtype; message_bytes is
+    # bytes. Evidence in the data: int8 rows of 2N elements take the time of float16 rows of N
+    # (same bytes), and only the byte reading gives an 8-GPU NCCL bus rate near NVLink's.
+    ar = tables["allreduce"]
+    nccl = ar[(ar["source"] == "aiconfigurator") & (ar["implementation"] == "nccl")]
+    nccl = nccl[(nccl["gpu"] == "h100_sxm") & (nccl["op"] == "all_reduce")]
+    half = nccl[nccl["dtype"] == "float16"]
+    i8 = nccl[nccl["dtype"] == "int8"]
+    assert (half["message_bytes"] == 2 * half["message_elements"]).all()
+    assert (i8["message_bytes"] == i8["message_elements"]).all()
+    # messages of 64 MB and more, every GPU count: same bytes -> same time (int8 is up to 27%
+    # slower on 8 GPUs; reading the counts as bytes would make it ~0.55x the float16 time)
+    key = ["n_gpus", "message_bytes"]
+    both = half.merge(i8, on=key, suffixes=("_h", "_i"))
+    big = both[both["message_bytes"] >= 64 * 2**20]
+    assert len(big) >= 6
+    ratio = big["latency_s_i"] / big["latency_s_h"]
+    assert ratio.between(0.95, 1.35).all(), ratio.tolist()
+    # ring bus rate 2 (n-1)/n x bytes / time of the 8-GPU 512 MB row: 350-600 GB/s on H100
+    top = half[(half["n_gpus"] == 8)].sort_values("message_bytes").iloc[-1]
+    bus = 2 * 7 / 8 * top["message_bytes"] / top["latency_s"]
+    assert 350e9 < bus < 600e9, bus
+    custom = ar[(ar["source"] == "aiconfigurator") & (ar["implementation"] == "custom")]
+    assert (custom["message_bytes"] == 2 * custom["message_elements"]).all()  # bfloat16
+
+
+def test_aiconfigurator_allreduce_unknown_dtype_is_a_data_error(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    rel = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/h100_sxm/comm/nccl/2.29.2"
+    src = data_dir / rel / "nccl_perf.parquet"
+    raw = pd.read_parquet(src)
+    raw["nccl_dtype"] = raw["nccl_dtype"].replace({"int8": "int3"})
+    dst = tmp_path / rel
+    dst.mkdir(parents=True)
+    raw.to_parquet(dst / "nccl_perf.parquet")
+    with pytest.raises(DataError, match=r"nccl_perf\.parquet.*int3"):
+        data.read_aiconfigurator(tmp_path)
+
+
 # ---- argonne -----------------------------------------------------------------------------------
 
 

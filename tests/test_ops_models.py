@@ -226,6 +226,25 @@ def test_allreduce_parts_monotone_interpolated_and_round_trip(h100_nccl):
     assert lo == h100_nccl["message_bytes"].min() and hi == h100_nccl["message_bytes"].max()
 
 
+def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
+    # message_bytes is bytes for every table (aiconfigurator counts elements; dse.data converts):
+    # the float16 and int8 NCCL models agree on the time of one large payload in bytes, and a
+    # bf16 residual stream (tokens x d_model x 2 bytes, as dse.ops sizes it) runs near NVLink rate.
+    groups = O.allreduce_groups(tables["allreduce"], "h100_sxm")
+    half = AllReduceModel("h100_sxm", "nccl.nccl").fit(groups["allreduce.nccl.nccl"])
+    i8 = AllReduceModel("h100_sxm", "nccl.nccl.int8").fit(groups["allreduce.nccl.nccl.int8"])
+    b = np.array([64.0, 128.0, 256.0]) * 2**20
+    for g in (2.0, 4.0):
+        r = (
+            i8.predict(message_bytes=b, n_gpus=g)["latency_s"]
+            / half.predict(message_bytes=b, n_gpus=g)["latency_s"]
+        )
+        assert np.all((r > 0.9) & (r < 1.15)), r
+    msg = 8192 * 8192 * 2.0
+    t = half.predict(message_bytes=msg, n_gpus=8)["latency_s"][0]
+    assert 300e9 < 2 * 7 / 8 * msg / t < 600e9
+
+
 # ---------------------------------------------------------------------------- attention
 def _split_heads(rows: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     groups = U.group_labels(rows, O.HEAD_GROUP)

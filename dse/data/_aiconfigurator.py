@@ -45,6 +45,8 @@ _POWER_RANGE_W = (50.0, 800.0)
 # Any single kernel call: 100 ns .. 100 s.
 _LATENCY_RANGE_S = (1e-7, 100.0)
 _KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0}
+# Bytes per element of an all-reduce payload, by normalised dtype.
+_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1}
 
 
 def _peak_flops(gpu: str) -> float:
@@ -257,7 +259,21 @@ def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataF
 
 
 def _allreduce(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.DataFrame:
-    _ints(raw, df, {"num_gpus": "n_gpus", "message_size": "message_bytes"}, file)
+    # `message_size` is an element count, not bytes (contrary to the share's README): the NCCL
+    # collector runs nccl-tests at S bytes and logs S // bytes_per_element, the custom all-reduce
+    # collectors allocate a tensor of that many elements. The data agree: an int8 row of 2N
+    # elements takes the time of a half row of N (e.g. H100, 2 GPUs: 1.73 ms vs 1.69 ms), and
+    # only bytes = 2 x count gives the NCCL bus rate of an 8-GPU H100 (~450 GB/s, not ~220).
+    _ints(raw, df, {"num_gpus": "n_gpus", "message_size": "message_elements"}, file)
+    elem = df["dtype"].map(_ELEMENT_BYTES)
+    if elem.isna().any():
+        bad = sorted(set(df.loc[elem.isna(), "dtype"].astype(str)))
+        raise DataError(
+            f"{file}: unknown all-reduce dtype(s) {bad}; element sizes are known for "
+            f"{', '.join(sorted(_ELEMENT_BYTES))}"
+        )
+    df["element_bytes"] = elem.to_numpy(np.int64)
+    df["message_bytes"] = df["message_elements"].to_numpy(np.int64) * df["element_bytes"].to_numpy()
     if stem == "nccl_perf":
         c.require_columns(raw, ["op_name"], file)
         df["implementation"] = "nccl"
