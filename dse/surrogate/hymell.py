@@ -148,14 +148,13 @@ class Level2Block:
         self.seed = seed
 
     def fit_arrays(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
-        from dse.surrogate.level3 import Forward32, fit_small_mlp, merge_ensemble
+        from dse.surrogate.level3 import fit_small_mlp, merge_ensemble
 
         mlps = [
             fit_small_mlp(X, log_ratio, self.hidden, self.alpha, self.seed + k)
             for k in range(self.n_ensemble)
         ]
         self.mlp_ = merge_ensemble(tuple(mlps)) or mlps[0]
-        self.fast_ = Forward32(self.mlp_)
         self.range_ = {
             name: (float(X[:, i].min()), float(X[:, i].max()))
             for i, name in enumerate(LEVEL2_FEATURES)
@@ -166,7 +165,7 @@ class Level2Block:
         raise NotImplementedError("Level2Block is fitted with fit_arrays (see hymell_fit)")
 
     def log_factor(self, X: np.ndarray) -> np.ndarray:
-        return np.clip(self.fast_.predict(X), -L2_CLIP, L2_CLIP)
+        return np.clip(self.mlp_.predict(X), -L2_CLIP, L2_CLIP)
 
     def out_of_range(self, X: np.ndarray) -> np.ndarray:
         lo = np.array([v[0] for v in self.range_.values()])
@@ -191,9 +190,6 @@ class Level2Block:
             raise ArtifactError("level-2 block model has other features; re-fit with `dse fit`")
         self = cls(block=str(state["block"]))
         self.mlp_ = MLP.from_state(dict(state), "mlp/")
-        from dse.surrogate.level3 import Forward32
-
-        self.fast_ = Forward32(self.mlp_)
         self.range_ = {
             k: (float(lo), float(hi))
             for k, (lo, hi) in zip(LEVEL2_FEATURES, state["range"], strict=True)

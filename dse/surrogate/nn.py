@@ -11,22 +11,29 @@ and predicting never import scikit-learn and do not depend on the version that f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from dse.errors import ArtifactError
 
 ACTIVATIONS = ("relu", "tanh")
-CHUNK_ROWS = 16384
-EXACT_MAX_WEIGHTS = 256  # layers up to this many weights are batch-invariant (see _dot)
+# Rows per block of the forward pass: a 4096 x 64 float32 activation block (1 MiB) stays in the
+# L2 cache (2x faster than 16384-row blocks on a 64 x 64 MLP).
+FORWARD_ROWS = 4096
+# OpenBLAS picks other kernels, with another summation order, for GEMMs of fewer rows: a block
+# is padded to this many so that a row's result does not depend on the batch it came in.
+MIN_GEMM_ROWS = 16
 
 
-def _dot(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """a @ w. Small layers use einsum's fixed summation order, so a row's result does not
-    depend on the batch it came in (BLAS picks kernels by shape); large ones use BLAS."""
-    if w.size <= EXACT_MAX_WEIGHTS:
-        return np.einsum("ij,jk->ik", a, w, optimize=False)
-    return a @ w
+@dataclass(frozen=True)
+class _Forward32:
+    """Float32 weights of the forward pass: hidden layers for BLAS, the output column apart."""
+
+    hidden: tuple[tuple[np.ndarray, np.ndarray], ...]  # (W (n_in, n_out), b (n_out,)) float32
+    w_out: np.ndarray  # (n_in,) float32: the first (only) output column
+    b_out: float
+    relu: bool
 
 
 @dataclass(frozen=True)
@@ -45,27 +52,48 @@ class MLP:
     def n_features(self) -> int:
         return int(self.coefs[0].shape[0])
 
+    @cached_property
+    def _f32(self) -> _Forward32:
+        hidden = tuple(
+            (np.ascontiguousarray(w, dtype=np.float32), np.asarray(b, dtype=np.float32))
+            for w, b in zip(self.coefs[:-1], self.intercepts[:-1], strict=True)
+        )
+        w_out = np.ascontiguousarray(self.coefs[-1][:, 0], dtype=np.float32)
+        b_out = float(self.intercepts[-1][0])
+        return _Forward32(hidden, w_out, b_out, self.activation == "relu")
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Forward pass for a batch X of shape (n, n_features); returns shape (n,)."""
+        """Forward pass for a batch X of shape (n, n_features); returns shape (n,).
+
+        X is standardised in float64, the layers run in float32 (the MLPs were fitted in
+        float64; the output moves by ~1e-7 relative, 2-4x faster than float64 GEMMs and 4x
+        faster tanh), the output is un-scaled in float64. A row's result is bit-identical
+        whatever batch it comes in: blocks of at least MIN_GEMM_ROWS rows for the hidden
+        GEMMs, and the single output column as an einsum (a GEMV sums rows in an order that
+        depends on their position)."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
             X = X[None, :]
-        # Fold the input scaler into the first layer once per call: W' = W / s, b' = b - (mu/s) W.
-        w0 = self.coefs[0] / self.x_scale[:, None]
-        b0 = self.intercepts[0] - (self.x_mean / self.x_scale) @ self.coefs[0]
-        out = np.empty(X.shape[0])
-        # Row chunks keep the hidden activations in cache (2-3x faster on a 1M batch).
-        for s in range(0, X.shape[0], CHUNK_ROWS):
-            h = _dot(X[s : s + CHUNK_ROWS], w0)
-            h += b0
-            for i in range(1, len(self.coefs)):
-                if self.activation == "relu":
+        f = self._f32
+        n = X.shape[0]
+        inv_scale = 1.0 / self.x_scale
+        y = np.empty(n, dtype=np.float32)
+        for s in range(0, n, FORWARD_ROWS):
+            e = min(s + FORWARD_ROWS, n)
+            m = max(e - s, MIN_GEMM_ROWS) if f.hidden else e - s
+            z = np.zeros((m, X.shape[1]), dtype=np.float32)
+            z[: e - s] = (X[s:e] - self.x_mean) * inv_scale
+            h = z
+            for w, b in f.hidden:
+                h = h @ w
+                h += b
+                if f.relu:
                     np.maximum(h, 0.0, out=h)
                 else:
                     np.tanh(h, out=h)
-                h = _dot(h, self.coefs[i])
-                h += self.intercepts[i]
-            out[s : s + CHUNK_ROWS] = h[:, 0]
+            y[s:e] = np.einsum("ij,j->i", h[: e - s], f.w_out)
+        out = y.astype(np.float64)
+        out += f.b_out
         out *= self.y_scale
         out += self.y_mean
         return out
