@@ -98,7 +98,12 @@ def test_decode_integral_matches_the_step_by_step_sum(
 def _training_configs() -> tuple[pd.DataFrame, np.ndarray]:
     rows, groups = [], []
     # Three layer counts, so that every two-model training fold separates c0 from c_layer.
-    for name, model in (("a", LLAMA3_8B), ("b", dict(LLAMA2_7B, n_layers=24)), ("c", SMALL)):
+    # Three GQA ratios (4, 1, 2), so that every fold separates a_attn from a_attn_gqa.
+    for name, model in (
+        ("a", LLAMA3_8B),
+        ("b", dict(LLAMA2_7B, n_layers=24)),
+        ("c", dict(SMALL, n_kv_heads=8)),
+    ):
         for b in (1, 8, 64):
             for s in (128, 512, 2048):
                 for tp in (1, 2):
@@ -132,6 +137,7 @@ TRUE = {
     "c_layer_s": 1e-5,
     "c_tp_s": 2e-5,
     "a_kv_overflow": 0.2,
+    "a_attn_gqa": 0.15,
 }
 TRUE_THETA = np.array([TRUE[t] for t in TERMS])
 

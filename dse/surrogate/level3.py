@@ -57,7 +57,13 @@ TERMS: tuple[str, ...] = (
     "c_layer_s",  # per step per layer
     "c_tp_s",  # per step per layer per doubling of tensor parallelism
     "a_kv_overflow",  # x decode time x KV overflow fraction (preemption, recompute)
+    # x decode attention time x (query heads per KV head - 1): argonne's engines predate
+    # GQA-aware decode kernels and read each KV head once per query head (partly from L2)
+    "a_attn_gqa",
 )
+# Per-step overhead terms, in the column order of `step_overhead_terms`.
+STEP_TERMS: tuple[str, ...] = ("c0_s", "c_batch_s", "c_layer_s", "c_tp_s")
+STEP_IDX: tuple[int, ...] = tuple(TERMS.index(t) for t in STEP_TERMS)
 # (model term, roofline term) of each kernel group.
 PAIRS: tuple[tuple[str, str], ...] = (
     ("a_pre", "a_pre_roof"),
@@ -146,30 +152,37 @@ def kv_overflow(g: GlobalInputs) -> np.ndarray:
     return np.clip(g.value("kv_fill") - 1.0, 0.0, 1.0)
 
 
+def gqa_excess(g: GlobalInputs) -> np.ndarray:
+    """Query heads per KV head minus one (0 for multi-head attention)."""
+    return np.maximum(g.value("gqa"), 1.0) - 1.0
+
+
 def design(g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
     """Design matrices (n, len(TERMS)) of ttft and of the decode phase, so that
     ttft = X_ttft @ theta and decode = X_dec @ theta."""
     step = step_overhead_terms(g)
     steps = g.value("steps")[:, None]
     overflow = kv_overflow(g)
-    zero = np.zeros_like(g.t_pre_s)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
     rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
-    x_ttft = np.column_stack([g.t_pre_s, g.t_pre_roof_s, *([zero] * 6), step, zero])
-    x_dec = np.column_stack(
-        [
-            zero,
-            zero,
-            rest,
-            rest_roof,
-            g.t_dec_attn_s,
-            g.t_dec_attn_roof_s,
-            g.t_dec_comm_s,
-            g.t_dec_comm_roof_s,
-            steps * step,
-            g.t_dec_s * overflow,
-        ]
-    )
+    n = len(g.t_pre_s)
+    x_ttft = np.zeros((n, len(TERMS)))
+    x_dec = np.zeros((n, len(TERMS)))
+    x_ttft[:, TERMS.index("a_pre")] = g.t_pre_s
+    x_ttft[:, TERMS.index("a_pre_roof")] = g.t_pre_roof_s
+    x_ttft[:, list(STEP_IDX)] = step
+    for term, col in (
+        ("a_dec", rest),
+        ("a_dec_roof", rest_roof),
+        ("a_attn", g.t_dec_attn_s),
+        ("a_attn_roof", g.t_dec_attn_roof_s),
+        ("a_comm", g.t_dec_comm_s),
+        ("a_comm_roof", g.t_dec_comm_roof_s),
+        ("a_kv_overflow", g.t_dec_s * overflow),
+        ("a_attn_gqa", g.t_dec_attn_s * gqa_excess(g)),
+    ):
+        x_dec[:, TERMS.index(term)] = col
+    x_dec[:, list(STEP_IDX)] = steps * step
     return x_ttft, x_dec
 
 
@@ -385,14 +398,15 @@ class Level3:
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
         st = dict(state)
-        if (
-            tuple(str(t) for t in st["terms"]) != TERMS
-            or tuple(str(f) for f in st["features"]) != FEATURES
-        ):
+        stored = tuple(str(t) for t in st["terms"])
+        # An artifact fitted before a term was added reads with that term at 0 (exactly the
+        # model it was); unknown terms or other MLP features need a refit.
+        if not set(stored) <= set(TERMS) or tuple(str(f) for f in st["features"]) != FEATURES:
             raise ArtifactError(
                 "level-3 model was fitted with other terms/features than this dse computes; "
                 "re-fit the artifact with `dse fit`"
             )
+        where = np.array([TERMS.index(t) for t in stored])
         self = cls()
         self.range_ = {
             str(k): (float(lo), float(hi))
@@ -401,8 +415,10 @@ class Level3:
         self.engines_ = {}
         for e in (str(x) for x in st["engines"]):
             mlps = tuple(MLP.from_state(st, f"{e}.mlp{i}.") for i in range(int(st[f"{e}.n_mlps"])))
+            theta = np.zeros(len(TERMS))
+            theta[where] = np.asarray(st[f"{e}.theta"], dtype=float)
             self.engines_[e] = EngineFit(
-                np.asarray(st[f"{e}.theta"], dtype=float),
+                theta,
                 mlps,
                 np.asarray(st[f"{e}.band_log"], dtype=float),
                 float(st[f"{e}.cv_mape_pct"]),
@@ -437,14 +453,18 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
     over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
     rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
-    i0 = TERMS.index("c0_s")
-    o_step = step_overhead_terms(g) @ th[i0 : i0 + 4]
+    o_step = step_overhead_terms(g) @ th[list(STEP_IDX)]
     return {
         "ttft_s": ttft_s * f,
         "decode_s": dec_s * f,
         "pre_factor": _factor(th, "a_pre", g.t_pre_roof_s, g.t_pre_s) * f,
         "dec_factor": (_factor(th, "a_dec", rest_roof, rest) + over) * f,
-        "dec_attn_factor": (_factor(th, "a_attn", g.t_dec_attn_roof_s, g.t_dec_attn_s) + over) * f,
+        "dec_attn_factor": (
+            _factor(th, "a_attn", g.t_dec_attn_roof_s, g.t_dec_attn_s)
+            + th[TERMS.index("a_attn_gqa")] * gqa_excess(g)
+            + over
+        )
+        * f,
         "dec_comm_factor": (_factor(th, "a_comm", g.t_dec_comm_roof_s, g.t_dec_comm_s) + over) * f,
         "pre_overhead_s": o_step * f,
         "dec_overhead_s": g.value("steps") * o_step * f,
