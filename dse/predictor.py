@@ -382,10 +382,17 @@ def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
     code = np.zeros(n, dtype=np.int64)
     for i, k in enumerate(names[:62]):
         code |= np.asarray(flags[k], dtype=np.int64) << i
+    if not code.any():
+        return _const_object(n, "")
     uniq, inverse = np.unique(code, return_inverse=True)
-    text = np.empty(len(uniq), dtype=object)
-    for j, c in enumerate(uniq):
-        text[j] = ",".join(k for i, k in enumerate(names[:62]) if (int(c) >> i) & 1)
+    # One vectorised string append per flag over the distinct combinations (thousands of them
+    # in a batch of 10^5 rows), then the leading comma dropped.
+    text = _const_object(len(uniq), "")
+    for i, k in enumerate(names[:62]):
+        hit = ((uniq >> i) & 1).astype(bool)
+        if hit.any():
+            text[hit] = text[hit] + ("," + k)
+    text = np.array([t[1:] for t in text.tolist()], dtype=object)
     return text[inverse]
 
 

@@ -305,7 +305,8 @@ class HymellPricer:
         per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
         sources: dict[str, str] = {}
         zero = np.zeros(n)
-        ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
+        # "cache": adapters may share results between operators of this phase.
+        ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
         roof: dict[str, np.ndarray] = {}
         oor_by: dict[str, np.ndarray] = {}
         for op in ops:

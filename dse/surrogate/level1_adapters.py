@@ -29,16 +29,23 @@ UTIL_MAX = 1.5  # the power model clips utilisations here too
 
 
 # ---------------------------------------------------------------------------- shared helpers
+# Rows per call of a kernel model: its feature matrix (~16 float64 columns) stays in cache
+# (a 5 x 10^5-row feature matrix built at once is 3x slower to write than in blocks).
+BLOCK_ROWS = 16384
+
+
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(index of one row per distinct row, inverse index) of integral columns, or None when
-    deduplication would not pay (most rows distinct) or the values do not pack into 63 bits."""
-    n = np.size(cols[0])
+    """(flat index of one row per distinct row, inverse index) of integral columns that
+    broadcast together (e.g. (n,) and (k, n)), or None when deduplication would not pay (most
+    rows distinct) or the values do not pack into 63 bits."""
+    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
+    n = int(np.prod(shape))
     if n < 64:
         return None
-    key = np.zeros(n, dtype=np.int64)
+    key = np.zeros(shape, dtype=np.int64)
     used = 0
     for c in cols:
-        v = np.asarray(c).ravel()
+        v = np.asarray(c)
         lo, hi = v.min(), v.max()
         if lo < 0:
             return None
@@ -46,7 +53,9 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         used += bits
         if used > 63:
             return None
-        key = (key << bits) | v.astype(np.int64)
+        key <<= bits
+        key |= v.astype(np.int64, copy=False)
+    key = key.reshape(-1)
     import pandas as pd  # hash-based factorize: O(n), where np.unique sorts
 
     if n > 20_000:
@@ -65,18 +74,49 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 def dedupe(
     fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray, rows: bool = False
 ) -> dict[str, np.ndarray]:
-    """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' shape. With
-    rows=True fn gets the flat row indices it evaluates first: fn(index, *cols)."""
-    shape = np.shape(cols[0])
+    """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' (broadcast)
+    shape. With rows=True fn gets the flat row indices it evaluates first: fn(index, *cols)."""
+    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
     u = unique_rows(*cols)
     if u is None:
-        args = tuple(np.asarray(c).ravel() for c in cols)
-        out = fn(np.arange(args[0].size), *args) if rows else fn(*args)
+        args = tuple(np.broadcast_to(np.asarray(c), shape).ravel() for c in cols)
+        out = fn(np.arange(int(np.prod(shape))), *args) if rows else fn(*args)
         return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
     rep, inverse = u
-    args = tuple(np.asarray(c).ravel()[rep] for c in cols)
+    idx = np.unravel_index(rep, shape)
+    args = tuple(np.broadcast_to(np.asarray(c), shape)[idx] for c in cols)
     out = fn(rep, *args) if rows else fn(*args)
     return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
+
+
+def evaluate_rows(
+    fn: Callable[[tuple[np.ndarray, ...]], dict[str, np.ndarray]],
+    keys: list[np.ndarray],
+    shape: tuple[int, ...],
+) -> dict[str, np.ndarray]:
+    """fn evaluated once per distinct row of the integral `keys` (each broadcastable to
+    `shape`), in blocks of BLOCK_ROWS rows; fn gets the rows as an index tuple into `shape`
+    and returns 1-D arrays, which come back scattered to every row, in `shape`."""
+    size = int(np.prod(shape))
+    u = unique_rows(*keys)
+    rows = None if u is None else u[0]
+    m = size if rows is None else len(rows)
+    parts: list[dict[str, np.ndarray]] = []
+    for s in range(0, m, BLOCK_ROWS):
+        r = np.arange(s, min(s + BLOCK_ROWS, m)) if rows is None else rows[s : s + BLOCK_ROWS]
+        parts.append(fn(np.unravel_index(r, shape)))
+    out = {
+        k: np.concatenate([np.asarray(p[k]) for p in parts]) if len(parts) > 1 else parts[0][k]
+        for k in parts[0]
+    }
+    if u is not None:
+        out = {k: np.asarray(v)[u[1]] for k, v in out.items()}
+    return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
+
+
+def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy)."""
+    return np.broadcast_to(np.asarray(v), shape)[idx]
 
 
 class PowerTable:
@@ -242,37 +282,33 @@ def price_layer_op(
     # Only these inputs change this operator's time; the others are held at any row's value
     # so that the model runs once per distinct shape of *this* operator.
     relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
-    keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
+    # Operators priced as the same vidur operator (the three norms' input_layernorm, both
+    # residual adds) share the model's times within a phase: the inputs are the same.
+    cache = ctx.get("cache")
+    hit = None if cache is None else cache.get(("layer_op", vidur_op))
+    if hit is None:
+        keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
 
-    flops = np.broadcast_to(op.flops, tokens.shape).ravel()
-    nbytes = np.broadcast_to(op.bytes, tokens.shape).ravel()
-    table = power_table(artifact)
+        def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+            m = len(idx[0])
+            kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
+            kw.update({k: arrays[k][idx] for k in relevant})
+            res = model.predict(op=vidur_op, gated_mlp=gated[idx], **kw)
+            covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
+            return {"latency_s": np.asarray(res["latency_s"], dtype=float), "covered": covered}
 
-    def run(rows: np.ndarray, *v: np.ndarray) -> dict[str, np.ndarray]:
-        m = len(v[0])
-        kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
-        kw.update({k: np.asarray(x, dtype=float) for k, x in zip(relevant, v, strict=False)})
-        res = model.predict(op=vidur_op, gated_mlp=np.asarray(v[-1], dtype=bool), **kw)
-        lat = np.asarray(res["latency_s"], dtype=float)
-        covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
-        # Not covered (no such operator family in the model): the roofline, flagged below.
-        t_roof = np.maximum(
-            flops[rows] / gpu.peak_bf16_flops_per_s, nbytes[rows] / gpu.hbm_bw_bytes_per_s
-        )
-        lat = np.where(covered, lat, t_roof + LAUNCH_S)
-        out = {"latency_s": lat, "covered": covered}
-        if table is not None:
-            t = np.maximum(lat, 1e-12)
-            uc = flops[rows] / gpu.peak_bf16_flops_per_s / t
-            um = nbytes[rows] / gpu.hbm_bw_bytes_per_s / t
-            out["power_w"] = table.power_w(gpu, uc, um)
-        return out
-
-    res = dedupe(run, *keys, rows=True)
-    if not res["covered"].any():
+        hit = evaluate_rows(run, keys, tokens.shape)
+        hit["oor"] = artifact.out_of_range(names[0], **{k: arrays[k] for k in relevant})
+        if cache is not None:
+            cache[("layer_op", vidur_op)] = hit
+    if not hit["covered"].any():
         return None
-    oor = artifact.out_of_range(names[0], **{k: arrays[k] for k in relevant})
-    return L1Price(res["latency_s"], res.get("power_w"), oor, names[0])
+    # Not covered (no such operator family in the model): the roofline, flagged below.
+    lat = hit["latency_s"]
+    if not hit["covered"].all():
+        t_roof = np.maximum(op.flops / gpu.peak_bf16_flops_per_s, op.bytes / gpu.hbm_bw_bytes_per_s)
+        lat = np.where(hit["covered"], lat, t_roof + LAUNCH_S)
+    return L1Price(lat, op_power_w(artifact, op, gpu, lat), hit["oor"], names[0])
 
 
 # ---------------------------------------------------------------------------- kernel tables
@@ -309,52 +345,68 @@ def _find_model(artifact: Artifact, op_kind: str) -> str | None:
     return None
 
 
+_ACCEPTS: dict[int, tuple[Any, frozenset[str] | None]] = {}
+
+
+def _accepted(model: Any) -> frozenset[str] | None:
+    """Keyword inputs model.predict accepts (None: any, it takes **kwargs); cached per model."""
+    hit = _ACCEPTS.get(id(model))
+    if hit is None or hit[0] is not model:
+        import inspect
+
+        params = inspect.signature(model.predict).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            hit = (model, None)
+        else:
+            hit = (model, frozenset(params))
+        _ACCEPTS[id(model)] = hit
+    return hit[1]
+
+
 def _call(model: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """model.predict with the inputs it accepts (all of them when it takes **kwargs)."""
-    import inspect
-
-    params = inspect.signature(model.predict).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    accepts = _accepted(model)
+    if accepts is None:
         return model.predict(**arrays)
-    return model.predict(**{k: v for k, v in arrays.items() if k in params})
+    return model.predict(**{k: v for k, v in arrays.items() if k in accepts})
 
 
 def _kernel_price(
     artifact: Artifact, op: Op, gpu: GPU, arrays: dict[str, np.ndarray], keys: tuple[str, ...]
 ) -> L1Price | None:
+    """Price by a kernel-table model. `keys`: the integral inputs that determine every array
+    passed (the others are constants or copies of them), so the model runs once per distinct
+    row of `keys` over the batch and the quadrature nodes."""
     name = _find_model(artifact, op.kind)
     if name is None:
         return None
     model = artifact.model(name)
+    accepts = _accepted(model)
+    if accepts is not None:
+        arrays = {k: v for k, v in arrays.items() if k in accepts}
     shape = np.broadcast_shapes(*(np.shape(v) for v in arrays.values()))
-    flat = {k: np.broadcast_to(np.asarray(v), shape).ravel() for k, v in arrays.items()}
-    ints = [np.rint(flat[k]).astype(np.int64) for k in keys]
-    flops = np.broadcast_to(op.flops, shape).ravel()
-    nbytes = np.broadcast_to(op.bytes, shape).ravel()
-    table = power_table(artifact)
+    ints = [np.rint(arrays[k]).astype(np.int64) for k in keys]
 
-    def run(rows: np.ndarray, *_: np.ndarray) -> dict[str, np.ndarray]:
-        res = _call(model, {k: v[rows] for k, v in flat.items()})
-        lat = np.asarray(res["latency_s"], dtype=float).ravel()
-        out = {"latency_s": lat}
-        if "power_w" in res and np.all(np.isfinite(res["power_w"])):
+    def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        res = model.predict(**{k: at_rows(v, shape, idx) for k, v in arrays.items()})
+        out = {"latency_s": np.asarray(res["latency_s"], dtype=float).ravel()}
+        if "power_w" in res:
             out["power_w"] = np.asarray(res["power_w"], dtype=float).ravel()
-        elif table is not None:
-            t = np.maximum(lat, 1e-12)
-            uc = flops[rows] / gpu.peak_bf16_flops_per_s / t
-            um = nbytes[rows] / gpu.hbm_bw_bytes_per_s / t
-            out["power_w"] = table.power_w(gpu, uc, um)
         return out
 
-    res = dedupe(run, *ints, rows=True)
-    lat = res["latency_s"].reshape(shape)
+    res = evaluate_rows(run, ints, shape)
+    lat = res["latency_s"]
     if not np.all(np.isfinite(lat)):
         return None
-    rng = artifact.manifest["models"][name].get("fitted_range", {})
-    oor = artifact.out_of_range(name, **{k: v for k, v in flat.items() if k in rng})
-    oor = np.broadcast_to(oor, (int(np.prod(shape)),)).reshape(shape)
     power = res.get("power_w")
-    return L1Price(lat, None if power is None else power.reshape(shape), oor, name)
+    if power is None or not np.all(np.isfinite(power)):
+        # Power from the table at each row's own utilisations (FLOPs and bytes may vary
+        # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
+        power = op_power_w(artifact, op, gpu, lat)
+    rng = artifact.manifest["models"][name].get("fitted_range", {})
+    oor = artifact.out_of_range(name, **{k: v for k, v in arrays.items() if k in rng})
+    oor = np.broadcast_to(oor, shape)
+    return L1Price(lat, power, oor, name)
 
 
 def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
@@ -378,7 +430,11 @@ def price_context_attention(
     a = _attention_arrays(op)
     a["isl"] = np.asarray(op.dims["isl"], dtype=float)
     return _kernel_price(
-        artifact, op, gpu, a, ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim")
+        artifact,
+        op,
+        gpu,
+        a,
+        ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim", "kv_fp8"),
     )
 
 
@@ -393,9 +449,8 @@ def price_generation_attention(
     a["kv_len"] = np.rint(kv)
     a["step"] = a["kv_len"]
     a["isl"] = np.ones_like(kv)
-    return _kernel_price(
-        artifact, op, gpu, a, ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim")
-    )
+    keys = ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+    return _kernel_price(artifact, op, gpu, a, keys)
 
 
 @level1_adapter("moe")
