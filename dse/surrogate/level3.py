@@ -98,6 +98,7 @@ RANGE_INPUTS: tuple[str, ...] = (
     "n_experts",
     "kv_fill",
 )
+GQA_PRIOR = 0.3  # prior weight of a_attn_gqa towards 0, relative to the kernel-factor prior
 LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
 OOR_BAND_WIDEN = 2.0  # band half-widths (log) are multiplied by this outside the fitted range
 BAND_QUANTILES = (0.05, 0.95)
@@ -575,6 +576,10 @@ def _fit_structured(
             rows.append(({model_term: 1.0, roof_term: 1.0}, 1.0, w))
             rows.append(({roof_term: 1.0}, 0.0, w * 0.1))  # tie-break towards the model
         rows.append(({"a_kv_overflow": 1.0}, 0.0, w))
+        # The GQA re-read term towards 0, weakly: few models per engine, and KV overflow
+        # (also attention-heavy) must not be explained by it (0.3: the best of 0, 0.3, 1, 3
+        # on the held-out argonne latency and energy; docs/accuracy.md).
+        rows.append(({"a_attn_gqa": 1.0}, 0.0, w * GQA_PRIOR))
         prior = np.zeros((len(rows), X.shape[1]))
         target = np.zeros(len(rows))
         for i, (coefs, value, weight) in enumerate(rows):
