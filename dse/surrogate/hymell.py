@@ -22,7 +22,7 @@ operator (shape (n,)) is multiplied by the sum of the weights.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -259,6 +259,61 @@ class PhaseCost:
         )
 
 
+# An operator that runs in fewer than this fraction of a batch's configurations (count 0: the
+# MoE block of a dense model, the all-reduce without tensor parallelism) is priced on those only.
+SUBSET_BELOW = 0.9
+
+
+class _Rows(Mapping[str, np.ndarray]):
+    """Configuration columns at some rows, gathered on first access."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> None:
+        self._cols, self._idx, self._memo = cols, idx, {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._memo:
+            self._memo[key] = np.asarray(self._cols[key])[self._idx]
+        return self._memo[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
+
+
+def _at(v: Any, idx: np.ndarray, n: int) -> Any:
+    """v at configurations idx when it is a per-configuration array (last axis n), else v."""
+    if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[-1] == n:
+        return v[..., idx]
+    return v
+
+
+def _op_rows(op: Op, idx: np.ndarray, n: int) -> Op:
+    """The operator restricted to configurations idx."""
+    dims = {k: _at(v, idx, n) for k, v in op.dims.items()}
+    return Op(op.name, op.kind, op.block, _at(op.count, idx, n), _at(op.flops, idx, n),
+              _at(op.bytes, idx, n), dims)  # fmt: skip
+
+
+def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
+    """A price of configurations idx spread over all n (latency 1 s, power 0 W elsewhere: the
+    pricer zeroes the time of configurations that do not run the operator)."""
+    shape = (*np.shape(price.latency_s)[:-1], n)
+
+    def put(v: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
+        out = np.full(shape, fill, dtype=dtype)
+        out[..., idx] = v
+        return out
+
+    return L1Price(
+        put(price.latency_s, 1.0, float),
+        None if price.power_w is None else put(price.power_w, 0.0, float),
+        None if price.out_of_range is None else put(price.out_of_range, False, bool),
+        price.model,
+    )
+
+
 def _tokens(cols: Mapping[str, np.ndarray] | None, phase: str) -> np.ndarray | None:
     if cols is None:
         return None
@@ -318,7 +373,17 @@ class HymellPricer:
             price = None
             adapter = LEVEL1.get(op.kind)
             if self.artifact is not None and adapter is not None:
-                price = adapter(self.artifact, op, self.gpu, ctx)
+                if runs.all() or runs.mean() >= SUBSET_BELOW:
+                    price = adapter(self.artifact, op, self.gpu, ctx)
+                else:  # e.g. the MoE block in a batch of mostly dense models
+                    idx = np.flatnonzero(runs)
+                    sub_ctx = {
+                        "cols": None if self.cols is None else _Rows(self.cols, idx),
+                        "phase": phase,
+                        "tokens": None if ctx["tokens"] is None else ctx["tokens"][idx],
+                    }
+                    price = adapter(self.artifact, _op_rows(op, idx, n), self.gpu, sub_ctx)
+                    price = None if price is None else _scatter(price, idx, n)
             if price is None:
                 t_call, util = roofline_op(op, self.gpu)
                 power, src = None, "roofline"

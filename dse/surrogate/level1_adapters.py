@@ -93,17 +93,20 @@ def evaluate_rows(
     fn: Callable[[tuple[np.ndarray, ...]], dict[str, np.ndarray]],
     keys: list[np.ndarray],
     shape: tuple[int, ...],
+    block: int | None = BLOCK_ROWS,
 ) -> dict[str, np.ndarray]:
     """fn evaluated once per distinct row of the integral `keys` (each broadcastable to
-    `shape`), in blocks of BLOCK_ROWS rows; fn gets the rows as an index tuple into `shape`
-    and returns 1-D arrays, which come back scattered to every row, in `shape`."""
+    `shape`), in blocks of `block` rows (None: all at once); fn gets the rows as an index
+    tuple into `shape` and returns 1-D arrays, which come back scattered to every row, in
+    `shape`."""
     size = int(np.prod(shape))
     u = unique_rows(*keys)
     rows = None if u is None else u[0]
     m = size if rows is None else len(rows)
+    step = max(m, 1) if block is None else block
     parts: list[dict[str, np.ndarray]] = []
-    for s in range(0, m, BLOCK_ROWS):
-        r = np.arange(s, min(s + BLOCK_ROWS, m)) if rows is None else rows[s : s + BLOCK_ROWS]
+    for s in range(0, max(m, 1), step):
+        r = np.arange(s, min(s + step, m)) if rows is None else rows[s : s + step]
         parts.append(fn(np.unravel_index(r, shape)))
     out = {
         k: np.concatenate([np.asarray(p[k]) for p in parts]) if len(parts) > 1 else parts[0][k]
@@ -297,7 +300,8 @@ def price_layer_op(
             covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
             return {"latency_s": np.asarray(res["latency_s"], dtype=float), "covered": covered}
 
-        hit = evaluate_rows(run, keys, tokens.shape)
+        # One call: the model's per-call cost (string op lookups) does not shrink with blocks.
+        hit = evaluate_rows(run, keys, tokens.shape, block=None)
         hit["oor"] = artifact.out_of_range(names[0], **{k: arrays[k] for k in relevant})
         if cache is not None:
             cache[("layer_op", vidur_op)] = hit
