@@ -5,6 +5,10 @@
   `Throughput` tokens/s counting input and output tokens.
 - `argonne/Plots/Fig_16_a_b/power_results.csv`: the same columns plus `avg_power` in
   **milliwatts, GPU 0 only**; energy of the batch on that one GPU = latency_s * power_w.
+- `argonne/Plots/Fig_22/all_results_TTFT_ITL.csv` -> e2e_ttft: `TTFT Latency` (seconds to the
+  first token of a static batch of `Batch Size` prompts of `Input Length` tokens) and
+  `end_latency` (seconds for the whole run; it equals All_results' `Latency` of the same
+  configuration with output = input length, so the TTFT is that run's first token).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ SOURCE = "argonne"
 FOLDER = "argonne"
 E2E_FILE = "Plots/All_results.csv"
 POWER_FILE = "Plots/Fig_16_a_b/power_results.csv"
+TTFT_FILE = "Plots/Fig_22/all_results_TTFT_ITL.csv"
 
 # Hardware column -> registry name (other vendors: lowercase slug of the model name).
 _HARDWARE = {
@@ -54,6 +59,17 @@ _COLUMNS = (
     "Throughput",
 )
 _POWER_RANGE_W = (30.0, 1000.0)
+_TTFT_COLUMNS = (
+    "Hardware",
+    "Num of Hardware",
+    "Framework",
+    "Model",
+    "Input Length",
+    "Output Length",
+    "Batch Size",
+    "TTFT Latency",
+    "end_latency",
+)
 
 
 def _hardware(name: str) -> str:
@@ -123,8 +139,54 @@ def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
     return c.finish(df, extra_order=("model", "batch_size", "input_tokens", "output_tokens"))
 
 
+def _read_ttft(path: Path, root: Path) -> pd.DataFrame:
+    """Fig. 22: time to first token per configuration (`latency_s` = TTFT)."""
+    file = c.rel(path, root)
+    try:
+        raw = pd.read_csv(path, skipinitialspace=True)
+    except Exception as exc:
+        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
+    if raw.empty:
+        raise DataError(f"{file}: table has no rows")
+    raw.columns = [str(col).strip() for col in raw.columns]
+    c.require_columns(raw, _TTFT_COLUMNS, file)
+    ttft_s = c.numeric(raw, "TTFT Latency", file)
+    c.check_positive(ttft_s, "TTFT Latency", file)
+    # prefill of <= 256 prompts x <= 2048 tokens: 1 ms .. 10 min (seconds, not milliseconds)
+    c.check_range(ttft_s, 1e-3, 600.0, "TTFT Latency (s)", file)
+    # end_latency is empty for some rows (GH200 TensorRT-LLM): NaN, not an error.
+    end_s = pd.to_numeric(raw["end_latency"], errors="coerce").to_numpy(float)
+    ints = {}
+    for col in ("Num of Hardware", "Input Length", "Output Length", "Batch Size"):
+        v = c.numeric(raw, col, file)
+        c.check_positive(v, col, file)
+        ints[col] = v.astype(np.int64)
+    engine = raw["Framework"].astype(str).str.strip().str.lower()
+    df = pd.DataFrame(
+        {
+            "source": SOURCE,
+            "gpu": [_hardware(h) for h in raw["Hardware"]],
+            "engine": engine.map(lambda e: _ENGINES.get(e, e)).to_numpy(),
+            "engine_version": "unknown",
+            "kind": "e2e_ttft",
+            "dtype": "float16",
+            "file": file,
+            "latency_s": ttft_s,
+            "model": raw["Model"].astype(str).str.strip().to_numpy(),
+            "hardware": raw["Hardware"].astype(str).to_numpy(),
+            "batch_size": ints["Batch Size"],
+            "input_tokens": ints["Input Length"],
+            "output_tokens": ints["Output Length"],
+            "n_gpus": ints["Num of Hardware"],
+            "end_latency_s": end_s,
+        }
+    )
+    return c.finish(df, extra_order=("model", "batch_size", "input_tokens", "output_tokens"))
+
+
 def read_argonne(root: Path | str) -> dict[str, pd.DataFrame]:
-    """argonne e2e (All_results.csv) and e2e_energy (power_results.csv) tables."""
+    """argonne e2e (All_results.csv), e2e_energy (power_results.csv) and e2e_ttft (Fig. 22)
+    tables."""
     root = Path(root)
     base = root / FOLDER
     out: dict[str, pd.DataFrame] = {}
@@ -132,4 +194,6 @@ def read_argonne(root: Path | str) -> dict[str, pd.DataFrame]:
         out["e2e"] = _read(base / E2E_FILE, root, "e2e")
     if (base / POWER_FILE).is_file():
         out["e2e_energy"] = _read(base / POWER_FILE, root, "e2e_energy")
+    if (base / TTFT_FILE).is_file():
+        out["e2e_ttft"] = _read_ttft(base / TTFT_FILE, root)
     return out

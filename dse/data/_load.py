@@ -34,7 +34,7 @@ SOURCE_KINDS: dict[str, frozenset[str]] = {
         {"gemm", "context_attention", "generation_attention", "moe", "allreduce"}
     ),
     "vidur": frozenset({"layer_op", "allreduce"}),
-    "argonne": frozenset({"e2e", "e2e_energy"}),
+    "argonne": frozenset({"e2e", "e2e_energy", "e2e_ttft"}),
     "ml-energy-v2": frozenset({"serving_energy"}),
     "splitwise": frozenset({"splitwise"}),
     "llmcompass": frozenset({"gemm", "softmax", "layernorm", "gelu"}),
@@ -50,6 +50,7 @@ KINDS: tuple[str, ...] = (
     "layer_op",
     "e2e",
     "e2e_energy",
+    "e2e_ttft",
     "serving_energy",
     "splitwise",
     "softmax",
