@@ -122,28 +122,52 @@ def price_rows(
     return g, {k: np.concatenate(v)[perm] for k, v in extra.items()}
 
 
+# Columns that identify one argonne configuration across All_results and Fig. 22.
+RUN_KEYS = ("gpu", "engine", "model", "batch_size", "input_tokens", "n_gpus")
+
+
+def ttft_of_runs(kept: pd.DataFrame, ttft_rows: pd.DataFrame | None) -> np.ndarray:
+    """Measured time to first token (argonne Fig. 22, kind e2e_ttft) of each end-to-end row,
+    NaN where none was measured. A Fig. 22 row is the first token of the All_results run with
+    the same configuration and output = input length (its end_latency is that run's Latency)."""
+    out = np.full(len(kept), np.nan)
+    if ttft_rows is None or ttft_rows.empty or kept.empty:
+        return out
+    t = ttft_rows.groupby(list(RUN_KEYS), as_index=False)["latency_s"].mean()
+    t = t.rename(columns={"latency_s": "_ttft_s"})
+    k = kept[list(RUN_KEYS)].reset_index(drop=True).assign(_row=np.arange(len(kept)))
+    m = k.merge(t, on=list(RUN_KEYS), how="inner")
+    same_run = (kept["input_tokens"].to_numpy() == kept["output_tokens"].to_numpy())[m["_row"]]
+    out[m["_row"].to_numpy()[same_run]] = m["_ttft_s"].to_numpy()[same_run]
+    return out
+
+
 def fit_level3(
     gpu: str,
     e2e: pd.DataFrame,
     artifact: Artifact | None,
     lookup: Lookup | None = None,
     seed: int = 0,
+    ttft_rows: pd.DataFrame | None = None,
     **level3_kw: Any,
 ) -> tuple[Level3, dict[str, Any]]:
-    """Fit Level 3 of artifact `gpu` on the argonne e2e rows of LEVEL3_ROWS[gpu]."""
+    """Fit Level 3 of artifact `gpu` on the argonne e2e rows of LEVEL3_ROWS[gpu], with the
+    measured time to first token of those runs (`ttft_rows`, kind e2e_ttft) where there is one."""
     sources = LEVEL3_ROWS.get(gpu, (gpu,))
     rows = e2e[e2e["gpu"].isin(sources)]
     cfg, kept = e2e_configs(rows, lookup)
     if not len(cfg):
         raise DataError(f"no argonne end-to-end rows usable for {gpu} (looked for {sources})")
     g, _ = price_rows(cfg, artifact, gpu)
+    ttft = ttft_of_runs(kept, ttft_rows)
     model = Level3(seed=seed, **level3_kw).fit_arrays(
-        g, kept["latency_s"].to_numpy(float), kept["model"].to_numpy()
+        g, kept["latency_s"].to_numpy(float), kept["model"].to_numpy(), ttft
     )
     info = {
         "rows_from_gpus": list(sources),
         "rows_used": len(kept),
         "rows_skipped": int(len(rows) - len(kept)),
+        "ttft_rows_used": int(np.isfinite(ttft).sum()),
         "models": sorted(kept["model"].unique()),
         "engines": fit_summary(model),
     }
@@ -164,12 +188,15 @@ def fit_levels(
     if tables is None:
         from dse.data import load
 
-        tables = load(data_root, ["e2e", "e2e_energy"])
+        tables = load(data_root, ["e2e", "e2e_energy", "e2e_ttft"])
     e2e = tables.get("e2e")
     if e2e is None or e2e.empty:
         raise DataError(f"{data_root}: no argonne end-to-end rows (argonne/Plots/All_results.csv)")
-    model, info = fit_level3(gpu, e2e, artifact, lookup, seed)
+    ttft_rows = tables.get("e2e_ttft")
+    model, info = fit_level3(gpu, e2e, artifact, lookup, seed, ttft_rows=ttft_rows)
     files = sorted({str(Path(data_root) / f) for f in e2e["file"].unique()})
+    if info["ttft_rows_used"] and ttft_rows is not None:
+        files = sorted({*files, *(str(Path(data_root) / f) for f in ttft_rows["file"].unique())})
     cv = {e: v["cv"] for e, v in info["engines"].items()}
     out = [FittedModel("level3.e2e", model, cv=cv, files=tuple(files), info=info)]
     energy = tables.get("e2e_energy")
@@ -380,7 +407,7 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
         base = transient_artifact(gpu, earlier + out) if (earlier or out) else None
     else:
         base = merge(level1, gpu, out, root) if out else level1
-    tables = {k: ctx.table(k) for k in ("e2e", "e2e_energy")}
+    tables = {k: ctx.table(k) for k in ("e2e", "e2e_energy", "e2e_ttft")}
     e2e = tables["e2e"]
     if e2e is None or e2e.empty or not e2e["gpu"].isin(LEVEL3_ROWS.get(gpu, (gpu,))).any():
         return out
@@ -396,7 +423,17 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
     out = pd.DataFrame(
         {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
     )
-    if kind in ("e2e", "e2e_energy"):
+    if kind == "e2e_ttft":
+        # Fig. 22 TTFT: the first token of the All_results run of the same configuration,
+        # whose output length equals its input length (the file writes output length 1).
+        r = rows.reset_index(drop=True).assign(output_tokens=lambda d: d["input_tokens"])
+        cfg, kept = e2e_configs(r.assign(_row=np.arange(len(r))))
+        if len(cfg):
+            arts = {str(g): artifact for g in cfg["gpu"].unique()}
+            p = predict(cfg, artifacts=arts)
+            idx = rows.index[kept["_row"].to_numpy()]
+            out.loc[idx, "latency_pred_s"] = p["ttft_s"]
+    elif kind in ("e2e", "e2e_energy"):
         r = rows.reset_index(drop=True)
         cfg, kept = e2e_configs(r.assign(_row=np.arange(len(r))))
         if len(cfg):
@@ -450,7 +487,7 @@ def register() -> None:
             name="hymell-levels-2-3",
             fit=_family_fit,
             predict_rows=_family_predict_rows,
-            validates=("e2e", "e2e_energy", "serving_energy"),
+            validates=("e2e", "e2e_energy", "e2e_ttft", "serving_energy"),
             order=900,
         )
     )
@@ -485,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from dse.data import load
 
-    tables = load(args.data, ["e2e", "e2e_energy", "layer_op"])
+    tables = load(args.data, ["e2e", "e2e_energy", "e2e_ttft", "layer_op"])
     out_root = Path(args.out) if args.out else surrogates_dir()
     for gpu in args.gpu:
         folder = surrogates_dir() / gpu

@@ -281,12 +281,15 @@ class Level3:
             idx = np.nonzero(g.engine == engine)[0]
             gi, yi, ti, grp = g.take(idx), y[idx], tt[idx], np.asarray(groups)[idx]
             held = np.full(len(idx), np.nan)
+            held_ttft = np.full(len(idx), np.nan)
             uniq = np.unique(grp)
             if len(uniq) > 1:
                 for m in uniq:
                     tr, te = grp != m, grp == m
                     fit = self._fit_engine(gi.take(tr), yi[tr], ti[tr])
-                    held[te] = _latency(fit, gi.take(te))
+                    p = _parts(fit, gi.take(te))
+                    held[te] = p["ttft_s"] + p["decode_s"]
+                    held_ttft[te] = p["ttft_s"]
             final = self._fit_engine(gi, yi, ti)
             ok = np.isfinite(held)
             logres = np.log(yi[ok] / held[ok]) if ok.any() else np.zeros(1)
@@ -301,7 +304,14 @@ class Level3:
                 "groups": len(uniq),
                 "latency_mape_pct": final.cv_mape_pct,
                 "held_out_pred_s": held,
+                "held_out_ttft_s": held_ttft,
             }
+            has_t = np.isfinite(ti) & np.isfinite(held_ttft)
+            if has_t.any():
+                self.cv_[str(engine)]["ttft_rows"] = int(has_t.sum())
+                self.cv_[str(engine)]["ttft_mape_pct"] = float(
+                    np.mean(np.abs(held_ttft[has_t] / ti[has_t] - 1)) * 100
+                )
         return self
 
     def _fit_engine(self, g: GlobalInputs, y: np.ndarray, ttft: np.ndarray) -> EngineFit:
@@ -640,7 +650,7 @@ def fit_summary(model: Level3) -> dict[str, Any]:
             "coefficients": dict(zip(TERMS, (float(v) for v in f.theta), strict=True)),
             "mlp_ensemble": len(f.mlps),
             "band_log_quantiles": [float(v) for v in f.band_log],
-            "cv": {k: v for k, v in cv.items() if k != "held_out_pred_s"},
+            "cv": {k: v for k, v in cv.items() if not k.startswith("held_out_")},
         }
     return out
 
