@@ -16,6 +16,15 @@ with w the row width (elements), W = ceil(tokens / C) the waves, E = tokens * w,
 piecewise-linear curve over log E (the regimes), C chosen per operator from multiples of the SM
 count. Fitted by relative-error least squares (the percentage error MAPE scores), per GPU.
 
+That formula (the structural base, evaluated with the waves' continuous envelope max(T / C, 1))
+is then corrected by the measured curves themselves: for each measured (operator, tp, width) the
+log ratio of vidur's times to the base over tokens (shapes measured for several models averaged,
+a 3-point running mean against the 1 us timer steps, a running maximum so that more tokens never
+cost less). A row reads the curves of its tp, linearly in tokens and in log width between the two
+nearest measured widths (at the same element count, tokens x width / neighbour width), constant
+beyond either end, so the base alone carries the extrapolation. The staircase of the waves then
+comes from the measurements, and the items (launch, wave, memory, tp) are scaled to sum to it.
+
 Widths per operator (per GPU after tensor parallelism, as vidur shards them):
     input_layernorm / post_attention_layernorm / add / emb: d_model
     attn_rope: (n_heads + n_kv_heads) / tp * head_dim   (q and k rotated; head_dim = d_model/n_heads)
@@ -54,9 +63,171 @@ WAVE_CANDIDATES: tuple[float, ...] = (0.5, 1, 2, 3, 4, 6, 8, 16, np.inf)
 LOG_E_KNOTS = np.log(10.0) * np.arange(3.0, 9.01, 0.5)
 SMOOTH = 1e-3  # second-difference penalty weight (per row) on the cost curve
 N_TP = 6  # tp terms after the curves: (1, W w, W) x (step 1->2, trend 2->)
-# Residual surface (log of measured / structural) over log tokens x log row width, one per tp
-# level term: tensor-product tents at these knots, smoothed. It carries what the structural
-# formula misses between element regimes (kernel-specific bumps), interpolating in width.
+# Residual (log of measured / structural): the measured curves themselves, one per (operator,
+# tp, width) over tokens, linear in tokens and in log width between measured ones (the structural
+# formula carries what lies between or beyond). Kernel-specific bumps and the wave staircase are
+# where the formula misses most, and vidur's token grid (every 16-32 tokens) resolves both.
+CURVE_SMOOTH = 3  # running mean over this many neighbouring token counts of one curve
+CURVE_NEAR = 0.1  # ... that lie within 10% (or 16 tokens) of each other
+# A width between measured ones reads its neighbours at tokens x (width / neighbour)^this: 1 =
+# the same element count (past a few waves these kernels cost what their elements cost:
+# Llama-2-7B at T tokens ~ 70B at T / 2), 0 = the same token count (the same waves).
+CURVE_E_MATCH = 1.0
+# Operators whose width shrinks with tp (q/k heads, d_ff shards): their curves are keyed by width
+# alone (one 11008-wide SiLU runs within 3% whether it is d_ff 11008 at tp 1 or 22016 at tp 2),
+# so a held-out model finds measured widths nearby; the others (width d_model at every tp) keep
+# one set of curves per tp (the same shape runs 5-10% faster in vidur's tp > 1 runs).
+CURVES_BY_WIDTH_ONLY: tuple[str, ...] = ("attn_rope", "mlp_act")
+INPUTS = (
+    "num_tokens",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "tensor_parallel",
+)
+
+
+def op_geometry(op: np.ndarray, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, width) each operator walks, per GPU after tensor parallelism (see module doc)."""
+    t = np.asarray(arrays["num_tokens"], dtype=np.float64)
+    d = np.asarray(arrays["d_model"], dtype=np.float64)
+    h = np.asarray(arrays["n_heads"], dtype=np.float64)
+    kv = np.asarray(arrays["n_kv_heads"], dtype=np.float64)
+    ff = np.asarray(arrays["d_ff"], dtype=np.float64)
+    tp = np.asarray(arrays["tensor_parallel"], dtype=np.float64)
+    hd = d / h
+    rope_w = (h / tp + np.maximum(kv / tp, 1.0)) * hd
+    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", ff / tp, d))
+    return t, width
+
+
+def _waves(t: np.ndarray, rows_per_wave: float, smooth: bool = False) -> np.ndarray:
+    """Waves of a grid of t rows; `smooth`: max(t / C, 1), the staircase's continuous envelope
+    (the reference the measured curves are stored against, so that they carry the staircase)."""
+    if not np.isfinite(rows_per_wave):
+        return t / 1000.0
+    return np.maximum(t / rows_per_wave, 1.0) if smooth else np.ceil(t / rows_per_wave)
+
+
+def _features(
+    t: np.ndarray, width: np.ndarray, tp: np.ndarray, rows_per_wave: float, smooth: bool = False
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Design matrix (n, 1 + 2 knots + N_TP): launch, per-wave fixed and per-wave per-width costs
+    at each element-count regime, tp terms. Units: microseconds, thousands of elements."""
+    w_k = width * 1e-3
+    if np.isfinite(rows_per_wave):
+        waves = _waves(t, rows_per_wave, smooth)
+        unit = rows_per_wave
+    else:  # grid-stride kernel: "waves" are fractional tokens / 1000
+        waves = t / 1000.0
+        unit = 1000.0
+    # the regime coordinate: elements of the whole waves the grid runs (constant within a wave,
+    # so more tokens in the same wave never cost less)
+    H = U.hat_basis(np.log(np.maximum(waves * unit * width, 1.0)), LOG_E_KNOTS)
+    cols = [np.ones_like(t), waves[:, None] * H, (waves * w_k)[:, None] * H]
+    for lt in _tp_levels(tp):
+        cols += [lt, lt * waves * w_k, lt * waves]
+    return np.column_stack(cols), {"waves": waves, "w_k": w_k}
+
+
+def _tp_levels(tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log2(tp) split at 2: the step from tp 1 to 2 and the trend from 2 upwards (vidur's tp-1
+    runs differ from all others more than tp 2 differs from 8)."""
+    l2 = np.log2(np.maximum(tp, 1.0))
+    return np.minimum(l2, 1.0), np.maximum(l2 - 1.0, 0.0)
+
+
+def _running_mean(tok: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Mean of each point and its CURVE_SMOOTH // 2 neighbours on either side, counting only
+    neighbours within CURVE_NEAR of it (a gap in the token grid is not smoothed across)."""
+    acc, cnt = v.copy(), np.ones_like(v)
+    for s in range(1, CURVE_SMOOTH // 2 + 1):
+        near = (tok[s:] - tok[:-s]) <= np.maximum(CURVE_NEAR * tok[:-s], 16.0)
+        acc[:-s] += np.where(near, v[s:], 0.0)
+        cnt[:-s] += near
+        acc[s:] += np.where(near, v[:-s], 0.0)
+        cnt[s:] += near
+    return acc / cnt
+
+
+def _curve_table(
+    t: np.ndarray, width: np.ndarray, tp: np.ndarray, log_y: np.ndarray, log_base: np.ndarray
+) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
+    """The measured curves: one (tp, width, tokens, log(measured / smooth base)) per measured
+    (tp, width), tokens sorted and unique. Rows of one shape from several models are averaged,
+    a CURVE_SMOOTH-point running mean along tokens softens the 1 us timer staircase, and a
+    running maximum makes the curve monotone in tokens (more rows never take less time)."""
+    out = []
+    key = np.column_stack([tp, width])
+    for p, w in np.unique(key, axis=0):
+        sel = (tp == p) & (width == w)
+        tok, inv = np.unique(t[sel], return_inverse=True)
+        cnt = np.bincount(inv)
+        ly = np.bincount(inv, weights=log_y[sel]) / cnt
+        lb = np.bincount(inv, weights=log_base[sel]) / cnt
+        ly = _running_mean(tok.astype(np.float64), ly)
+        out.append((float(p), float(w), tok.astype(np.float64), np.maximum.accumulate(ly) - lb))
+    return out
+
+
+def _curve_eval(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    c_tp: np.ndarray,
+    c_width: np.ndarray,
+    c_tok: list[np.ndarray],
+    c_val: list[np.ndarray],
+) -> np.ndarray:
+    """Log correction per row from the measured curves of one operator: the curves of the row's
+    tp (else the nearest measured tp in log2), linear in tokens between measured token counts,
+    linear in log width between the two nearest measured widths; constant beyond either end."""
+    out = np.zeros(len(t))
+    if len(c_tp) == 0:
+        return out
+    tps = np.unique(c_tp)
+    l2t = np.log2(tps)
+    if len(tps) == 1:
+        near = np.zeros(len(t), dtype=np.int64)
+    else:  # nearest measured tp in log2 (midpoints between neighbours)
+        mid = 0.5 * (l2t[1:] + l2t[:-1])
+        near = np.searchsorted(mid, np.log2(np.maximum(tp, 1.0)))
+    for ip, p in enumerate(tps):
+        if len(tps) > 1:
+            rows = np.flatnonzero(near == ip)
+            if rows.size == 0:
+                continue
+            wr, tr = width[rows], t[rows]
+        else:
+            rows, wr, tr = slice(None), width, t
+        ent = np.flatnonzero(c_tp == p)
+        ent = ent[np.argsort(c_width[ent])]
+        lw = np.log(c_width[ent])
+        x = np.clip(np.log(np.maximum(wr, 1.0)), lw[0], lw[-1])
+        j = np.clip(np.searchsorted(lw, x, side="right") - 1, 0, max(len(ent) - 2, 0))
+        k = np.minimum(j + 1, len(ent) - 1)
+        span = lw[k] - lw[j]
+        f = np.where(span > 0, (x - lw[j]) / np.where(span > 0, span, 1.0), 0.0)
+        v = np.zeros(len(tr))
+        for e in range(len(ent)):
+            # rows whose lower / upper neighbour is this curve, with a non-zero weight
+            for sel, wgt in (
+                (np.flatnonzero((j == e) & (f < 1.0)), 1.0 - f),
+                (np.flatnonzero((k == e) & (k != j) & (f > 0.0)), f),
+            ):
+                if sel.size == 0:
+                    continue
+                # the same element count on the neighbour curve: past a few waves these kernels
+                # cost what their elements cost (Llama-2-7B at T tokens ~ 70B at T / 2)
+                te = tr[sel] * (wr[sel] / c_width[ent[e]]) ** CURVE_E_MATCH
+                v[sel] += wgt[sel] * np.interp(te, c_tok[ent[e]], c_val[ent[e]])
+        out[rows] = v
+    return out
+
+
+# ---- legacy residual surface (artifacts fitted before the measured curves): read, not fitted.
+# Log correction over log tokens x log row width, tensor-product tents at these knots.
 RES_TOKENS = np.log(
     np.array(
         [
@@ -84,82 +255,6 @@ RES_TOKENS = np.log(
     )
 )
 RES_WIDTHS = np.log(np.array([512, 1024, 2048, 4096, 8192, 16384, 32768], dtype=np.float64))
-RES_SMOOTH = 1e-2  # second-difference penalty weight (per row) of the residual surface
-RES_RIDGE = 1e-3  # pull of unvisited surface cells towards 0 (no correction)
-INPUTS = (
-    "num_tokens",
-    "d_model",
-    "n_heads",
-    "n_kv_heads",
-    "d_ff",
-    "tensor_parallel",
-)
-
-
-def op_geometry(op: np.ndarray, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, width) each operator walks, per GPU after tensor parallelism (see module doc)."""
-    t = np.asarray(arrays["num_tokens"], dtype=np.float64)
-    d = np.asarray(arrays["d_model"], dtype=np.float64)
-    h = np.asarray(arrays["n_heads"], dtype=np.float64)
-    kv = np.asarray(arrays["n_kv_heads"], dtype=np.float64)
-    ff = np.asarray(arrays["d_ff"], dtype=np.float64)
-    tp = np.asarray(arrays["tensor_parallel"], dtype=np.float64)
-    hd = d / h
-    rope_w = (h / tp + np.maximum(kv / tp, 1.0)) * hd
-    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", ff / tp, d))
-    return t, width
-
-
-def _features(
-    t: np.ndarray, width: np.ndarray, tp: np.ndarray, rows_per_wave: float
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Design matrix (n, 1 + 2 knots + N_TP): launch, per-wave fixed and per-wave per-width costs
-    at each element-count regime, tp terms. Units: microseconds, thousands of elements."""
-    w_k = width * 1e-3
-    if np.isfinite(rows_per_wave):
-        waves = np.ceil(t / rows_per_wave)
-        unit = rows_per_wave
-    else:  # grid-stride kernel: "waves" are fractional tokens / 1000
-        waves = t / 1000.0
-        unit = 1000.0
-    # the regime coordinate: elements of the whole waves the grid runs (constant within a wave,
-    # so more tokens in the same wave never cost less)
-    H = U.hat_basis(np.log(np.maximum(waves * unit * width, 1.0)), LOG_E_KNOTS)
-    cols = [np.ones_like(t), waves[:, None] * H, (waves * w_k)[:, None] * H]
-    for lt in _tp_levels(tp):
-        cols += [lt, lt * waves * w_k, lt * waves]
-    return np.column_stack(cols), {"waves": waves, "w_k": w_k}
-
-
-def _tp_levels(tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log2(tp) split at 2: the step from tp 1 to 2 and the trend from 2 upwards (vidur's tp-1
-    runs differ from all others more than tp 2 differs from 8)."""
-    l2 = np.log2(np.maximum(tp, 1.0))
-    return np.minimum(l2, 1.0), np.maximum(l2 - 1.0, 0.0)
-
-
-def _res_design(t: np.ndarray, width: np.ndarray, tp: np.ndarray) -> np.ndarray:
-    """(n, 3 * len(RES_TOKENS) * len(RES_WIDTHS)) tensor-product tents, x (1, tp step, tp trend)."""
-    a = U.hat_basis(np.log(np.maximum(t, 1.0)), RES_TOKENS)
-    b = U.hat_basis(np.log(np.maximum(width, 1.0)), RES_WIDTHS)
-    T = (a[:, :, None] * b[:, None, :]).reshape(len(t), -1)
-    la, lb = _tp_levels(tp)
-    return np.hstack([T, T * la[:, None], T * lb[:, None]])
-
-
-def _fit_residual(t: np.ndarray, width: np.ndarray, tp: np.ndarray, log_ratio: np.ndarray):
-    """Smoothed least-squares residual surface coefficients (see RES_*)."""
-    nt, nw = len(RES_TOKENS), len(RES_WIDTHS)
-    rough = np.vstack(
-        [np.kron(U.second_difference(nt), np.eye(nw)), np.kron(np.eye(nt), U.second_difference(nw))]
-    )
-    pen = np.kron(np.eye(3), rough) * np.sqrt(RES_SMOOTH * len(t))
-    X = _res_design(t, width, tp)
-    ridge = np.eye(X.shape[1]) * np.sqrt(RES_RIDGE * len(t))
-    A = np.vstack([X, pen, ridge])
-    b = np.concatenate([log_ratio, np.zeros(len(pen) + len(ridge))])
-    coef, *_ = np.linalg.lstsq(A, b, rcond=None)
-    return coef
 
 
 def _res_eval(t: np.ndarray, width: np.ndarray, tp: np.ndarray, coef: np.ndarray) -> np.ndarray:
@@ -211,6 +306,24 @@ def _fit_one(t: np.ndarray, width: np.ndarray, tp: np.ndarray, y_us: np.ndarray,
     return best
 
 
+def _base_items_us(
+    c: np.ndarray, cr: float, ts: np.ndarray, ws: np.ndarray, ps: np.ndarray, wv: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Structural items (launch, per-wave, per-width memory, tp terms) in us for `wv` waves."""
+    nk = len(LOG_E_KNOTS)
+    w_k = ws * 1e-3
+    unit = cr if np.isfinite(cr) else 1000.0
+    le = np.log(np.maximum(wv * unit * ws, 1.0))
+    per_wave = U.hat_eval(le, LOG_E_KNOTS, c[1 : 1 + nk])
+    per_width = U.hat_eval(le, LOG_E_KNOTS, c[1 + nk : 1 + 2 * nk])
+    la, lb = _tp_levels(ps)
+    ct = c[1 + 2 * nk :]
+    tp_us = la * (ct[0] + ct[1] * wv * w_k + ct[2] * wv) + lb * (
+        ct[3] + ct[4] * wv * w_k + ct[5] * wv
+    )
+    return np.full_like(ts, c[0]), wv * per_wave, wv * w_k * per_width, tp_us
+
+
 @register_model("layer_op")
 class LayerOpModel:
     """Latency of vidur's non-GEMM layer operators on one GPU (see module doc).
@@ -235,7 +348,8 @@ class LayerOpModel:
         d = df[(df["gpu"] == self.gpu) & df["op"].isin(LAYER_OPS)]
         if d.empty:
             raise DataError(f"no layer_op rows for gpu {self.gpu!r} (ops {', '.join(LAYER_OPS)})")
-        keys, rows_pw, coefs, res = [], [], [], []
+        keys, rows_pw, coefs = [], [], []
+        c_key, c_tp, c_w, c_tok, c_val = [], [], [], [], []
         gated_all = d["gated_mlp"].to_numpy(bool) if "gated_mlp" in d else np.ones(len(d), bool)
         for op in LAYER_OPS:
             for gated in (True, False):
@@ -247,16 +361,27 @@ class LayerOpModel:
                 tp = g["tensor_parallel"].to_numpy(np.float64)
                 y_us = g["latency_s"].to_numpy() * 1e6
                 c_rows, coef, _ = _fit_one(t, width, tp, y_us, n_sms)
-                X, _ = _features(t, width, tp, c_rows)
-                base = np.maximum(X @ coef, 0.1)
-                res.append(_fit_residual(t, width, tp, np.log(y_us / base)))
+                X, _ = _features(t, width, tp, c_rows, smooth=True)
+                log_base = np.log(np.maximum(X @ coef, 0.1))
+                tp_c = np.ones_like(tp) if op in CURVES_BY_WIDTH_ONLY else tp
+                for p, w, tok, val in _curve_table(t, width, tp_c, np.log(y_us), log_base):
+                    c_key.append(len(keys))
+                    c_tp.append(p)
+                    c_w.append(w)
+                    c_tok.append(tok)
+                    c_val.append(val)
                 keys.append(op if gated else f"{op}:nongated")
                 rows_pw.append(c_rows)
                 coefs.append(coef)
         self.keys_ = np.array(keys, dtype=str)
         self.rows_per_wave_ = np.array(rows_pw, dtype=np.float64)
         self.coef_ = np.array(coefs, dtype=np.float64)
-        self.res_coef_ = np.array(res, dtype=np.float64)
+        self.res_coef_ = None
+        self.curve_key_ = np.array(c_key, dtype=np.int64)
+        self.curve_tp_ = np.array(c_tp, dtype=np.float64)
+        self.curve_width_ = np.array(c_w, dtype=np.float64)
+        self.curve_tokens_ = c_tok
+        self.curve_values_ = c_val
         rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
         t_all, w_all = op_geometry(d["op"].to_numpy(), rng)
         rng["elements"] = t_all * w_all
@@ -268,7 +393,9 @@ class LayerOpModel:
         """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
         idx = np.full(op.shape, -1, dtype=np.int64)
         lookup = {str(k): i for i, k in enumerate(self.keys_)}
-        for name in np.unique(op):
+        # one operator for the whole batch (a broadcast scalar): skip the string unique
+        names = op[:1] if op.size and op.strides == (0,) else np.unique(op)
+        for name in names:
             sel = op == name
             g_i = lookup.get(str(name), -1)
             n_i = lookup.get(f"{name}:nongated", g_i)
@@ -284,7 +411,6 @@ class LayerOpModel:
         t, width = op_geometry(op, vals)
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
-        nk = len(LOG_E_KNOTS)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
         waves = np.zeros(n)
         factor = np.ones(n)
@@ -293,24 +419,35 @@ class LayerOpModel:
             c = self.coef_[i]
             cr = self.rows_per_wave_[i]
             ts, ws, ps = t[sel], width[sel], tp[sel]
-            wv = np.ceil(ts / cr) if np.isfinite(cr) else ts / 1000.0
-            w_k = ws * 1e-3
-            unit = cr if np.isfinite(cr) else 1000.0
-            le = np.log(np.maximum(wv * unit * ws, 1.0))
-            per_wave = U.hat_eval(le, LOG_E_KNOTS, c[1 : 1 + nk])
-            per_width = U.hat_eval(le, LOG_E_KNOTS, c[1 + nk : 1 + 2 * nk])
-            la, lb = _tp_levels(ps)
-            ct = c[1 + 2 * nk :]
-            out["launch_s"][sel] = c[0] * 1e-6
-            out["t_wave_s"][sel] = wv * per_wave * 1e-6
-            out["t_memory_s"][sel] = wv * w_k * per_width * 1e-6
-            out["t_tp_s"][sel] = (
-                la * (ct[0] + ct[1] * wv * w_k + ct[2] * wv)
-                + lb * (ct[3] + ct[4] * wv * w_k + ct[5] * wv)
-            ) * 1e-6
+            wv = _waves(ts, cr)
+            items = _base_items_us(c, cr, ts, ws, ps, wv)
+            for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
+                out[k][sel] = v * 1e-6
+            # the measured curves are stored against the smooth-wave base (see _curve_table)
+            smooth_us = sum(_base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True)))
+            stair_us = sum(items)
             waves[sel] = wv
-            factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
-        # the residual surface scales every item, so the items still sum to the total
+            if self.res_coef_ is not None:  # legacy artifact: its residual surface
+                factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
+                continue
+            ce = np.flatnonzero(self.curve_key_ == i)
+            by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
+            factor[sel] = (
+                np.maximum(smooth_us, 0.1)
+                / np.maximum(stair_us, 0.1)
+                * np.exp(
+                    _curve_eval(
+                        ts,
+                        ws,
+                        np.ones_like(ps) if by_width else ps,
+                        self.curve_tp_[ce],
+                        self.curve_width_[ce],
+                        [self.curve_tokens_[e] for e in ce],
+                        [self.curve_values_[e] for e in ce],
+                    )
+                )
+            )
+        # the measured-curve factor scales every item, so the items still sum to the total
         for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"):
             out[k] *= factor
         total = out["launch_s"] + out["t_wave_s"] + out["t_memory_s"] + out["t_tp_s"]
@@ -329,25 +466,25 @@ class LayerOpModel:
             "keys": self.keys_,
             "rows_per_wave": self.rows_per_wave_,
             "coef": self.coef_,
-            "res_coef": self.res_coef_,
+            "curve_key": self.curve_key_,
+            "curve_tp": self.curve_tp_,
+            "curve_width": self.curve_width_,
+            "curve_len": np.array([len(x) for x in self.curve_tokens_], dtype=np.int64),
+            "curve_tokens": np.concatenate(self.curve_tokens_),
+            "curve_log_ratio": np.concatenate(self.curve_values_),
             "log_e_knots": LOG_E_KNOTS.copy(),
-            "res_tokens": RES_TOKENS.copy(),
-            "res_widths": RES_WIDTHS.copy(),
             **U.range_to_state(self.range_),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        U.need(
-            state,
-            ("gpu", "keys", "rows_per_wave", "coef", "res_coef", "log_e_knots", "res_tokens"),
-            "layer_op",
-        )
-        for key, ref in (
-            ("log_e_knots", LOG_E_KNOTS),
-            ("res_tokens", RES_TOKENS),
-            ("res_widths", RES_WIDTHS),
-        ):
+        legacy = "res_coef" in state and "curve_key" not in state
+        curves = ("res_coef", "res_tokens", "res_widths") if legacy else ("curve_key", "curve_len")
+        U.need(state, ("gpu", "keys", "rows_per_wave", "coef", "log_e_knots", *curves), "layer_op")
+        refs = [("log_e_knots", LOG_E_KNOTS)]
+        if legacy:
+            refs += [("res_tokens", RES_TOKENS), ("res_widths", RES_WIDTHS)]
+        for key, ref in refs:
             if np.shape(state[key]) != ref.shape or not np.allclose(state[key], ref):
                 raise ArtifactError(
                     f"layer_op state was fitted with other {key}; re-fit with dse fit"
@@ -356,8 +493,19 @@ class LayerOpModel:
         m.keys_ = np.asarray(state["keys"], dtype=str)
         m.rows_per_wave_ = np.asarray(state["rows_per_wave"], dtype=np.float64)
         m.coef_ = np.asarray(state["coef"], dtype=np.float64)
-        m.res_coef_ = np.asarray(state["res_coef"], dtype=np.float64)
         m.range_ = U.range_from_state(state)
+        if legacy:
+            m.res_coef_ = np.asarray(state["res_coef"], dtype=np.float64)
+            return m
+        m.res_coef_ = None
+        m.curve_key_ = np.asarray(state["curve_key"], dtype=np.int64)
+        m.curve_tp_ = np.asarray(state["curve_tp"], dtype=np.float64)
+        m.curve_width_ = np.asarray(state["curve_width"], dtype=np.float64)
+        ends = np.cumsum(np.asarray(state["curve_len"], dtype=np.int64))
+        tok = np.asarray(state["curve_tokens"], dtype=np.float64)
+        val = np.asarray(state["curve_log_ratio"], dtype=np.float64)
+        m.curve_tokens_ = np.split(tok, ends[:-1])
+        m.curve_values_ = np.split(val, ends[:-1])
         return m
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
