@@ -8,6 +8,8 @@ report and prints markdown tables for docs/accuracy.md.
 
     PYTHONPATH=. python benchmarks/level1_ops_cv.py --data ../shared/data --out results/l1ops.json
     PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention --gpus h100_sxm --folds 5
+    PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention moe --gpus h100_sxm \
+        --jobs 16 --hidden 32x32 --max-iter 150 --max-rows 15000    # another model size
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
 from dse.surrogate import _fitutil as U
+from dse.surrogate import attention as attention_mod
+from dse.surrogate import moe as moe_mod
 from dse.surrogate import ops_models as O
 from dse.surrogate.allreduce import AllReduceModel
 from dse.surrogate.attention import attention_inputs
@@ -187,73 +191,100 @@ def _hybrid_rows(
     return rec
 
 
-def bench_attention(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+def _attention_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[tuple]:
     out = []
-    for kind, cls in O.ATTENTION_CLASSES.items():
+    for kind in O.ATTENTION_CLASSES:
         t = tables.get(kind, pd.DataFrame())
         if t.empty:
             continue
-        for engine, rows in t[t["gpu"] == gpu].groupby("engine", sort=True):
-            rows = rows.reset_index(drop=True)
-            for grouping, cols in (("head config", O.HEAD_GROUP), ("batch x length", None)):
-                if grouping != "head config" and not args.second_grouping:
-                    continue
-                if cols is None:
-                    length = "isl" if kind == "context_attention" else "kv_len"
-                    groups = U.group_labels(rows, ["batch_size", length])
-                else:
-                    groups = U.group_labels(rows, cols)
-                rec = _hybrid_rows(
-                    "attention",
-                    f"{kind}.{engine}",
-                    gpu,
-                    rows,
-                    groups,
-                    lambda cls=cls, engine=engine: cls(
-                        gpu=gpu, engine=str(engine), seed=args.seed, max_rows=args.max_rows
-                    ),
-                    attention_inputs,
-                    O.attention_roofline_s(kind, rows, gpu),
-                    args,
-                )
-                rec["scheme"] += f" by {grouping}"
-                out.append(rec)
-                print("#", json.dumps(rec), flush=True)
+        for engine in sorted(t.loc[t["gpu"] == gpu, "engine"].unique()):
+            for grouping in ("head config", "batch x length"):
+                if grouping == "head config" or args.second_grouping:
+                    out.append(("attention", gpu, kind, str(engine), grouping))
     return out
 
 
-def bench_moe(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
+def _moe_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[tuple]:
     t = tables.get("moe", pd.DataFrame())
     if t.empty:
         return []
     out = []
     for (engine, dtype), rows in t[t["gpu"] == gpu].groupby(["engine", "dtype"], sort=True):
-        rows = rows.reset_index(drop=True)
         if len(rows) < O.MIN_MOE_ROWS:
             continue
-        for grouping, cols in (
-            ("layer shape", O.MOE_SHAPE_GROUP),
-            ("model shape", ("hidden_size", "inter_size", "topk", "num_experts")),
-        ):
-            if grouping != "layer shape" and not args.second_grouping:
-                continue
-            rec = _hybrid_rows(
-                "moe",
-                f"moe.{engine}.{dtype}",
-                gpu,
-                rows,
-                U.group_labels(rows, cols),
-                lambda engine=engine, dtype=dtype: MoEModel(
-                    gpu, str(engine), str(dtype), seed=args.seed, max_rows=args.max_rows
-                ),
-                moe_inputs,
-                O.moe_roofline_s(rows, gpu, str(dtype)),
-                args,
-            )
-            rec["scheme"] += f" by {grouping}"
-            out.append(rec)
-            print("#", json.dumps(rec), flush=True)
+        for grouping in ("layer shape", "model shape"):
+            if grouping == "layer shape" or args.second_grouping:
+                out.append(("moe", gpu, str(engine), str(dtype), grouping))
     return out
+
+
+def _run_task(task: tuple) -> dict:
+    """One held-out CV record of an attention or MoE table (a process-pool worker)."""
+    tables, args = _STATE["tables"], _STATE["args"]
+    if task[0] == "attention":
+        _, gpu, kind, engine, grouping = task
+        cls = O.ATTENTION_CLASSES[kind]
+        t = tables[kind]
+        rows = t[(t["gpu"] == gpu) & (t["engine"] == engine)].reset_index(drop=True)
+        if grouping == "head config":
+            groups = U.group_labels(rows, O.HEAD_GROUP)
+        else:
+            length = "isl" if kind == "context_attention" else "kv_len"
+            groups = U.group_labels(rows, ["batch_size", length])
+        rec = _hybrid_rows(
+            "attention",
+            f"{kind}.{engine}",
+            gpu,
+            rows,
+            groups,
+            lambda: cls(gpu=gpu, engine=engine, seed=args.seed, **_fit_kw(args)),
+            attention_inputs,
+            O.attention_roofline_s(kind, rows, gpu),
+            args,
+        )
+    else:
+        _, gpu, engine, dtype, grouping = task
+        t = tables["moe"]
+        rows = t[(t["gpu"] == gpu) & (t["engine"] == engine) & (t["dtype"] == dtype)]
+        rows = rows.reset_index(drop=True)
+        cols = O.MOE_SHAPE_GROUP if grouping == "layer shape" else O.MOE_SHAPE_GROUP[:4]
+        rec = _hybrid_rows(
+            "moe",
+            f"moe.{engine}.{dtype}",
+            gpu,
+            rows,
+            U.group_labels(rows, cols),
+            lambda: MoEModel(gpu, engine, dtype, seed=args.seed, **_fit_kw(args)),
+            moe_inputs,
+            O.moe_roofline_s(rows, gpu, dtype),
+            args,
+        )
+    rec["scheme"] += f" by {grouping}"
+    rec["hidden"] = list(attention_mod.HIDDEN if task[0] == "attention" else moe_mod.HIDDEN)
+    print("#", json.dumps(rec), flush=True)
+    return rec
+
+
+def _fit_kw(args: Any) -> dict[str, int]:
+    kw = {"max_rows": args.max_rows}
+    if args.max_iter is not None:
+        kw["max_iter"] = args.max_iter
+    return kw
+
+
+_STATE: dict[str, Any] = {}
+
+
+def bench_hybrid(tables: dict[str, pd.DataFrame], tasks: list[tuple], args: Any) -> list[dict]:
+    """Attention and MoE records, `args.jobs` tables at a time (forked worker processes, each
+    single-threaded; the records do not depend on the number of jobs)."""
+    _STATE.update(tables=tables, args=args)
+    if args.jobs <= 1 or len(tasks) <= 1:
+        return [_run_task(t) for t in tasks]
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(min(args.jobs, len(tasks))) as pool:
+        return pool.map(_run_task, tasks, chunksize=1)
 
 
 # ---------------------------------------------------------------------------- speed
@@ -331,6 +362,14 @@ def markdown(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _add(records: list[dict], rec: dict, report: dict[str, Any], args: Any) -> None:
+    records.append(rec)
+    print(json.dumps(rec), flush=True)
+    if args.out:  # partial results survive an interrupted run
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -338,7 +377,12 @@ def main() -> None:
     ap.add_argument("--gpus", nargs="*", default=list(GPUS))
     ap.add_argument("--only", nargs="*", default=list(PARTS), choices=PARTS)
     ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--max-rows", type=int, default=15000, help="rows per MLP fit")
+    ap.add_argument("--max-rows", type=int, default=moe_mod.MAX_ROWS, help="rows per MLP fit")
+    ap.add_argument("--max-iter", type=int, default=None, help="MLP epochs (default: shipped)")
+    ap.add_argument(
+        "--hidden", default=None, help="residual MLP layers, e.g. 32x32 (default: shipped)"
+    )
+    ap.add_argument("--jobs", type=int, default=1, help="attention / MoE tables fitted at once")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--second-grouping", action="store_true", help="also the harder grouping")
     ap.add_argument("--speed", action="store_true")
@@ -360,23 +404,27 @@ def main() -> None:
         "layer_op": bench_layer_op,
         "reduction": bench_reduction,
         "allreduce": bench_allreduce,
-        "attention": bench_attention,
-        "moe": bench_moe,
     }
+    if args.hidden:
+        attention_mod.HIDDEN = moe_mod.HIDDEN = tuple(int(x) for x in args.hidden.split("x"))
     report: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cpus, python {platform.python_version()}",
         "records": records,
     }
+    hybrid_tasks = []
     for gpu in args.gpus:
         for part in args.only:
-            for rec in fns[part](tables, gpu, args):
-                records.append(rec)
-                print(json.dumps(rec), flush=True)
-                if args.out:  # partial results survive an interrupted run
-                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+            if part == "attention":
+                hybrid_tasks += _attention_tasks(tables, gpu, args)
+            elif part == "moe":
+                hybrid_tasks += _moe_tasks(tables, gpu, args)
+            else:
+                for rec in fns[part](tables, gpu, args):
+                    _add(records, rec, report, args)
+    for rec in bench_hybrid(tables, hybrid_tasks, args):
+        _add(records, rec, report, args)
     if args.speed:
         report["speed"] = bench_speed(tables)
     print(markdown(records))

@@ -52,10 +52,11 @@ from dse.surrogate.layerops import (
 )
 from dse.surrogate.moe import MoEModel, moe_inputs, moe_work
 
-# CV inside `dse fit` (the benchmark script benchmarks/level1_ops_cv.py runs the fuller scheme):
-# the MLP families use 3 folds with fits capped at this many rows to keep `dse fit` in minutes.
+# CV inside `dse fit`: 3 seeded group folds, the MLP families' CV fits capped at this many rows
+# (the shipped model itself fits on up to 30000) so that `dse fit` stays in minutes; the
+# benchmark benchmarks/level1_ops_cv.py runs the full scheme (5 folds, shipped settings).
 FIT_CV_FOLDS = 3
-FIT_CV_MAX_ROWS = 6000
+FIT_CV_MAX_ROWS = 8000
 MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
 LAUNCH_FLOOR_S = 5e-6  # the plain-roofline baseline's launch floor
 
@@ -316,7 +317,11 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
         return []
     out = []
     nv = get_gpu(ctx.gpu).nvlink_bw_bytes_per_s
-    for name, rows in groups.items():
+    # The Level-1 adapter prices a tensor-parallel all-reduce with the first vLLM model of the
+    # artifact: put the CUDA-graph one (how engines replay decode steps) first.
+    order = sorted(groups, key=lambda n: (not n.endswith("vllm_graph"), n))
+    for name in order:
+        rows = groups[name]
         cls = AllReduceModel if name.startswith("allreduce.") else CollectiveModel
 
         def make(cls: type = cls, name: str = name) -> AllReduceModel:
@@ -448,7 +453,9 @@ def fit_attention_family(ctx: Any) -> list[FittedModel]:
             ctx.log(
                 f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
                 f"(fitted roofline {cv['base_roofline_fitted_mape_pct']}%, plain roofline "
-                f"{cv['baselines']['roofline_mape_pct']}%), energy {cv.get('energy_mape_pct')}% "
+                f"{cv['baselines']['roofline_mape_pct']}%)"
+                + (f", energy {cv['energy_mape_pct']}%" if "energy_mape_pct" in cv else "")
+                + " "
                 f"({time.perf_counter() - t0:.0f} s)"
             )
             info = {
@@ -557,7 +564,9 @@ def fit_moe_family(ctx: Any) -> list[FittedModel]:
         ctx.log(
             f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
             f"(fitted roofline {cv['base_roofline_fitted_mape_pct']}%, plain roofline "
-            f"{cv['baselines']['roofline_mape_pct']}%), energy {cv.get('energy_mape_pct')}% "
+            f"{cv['baselines']['roofline_mape_pct']}%)"
+            + (f", energy {cv['energy_mape_pct']}%" if "energy_mape_pct" in cv else "")
+            + " "
             f"({time.perf_counter() - t0:.0f} s)"
         )
         info = {
