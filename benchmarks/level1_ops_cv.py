@@ -55,14 +55,30 @@ def bench_layer_op(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list
     t0 = time.perf_counter()
     pred = O.cv_layer_op(rows, gpu)
     summ = O.layer_op_cv_summary(rows, pred, gpu)
-    # the same model also grouped by width (every model sharing a d_model held out together)
-    by_d = np.full(len(rows), np.nan)
-    for d in rows["d_model"].unique():
-        te = (rows["d_model"] == d).to_numpy()
-        if te.all():
-            continue
-        m = LayerOpModel(gpu).fit(rows[~te])
-        by_d[te] = m.predict(**layer_op_inputs(rows[te]))["latency_s"]
+    # the same model with other held-out groups: by width (every model sharing a d_model held
+    # out together), by token-count octave ([2^k, 2^k+1) held out for every model, tp and op:
+    # the end octaves are extrapolation) and by token count (5 seeded folds of the distinct
+    # token counts: interpolation between measured counts)
+    tokens = rows["num_tokens"].to_numpy()
+    octave = np.floor(np.log2(tokens)).astype(np.int64)
+    uniq = np.unique(tokens)
+    fold_of = dict(
+        zip(uniq, np.random.default_rng(args.seed).permutation(len(uniq)) % 5, strict=True)
+    )
+    held: dict[str, np.ndarray] = {}
+    for scheme, groups in (
+        ("d_model", rows["d_model"].to_numpy()),
+        ("token_octave", octave),
+        ("token_folds", np.array([fold_of[t] for t in tokens])),
+    ):
+        held[scheme] = np.full(len(rows), np.nan)
+        for gv in np.unique(groups):
+            te = groups == gv
+            if te.all():
+                continue
+            m = LayerOpModel(gpu).fit(rows[~te])
+            held[scheme][te] = m.predict(**layer_op_inputs(rows[te]))["latency_s"]
+    by_d = held["d_model"]
     y = rows["latency_s"].to_numpy(float)
     gated = rows["gated_mlp"].to_numpy(bool)
     full = LayerOpModel(gpu).fit(rows)
@@ -83,6 +99,10 @@ def bench_layer_op(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list
             "by_model": summ["latency_mape_pct_by_model"],
             "by_d_model_mape_pct": _m(by_d, y),
             "by_d_model_gated_mape_pct": _m(by_d[gated], y[gated]),
+            "by_token_octave_mape_pct": _m(held["token_octave"], y),
+            "by_token_octave_gated_mape_pct": _m(held["token_octave"][gated], y[gated]),
+            "by_token_folds_mape_pct": _m(held["token_folds"], y),
+            "by_token_folds_gated_mape_pct": _m(held["token_folds"][gated], y[gated]),
             "in_sample_mape_pct": _m(ins, y),
             "in_sample_rounded_1us_mape_pct": _m(np.maximum(np.round(ins * 1e6), 1) * 1e-6, y),
             "roofline_mape_pct": summ["baselines"]["roofline_mape_pct"],
@@ -148,6 +168,9 @@ def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
                 "rows": len(rows),
                 "latency_mape_pct": _m(pred, y),
                 "interior_sizes_mape_pct": _m(pred[inner], y[inner]),
+                # vidur's eager NCCL launches under 1 MB spread +-50% run to run
+                "under_1MB_mape_pct": _m(pred[b < 2**20], y[b < 2**20]),
+                "from_1MB_mape_pct": _m(pred[b >= 2**20], y[b >= 2**20]),
                 "roofline_mape_pct": _m(roof, y),
             }
         )
