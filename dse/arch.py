@@ -129,6 +129,8 @@ class Architecture:
 
         None and 0 both mean "default" for n_kv_heads and d_ff_expert, as in the validity rules.
         """
+        if self.__dict__.get("_resolved"):  # already resolved (the accounting calls it often)
+            return self
         kv = _default_where_zero(self.n_kv_heads, self.n_heads)
         hd = self.head_dim
         if _is_none(hd):
@@ -139,7 +141,10 @@ class Architecture:
                 # validate() reports the rule instead of silently flooring d_model / n_heads.
                 hd = None if int(d) % int(h) else hd.item()
         dffe = _default_where_zero(self.d_ff_expert, self.d_ff)
-        return replace(self, n_kv_heads=kv, head_dim=hd, d_ff_expert=dffe)
+        out = replace(self, n_kv_heads=kv, head_dim=hd, d_ff_expert=dffe)
+        if hd is not None:  # a head_dim left unset stays to be resolved (and reported) again
+            object.__setattr__(out, "_resolved", True)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values (scalar architectures only)."""

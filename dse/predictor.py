@@ -271,8 +271,13 @@ def predict_columns(
     }
     pre_items_s, t_pre, e_pre = _scaled(pre, pre_f)
     dec_items_s, t_dec, e_dec = _scaled(dec, dec_f)
-    t_dec = np.where(has_decode, t_dec, 0.0)
-    e_dec = np.where(has_decode, e_dec, 0.0)
+
+    def decode_only(v: np.ndarray) -> np.ndarray:  # zero where there is no decode step
+        return v if every_decode else np.where(has_decode, v, 0.0)
+
+    every_decode = bool(has_decode.all())
+    t_dec = decode_only(t_dec)
+    e_dec = decode_only(e_dec)
     t_pre = t_pre + pre_over
     t_dec = t_dec + dec_over
 
@@ -324,9 +329,7 @@ def predict_columns(
         ("decode", dec, dec_items_s, dec_over),
     ):
         for k, v in items.items():
-            out[f"breakdown.{phase}.{k}_s"] = (
-                v if phase == "prefill" else np.where(has_decode, v, 0.0)
-            )
+            out[f"breakdown.{phase}.{k}_s"] = v if phase == "prefill" else decode_only(v)
         if lvl3 is not None:
             out[f"breakdown.{phase}.system_overhead_s"] = over
         blocks: dict[str, np.ndarray] = {}
@@ -336,7 +339,7 @@ def predict_columns(
         if lvl3 is not None:
             blocks["system_overhead"] = over
         for b, v in blocks.items():
-            out[f"blocks.{phase}.{b}_s"] = v if phase == "prefill" else np.where(has_decode, v, 0.0)
+            out[f"blocks.{phase}.{b}_s"] = v if phase == "prefill" else decode_only(v)
     # Operators the roofline priced (no fitted model), among those this batch actually runs.
     fallback = sorted(
         k
@@ -376,24 +379,48 @@ def _scaled(
 def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
     """Per configuration, the comma-joined names of the flags set ('' when none), built once
     per distinct combination (cheap for 10^5 rows)."""
-    if not flags:
-        return _const_object(n, "")
+    import pandas as pd  # hash-based factorize (np.unique sorts)
+
     names = list(flags)
-    code = np.zeros(n, dtype=np.int64)
-    for i, k in enumerate(names[:62]):
-        code |= np.asarray(flags[k], dtype=np.int64) << i
-    if not code.any():
+    if not names:
         return _const_object(n, "")
-    uniq, inverse = np.unique(code, return_inverse=True)
-    # One vectorised string append per flag over the distinct combinations (thousands of them
-    # in a batch of 10^5 rows), then the leading comma dropped.
-    text = _const_object(len(uniq), "")
-    for i, k in enumerate(names[:62]):
-        hit = ((uniq >> i) & 1).astype(bool)
-        if hit.any():
-            text[hit] = text[hit] + ("," + k)
-    text = np.array([t[1:] for t in text.tolist()], dtype=object)
-    return text[inverse]
+    # Flags packed 60 to a word; rows grouped by their combination of every word.
+    words: list[np.ndarray] = []
+    for w0 in range(0, len(names), 60):
+        code = np.zeros(n, dtype=np.int64)
+        for i, k in enumerate(names[w0 : w0 + 60]):
+            code |= np.asarray(flags[k], dtype=np.int64) << i
+        words.append(code)
+    group, uniq = pd.factorize(words[0], sort=False)
+    for code in words[1:]:
+        codes, u = pd.factorize(code, sort=False)
+        group, uniq = pd.factorize(group * len(u) + codes, sort=False)
+    if len(uniq) == 1 and not any(w[0] for w in words):
+        return _const_object(n, "")
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[group] = np.arange(n)
+    # The text of each distinct combination from per-chunk tables of every subset of <= 10
+    # flags (names in their order), joined with commas.
+    text = _const_object(len(rep), "")
+    for c0 in range(0, len(names), 10):
+        w, off = divmod(c0, 60)
+        table = _subset_names(tuple(names[c0 : c0 + 10]))
+        part = table[(words[w][rep] >> off) & 1023]
+        both = (text != "") & (part != "")
+        text = np.where(both, text + ",", text) + part
+    return text[group]
+
+
+@cache
+def _subset_names(names: tuple[str, ...]) -> np.ndarray:
+    """Object array: entry v is the comma-joined names of the bits set in v."""
+    out = [""] * (1 << len(names))
+    for v in range(1, len(out)):
+        low = v & -v
+        rest = out[v ^ low]
+        head = names[low.bit_length() - 1]
+        out[v] = head + "," + rest if rest else head
+    return np.array(out, dtype=object)
 
 
 def _const_object(n: int, value: str) -> np.ndarray:

@@ -171,7 +171,11 @@ class Level2Block:
         lo = np.array([v[0] for v in self.range_.values()])
         hi = np.array([v[1] for v in self.range_.values()])
         # The Level-1 time itself may go beyond what the blocks measured; the sizes may not.
-        return ((X[:, 1:] < lo[1:] - 1e-9) | (X[:, 1:] > hi[1:] + 1e-9)).any(axis=1)
+        # Column by column: a (n, 3) comparison would run numpy's loop once per row.
+        out = np.zeros(X.shape[0], dtype=bool)
+        for j in range(1, X.shape[1]):
+            out |= (X[:, j] < lo[j] - 1e-9) | (X[:, j] > hi[j] + 1e-9)
+        return out
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         return {"log_factor": self.log_factor(np.asarray(arrays["X"], dtype=float))}

@@ -38,36 +38,45 @@ BLOCK_ROWS = 16384
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(flat index of one row per distinct row, inverse index) of integral columns that
     broadcast together (e.g. (n,) and (k, n)), or None when deduplication would not pay (most
-    rows distinct) or the values do not pack into 63 bits."""
+    rows distinct) or the values are negative or do not pack into 63 bits."""
     shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
     n = int(np.prod(shape))
     if n < 64:
         return None
-    key = np.zeros(shape, dtype=np.int64)
-    used = 0
-    for c in cols:
-        v = np.asarray(c)
-        lo, hi = v.min(), v.max()
-        if lo < 0:
-            return None
-        bits = max(int(hi).bit_length(), 1)
-        used += bits
-        if used > 63:
-            return None
-        key <<= bits
-        key |= v.astype(np.int64, copy=False)
-    key = key.reshape(-1)
+    arrays = [np.asarray(c) for c in cols]
+    if any(a.min() < 0 for a in arrays):
+        return None
     import pandas as pd  # hash-based factorize: O(n), where np.unique sorts
 
     if n > 20_000:
         # A sample that is almost all distinct means the batch is too: skip the full pass.
-        sample = key[:: n // 4000]
-        if len(pd.unique(sample)) > 0.97 * len(sample):
+        idx = np.unravel_index(np.arange(0, n, n // 4000), shape)
+        h = np.zeros(len(idx[0]), dtype=np.uint64)
+        for i, a in enumerate(arrays):  # a multiplicative hash of each sampled row (wraps)
+            h = h * np.uint64(0x9E3779B97F4A7C15 + 2 * i) + at_rows(a, shape, idx).astype(np.uint64)
+        if len(pd.unique(h)) > 0.97 * len(h):
             return None
-    codes, uniq = pd.factorize(key, sort=False)
-    if len(uniq) > 0.5 * n:
+    key = np.zeros(shape, dtype=np.int64)
+    used = 0
+    for a in arrays:
+        bits = max(int(a.max()).bit_length(), 1)
+        used += bits
+        if used > 63:
+            return None
+        key <<= bits
+        key |= a.astype(np.int64, copy=False)
+    key = key.reshape(-1)
+    if used <= 20:  # small key space: direct addressing beats hashing
+        present = np.zeros(1 << used, dtype=bool)
+        present[key] = True
+        ranks = np.cumsum(present, dtype=np.int64) - 1
+        codes, n_uniq = ranks[key], int(ranks[-1]) + 1
+    else:
+        codes, uniq = pd.factorize(key, sort=False)
+        n_uniq = len(uniq)
+    if n_uniq > 0.5 * n:
         return None
-    rep = np.empty(len(uniq), dtype=np.intp)
+    rep = np.empty(n_uniq, dtype=np.intp)
     rep[codes] = np.arange(n)  # one (the last) row of each distinct key
     return rep, codes
 
