@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,10 @@ sys.path.insert(0, str(REPO))
 from dse.predictor import load_artifact, predict  # noqa: E402
 
 SECTION = "## Predictor speed"
+# Where the time goes (written up from cProfile / line_profiler runs; update with the code).
+NOTES = [
+    "Where the time goes: see the paragraphs after this table in docs/performance.md.",
+]
 COMMAND = "PYTHONPATH=. python benchmarks/predictor_speed.py"
 
 
@@ -73,16 +78,95 @@ def all_distinct(n: int, gpu: str, rng: np.random.Generator) -> dict[str, np.nda
     return cols
 
 
-def rate(cols: dict[str, np.ndarray], repeats: int) -> tuple[float, float]:
-    """(median, best) predictions per second over `repeats` runs of the whole batch."""
+def rate(cols: dict[str, np.ndarray], repeats: int) -> tuple[float, float, float]:
+    """(median, best, best by CPU time) predictions per second over `repeats` runs of the
+    whole batch. CPU time (process_time) is what this process got of the core: on a shared
+    machine the wall time also counts the other jobs' turns."""
     n = len(cols["d_model"])
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = predict(cols)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         assert np.all(np.isfinite(out["latency_s"])) and np.all(np.isfinite(out["energy_j"]))
-    return n / statistics.median(times), n / min(times)
+    return n / statistics.median(times), n / min(times), n / min(cpu)
+
+
+def level1_inputs(kind: str, n: int, rng: np.random.Generator) -> dict[str, Any]:
+    """predict() keyword arrays of n random operator shapes of one Level-1 model kind."""
+    ints = lambda lo, hi: rng.integers(lo, hi + 1, n).astype(float)  # noqa: E731
+    pick = lambda *v: rng.choice(np.array(v, dtype=float), n)  # noqa: E731
+    if kind in ("generation_attention", "context_attention"):
+        heads = pick(16, 32, 64)
+        out = {
+            "batch_size": ints(1, 256),
+            "num_heads": heads,
+            "num_kv_heads": np.minimum(pick(1, 2, 4, 8), heads),
+            "head_dim": pick(64, 128),
+            "kv_fp8": pick(0, 1),
+        }
+        out["kv_len" if kind == "generation_attention" else "isl"] = ints(16, 16384)
+        return out
+    if kind == "moe":
+        return {
+            "num_tokens": ints(1, 16384),
+            "hidden_size": pick(2048, 4096, 6144),
+            "inter_size": pick(1408, 4096, 14336),
+            "topk": pick(1, 2, 8),
+            "num_experts": pick(8, 64, 128),
+            "moe_tp_size": pick(1, 2, 4, 8),
+        }
+    if kind == "layer_op":
+        return {
+            "op": "input_layernorm",
+            "num_tokens": ints(1, 8192),
+            "d_model": pick(2560, 4096, 5120, 8192),
+            "n_heads": np.full(n, 32.0),
+            "n_kv_heads": np.full(n, 8.0),
+            "d_ff": np.full(n, 14336.0),
+            "tensor_parallel": pick(1, 2, 4, 8),
+        }
+    if kind == "allreduce":
+        return {"message_bytes": np.rint(2.0 ** rng.uniform(10, 28, n)), "n_gpus": pick(2, 4, 8)}
+    if kind == "gemm":
+        return {"m": ints(1, 8192), "n": ints(8, 3584) * 8, "k": ints(8, 3584) * 8}
+    raise ValueError(kind)
+
+
+LEVEL1_KINDS = ("gemm", "layer_op", "allreduce", "context_attention", "generation_attention", "moe")
+
+
+def level1_rates(art: Any, n: int, repeats: int) -> list[tuple[str, float, float]]:
+    """(model, best wall, best CPU) operator predictions per second of one model per kind,
+    called directly on n random shapes (no deduplication: every row is evaluated)."""
+    from dse.surrogate.level1_adapters import PREFER
+
+    rng = np.random.default_rng(1)
+    out = []
+    for kind in LEVEL1_KINDS:
+        names = sorted(art.names(kind))
+        if not names:
+            continue
+        prefs = {"gemm": ("vllm.bfloat16",), "moe": ("vllm.bfloat16",)}.get(kind) or PREFER.get(
+            {
+                "generation_attention": "attention_decode",
+                "context_attention": "attention_prefill",
+            }.get(kind, kind),
+            (),
+        )
+        name = next((m for p in prefs for m in names if p in m), names[0])
+        model = art.model(name)
+        kw = level1_inputs(kind, n, rng)
+        walls, cpus = [], []
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = model.predict(**kw)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        assert np.all(np.isfinite(res["latency_s"]))
+        out.append((name, n / min(walls), n / min(cpus)))
+    return out
 
 
 def one_config_wall(repeats: int) -> list[float]:
@@ -117,6 +201,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-write", action="store_true")
     p.add_argument(
+        "--level1-n",
+        type=int,
+        default=1_000_000,
+        help="shapes per Level-1 model for the operator-speed table (0: skip it)",
+    )
+    p.add_argument(
         "--surrogates",
         action="append",
         help="an artifacts folder to time instead of the shipped one (repeatable)",
@@ -125,7 +215,8 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     folders = args.surrogates or [None]
-    table = []
+    load_start = os.getloadavg()[0]
+    table, level1 = [], []
     for folder in folders:
         if folder is not None:
             os.environ["DSE_SURROGATES"] = folder
@@ -140,8 +231,7 @@ def main() -> None:
         )
         predict({k: v[:10] for k, v in sweep_like(10, args.gpu, rng).items()})  # warm caches
         for name, make in (("sweep-like", sweep_like), ("all distinct", all_distinct)):
-            med, best = rate(make(args.n, args.gpu, rng), args.repeats)
-            table.append((label, name, med, best))
+            table.append((label, name, *rate(make(args.n, args.gpu, rng), args.repeats)))
         single = []
         one = {k: v[:1] for k, v in sweep_like(1, args.gpu, rng).items()}
         for _ in range(20):
@@ -149,45 +239,48 @@ def main() -> None:
             predict(one)
             single.append(time.perf_counter() - t0)
         table.append(
-            (label, "one configuration, warm process (ms)", 1e3 * statistics.median(single), None)
+            (label, "one configuration, warm process (ms)", 1e3 * statistics.median(single))
         )
+        if art is not None and args.level1_n:
+            level1 += [(label, *r) for r in level1_rates(art, args.level1_n, 3)]
     walls = one_config_wall(3)
     lines = [
         SECTION,
         "",
-        f"Command: `{COMMAND} --n {args.n} --gpu {args.gpu}"
+        f"Command: `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {COMMAND} --n {args.n} --gpu {args.gpu}"
         + "".join(" --surrogates DIR" for _ in args.surrogates or [])
-        + f"` ({time.strftime('%Y-%m-%d')}).",
-        f"Machine: {cpu_name()}, pinned to 1 core, 1 BLAS thread; Python {platform.python_version()}, "
-        f"numpy {np.__version__}. The machine was shared with other jobs (load average "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end): treat the numbers "
-        "as lower bounds.",
+        + f"` ({time.strftime('%Y-%m-%d %H:%M')} UTC).",
+        f"Machine: shared 2-core VM ({cpu_name()}), the process pinned to 1 core, 1 BLAS thread; "
+        f"Python {platform.python_version()}, numpy {np.__version__}. Other jobs shared the "
+        f"machine (load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+        f"end, on {os.cpu_count()} cores): wall-clock rates are lower bounds; the CPU-time rate "
+        "(this process's own share of the core) is the steadier number.",
         "",
         "A full prediction is prefill plus every decode step (Simpson quadrature over the KV length,",
         "5 nodes), latency and energy, error band, out-of-range flags, per-operator breakdown",
         "and provenance, for one configuration. Batches of "
-        f"{args.n:,} configurations on {args.gpu}:",
+        f"{args.n:,} configurations on {args.gpu} (best and median of {args.repeats} runs):",
         "",
-        "| artifact | batch | predictions/s (median) | best |",
-        "|---|---|---|---|",
+        "| artifact | batch | predictions/s, wall median | wall best | CPU time best |",
+        "|---|---|---|---|---|",
     ]
-    for label, name, med, best in table:
-        if best is None:
-            lines.append(f"| {label} | {name} | {med:.1f} | |")
+    for label, name, *v in table:
+        if len(v) == 1:
+            lines.append(f"| {label} | {name} | {v[0]:.1f} | | |")
         else:
-            lines.append(f"| {label} | {name} | {med:,.0f} | {best:,.0f} |")
+            lines.append(f"| {label} | {name} | {v[0]:,.0f} | {v[1]:,.0f} | {v[2]:,.0f} |")
+    if level1:
+        lines += [
+            "",
+            f"Level-1 operator models alone (issue 3), each called on {args.level1_n:,} random "
+            "shapes (every row evaluated, no deduplication), best of 3:",
+            "",
+            "| artifact | model | operator predictions/s, wall | CPU time |",
+            "|---|---|---|---|",
+        ]
+        lines += [f"| {lab} | {m} | {w:,.0f} | {c:,.0f} |" for lab, m, w, c in level1]
+    lines += ["", *NOTES, ""]
     lines += [
-        "",
-        "The second artifact (where given) is a development build with every Level-1 family. Where",
-        "the time goes with it (cProfile, 10^5 configurations): the attention models' residual MLPs",
-        "(two 32-unit tanh layers in float64, over 5 quadrature nodes per configuration) and the",
-        "layer-op model (a string `np.unique` per call) dominate when shapes are all distinct;",
-        "with grid-like batches every Level-1 model runs once per distinct shape. Input",
-        "normalisation (`dse.configs.as_columns`, pandas missing-value checks on string columns)",
-        "and `dse.arch.dtype_bytes` (string `np.unique`) cost ~0.1 s per 10^5 rows regardless. On",
-        "a quieter machine (load ~2) the same build ran 100-210k sweep-like and 60-72k all-distinct",
-        "predictions/s.",
-        "",
         f"`python -m dse predict ... --json` with the shipped artifact (interpreter start, imports, "
         f"artifact load, one prediction): {', '.join(f'{w:.2f}' for w in walls)} s.",
         "",
