@@ -78,6 +78,7 @@ CURVE_E_MATCH = 1.0
 # so a held-out model finds measured widths nearby; the others (width d_model at every tp) keep
 # one set of curves per tp (the same shape runs 5-10% faster in vidur's tp > 1 runs).
 CURVES_BY_WIDTH_ONLY: tuple[str, ...] = ("attn_rope", "mlp_act")
+WIDTH_ONLY_NO_TP = True  # ... and their structural base has no tp terms either
 INPUTS = (
     "num_tokens",
     "d_model",
@@ -359,6 +360,8 @@ class LayerOpModel:
                 g = d[sel]
                 t, width = op_geometry(g["op"].to_numpy(), {c: g[c].to_numpy() for c in INPUTS})
                 tp = g["tensor_parallel"].to_numpy(np.float64)
+                if op in CURVES_BY_WIDTH_ONLY and WIDTH_ONLY_NO_TP:
+                    tp = np.ones_like(tp)  # a function of (tokens, width) alone
                 y_us = g["latency_s"].to_numpy() * 1e6
                 c_rows, coef, _ = _fit_one(t, width, tp, y_us, n_sms)
                 X, _ = _features(t, width, tp, c_rows, smooth=True)
@@ -419,6 +422,9 @@ class LayerOpModel:
             c = self.coef_[i]
             cr = self.rows_per_wave_[i]
             ts, ws, ps = t[sel], width[sel], tp[sel]
+            by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
+            if by_width and WIDTH_ONLY_NO_TP:
+                ps = np.ones_like(ps)
             wv = _waves(ts, cr)
             items = _base_items_us(c, cr, ts, ws, ps, wv)
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
@@ -431,7 +437,6 @@ class LayerOpModel:
                 factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
                 continue
             ce = np.flatnonzero(self.curve_key_ == i)
-            by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
             factor[sel] = (
                 np.maximum(smooth_us, 0.1)
                 / np.maximum(stair_us, 0.1)
