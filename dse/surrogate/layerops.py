@@ -28,7 +28,8 @@ comes from the measurements, and the items (launch, wave, memory, tp) are scaled
 Widths per operator (per GPU after tensor parallelism, as vidur shards them):
     input_layernorm / post_attention_layernorm / add / emb: d_model
     attn_rope: (n_heads + n_kv_heads) / tp * head_dim   (q and k rotated; head_dim = d_model/n_heads)
-    mlp_act:   d_ff / tp   (SiLU-and-mul reads 2 d_ff/tp, writes d_ff/tp; GELU reads/writes d_ff/tp)
+    mlp_act:   d_ff / tp, x 2/3 without a gated MLP (in SiLU-and-mul equivalents: SiLU-and-mul
+               moves 3 d_ff/tp elements per token, GELU 2 d_ff/tp)
 Models without a gated MLP (vidur: phi-2, also the only LayerNorm / parallel-block model) are a
 separate family when the training rows have one; otherwise the gated coefficients are used.
 """
@@ -99,7 +100,11 @@ def op_geometry(op: np.ndarray, arrays: Mapping[str, np.ndarray]) -> tuple[np.nd
     tp = np.asarray(arrays["tensor_parallel"], dtype=np.float64)
     hd = d / h
     rope_w = (h / tp + np.maximum(kv / tp, 1.0)) * hd
-    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", ff / tp, d))
+    # the activation's width in SiLU-and-mul equivalents: that kernel moves 3 d_ff / tp elements
+    # per token (reads gate and up, writes one), GELU 2 d_ff / tp (reads one, writes one)
+    gated = np.asarray(arrays.get("gated_mlp", True), dtype=bool)
+    act_w = ff / tp * np.where(gated, 1.0, 2.0 / 3.0)
+    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", act_w, d))
     return t, width
 
 
@@ -358,7 +363,10 @@ class LayerOpModel:
                 if sel.sum() < 8:
                     continue
                 g = d[sel]
-                t, width = op_geometry(g["op"].to_numpy(), {c: g[c].to_numpy() for c in INPUTS})
+                t, width = op_geometry(
+                    g["op"].to_numpy(),
+                    {**{c: g[c].to_numpy() for c in INPUTS}, "gated_mlp": np.full(len(g), gated)},
+                )
                 tp = g["tensor_parallel"].to_numpy(np.float64)
                 if op in CURVES_BY_WIDTH_ONLY and WIDTH_ONLY_NO_TP:
                     tp = np.ones_like(tp)  # a function of (tokens, width) alone
@@ -386,7 +394,7 @@ class LayerOpModel:
         self.curve_tokens_ = c_tok
         self.curve_values_ = c_val
         rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
-        t_all, w_all = op_geometry(d["op"].to_numpy(), rng)
+        t_all, w_all = op_geometry(d["op"].to_numpy(), {**rng, "gated_mlp": gated_all})
         rng["elements"] = t_all * w_all
         self.range_ = U.fitted_range(rng)
         return self
@@ -411,7 +419,7 @@ class LayerOpModel:
         op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
         vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
-        t, width = op_geometry(op, vals)
+        t, width = op_geometry(op, {**vals, "gated_mlp": gated})
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
