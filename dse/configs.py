@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dse import arch as A
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
 from dse.workload import Workload
+
+if TYPE_CHECKING:  # pandas is imported only where a DataFrame or a missing value needs it
+    import pandas as pd
 
 ARCH_FIELDS: tuple[str, ...] = tuple(A.Architecture.field_names())
 WORKLOAD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Workload))
@@ -37,7 +39,7 @@ REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
 
 def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
     """Normalise a DataFrame or mapping to complete columns (defaults filled, derived resolved)."""
-    if isinstance(configs, pd.DataFrame):
+    if _is_frame(configs):
         raw = {c: configs[c].to_numpy() for c in configs.columns}
     else:
         raw = dict(configs)
@@ -69,7 +71,7 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
         cols["head_dim"] = default_hd
         cols["head_dim_defaulted"] = np.ones(n, dtype=bool)
     else:
-        hd = pd.to_numeric(pd.Series(cols["head_dim"]), errors="coerce").to_numpy()
+        hd = _numbers_or_nan(cols["head_dim"])
         missing_hd = np.isnan(hd)
         cols["head_dim"] = np.where(missing_hd, default_hd, np.nan_to_num(hd)).astype(np.int64)
         cols["head_dim_defaulted"] = missing_hd
@@ -86,6 +88,21 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     return cols, n
 
 
+def _is_frame(x: Any) -> bool:
+    """A pandas DataFrame, told without importing pandas (a CLI call need not load it)."""
+    return type(x).__name__ == "DataFrame" and type(x).__module__.split(".")[0] == "pandas"
+
+
+def _numbers_or_nan(v: Any) -> np.ndarray:
+    """Floats of a column, NaN where a value is missing or not a number."""
+    a = np.asarray(v)
+    if a.dtype.kind in "biuf":
+        return a.astype(np.float64)
+    import pandas as pd
+
+    return pd.to_numeric(pd.Series(a), errors="coerce").to_numpy(np.float64)
+
+
 def _all_missing(v: Any) -> bool:
     a = np.asarray(v)
     # Fast paths (pd.isna on 10^5 strings costs milliseconds per column): numbers, booleans and
@@ -94,6 +111,8 @@ def _all_missing(v: Any) -> bool:
         return False
     if a.size and a.dtype.kind in "fc":
         return bool(np.isnan(a).all())
+    import pandas as pd
+
     try:
         return bool(pd.isna(np.asarray(v, dtype=object)).all())
     except (TypeError, ValueError):

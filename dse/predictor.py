@@ -5,7 +5,7 @@ HYMELL artifact (`surrogates/<gpu>/`), prices each operator of `dse.ops.forward_
 Level-1 models and the Level-2 block residuals (`dse.surrogate.hymell`), integrates decode over
 the growing KV cache with a quadrature, and corrects the whole request with Level 3
 (`dse.surrogate.level3`). Without an artifact a GPU falls back to the roofline
-(`source == "roofline"`). Only numpy (and pandas for DataFrame input) run here: no Optuna,
+(`source == "roofline"`). Only numpy (and pandas for batches of 64+ rows) run here: no Optuna,
 plotly or scikit-learn.
 """
 
@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dse import arch as A
 from dse import configs as C
@@ -33,6 +32,9 @@ from dse.surrogate.hymell import (
     PhaseCost,
 )
 from dse.surrogate.level3 import OOR_BAND_WIDEN, GlobalInputs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Decode is integrated over the KV length with composite Simpson on this many segments.
 DECODE_SEGMENTS = 2
@@ -379,11 +381,10 @@ def _scaled(
 def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
     """Per configuration, the comma-joined names of the flags set ('' when none), built once
     per distinct combination (cheap for 10^5 rows)."""
-    import pandas as pd  # hash-based factorize (np.unique sorts)
-
     names = list(flags)
     if not names:
         return _const_object(n, "")
+    factorize = _factorize if n < 64 else _pandas_factorize
     # Flags packed 60 to a word; rows grouped by their combination of every word.
     words: list[np.ndarray] = []
     for w0 in range(0, len(names), 60):
@@ -391,10 +392,10 @@ def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
         for i, k in enumerate(names[w0 : w0 + 60]):
             code |= np.asarray(flags[k], dtype=np.int64) << i
         words.append(code)
-    group, uniq = pd.factorize(words[0], sort=False)
+    group, uniq = factorize(words[0])
     for code in words[1:]:
-        codes, u = pd.factorize(code, sort=False)
-        group, uniq = pd.factorize(group * len(u) + codes, sort=False)
+        codes, u = factorize(code)
+        group, uniq = factorize(group * len(u) + codes)
     if len(uniq) == 1 and not any(w[0] for w in words):
         return _const_object(n, "")
     rep = np.empty(len(uniq), dtype=np.intp)
@@ -409,6 +410,19 @@ def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
         both = (text != "") & (part != "")
         text = np.where(both, text + ",", text) + part
     return text[group]
+
+
+def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) by sorting: for small arrays (no pandas import)."""
+    uniq, codes = np.unique(a, return_inverse=True)
+    return codes.reshape(a.shape), uniq
+
+
+def _pandas_factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) by hashing: O(n), where np.unique sorts."""
+    import pandas as pd
+
+    return pd.factorize(a, sort=False)
 
 
 @cache
