@@ -433,6 +433,17 @@ class LayerOpModel:
             by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
             if by_width and WIDTH_ONLY_NO_TP:
                 ps = np.ones_like(ps)
+            grow = np.ones_like(ts)
+            if self.res_coef_ is None:
+                # beyond the largest measured element count every item grows linearly with the
+                # tokens (the bandwidth-bound end of the measured curves; the structural base's
+                # regime curve is not trusted past its data)
+                e_max = max(
+                    float(self.curve_tokens_[e][-1] * self.curve_width_[e])
+                    for e in np.flatnonzero(self.curve_key_ == i)
+                )
+                t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
+                grow, ts = ts / t_fit, t_fit
             wv = _waves(ts, cr)
             items = _base_items_us(c, cr, ts, ws, ps, wv)
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
@@ -440,7 +451,7 @@ class LayerOpModel:
             # the measured curves are stored against the smooth-wave base (see _curve_table)
             smooth_us = sum(_base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True)))
             stair_us = sum(items)
-            waves[sel] = wv
+            waves[sel] = wv * grow
             if self.res_coef_ is not None:  # legacy artifact: its residual surface
                 factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
                 continue
@@ -459,6 +470,7 @@ class LayerOpModel:
                         [self.curve_values_[e] for e in ce],
                     )
                 )
+                * grow
             )
         # the measured-curve factor scales every item, so the items still sum to the total
         for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"):
