@@ -12,7 +12,14 @@ from dse.errors import ArtifactError, ConfigError
 from dse.hardware import get_gpu, gpu_names
 from dse.surrogate.artifact import Artifact
 from dse.surrogate.fit import mape_pct
-from dse.surrogate.gemm import REGIMES, Gemm, GemmModel, gemm_work, regime_names
+from dse.surrogate.gemm import (
+    REGIMES,
+    Gemm,
+    GemmModel,
+    _smooth_over_shapes,
+    gemm_work,
+    regime_names,
+)
 from dse.surrogate.power import power_w
 
 
@@ -86,6 +93,30 @@ def test_power_scales_to_every_registry_gpu() -> None:
         for g in gpu_names()
     }
     assert np.ptp(list(frac.values())) < 1e-9
+
+
+def test_shape_smoothing_fills_unseen_shapes_from_neighbours() -> None:
+    # Rows on an (m, n, k) lattice with the weight shape (1024, 1024) never measured; the
+    # residual depends on n and on log2 m only.
+    sizes = 2.0 ** np.arange(6, 13)
+    m, n, k = (a.ravel() for a in np.meshgrid([1.0, 16.0], sizes, sizes, indexing="ij"))
+    keep = ~((n == 1024) & (k == 1024))
+    m, n, k = m[keep], n[keep], k[keep]
+    r = 0.01 * np.log2(n) + 0.002 * np.log2(m)
+    axes = (np.log2([1.0, 4.0, 16.0]), np.log2(sizes), np.log2(sizes))
+    # A narrow kernel (0.25 octave): an unseen shape takes its nearest neighbours' mean (here
+    # symmetric in log2 n around 1024, so exactly the value at n = 1024).
+    out = _smooth_over_shapes(axes, m, n, k, r, octaves=0.25, prior_rows=0.0)
+    assert out.shape == (3, 7, 7)
+    j = list(sizes).index(1024)
+    assert out[0, j, j] == pytest.approx(0.1, abs=1e-6)
+    assert out[2, j, j] == pytest.approx(0.1 + 0.008, abs=1e-6)
+    assert out[1, j, j] == pytest.approx(0.1 + 0.004, abs=1e-6)  # linear in log2 m between
+    # A wide kernel blends n; a prior weight shrinks towards 0 (never away from it).
+    wide = _smooth_over_shapes(axes, m, n, k, r, octaves=2.0, prior_rows=0.0)
+    shrunk = _smooth_over_shapes(axes, m, n, k, r, octaves=2.0, prior_rows=5.0)
+    assert 0.07 < wide[0, j, j] < 0.1
+    assert (np.abs(shrunk) < np.abs(wide)).all()
 
 
 # ---------------------------------------------------------------------------- with data

@@ -17,11 +17,14 @@ Three stages, each in log space, all evaluated with numpy only:
    128x256 output tiles, and the padding of m to 16 rows.
 3. Residual: gradient-boosted trees (scikit-learn, fit time only) on a wider physical feature
    set, evaluated on the measurement lattice of (log2 m, log2 n, log2 k) and stored as a table;
-   prediction interpolates it multilinearly (exact on lattice points, clamped outside).
+   prediction interpolates it multilinearly (exact on lattice points, clamped outside). What the
+   trees leave on the training rows is smoothed over neighbouring weight shapes (Gaussian in
+   log2 n and log2 k, at each measured m) and added to the table: an unseen (n, k) inherits
+   the shape-specific error its neighbours showed, which the trees' features do not explain.
 
 Energy: power = the family power model f(compute_util, memory_util) scaled by the GPU's idle and
 board power (`dse.surrogate.power`); where the fit saw measured power (H200) a second tabulated
-residual corrects it. energy_j = power_w * latency_s.
+residual (trees + the same neighbour smoothing) corrects it. energy_j = power_w * latency_s.
 """
 
 from __future__ import annotations
@@ -72,6 +75,13 @@ LINEAR_FEATURES: tuple[str, ...] = (
     "pad_m16",
 )
 INPUTS: tuple[str, ...] = ("m", "n", "k")
+# Neighbour smoothing of the tree residual over weight shapes: Gaussian width in octaves of n
+# and k, and a prior weight (in rows) that shrinks the correction where few neighbours were
+# measured. Chosen by cross-validation over held-out (n, k) shapes on the H100 and H200 tables.
+SMOOTH_OCTAVES = 0.5
+SMOOTH_PRIOR_ROWS = 1.0
+POWER_SMOOTH_OCTAVES = 0.35  # power is noisier per row but its per-m session offsets are local
+POWER_SMOOTH_PRIOR_ROWS = 0.0
 
 
 def canonical_dtype(dtype: str) -> str:
@@ -114,12 +124,57 @@ def _residual_features(m: np.ndarray, n: np.ndarray, k: np.ndarray, c: Mapping[s
         # Split-K a library may use when the tiles leave SMs idle (bounded by k / 256).
         split = np.clip(np.floor(c["n_sms"] / tiles), 1, np.maximum(k / 256, 1))
         cols += [tiles / (waves * c["n_sms"]), np.log2(waves), np.log2(split)]
+    cols.append(lm + ln - lk)  # log2 PF = mn / k
+    # More CUTLASS/cuBLAS tile shapes (Hopper kernels also use 64x256, 256x64, 128x192, ...).
+    for a, b in ((64, 256), (256, 64), (128, 64), (192, 128), (128, 192), (64, 32)):
+        tiles = np.ceil(m / a) * np.ceil(n / b)
+        waves = np.ceil(tiles / c["n_sms"])
+        cols += [tiles / (waves * c["n_sms"]), np.log2(waves)]
+    for a in (32, 64, 128):  # main-loop iterations over k for common k-tile depths
+        cols.append(np.log2(np.ceil(k / a)))
     for a in (8, 16, 32, 64, 128, 256):
         cols.append(np.ceil(m / a) * a / m)
     for a in (64, 128, 256):
         cols.append(np.ceil(n / a) * a / n)
         cols.append(np.ceil(k / a) * a / k)
     return np.column_stack(cols)
+
+
+def _smooth_over_shapes(
+    axes: tuple[np.ndarray, ...],
+    m: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    r: np.ndarray,
+    octaves: float,
+    prior_rows: float,
+) -> np.ndarray:
+    """Residual r of rows (m, n, k), smoothed over weight shapes onto the table `axes` (log2).
+
+    At each measured m: a normalised Gaussian average over (log2 n, log2 k) of width `octaves`,
+    num / (weights + prior_rows) (prior_rows > 0 shrinks towards 0 where few shapes are near).
+    Between measured m it is linear in log2 m; outside, held at the edge. n and k of the rows
+    must lie on axes[1] and axes[2] (they are the rows' own unique values).
+    """
+    lm = np.log2(m)
+    M = np.unique(lm)
+    _, N, K = axes
+    idx = (np.searchsorted(M, lm), np.searchsorted(N, np.log2(n)), np.searchsorted(K, np.log2(k)))
+    total = np.zeros((len(M), len(N), len(K)))
+    count = np.zeros_like(total)
+    np.add.at(total, idx, r)
+    np.add.at(count, idx, 1.0)
+    wn = np.exp(-0.5 * ((N[:, None] - N[None, :]) / octaves) ** 2)
+    wk = np.exp(-0.5 * ((K[:, None] - K[None, :]) / octaves) ** 2)
+    num = np.einsum("jJ,lL,iJL->ijl", wn, wk, total)
+    den = np.einsum("jJ,lL,iJL->ijl", wn, wk, count) + prior_rows
+    smooth = num / np.maximum(den, 1e-300)
+    # Onto the table's m axis: linear in log2 m between measured m (np.interp per column).
+    flat = smooth.reshape(len(M), -1)
+    out = np.empty((len(axes[0]), flat.shape[1]))
+    for j in range(flat.shape[1]):
+        out[:, j] = np.interp(axes[0], M, flat[:, j])
+    return out.reshape(len(axes[0]), len(N), len(K))
 
 
 def _f16(a: np.ndarray) -> np.ndarray:
@@ -278,8 +333,12 @@ class GemmModel:
         self.grid_ = None  # cell lookup, built on first use
         X = _residual_features(m, n, k, c)
         trees = self._trees(X, r2)
+        left = r2 - trees.predict(X)
+        table = self._tabulate(trees) + _smooth_over_shapes(
+            self.axes_, m, n, k, left, SMOOTH_OCTAVES, SMOOTH_PRIOR_ROWS
+        )
         # float16 tables: log-residuals to 1e-3 (0.1 % in time), half the artifact size.
-        self.table_ = _f16(self._tabulate(trees))
+        self.table_ = _f16(table)
         self.range_ = {
             name: (float(v.min()), float(v.max()))
             for name, v in zip(INPUTS, (m, n, k), strict=True)
@@ -294,7 +353,17 @@ class GemmModel:
             p0 = self._generic_power(flops, b_in + b_out, lat_fit)
             rp = np.log(pw[ok]) - np.log(p0[ok])
             trees_p = self._trees(X[ok], rp)
-            self.power_table_ = _f16(self._tabulate(trees_p))
+            left_p = rp - trees_p.predict(X[ok])
+            smooth_p = _smooth_over_shapes(
+                self.axes_,
+                m[ok],
+                n[ok],
+                k[ok],
+                left_p,
+                POWER_SMOOTH_OCTAVES,
+                POWER_SMOOTH_PRIOR_ROWS,
+            )
+            self.power_table_ = _f16(self._tabulate(trees_p) + smooth_p)
         return self
 
     def _trees(self, X: np.ndarray, r: np.ndarray) -> Any:
