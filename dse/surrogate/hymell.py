@@ -326,16 +326,20 @@ def _tokens(cols: Mapping[str, np.ndarray] | None, phase: str) -> np.ndarray | N
 
 
 def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
-    d[key] = d[key] + v if key in d else np.broadcast_to(v, np.shape(v)).copy()
+    """Add v to d[key]; v must be an array of its own (it is stored, not copied)."""
+    d[key] = d[key] + v if key in d else v
 
 
-def _reduce(x: np.ndarray, w: np.ndarray | None, n: int) -> np.ndarray:
-    """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)."""
+def _reduce(
+    x: np.ndarray, w: np.ndarray | None, n: int, wsum: np.ndarray | None = None
+) -> np.ndarray:
+    """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)
+    (`wsum`: w.sum(axis=0) when the caller has it). Always a new array."""
     if w is None:
         return np.broadcast_to(x, (n,)).astype(float)
     if np.ndim(x) == 2:
         return np.einsum("kn,kn->n", w, x)
-    return np.broadcast_to(x, (n,)) * w.sum(axis=0)
+    return np.broadcast_to(x, (n,)) * (w.sum(axis=0) if wsum is None else wsum)
 
 
 class HymellPricer:
@@ -416,19 +420,22 @@ class HymellPricer:
         self._apply_level2(per_op, oor, oor_by)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
         out.oor_by = oor_by
-        out.roof_s = {k: _reduce(v, weights, n) for k, v in roof.items()}
+        wsum = None if weights is None else weights.sum(axis=0)
+        out.roof_s = {k: _reduce(v, weights, n, wsum) for k, v in roof.items()}
         out.kinds = {op.name: op.kind for op in ops}
         out.blocks = {op.name: op.block for op in ops}
-        wsum = None if weights is None else weights.sum(axis=0)
         for op, t, p in per_op:
             if t is zero:
-                t_r = e_r = zero
+                t_r, e_r = np.zeros(n), np.zeros(n)
             elif np.ndim(t) == 2:
                 t_r = np.einsum("kn,kn->n", weights, t)
                 e_r = np.einsum("kn,kn->n", weights, t * p)
             else:
-                t_r = t if wsum is None else t * wsum
-                e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n)
+                if wsum is not None:
+                    t_r = t * wsum
+                else:  # t = t_call * count is a new array of its own: stored as the item
+                    t_r = t if np.shape(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
+                e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n, wsum)
             out.time_s += t_r
             out.energy_j += e_r
             _acc(out.items_s, op.name, t_r)

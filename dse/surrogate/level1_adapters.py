@@ -142,7 +142,12 @@ def evaluate_rows(
 
 def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...]) -> np.ndarray:
     """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy)."""
-    return np.broadcast_to(np.asarray(v), shape)[idx]
+    a = np.asarray(v)
+    if a.shape == shape:
+        return a[idx]
+    if a.ndim == 1 and len(shape) > 1 and a.shape[0] == shape[-1]:  # (n,) over (k, n)
+        return a[idx[-1]]
+    return np.broadcast_to(a, shape)[idx]
 
 
 class PowerTable:
