@@ -176,7 +176,9 @@ def fit_mlp(
     y = np.asarray(y, dtype=np.float64).ravel()
     x_mean = X.mean(axis=0)
     x_scale = X.std(axis=0)
-    x_scale = np.where(x_scale > 0, x_scale, 1.0)
+    # A column constant up to rounding (std ~1e-13 from summing equal logs) is constant: scale
+    # 1, else any other value at prediction time lands ~1e12 standard deviations out.
+    x_scale = np.where(x_scale > 1e-9 * np.maximum(np.abs(x_mean), 1.0), x_scale, 1.0)
     y_mean = float(y.mean())
     y_scale = float(y.std()) or 1.0
     reg = MLPRegressor(
