@@ -20,6 +20,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -298,16 +299,17 @@ def _fit_kw(args: Any) -> dict[str, int]:
 _STATE: dict[str, Any] = {}
 
 
-def bench_hybrid(tables: dict[str, pd.DataFrame], tasks: list[tuple], args: Any) -> list[dict]:
-    """Attention and MoE records, `args.jobs` tables at a time (forked worker processes, each
-    single-threaded; the records do not depend on the number of jobs)."""
+def bench_hybrid(tables: dict[str, pd.DataFrame], tasks: list[tuple], args: Any) -> Iterator[dict]:
+    """Attention and MoE records as they finish, `args.jobs` tables at a time (forked worker
+    processes, each single-threaded; a record does not depend on the number of jobs)."""
     _STATE.update(tables=tables, args=args)
     if args.jobs <= 1 or len(tasks) <= 1:
-        return [_run_task(t) for t in tasks]
+        yield from map(_run_task, tasks)
+        return
     import multiprocessing as mp
 
     with mp.get_context("fork").Pool(min(args.jobs, len(tasks))) as pool:
-        return pool.map(_run_task, tasks, chunksize=1)
+        yield from pool.imap_unordered(_run_task, tasks, chunksize=1)
 
 
 # ---------------------------------------------------------------------------- speed

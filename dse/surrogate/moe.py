@@ -26,7 +26,14 @@ import pandas as pd
 from dse.errors import DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
-from dse.surrogate._hybrid import Roofline, fit_residual_mlp, fit_roofline
+from dse.surrogate._hybrid import (
+    POWER_HIDDEN,
+    POWER_MAX_ITER,
+    POWER_MAX_ROWS,
+    Roofline,
+    fit_residual_mlp,
+    fit_roofline,
+)
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
 
@@ -192,9 +199,9 @@ class MoEModel:
             self.power_mlp_ = fit_residual_mlp(
                 Xp,
                 p[ok],
-                hidden=HIDDEN,
-                max_iter=self.max_iter,
-                max_rows=self.max_rows,
+                hidden=POWER_HIDDEN,
+                max_iter=min(self.max_iter, POWER_MAX_ITER),
+                max_rows=min(self.max_rows, POWER_MAX_ROWS),
                 seed=self.seed,
             )
         rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
