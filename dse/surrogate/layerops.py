@@ -425,53 +425,50 @@ class LayerOpModel:
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
         waves = np.zeros(n)
         factor = np.ones(n)
-        for i in np.unique(idx[idx >= 0]):
-            sel = idx == i
+        keys_here = np.unique(idx[idx >= 0])
+        for i in keys_here:
+            # one operator family for the whole batch: a slice, no gathers
+            sel = (
+                slice(None)
+                if len(keys_here) == 1 and idx[0] == i and (idx == i).all()
+                else idx == i
+            )
             c = self.coef_[i]
             cr = self.rows_per_wave_[i]
             ts, ws, ps = t[sel], width[sel], tp[sel]
             by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
             if by_width and WIDTH_ONLY_NO_TP:
                 ps = np.ones_like(ps)
-            grow = np.ones_like(ts)
-            if self.res_coef_ is None:
+            if self.res_coef_ is not None:  # legacy artifact: staircase base x residual surface
+                wv = _waves(ts, cr)
+                items = _base_items_us(c, cr, ts, ws, ps, wv)
+                factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
+                grow = 1.0
+            else:
                 # beyond the largest measured element count every item grows linearly with the
                 # tokens (the bandwidth-bound end of the measured curves; the structural base's
                 # regime curve is not trusted past its data)
-                e_max = max(
-                    float(self.curve_tokens_[e][-1] * self.curve_width_[e])
-                    for e in np.flatnonzero(self.curve_key_ == i)
-                )
+                ce = np.flatnonzero(self.curve_key_ == i)
+                e_max = max(float(self.curve_tokens_[e][-1] * self.curve_width_[e]) for e in ce)
                 t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
                 grow, ts = ts / t_fit, t_fit
-            wv = _waves(ts, cr)
-            items = _base_items_us(c, cr, ts, ws, ps, wv)
+                wv = _waves(ts, cr)
+                # the measured curves are stored against the smooth-wave base (see _curve_table),
+                # whose items they scale: the staircase comes from the measurements
+                items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True))
+                curve = _curve_eval(
+                    ts,
+                    ws,
+                    np.ones_like(ps) if by_width else ps,
+                    self.curve_tp_[ce],
+                    self.curve_width_[ce],
+                    [self.curve_tokens_[e] for e in ce],
+                    [self.curve_values_[e] for e in ce],
+                )
+                factor[sel] = np.exp(curve) * grow
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
                 out[k][sel] = v * 1e-6
-            # the measured curves are stored against the smooth-wave base (see _curve_table)
-            smooth_us = sum(_base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True)))
-            stair_us = sum(items)
             waves[sel] = wv * grow
-            if self.res_coef_ is not None:  # legacy artifact: its residual surface
-                factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
-                continue
-            ce = np.flatnonzero(self.curve_key_ == i)
-            factor[sel] = (
-                np.maximum(smooth_us, 0.1)
-                / np.maximum(stair_us, 0.1)
-                * np.exp(
-                    _curve_eval(
-                        ts,
-                        ws,
-                        np.ones_like(ps) if by_width else ps,
-                        self.curve_tp_[ce],
-                        self.curve_width_[ce],
-                        [self.curve_tokens_[e] for e in ce],
-                        [self.curve_values_[e] for e in ce],
-                    )
-                )
-                * grow
-            )
         # the measured-curve factor scales every item, so the items still sum to the total
         for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"):
             out[k] *= factor
