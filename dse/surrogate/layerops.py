@@ -419,7 +419,9 @@ class LayerOpModel:
         op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
         vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
-        t, width = op_geometry(op, {**vals, "gated_mlp": gated})
+        legacy = self.res_coef_ is not None  # fitted before the measured curves
+        # (legacy artifacts: the activation width was d_ff / tp for GELU too)
+        t, width = op_geometry(op, {**vals, "gated_mlp": True if legacy else gated})
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
@@ -437,9 +439,9 @@ class LayerOpModel:
             cr = self.rows_per_wave_[i]
             ts, ws, ps = t[sel], width[sel], tp[sel]
             by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
-            if by_width and WIDTH_ONLY_NO_TP:
+            if by_width and WIDTH_ONLY_NO_TP and not legacy:
                 ps = np.ones_like(ps)
-            if self.res_coef_ is not None:  # legacy artifact: staircase base x residual surface
+            if legacy:  # staircase base x residual surface
                 wv = _waves(ts, cr)
                 items = _base_items_us(c, cr, ts, ws, ps, wv)
                 factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
