@@ -38,9 +38,54 @@ sys.path.insert(0, str(REPO))
 from dse.predictor import load_artifact, predict  # noqa: E402
 
 SECTION = "## Predictor speed"
-# Where the time goes (written up from cProfile / line_profiler runs; update with the code).
+# Where the time goes (written up from cProfile / line_profiler runs of 10^5 configurations on
+# the shipped h100_sxm artifact; update with the code).
 NOTES = [
-    "Where the time goes: see the paragraphs after this table in docs/performance.md.",
+    "How the predictor gets there (`dse/predictor.py`, `dse/surrogate/hymell.py`,",
+    "`level1_adapters.py`, `nn.py`):",
+    "",
+    "- Each Level-1 model runs once per distinct operator shape over the batch and the 5",
+    "  quadrature nodes (integer keys packed and hashed; a 4000-row sample decides first whether",
+    "  deduplication pays), the kernel models in 16k-row blocks (their feature matrices stay in",
+    "  cache), and only on the configurations that run the operator when fewer than 90% do (the",
+    "  MoE block of dense rows, the all-reduce at TP 1). Operators priced as the same vidur",
+    "  operator (input and final norm, both residual adds) share the layer-op model's times.",
+    "- MLPs (attention and MoE residuals, Level 2, power) run in float32: inputs standardised in",
+    "  float64, 4096-row blocks padded to multiples of 16 rows, biases added 16 rows at a time,",
+    "  the output column as an einsum. 2.5x (32x32) to 4x (64x64) faster than the float64",
+    "  forward, outputs within 2e-7 of a float64 reference, and a row's MLP output is",
+    "  bit-identical whatever batch it comes in (OpenBLAS picks other kernels for GEMMs of",
+    "  fewer than 16 rows, and a GEMV's order depends on the row's position).",
+    "- Operator power from the tabulated power model in float32 (per-cell bilinear",
+    "  coefficients), read once per group of rows that share time, FLOPs and bytes.",
+    "- Flag names, dtype sizes and input normalisation without string sorts; no pandas import",
+    "  in `dse.configs` / `dse.predictor` (the model modules still import it, see below).",
+    "",
+    "Where the time goes now (CPU time, 10^5 all-distinct configurations, ~0.77 s): the",
+    "layer-op model ~30% (in `LayerOpModel.predict`, `np.unique` over the broadcast op-name",
+    "strings is ~30% of its time: a scalar-op fast path there would save ~10% of the total),",
+    "decode attention ~18% (5x10^5 node rows; the 32x32 MLP is half of it; with 64x64 MLPs",
+    "it grows from ~0.14 to ~0.20 s, measured on a copy of the artifact with 64x64 weights),",
+    "GEMM ~9%, the other kernel models ~9%, and ~30% outside the Level-1 models (operator",
+    "list, Levels 2-3, outputs). Sweep-like batches (~0.38 s): ~40% Level-1 models, the rest",
+    "per-row arithmetic.",
+    "",
+    "Before this work: the code of commit c1cbd16 timed with this script on the same VM a",
+    "few minutes earlier (load ~4-5): sweep-like 101,884 wall median / 207,769 by CPU time,",
+    "all distinct 38,993 / 79,656; Level-1 MLP models 2.0-2.4 M/s by CPU time (32x32). On a",
+    "copy of the artifact with 64x64 attention and MoE MLPs (random weights; the size of",
+    "commit 12f83e5): all distinct 61,853 (before) -> 120,190 (after) by CPU time, attention and",
+    "MoE alone 1.05-1.25 M/s -> 1.9-2.4 M/s by CPU time.",
+    "",
+    "Batch of one vs the same row inside a batch: Levels 1-2 are bit-identical; Level 3's",
+    "`Forward32` (dse/surrogate/level3.py) folds the input scaler into float32 weights and uses",
+    "a GEMV, which moves every output of a row by ~1.6e-8 with the batch (with `MLP.predict` in",
+    "its place a row agrees to 1e-15).",
+    "",
+    "`dse predict` for one configuration: importing pandas is about half of it on this VM (the",
+    "model modules _fitutil, gemm, layerops, attention, moe, allreduce, power import it at",
+    "module level, for fitting only); with them importing it lazily the command took 0.7-1.1 s",
+    "instead of 1.5-1.9 s at load 7.",
 ]
 COMMAND = "PYTHONPATH=. python benchmarks/predictor_speed.py"
 
