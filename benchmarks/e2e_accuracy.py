@@ -67,11 +67,11 @@ MISSES_TEXT = [
     "40GB the 70B models (TP 4) leave 1-2 GB per GPU for the KV cache, so the predicted KV fill",
     "and wave count swing with small errors in the memory the engine keeps back (not recorded);",
     "the measured/kernel ratio of Llama-2-70B goes 0.95, 1.0, 1.3, 0.75 as the fill goes 0.7,",
-    "1.3, 2.7, 5.3. (3) The dense runs whose KV cache fits are within 4-7%. Held out by shape",
-    "instead (loso), every engine is within 5%. The H100 power file holds one model",
-    "(Llama-2-7B) at one length, so its power calibration is held out by batch size (batch 1",
-    "and 64 are extrapolations), and vLLM's power rises with batch (367 -> 595 W) where",
-    "TensorRT-LLM's stays flat (413 -> 449 W) at the same latency.",
+    "1.3, 2.7, 5.3. (3) The dense runs whose KV cache fits carry the rest (regime tables).",
+    "Held out by shape instead (loso), every engine is within 6%. The H100 power file holds",
+    "one model (Llama-2-7B) at one length, so its power calibration is held out by batch size",
+    "(batch 1 and 64 are extrapolations), and vLLM's power rises with batch (367 -> 595 W)",
+    "where TensorRT-LLM's stays flat (413 -> 449 W) at the same latency.",
 ]
 METHOD_TEXT = [
     "How a prediction is made (`dse.predictor.predict`): every operator of `dse.ops.forward_ops`",
