@@ -330,6 +330,16 @@ def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
     d[key] = d[key] + v if key in d else v
 
 
+def _node_sum(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """sum_k w[k] x[k] over the node axis, node by node: the same order for every column,
+    so a configuration's total does not depend on the batch it comes in (einsum sums a single
+    column in another order than many)."""
+    acc = w[0] * x[0]
+    for j in range(1, len(w)):
+        acc += w[j] * x[j]
+    return acc
+
+
 def _reduce(
     x: np.ndarray, w: np.ndarray | None, n: int, wsum: np.ndarray | None = None
 ) -> np.ndarray:
@@ -338,7 +348,7 @@ def _reduce(
     if w is None:
         return np.broadcast_to(x, (n,)).astype(float)
     if np.ndim(x) == 2:
-        return np.einsum("kn,kn->n", w, x)
+        return _node_sum(w, x)
     return np.broadcast_to(x, (n,)) * (w.sum(axis=0) if wsum is None else wsum)
 
 
@@ -428,8 +438,8 @@ class HymellPricer:
             if t is zero:
                 t_r, e_r = np.zeros(n), np.zeros(n)
             elif np.ndim(t) == 2:
-                t_r = np.einsum("kn,kn->n", weights, t)
-                e_r = np.einsum("kn,kn->n", weights, t * p)
+                t_r = _node_sum(weights, t)
+                e_r = _node_sum(weights, t * p)
             else:
                 if wsum is not None:
                     t_r = t * wsum
