@@ -480,7 +480,18 @@ def _kernel_price(
     groups = Groups.of([np.rint(arrays[k]).astype(np.int64) for k in keys])
 
     def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
-        res = model.predict(**{k: at_rows(v, shape, idx) for k, v in arrays.items()})
+        # Constants pass as scalars (the models broadcast them), an array passed under two
+        # names (kv_len and step) is gathered once.
+        got: dict[int, np.ndarray] = {}
+        kw = {}
+        for k, v in arrays.items():
+            if np.ndim(v) == 0:
+                kw[k] = v
+            else:
+                kw[k] = (
+                    got[id(v)] if id(v) in got else got.setdefault(id(v), at_rows(v, shape, idx))
+                )
+        res = model.predict(**kw)
         out = {"latency_s": np.asarray(res["latency_s"], dtype=float).ravel()}
         if "power_w" in res:
             out["power_w"] = np.asarray(res["power_w"], dtype=float).ravel()
@@ -504,11 +515,12 @@ def _kernel_price(
 def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
     d = op.dims
     kv_dtype = np.asarray(d["kv_dtype"])
+    kv_heads = np.asarray(d["num_kv_heads"], dtype=float)
     return {
         "batch_size": np.asarray(d["batch_size"], dtype=float),
         "num_heads": np.asarray(d["num_heads"], dtype=float),
-        "num_key_value_heads": np.asarray(d["num_kv_heads"], dtype=float),
-        "num_kv_heads": np.asarray(d["num_kv_heads"], dtype=float),
+        "num_key_value_heads": kv_heads,  # the tables' two names for one input
+        "num_kv_heads": kv_heads,
         "head_dim": np.asarray(d["head_dim"], dtype=float),
         "kv_fp8": (kv_dtype == "fp8").astype(float),
     }
@@ -540,7 +552,7 @@ def price_generation_attention(
     kv = np.asarray(op.dims["kv_len"], dtype=float)
     a["kv_len"] = np.rint(kv)
     a["step"] = a["kv_len"]
-    a["isl"] = np.ones_like(kv)
+    a["isl"] = np.float64(1.0)  # one new token per sequence
     keys = ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
     return _kernel_price(artifact, op, gpu, a, keys)
 
@@ -558,7 +570,7 @@ def price_moe(
         "topk": np.asarray(d["topk"], dtype=float),
         "num_experts": np.asarray(d["num_experts"], dtype=float),
         "moe_tp_size": np.asarray(d["moe_tp_size"], dtype=float),
-        "moe_ep_size": np.ones(np.shape(d["num_tokens"])),
+        "moe_ep_size": np.float64(1.0),
     }
     return _kernel_price(artifact, op, gpu, a, tuple(k for k in a if k != "moe_ep_size"))
 
