@@ -71,11 +71,11 @@ NOTES = [
     "Levels 2-3, outputs). Sweep-like batches (~0.35 s): ~40% Level-1 models, the rest",
     "per-row arithmetic.",
     "",
-    "Before this work: the code of commit c1cbd16 timed with this script on the same VM a",
-    "few minutes earlier (load ~4-5): sweep-like 101,884 wall median / 207,769 by CPU time,",
+    "Before this work: the code of commit c1cbd16 timed with this script on the same VM at",
+    "22:40 UTC (load ~4-5): sweep-like 101,884 wall median / 207,769 by CPU time,",
     "all distinct 38,993 / 79,656; Level-1 MLP models 2.0-2.4 M/s by CPU time (32x32). On a",
     "copy of the artifact with 64x64 attention and MoE MLPs (random weights; the size of",
-    "commit 12f83e5): all distinct 61,853 (before) -> 120,190 (after) by CPU time, attention and",
+    "commit 12f83e5): all distinct 61,853 (before) -> ~130,000 (after) by CPU time, attention and",
     "MoE alone 1.05-1.25 M/s -> 1.9-2.4 M/s by CPU time.",
     "",
     "Batch of one vs the same row inside a batch: Levels 1-2 are bit-identical; Level 3's",
@@ -85,8 +85,8 @@ NOTES = [
     "",
     "`dse predict` for one configuration: importing pandas is about half of it on this VM (the",
     "model modules _fitutil, gemm, layerops, attention, moe, allreduce, power import it at",
-    "module level, for fitting only); with them importing it lazily the command took 0.7-1.1 s",
-    "instead of 1.5-1.9 s at load 7.",
+    "module level, for fitting only); with them importing it lazily the command took 0.32 s",
+    "instead of 0.57-0.62 s at load 2, 0.7-1.1 s instead of 1.5-1.9 s at load 7.",
 ]
 COMMAND = "PYTHONPATH=. python benchmarks/predictor_speed.py"
 
