@@ -7,12 +7,14 @@ Everything here is plain numpy, deterministic, and works on arrays of any length
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import ArtifactError, DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def hat_basis(x: np.ndarray, knots: np.ndarray) -> np.ndarray:

@@ -21,14 +21,16 @@ stream), `n_gpus` the group size.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import DataError
 from dse.surrogate import _fitutil as U
 from dse.surrogate.artifact import register_model
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SMOOTH = 1e-2  # second-difference penalty weight (per row) on the rate curve
 INPUTS = ("message_bytes", "n_gpus")
@@ -160,6 +162,8 @@ class AllReduceModel:
 def implementation_key(df: pd.DataFrame) -> pd.Series:
     """The model name suffix of each all-reduce row: `<engine>.<implementation>[.<backend>]`
     plus `.int8` for int8 NCCL tables (e.g. nccl.nccl, vllm.custom.vllm_graph, nccl.h100_dgx)."""
+    import pandas as pd  # fitting/validation only: prediction never imports pandas
+
     eng = df["engine"].astype(str)
     impl = (
         df["implementation"].astype(str) if "implementation" in df else pd.Series("nccl", df.index)

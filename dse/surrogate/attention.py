@@ -17,10 +17,9 @@ returns energy = power x latency.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import ArtifactError, DataError
 from dse.hardware import get_gpu
@@ -35,6 +34,9 @@ from dse.surrogate._hybrid import (
 )
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PHASES = ("context", "generation")
 # Residual MLP 64 x 64 x 64, 300 epochs, <= 30000 rows a fit. Held-out error on H100 (5 group

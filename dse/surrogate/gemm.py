@@ -30,15 +30,17 @@ residual (trees + the same neighbour smoothing) corrects it. energy_j = power_w 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError
 from dse.hardware import get_gpu
 from dse.surrogate.artifact import Artifact, register_model
 from dse.surrogate.power import PowerModel
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REGIMES: tuple[str, ...] = (
     "launch-bound",

@@ -37,15 +37,17 @@ separate family when the training rows have one; otherwise the gated coefficient
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import ArtifactError, DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
 from dse.surrogate.artifact import register_model
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Operators this model covers (vidur op names); the GEMM ops belong to the GEMM model.
 LAYER_OPS: tuple[str, ...] = (

@@ -18,10 +18,9 @@ Where the rows carry measured board power (H200), a power MLP gives energy = pow
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import DataError
 from dse.hardware import get_gpu
@@ -36,6 +35,9 @@ from dse.surrogate._hybrid import (
 )
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Residual MLP 64 x 64 x 64, 300 epochs, <= 30000 rows a fit (as attention). Held-out error on
 # H100 (5 group folds by layer shape), vLLM bf16 / fp8 / fp8_block and TRT-LLM fp8_block:

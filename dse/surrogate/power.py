@@ -20,15 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import pandas as pd
 
 from dse.errors import ArtifactError
 from dse.hardware import GPU, get_gpu
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP, fit_mlp
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Utilisations above 1 happen (spec sheets round; L2 hits beat HBM): clip the inputs here.
 UTIL_CLIP = (0.0, 1.5)
