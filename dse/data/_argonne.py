@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from dse.data import _common as c
-from dse.errors import DataError
 
 SOURCE = "argonne"
 FOLDER = "argonne"
@@ -82,12 +81,7 @@ def _hardware(name: str) -> str:
 
 def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
     file = c.rel(path, root)
-    try:
-        raw = pd.read_csv(path, skipinitialspace=True)
-    except Exception as exc:
-        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
-    if raw.empty:
-        raise DataError(f"{file}: table has no rows")
+    raw = c.read_csv(path, file, skipinitialspace=True)
     raw.columns = [str(col).strip() for col in raw.columns]
     required = (*_COLUMNS, "avg_power") if kind == "e2e_energy" else _COLUMNS
     c.require_columns(raw, required, file)
@@ -142,12 +136,7 @@ def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
 def _read_ttft(path: Path, root: Path) -> pd.DataFrame:
     """Fig. 22: time to first token per configuration (`latency_s` = TTFT)."""
     file = c.rel(path, root)
-    try:
-        raw = pd.read_csv(path, skipinitialspace=True)
-    except Exception as exc:
-        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
-    if raw.empty:
-        raise DataError(f"{file}: table has no rows")
+    raw = c.read_csv(path, file, skipinitialspace=True)
     raw.columns = [str(col).strip() for col in raw.columns]
     c.require_columns(raw, _TTFT_COLUMNS, file)
     ttft_s = c.numeric(raw, "TTFT Latency", file)

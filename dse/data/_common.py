@@ -97,6 +97,17 @@ def rel(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
+def read_csv(path: Path, file: str, **kwargs: object) -> pd.DataFrame:
+    """`pd.read_csv(path, **kwargs)`; unreadable or row-less files are a DataError naming `file`."""
+    try:
+        df = pd.read_csv(path, **kwargs)
+    except Exception as exc:  # parser errors, empty file, bad encoding
+        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
+    if df.empty:
+        raise DataError(f"{file}: table has no rows")
+    return df
+
+
 def require_columns(df: pd.DataFrame, columns: Iterable[str], file: str) -> None:
     """Raise DataError naming the file and every missing column."""
     missing = [c for c in columns if c not in df.columns]

@@ -42,12 +42,7 @@ def _with_unit(values: pd.Series, unit: str, file: str, column: str) -> np.ndarr
 
 def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
     file = c.rel(path, root)
-    try:
-        raw = pd.read_csv(path, header=None, skipinitialspace=True, dtype=str)
-    except Exception as exc:
-        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
-    if raw.empty:
-        raise DataError(f"{file}: table has no rows")
+    raw = c.read_csv(path, file, header=None, skipinitialspace=True, dtype=str)
     if raw.shape[1] != _NCOLS[kind]:
         raise DataError(f"{file}: expected {_NCOLS[kind]} columns for {kind}, got {raw.shape[1]}")
     gpu = c.normalise_gpu(path.stem.rsplit("_", 1)[-1])

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 from dse.data import _common as c
-from dse.errors import DataError
 
 SOURCE = "splitwise"
 FOLDER = "splitwise"
@@ -52,12 +51,7 @@ def read_splitwise(root: Path | str) -> dict[str, pd.DataFrame]:
     if not path.is_file():
         return {}
     file = c.rel(path, root)
-    try:
-        raw = pd.read_csv(path, skipinitialspace=True)
-    except Exception as exc:
-        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
-    if raw.empty:
-        raise DataError(f"{file}: table has no rows")
+    raw = c.read_csv(path, file, skipinitialspace=True)
     c.require_columns(raw, _COLUMNS, file)
     times = {}
     for col in ("prompt_time", "token_time", "e2e_time"):

@@ -47,12 +47,7 @@ _COLLECTIVES = ("all_reduce", "send_recv", "all_gather", "reduce_scatter")
 
 
 def _read_csv(path: Path, file: str) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path)
-    except Exception as exc:  # parser errors, empty file, bad encoding
-        raise DataError(f"{file}: cannot read CSV ({exc})") from exc
-    if df.empty:
-        raise DataError(f"{file}: table has no rows")
+    df = c.read_csv(path, file)
     return df.drop(columns=[col for col in df.columns if str(col).startswith("Unnamed")])
 
 
