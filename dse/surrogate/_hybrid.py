@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dse.errors import ArtifactError
+from dse.surrogate import _fitutil as U
 from dse.surrogate.nn import MLP, fit_mlp
 
 SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
@@ -138,3 +140,58 @@ def fit_residual_mlp(
         alpha=1e-5,
         seed=seed,
     )
+
+
+def fit_power_mlp(
+    X: np.ndarray,
+    latency_s: np.ndarray,
+    power_w: np.ndarray,
+    *,
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> MLP | None:
+    """The power MLP on the rows with measured board power (W); None below 50 such rows."""
+    ok = np.isfinite(power_w)
+    if ok.sum() < 50:
+        return None
+    return fit_residual_mlp(
+        np.column_stack([X[ok], np.log(latency_s[ok])]),
+        power_w[ok],
+        hidden=POWER_HIDDEN,
+        max_iter=min(max_iter, POWER_MAX_ITER),
+        max_rows=min(max_rows, POWER_MAX_ROWS),
+        seed=seed,
+    )
+
+
+def apply_residual(
+    out: dict[str, np.ndarray], X: np.ndarray, mlp: MLP, power_mlp: MLP | None
+) -> None:
+    """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted."""
+    factor = np.exp(mlp.predict(X))
+    out["residual_factor"] = factor
+    out["latency_s"] = out["base_s"] * factor
+    if power_mlp is not None:
+        out["power_w"] = power_mlp.predict(np.column_stack([X, np.log(out["latency_s"])]))
+        out["energy_j"] = out["power_w"] * out["latency_s"]
+
+
+def hybrid_state(model: Any) -> dict[str, np.ndarray]:
+    """Roofline, residual MLP, fitted range and (if any) power MLP of a fitted hybrid model."""
+    state = {
+        **model.roof_.to_state(""),
+        **model.mlp_.to_state("resid/"),
+        **U.range_to_state(model.range_),
+    }
+    if model.power_mlp_ is not None:
+        state.update(model.power_mlp_.to_state("power/"))
+    return state
+
+
+def load_hybrid(model: Any, state: Mapping[str, np.ndarray]) -> None:
+    """Set what `hybrid_state` saved on a freshly constructed model."""
+    model.roof_ = Roofline.from_state(state, "")
+    model.mlp_ = MLP.from_state(dict(state), "resid/")
+    model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+    model.range_ = U.range_from_state(state)

@@ -25,12 +25,12 @@ from dse.errors import ArtifactError, DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
 from dse.surrogate._hybrid import (
-    POWER_HIDDEN,
-    POWER_MAX_ITER,
-    POWER_MAX_ROWS,
-    Roofline,
+    apply_residual,
+    fit_power_mlp,
     fit_residual_mlp,
     fit_roofline,
+    hybrid_state,
+    load_hybrid,
 )
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
@@ -223,19 +223,10 @@ class AttentionModel:
             max_rows=self.max_rows,
             seed=self.seed,
         )
-        self.power_mlp_: MLP | None = None
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
-        ok = np.isfinite(p)
-        if ok.sum() >= 50:
-            Xp = np.column_stack([X[ok], np.log(y[ok])])
-            self.power_mlp_ = fit_residual_mlp(
-                Xp,
-                p[ok],
-                hidden=POWER_HIDDEN,
-                max_iter=min(self.max_iter, POWER_MAX_ITER),
-                max_rows=min(self.max_rows, POWER_MAX_ROWS),
-                seed=self.seed,
-            )
+        self.power_mlp_: MLP | None = fit_power_mlp(
+            X, y, p, max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed
+        )
         rng = {
             k: v[k]
             for k in (
@@ -258,30 +249,19 @@ class AttentionModel:
         flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
         out = self.roof_.parts(flops_eff, bytes_, work_items(self.phase, v))
         X = _features(self.phase, v, flops, bytes_, np.log(out["base_s"]), self._n_sms())
-        factor = np.exp(self.mlp_.predict(X))
-        out["residual_factor"] = factor
-        out["latency_s"] = out["base_s"] * factor
+        apply_residual(out, X, self.mlp_, self.power_mlp_)
         out["flops"] = flops
         out["bytes"] = bytes_
-        if self.power_mlp_ is not None:
-            Xp = np.column_stack([X, np.log(out["latency_s"])])
-            out["power_w"] = self.power_mlp_.predict(Xp)
-            out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
 
     # ---- state ----------------------------------------------------------------------------
     def to_state(self) -> dict[str, np.ndarray]:
-        state = {
+        return {
             "phase": np.array(self.phase),
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
-            **self.roof_.to_state(""),
-            **self.mlp_.to_state("resid/"),
-            **U.range_to_state(self.range_),
+            **hybrid_state(self),
         }
-        if self.power_mlp_ is not None:
-            state.update(self.power_mlp_.to_state("power/"))
-        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
@@ -291,10 +271,7 @@ class AttentionModel:
         if not issubclass(klass, cls) and cls is not AttentionModel:
             raise ArtifactError(f"state of a {phase} attention model given to {cls.__name__}")
         m = klass(phase, str(state["gpu"]), str(state["engine"]))
-        m.roof_ = Roofline.from_state(state, "")
-        m.mlp_ = MLP.from_state(dict(state), "resid/")
-        m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
-        m.range_ = U.range_from_state(state)
+        load_hybrid(m, state)
         return m
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:

@@ -26,12 +26,12 @@ from dse.errors import DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
 from dse.surrogate._hybrid import (
-    POWER_HIDDEN,
-    POWER_MAX_ITER,
-    POWER_MAX_ROWS,
-    Roofline,
+    apply_residual,
+    fit_power_mlp,
     fit_residual_mlp,
     fit_roofline,
+    hybrid_state,
+    load_hybrid,
 )
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
@@ -193,19 +193,10 @@ class MoEModel:
             max_rows=self.max_rows,
             seed=self.seed,
         )
-        self.power_mlp_: MLP | None = None
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
-        ok = np.isfinite(p)
-        if ok.sum() >= 50:
-            Xp = np.column_stack([X[ok], np.log(y[ok])])
-            self.power_mlp_ = fit_residual_mlp(
-                Xp,
-                p[ok],
-                hidden=POWER_HIDDEN,
-                max_iter=min(self.max_iter, POWER_MAX_ITER),
-                max_rows=min(self.max_rows, POWER_MAX_ROWS),
-                seed=self.seed,
-            )
+        self.power_mlp_: MLP | None = fit_power_mlp(
+            X, y, p, max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed
+        )
         rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
         self.range_ = U.fitted_range(rng)
         return self
@@ -215,38 +206,25 @@ class MoEModel:
         w = moe_work(v, self.weight_bytes)
         out = self.roof_.parts(w["flops"], w["bytes"], w["touched"])
         X = _features(v, w, np.log(out["base_s"]))
-        factor = np.exp(self.mlp_.predict(X))
-        out["residual_factor"] = factor
-        out["latency_s"] = out["base_s"] * factor
+        apply_residual(out, X, self.mlp_, self.power_mlp_)
         out["flops"] = w["flops"]
         out["bytes"] = w["bytes"]
         out["touched_experts"] = w["touched"]
-        if self.power_mlp_ is not None:
-            out["power_w"] = self.power_mlp_.predict(np.column_stack([X, np.log(out["latency_s"])]))
-            out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
 
     def to_state(self) -> dict[str, np.ndarray]:
-        state = {
+        return {
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
             "moe_dtype": np.array(self.moe_dtype),
-            **self.roof_.to_state(""),
-            **self.mlp_.to_state("resid/"),
-            **U.range_to_state(self.range_),
+            **hybrid_state(self),
         }
-        if self.power_mlp_ is not None:
-            state.update(self.power_mlp_.to_state("power/"))
-        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
         U.need(state, ("gpu", "engine", "moe_dtype", "roofline"), "moe")
         m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
-        m.roof_ = Roofline.from_state(state, "")
-        m.mlp_ = MLP.from_state(dict(state), "resid/")
-        m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
-        m.range_ = U.range_from_state(state)
+        load_hybrid(m, state)
         return m
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
