@@ -450,14 +450,7 @@ def fit_attention_family(ctx: Any) -> list[FittedModel]:
             cv["groups"] = len(np.unique(groups))
             model = cls(gpu=ctx.gpu, engine=str(engine), seed=ctx.seed).fit(rows)
             name = f"{kind}.{engine}"
-            ctx.log(
-                f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
-                f"(fitted roofline {cv['base_roofline_fitted_mape_pct']}%, plain roofline "
-                f"{cv['baselines']['roofline_mape_pct']}%)"
-                + (f", energy {cv['energy_mape_pct']}%" if "energy_mape_pct" in cv else "")
-                + " "
-                f"({time.perf_counter() - t0:.0f} s)"
-            )
+            _log_hybrid(ctx, name, len(rows), cv, t0)
             info = {
                 "engine": str(engine),
                 "engine_versions": sorted(map(str, rows["engine_version"].unique())),
@@ -479,6 +472,16 @@ def fit_attention_family(ctx: Any) -> list[FittedModel]:
                 )
             )
     return out
+
+
+def _log_hybrid(ctx: Any, name: str, n_rows: int, cv: dict[str, Any], t0: float) -> None:
+    """One fit-log line for an attention or MoE model: CV error against its baselines."""
+    energy = f", energy {cv['energy_mape_pct']}%" if "energy_mape_pct" in cv else ""
+    ctx.log(
+        f"{name}: {n_rows} rows, CV latency MAPE {cv['latency_mape_pct']}% "
+        f"(fitted roofline {cv['base_roofline_fitted_mape_pct']}%, plain roofline "
+        f"{cv['baselines']['roofline_mape_pct']}%){energy} ({time.perf_counter() - t0:.0f} s)"
+    )
 
 
 def _keep(p: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -561,14 +564,7 @@ def fit_moe_family(ctx: Any) -> list[FittedModel]:
         cv["groups"] = len(np.unique(groups))
         model = MoEModel(ctx.gpu, str(engine), str(dtype), seed=ctx.seed).fit(rows)
         name = f"moe.{engine}.{dtype}"
-        ctx.log(
-            f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
-            f"(fitted roofline {cv['base_roofline_fitted_mape_pct']}%, plain roofline "
-            f"{cv['baselines']['roofline_mape_pct']}%)"
-            + (f", energy {cv['energy_mape_pct']}%" if "energy_mape_pct" in cv else "")
-            + " "
-            f"({time.perf_counter() - t0:.0f} s)"
-        )
+        _log_hybrid(ctx, name, len(rows), cv, t0)
         info = {
             "engine": str(engine),
             "moe_dtype": str(dtype),
