@@ -19,7 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"{'name':<15}{'bf16 TFLOP/s':>13}{'HBM TB/s':>10}{'HBM GB':>8}{'power W':>9}  measured power")
+    print(
+        f"{'name':<15}{'bf16 TFLOP/s':>13}{'HBM TB/s':>10}{'HBM GB':>8}{'power W':>9}  measured power"
+    )
     for name in gpu_names():
         g = get_gpu(name)
         print(
