@@ -135,3 +135,32 @@ def test_validate_scores_fig22_ttft_rows(data_dir) -> None:  # type: ignore[no-u
     ratio = pred / rows["latency_s"].to_numpy()
     assert ((ratio > 0.5) & (ratio < 2.0)).all()
     assert (pred < 0.2 * rows["end_latency_s"].to_numpy()).all()
+
+
+def test_trtllm_argonne_moe_decode_is_priced_as_one_sequence_per_step() -> None:
+    """argonne's TensorRT-LLM batches are copies of one prompt decoded greedily: every
+    sequence routes to the same experts, so a decode step reads top_k experts, not ~all."""
+    import pandas as pd
+
+    from dse.surrogate.hymell_fit import e2e_configs, price_rows
+
+    rows = pd.DataFrame(
+        {
+            "model": ["mistralai/Mixtral-8x7B-v0.1"] * 3 + ["meta-llama/Meta-Llama-3-8B"] * 2,
+            "gpu": "h100_sxm",
+            "engine": ["trtllm", "vllm", "trtllm", "trtllm", "vllm"],
+            "batch_size": [32, 32, 1, 32, 32],
+            "input_tokens": 256,
+            "output_tokens": 256,
+            "n_gpus": [4, 4, 4, 1, 1],
+        }
+    )
+    cfg, kept = e2e_configs(rows)
+    assert len(kept) == 5
+    g, _ = price_rows(cfg, None, "h100_sxm")  # roofline kernels: fast, same structure
+    dec = g.t_dec_s
+    # The Mixtral TensorRT-LLM batch decodes far faster than the vLLM one (independent routing)
+    # and not much slower than one sequence; a dense model is priced alike on both engines.
+    assert dec[0] < 0.6 * dec[1]
+    assert dec[0] < 1.5 * dec[2]
+    np.testing.assert_allclose(dec[3], dec[4], rtol=1e-9)

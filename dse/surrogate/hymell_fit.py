@@ -106,6 +106,9 @@ def price_rows(
         sub = {k: v[idx] for k, v in cols.items()}
         gpu = get_gpu(str(name))
         base = base_costs(sub, len(idx), gpu, artifact, fitted_on or gpu)
+        same = identical_sequences(sub)
+        if same.any():
+            _route_as_one_sequence(base, sub, same, gpu, artifact, fitted_on or gpu)
         parts.append(global_inputs(sub, base))
         extra["prefill_energy_j"].append(base.prefill.energy_j)
         extra["decode_energy_j"].append(base.decode.energy_j)
@@ -120,6 +123,58 @@ def price_rows(
         }
     )
     return g, {k: np.concatenate(v)[perm] for k, v in extra.items()}
+
+
+# Engines whose argonne runs decode a batch of identical sequences. argonne's TensorRT-LLM
+# scripts (run_precision_bench.py / run_power.py, `generate_input`) give every sequence of the
+# batch the same prompt ("France" repeated input-length times) and decode greedily (top_k 1), so
+# every sequence emits the same token at every step and a MoE layer routes all of them to the
+# same top_k experts: a decode step reads top_k experts' weights, not the ~all that `batch`
+# independent tokens touch. Its vLLM scripts draw random prompt tokens per sequence and sample
+# at temperature 1 (independent routing). A fact of how the rows were measured, not of the engine.
+IDENTICAL_SEQUENCE_ENGINES = ("trtllm",)
+
+
+def identical_sequences(cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """True for argonne rows whose batch decodes identical sequences (MoE models only matter)."""
+    return np.isin(np.asarray(cols["engine"]).astype(str), IDENTICAL_SEQUENCE_ENGINES) & (
+        np.asarray(cols["n_experts"], dtype=float) > 1
+    )
+
+
+def _route_as_one_sequence(
+    base: Any,
+    cols: Mapping[str, np.ndarray],
+    same: np.ndarray,
+    gpu: Any,
+    artifact: Artifact | None,
+    artifact_gpu: Any,
+) -> None:
+    """Reprice the decode MoE operators of rows `same` (in place) as one sequence's: every
+    sequence routes to the same experts, so a step costs what a batch of one costs (the extra
+    tokens' FLOPs are negligible at decode batch sizes), once per wave."""
+    from dse.predictor import base_costs
+
+    idx = np.flatnonzero(same)
+    one = {k: np.asarray(v)[idx] for k, v in cols.items()}
+    one["batch_size"] = np.ones(len(idx), dtype=np.int64)
+    b1 = base_costs(one, len(idx), gpu, artifact, artifact_gpu)
+    dec, dec1 = base.decode, b1.decode
+    waves = np.asarray(base.waves, dtype=float)[idx]
+    for name, kind in dec.kinds.items():
+        if kind != "moe":
+            continue
+        for items, items1 in ((dec.items_s, dec1.items_s), (dec.items_j, dec1.items_j)):
+            if name in items and name in items1:
+                new = items1[name] * waves
+                delta = new - items[name][idx]
+                items[name] = items[name].astype(float).copy()
+                items[name][idx] = new
+                total = dec.time_s if items is dec.items_s else dec.energy_j
+                total[idx] += delta
+        if name in dec.roof_s and name in dec1.roof_s:
+            dec.roof_s[name] = dec.roof_s[name].astype(float).copy()
+            dec.roof_s[name][idx] = dec1.roof_s[name] * waves
 
 
 # Columns that identify one argonne configuration across All_results and Fig. 22.
