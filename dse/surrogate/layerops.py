@@ -24,6 +24,11 @@ cost less). A row reads the curves of its tp, linearly in tokens and in log widt
 nearest measured widths (at the same element count, tokens x width / neighbour width), constant
 beyond either end, so the base alone carries the extrapolation. The staircase of the waves then
 comes from the measurements, and the items (launch, wave, memory, tp) are scaled to sum to it.
+Steps are not interpolated across: each curve has a wave period (a multiple of the SM count,
+chosen by how well it predicts the curve's own points from their neighbours) and a token count
+between two measured points on either side of a wave boundary reads the point on its own side;
+the same holds at a kernel switch by token count (the embedding's small-index kernel up to 16
+tokens, which also gets its own per-token line in the base). No running mean crosses either.
 
 Widths per operator (per GPU after tensor parallelism, as vidur shards them):
     input_layernorm / post_attention_layernorm / add / emb: d_model
@@ -66,6 +71,7 @@ WAVE_CANDIDATES: tuple[float, ...] = (0.5, 1, 2, 3, 4, 6, 8, 16, np.inf)
 LOG_E_KNOTS = np.log(10.0) * np.arange(3.0, 9.01, 0.5)
 SMOOTH = 1e-3  # second-difference penalty weight (per row) on the cost curve
 N_TP = 6  # tp terms after the curves: (1, W w, W) x (step 1->2, trend 2->)
+N_SPLIT = 2  # then the kernel below a token-count switch: (1, tokens) x (tokens <= switch)
 # Residual (log of measured / structural): the measured curves themselves, one per (operator,
 # tp, width) over tokens, linear in tokens and in log width between measured ones (the structural
 # formula carries what lies between or beyond). Kernel-specific bumps and the wave staircase are
@@ -81,6 +87,17 @@ CURVE_E_MATCH = 1.0
 # so a held-out model finds measured widths nearby; the others (width d_model at every tp) keep
 # one set of curves per tp (the same shape runs 5-10% faster in vidur's tp > 1 runs).
 CURVES_BY_WIDTH_ONLY: tuple[str, ...] = ("attn_rope", "mlp_act")
+# Wave boundaries in the measured curves: the row kernels (RMSNorm, SiLU-and-mul, RoPE) launch
+# one block per token, so their time steps up where a new wave of blocks starts (H100: every
+# 264 = 2 x 132 SMs tokens, A100 every 216), 3-4 us on a 6-10 us kernel. A held-out token count
+# next to a step must read the measured point on its own side of the step, not a line across it.
+# The period of each curve is chosen from these multiples of the SM count (inf = no steps) by
+# how well it predicts the curve's own points from their neighbours (leave one point out).
+CURVE_PERIODS: tuple[float, ...] = (np.inf, 1.0, 2.0)
+# Kernel switches by token count: PyTorch's index_select (the embedding lookup) runs its
+# small-index kernel, each thread looping over the indices, for <= 16 indices and its
+# large-index kernel above (2, 3, 4, 7, 12 us at 1, 2, 4, 8, 16 tokens, then 4 us at 24).
+KERNEL_SPLIT_TOKENS: dict[str, float] = {"emb": 16.0}
 WIDTH_ONLY_NO_TP = True  # ... and their structural base has no tp terms either
 INPUTS = (
     "num_tokens",
@@ -119,10 +136,17 @@ def _waves(t: np.ndarray, rows_per_wave: float, smooth: bool = False) -> np.ndar
 
 
 def _features(
-    t: np.ndarray, width: np.ndarray, tp: np.ndarray, rows_per_wave: float, smooth: bool = False
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    rows_per_wave: float,
+    smooth: bool = False,
+    split: float = 0.0,
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Design matrix (n, 1 + 2 knots + N_TP): launch, per-wave fixed and per-wave per-width costs
-    at each element-count regime, tp terms. Units: microseconds, thousands of elements."""
+    """Design matrix (n, 1 + 2 knots + N_TP + N_SPLIT): launch, per-wave fixed and per-wave
+    per-width costs at each element-count regime, tp terms, and the fixed and per-token cost of
+    the kernel that runs up to `split` tokens (all zero without a switch). Units: microseconds,
+    thousands of elements."""
     w_k = width * 1e-3
     if np.isfinite(rows_per_wave):
         waves = _waves(t, rows_per_wave, smooth)
@@ -136,6 +160,8 @@ def _features(
     cols = [np.ones_like(t), waves[:, None] * H, (waves * w_k)[:, None] * H]
     for lt in _tp_levels(tp):
         cols += [lt, lt * waves * w_k, lt * waves]
+    small = (t <= split).astype(np.float64)
+    cols += [small, small * t]
     return np.column_stack(cols), {"waves": waves, "w_k": w_k}
 
 
@@ -146,12 +172,23 @@ def _tp_levels(tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.minimum(l2, 1.0), np.maximum(l2 - 1.0, 0.0)
 
 
-def _running_mean(tok: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _segment(x: np.ndarray, period: float, split: float) -> np.ndarray:
+    """Segment id of token counts x: the wave (ceil(x / period)) and the side of a kernel switch
+    (x > split); neighbouring measured points in different segments are never averaged or
+    interpolated across."""
+    seg = np.ceil(x / period) if np.isfinite(period) else np.zeros_like(x)
+    return seg + 1e6 * (x > split) if split > 0 else seg
+
+
+def _running_mean(tok: np.ndarray, v: np.ndarray, seg: np.ndarray | None = None) -> np.ndarray:
     """Mean of each point and its CURVE_SMOOTH // 2 neighbours on either side, counting only
-    neighbours within CURVE_NEAR of it (a gap in the token grid is not smoothed across)."""
+    neighbours within CURVE_NEAR of it and in its segment (a gap in the token grid, a wave step
+    or a kernel switch is not smoothed across)."""
     acc, cnt = v.copy(), np.ones_like(v)
     for s in range(1, CURVE_SMOOTH // 2 + 1):
         near = (tok[s:] - tok[:-s]) <= np.maximum(CURVE_NEAR * tok[:-s], 16.0)
+        if seg is not None:
+            near &= seg[s:] == seg[:-s]
         acc[:-s] += np.where(near, v[s:], 0.0)
         cnt[:-s] += near
         acc[s:] += np.where(near, v[:-s], 0.0)
@@ -159,23 +196,88 @@ def _running_mean(tok: np.ndarray, v: np.ndarray) -> np.ndarray:
     return acc / cnt
 
 
+def _interp_seg(
+    x: np.ndarray, tok: np.ndarray, val: np.ndarray, period: float, split: float
+) -> np.ndarray:
+    """Linear in tokens between measured points, constant beyond the ends; where the two
+    neighbours lie in different segments (a wave step or a kernel switch between them), the
+    value of the neighbour in x's own segment."""
+    if len(tok) < 2 or (not np.isfinite(period) and split <= 0):
+        return np.interp(x, tok, val)
+    xc = np.clip(x, tok[0], tok[-1])
+    hi = np.clip(np.searchsorted(tok, xc, side="right"), 1, len(tok) - 1)
+    lo = hi - 1
+    f = (xc - tok[lo]) / (tok[hi] - tok[lo])
+    seg = _segment(tok, period, split)
+    s_lo, s_hi, s_x = seg[lo], seg[hi], _segment(xc, period, split)
+    # across a step: the weight of the neighbour on x's side is 1
+    f = np.where(s_lo == s_hi, f, np.where(s_x == s_hi, 1.0, np.where(s_x == s_lo, 0.0, f)))
+    return val[lo] + f * (val[hi] - val[lo])
+
+
+def _loo_period(tok: np.ndarray, v: np.ndarray, n_sms: int, split: float) -> float:
+    """The CURVE_PERIODS entry (in rows) that best predicts each interior point of a curve from
+    its two neighbours (sum of absolute log errors); no period unless one does better."""
+    if len(tok) < 4:
+        return np.inf
+    # each interior point from its two neighbours, as _interp_seg would read it held out
+    lo, mid, hi = v[:-2], v[1:-1], v[2:]
+    f = (tok[1:-1] - tok[:-2]) / (tok[2:] - tok[:-2])
+    lin = lo + f * (hi - lo)
+    best, best_err = np.inf, np.inf
+    for mult in CURVE_PERIODS:
+        period = mult * n_sms
+        seg = _segment(tok, period, split)
+        s_lo, s_x, s_hi = seg[:-2], seg[1:-1], seg[2:]
+        cross = s_lo != s_hi
+        pred = np.where(cross & (s_x == s_hi), hi, np.where(cross & (s_x == s_lo), lo, lin))
+        err = float(np.abs(pred - mid).sum())
+        if err < best_err - 1e-9:
+            best, best_err = period, err
+    return best
+
+
 def _curve_table(
-    t: np.ndarray, width: np.ndarray, tp: np.ndarray, log_y: np.ndarray, log_base: np.ndarray
-) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
-    """The measured curves: one (tp, width, tokens, log(measured / smooth base)) per measured
-    (tp, width), tokens sorted and unique. Rows of one shape from several models are averaged,
-    a CURVE_SMOOTH-point running mean along tokens softens the 1 us timer staircase, and a
-    running maximum makes the curve monotone in tokens (more rows never take less time)."""
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    log_y: np.ndarray,
+    log_base: np.ndarray,
+    n_sms: int,
+    split: float = 0.0,
+) -> list[tuple[float, float, np.ndarray, np.ndarray, float]]:
+    """The measured curves: one (tp, width, tokens, log(measured / smooth base), period) per
+    measured (tp, width), tokens sorted and unique. Rows of one shape from several models are
+    averaged, a CURVE_SMOOTH-point running mean along tokens within a segment (wave, side of a
+    kernel switch) softens the 1 us timer staircase, and a running maximum on each side of a
+    kernel switch makes the curve monotone in tokens (more rows never take less time)."""
     out = []
     key = np.column_stack([tp, width])
     for p, w in np.unique(key, axis=0):
         sel = (tp == p) & (width == w)
         tok, inv = np.unique(t[sel], return_inverse=True)
+        tok = tok.astype(np.float64)
         cnt = np.bincount(inv)
         ly = np.bincount(inv, weights=log_y[sel]) / cnt
         lb = np.bincount(inv, weights=log_base[sel]) / cnt
-        ly = _running_mean(tok.astype(np.float64), ly)
-        out.append((float(p), float(w), tok.astype(np.float64), np.maximum.accumulate(ly) - lb))
+        period = _loo_period(tok, ly - lb, n_sms, split)
+        # the running mean of the ratio to the base, not of log y: where the base is steep
+        # (1, 2, 4, 8, 16 tokens) a mean of log y would lag the curve
+        # the running mean is of log time where the smooth base misses the curve's shape (flat
+        # within a wave, not linear in tokens), but of the ratio to the base below a kernel
+        # switch, where the base is the small kernel's per-token line (1, 2, 4, 8, 16 tokens: a
+        # mean of log time there lags the steep curve)
+        seg = _segment(tok, period, split)
+        ly_mean = _running_mean(tok, ly, seg)
+        if split > 0:
+            ly_mean = np.where(tok <= split, lb + _running_mean(tok, ly - lb, seg), ly_mean)
+        ly = ly_mean
+        if split > 0:
+            lo = tok <= split
+            ly = np.concatenate([np.maximum.accumulate(ly[lo]), np.maximum.accumulate(ly[~lo])])
+        else:
+            ly = np.maximum.accumulate(ly)
+        out.append((float(p), float(w), tok, ly - lb, float(period)))
     return out
 
 
@@ -187,13 +289,18 @@ def _curve_eval(
     c_width: np.ndarray,
     c_tok: list[np.ndarray],
     c_val: list[np.ndarray],
+    c_period: np.ndarray | None = None,
+    split: float = 0.0,
 ) -> np.ndarray:
     """Log correction per row from the measured curves of one operator: the curves of the row's
-    tp (else the nearest measured tp in log2), linear in tokens between measured token counts,
-    linear in log width between the two nearest measured widths; constant beyond either end."""
+    tp (else the nearest measured tp in log2), in tokens by `_interp_seg` (linear between
+    measured token counts of one segment), linear in log width between the two nearest measured
+    widths; constant beyond either end."""
     out = np.zeros(len(t))
     if len(c_tp) == 0:
         return out
+    if c_period is None:
+        c_period = np.full(len(c_tp), np.inf)
     tps = np.unique(c_tp)
     l2t = np.log2(tps)
     if len(tps) == 1:
@@ -229,7 +336,12 @@ def _curve_eval(
                 # the same element count on the neighbour curve: past a few waves these kernels
                 # cost what their elements cost (Llama-2-7B at T tokens ~ 70B at T / 2)
                 te = tr[sel] * (wr[sel] / c_width[ent[e]]) ** CURVE_E_MATCH
-                v[sel] += wgt[sel] * np.interp(te, c_tok[ent[e]], c_val[ent[e]])
+                if split > 0:  # ... on the row's own side of a kernel switch (a token count)
+                    te = np.where(
+                        tr[sel] <= split, np.minimum(te, split), np.maximum(te, split + 1e-3)
+                    )
+                ce = ent[e]
+                v[sel] += wgt[sel] * _interp_seg(te, c_tok[ce], c_val[ce], c_period[ce], split)
         out[rows] = v
     return out
 
@@ -289,23 +401,31 @@ def _res_eval(t: np.ndarray, width: np.ndarray, tp: np.ndarray, coef: np.ndarray
     return out
 
 
-def _fit_one(t: np.ndarray, width: np.ndarray, tp: np.ndarray, y_us: np.ndarray, n_sms: int):
+def _fit_one(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    y_us: np.ndarray,
+    n_sms: int,
+    split: float = 0.0,
+):
     """Best (rows_per_wave, coef, in-sample MAPE) over the wave candidates."""
     nk = len(LOG_E_KNOTS)
-    pen = np.zeros((2 * (nk - 2), 1 + 2 * nk + N_TP))
+    pen = np.zeros((2 * (nk - 2), 1 + 2 * nk + N_TP + N_SPLIT))
     pen[: nk - 2, 1 : 1 + nk] = U.second_difference(nk)
     pen[nk - 2 :, 1 + nk : 1 + 2 * nk] = U.second_difference(nk)
     pen *= np.sqrt(SMOOTH * len(y_us))
     best = None
     for mult in WAVE_CANDIDATES:
         c_rows = mult * n_sms
-        X, _ = _features(t, width, tp, c_rows)
+        X, _ = _features(t, width, tp, c_rows, split=split)
         # a feature with no variation (e.g. every row tp 1) would be unidentified: drop it
         keep = np.ptp(X, axis=0) > 0
         keep[0] = True
         coef = np.zeros(X.shape[1])
         lower = np.full(X.shape[1], -np.inf)
         lower[: 1 + 2 * nk] = 0.0  # launch and per-wave costs are >= 0
+        lower[-1] = 0.0  # ... and so is the small kernel's per-token cost
         coef[keep] = U.relative_lstsq(X[:, keep], y_us, pen[:, keep], lower=lower[keep])
         err = U.mape_pct(X @ coef, y_us)
         if best is None or err < best[2] - 1e-9:
@@ -315,9 +435,16 @@ def _fit_one(t: np.ndarray, width: np.ndarray, tp: np.ndarray, y_us: np.ndarray,
 
 
 def _base_items_us(
-    c: np.ndarray, cr: float, ts: np.ndarray, ws: np.ndarray, ps: np.ndarray, wv: np.ndarray
+    c: np.ndarray,
+    cr: float,
+    ts: np.ndarray,
+    ws: np.ndarray,
+    ps: np.ndarray,
+    wv: np.ndarray,
+    split: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Structural items (launch, per-wave, per-width memory, tp terms) in us for `wv` waves."""
+    """Structural items (launch, per-wave, per-width memory, tp terms) in us for `wv` waves;
+    the small kernel below a token-count switch counts as per-wave (per-row) work."""
     nk = len(LOG_E_KNOTS)
     w_k = ws * 1e-3
     unit = cr if np.isfinite(cr) else 1000.0
@@ -329,7 +456,10 @@ def _base_items_us(
     tp_us = la * (ct[0] + ct[1] * wv * w_k + ct[2] * wv) + lb * (
         ct[3] + ct[4] * wv * w_k + ct[5] * wv
     )
-    return np.full_like(ts, c[0]), wv * per_wave, wv * w_k * per_width, tp_us
+    wave_us = wv * per_wave
+    if split > 0 and len(ct) >= N_TP + N_SPLIT:
+        wave_us = wave_us + (ts <= split) * (ct[N_TP] + ct[N_TP + 1] * ts)
+    return np.full_like(ts, c[0]), wave_us, wv * w_k * per_width, tp_us
 
 
 @register_model("layer_op")
@@ -346,6 +476,9 @@ class LayerOpModel:
     def __init__(self, gpu: str = "h100_sxm", smooth: float = SMOOTH) -> None:
         self.gpu = gpu
         self.smooth = smooth
+        # token-count kernel switches this model's curves were built with (none in artifacts
+        # fitted before them, which then predict as before)
+        self.kernel_split_ = dict(KERNEL_SPLIT_TOKENS)
 
     # ---- fitting --------------------------------------------------------------------------
     def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
@@ -357,7 +490,7 @@ class LayerOpModel:
         if d.empty:
             raise DataError(f"no layer_op rows for gpu {self.gpu!r} (ops {', '.join(LAYER_OPS)})")
         keys, rows_pw, coefs = [], [], []
-        c_key, c_tp, c_w, c_tok, c_val = [], [], [], [], []
+        c_key, c_tp, c_w, c_tok, c_val, c_period = [], [], [], [], [], []
         gated_all = d["gated_mlp"].to_numpy(bool) if "gated_mlp" in d else np.ones(len(d), bool)
         for op in LAYER_OPS:
             for gated in (True, False):
@@ -373,11 +506,14 @@ class LayerOpModel:
                 if op in CURVES_BY_WIDTH_ONLY and WIDTH_ONLY_NO_TP:
                     tp = np.ones_like(tp)  # a function of (tokens, width) alone
                 y_us = g["latency_s"].to_numpy() * 1e6
-                c_rows, coef, _ = _fit_one(t, width, tp, y_us, n_sms)
-                X, _ = _features(t, width, tp, c_rows, smooth=True)
+                split = KERNEL_SPLIT_TOKENS.get(op, 0.0)
+                c_rows, coef, _ = _fit_one(t, width, tp, y_us, n_sms, split)
+                X, _ = _features(t, width, tp, c_rows, smooth=True, split=split)
                 log_base = np.log(np.maximum(X @ coef, 0.1))
                 tp_c = np.ones_like(tp) if op in CURVES_BY_WIDTH_ONLY else tp
-                for p, w, tok, val in _curve_table(t, width, tp_c, np.log(y_us), log_base):
+                curves = _curve_table(t, width, tp_c, np.log(y_us), log_base, n_sms, split)
+                for p, w, tok, val, period in curves:
+                    c_period.append(period)
                     c_key.append(len(keys))
                     c_tp.append(p)
                     c_w.append(w)
@@ -393,6 +529,7 @@ class LayerOpModel:
         self.curve_key_ = np.array(c_key, dtype=np.int64)
         self.curve_tp_ = np.array(c_tp, dtype=np.float64)
         self.curve_width_ = np.array(c_w, dtype=np.float64)
+        self.curve_period_ = np.array(c_period, dtype=np.float64)
         self.curve_tokens_ = c_tok
         self.curve_values_ = c_val
         rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
@@ -459,7 +596,8 @@ class LayerOpModel:
                 wv = _waves(ts, cr)
                 # the measured curves are stored against the smooth-wave base (see _curve_table),
                 # whose items they scale: the staircase comes from the measurements
-                items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True))
+                split = self.kernel_split_.get(str(self.keys_[i]).split(":")[0], 0.0)
+                items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True), split)
                 curve = _curve_eval(
                     ts,
                     ws,
@@ -468,6 +606,8 @@ class LayerOpModel:
                     self.curve_width_[ce],
                     [self.curve_tokens_[e] for e in ce],
                     [self.curve_values_[e] for e in ce],
+                    self.curve_period_[ce],
+                    split,
                 )
                 factor[sel] = np.exp(curve) * grow
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
@@ -495,6 +635,7 @@ class LayerOpModel:
             "curve_key": self.curve_key_,
             "curve_tp": self.curve_tp_,
             "curve_width": self.curve_width_,
+            "curve_period": self.curve_period_,
             "curve_len": np.array([len(x) for x in self.curve_tokens_], dtype=np.int64),
             "curve_tokens": np.concatenate(self.curve_tokens_),
             "curve_log_ratio": np.concatenate(self.curve_values_),
@@ -527,6 +668,13 @@ class LayerOpModel:
         m.curve_key_ = np.asarray(state["curve_key"], dtype=np.int64)
         m.curve_tp_ = np.asarray(state["curve_tp"], dtype=np.float64)
         m.curve_width_ = np.asarray(state["curve_width"], dtype=np.float64)
+        # artifacts fitted before the wave-step curves: no periods (plain linear interpolation)
+        # and no kernel switches
+        m.curve_period_ = np.asarray(
+            state.get("curve_period", np.full(len(m.curve_key_), np.inf)), dtype=np.float64
+        )
+        if "curve_period" not in state:
+            m.kernel_split_ = {}
         ends = np.cumsum(np.asarray(state["curve_len"], dtype=np.int64))
         tok = np.asarray(state["curve_tokens"], dtype=np.float64)
         val = np.asarray(state["curve_log_ratio"], dtype=np.float64)
