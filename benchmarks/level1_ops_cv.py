@@ -82,6 +82,7 @@ def bench_layer_op(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list
     by_d = held["d_model"]
     y = rows["latency_s"].to_numpy(float)
     gated = rows["gated_mlp"].to_numpy(bool)
+    ops = rows["op"].to_numpy(str)
     full = LayerOpModel(gpu).fit(rows)
     ins = full.predict(**layer_op_inputs(rows))["latency_s"]
     # 1 us is the timer resolution of vidur's rows: the in-sample error with the prediction
@@ -104,6 +105,9 @@ def bench_layer_op(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list
             "by_token_octave_gated_mape_pct": _m(held["token_octave"][gated], y[gated]),
             "by_token_folds_mape_pct": _m(held["token_folds"], y),
             "by_token_folds_gated_mape_pct": _m(held["token_folds"][gated], y[gated]),
+            "by_token_folds_by_op": {
+                str(op): _m(held["token_folds"][ops == op], y[ops == op]) for op in np.unique(ops)
+            },
             "in_sample_mape_pct": _m(ins, y),
             "in_sample_rounded_1us_mape_pct": _m(np.maximum(np.round(ins * 1e6), 1) * 1e-6, y),
             "roofline_mape_pct": summ["baselines"]["roofline_mape_pct"],
