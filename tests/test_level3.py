@@ -164,3 +164,60 @@ def test_trtllm_argonne_moe_decode_is_priced_as_one_sequence_per_step() -> None:
     assert dec[0] < 0.6 * dec[1]
     assert dec[0] < 1.5 * dec[2]
     np.testing.assert_allclose(dec[3], dec[4], rtol=1e-9)
+
+
+def test_the_residual_mlp_leaves_kv_overflow_rows_to_the_structured_stage() -> None:
+    from dse.surrogate.level3 import GlobalInputs, _structured
+
+    rng = np.random.default_rng(0)
+    n = 40
+    t_pre = rng.uniform(0.1, 1.0, n)
+    t_dec = rng.uniform(1.0, 10.0, n)
+    fill = np.where(np.arange(n) < 30, rng.uniform(0.1, 0.9, n), rng.uniform(1.5, 3.0, n))
+    g = GlobalInputs(
+        engine=np.array(["vllm"] * n),
+        t_pre_s=t_pre,
+        t_dec_s=t_dec,
+        t_dec_attn_s=0.2 * t_dec,
+        t_pre_roof_s=0.8 * t_pre,
+        t_dec_roof_s=0.8 * t_dec,
+        t_dec_attn_roof_s=0.15 * t_dec,
+        t_dec_comm_roof_s=np.zeros(n),
+        t_dec_comm_s=np.zeros(n),
+        steps=np.full(n, 255.0),
+        batch=rng.choice([1.0, 16.0, 64.0], n),
+        prompt=np.full(n, 256.0),
+        output=np.full(n, 256.0),
+        n_layers=np.full(n, 32.0),
+        d_model=np.full(n, 4096.0),
+        tp=np.ones(n),
+        n_experts=np.ones(n),
+        gqa=np.ones(n),
+        kv_fill=fill,
+        waves=np.where(fill > 1, np.ceil(fill), 1.0),
+    )
+    # A residual that depends on the batch, which the structured stage cannot express.
+    y = (t_pre + t_dec) * np.exp(0.2 * np.log(g.batch) / np.log(64.0))
+    m = Level3(n_ensemble=2).fit_arrays(g, y, np.array(["a", "b"] * (n // 2)))
+    out = m.correct(g)
+    theta = m.engines_["vllm"].theta
+    ttft_s, dec_s = _structured(theta, g)
+    over = fill > 1
+    np.testing.assert_allclose(out["ttft_s"][over] + out["decode_s"][over], (ttft_s + dec_s)[over])
+    assert not np.allclose(out["decode_s"][~over], dec_s[~over])
+
+
+def test_an_unphysical_power_calibration_falls_back_to_the_power_model() -> None:
+    from dse.surrogate.power3 import IDENTITY, Power3
+
+    u = np.array([0.30, 0.35, 0.40, 0.45, 0.50, 0.55])
+    batch = np.array([1.0, 16.0, 64.0, 1.0, 16.0, 64.0])
+    falling = 0.9 - u  # measured power falls as the modelled power rises: not a calibration
+    pw = Power3().fit_arrays(u, batch, falling, batch)
+    np.testing.assert_array_equal(pw.coef_, IDENTITY)
+    assert not pw.calibrated_
+    np.testing.assert_allclose(pw.held_out_, u)
+    rising = 0.1 + 0.8 * u
+    pw = Power3().fit_arrays(u, batch, rising, batch)
+    assert pw.calibrated_ and pw.coef_[1] > 0
+    np.testing.assert_allclose(pw.held_out_, rising, atol=1e-2)

@@ -11,6 +11,11 @@ GPU-0 power rows, calibrates the dynamic fraction of the predicted average power
 
 With so few rows (argonne measured power at 1024/1024 tokens, batch 1-64, TP 1), the held-out
 scheme is leave-one-model-out where two models exist, else leave-one-batch-size-out.
+
+A calibration is physical only if the calibrated power rises with the modelled one (k1 > 0).
+A fit with k1 <= 0 says the rows carry no usable signal of the power model beyond batch size
+(two engines or two models drawing differently at the same modelled power); the operator power
+model is then used as it is (k = IDENTITY), in every held-out fold as in the final fit.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from dse.surrogate.level3 import GlobalInputs, Level3
 
 RIDGE = 1e-3
+IDENTITY = np.array([0.0, 1.0, 0.0])  # y = u: the operator power model uncalibrated
 BAND_QUANTILES = (0.05, 0.95)
 
 
@@ -49,13 +55,14 @@ class Power3:
     def fit_arrays(
         self, u: np.ndarray, batch: np.ndarray, y: np.ndarray, groups: np.ndarray
     ) -> Self:
-        self.coef_ = _ridge(_phi(u, batch), y, self.ridge)
+        self.coef_ = _physical(_ridge(_phi(u, batch), y, self.ridge))
+        self.calibrated_ = not np.array_equal(self.coef_, IDENTITY)
         held = np.full(len(y), np.nan)
         for grp in np.unique(groups):
             te = groups == grp
             if te.all():
                 continue
-            k = _ridge(_phi(u[~te], batch[~te]), y[~te], self.ridge)
+            k = _physical(_ridge(_phi(u[~te], batch[~te]), y[~te], self.ridge))
             held[te] = _phi(u[te], batch[te]) @ k
         self.held_out_ = held
         self.range_ = {
@@ -113,6 +120,11 @@ class Power3:
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
         return dict(self.range_)
+
+
+def _physical(k: np.ndarray) -> np.ndarray:
+    """`k`, or IDENTITY when the calibrated power would fall as the modelled power rises."""
+    return k if k[1] > 0 else IDENTITY.copy()
 
 
 def _ridge(X: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
@@ -207,5 +219,7 @@ def fit_power3(
         "rows_from_gpus": list(sources),
         "rows_used": len(kept),
         "coefficients": [float(v) for v in pw.coef_],
+        # False: the fit was not physical (k1 <= 0); the operator power model is used as is.
+        "calibrated": bool(pw.calibrated_),
     }
     return pw, info
