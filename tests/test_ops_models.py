@@ -276,6 +276,28 @@ def test_allreduce_parts_monotone_interpolated_and_round_trip(h100_nccl):
     assert lo == h100_nccl["message_bytes"].min() and hi == h100_nccl["message_bytes"].max()
 
 
+def test_allreduce_vllm_custom_regime_switches_held_out(tables):
+    # vLLM's custom all-reduce hands messages of 8 MiB and more to NCCL (A100: 25 us at 4 MiB,
+    # 90 us at 8 MiB on 2 GPUs): either size held out is read from its own side of the switch
+    rows = O.allreduce_groups(tables["allreduce"], "a100_sxm")["allreduce.vllm.custom.vllm_graph"]
+    octave = O.size_octaves(rows)
+    for held in (22, 23):
+        m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows[octave != held])
+        te = rows[octave == held]
+        pred = m.predict(message_bytes=te["message_bytes"], n_gpus=te["n_gpus"])["latency_s"]
+        assert U.mape_pct(pred, te["latency_s"]) < 20.0, held
+    m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows)
+    p = m.predict(message_bytes=[4 * 2.0**20, 8 * 2.0**20], n_gpus=2)["latency_s"]
+    assert p[1] > 2.5 * p[0]
+    back = AllReduceModel.from_state(m.to_state())
+    b = np.geomspace(256.0, 2.0**30, 200)
+    for n in (2.0, 3.0, 8.0):
+        assert np.array_equal(
+            back.predict(message_bytes=b, n_gpus=n)["latency_s"],
+            m.predict(message_bytes=b, n_gpus=n)["latency_s"],
+        )
+
+
 def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
     # message_bytes is bytes for every table (aiconfigurator counts elements; dse.data converts):
     # the float16 and int8 NCCL models agree on the time of one large payload in bytes, and a

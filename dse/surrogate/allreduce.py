@@ -14,6 +14,11 @@ graph / eager, TensorRT-LLM custom, vidur's NCCL runs per cluster) by relative-e
 squares. A GPU count between the fitted ones interpolates log latency in log2(n); outside, the
 nearest fitted count is used and the row is flagged.
 
+Where an implementation is known to change kernel or library at a message size (vLLM's custom
+all-reduce: one-stage / two-stage, and NCCL from 8 MiB, see `switch_bytes`), each regime gets its
+own floor alpha and the rate curve is neither smoothed nor interpolated across the switch, so a
+held-out size next to a switch is read from its own side.
+
 Input: `message_bytes` is the payload of one rank (tokens x d_model x 2 for a bf16 residual
 stream), `n_gpus` the group size.
 """
@@ -34,17 +39,70 @@ if TYPE_CHECKING:
 
 SMOOTH = 1e-2  # second-difference penalty weight (per row) on the rate curve
 INPUTS = ("message_bytes", "n_gpus")
+KIB, MIB = 1024.0, 1024.0 * 1024.0
+# vLLM's custom all-reduce (csrc/custom_all_reduce.cuh, distributed/.../custom_all_reduce.py):
+# one-stage (every rank reads every peer's buffer) below 512 KiB on <= 4 GPUs and below
+# 256 KiB on <= 8, two-stage (reduce-scatter + all-gather) above, always one-stage on 2 GPUs;
+# messages of max_size = 8 MiB and more are handed to NCCL. In aiconfigurator's vLLM 0.14
+# tables these are the jumps (A100, 8 GPUs: 11.4 us at 128 KiB, 17.1 at 256 KiB; 2 GPUs: 25 us
+# at 4 MiB, 90 at 8 MiB, where the NCCL table has 87).
+VLLM_CUSTOM_MAX_BYTES = 8.0 * MIB
 
 
-def _fit_curve(b: np.ndarray, y: np.ndarray, knots: np.ndarray) -> np.ndarray:
-    """[alpha_s, c_0 .. c_k (s per GB)] for one GPU count."""
-    X = np.column_stack([np.ones_like(b), (b * 1e-9)[:, None] * U.hat_basis(np.log2(b), knots)])
-    pen = np.zeros((max(len(knots) - 2, 0), X.shape[1]))
-    pen[:, 1:] = U.second_difference(len(knots))
+def switch_bytes(implementation: str, n_gpus: float) -> tuple[float, ...]:
+    """Message sizes (bytes) where an implementation changes kernel or library: each starts a
+    new regime with its own latency floor, and the rate curve is not smoothed across it. Known
+    only for vLLM's custom all-reduce (see VLLM_CUSTOM_MAX_BYTES); NCCL's protocol and algorithm
+    choice comes from its own tuning model and is left to the smooth rate curve."""
+    if ".custom.vllm" not in f".{implementation}":  # e.g. vllm.custom.vllm_graph
+        return ()
+    if n_gpus <= 2:
+        return (VLLM_CUSTOM_MAX_BYTES,)
+    two_stage = 512 * KIB if n_gpus <= 4 else 256 * KIB
+    return (two_stage, VLLM_CUSTOM_MAX_BYTES)
+
+
+def _segments(lb: np.ndarray, switches_log2: np.ndarray) -> np.ndarray:
+    """Regime index of log2 sizes: the number of switches at or below each."""
+    return np.searchsorted(np.sort(switches_log2), lb, side="right")
+
+
+def _clip_to_segment(lb: np.ndarray, knots: np.ndarray, switches_log2: np.ndarray) -> np.ndarray:
+    """log2 sizes clamped into the knot range of their own regime, so that a size between two
+    knots of different regimes reads its regime's end knot (constant rate beyond it)."""
+    if len(switches_log2) == 0:
+        return lb
+    seg_k = _segments(knots, switches_log2)
+    seg = _segments(lb, switches_log2)
+    out = lb.copy()
+    for s in np.unique(seg):
+        ks = knots[seg_k == s]
+        if ks.size:
+            out[seg == s] = np.clip(lb[seg == s], ks[0], ks[-1])
+    return out
+
+
+def _fit_curve(
+    b: np.ndarray, y: np.ndarray, knots: np.ndarray, switches_log2: np.ndarray | None = None
+) -> np.ndarray:
+    """[alpha_s, c_0 .. c_k (s per GB), alpha of each later regime (s)] for one GPU count."""
+    sw = np.zeros(0) if switches_log2 is None else np.asarray(switches_log2, dtype=np.float64)
+    lb = np.log2(b)
+    seg = _segments(lb, sw)
+    H = U.hat_basis(_clip_to_segment(lb, knots, sw), knots)
+    # one floor per regime (a new kernel, or NCCL, has its own launch and synchronisation cost)
+    floors = [(seg == s).astype(np.float64) for s in range(len(sw) + 1)]
+    X = np.column_stack([floors[0], (b * 1e-9)[:, None] * H, *floors[1:]])
+    nk = len(knots)
+    pen = np.zeros((max(nk - 2, 0), X.shape[1]))
+    pen[:, 1 : 1 + nk] = U.second_difference(nk)
+    if len(sw) and nk > 2:  # no smoothing across a regime switch
+        seg_k = _segments(knots, sw)
+        pen[seg_k[:-2] != seg_k[2:]] = 0.0
     pen *= np.sqrt(SMOOTH * len(b))
     # tiny ridge keeps knots without data determined (the penalty extends the curve to them)
-    ridge = np.zeros((len(knots), X.shape[1]))
-    ridge[:, 1:] = np.eye(len(knots)) * 1e-6
+    ridge = np.zeros((nk, X.shape[1]))
+    ridge[:, 1 : 1 + nk] = np.eye(nk) * 1e-6
     return U.relative_lstsq(X, y, np.vstack([pen, ridge]), lower=np.zeros(X.shape[1]))
 
 
@@ -82,10 +140,19 @@ class AllReduceModel:
         if len(self.knots_) < 2:
             self.knots_ = np.array([self.knots_[0], self.knots_[0] + 1.0])
         self.n_gpus_ = np.unique(n)
+        sw = [switch_bytes(self.implementation, g) for g in self.n_gpus_]
+        n_sw = max((len(x) for x in sw), default=0)
+        # switches per fitted GPU count, inf-padded (inf = none)
+        self.switch_bytes_ = np.full((len(self.n_gpus_), n_sw), np.inf)
+        self.alpha_switch_s_ = np.zeros((len(self.n_gpus_), n_sw))
         rows = []
-        for g in self.n_gpus_:
+        nk = len(self.knots_)
+        for i, g in enumerate(self.n_gpus_):
             sel = n == g
-            rows.append(_fit_curve(b[sel], y[sel], self.knots_))
+            self.switch_bytes_[i, : len(sw[i])] = sw[i]
+            c = _fit_curve(b[sel], y[sel], self.knots_, np.log2(np.asarray(sw[i], dtype=float)))
+            rows.append(c[: 1 + nk])
+            self.alpha_switch_s_[i, : len(sw[i])] = c[1 + nk :]
         coef = np.array(rows)
         self.alpha_s_ = coef[:, 0]
         self.c_s_per_gb_ = coef[:, 1:]
@@ -93,8 +160,15 @@ class AllReduceModel:
         return self
 
     def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
-        c = np.interp(np.log2(b), self.knots_, self.c_s_per_gb_[i])
-        return np.full_like(b, self.alpha_s_[i]), b * 1e-9 * c
+        lb = np.log2(b)
+        sw = self.switch_bytes_[i]
+        sw = np.log2(sw[np.isfinite(sw)])
+        if len(sw) == 0:
+            c = np.interp(lb, self.knots_, self.c_s_per_gb_[i])
+            return np.full_like(b, self.alpha_s_[i]), b * 1e-9 * c
+        c = np.interp(_clip_to_segment(lb, self.knots_, sw), self.knots_, self.c_s_per_gb_[i])
+        floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
+        return floors[_segments(lb, sw)], b * 1e-9 * c
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         n_rows = U.batch_size_of(arrays)
@@ -139,6 +213,8 @@ class AllReduceModel:
             "n_gpus": self.n_gpus_,
             "alpha_s": self.alpha_s_,
             "c_s_per_gb": self.c_s_per_gb_,
+            "switch_bytes": self.switch_bytes_,
+            "alpha_switch_s": self.alpha_switch_s_,
             **U.range_to_state(self.range_),
         }
 
@@ -152,6 +228,14 @@ class AllReduceModel:
         m.c_s_per_gb_ = np.asarray(state["c_s_per_gb"], dtype=np.float64).reshape(
             len(m.n_gpus_), len(m.knots_)
         )
+        # artifacts fitted before the regime switches have none
+        n_fit = len(m.n_gpus_)
+        m.switch_bytes_ = np.asarray(
+            state.get("switch_bytes", np.zeros((n_fit, 0))), dtype=np.float64
+        ).reshape(n_fit, -1)
+        m.alpha_switch_s_ = np.asarray(
+            state.get("alpha_switch_s", np.zeros((n_fit, 0))), dtype=np.float64
+        ).reshape(n_fit, -1)
         m.range_ = U.range_from_state(state)
         return m
 
