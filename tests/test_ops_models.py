@@ -298,6 +298,17 @@ def test_allreduce_vllm_custom_regime_switches_held_out(tables):
         )
 
 
+def test_allreduce_extrapolates_past_the_largest_message_at_the_marginal_rate(h100_nccl):
+    # H100 NCCL, 2-8 GPUs: 256 -> 512 MiB takes 1.91x; fitted up to 256 MiB, the 512 MiB rows
+    # are predicted within 2% (the average rate at 256 MiB would give ~+4%)
+    octave = O.size_octaves(h100_nccl)
+    last = octave == octave.max()
+    m = AllReduceModel("h100_sxm", "nccl.nccl").fit(h100_nccl[~last])
+    te = h100_nccl[last]
+    pred = m.predict(message_bytes=te["message_bytes"], n_gpus=te["n_gpus"])["latency_s"]
+    assert U.mape_pct(pred, te["latency_s"]) < 2.0
+
+
 def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
     # message_bytes is bytes for every table (aiconfigurator counts elements; dse.data converts):
     # the float16 and int8 NCCL models agree on the time of one large payload in bytes, and a

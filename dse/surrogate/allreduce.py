@@ -8,10 +8,10 @@ alpha the latency floor (launch + synchronisation), c the inverse effective bus 
 piecewise-linear curve over log2 B with one knot per power of two: the size regimes in which
 NCCL and the custom all-reduce kernels switch protocol (LL, LL128, Simple; one-shot vs two-shot)
 and the rate saturates towards the NVLink limit. Both are >= 0; c is smoothed (second
-difference) and constant beyond the largest measured message, so large messages extrapolate at
-the saturated rate and small ones at the floor. Fitted per implementation (NCCL, vLLM custom
-graph / eager, TensorRT-LLM custom, vidur's NCCL runs per cluster) by relative-error least
-squares. A GPU count between the fitted ones interpolates log latency in log2(n); outside, the
+difference); beyond the largest measured message the time grows at the curve's marginal rate
+there (NCCL's effective bandwidth still improves with size), small ones sit at the floor.
+Fitted per implementation (NCCL, vLLM custom graph / eager, TensorRT-LLM custom, vidur's NCCL
+runs per cluster) by relative-error least squares. A GPU count between the fitted ones interpolates log latency in log2(n); outside, the
 nearest fitted count is used and the row is flagged.
 
 Where an implementation is known to change kernel or library at a message size (vLLM's custom
@@ -47,6 +47,9 @@ KIB, MIB = 1024.0, 1024.0 * 1024.0
 # tables these are the jumps (A100, 8 GPUs: 11.4 us at 128 KiB, 17.1 at 256 KiB; 2 GPUs: 25 us
 # at 4 MiB, 90 at 8 MiB, where the NCCL table has 87).
 VLLM_CUSTOM_MAX_BYTES = 8.0 * MIB
+# Beyond the largest fitted message: the curve's marginal rate (True) or its average (False,
+# artifacts fitted before this option).
+END_MARGINAL = True
 
 
 def switch_bytes(implementation: str, n_gpus: float) -> tuple[float, ...]:
@@ -120,6 +123,7 @@ class AllReduceModel:
     def __init__(self, gpu: str = "h100_sxm", implementation: str = "nccl") -> None:
         self.gpu = gpu
         self.implementation = implementation
+        self.end_marginal_ = END_MARGINAL
 
     def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
         """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU."""
@@ -165,10 +169,25 @@ class AllReduceModel:
         sw = np.log2(sw[np.isfinite(sw)])
         if len(sw) == 0:
             c = np.interp(lb, self.knots_, self.c_s_per_gb_[i])
-            return np.full_like(b, self.alpha_s_[i]), b * 1e-9 * c
-        c = np.interp(_clip_to_segment(lb, self.knots_, sw), self.knots_, self.c_s_per_gb_[i])
-        floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
-        return floors[_segments(lb, sw)], b * 1e-9 * c
+            alpha = np.full_like(b, self.alpha_s_[i])
+        else:
+            lc = _clip_to_segment(lb, self.knots_, sw)
+            c = np.interp(lc, self.knots_, self.c_s_per_gb_[i])
+            floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
+            alpha = floors[_segments(lb, sw)]
+        trans = b * 1e-9 * c
+        if self.end_marginal_ and len(self.knots_) >= 2:
+            # beyond the largest measured message the time grows at the marginal rate of the
+            # curve's end, d(B c)/dB = c + dc/dlog2(B) / ln 2, not its average rate: NCCL's
+            # effective bandwidth still improves there (H100, 2 GPUs: 256 -> 512 MiB takes 1.91x)
+            k_end = self.knots_[-1]
+            far = lb > k_end
+            if far.any():
+                ce, cp = self.c_s_per_gb_[i][-1], self.c_s_per_gb_[i][-2]
+                marg = max(ce + (ce - cp) / np.log(2.0), 0.25 * ce)
+                b_end = 2.0**k_end
+                trans = np.where(far, 1e-9 * (b_end * ce + (b - b_end) * marg), trans)
+        return alpha, trans
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         n_rows = U.batch_size_of(arrays)
@@ -215,6 +234,7 @@ class AllReduceModel:
             "c_s_per_gb": self.c_s_per_gb_,
             "switch_bytes": self.switch_bytes_,
             "alpha_switch_s": self.alpha_switch_s_,
+            "end_marginal": np.array(bool(self.end_marginal_)),
             **U.range_to_state(self.range_),
         }
 
@@ -228,7 +248,9 @@ class AllReduceModel:
         m.c_s_per_gb_ = np.asarray(state["c_s_per_gb"], dtype=np.float64).reshape(
             len(m.n_gpus_), len(m.knots_)
         )
-        # artifacts fitted before the regime switches have none
+        # artifacts fitted before the regime switches have none, and extrapolate beyond the
+        # largest message at the end's average rate (as they were validated)
+        m.end_marginal_ = bool(state.get("end_marginal", False))
         n_fit = len(m.n_gpus_)
         m.switch_bytes_ = np.asarray(
             state.get("switch_bytes", np.zeros((n_fit, 0))), dtype=np.float64
