@@ -204,15 +204,21 @@ def _interp_seg(
     value of the neighbour in x's own segment."""
     if len(tok) < 2 or (not np.isfinite(period) and split <= 0):
         return np.interp(x, tok, val)
-    xc = np.clip(x, tok[0], tok[-1])
-    hi = np.clip(np.searchsorted(tok, xc, side="right"), 1, len(tok) - 1)
+    hi = np.searchsorted(tok, x, side="right")
+    np.clip(hi, 1, len(tok) - 1, out=hi)
     lo = hi - 1
-    f = (xc - tok[lo]) / (tok[hi] - tok[lo])
+    t_lo = tok[lo]
+    f = (x - t_lo) / (tok[hi] - t_lo)
+    np.clip(f, 0.0, 1.0, out=f)  # constant beyond either end
     seg = _segment(tok, period, split)
-    s_lo, s_hi, s_x = seg[lo], seg[hi], _segment(xc, period, split)
-    # across a step: the weight of the neighbour on x's side is 1
-    f = np.where(s_lo == s_hi, f, np.where(s_x == s_hi, 1.0, np.where(s_x == s_lo, 0.0, f)))
-    return val[lo] + f * (val[hi] - val[lo])
+    cross = np.flatnonzero(seg[lo] != seg[hi])
+    if cross.size:  # across a step: the weight of the neighbour on x's side is 1
+        s_x = _segment(x[cross], period, split)
+        fc = f[cross]
+        fc = np.where(s_x == seg[hi[cross]], 1.0, np.where(s_x == seg[lo[cross]], 0.0, fc))
+        f[cross] = fc
+    v_lo = val[lo]
+    return v_lo + f * (val[hi] - v_lo)
 
 
 def _loo_period(tok: np.ndarray, v: np.ndarray, n_sms: int, split: float) -> float:
