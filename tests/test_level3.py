@@ -221,3 +221,57 @@ def test_an_unphysical_power_calibration_falls_back_to_the_power_model() -> None
     pw = Power3().fit_arrays(u, batch, rising, batch)
     assert pw.calibrated_ and pw.coef_[1] > 0
     np.testing.assert_allclose(pw.held_out_, rising, atol=1e-2)
+
+
+def _protocol_rows(c: float) -> tuple[np.ndarray, ...]:
+    """Two models x batch 1-64 x two protocols; independent sequences draw c log2(b)/6 more."""
+    batch = np.tile(np.repeat([1.0, 16.0, 32.0, 64.0], 2), 2)
+    identical = np.tile([True, False], 8)
+    model = np.repeat(["m1", "m2"], 8)
+    u = 0.3 + 0.02 * np.log2(batch) + np.where(model == "m2", 0.05, 0.0)
+    y = u + c * np.log2(batch) / 6.0 * ~identical
+    keys = np.char.add(model, batch.astype(int).astype(str))
+    return u, batch, y, identical, model, keys
+
+
+def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> None:
+    from dse.hardware import get_gpu
+    from dse.surrogate.power3 import IDENTITY, Power3, fit_protocol
+
+    u, batch, y, identical, model, keys = _protocol_rows(0.2)
+    assert np.isclose(fit_protocol(y - u, batch, identical, keys), 0.2)
+    # No pair measured both ways: no term. Independent drawing less: clipped at 0.
+    assert fit_protocol(y - u, batch, identical, np.arange(len(u))) == 0.0
+    assert fit_protocol(u - y, batch, identical, keys) == 0.0
+    pw = Power3().fit_arrays(u, batch, y, model, identical=identical, pair_keys=keys)
+    assert np.isclose(pw.protocol_, 0.2)
+    np.testing.assert_allclose(pw.coef_, IDENTITY, atol=0.1)  # ridge-shrunk identity
+    # Held out by model: each model's term from the other model's pairs (both show c = 0.2).
+    gap = pw.held_out_[~identical] - pw.held_out_[identical]
+    np.testing.assert_allclose(gap, 0.2 * np.log2(batch[identical]) / 6.0, atol=1e-9)
+    gpu = get_gpu("h100_sxm")
+    p_model = np.full(4, 400.0)
+    b = np.array([1.0, 16.0, 32.0, 64.0])
+    ind, ide = pw.power_w(p_model, b, gpu), pw.power_w(p_model, b, gpu, identical=True)
+    assert ind[0] == ide[0] and np.all(np.diff(ind - ide) > 0)
+    np.testing.assert_allclose(pw.as_identical(ind, b, gpu), ide)
+    # A c given from elsewhere (another GPU's rows) is used as it is.
+    fixed = Power3().fit_arrays(u, batch, y, model, identical, keys, protocol=0.05)
+    assert fixed.protocol_ == 0.05
+
+
+def test_power_state_without_the_protocol_term_loads_as_before() -> None:
+    from dse.hardware import get_gpu
+    from dse.surrogate.power3 import Power3
+
+    u, batch, y, identical, model, keys = _protocol_rows(0.2)
+    pw = Power3().fit_arrays(u, batch, y, model, identical=identical, pair_keys=keys)
+    state = pw.to_state()
+    again = Power3.from_state(state)
+    assert again.protocol_ == pw.protocol_
+    old = Power3.from_state({k: v for k, v in state.items() if k != "protocol"})
+    gpu = get_gpu("a100_sxm")
+    p = np.array([250.0, 300.0])
+    b = np.array([1.0, 64.0])
+    assert old.protocol_ == 0.0
+    np.testing.assert_allclose(old.power_w(p, b, gpu), old.power_w(p, b, gpu, identical=True))

@@ -142,6 +142,12 @@ def identical_sequences(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     )
 
 
+def identical_batch(cols: Mapping[str, Any]) -> np.ndarray:
+    """True for argonne rows whose batch is copies of one sequence (any model): their power
+    lacks the independent-sequence term of `dse.surrogate.power3`."""
+    return np.isin(np.asarray(cols["engine"]).astype(str), IDENTICAL_SEQUENCE_ENGINES)
+
+
 def _route_as_one_sequence(
     base: Any,
     cols: Mapping[str, np.ndarray],
@@ -497,7 +503,9 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             idx = rows.index[kept["_row"].to_numpy()]
             out.loc[idx, "latency_pred_s"] = _as_measured_latency(cfg, p["latency_s"], artifact)
             # argonne power rows: GPU 0 of the tensor-parallel group.
-            out.loc[idx, "energy_pred_j"] = p["energy_j"] / cfg["tensor_parallel"].to_numpy()
+            out.loc[idx, "energy_pred_j"] = _as_measured_energy(
+                cfg, p["energy_j"] / cfg["tensor_parallel"].to_numpy(), p["latency_s"], artifact
+            )
     elif kind == "serving_energy":
         r = rows.reset_index(drop=True)
         conv = pd.DataFrame(
@@ -544,6 +552,26 @@ def _as_measured_latency(
     g, _ = price_rows(sub, artifact, str(artifact.gpu))
     c = artifact.model("level3.e2e").correct(g)
     out[same] = c["ttft_s"] + c["decode_s"]
+    return out
+
+
+def _as_measured_energy(
+    cfg: pd.DataFrame, energy_j: np.ndarray, latency_s: np.ndarray, artifact: Artifact
+) -> np.ndarray:
+    """Energy of one GPU with argonne's identical-sequence rows (IDENTICAL_SEQUENCE_ENGINES)
+    at the power of copies of one sequence, as measured (user predictions are independent)."""
+    same = identical_batch(cfg)
+    if not same.any() or not artifact.has("level3.power"):
+        return energy_j
+    pw = artifact.model("level3.power")
+    out = np.array(energy_j, dtype=float)
+    t = np.asarray(latency_s, dtype=float)
+    batch = cfg["batch_size"].to_numpy(float)
+    gpus = cfg["gpu"].astype(str).to_numpy()
+    for name in np.unique(gpus[same]):
+        at = same & (gpus == name)  # the span of the row's own GPU, as predict used
+        p = pw.as_identical(out[at] / np.maximum(t[at], 1e-12), batch[at], get_gpu(name))
+        out[at] = p * t[at]
     return out
 
 

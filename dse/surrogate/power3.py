@@ -16,6 +16,21 @@ A calibration is physical only if the calibrated power rises with the modelled o
 A fit with k1 <= 0 says the rows carry no usable signal of the power model beyond batch size
 (two engines or two models drawing differently at the same modelled power); the operator power
 model is then used as it is (k = IDENTITY), in every held-out fold as in the final fit.
+
+Measurement protocol. argonne's TensorRT-LLM scripts decode copies of one prompt greedily
+(identical sequences, `hymell_fit.IDENTICAL_SEQUENCE_ENGINES`); its vLLM scripts draw random
+prompts and sample (independent sequences, as a user's batch). At the same model and batch the
+vLLM runs draw more than the operator model says, relative to the TensorRT-LLM runs, and the gap
+grows with the batch from none at batch 1 (where a batch cannot be copies of one sequence) -- on
+both GPUs, about 4x more on H100 than on A100 (docs/accuracy.md). Independent sequences get
+
+    y += c * log2(batch) / 6                              (c >= 0, 0 at batch 1, c at batch 64)
+
+with c fitted on the pairs of rows measured under both protocols (same model and batch): the
+difference of their (y - u) residuals, so each GPU's absolute power-model error cancels. The
+calibration k above is then fitted on the rows with the protocol term taken out. User
+predictions are independent sequences; `dse validate` predicts argonne's identical-sequence
+rows without the term, as they were measured.
 """
 
 from __future__ import annotations
@@ -37,6 +52,30 @@ if TYPE_CHECKING:
 RIDGE = 1e-3
 IDENTITY = np.array([0.0, 1.0, 0.0])  # y = u: the operator power model uncalibrated
 BAND_QUANTILES = (0.05, 0.95)
+PROTOCOL_BATCH = 64.0  # x = log2(batch) / log2(PROTOCOL_BATCH): 0 at batch 1, 1 at batch 64
+
+
+def protocol_x(batch: np.ndarray) -> np.ndarray:
+    """Regressor of the independent-sequence power term: log2(batch) / 6."""
+    return np.log2(np.maximum(np.asarray(batch, dtype=float), 1.0)) / np.log2(PROTOCOL_BATCH)
+
+
+def fit_protocol(
+    resid: np.ndarray, batch: np.ndarray, identical: np.ndarray, keys: np.ndarray
+) -> float:
+    """c >= 0 of the independent-sequence term from pairs of rows with the same key (model,
+    batch) measured under both protocols: d = resid(independent) - resid(identical) = c x.
+    `resid`: measured minus modelled dynamic fraction. 0 where no pair exists."""
+    x, d = [], []
+    for k in np.unique(keys):
+        at = keys == k
+        ind, ide = at & ~identical, at & identical
+        if ind.any() and ide.any():
+            x.append(float(protocol_x(batch[at]).mean()))
+            d.append(float(resid[ind].mean() - resid[ide].mean()))
+    xa, da = np.asarray(x), np.asarray(d)
+    den = float(xa @ xa)
+    return max(float(xa @ da) / den, 0.0) if den > 0 else 0.0
 
 
 def _phi(u: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -53,17 +92,31 @@ class Power3:
         self.ridge = ridge
 
     def fit_arrays(
-        self, u: np.ndarray, batch: np.ndarray, y: np.ndarray, groups: np.ndarray
+        self,
+        u: np.ndarray,
+        batch: np.ndarray,
+        y: np.ndarray,
+        groups: np.ndarray,
+        identical: np.ndarray | None = None,
+        pair_keys: np.ndarray | None = None,
+        protocol: float | None = None,
     ) -> Self:
-        self.coef_ = _physical(_ridge(_phi(u, batch), y, self.ridge))
+        """`identical`: rows measured on copies of one sequence (None: none); `pair_keys`: the
+        configuration of each row (model and batch), pairing the two protocols' rows;
+        `protocol`: c given (fitted elsewhere, e.g. on another GPU's rows) instead of fitted."""
+        identical = np.zeros(len(y), bool) if identical is None else np.asarray(identical, bool)
+        keys = np.arange(len(y)) if pair_keys is None else np.asarray(pair_keys)
+        self.fixed_protocol_ = protocol
+        self.protocol_, self.coef_ = self._fit_once(u, batch, y, identical, keys)
         self.calibrated_ = not np.array_equal(self.coef_, IDENTITY)
         held = np.full(len(y), np.nan)
         for grp in np.unique(groups):
             te = groups == grp
             if te.all():
                 continue
-            k = _physical(_ridge(_phi(u[~te], batch[~te]), y[~te], self.ridge))
-            held[te] = _phi(u[te], batch[te]) @ k
+            tr = ~te
+            c, k = self._fit_once(u[tr], batch[tr], y[tr], identical[tr], keys[tr])
+            held[te] = _phi(u[te], batch[te]) @ k + c * protocol_x(batch[te]) * ~identical[te]
         self.held_out_ = held
         self.range_ = {
             "u": (float(u.min()), float(u.max())),
@@ -72,14 +125,47 @@ class Power3:
         self.band_log_ = np.zeros(2)
         return self
 
+    def _fit_once(
+        self,
+        u: np.ndarray,
+        batch: np.ndarray,
+        y: np.ndarray,
+        identical: np.ndarray,
+        keys: np.ndarray,
+    ) -> tuple[float, np.ndarray]:
+        c = getattr(self, "fixed_protocol_", None)
+        if c is None:
+            c = fit_protocol(y - u, batch, identical, keys)
+        y_neutral = y - c * protocol_x(batch) * ~identical
+        return c, _physical(_ridge(_phi(u, batch), y_neutral, self.ridge))
+
     def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
         raise NotImplementedError("Power3 is fitted with fit_arrays (see fit_power3)")
 
-    def power_w(self, p_model_w: np.ndarray, batch: np.ndarray, gpu: GPU) -> np.ndarray:
+    def power_w(
+        self,
+        p_model_w: np.ndarray,
+        batch: np.ndarray,
+        gpu: GPU,
+        identical: np.ndarray | bool = False,
+    ) -> np.ndarray:
+        """Calibrated power of independent sequences (a user's batch), or of copies of one
+        sequence where `identical` (argonne's TensorRT-LLM rows)."""
         span = gpu.board_power_w - gpu.idle_power_w
         u = (p_model_w - gpu.idle_power_w) / span
-        y = np.clip(_phi(u, batch) @ self.coef_, 0.0, 1.0)
-        return gpu.idle_power_w + y * span
+        y = _phi(u, batch) @ self.coef_
+        c = getattr(self, "protocol_", 0.0)
+        if c:
+            y = y + c * protocol_x(batch) * ~np.asarray(identical, bool)
+        return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
+
+    def as_identical(self, power_w: np.ndarray, batch: np.ndarray, gpu: GPU) -> np.ndarray:
+        """Calibrated power of independent sequences (`power_w`) turned into that of copies of
+        one sequence: the protocol term taken out."""
+        span = gpu.board_power_w - gpu.idle_power_w
+        y = (np.asarray(power_w, dtype=float) - gpu.idle_power_w) / span
+        y = y - getattr(self, "protocol_", 0.0) * protocol_x(batch)
+        return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
 
     def scale(
         self, g: GlobalInputs, energy_j: np.ndarray, time_s: np.ndarray, gpu: GPU
@@ -102,6 +188,7 @@ class Power3:
     def to_state(self) -> dict[str, np.ndarray]:
         return {
             "coef": self.coef_,
+            "protocol": np.array([self.protocol_]),
             "band_log": self.band_log_,
             "range_names": np.array(list(self.range_)),
             "range": np.array(list(self.range_.values()), dtype=float),
@@ -112,6 +199,8 @@ class Power3:
         self = cls()
         self.coef_ = np.asarray(state["coef"], dtype=float)
         self.band_log_ = np.asarray(state["band_log"], dtype=float)
+        # Artifacts saved before the protocol term have none (they predict as before).
+        self.protocol_ = float(np.asarray(state["protocol"])[0]) if "protocol" in state else 0.0
         self.range_ = {
             str(k): (float(a), float(b))
             for k, (a, b) in zip(state["range_names"], state["range"], strict=True)
@@ -179,6 +268,13 @@ def power_groups(kept: pd.DataFrame) -> tuple[np.ndarray, str]:
     return kept["batch_size"].to_numpy(), "leave-one-batch-size-out"
 
 
+def pair_keys(kept: pd.DataFrame) -> np.ndarray:
+    """One key per measured configuration apart from the engine: the rows of the two
+    protocols that pair up in `fit_protocol`."""
+    cols = ["gpu", "model", "batch_size", "input_tokens", "output_tokens", "n_gpus"]
+    return kept[cols].astype(str).agg("|".join, axis=1).to_numpy()
+
+
 def fit_power3(
     gpu: str,
     energy_rows: pd.DataFrame,
@@ -187,7 +283,7 @@ def fit_power3(
     lookup: Any = None,
 ) -> tuple[Power3 | None, dict[str, Any]]:
     """Fit the power calibration of artifact `gpu` on the argonne power rows of its chip."""
-    from dse.surrogate.hymell_fit import LEVEL3_ROWS, e2e_configs, price_rows
+    from dse.surrogate.hymell_fit import LEVEL3_ROWS, e2e_configs, identical_batch, price_rows
 
     sources = LEVEL3_ROWS.get(gpu, (gpu,))
     rows = energy_rows[energy_rows["gpu"].isin(sources)]
@@ -200,7 +296,12 @@ def fit_power3(
     measured = kept["power_w"].to_numpy(float)
     groups, scheme = power_groups(kept)
     pw = Power3().fit_arrays(
-        dynamic_fraction(p_model, gpus), g.value("batch"), dynamic_fraction(measured, gpus), groups
+        dynamic_fraction(p_model, gpus),
+        g.value("batch"),
+        dynamic_fraction(measured, gpus),
+        groups,
+        identical=identical_batch(kept),
+        pair_keys=pair_keys(kept),
     )
     held_p = from_fraction(pw.held_out_, gpus)
     ok = np.isfinite(pw.held_out_)
@@ -219,6 +320,8 @@ def fit_power3(
         "rows_from_gpus": list(sources),
         "rows_used": len(kept),
         "coefficients": [float(v) for v in pw.coef_],
+        # Independent sequences' extra dynamic fraction at batch 64 (0 at batch 1).
+        "protocol_c": float(pw.protocol_),
         # False: the fit was not physical (k1 <= 0); the operator power model is used as is.
         "calibrated": bool(pw.calibrated_),
     }
