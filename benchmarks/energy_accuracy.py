@@ -53,7 +53,8 @@ def _pct(x: float) -> str:
 def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
     """`dse.predictor.predict` energy in each row's scope, or None with the reason."""
     try:
-        from dse.predictor import predict
+        from dse.predictor import load_artifact, predict
+        from dse.surrogate.hymell_fit import as_measured_energy
     except Exception as exc:  # the predictor is another module's work in progress
         return None, f"dse.predictor not importable ({type(exc).__name__})"
     out = np.full(len(cv), np.nan)
@@ -70,6 +71,12 @@ def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
             cfg["engine"] = np.where(rows["engine"] == "trtllm", "trtllm", "vllm")
             pred = predict(cfg)
             e = np.asarray(pred["energy_j"], dtype=float)
+            art, _ = load_artifact(str(gpu))
+            if art is not None:
+                # argonne's TensorRT-LLM rows decode copies of one prompt: their power as
+                # measured (no independent-sequence term), as `dse validate` predicts them.
+                tp = cfg["tensor_parallel"].to_numpy()
+                e = as_measured_energy(cfg, e / tp, pred["latency_s"], art) * tp
             # Rounded batch sizes: scale back to the row's (fractional) batch.
             e = e * rows["batch_size"].to_numpy() / cfg["batch_size"].to_numpy()
             gpu0 = rows["scope"].to_numpy() == "gpu0"

@@ -503,7 +503,7 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             idx = rows.index[kept["_row"].to_numpy()]
             out.loc[idx, "latency_pred_s"] = _as_measured_latency(cfg, p["latency_s"], artifact)
             # argonne power rows: GPU 0 of the tensor-parallel group.
-            out.loc[idx, "energy_pred_j"] = _as_measured_energy(
+            out.loc[idx, "energy_pred_j"] = as_measured_energy(
                 cfg, p["energy_j"] / cfg["tensor_parallel"].to_numpy(), p["latency_s"], artifact
             )
     elif kind == "serving_energy":
@@ -555,7 +555,7 @@ def _as_measured_latency(
     return out
 
 
-def _as_measured_energy(
+def as_measured_energy(
     cfg: pd.DataFrame, energy_j: np.ndarray, latency_s: np.ndarray, artifact: Artifact
 ) -> np.ndarray:
     """Energy of one GPU with argonne's identical-sequence rows (IDENTICAL_SEQUENCE_ENGINES)
