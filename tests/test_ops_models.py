@@ -477,3 +477,40 @@ def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path
     single = rows["n_nodes"].fillna(1).to_numpy() == 1
     assert np.isfinite(got["latency_pred_s"].to_numpy()[single]).all()
     assert np.isnan(got["latency_pred_s"].to_numpy()[~single]).all()
+
+
+# ---------------------------------------------------------------------------- residual ensembles
+def test_mean_mlp_averages_members_and_round_trips():
+    from dse.surrogate._hybrid import fit_residual_ensemble
+    from dse.surrogate.nn import MeanMLP, mlp_from_state
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 4))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] * X[:, 2]
+    kw = {"hidden": (16, 16), "max_iter": 30, "max_rows": 500}
+    one = fit_residual_ensemble(X, y, members=1, seed=3, **kw)
+    two = fit_residual_ensemble(X, y, members=2, seed=3, **kw)
+    assert not isinstance(one, MeanMLP) and isinstance(two, MeanMLP)
+    # member 0 is the one-member fit (same seed), member 1 another seed: the mean of both
+    np.testing.assert_array_equal(two.members[0].predict(X), one.predict(X))
+    assert not np.allclose(two.members[1].predict(X), one.predict(X))
+    np.testing.assert_allclose(
+        two.predict(X), (two.members[0].predict(X) + two.members[1].predict(X)) / 2, rtol=1e-12
+    )
+    back = mlp_from_state(two.to_state("resid/"), "resid/")
+    assert isinstance(back, MeanMLP) and len(back.members) == 2
+    np.testing.assert_array_equal(back.predict(X), two.predict(X))
+    assert isinstance(mlp_from_state(one.to_state("resid/"), "resid/"), type(one))
+
+
+def test_mlp_column_major_input_is_bit_identical():
+    from dse.surrogate.nn import fit_mlp
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(5000, 6)) * [1.0, 10.0, 0.1, 3.0, 1.0, 100.0]
+    m = fit_mlp(X, X[:, 0] - X[:, 2], hidden=(8, 8), activation="tanh", max_iter=5, seed=0)
+    by_col = np.asfortranarray(X)
+    assert by_col.flags.f_contiguous and not by_col.flags.c_contiguous
+    ref = m.predict(X)
+    np.testing.assert_array_equal(m.predict(by_col), ref)
+    np.testing.assert_array_equal(m.predict(by_col[123:4567]), ref[123:4567])

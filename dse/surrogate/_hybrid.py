@@ -2,7 +2,8 @@
 
     base:     t0 = launch + n_items t_item + (t_c^P + t_m^P)^(1/P),
               t_c = FLOPs / (peak * e_c),  t_m = bytes / (bw * e_m)
-    residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass)
+    residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass;
+              or the mean of several seeded MLPs, `fit_residual_ensemble`)
     power:    P_board = MLP(same features, log t)                 (only where power was measured)
 
 The base is a roofline with four fitted constants (launch floor, a per-work-item overhead for
@@ -22,7 +23,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.surrogate import _fitutil as U
-from dse.surrogate.nn import MLP, fit_mlp
+from dse.surrogate.nn import MLP, MeanMLP, fit_mlp, mlp_from_state
 
 SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
 # The power MLP stays small: measured board power is noisy (the same decode shape varies by
@@ -142,6 +143,25 @@ def fit_residual_mlp(
     )
 
 
+def fit_residual_ensemble(
+    X: np.ndarray,
+    target: np.ndarray,
+    *,
+    members: int,
+    hidden: tuple[int, ...],
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> MLP | MeanMLP:
+    """`members` residual MLPs from seeds seed, seed + 1, ... (each its own row subsample and
+    initial weights), averaged (`MeanMLP`); one member: that MLP alone."""
+    nets = [
+        fit_residual_mlp(X, target, hidden=hidden, max_iter=max_iter, max_rows=max_rows, seed=s)
+        for s in range(seed, seed + max(int(members), 1))
+    ]
+    return nets[0] if len(nets) == 1 else MeanMLP(tuple(nets))
+
+
 def fit_power_mlp(
     X: np.ndarray,
     latency_s: np.ndarray,
@@ -166,7 +186,7 @@ def fit_power_mlp(
 
 
 def apply_residual(
-    out: dict[str, np.ndarray], X: np.ndarray, mlp: MLP, power_mlp: MLP | None
+    out: dict[str, np.ndarray], X: np.ndarray, mlp: MLP | MeanMLP, power_mlp: MLP | None
 ) -> None:
     """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted."""
     factor = np.exp(mlp.predict(X))
@@ -192,6 +212,6 @@ def hybrid_state(model: Any) -> dict[str, np.ndarray]:
 def load_hybrid(model: Any, state: Mapping[str, np.ndarray]) -> None:
     """Set what `hybrid_state` saved on a freshly constructed model."""
     model.roof_ = Roofline.from_state(state, "")
-    model.mlp_ = MLP.from_state(dict(state), "resid/")
+    model.mlp_ = mlp_from_state(dict(state), "resid/")
     model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
     model.range_ = U.range_from_state(state)

@@ -27,7 +27,7 @@ from dse.surrogate import _fitutil as U
 from dse.surrogate._hybrid import (
     apply_residual,
     fit_power_mlp,
-    fit_residual_mlp,
+    fit_residual_ensemble,
     fit_roofline,
     hybrid_state,
     load_hybrid,
@@ -46,6 +46,7 @@ PHASES = ("context", "generation")
 HIDDEN = (64, 64, 64)
 MAX_ITER = 300
 MAX_ROWS = 30000
+MEMBERS = 1  # residual MLPs from consecutive seeds, averaged (_hybrid.fit_residual_ensemble)
 KV_BYTES = {"fp8": 1.0, "int8": 1.0, "fp8_block": 1.0}  # anything else: 2 bytes (bf16 / fp16)
 
 
@@ -111,7 +112,9 @@ def _features(
         ctas = b * kv
         crit = np.log(np.ceil(ctas / n_sms)) + np.log(span) + np.log(hd) + np.log(h / kv)
     waves = np.ceil(ctas / n_sms)
-    return np.column_stack(
+    # features as rows, returned transposed (column-major n x k): a cheap stack, and the MLP
+    # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
+    return np.stack(
         [
             np.log(b),
             np.log(length),
@@ -129,7 +132,7 @@ def _features(
             ctas / (waves * n_sms),
             crit,
         ]
-    )
+    ).T
 
 
 class AttentionModel:
@@ -215,9 +218,10 @@ class AttentionModel:
         self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
         base = self.roof_.parts(flops_eff, bytes_, items)["base_s"]
         X = _features(self.phase, v, flops, bytes_, np.log(base), get_gpu(self.gpu).n_sms)
-        self.mlp_ = fit_residual_mlp(
+        self.mlp_ = fit_residual_ensemble(
             X,
             np.log(y / base),
+            members=MEMBERS,
             hidden=HIDDEN,
             max_iter=self.max_iter,
             max_rows=self.max_rows,

@@ -28,7 +28,7 @@ from dse.surrogate import _fitutil as U
 from dse.surrogate._hybrid import (
     apply_residual,
     fit_power_mlp,
-    fit_residual_mlp,
+    fit_residual_ensemble,
     fit_roofline,
     hybrid_state,
     load_hybrid,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 HIDDEN = (64, 64, 64)
 MAX_ITER = 300
 MAX_ROWS = 30000
+MEMBERS = 1  # residual MLPs from consecutive seeds, averaged (_hybrid.fit_residual_ensemble)
 # bytes per expert weight by MoE dtype; unknown names count as 2 (bf16)
 WEIGHT_BYTES = {
     "bfloat16": 2.0,
@@ -97,7 +98,9 @@ def moe_work(v: Mapping[str, np.ndarray], weight_bytes: float) -> dict[str, np.n
 
 
 def _features(v: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray], log_t0) -> np.ndarray:
-    return np.column_stack(
+    # features as rows, returned transposed (column-major n x k): a cheap stack, and the MLP
+    # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
+    return np.stack(
         [
             np.log(v["num_tokens"]),
             np.log(v["hidden_size"]),
@@ -115,7 +118,7 @@ def _features(v: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray], log_t0) 
             np.log(w["bytes"]),
             log_t0,
         ]
-    )
+    ).T
 
 
 @register_model("moe")
@@ -185,9 +188,10 @@ class MoEModel:
         self.roof_ = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
         base = self.roof_.parts(w["flops"], w["bytes"], w["touched"])["base_s"]
         X = _features(v, w, np.log(base))
-        self.mlp_ = fit_residual_mlp(
+        self.mlp_ = fit_residual_ensemble(
             X,
             np.log(y / base),
+            members=MEMBERS,
             hidden=HIDDEN,
             max_iter=self.max_iter,
             max_rows=self.max_rows,
