@@ -10,6 +10,8 @@ report and prints markdown tables for docs/accuracy.md.
     PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention --gpus h100_sxm --folds 5
     PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention moe --gpus h100_sxm \
         --jobs 16 --hidden 32x32 --max-iter 150 --max-rows 15000    # another model size
+    PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention --gpus h100_sxm \
+        --members 2                     # mean of 2 seeded residual MLPs (not shipped: speed)
 """
 
 from __future__ import annotations
@@ -289,6 +291,7 @@ def _run_task(task: tuple) -> dict:
         )
     rec["scheme"] += f" by {grouping}"
     rec["hidden"] = list(attention_mod.HIDDEN if task[0] == "attention" else moe_mod.HIDDEN)
+    rec["members"] = attention_mod.MEMBERS if task[0] == "attention" else moe_mod.MEMBERS
     print("#", json.dumps(rec), flush=True)
     return rec
 
@@ -411,6 +414,9 @@ def main() -> None:
     ap.add_argument(
         "--hidden", default=None, help="residual MLP layers, e.g. 32x32 (default: shipped)"
     )
+    ap.add_argument(
+        "--members", type=int, default=None, help="residual MLPs averaged (default: shipped)"
+    )
     ap.add_argument("--jobs", type=int, default=1, help="attention / MoE tables fitted at once")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--second-grouping", action="store_true", help="also the harder grouping")
@@ -436,6 +442,8 @@ def main() -> None:
     }
     if args.hidden:
         attention_mod.HIDDEN = moe_mod.HIDDEN = tuple(int(x) for x in args.hidden.split("x"))
+    if args.members:
+        attention_mod.MEMBERS = moe_mod.MEMBERS = args.members
     report: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}, "
