@@ -11,8 +11,9 @@ and the rate saturates towards the NVLink limit. Both are >= 0; c is smoothed (s
 difference); beyond the largest measured message the time grows at the curve's marginal rate
 there (NCCL's effective bandwidth still improves with size), small ones sit at the floor.
 Fitted per implementation (NCCL, vLLM custom graph / eager, TensorRT-LLM custom, vidur's NCCL
-runs per cluster) by relative-error least squares. A GPU count between the fitted ones interpolates log latency in log2(n); outside, the
-nearest fitted count is used and the row is flagged.
+runs per cluster) by relative-error least squares. A GPU count between the fitted ones
+interpolates log latency in log2(n); outside, the nearest fitted count is used and the row is
+flagged.
 
 Where an implementation is known to change kernel or library at a message size (vLLM's custom
 all-reduce: one-stage / two-stage, and NCCL from 8 MiB, see `switch_bytes`), each regime gets its
@@ -184,6 +185,9 @@ class AllReduceModel:
             far = lb > k_end
             if far.any():
                 ce, cp = self.c_s_per_gb_[i][-1], self.c_s_per_gb_[i][-2]
+                # ce - cp: dc per octave (knots one power of two apart); the marginal rate is
+                # floored at a quarter of the end's average rate (a constant guard, not fitted)
+                # so that a steeply falling curve end cannot make larger messages nearly free
                 marg = max(ce + (ce - cp) / np.log(2.0), 0.25 * ce)
                 b_end = 2.0**k_end
                 trans = np.where(far, 1e-9 * (b_end * ce + (b - b_end) * marg), trans)

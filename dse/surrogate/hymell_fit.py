@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,10 @@ from dse.hardware import get_gpu
 from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.level3 import GlobalInputs, Level3, fit_summary
 from dse.surrogate.power3 import fit_power3
+
+if TYPE_CHECKING:
+    from dse.hardware import GPU
+    from dse.predictor import BaseCost
 
 # Artifact GPU -> the GPUs whose argonne rows fit its Level 3.
 LEVEL3_ROWS: dict[str, tuple[str, ...]] = {
@@ -135,26 +139,25 @@ def price_rows(
 IDENTICAL_SEQUENCE_ENGINES = ("trtllm",)
 
 
-def identical_sequences(cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    """True for argonne rows whose batch decodes identical sequences (MoE models only matter)."""
-    return np.isin(np.asarray(cols["engine"]).astype(str), IDENTICAL_SEQUENCE_ENGINES) & (
-        np.asarray(cols["n_experts"], dtype=float) > 1
-    )
-
-
 def identical_batch(cols: Mapping[str, Any]) -> np.ndarray:
     """True for argonne rows whose batch is copies of one sequence (any model): their power
     lacks the independent-sequence term of `dse.surrogate.power3`."""
     return np.isin(np.asarray(cols["engine"]).astype(str), IDENTICAL_SEQUENCE_ENGINES)
 
 
+def identical_sequences(cols: Mapping[str, Any]) -> np.ndarray:
+    """`identical_batch` rows of MoE models: the ones whose decode routing (every sequence to
+    the same experts) changes their Level-1/2 cost (see `_route_as_one_sequence`)."""
+    return identical_batch(cols) & (np.asarray(cols["n_experts"], dtype=float) > 1)
+
+
 def _route_as_one_sequence(
-    base: Any,
+    base: BaseCost,
     cols: Mapping[str, np.ndarray],
     same: np.ndarray,
-    gpu: Any,
+    gpu: GPU,
     artifact: Artifact | None,
-    artifact_gpu: Any,
+    artifact_gpu: GPU,
 ) -> None:
     """Reprice the decode MoE operators of rows `same` (in place) as one sequence's: every
     sequence routes to the same experts, so a step costs what a batch of one costs (the extra

@@ -267,8 +267,6 @@ def _curve_table(
         ly = np.bincount(inv, weights=log_y[sel]) / cnt
         lb = np.bincount(inv, weights=log_base[sel]) / cnt
         period = _loo_period(tok, ly - lb, n_sms, split)
-        # the running mean of the ratio to the base, not of log y: where the base is steep
-        # (1, 2, 4, 8, 16 tokens) a mean of log y would lag the curve
         # the running mean is of log time where the smooth base misses the curve's shape (flat
         # within a wave, not linear in tokens), but of the ratio to the base below a kernel
         # switch, where the base is the small kernel's per-token line (1, 2, 4, 8, 16 tokens: a
@@ -414,8 +412,8 @@ def _fit_one(
     y_us: np.ndarray,
     n_sms: int,
     split: float = 0.0,
-):
-    """Best (rows_per_wave, coef, in-sample MAPE) over the wave candidates."""
+) -> tuple[float, np.ndarray, float]:
+    """Best (rows_per_wave, coef, in-sample MAPE %) over the wave candidates."""
     nk = len(LOG_E_KNOTS)
     pen = np.zeros((2 * (nk - 2), 1 + 2 * nk + N_TP + N_SPLIT))
     pen[: nk - 2, 1 : 1 + nk] = U.second_difference(nk)

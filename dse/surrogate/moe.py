@@ -97,7 +97,9 @@ def moe_work(v: Mapping[str, np.ndarray], weight_bytes: float) -> dict[str, np.n
     return {"flops": flops, "bytes": bytes_, "slots": slots, "touched": touched, "i_local": i_l}
 
 
-def _features(v: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray], log_t0) -> np.ndarray:
+def _features(
+    v: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray], log_t0: np.ndarray
+) -> np.ndarray:
     # features as rows, returned transposed (column-major n x k): a cheap stack, and the MLP
     # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
     return np.stack(
