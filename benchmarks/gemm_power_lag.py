@@ -50,6 +50,18 @@ def neighbour_terms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return prev, nxt
 
 
+def lag_terms(
+    e: np.ndarray, prev: np.ndarray, nxt: np.ndarray, short: np.ndarray
+) -> list[tuple[str, np.ndarray, int]]:
+    """Per duration class: (label, least-squares [intercept, weight of log(P_prev / P), weight
+    of log(P_next / P)] of the log power residual e, rows)."""
+    out = []
+    for label, sel in (("< 0.1 ms", short), (">= 0.1 ms", ~short)):
+        A = np.column_stack([np.ones(sel.sum()), prev[sel], nxt[sel]])
+        out.append((label, np.linalg.lstsq(A, e[sel], rcond=None)[0], int(sel.sum())))
+    return out
+
+
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(100 * np.mean(np.abs(pred / true - 1)))
 
@@ -74,11 +86,9 @@ def main() -> None:
             e0 = np.log(pw / p0)
             prev, nxt = neighbour_terms(np.log(p0))
             print(f"{dtype}: {len(rows)} rows")
-            for label, sel in (("< 0.1 ms", short), (">= 0.1 ms", ~short)):
-                A = np.column_stack([np.ones(sel.sum()), prev[sel], nxt[sel]])
-                c = np.linalg.lstsq(A, e0[sel], rcond=None)[0]
+            for label, c, n_rows in lag_terms(e0, prev, nxt, short):
                 print(
-                    f"  power model alone, calls {label} ({sel.sum()} rows): log residual = "
+                    f"  power model alone, calls {label} ({n_rows} rows): log residual = "
                     f"{c[0]:+.3f} {c[1]:+.3f} log(P_prev/P) {c[2]:+.3f} log(P_next/P)"
                 )
             kw = {} if args.bags is None else {"bags": args.bags}
@@ -97,9 +107,7 @@ def main() -> None:
                 f"the log residual in file order: lag 1 {ac[0]:.3f}, 2 {ac[1]:.3f}, 5 {ac[2]:.3f}"
             )
             prev, nxt = neighbour_terms(np.log(p))
-            for label, sel in (("< 0.1 ms", short), (">= 0.1 ms", ~short)):
-                A = np.column_stack([np.ones(sel.sum()), prev[sel], nxt[sel]])
-                c = np.linalg.lstsq(A, e[sel], rcond=None)[0]
+            for label, c, _ in lag_terms(e, prev, nxt, short):
                 print(
                     f"  out of fold, calls {label}: log residual = {c[0]:+.3f} "
                     f"{c[1]:+.3f} log(P_prev/P) {c[2]:+.3f} log(P_next/P)"
