@@ -275,3 +275,22 @@ def test_power_state_without_the_protocol_term_loads_as_before() -> None:
     b = np.array([1.0, 64.0])
     assert old.protocol_ == 0.0
     np.testing.assert_allclose(old.power_w(p, b, gpu), old.power_w(p, b, gpu, identical=True))
+
+
+def test_as_identical_takes_the_independent_sequence_term_out_and_nothing_else() -> None:
+    """dse validate prices argonne's TensorRT-LLM power rows (copies of one prompt) without the
+    independent-sequence term; at batch 1 the term is zero, and a power without it is lower."""
+    from dse.hardware import get_gpu
+    from dse.surrogate.power3 import Power3, protocol_x
+
+    gpu = get_gpu("h100_sxm")
+    pw = Power3()
+    pw.coef_ = np.zeros(3)
+    pw.protocol_ = 0.2
+    batch = np.array([1.0, 16.0, 64.0])
+    span = gpu.board_power_w - gpu.idle_power_w
+    p = gpu.idle_power_w + 0.5 * span * np.ones(3)
+    out = pw.as_identical(p, batch, gpu)
+    assert out[0] == p[0]
+    np.testing.assert_allclose(p - out, 0.2 * protocol_x(batch) * span)
+    assert out[2] < out[1] < p[1]

@@ -514,3 +514,16 @@ def test_mlp_column_major_input_is_bit_identical():
     ref = m.predict(X)
     np.testing.assert_array_equal(m.predict(by_col), ref)
     np.testing.assert_array_equal(m.predict(by_col[123:4567]), ref[123:4567])
+
+
+def test_vllm_custom_allreduce_switch_sizes_follow_its_source() -> None:
+    """vLLM's custom all-reduce: one stage up to 512 KiB on 4 GPUs (256 KiB on 8), NCCL from
+    8 MiB; only the vLLM tables carry switches (NCCL's come from its own tuning model)."""
+    from dse.surrogate.allreduce import switch_bytes
+
+    kib, mib = 1024.0, 1024.0**2
+    assert switch_bytes("vllm.custom.vllm_graph", 2) == (8 * mib,)
+    assert switch_bytes("vllm.custom.vllm_eager", 4) == (512 * kib, 8 * mib)
+    assert switch_bytes("vllm.custom.vllm_graph", 8) == (256 * kib, 8 * mib)
+    assert switch_bytes("nccl.nccl", 8) == ()
+    assert switch_bytes("trtllm.custom.trtllm", 8) == ()
