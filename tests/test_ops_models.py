@@ -527,3 +527,21 @@ def test_vllm_custom_allreduce_switch_sizes_follow_its_source() -> None:
     assert switch_bytes("vllm.custom.vllm_graph", 8) == (256 * kib, 8 * mib)
     assert switch_bytes("nccl.nccl", 8) == ()
     assert switch_bytes("trtllm.custom.trtllm", 8) == ()
+
+
+def test_layer_op_kernel_switches_travel_with_the_state(layer_model_without_codellama):
+    """The token counts where a kernel switches are stored in the artifact: a state keeps its
+    own, whatever KERNEL_SPLIT_TOKENS says later; states saved before the key keep 16 tokens."""
+    from dse.surrogate.layerops import LayerOpModel
+
+    model, held = layer_model_without_codellama
+    state = model.to_state()
+    assert dict(zip(state["kernel_split_ops"], state["kernel_split_tokens"], strict=True)) == {
+        "emb": 16.0
+    }
+    moved = {**state, "kernel_split_tokens": np.array([64.0])}
+    assert LayerOpModel.from_state(moved).kernel_split_ == {"emb": 64.0}
+    older = {k: v for k, v in state.items() if not k.startswith("kernel_split")}
+    assert LayerOpModel.from_state(older).kernel_split_ == {"emb": 16.0}
+    inputs = layer_op_inputs(held[held["op"] == "emb"].iloc[:200])
+    same_outputs(model.predict(**inputs), LayerOpModel.from_state(older).predict(**inputs))

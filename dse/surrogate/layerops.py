@@ -98,6 +98,9 @@ CURVE_PERIODS: tuple[float, ...] = (np.inf, 1.0, 2.0)
 # small-index kernel, each thread looping over the indices, for <= 16 indices and its
 # large-index kernel above (2, 3, 4, 7, 12 us at 1, 2, 4, 8, 16 tokens, then 4 us at 24).
 KERNEL_SPLIT_TOKENS: dict[str, float] = {"emb": 16.0}
+# what states with wave-step curves but no stored switches were built with (fixed: not the
+# constant above, which may change)
+_SPLITS_BEFORE_STORED: dict[str, float] = {"emb": 16.0}
 WIDTH_ONLY_NO_TP = True  # ... and their structural base has no tp terms either
 INPUTS = (
     "num_tokens",
@@ -644,6 +647,12 @@ class LayerOpModel:
             "curve_tokens": np.concatenate(self.curve_tokens_),
             "curve_log_ratio": np.concatenate(self.curve_values_),
             "log_e_knots": LOG_E_KNOTS.copy(),
+            # the kernel switches the curves were built with travel with them, so that a later
+            # change of KERNEL_SPLIT_TOKENS cannot move a shipped artifact's predictions
+            "kernel_split_ops": np.array(sorted(self.kernel_split_), dtype=str),
+            "kernel_split_tokens": np.array(
+                [self.kernel_split_[k] for k in sorted(self.kernel_split_)], dtype=np.float64
+            ),
             **U.range_to_state(self.range_),
         }
 
@@ -677,7 +686,13 @@ class LayerOpModel:
         m.curve_period_ = np.asarray(
             state.get("curve_period", np.full(len(m.curve_key_), np.inf)), dtype=np.float64
         )
-        if "curve_period" not in state:
+        if "kernel_split_ops" in state:
+            ops = np.asarray(state["kernel_split_ops"], dtype=str)
+            at = np.asarray(state["kernel_split_tokens"], dtype=np.float64)
+            m.kernel_split_ = {str(o): float(t) for o, t in zip(ops, at, strict=True)}
+        elif "curve_period" in state:
+            m.kernel_split_ = dict(_SPLITS_BEFORE_STORED)  # session-3 states before this key
+        else:
             m.kernel_split_ = {}
         ends = np.cumsum(np.asarray(state["curve_len"], dtype=np.int64))
         tok = np.asarray(state["curve_tokens"], dtype=np.float64)
