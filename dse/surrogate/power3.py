@@ -153,7 +153,10 @@ class Power3:
         sequence where `identical` (argonne's TensorRT-LLM rows)."""
         span = gpu.board_power_w - gpu.idle_power_w
         u = (p_model_w - gpu.idle_power_w) / span
-        y = _phi(u, batch) @ self.coef_
+        # elementwise, not `_phi(u, batch) @ coef`: a BLAS matrix-vector product rounds a row
+        # differently with the batch's length, and a batch of one must equal its row in a sweep
+        k0, k1, k2 = (float(v) for v in self.coef_)
+        y = k0 + k1 * u + k2 * (np.log2(np.maximum(batch, 1.0)) / 8.0)
         c = getattr(self, "protocol_", 0.0)
         if c:
             y = y + c * protocol_x(batch) * ~np.asarray(identical, bool)
