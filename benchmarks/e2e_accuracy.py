@@ -30,6 +30,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
+
 from dse.data import load  # noqa: E402
 from dse.predictor import load_artifact, predict  # noqa: E402
 from dse.surrogate.artifact import Artifact  # noqa: E402
@@ -614,17 +616,7 @@ def report() -> str:
 
 
 def write_section(text: str) -> None:
-    doc = REPO / "docs" / "accuracy.md"
-    old = doc.read_text() if doc.is_file() else "# Accuracy\n"
-    marker = SECTION + "\n"  # the whole heading line: labelled sections share a prefix
-    if marker in old:
-        head, rest = old.split(marker, 1)
-        nxt = rest.find("\n## ")
-        tail = rest[nxt + 1 :] if nxt >= 0 else ""
-        new = head + text.rstrip() + "\n" + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip() + "\n\n" + text.rstrip() + "\n"
-    doc.write_text(new)
+    replace_section(REPO / "docs" / "accuracy.md", SECTION, text, "Accuracy")
 
 
 ARGS: argparse.Namespace

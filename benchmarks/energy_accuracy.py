@@ -28,6 +28,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
+
 from dse.arch import Architecture, total_params  # noqa: E402
 from dse.estimators import _measured as M  # noqa: E402
 from dse.estimators import _paper, calibrate  # noqa: E402
@@ -281,14 +283,7 @@ def render(
 
 def write_section(path: Path, text: str) -> None:
     """Replace the section in docs/accuracy.md (up to the next '## ' heading) or append it."""
-    old = path.read_text() if path.exists() else "# Accuracy\n"
-    if SECTION in old:
-        start = old.index(SECTION)
-        nxt = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + (old[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
+    replace_section(path, SECTION, text, "Accuracy")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
+
 from dse.predictor import load_artifact, predict  # noqa: E402
 
 SECTION = "## Predictor speed"
@@ -355,16 +357,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        doc = REPO / "docs" / "performance.md"
-        old = doc.read_text() if doc.is_file() else "# Performance\n"
-        if SECTION in old:
-            head, rest = old.split(SECTION, 1)
-            nxt = rest.find("\n## ")
-            tail = rest[nxt + 1 :] if nxt >= 0 else ""
-            new = head + text.rstrip() + "\n" + ("\n" + tail if tail else "")
-        else:
-            new = old.rstrip() + "\n\n" + text.rstrip() + "\n"
-        doc.write_text(new)
+        replace_section(REPO / "docs" / "performance.md", SECTION, text, "Performance")
 
 
 if __name__ == "__main__":
