@@ -471,6 +471,7 @@ def _shared_loop(
     rng = np.random.default_rng([rec.seed, salt])
     worker = f"{socket.gethostname()}:{os.getpid()}"  # user attr: who evaluated each trial
     mine = 0
+    missing_since: float | None = None  # when trials were first seen missing, none queued
     done, running, waiting = _counts(storage, sid)
     progress = Progress(
         rec.trials, min(done, rec.trials), quiet, len(space.objectives.names), study.study_name
@@ -490,7 +491,13 @@ def _shared_loop(
                 ids = _claim(storage, sid, waiting, want, new_allowed, rng)
                 if not ids:
                     enqueued = study.user_attrs.get(ENQUEUED_ATTR) is not None or not exhaustive
-                    if running == 0 and not waiting and enqueued:
+                    if not (running == 0 and not waiting and enqueued):
+                        missing_since = None
+                    elif missing_since is None:
+                        # Another process may be between failing a dead worker's trial as stale
+                        # and queueing its retry (two transactions): look again for a while.
+                        missing_since = time.monotonic()
+                    elif time.monotonic() - missing_since > 2 * heartbeat_s + 2 * POLL_S:
                         print(
                             f"dse: study {study.study_name!r}: {rec.trials - done} trials are "
                             "missing and none is queued or running; run `dse sweep` with the "
