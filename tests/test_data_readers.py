@@ -462,3 +462,75 @@ def test_kinds_filter_matches_the_full_read(
     pd.testing.assert_frame_equal(got["gemm"], tables["gemm"])
     for source, kinds in data.SOURCE_KINDS.items():
         assert kinds <= set(data.KINDS), source
+
+
+# ---- held-out folders: empty files, other layouts and spellings (H7 stress test) --------------
+
+
+def test_empty_files_are_skipped_not_errors(data_dir: Path, tmp_path: Path) -> None:
+    """A held-out share filtered by shape or model can leave a file with a header and no rows:
+    no measurements, not a malformed file. The other files of the folder are still read."""
+    _write(tmp_path, "argonne/Plots/All_results.csv", ARGONNE_HEADER + "\n")
+    _write(tmp_path, "splitwise/data/perf_model.csv", "model,hardware,prompt_size\n")
+    _write(tmp_path, "vidur/data/profiling/compute/h100/org/model/mlp.csv", "n_head,n_embd\n")
+    _write(tmp_path, "vidur/data/profiling/network/h100_dgx/all_reduce.csv", "")
+    _write(tmp_path, "llmcompass/ae/figure5/ab/real_hardware/matmul_A100.csv", "")
+    empty = AIC_GEMM.format(gpu="h100_sxm", engine="vllm", ver="9.9") + "/gemm_perf.parquet"
+    (tmp_path / empty).parent.mkdir(parents=True)
+    _gemm_frame([]).to_parquet(tmp_path / empty)
+    kept = _copy_one(data_dir, tmp_path, "argonne/Plots/Fig_16_a_b/power_results.csv")
+    got = data.load(tmp_path)
+    assert sorted(got) == ["e2e_energy"]
+    assert len(got["e2e_energy"]) == len(pd.read_csv(kept))
+
+
+def test_aiconfigurator_table_without_op_folder(tmp_path: Path) -> None:
+    # upstream also writes systems/data/<gpu>/<engine>/<version>/<table>.parquet
+    rel = (
+        "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/h100_sxm/sglang/0.5.10/"
+        "gemm_perf.parquet"
+    )
+    (tmp_path / rel).parent.mkdir(parents=True)
+    _gemm_frame([0.166]).to_parquet(tmp_path / rel)
+    got = data.load(tmp_path)["gemm"]
+    assert (got["gpu"].iloc[0], got["engine"].iloc[0], got["engine_version"].iloc[0]) == (
+        "h100_sxm",
+        "sglang",
+        "0.5.10",
+    )
+
+
+def test_vidur_new_model_and_cluster_folders(data_dir: Path, tmp_path: Path) -> None:
+    """New model folders (with or without <org>) and upstream's a100_pair_nvlink spelling of
+    the pairwise-NVLink cluster are found and named like the training share's."""
+    base = "vidur/data/profiling"
+    src = f"{base}/compute/a100/microsoft/phi-2/mlp.csv"
+    for rel in (f"{base}/compute/a100/newco/New-13b/mlp.csv", f"{base}/compute/h100/phi-2/mlp.csv"):
+        (tmp_path / rel).parent.mkdir(parents=True)
+        shutil.copyfile(data_dir / src, tmp_path / rel)
+    net = f"{base}/network/a100_pair_nvlink/all_reduce.csv"
+    (tmp_path / net).parent.mkdir(parents=True)
+    shutil.copyfile(
+        data_dir / f"{base}/network/a100_pairwise_nvlink/all_reduce.csv", tmp_path / net
+    )
+    got = data.load(tmp_path)
+    ops = got["layer_op"]
+    assert set(ops["model"]) == {"newco/New-13b", "phi-2"}
+    assert set(ops["gpu"]) == {"a100_sxm", "h100_sxm"}
+    ar = got["allreduce"]
+    assert set(ar["implementation"]) == {"a100_pairwise_nvlink"} and set(ar["gpu"]) == {"a100_sxm"}
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu"),
+    [
+        ("NVIDIA H200 141GB HBM3e", "h200_sxm"),
+        ("H100 SXM5 80GB", "h100_sxm"),
+        ("NVIDIA A100 40GB", "a100_sxm_40gb"),
+        ("GH200 480GB", "gh200"),
+        ("H100 PCIe", "h100_pcie"),  # another part: its own slug, not the SXM registry entry
+        ("B200", "b200"),
+    ],
+)
+def test_new_gpu_spellings(name: str, gpu: str) -> None:
+    assert data.normalise_gpu(name) == gpu

@@ -75,12 +75,17 @@ def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
     if len(parts) < 5:
         raise DataError(f"{file}: expected .../<gpu>/<op>/<engine>/<version>/{path.name}")
     gpu_dir, _op_dir, engine_dir, version_dir = parts[-5:-1]
+    # The GPU folder is the one right under .../systems/data/; upstream also writes tables
+    # without the <op> folder (<gpu>/<engine>/<version>/), where parts[-5] would be "data".
+    sd = [i for i in range(len(parts) - 1) if parts[i : i + 2] == ("systems", "data")]
+    if sd and len(parts) - sd[-1] - 2 >= 4:
+        gpu_dir = parts[sd[-1] + 2]
     try:
         raw = pd.read_parquet(path).reset_index(drop=True)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise DataError(f"{file}: cannot read parquet ({exc})") from exc
     if raw.empty:
-        raise DataError(f"{file}: table has no rows")
+        return None  # no measurements (see _common.read_csv): skipped, listed by `dse validate`
     dtype_col = _DTYPE_COLUMN[stem]
     c.require_columns(raw, ["latency", dtype_col], file)
 

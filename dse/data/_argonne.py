@@ -79,9 +79,11 @@ def _hardware(name: str) -> str:
     return c.normalise_gpu("_".join(words) or key)
 
 
-def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
+def _read(path: Path, root: Path, kind: str) -> pd.DataFrame | None:
     file = c.rel(path, root)
     raw = c.read_csv(path, file, skipinitialspace=True)
+    if raw.empty:
+        return None  # header only: no measurements
     raw.columns = [str(col).strip() for col in raw.columns]
     required = (*_COLUMNS, "avg_power") if kind == "e2e_energy" else _COLUMNS
     c.require_columns(raw, required, file)
@@ -133,10 +135,12 @@ def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
     return c.finish(df, extra_order=("model", "batch_size", "input_tokens", "output_tokens"))
 
 
-def _read_ttft(path: Path, root: Path) -> pd.DataFrame:
+def _read_ttft(path: Path, root: Path) -> pd.DataFrame | None:
     """Fig. 22: time to first token per configuration (`latency_s` = TTFT)."""
     file = c.rel(path, root)
     raw = c.read_csv(path, file, skipinitialspace=True)
+    if raw.empty:
+        return None  # header only: no measurements
     raw.columns = [str(col).strip() for col in raw.columns]
     c.require_columns(raw, _TTFT_COLUMNS, file)
     ttft_s = c.numeric(raw, "TTFT Latency", file)
@@ -178,11 +182,11 @@ def read_argonne(root: Path | str) -> dict[str, pd.DataFrame]:
     tables."""
     root = Path(root)
     base = root / FOLDER
-    out: dict[str, pd.DataFrame] = {}
+    got: dict[str, pd.DataFrame | None] = {}
     if (base / E2E_FILE).is_file():
-        out["e2e"] = _read(base / E2E_FILE, root, "e2e")
+        got["e2e"] = _read(base / E2E_FILE, root, "e2e")
     if (base / POWER_FILE).is_file():
-        out["e2e_energy"] = _read(base / POWER_FILE, root, "e2e_energy")
+        got["e2e_energy"] = _read(base / POWER_FILE, root, "e2e_energy")
     if (base / TTFT_FILE).is_file():
-        out["e2e_ttft"] = _read_ttft(base / TTFT_FILE, root)
-    return out
+        got["e2e_ttft"] = _read_ttft(base / TTFT_FILE, root)
+    return {kind: table for kind, table in got.items() if table is not None}

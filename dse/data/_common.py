@@ -48,6 +48,7 @@ _GPU_ALIASES: dict[str, str] = {
     "a100_sxm4_80gb": "a100_sxm",
     "dgx_a100": "a100_sxm",
     "a100_sxm_40gb": "a100_sxm_40gb",
+    "a100_40gb": "a100_sxm_40gb",
     "a100_sxm4_40gb": "a100_sxm_40gb",
     "nvidia_a100_sxm4_40gb": "a100_sxm_40gb",
     "gh200": "gh200",
@@ -55,14 +56,27 @@ _GPU_ALIASES: dict[str, str] = {
 }
 
 
+# Words that do not change which registry part a device string names (vendor, form factor of
+# the SXM parts, memory generation, the usual memory size); "40gb" and "pcie"/"nvl" do and stay.
+_GPU_NOISE = re.compile(r"^(nvidia|gpu|tensor|core|sxm[45]?|hbm\d?e?|(80|94|96|141|144|480)gb)$")
+
+
 def normalise_gpu(name: str) -> str:
     """A registry name for a GPU as a source writes it; other GPUs get a lowercase slug.
 
+    Spellings not listed are looked up again without vendor, SXM and memory words, so a new
+    source's "H200 141GB HBM3e" is h200_sxm; PCIe / NVL parts keep their own slug.
+
     >>> normalise_gpu("H100 80GB HBM3"), normalise_gpu("A100-SXM4-40GB"), normalise_gpu("MI250")
     ('h100_sxm', 'a100_sxm_40gb', 'mi250')
+    >>> normalise_gpu("NVIDIA H200 141GB HBM3e"), normalise_gpu("H100 PCIe")
+    ('h200_sxm', 'h100_pcie')
     """
     slug = re.sub(r"[^0-9a-z]+", "_", str(name).strip().lower()).strip("_")
-    return _GPU_ALIASES.get(slug, slug)
+    if slug in _GPU_ALIASES:
+        return _GPU_ALIASES[slug]
+    core = "_".join(w for w in slug.split("_") if not _GPU_NOISE.match(w))
+    return _GPU_ALIASES.get(core, slug)
 
 
 _DTYPE_ALIASES: dict[str, str] = {
@@ -98,14 +112,18 @@ def rel(path: Path, root: Path) -> str:
 
 
 def read_csv(path: Path, file: str, **kwargs: object) -> pd.DataFrame:
-    """`pd.read_csv(path, **kwargs)`; unreadable or row-less files are a DataError naming `file`."""
+    """`pd.read_csv(path, **kwargs)`; unreadable files are a DataError naming `file`.
+
+    A file with a header and no rows, or no bytes at all, is an empty table: no measurements, not
+    a malformed file (a held-out share filtered by shape or model can leave a file empty). The
+    caller skips it; `dse validate` lists the files that gave no rows.
+    """
     try:
-        df = pd.read_csv(path, **kwargs)
-    except Exception as exc:  # parser errors, empty file, bad encoding
+        return pd.read_csv(path, **kwargs)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+    except Exception as exc:  # parser errors, bad encoding
         raise DataError(f"{file}: cannot read CSV ({exc})") from exc
-    if df.empty:
-        raise DataError(f"{file}: table has no rows")
-    return df
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], file: str) -> None:

@@ -40,9 +40,11 @@ def _with_unit(values: pd.Series, unit: str, file: str, column: str) -> np.ndarr
     return out
 
 
-def _read(path: Path, root: Path, kind: str) -> pd.DataFrame:
+def _read(path: Path, root: Path, kind: str) -> pd.DataFrame | None:
     file = c.rel(path, root)
     raw = c.read_csv(path, file, header=None, skipinitialspace=True, dtype=str)
+    if raw.empty:
+        return None  # no bytes: no measurements
     if raw.shape[1] != _NCOLS[kind]:
         raise DataError(f"{file}: expected {_NCOLS[kind]} columns for {kind}, got {raw.shape[1]}")
     gpu = c.normalise_gpu(path.stem.rsplit("_", 1)[-1])
@@ -119,6 +121,7 @@ def read_llmcompass(root: Path | str) -> dict[str, pd.DataFrame]:
     for path in sorted(base.rglob("real_hardware/*.csv")):
         op = path.stem.rsplit("_", 1)[0].lower()
         kind = _OPS.get(op)
-        if kind is not None:
-            c.add_table(out, kind, _read(path, root, kind))
+        table = _read(path, root, kind) if kind is not None else None
+        if table is not None:
+            c.add_table(out, kind, table)
     return c.merge_kinds(out)

@@ -52,6 +52,8 @@ def read_splitwise(root: Path | str) -> dict[str, pd.DataFrame]:
         return {}
     file = c.rel(path, root)
     raw = c.read_csv(path, file, skipinitialspace=True)
+    if raw.empty:
+        return {}  # header only: no measurements
     c.require_columns(raw, _COLUMNS, file)
     times = {}
     for col in ("prompt_time", "token_time", "e2e_time"):

@@ -91,12 +91,16 @@ def _melt(
     return long, median
 
 
-def _read_compute(path: Path, root: Path) -> pd.DataFrame:
+def _read_compute(path: Path, root: Path) -> pd.DataFrame | None:
     file = c.rel(path, root)
     parts = path.relative_to(root).parts
-    # .../compute/<gpu>/<org>/<model>/<table>.csv
-    gpu_dir, org, model = parts[-4], parts[-3], parts[-2]
+    # .../compute/<gpu>/<org>/<model>/<table>.csv, or .../compute/<gpu>/<model>/<table>.csv
+    at = parts.index("compute")
+    under = parts[at + 1 : -1]
+    gpu_dir, model = under[0], "/".join(under[1:])
     raw = _read_csv(path, file)
+    if raw.empty:
+        return None  # header only: no measurements
     ops = _stat_columns(raw, file)
     # attention.csv rows are keyed by batch / chunk / cache size, mlp.csv rows by num_tokens
     is_attention = "num_tokens" not in raw.columns
@@ -139,7 +143,7 @@ def _read_compute(path: Path, root: Path) -> pd.DataFrame:
             "latency_s": lat,
             "power_w": np.nan,
             "energy_j": np.nan,
-            "model": f"{org}/{model}",
+            "model": model,
             "table": path.stem,
         }
     )
@@ -191,10 +195,24 @@ def _check_gemm_rate(out: pd.DataFrame, gpu: str, file: str) -> None:
     )
 
 
-def _read_network(path: Path, root: Path) -> pd.DataFrame:
+# Cluster folder spellings of one topology (upstream has both a100_pair_nvlink and
+# a100_pairwise_nvlink): one name, so the all-reduce model of that topology prices both.
+_CLUSTER_ALIASES = {"pair_nvlink": "pairwise_nvlink"}
+
+
+def _cluster_name(folder: str) -> str:
+    """`<gpu>_<topology>` with the topology spelled one way (h100_pair_nvlink -> ..._pairwise_nvlink)."""
+    gpu, _, topo = folder.strip().lower().partition("_")
+    topo = _CLUSTER_ALIASES.get(topo, topo)
+    return f"{gpu}_{topo}" if topo else gpu
+
+
+def _read_network(path: Path, root: Path) -> pd.DataFrame | None:
     file = c.rel(path, root)
-    cluster = path.parent.name
+    cluster = _cluster_name(path.parent.name)
     raw = _read_csv(path, file)
+    if raw.empty:
+        return None  # header only: no measurements
     ops = _stat_columns(raw, file)
     c.require_columns(raw, ["num_workers", "size"], file)
     if len(ops) != 1:
@@ -247,12 +265,17 @@ def read_vidur(root: Path | str) -> dict[str, pd.DataFrame]:
     out: dict[str, list[pd.DataFrame]] = {}
     for path in sorted(base.rglob("*.csv")):
         parts = path.relative_to(base).parts
-        if "compute" in parts and len(parts) - parts.index("compute") == 5:
-            c.add_table(out, "layer_op", _read_compute(path, root))
+        table = None
+        kind = "layer_op"
+        # compute/<gpu>/<org>/<model>/<table>.csv (a model folder without <org> is read too)
+        if "compute" in parts and len(parts) - parts.index("compute") in (4, 5):
+            table = _read_compute(path, root)
         elif (
             "network" in parts
             and len(parts) - parts.index("network") == 3
             and path.stem in _COLLECTIVES
         ):
-            c.add_table(out, "allreduce", _read_network(path, root))
+            table, kind = _read_network(path, root), "allreduce"
+        if table is not None:
+            c.add_table(out, kind, table)
     return c.merge_kinds(out)
