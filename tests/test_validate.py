@@ -69,3 +69,108 @@ def test_validate_missing_folder_is_a_clear_error(tmp_path: Path, capsys) -> Non
     rc = main(["validate", "--data", str(tmp_path / "absent")])
     assert rc == 2
     assert "data folder not found" in capsys.readouterr().err
+
+
+# ---- held-out folders (H7 stress test): nothing lost, nothing silent ---------------------------
+
+ARGONNE = "argonne/Plots/All_results.csv"
+
+
+@pytest.fixture(scope="module")
+def heldout_like(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Rows of kinds the artifacts have never seen, in the shared layout: a GPU without an
+    artifact, a dtype never fitted, argonne rows of an unknown model / engine / GPU, GEMM shapes
+    far outside the fitted range, a header-only file and a table no reader knows."""
+    root = tmp_path_factory.mktemp("heldout")
+    h100 = GEMM.format(gpu="h100_sxm", eng="vllm", ver="0.24.0")
+    raw = pd.read_parquet(data_dir / h100 / "gemm_perf.parquet")
+    bf16 = raw[raw["gemm_dtype"] == "bfloat16"].sample(40, random_state=1)
+    for rel, part in {
+        GEMM.format(gpu="b200_sxm", eng="vllm", ver="0.30.0"): bf16.head(10),
+        GEMM.format(gpu="h100_sxm", eng="sglang", ver="0.5.10"): bf16.assign(gemm_dtype="nvfp4"),
+        GEMM.format(gpu="h100_sxm", eng="vllm", ver="0.99.0"): pd.concat(
+            [
+                bf16.head(10),  # in range
+                # 2^20 tokens, time scaled with m (latency first: it reads the old m)
+                bf16.head(10).assign(
+                    latency=lambda d: d["latency"] * (1 << 20) / d["m"], m=1 << 20
+                ),
+            ]
+        ),
+    }.items():
+        (root / rel).mkdir(parents=True)
+        part.to_parquet(root / rel / "gemm_perf.parquet", index=False)
+    (root / GEMM.format(gpu="h100_sxm", eng="vllm", ver="0.99.0") / "mla_perf.parquet").write_bytes(
+        (
+            root / GEMM.format(gpu="b200_sxm", eng="vllm", ver="0.30.0") / "gemm_perf.parquet"
+        ).read_bytes()
+    )
+    a = pd.read_csv(data_dir / ARGONNE)
+    a = a[(a["Hardware"] == "Nvidia H100 GPU") & (a["Framework"] == "TensorRT-LLM")].head(8)
+    a = pd.concat(
+        [
+            a.head(2),
+            a.head(2).assign(Model="newco/Unheard-7B"),
+            a.head(2).assign(Framework="SGLang"),
+            a.head(2).assign(Hardware="Nvidia B200 GPU"),
+        ]
+    )
+    (root / ARGONNE).parent.mkdir(parents=True)
+    a.to_csv(root / ARGONNE, index=False)
+    power = root / "argonne/Plots/Fig_16_a_b/power_results.csv"
+    power.parent.mkdir(parents=True)
+    power.write_text(",".join([*a.columns, "avg_power"]) + "\n")  # header only
+    return root
+
+
+def test_heldout_like_folder_loses_no_row(heldout_like: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "acc.json"
+    rc = main(["validate", "--data", str(heldout_like), "--json", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())["results"]
+    rows = {k: sum(r["rows"] for r in res if r["kind"] == k) for k in ("gemm", "e2e")}
+    assert rows == {"gemm": 10 + 40 + 20, "e2e": 8}
+
+    def one(**key: str) -> dict:
+        (hit,) = [r for r in res if all(r[k] == v for k, v in key.items())]
+        return hit
+
+    b200 = one(gpu="b200_sxm", kind="gemm")
+    assert b200["unpredicted_rows"] == 10 and "no artifact" in b200["unpredicted_reason"]
+    assert one(engine="sglang", dtype="nvfp4")["unpredicted_rows"] == 40
+    far = one(gpu="h100_sxm", engine="vllm", kind="gemm")
+    # far shapes are predicted and flagged, never dropped
+    assert (far["rows"], far["unpredicted_rows"], far["out_of_range_rows"]) == (20, 0, 10)
+    assert far["latency_mape_pct"] is not None
+    e2e = [r for r in res if r["kind"] == "e2e"]
+    assert sum(r["unpredicted_rows"] for r in e2e) == 6  # unknown model, engine, GPU
+    assert one(kind="e2e", gpu="h100_sxm", engine="trtllm")["predicted_rows"] == 2
+    err = capsys.readouterr().err
+    assert "2 data file(s) gave no rows" in err
+    assert "power_results.csv" in err and "mla_perf.parquet" in err
+    assert "outside the fitted range" in err
+
+
+def test_gpu_filter_takes_source_spellings(small_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "acc.json"
+    assert main(["validate", "--data", str(small_data), "--gpu", "H100", "--json", str(out)]) == 0
+    assert sum(r["rows"] for r in json.loads(out.read_text())["results"]) == 600
+
+
+def test_a_family_that_fails_leaves_its_rows_counted(small_data: Path) -> None:
+    from dse.data import load
+    from dse.surrogate.artifact import Artifact, Family
+    from dse.surrogate.validate import predict_table
+
+    def broken(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+        raise KeyError("a column this family expected")
+
+    rows = load(small_data)["gemm"]
+    logs: list[str] = []
+    fam = Family("broken", fit=lambda ctx: [], predict_rows=broken, validates=("gemm",))
+    got = predict_table(
+        "gemm", rows, {"h100_sxm": Artifact.load("h100_sxm")}, {"gemm": fam}, logs.append
+    )
+    assert got["latency_pred_s"].isna().all() and len(got) == 600
+    assert got["reason"].str.contains("broken failed on these rows .KeyError").all()
+    assert logs and "gemm h100_sxm" in logs[0]

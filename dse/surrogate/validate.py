@@ -3,7 +3,9 @@
 For each kind of table `dse.data.load` reads, the family registered for that kind predicts the
 rows of every GPU that has an artifact; MAPE is computed per (source, gpu, engine, kind, dtype
 [, op]). Rows nobody can predict (no artifact for the GPU, no model for the kind, a shape the
-model refuses) are counted in `unpredicted_rows`, never dropped silently.
+model refuses) are counted in `unpredicted_rows`, never dropped silently; rows predicted outside
+every fitted range of their kind are counted in `out_of_range_rows` (extrapolations). Data files
+that gave no rows (empty, or a table / layout no reader knows) are listed through `log`.
 
     report = validate("/path/to/data", gpus=["h100_sxm"])
     report["results"][0]  # {"source": ..., "rows": ..., "latency_mape_pct": ..., ...}
@@ -11,6 +13,7 @@ model refuses) are counted in `unpredicted_rows`, never dropped silently.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,55 @@ GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
 # Rows of a GPU without its own artifact are scored with a sibling's (same chip, other memory);
 # the result entry then names the artifact GPU in `artifact_gpu`.
 ARTIFACT_FALLBACK: dict[str, str] = {"a100_sxm_40gb": "a100_sxm"}
+
+
+# Manifest model kinds whose fitted ranges bound the rows of a data kind, and the row column
+# each range key is compared with (same name unless mapped here).
+RANGE_KINDS: dict[str, tuple[str, ...]] = {
+    "gemm": ("gemm",),
+    "context_attention": ("context_attention",),
+    "generation_attention": ("generation_attention",),
+    "moe": ("moe",),
+    "allreduce": ("allreduce", "collective"),
+    "layer_op": ("layer_op",),
+    "softmax": ("reduction_op",),
+    "layernorm": ("reduction_op",),
+    "gelu": ("reduction_op",),
+    "e2e": ("level3_e2e",),
+    "e2e_energy": ("level3_e2e",),
+    "e2e_ttft": ("level3_e2e",),
+    "serving_energy": ("level3_e2e",),
+}
+_E2E_COLUMNS = {
+    "batch": "batch_size",
+    "prompt": "input_tokens",
+    "output": "output_tokens",
+    "tp": "n_gpus",
+}
+
+
+def outside_fit(kind: str, rows: pd.DataFrame, artifact: Artifact) -> np.ndarray:
+    """True where a row lies outside the fitted range of every model of its kind in `artifact`
+    (the envelope: min of the minima, max of the maxima, per input the rows carry). Such rows
+    are still predicted (extrapolations) and counted in `out_of_range_rows`."""
+    out = np.zeros(len(rows), dtype=bool)
+    entries = artifact.manifest.get("models", {})
+    lo: dict[str, float] = {}
+    hi: dict[str, float] = {}
+    for entry in entries.values():
+        if entry.get("kind") not in RANGE_KINDS.get(kind, ()):
+            continue
+        for key, (a, b) in (entry.get("fitted_range") or {}).items():
+            lo[key] = min(lo.get(key, a), a)
+            hi[key] = max(hi.get(key, b), b)
+    for key in lo:
+        col = _E2E_COLUMNS.get(key, key) if kind in ("e2e", "e2e_energy", "e2e_ttft") else key
+        if kind == "e2e_ttft" and key == "output":
+            col = "input_tokens"  # the TTFT of the run with output = input (see hymell_fit)
+        if col in rows:
+            v = pd.to_numeric(rows[col], errors="coerce").to_numpy(float)
+            out |= (v < lo[key]) | (v > hi[key])
+    return out
 
 
 def _validators(fams: Iterable[Family]) -> dict[str, Family]:
@@ -42,10 +94,15 @@ def predict_table(
     rows: pd.DataFrame,
     artifacts: dict[str, Artifact | None],
     validators: dict[str, Family],
+    log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
-    """Predicted latency/energy for the rows of one kind (NaN where it cannot), plus `reason`."""
+    """Predicted latency/energy for the rows of one kind (NaN where it cannot), plus `reason`.
+
+    A family that raises on a GPU's rows leaves them unpredicted with the error as the reason.
+    """
     out = pd.DataFrame(
-        {"latency_pred_s": np.nan, "energy_pred_j": np.nan, "reason": ""}, index=rows.index
+        {"latency_pred_s": np.nan, "energy_pred_j": np.nan, "reason": "", "outside_fit": False},
+        index=rows.index,
     )
     fam = validators.get(kind)
     if fam is None:
@@ -56,10 +113,18 @@ def predict_table(
         if art is None:
             out.loc[sub.index, "reason"] = f"no artifact for GPU {gpu!r}"
             continue
-        got = fam.predict_rows(art, kind, sub)
+        try:
+            got = fam.predict_rows(art, kind, sub)
+        except Exception as exc:  # one family failing on new rows must not lose every table
+            why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
+            out.loc[sub.index, "reason"] = why[:300]
+            if log:
+                log(f"{kind} {gpu}: {why}")
+            continue
         for col in ("latency_pred_s", "energy_pred_j"):
             if col in got:
                 out.loc[sub.index, col] = got[col].reindex(sub.index).to_numpy(float)
+        out.loc[sub.index, "outside_fit"] = outside_fit(kind, sub, art)
     missing = ~np.isfinite(out["latency_pred_s"].to_numpy(float)) & (out["reason"] == "")
     out.loc[missing, "reason"] = "model cannot predict this row"
     return out
@@ -101,6 +166,10 @@ def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[st
                 "energy_mape_pct": en_mape,
                 "predicted_rows": int(np.isfinite(lat_p).sum()),
                 "unpredicted_rows": int((~np.isfinite(lat_p)).sum()),
+                # predicted, but outside every fitted range of the kind: extrapolations
+                "out_of_range_rows": int(
+                    (np.isfinite(lat_p) & pred.loc[idx, "outside_fit"].to_numpy(bool)).sum()
+                ),
                 "energy_rows": n_en,
             }
         )
@@ -109,6 +178,40 @@ def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[st
             entry["unpredicted_reason"] = str(bad.value_counts().index[0])
         results.append(entry)
     return results
+
+
+# Files under a data root that are documentation or metadata, never measurements.
+_NOT_DATA = re.compile(r"(^|/)(LICENSE|README)[^/]*$|/models\.json$")
+_DATA_SUFFIXES = (".csv", ".parquet", ".json")
+_DATA_NAMES = ("_perf.txt", "_power.txt")  # aiconfigurator's older text tables (not read)
+
+
+def unread_files(root: Path, tables: dict[str, pd.DataFrame]) -> list[str]:
+    """Data files (csv, parquet, json) under `root` that gave no row to any table: empty files,
+    tables of a kind no reader knows, folders laid out unlike any source (relative paths)."""
+    read: set[str] = set()
+    for table in tables.values():
+        if "file" in table:
+            read.update(map(str, table["file"].unique()))
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        data = path.suffix in _DATA_SUFFIXES or path.name.endswith(_DATA_NAMES)
+        data = data and not _NOT_DATA.search(rel)
+        if data and rel not in read and path.is_file():
+            out.append(rel)
+    return out
+
+
+def _log_unread(root: Path, tables: dict[str, pd.DataFrame], log: Callable[[str], None]) -> None:
+    files = unread_files(root, tables)
+    if files:
+        shown = "; ".join(files[:20]) + (
+            f"; ... ({len(files) - 20} more)" if len(files) > 20 else ""
+        )
+        log(
+            f"{len(files)} data file(s) gave no rows (empty, or a table/layout no reader knows): {shown}"
+        )
 
 
 def validate(
@@ -123,14 +226,17 @@ def validate(
     `artifacts` maps GPU -> Artifact; GPUs missing from it have none (default: the shipped
     artifact of each GPU in the data, None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
     """
-    from dse.data import load
+    from dse.data import load, normalise_gpu
     from dse.surrogate.fit import load_families
 
     root = Path(data_root)
     if not root.is_dir():
         raise DataError(f"{data_root}: data folder not found")
     tables = load(root, kinds)
-    wanted = None if gpus is None else {str(g).strip().lower() for g in gpus}
+    if log and kinds is None:
+        _log_unread(root, tables, log)
+    # the same spelling rules as the readers: --gpu H100 selects h100_sxm rows
+    wanted = None if gpus is None else {normalise_gpu(g) for g in gpus}
     validators = _validators(load_families())
     arts: dict[str, Artifact | None] = dict(artifacts or {})
     shipped = artifacts is None  # given a mapping, GPUs missing from it have no artifact
@@ -158,7 +264,7 @@ def validate(
         for gpu, sibling in ARTIFACT_FALLBACK.items():
             if gpu not in use and sibling in use:
                 use[gpu] = use[sibling]
-        pred = predict_table(kind, rows, use, validators)
+        pred = predict_table(kind, rows, use, validators, log)
         for entry in summarise(kind, rows, pred):
             art_gpu = entry["gpu"]
             if arts.get(art_gpu) is None:
@@ -168,6 +274,16 @@ def validate(
             if art_gpu in use:
                 used[art_gpu] = use[art_gpu].artifact_id
             results.append(entry)
+    if log:
+        oor: dict[str, int] = {}
+        for r in results:
+            if r.get("out_of_range_rows"):
+                oor[r["kind"]] = oor.get(r["kind"], 0) + r["out_of_range_rows"]
+        if oor:
+            log(
+                "predicted rows outside the fitted range (extrapolations, counted in "
+                "out_of_range_rows): " + ", ".join(f"{k} {n}" for k, n in sorted(oor.items()))
+            )
     return {
         "artifacts": dict(sorted(used.items())),
         "results": results,
