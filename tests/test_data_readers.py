@@ -534,3 +534,20 @@ def test_vidur_new_model_and_cluster_folders(data_dir: Path, tmp_path: Path) -> 
 )
 def test_new_gpu_spellings(name: str, gpu: str) -> None:
     assert data.normalise_gpu(name) == gpu
+
+
+def test_unit_checks_accept_gpus_beyond_the_training_share(tmp_path: Path) -> None:
+    """Sanity bounds catch a unit slip (1000x), not a faster part: an H100 LLMCompass matmul at
+    687 TFLOP/s (the old bound was the A100's), a B200 table at 950 W board power."""
+    _write(
+        tmp_path,
+        "llmcompass/ae/figure5/ab/real_hardware/matmul_H100.csv",
+        "8192, 8192, 8192, 1.6000ms, 687.1948Tflops\n",
+    )
+    rel = AIC_GEMM.format(gpu="b200_sxm", engine="trtllm", ver="1.2.0rc5") + "/gemm_perf.parquet"
+    (tmp_path / rel).parent.mkdir(parents=True)
+    _gemm_frame([0.07]).assign(power=[950.0]).to_parquet(tmp_path / rel)
+    got = data.load(tmp_path)["gemm"].set_index("source")
+    assert got.loc["llmcompass", "gpu"] == "h100_sxm"
+    assert got.loc["aiconfigurator", "gpu"] == "b200_sxm"
+    assert got.loc["aiconfigurator", "energy_j"] == pytest.approx(0.07e-3 * 950.0)

@@ -40,8 +40,9 @@ _DTYPE_COLUMN: dict[str, str] = {
     "custom_allreduce_perf": "allreduce_dtype",
 }
 
-# Board power in watts must be physically possible (idle ~60 W, limit <= 1000 W on any part).
-_POWER_RANGE_W = (50.0, 800.0)
+# Board power in watts must be physically possible: idle ~60 W; board limits reach 1000 W (B200)
+# and 1200 W (GB200), so 1500 W still tells watts from milliwatts or kilowatts.
+_POWER_RANGE_W = (50.0, 1500.0)
 # Any single kernel call: 100 ns .. 100 s.
 _LATENCY_RANGE_S = (1e-7, 100.0)
 _KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0}
@@ -50,11 +51,12 @@ _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1
 
 
 def _peak_flops(gpu: str) -> float:
-    """The highest dense tensor-core rate of a registry GPU (5 PFLOP/s bound if unknown)."""
+    """The highest dense tensor-core rate of a registry GPU; 20 PFLOP/s if unknown (a GPU outside
+    the registry may run fp4, ~9 PFLOP/s dense on B200; a ms-vs-s slip is still 1000x off)."""
     try:
         spec = get_gpu(gpu)
     except ConfigError:
-        return 5e15
+        return 2e16
     return spec.peak_fp8_flops_per_s or spec.peak_bf16_flops_per_s
 
 
@@ -62,7 +64,7 @@ def _hbm_bw(gpu: str) -> float:
     try:
         return get_gpu(gpu).hbm_bw_bytes_per_s
     except ConfigError:
-        return 8e12
+        return 16e12  # HBM of a GPU outside the registry: twice B200's 8 TB/s
 
 
 def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
