@@ -144,7 +144,11 @@ def test_heldout_like_folder_loses_no_row(heldout_like: Path, tmp_path: Path, ca
     assert far["latency_mape_pct"] is not None
     e2e = [r for r in res if r["kind"] == "e2e"]
     assert sum(r["unpredicted_rows"] for r in e2e) == 6  # unknown model, engine, GPU
-    assert one(kind="e2e", gpu="h100_sxm", engine="trtllm")["predicted_rows"] == 2
+    known_engine = one(kind="e2e", gpu="h100_sxm", engine="trtllm")
+    assert known_engine["predicted_rows"] == 2
+    assert "newco/Unheard-7B not in the catalogue" in known_engine["unpredicted_reason"]
+    assert "engine sglang not modelled" in one(kind="e2e", engine="sglang")["unpredicted_reason"]
+    assert "dtype nvfp4" in one(engine="sglang", dtype="nvfp4")["unpredicted_reason"]
     err = capsys.readouterr().err
     assert "2 data file(s) gave no rows" in err
     assert "power_results.csv" in err and "mla_perf.parquet" in err

@@ -126,8 +126,49 @@ def predict_table(
                 out.loc[sub.index, col] = got[col].reindex(sub.index).to_numpy(float)
         out.loc[sub.index, "outside_fit"] = outside_fit(kind, sub, art)
     missing = ~np.isfinite(out["latency_pred_s"].to_numpy(float)) & (out["reason"] == "")
-    out.loc[missing, "reason"] = "model cannot predict this row"
+    if missing.any():
+        out.loc[missing, "reason"] = _why_unpredicted(kind, rows[missing])
     return out
+
+
+E2E_KINDS = ("e2e", "e2e_energy", "e2e_ttft", "serving_energy")
+
+
+def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
+    """A reason per row a family returned NaN for: for end-to-end rows the model catalogue and
+    the engines Level 3 models are checked; other kinds name the row's engine and dtype."""
+    base = "model cannot predict this row"
+    if kind in E2E_KINDS and "model" in rows:
+        from dse.models import lookup_model
+        from dse.surrogate.hymell_fit import ENGINES
+
+        known: dict[str, bool] = {}
+        for name in rows["model"].astype(str).unique():
+            try:
+                lookup_model(name)
+                known[name] = True
+            except Exception:  # ConfigError for an unknown name; any failure means "not known"
+                known[name] = False
+        engine = rows["engine"].astype(str) if "engine" in rows else pd.Series("", rows.index)
+        why = np.where(
+            ~rows["model"].astype(str).map(known).to_numpy(bool),
+            "model " + rows["model"].astype(str) + " not in the catalogue (dse/models.py)",
+            np.where(
+                ~engine.isin(("vllm", *ENGINES)).to_numpy(bool),
+                "engine " + engine + " not modelled by Level 3",
+                base + " (configuration invalid or does not fit as catalogued)",
+            ),
+        )
+        return pd.Series(why, index=rows.index)
+    parts = [c for c in ("engine", "dtype") if c in rows]
+    if not parts:
+        return pd.Series(base, index=rows.index)
+    label = rows[parts].astype(str).apply(lambda r: ", ".join(f"{c} {r[c]}" for c in parts), axis=1)
+    why = base + " (" + label + ")"
+    if kind == "allreduce" and "n_nodes" in rows:
+        multi = rows["n_nodes"].fillna(1).to_numpy(float) > 1
+        why = why.where(~multi, "multi-node collective (n_nodes > 1): only one node is modelled")
+    return why
 
 
 def _mape(pred: np.ndarray, true: np.ndarray) -> tuple[float | None, int]:
