@@ -161,20 +161,27 @@ def test_gpu_filter_takes_source_spellings(small_data: Path, tmp_path: Path) -> 
     assert sum(r["rows"] for r in json.loads(out.read_text())["results"]) == 600
 
 
-def test_a_family_that_fails_leaves_its_rows_counted(small_data: Path) -> None:
+def test_a_family_that_fails_loses_only_the_rows_of_its_file(small_data: Path) -> None:
     from dse.data import load
     from dse.surrogate.artifact import Artifact, Family
     from dse.surrogate.validate import predict_table
 
-    def broken(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
-        raise KeyError("a column this family expected")
-
     rows = load(small_data)["gemm"]
+    bad = "held-out/other_gemm_perf.parquet"
+    rows.loc[rows.index[:100], "file"] = bad
+
+    def fragile(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+        if (rows["file"] == bad).any():
+            raise KeyError("a column this family expected")
+        return pd.DataFrame({"latency_pred_s": 1e-3}, index=rows.index)
+
     logs: list[str] = []
-    fam = Family("broken", fit=lambda ctx: [], predict_rows=broken, validates=("gemm",))
+    fam = Family("fragile", fit=lambda ctx: [], predict_rows=fragile, validates=("gemm",))
     got = predict_table(
         "gemm", rows, {"h100_sxm": Artifact.load("h100_sxm")}, {"gemm": fam}, logs.append
     )
-    assert got["latency_pred_s"].isna().all() and len(got) == 600
-    assert got["reason"].str.contains("broken failed on these rows .KeyError").all()
-    assert logs and "gemm h100_sxm" in logs[0]
+    lost = got["latency_pred_s"].isna()
+    assert lost.sum() == 100 and (rows.loc[lost, "file"] == bad).all()
+    assert got.loc[lost, "reason"].str.contains("fragile failed on these rows .KeyError").all()
+    assert (got.loc[~lost, "reason"] == "").all()
+    assert len(logs) == 1 and bad in logs[0]

@@ -98,7 +98,8 @@ def predict_table(
 ) -> pd.DataFrame:
     """Predicted latency/energy for the rows of one kind (NaN where it cannot), plus `reason`.
 
-    A family that raises on a GPU's rows leaves them unpredicted with the error as the reason.
+    A family that raises on a GPU's rows is retried file by file; the rows of a file it still
+    raises on stay unpredicted with the error as the reason.
     """
     out = pd.DataFrame(
         {"latency_pred_s": np.nan, "energy_pred_j": np.nan, "reason": "", "outside_fit": False},
@@ -114,17 +115,23 @@ def predict_table(
             out.loc[sub.index, "reason"] = f"no artifact for GPU {gpu!r}"
             continue
         try:
-            got = fam.predict_rows(art, kind, sub)
-        except Exception as exc:  # one family failing on new rows must not lose every table
-            why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
-            out.loc[sub.index, "reason"] = why[:300]
-            if log:
-                log(f"{kind} {gpu}: {why}")
-            continue
-        for col in ("latency_pred_s", "energy_pred_j"):
-            if col in got:
-                out.loc[sub.index, col] = got[col].reindex(sub.index).to_numpy(float)
-        out.loc[sub.index, "outside_fit"] = outside_fit(kind, sub, art)
+            parts = [(sub, fam.predict_rows(art, kind, sub))]
+        except Exception:  # one family failing on new rows must not lose every table:
+            parts = []  # retry file by file, so only the rows of the file it fails on are lost
+            by_file = sub.groupby("file", sort=True) if "file" in sub else [("", sub)]
+            for file, part in by_file:
+                try:
+                    parts.append((part, fam.predict_rows(art, kind, part)))
+                except Exception as exc:
+                    why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
+                    out.loc[part.index, "reason"] = why[:300]
+                    if log:
+                        log(f"{kind} {gpu} {file}: {why}")
+        for part, got in parts:
+            for col in ("latency_pred_s", "energy_pred_j"):
+                if col in got:
+                    out.loc[part.index, col] = got[col].reindex(part.index).to_numpy(float)
+            out.loc[part.index, "outside_fit"] = outside_fit(kind, part, art)
     missing = ~np.isfinite(out["latency_pred_s"].to_numpy(float)) & (out["reason"] == "")
     if missing.any():
         out.loc[missing, "reason"] = _why_unpredicted(kind, rows[missing])
