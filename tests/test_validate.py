@@ -185,3 +185,9 @@ def test_a_family_that_fails_loses_only_the_rows_of_its_file(small_data: Path) -
     assert got.loc[lost, "reason"].str.contains("fragile failed on these rows .KeyError").all()
     assert (got.loc[~lost, "reason"] == "").all()
     assert len(logs) == 1 and bad in logs[0]
+
+
+def test_a_folder_without_sources_says_so(tmp_path: Path, capsys) -> None:
+    (tmp_path / "aiconfigurator-copy").mkdir()  # a source folder under another name
+    assert main(["validate", "--data", str(tmp_path)]) == 0
+    assert "no measured rows found" in capsys.readouterr().err

@@ -283,6 +283,13 @@ def validate(
     tables = load(root, kinds)
     if log and kinds is None:
         _log_unread(root, tables, log)
+    if log and not any(len(t) for t in tables.values()):
+        from dse.data import READERS
+
+        log(
+            f"{root}: no measured rows found; a data folder holds source folders "
+            f"({', '.join(READERS)}) laid out as in ../shared/data/README.md"
+        )
     # the same spelling rules as the readers: --gpu H100 selects h100_sxm rows
     wanted = None if gpus is None else {normalise_gpu(g) for g in gpus}
     validators = _validators(load_families())
