@@ -66,7 +66,11 @@ def outside_fit(kind: str, rows: pd.DataFrame, artifact: Artifact) -> np.ndarray
     for entry in entries.values():
         if entry.get("kind") not in RANGE_KINDS.get(kind, ()):
             continue
-        for key, (a, b) in (entry.get("fitted_range") or {}).items():
+        for key, span in (entry.get("fitted_range") or {}).items():
+            try:
+                a, b = float(span[0]), float(span[1])
+            except (TypeError, ValueError, IndexError, KeyError):
+                continue  # not a numeric [min, max] (a category list): no bound to check
             lo[key] = min(lo.get(key, a), a)
             hi[key] = max(hi.get(key, b), b)
     for key in lo:
