@@ -146,7 +146,7 @@ def test_heldout_like_folder_loses_no_row(heldout_like: Path, tmp_path: Path, ca
     assert sum(r["unpredicted_rows"] for r in e2e) == 6  # unknown model, engine, GPU
     known_engine = one(kind="e2e", gpu="h100_sxm", engine="trtllm")
     assert known_engine["predicted_rows"] == 2
-    assert "newco/Unheard-7B not in the catalogue" in known_engine["unpredicted_reason"]
+    assert "unknown model 'newco/Unheard-7B'" in known_engine["unpredicted_reason"]
     assert "engine sglang not modelled" in one(kind="e2e", engine="sglang")["unpredicted_reason"]
     assert "dtype nvfp4" in one(engine="sglang", dtype="nvfp4")["unpredicted_reason"]
     err = capsys.readouterr().err

@@ -153,17 +153,18 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
         from dse.models import lookup_model
         from dse.surrogate.hymell_fit import ENGINES
 
-        known: dict[str, bool] = {}
+        problem: dict[str, str] = {}  # model name -> why the catalogue cannot give it ("" = ok)
         for name in rows["model"].astype(str).unique():
             try:
                 lookup_model(name)
-                known[name] = True
-            except Exception:  # ConfigError for an unknown name; any failure means "not known"
-                known[name] = False
+                problem[name] = ""
+            except Exception as exc:  # ConfigError: unknown or not representable
+                problem[name] = f"catalogue (dse/models.py): {exc}"[:200]
         engine = rows["engine"].astype(str) if "engine" in rows else pd.Series("", rows.index)
+        model_problem = rows["model"].astype(str).map(problem)
         why = np.where(
-            ~rows["model"].astype(str).map(known).to_numpy(bool),
-            "model " + rows["model"].astype(str) + " not in the catalogue (dse/models.py)",
+            model_problem != "",
+            model_problem,
             np.where(
                 ~engine.isin(("vllm", *ENGINES)).to_numpy(bool),
                 "engine " + engine + " not modelled by Level 3",
