@@ -174,17 +174,26 @@ def check_range(values: np.ndarray, lo: float, hi: float, what: str, file: str) 
 def check_peak_rate(
     work: np.ndarray, latency_s: np.ndarray, lo: float, hi: float, what: str, file: str
 ) -> None:
-    """The fastest achieved rate (work per second) in a file must be physically plausible.
+    """The achieved rates (work per second) of a file must be physically plausible.
 
     A file in the wrong time unit (seconds or microseconds instead of milliseconds) moves every
-    rate by 1000x, which these wide bounds catch without rejecting honest slow shapes.
+    rate by 1000x, which these wide bounds catch: the best row must reach `lo` (a slow slip),
+    the median row must stay below `hi` (a fast slip). The median, not the best row, for the
+    upper bound: upstream tables of the share's own commit have a few rows above the peak
+    (L2-resident KV caches, int8 GEMMs on A100, odd rows of some attention tables; up to 12% of
+    one table), and one such row must not make a whole held-out folder unreadable.
     """
-    rate = work / latency_s
-    best = float(np.nanmax(rate)) if rate.size else float("nan")
-    if not np.isfinite(best) or best < lo or best > hi:
+    rate = np.asarray(work, dtype=float) / np.asarray(latency_s, dtype=float)
+    rate = rate[np.isfinite(rate)]
+    best = float(rate.max()) if rate.size else float("nan")
+    mid = float(np.median(rate)) if rate.size else float("nan")
+    if not np.isfinite(best) or best < lo:
         raise DataError(
-            f"{file}: best achieved {what} must lie in [{lo:.3g}, {hi:.3g}] (wrong units?), "
-            f"got {best:.3g}"
+            f"{file}: best achieved {what} must be at least {lo:.3g} (wrong units?), got {best:.3g}"
+        )
+    if mid > hi:
+        raise DataError(
+            f"{file}: median achieved {what} must be at most {hi:.3g} (wrong units?), got {mid:.3g}"
         )
 
 
