@@ -191,3 +191,20 @@ def test_a_folder_without_sources_says_so(tmp_path: Path, capsys) -> None:
     (tmp_path / "aiconfigurator-copy").mkdir()  # a source folder under another name
     assert main(["validate", "--data", str(tmp_path)]) == 0
     assert "no measured rows found" in capsys.readouterr().err
+
+
+def test_empty_gemms_are_counted_with_their_reason(data_dir: Path, tmp_path: Path) -> None:
+    # upstream TRT-LLM 1.2.0rc5 tables time m = 0 GEMMs (a launch and nothing else)
+    rel = GEMM.format(gpu="h100_sxm", eng="trtllm", ver="1.2.0rc5")
+    raw = pd.read_parquet(
+        data_dir / GEMM.format(gpu="h100_sxm", eng="vllm", ver="0.24.0") / "gemm_perf.parquet"
+    )
+    part = raw[raw["gemm_dtype"] == "bfloat16"].head(10).copy()
+    part.loc[part.index[:3], "m"] = 0
+    (tmp_path / rel).mkdir(parents=True)
+    part.to_parquet(tmp_path / rel / "gemm_perf.parquet", index=False)
+    out = tmp_path / "acc.json"
+    assert main(["validate", "--data", str(tmp_path), "--json", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["results"]
+    assert (r["rows"], r["unpredicted_rows"]) == (10, 3)
+    assert r["unpredicted_reason"].startswith("empty GEMM")

@@ -119,13 +119,16 @@ def predict_table(
             out.loc[sub.index, "reason"] = f"no artifact for GPU {gpu!r}"
             continue
         try:
-            parts = [(sub, fam.predict_rows(art, kind, sub))]
+            # rows a model cannot price (zero-size GEMMs) come back NaN: no numpy warnings
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                parts = [(sub, fam.predict_rows(art, kind, sub))]
         except Exception:  # one family failing on new rows must not lose every table:
             parts = []  # retry file by file, so only the rows of the file it fails on are lost
             by_file = sub.groupby("file", sort=True) if "file" in sub else [("", sub)]
             for file, part in by_file:
                 try:
-                    parts.append((part, fam.predict_rows(art, kind, part)))
+                    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                        parts.append((part, fam.predict_rows(art, kind, part)))
                 except Exception as exc:
                     why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
                     out.loc[part.index, "reason"] = why[:300]
@@ -177,6 +180,10 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
         return pd.Series(base, index=rows.index)
     label = rows[parts].astype(str).apply(lambda r: ", ".join(f"{c} {r[c]}" for c in parts), axis=1)
     why = base + " (" + label + ")"
+    dims = [c for c in ("m", "n", "k") if c in rows]
+    if kind == "gemm" and dims:
+        empty = (rows[dims].fillna(1).to_numpy(float) <= 0).any(axis=1)
+        why = why.where(~empty, "empty GEMM (m, n or k = 0): nothing to price")
     if kind == "allreduce" and "n_nodes" in rows:
         multi = rows["n_nodes"].fillna(1).to_numpy(float) > 1
         why = why.where(~multi, "multi-node collective (n_nodes > 1): only one node is modelled")
