@@ -341,6 +341,31 @@ def _catalogue() -> tuple[dict[str, ModelCard], dict[str, str], dict[str, str]]:
     return cards, light, heavy
 
 
+# Context length (tokens, `max_position_embeddings` / `n_positions` of the model's config.json,
+# which vLLM and TensorRT-LLM take as the longest prompt + output they serve) of the catalogue
+# models whose context is short enough to matter for measured runs. A run asked for more is not
+# the run it says: argonne's 2048 + 2048-token runs of 2048-context models end after prefill
+# (0.04 s at batch 1 on GH200, where a 2048-token decode takes seconds). Others: None, unchecked.
+CONTEXT_TOKENS: dict[str, int] = {
+    **dict.fromkeys(("LLaMA-7B", "LLaMA-13B", "LLaMA-30B", "LLaMA-65B"), 2048),
+    **dict.fromkeys(("Llama-2-7B", "Llama-2-13B", "Llama-2-70B"), 4096),
+    **dict.fromkeys(("Llama-3-8B", "Llama-3-70B"), 8192),
+    **dict.fromkeys(("CodeLlama-7B", "CodeLlama-13B", "CodeLlama-34B", "CodeLlama-70B"), 16384),
+    **dict.fromkeys(("Mistral-7B-v0.1", "Mixtral-8x7B", "Qwen1.5-7B"), 32768),
+    **dict.fromkeys(("GPT-J-6B", "OPT-6.7B", "BLOOM-7B1", "Aquila-7B", "Phi-2", "Falcon-7B"), 2048),
+    **dict.fromkeys(("Gemma-2B", "Gemma-7B"), 8192),
+}
+
+
+def context_tokens(name: str) -> int | None:
+    """The context length of a catalogue model (see CONTEXT_TOKENS), None when not recorded or
+    the name is not in the catalogue."""
+    try:
+        return CONTEXT_TOKENS.get(model_card(name).name)
+    except ConfigError:
+        return None
+
+
 def model_names() -> list[str]:
     """Canonical names of every catalogue entry, in catalogue order."""
     return list(_catalogue()[0])

@@ -41,7 +41,7 @@ DECODE_SEGMENTS = 2
 LEVEL3_MODEL = "level3.e2e"
 POWER3_MODEL = "level3.power"
 # A GPU without its own artifact borrows the one of the same chip (compute and bandwidth alike).
-SIBLING_ARTIFACT = {"a100_sxm_40gb": "a100_sxm"}
+SIBLING_ARTIFACT = {"a100_sxm_40gb": "a100_sxm", "gh200": "h200_sxm"}
 # Band of a roofline-only prediction: no held-out residuals exist, so a wide factor (x0.5 .. x2).
 ROOFLINE_BAND_LOG = np.log(2.0)
 SURROGATES_ENV = "DSE_SURROGATES"  # folder holding <gpu>/manifest.json, overrides the shipped one

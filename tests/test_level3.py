@@ -294,3 +294,46 @@ def test_as_identical_takes_the_independent_sequence_term_out_and_nothing_else()
     assert out[0] == p[0]
     np.testing.assert_allclose(p - out, 0.2 * protocol_x(batch) * span)
     assert out[2] < out[1] < p[1]
+
+
+def test_runs_beyond_the_model_context_are_not_priced() -> None:
+    """A 2048 + 2048-token run of a 2048-context model cannot have decoded its tokens (argonne's
+    end after prefill): e2e_configs drops it, and keeps the same length for a longer context."""
+    import pandas as pd
+
+    from dse.models import context_tokens
+    from dse.surrogate.hymell_fit import beyond_context, e2e_configs
+
+    assert context_tokens("huggyllama/llama-7b") == 2048
+    assert context_tokens("meta-llama/Llama-2-7b-hf") == 4096
+    assert context_tokens("no-such/model") is None
+    rows = pd.DataFrame(
+        {
+            "model": ["huggyllama/llama-7b", "huggyllama/llama-7b", "meta-llama/Llama-2-7b-hf"],
+            "gpu": "h100_sxm",
+            "engine": "vllm",
+            "batch_size": 16,
+            "input_tokens": [2048, 1024, 2048],
+            "output_tokens": [2048, 1024, 2048],
+            "n_gpus": 1,
+        }
+    )
+    assert beyond_context(rows).tolist() == [True, False, False]
+    cfg, kept = e2e_configs(rows)
+    assert kept["input_tokens"].tolist() == [1024, 2048]
+    assert len(cfg) == 2
+
+
+def test_gh200_is_priced_with_the_h200_artifact() -> None:
+    """GH200 (the Hopper die of H100 / H200) has no measurements of its own to fit: the
+    predictor and dse validate use the h200_sxm artifact, scaled to GH200's bandwidth."""
+    from dse.predictor import load_artifact
+    from dse.surrogate.validate import ARTIFACT_FALLBACK
+
+    art, name = load_artifact("gh200")
+    if art is None:
+        import pytest
+
+        pytest.skip("no shipped h200_sxm artifact")
+    assert name == "h200_sxm"
+    assert ARTIFACT_FALLBACK["gh200"] == "h200_sxm"

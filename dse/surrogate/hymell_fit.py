@@ -51,6 +51,19 @@ def _default_lookup() -> Lookup:
     return lookup_model
 
 
+def beyond_context(rows: pd.DataFrame) -> np.ndarray:
+    """True for runs whose prompt + output exceed their model's context (dse.models
+    CONTEXT_TOKENS): the engine cannot have generated the requested tokens, so the measured time
+    is not that configuration's (argonne's 2048 + 2048 runs of 2048-context models end after
+    prefill). Such rows are dropped, and dse validate says why."""
+    from dse.models import context_tokens
+
+    ctx = rows["model"].astype(str).map({m: context_tokens(m) for m in rows["model"].unique()})
+    total = rows["input_tokens"].to_numpy(float) + rows["output_tokens"].to_numpy(float)
+    limit = pd.to_numeric(ctx, errors="coerce").to_numpy(float)
+    return np.isfinite(limit) & (total > limit)
+
+
 def e2e_configs(
     rows: pd.DataFrame, lookup: Lookup | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -66,6 +79,7 @@ def e2e_configs(
         except (ConfigError, KeyError):
             archs[name] = None
     keep = rows["engine"].isin(ENGINES) & rows["model"].map(lambda m: archs[m] is not None)
+    keep &= ~beyond_context(rows)
     rows = rows[keep].reset_index(drop=True)
     recs = []
     for r in rows.itertuples(index=False):

@@ -27,7 +27,7 @@ from dse.surrogate.artifact import Artifact, Family
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
 # Rows of a GPU without its own artifact are scored with a sibling's (same chip, other memory);
 # the result entry then names the artifact GPU in `artifact_gpu`.
-ARTIFACT_FALLBACK: dict[str, str] = {"a100_sxm_40gb": "a100_sxm"}
+ARTIFACT_FALLBACK: dict[str, str] = {"a100_sxm_40gb": "a100_sxm", "gh200": "h200_sxm"}
 
 
 # Manifest model kinds whose fitted ranges bound the rows of a data kind, and the row column
@@ -165,6 +165,15 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
                 problem[name] = f"catalogue (dse/models.py): {exc}"[:200]
         engine = rows["engine"].astype(str) if "engine" in rows else pd.Series("", rows.index)
         model_problem = rows["model"].astype(str).map(problem)
+        if {"input_tokens", "output_tokens"} <= set(rows.columns):
+            from dse.surrogate.hymell_fit import beyond_context
+
+            over = beyond_context(rows) & (model_problem == "").to_numpy(bool)
+            model_problem = model_problem.where(
+                ~over,
+                "prompt + output exceed the model's context (dse.models.CONTEXT_TOKENS): the "
+                "engine cannot have generated the requested tokens",
+            )
         why = np.where(
             model_problem != "",
             model_problem,
