@@ -153,3 +153,16 @@ def test_cli_imports_what_it_uses() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "h100_sxm" in r.stdout
+
+
+def test_predict_flags_a_run_beyond_the_model_context() -> None:
+    """llama-7b has a 2048-token context: 2048 + 2048 tokens is flagged, 1024 + 1024 is not."""
+    base = ("predict", "--model", "huggyllama/llama-7b", "--gpu", "h100_sxm", "--batch-size", "1")
+    over = dse(*base, "--prompt-tokens", "2048", "--output-tokens", "2048", "--json")
+    assert over.returncode == 0, over.stderr
+    p = json.loads(over.stdout)["prediction"]
+    assert p["beyond_context"] is True and p["context_tokens"] == 2048
+    ok = dse(*base, "--prompt-tokens", "1024", "--output-tokens", "1024", "--json")
+    assert "beyond_context" not in json.loads(ok.stdout)["prediction"]
+    table = dse(*base, "--prompt-tokens", "2048", "--output-tokens", "2048")
+    assert "exceed the model's context of 2048 tokens" in table.stdout

@@ -153,6 +153,14 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(cols)
     config = {k: _plain(cols[k][0]) for k in C.CONFIG_FIELDS}
     result = {k: _plain(v[0]) for k, v in pred.items()}
+    if args.model:
+        from dse.models import context_tokens
+
+        ctx = context_tokens(args.model)
+        if ctx is not None and config["prompt_tokens"] + config["output_tokens"] > ctx:
+            # an engine serves at most the model's context: it would stop (or refuse) early
+            result["context_tokens"] = ctx
+            result["beyond_context"] = True
     if args.json:
         json.dump({"config": config, "prediction": result}, sys.stdout, indent=2)
         print()
@@ -252,6 +260,11 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
         print(f"  priced by the roofline (no fitted model): {r['roofline_ops'].replace(',', ', ')}")
     if "latency_lo_s" in r:
         print("  band: held-out residual quantiles (5%..95%) of the whole stack")
+    if r.get("beyond_context"):
+        print(
+            f"  warning: prompt + output exceed the model's context of {r['context_tokens']} "
+            "tokens; an engine would stop or refuse before the requested output"
+        )
     if r.get("out_of_range"):
         print(
             "  warning: an input lies outside the range the artifact was fitted on; trust the band less"
