@@ -191,12 +191,12 @@ def _route_as_one_sequence(
             if name in items and name in items1:
                 new = items1[name] * waves
                 delta = new - items[name][idx]
-                items[name] = items[name].astype(float).copy()
+                items[name] = items[name].astype(float)  # a copy: base's arrays may be shared
                 items[name][idx] = new
                 total = dec.time_s if items is dec.items_s else dec.energy_j
                 total[idx] += delta
         if name in dec.roof_s and name in dec1.roof_s:
-            dec.roof_s[name] = dec.roof_s[name].astype(float).copy()
+            dec.roof_s[name] = dec.roof_s[name].astype(float)
             dec.roof_s[name][idx] = dec1.roof_s[name] * waves
 
 

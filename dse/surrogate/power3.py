@@ -78,8 +78,13 @@ def fit_protocol(
     return max(float(xa @ da) / den, 0.0) if den > 0 else 0.0
 
 
+def _batch_x(batch: np.ndarray) -> np.ndarray:
+    """The calibration's batch regressor: log2(batch) / 8."""
+    return np.log2(np.maximum(batch, 1.0)) / 8.0
+
+
 def _phi(u: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    return np.stack([np.ones_like(u), u, np.log2(np.maximum(batch, 1.0)) / 8.0], axis=-1)
+    return np.stack([np.ones_like(u), u, _batch_x(batch)], axis=-1)
 
 
 @register_model("level3_power")
@@ -106,8 +111,7 @@ class Power3:
         `protocol`: c given (fitted elsewhere, e.g. on another GPU's rows) instead of fitted."""
         identical = np.zeros(len(y), bool) if identical is None else np.asarray(identical, bool)
         keys = np.arange(len(y)) if pair_keys is None else np.asarray(pair_keys)
-        self.fixed_protocol_ = protocol
-        self.protocol_, self.coef_ = self._fit_once(u, batch, y, identical, keys)
+        self.protocol_, self.coef_ = self._fit_once(u, batch, y, identical, keys, protocol)
         self.calibrated_ = not np.array_equal(self.coef_, IDENTITY)
         held = np.full(len(y), np.nan)
         for grp in np.unique(groups):
@@ -115,7 +119,7 @@ class Power3:
             if te.all():
                 continue
             tr = ~te
-            c, k = self._fit_once(u[tr], batch[tr], y[tr], identical[tr], keys[tr])
+            c, k = self._fit_once(u[tr], batch[tr], y[tr], identical[tr], keys[tr], protocol)
             held[te] = _phi(u[te], batch[te]) @ k + c * protocol_x(batch[te]) * ~identical[te]
         self.held_out_ = held
         self.range_ = {
@@ -132,10 +136,9 @@ class Power3:
         y: np.ndarray,
         identical: np.ndarray,
         keys: np.ndarray,
+        protocol: float | None,
     ) -> tuple[float, np.ndarray]:
-        c = getattr(self, "fixed_protocol_", None)
-        if c is None:
-            c = fit_protocol(y - u, batch, identical, keys)
+        c = fit_protocol(y - u, batch, identical, keys) if protocol is None else protocol
         y_neutral = y - c * protocol_x(batch) * ~identical
         return c, _physical(_ridge(_phi(u, batch), y_neutral, self.ridge))
 
@@ -156,10 +159,9 @@ class Power3:
         # elementwise, not `_phi(u, batch) @ coef`: a BLAS matrix-vector product rounds a row
         # differently with the batch's length, and a batch of one must equal its row in a sweep
         k0, k1, k2 = (float(v) for v in self.coef_)
-        y = k0 + k1 * u + k2 * (np.log2(np.maximum(batch, 1.0)) / 8.0)
-        c = getattr(self, "protocol_", 0.0)
-        if c:
-            y = y + c * protocol_x(batch) * ~np.asarray(identical, bool)
+        y = k0 + k1 * u + k2 * _batch_x(batch)
+        if self.protocol_:
+            y = y + self.protocol_ * protocol_x(batch) * ~np.asarray(identical, bool)
         return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
 
     def as_identical(self, power_w: np.ndarray, batch: np.ndarray, gpu: GPU) -> np.ndarray:
@@ -167,7 +169,7 @@ class Power3:
         one sequence: the protocol term taken out."""
         span = gpu.board_power_w - gpu.idle_power_w
         y = (np.asarray(power_w, dtype=float) - gpu.idle_power_w) / span
-        y = y - getattr(self, "protocol_", 0.0) * protocol_x(batch)
+        y = y - self.protocol_ * protocol_x(batch)
         return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
 
     def scale(

@@ -93,6 +93,13 @@ def _validators(fams: Iterable[Family]) -> dict[str, Family]:
     return out
 
 
+def _priced(fam: Family, art: Artifact, kind: str, part: pd.DataFrame) -> pd.DataFrame:
+    """`fam.predict_rows` without numpy warnings: rows a model cannot price (zero-size GEMMs)
+    come back NaN."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return fam.predict_rows(art, kind, part)
+
+
 def predict_table(
     kind: str,
     rows: pd.DataFrame,
@@ -119,16 +126,13 @@ def predict_table(
             out.loc[sub.index, "reason"] = f"no artifact for GPU {gpu!r}"
             continue
         try:
-            # rows a model cannot price (zero-size GEMMs) come back NaN: no numpy warnings
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                parts = [(sub, fam.predict_rows(art, kind, sub))]
+            parts = [(sub, _priced(fam, art, kind, sub))]
         except Exception:  # one family failing on new rows must not lose every table:
             parts = []  # retry file by file, so only the rows of the file it fails on are lost
             by_file = sub.groupby("file", sort=True) if "file" in sub else [("", sub)]
             for file, part in by_file:
                 try:
-                    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                        parts.append((part, fam.predict_rows(art, kind, part)))
+                    parts.append((part, _priced(fam, art, kind, part)))
                 except Exception as exc:
                     why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
                     out.loc[part.index, "reason"] = why[:300]
