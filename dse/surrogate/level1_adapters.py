@@ -257,7 +257,10 @@ def _power_w(
 def price_gemm(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
-    """GEMMs by (m, n, k, dtype) with the artifact's GEMM models (vLLM tables by default)."""
+    """GEMMs by (m, n, k, dtype) with the artifact's GEMM models (vLLM tables by default); a
+    dtype the artifact has no table for is priced with the sibling chip's table where it has
+    one (`dse.surrogate.gemm.Gemm.choose`: H200 per-tensor fp8 by H100's, times moved by the
+    roofline ratio), and the model name then carries `@<sibling gpu>`."""
     if not artifact.names("gemm"):
         return None
     from dse.surrogate.gemm import Gemm
@@ -273,16 +276,31 @@ def price_gemm(
     kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
     for dt in kinds:
         sel = slice(None) if len(kinds) == 1 else dtypes == dt
-        name = g.resolve(str(dt), GEMM_ENGINE)
-        model = artifact.model(name)
-        res = dedupe(
-            lambda a, b, c, mdl=model: _gemm_call(artifact, mdl, a, b, c), m[sel], n[sel], k[sel]
-        )
+        ch = g.choose(str(dt), GEMM_ENGINE)
+        if ch.borrowed:  # the sibling chip's table, moved to this GPU (rare: run as Gemm does)
+            res = dedupe(
+                lambda a, b, c, d=str(dt): _latency_power(g.predict(a, b, c, d, GEMM_ENGINE)),
+                m[sel],
+                n[sel],
+                k[sel],
+            )
+        else:
+            model = ch.model()
+            res = dedupe(
+                lambda a, b, c, mdl=model: _gemm_call(artifact, mdl, a, b, c),
+                m[sel],
+                n[sel],
+                k[sel],
+            )
         lat[sel] = res["latency_s"]
         power[sel] = res["power_w"]
-        oor[sel] = artifact.out_of_range(name, m=m[sel], n=n[sel], k=k[sel])
-        used.append(name)
+        oor[sel] = ch.artifact.out_of_range(ch.name, m=m[sel], n=n[sel], k=k[sel])
+        used.append(ch.label)
     return L1Price(lat, power, oor, "+".join(used))
+
+
+def _latency_power(out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
 
 
 def _gemm_call(

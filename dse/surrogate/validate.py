@@ -21,13 +21,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.errors import ArtifactError, DataError
+from dse.errors import ArtifactError, ConfigError, DataError
 from dse.surrogate.artifact import Artifact, Family
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
 # Rows of a GPU without its own artifact are scored with a sibling's (same chip, other memory);
 # the result entry then names the artifact GPU in `artifact_gpu`.
 ARTIFACT_FALLBACK: dict[str, str] = {"a100_sxm_40gb": "a100_sxm", "gh200": "h200_sxm"}
+# Kinds whose rows a GPU's artifact has no model for are priced with the sibling chip's artifact
+# (artifact GPU -> sibling GPU), the result naming the model in `fallback`. All-reduce and the
+# other NCCL collectives: H200 and H100 share NVLink 4 and NVSwitch, and the H100 models score
+# 2.7-9.0% on H200's own tables (docs/accuracy.md, "Fallbacks across engines, dtypes and
+# sibling GPUs"). GEMMs borrow inside `dse.surrogate.gemm.Gemm.choose` (times moved by the
+# roofline ratio); MoE and another engine's all-reduce scored 14-190%: no fallback.
+SIBLING_KINDS: dict[str, dict[str, str]] = {"allreduce": {"h200_sxm": "h100_sxm"}}
 
 
 # Manifest model kinds whose fitted ranges bound the rows of a data kind, and the row column
@@ -113,7 +120,13 @@ def predict_table(
     raises on stay unpredicted with the error as the reason.
     """
     out = pd.DataFrame(
-        {"latency_pred_s": np.nan, "energy_pred_j": np.nan, "reason": "", "outside_fit": False},
+        {
+            "latency_pred_s": np.nan,
+            "energy_pred_j": np.nan,
+            "reason": "",
+            "outside_fit": False,
+            "fallback": "",
+        },
         index=rows.index,
     )
     fam = validators.get(kind)
@@ -143,10 +156,82 @@ def predict_table(
                 if col in got:
                     out.loc[part.index, col] = got[col].reindex(part.index).to_numpy(float)
             out.loc[part.index, "outside_fit"] = outside_fit(kind, part, art)
+        if kind == "gemm":
+            labels = gemm_fallback(sub, art)
+            out.loc[sub.index, "fallback"] = labels
+            lent = sub.index[labels.str.contains("@", regex=False).to_numpy(bool)]
+            if len(lent):  # borrowed tables: the sibling's fitted ranges bound their rows
+                from dse.surrogate.gemm import sibling_artifact
+
+                lender = sibling_artifact(art)  # the one Gemm(art) borrows from
+                if lender is not None:
+                    out.loc[lent, "outside_fit"] = outside_fit(kind, rows.loc[lent], lender)
+        sibling = artifacts.get(SIBLING_KINDS.get(kind, {}).get(art.gpu, ""))
+        todo = sub.index[~np.isfinite(out.loc[sub.index, "latency_pred_s"].to_numpy(float))]
+        if sibling is not None and len(todo):
+            _price_with_sibling(kind, rows.loc[todo], sibling, fam, out)
     missing = ~np.isfinite(out["latency_pred_s"].to_numpy(float)) & (out["reason"] == "")
     if missing.any():
         out.loc[missing, "reason"] = _why_unpredicted(kind, rows[missing])
     return out
+
+
+def gemm_fallback(rows: pd.DataFrame, art: Artifact) -> pd.Series:
+    """Per GEMM row, the model that prices it when it is not the row's own (engine, dtype)
+    table of `art` (another engine, another dtype, or the sibling chip's: `name@gpu`), else ""."""
+    from dse.surrogate.gemm import Gemm, canonical_dtype, model_name
+
+    out = pd.Series("", index=rows.index, dtype=object)
+    if not {"engine", "dtype"} <= set(rows.columns):
+        return out
+    try:
+        gemm = Gemm(art)
+    except ArtifactError:
+        return out
+    for (engine, dtype), sub in rows.groupby(["engine", "dtype"], sort=False):
+        try:
+            label = gemm.choose(str(dtype), str(engine)).label
+            own = model_name(str(engine), canonical_dtype(str(dtype)))
+        except (ArtifactError, ConfigError):
+            continue  # no model for these rows, or a dtype no GEMM model knows: nothing to name
+        if label != own:
+            out.loc[sub.index] = label
+    return out
+
+
+def _price_with_sibling(
+    kind: str, rows: pd.DataFrame, sibling: Artifact, fam: Family, out: pd.DataFrame
+) -> None:
+    """Price rows no model of their GPU's artifact priced with the sibling chip's artifact
+    (SIBLING_KINDS); `fallback` names the model used."""
+    try:
+        got = _priced(fam, sibling, kind, rows)
+    except Exception:  # the sibling failing leaves the rows as they were (unpredicted)
+        return
+    lat = got["latency_pred_s"].reindex(rows.index).to_numpy(float)
+    ok = np.isfinite(lat)
+    if not ok.any():
+        return
+    idx = rows.index[ok]
+    out.loc[idx, "latency_pred_s"] = lat[ok]
+    if "energy_pred_j" in got:
+        out.loc[idx, "energy_pred_j"] = got["energy_pred_j"].reindex(idx).to_numpy(float)
+    out.loc[idx, "outside_fit"] = outside_fit(kind, rows.loc[idx], sibling)
+    out.loc[idx, "fallback"] = _model_names(kind, rows.loc[idx]) + "@" + sibling.gpu
+
+
+def _model_names(kind: str, rows: pd.DataFrame) -> pd.Series:
+    """The model name each row of a SIBLING_KINDS kind is priced by (its table's own)."""
+    if kind == "allreduce":
+        from dse.surrogate.allreduce import implementation_key
+
+        key = implementation_key(rows)
+        op = rows["op"].astype(str) if "op" in rows else pd.Series("all_reduce", rows.index)
+        return pd.Series(
+            np.where(op == "all_reduce", "allreduce." + key, "collective." + op + "." + key),
+            index=rows.index,
+        )
+    return pd.Series(kind, index=rows.index)
 
 
 E2E_KINDS = ("e2e", "e2e_energy", "e2e_ttft", "serving_energy")
@@ -249,6 +334,11 @@ def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[st
         bad = reasons[reasons != ""]
         if len(bad):
             entry["unpredicted_reason"] = str(bad.value_counts().index[0])
+        fb = pred.loc[idx, "fallback"] if "fallback" in pred else pd.Series(dtype=object)
+        fb = fb[(fb != "") & np.isfinite(lat_p)]
+        if len(fb):  # priced by another table than the group's own: which, and how many rows
+            entry["fallback"] = str(fb.value_counts().index[0])
+            entry["fallback_rows"] = len(fb)
         results.append(entry)
     return results
 
@@ -330,7 +420,8 @@ def validate(
             rows = rows[rows["gpu"].isin(wanted)]
             if rows.empty:
                 continue
-        for gpu in sorted({*rows["gpu"].unique(), *ARTIFACT_FALLBACK.values()}):
+        siblings = SIBLING_KINDS.get(kind, {}).values()
+        for gpu in sorted({*rows["gpu"].unique(), *ARTIFACT_FALLBACK.values(), *siblings}):
             if gpu not in arts and not shipped:
                 arts[gpu] = None
             elif gpu not in arts:
