@@ -29,6 +29,11 @@ chosen by how well it predicts the curve's own points from their neighbours) and
 between two measured points on either side of a wave boundary reads the point on its own side;
 the same holds at a kernel switch by token count (the embedding's small-index kernel up to 16
 tokens, which also gets its own per-token line in the base). No running mean crosses either.
+A width between measured ones reads a neighbour curve with a period in two parts: its smooth
+part (linear between the curve's wave centres) at the same element count, its wave sawtooth (the
+rest) at the row's own token count, because the waves start at the same token counts for every
+width (one block per token) while the regime follows the elements (`_wave_split`; artifacts
+fitted before read the whole curve at the element count, as they were validated).
 
 Widths per operator (per GPU after tensor parallelism, as vidur shards them):
     input_layernorm / post_attention_layernorm / add / emb: d_model
@@ -101,6 +106,10 @@ KERNEL_SPLIT_TOKENS: dict[str, float] = {"emb": 16.0}
 # what states with wave-step curves but no stored switches were built with (fixed: not the
 # constant above, which may change)
 _SPLITS_BEFORE_STORED: dict[str, float] = {"emb": 16.0}
+# A width between measured ones reads its neighbours' wave sawtooth at its own token count (see
+# _wave_split); False: the whole curve at the matched element count (artifacts fitted before)
+CURVE_WAVE_SPLIT = True
+WAVE_SPLIT_WINDOW = 2.0  # ... the smooth part: the curve's mean over this many x SMs tokens
 WIDTH_ONLY_NO_TP = True  # ... and their structural base has no tp terms either
 INPUTS = (
     "num_tokens",
@@ -288,6 +297,34 @@ def _curve_table(
     return out
 
 
+def _wave_split(
+    tok: np.ndarray, val: np.ndarray, period: float, split: float, window: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A curve's log ratio split into a smooth part (its mean over `window` tokens centred on
+    each point, read as `_interp_seg` reads it: a window of whole waves averages the wave
+    sawtooth out) and the wave sawtooth (the rest), both at the curve's measured token counts.
+    A curve without a period is all smooth. A held-out width reads the smooth part at its
+    neighbour's matched element count and the sawtooth at its own token count: the waves step at
+    the same token counts for every width (one block per token), the regime (L2-resident,
+    HBM-bound) follows the elements."""
+    if not np.isfinite(period) or len(tok) < 2:
+        return val, np.zeros_like(val)
+    # the curve on a 1-token grid, integrated (trapezoids)
+    g = np.arange(np.floor(tok[0]), np.ceil(tok[-1]) + 1.0)
+    vg = _interp_seg(g, tok, val, period, split)
+    cum = np.concatenate([[0.0], np.cumsum(0.5 * (vg[1:] + vg[:-1]))])
+    lo = np.maximum(tok - 0.5 * window, g[0])
+    hi = np.minimum(tok + 0.5 * window, g[-1])
+    if split > 0:  # the window stays on the point's side of a kernel switch
+        small = tok <= split
+        hi = np.where(small, np.minimum(hi, split), hi)
+        lo = np.where(small, lo, np.maximum(lo, min(split + 1.0, g[-1])))
+    smooth = val.copy()
+    ok = hi > lo
+    smooth[ok] = (np.interp(hi[ok], g, cum) - np.interp(lo[ok], g, cum)) / (hi[ok] - lo[ok])
+    return smooth, val - smooth
+
+
 def _curve_eval(
     t: np.ndarray,
     width: np.ndarray,
@@ -298,11 +335,14 @@ def _curve_eval(
     c_val: list[np.ndarray],
     c_period: np.ndarray | None = None,
     split: float = 0.0,
+    c_parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> np.ndarray:
     """Log correction per row from the measured curves of one operator: the curves of the row's
     tp (else the nearest measured tp in log2), in tokens by `_interp_seg` (linear between
     measured token counts of one segment), linear in log width between the two nearest measured
-    widths; constant beyond either end."""
+    widths; constant beyond either end. With `c_parts` (each curve's `_wave_split`), a row of
+    another width than the curve's reads the smooth part at the matched element count and the
+    wave sawtooth at its own token count."""
     out = np.zeros(len(t))
     if len(c_tp) == 0:
         return out
@@ -348,7 +388,20 @@ def _curve_eval(
                         tr[sel] <= split, np.minimum(te, split), np.maximum(te, split + 1e-3)
                     )
                 ce = ent[e]
-                v[sel] += wgt[sel] * _interp_seg(te, c_tok[ce], c_val[ce], c_period[ce], split)
+                val = None
+                if c_parts is not None and np.isfinite(c_period[ce]):
+                    own = tr[sel]
+                    moved = np.flatnonzero(te != own)
+                    if moved.size:  # steps at the row's own token count, regime at its elements
+                        val = np.empty(len(te))
+                        same = np.flatnonzero(te == own)
+                        val[same] = _interp_seg(te[same], c_tok[ce], c_val[ce], c_period[ce], split)
+                        smooth, saw = c_parts[ce]
+                        val[moved] = _interp_seg(te[moved], c_tok[ce], smooth, np.inf, split)
+                        val[moved] += _interp_seg(own[moved], c_tok[ce], saw, c_period[ce], split)
+                if val is None:
+                    val = _interp_seg(te, c_tok[ce], c_val[ce], c_period[ce], split)
+                v[sel] += wgt[sel] * val
         out[rows] = v
     return out
 
@@ -480,9 +533,8 @@ class LayerOpModel:
 
     kind: ClassVar[str] = "layer_op"
 
-    def __init__(self, gpu: str = "h100_sxm", smooth: float = SMOOTH) -> None:
+    def __init__(self, gpu: str = "h100_sxm") -> None:
         self.gpu = gpu
-        self.smooth = smooth
         # token-count kernel switches this model's curves were built with (none in artifacts
         # fitted before them, which then predict as before)
         self.kernel_split_ = dict(KERNEL_SPLIT_TOKENS)
@@ -539,6 +591,7 @@ class LayerOpModel:
         self.curve_period_ = np.array(c_period, dtype=np.float64)
         self.curve_tokens_ = c_tok
         self.curve_values_ = c_val
+        self.curve_parts_ = self._wave_parts() if CURVE_WAVE_SPLIT else None
         rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
         t_all, w_all = op_geometry(d["op"].to_numpy(), {**rng, "gated_mlp": gated_all})
         rng["elements"] = t_all * w_all
@@ -615,6 +668,7 @@ class LayerOpModel:
                     [self.curve_values_[e] for e in ce],
                     self.curve_period_[ce],
                     split,
+                    None if self.curve_parts_ is None else [self.curve_parts_[e] for e in ce],
                 )
                 factor[sel] = np.exp(curve) * grow
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
@@ -653,6 +707,9 @@ class LayerOpModel:
             "kernel_split_tokens": np.array(
                 [self.kernel_split_[k] for k in sorted(self.kernel_split_)], dtype=np.float64
             ),
+            # curves read as smooth part + wave sawtooth by a width between measured ones
+            # (absent in artifacts fitted before, which read the whole curve at the element count)
+            **({"curve_wave_split": np.array(True)} if self.curve_parts_ is not None else {}),
             **U.range_to_state(self.range_),
         }
 
@@ -676,6 +733,7 @@ class LayerOpModel:
         m.range_ = U.range_from_state(state)
         if legacy:
             m.res_coef_ = np.asarray(state["res_coef"], dtype=np.float64)
+            m.curve_parts_ = None
             return m
         m.res_coef_ = None
         m.curve_key_ = np.asarray(state["curve_key"], dtype=np.int64)
@@ -699,7 +757,24 @@ class LayerOpModel:
         val = np.asarray(state["curve_log_ratio"], dtype=np.float64)
         m.curve_tokens_ = np.split(tok, ends[:-1])
         m.curve_values_ = np.split(val, ends[:-1])
+        split = bool(np.asarray(state.get("curve_wave_split", False)))
+        m.curve_parts_ = m._wave_parts() if split else None
         return m
+
+    def _wave_parts(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`_wave_split` of every curve (derived from the stored curves, not stored)."""
+        # whole waves of every candidate period (1 and 2 x SMs: their least common multiple)
+        window = WAVE_SPLIT_WINDOW * get_gpu(self.gpu).n_sms
+        return [
+            _wave_split(
+                tok,
+                val,
+                float(self.curve_period_[e]),
+                self.kernel_split_.get(str(self.keys_[self.curve_key_[e]]).split(":")[0], 0.0),
+                window,
+            )
+            for e, (tok, val) in enumerate(zip(self.curve_tokens_, self.curve_values_, strict=True))
+        ]
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
         return dict(self.range_)
