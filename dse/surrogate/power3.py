@@ -164,9 +164,23 @@ class Power3:
             y = y + self.protocol_ * protocol_x(batch) * ~np.asarray(identical, bool)
         return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
 
-    def as_identical(self, power_w: np.ndarray, batch: np.ndarray, gpu: GPU) -> np.ndarray:
+    def as_identical(
+        self,
+        power_w: np.ndarray,
+        batch: np.ndarray,
+        gpu: GPU,
+        p_model_w: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Calibrated power of independent sequences (`power_w`) turned into that of copies of
-        one sequence: the protocol term taken out."""
+        one sequence: the protocol term taken out.
+
+        `power_w` is clipped to the idle..board span after the term was added, so below the
+        board power the term comes out exactly, but at the board-power clip the unclipped value
+        is lost and this is a lower bound (board minus the term, where the copies may draw up
+        to board power too). Given `p_model_w`, the uncalibrated power `power_w` was calibrated
+        from, the term is left out before the clip (`power_w(..., identical=True)`): exact."""
+        if p_model_w is not None:
+            return self.power_w(np.asarray(p_model_w, dtype=float), batch, gpu, identical=True)
         span = gpu.board_power_w - gpu.idle_power_w
         y = (np.asarray(power_w, dtype=float) - gpu.idle_power_w) / span
         y = y - self.protocol_ * protocol_x(batch)
