@@ -51,6 +51,14 @@ VLLM_CUSTOM_MAX_BYTES = 8.0 * MIB
 # Beyond the largest fitted message: the curve's marginal rate (True) or its average (False,
 # artifacts fitted before this option).
 END_MARGINAL = True
+# An int8 NCCL table takes its rate curve's shape from the float16 table of the same GPU at
+# equal bytes (same protocol / channel switches, measured twice): its own curve is the float16
+# curve plus a difference curve this much stiffer (second-difference weight per row) than
+# SMOOTH. At equal bytes int8 runs 0.9-1.3x float16 (8 GPUs: 1.27x from 256 MiB, where float16
+# reductions use NVLink SHARP and int8 cannot), a ratio that changes slowly with size; held out
+# one octave the int8 tables score 4.7-5.0% with the borrowed shape, 5.1-5.4% alone, and any
+# weight from 10 to 1000 gives within 0.1 point of that (docs/accuracy.md).
+SHAPE_SMOOTH = 100.0
 
 
 def switch_bytes(implementation: str, n_gpus: float) -> tuple[float, ...]:
@@ -64,6 +72,14 @@ def switch_bytes(implementation: str, n_gpus: float) -> tuple[float, ...]:
         return (VLLM_CUSTOM_MAX_BYTES,)
     two_stage = 512 * KIB if n_gpus <= 4 else 256 * KIB
     return (two_stage, VLLM_CUSTOM_MAX_BYTES)
+
+
+def shape_implementation(implementation: str) -> str | None:
+    """The table whose rate-curve shape an implementation borrows (fitted jointly with it), or
+    None: the int8 NCCL tables borrow the float16 table's (`nccl.nccl.int8` -> `nccl.nccl`)."""
+    if implementation.endswith(".int8") and not switch_bytes(implementation, 8.0):
+        return implementation.removesuffix(".int8")
+    return None
 
 
 def _segments(lb: np.ndarray, switches_log2: np.ndarray) -> np.ndarray:
@@ -110,6 +126,34 @@ def _fit_curve(
     return U.relative_lstsq(X, y, np.vstack([pen, ridge]), lower=np.zeros(X.shape[1]))
 
 
+def _fit_shaped_curve(
+    b: np.ndarray, y: np.ndarray, b_shape: np.ndarray, y_shape: np.ndarray, knots: np.ndarray
+) -> np.ndarray:
+    """[alpha_s, c_0 .. c_k] of the own rows (b, y) for one GPU count, fitted jointly with the
+    rows of the table it borrows its shape from (b_shape, y_shape): shape rows t = a' + B c,
+    own rows t = alpha + B (c + d), c smoothed as in _fit_curve, d SHAPE_SMOOTH stiffer."""
+    nk = len(knots)
+    H, Hs = U.hat_basis(np.log2(b), knots), U.hat_basis(np.log2(b_shape), knots)
+    bh, bhs = (b * 1e-9)[:, None] * H, (b_shape * 1e-9)[:, None] * Hs
+    # columns: alpha (own), alpha' (shape table), c (nk), d (nk)
+    X = np.vstack(
+        [
+            np.column_stack([np.ones(len(b)), np.zeros(len(b)), bh, bh]),
+            np.column_stack([np.zeros(len(b_shape)), np.ones(len(b_shape)), bhs, 0.0 * bhs]),
+        ]
+    )
+    y_all = np.concatenate([y, y_shape])
+    per_table = len(y_all) / 2.0  # each smoothing weight is per row of one table, as in _fit_curve
+    pen = np.zeros((2 * max(nk - 2, 0), X.shape[1]))
+    pen[: nk - 2, 2 : 2 + nk] = U.second_difference(nk) * np.sqrt(SMOOTH * per_table)
+    pen[nk - 2 :, 2 + nk :] = U.second_difference(nk) * np.sqrt(SHAPE_SMOOTH * per_table)
+    ridge = np.zeros((2 * nk, X.shape[1]))
+    ridge[:, 2:] = np.eye(2 * nk) * 1e-6
+    lower = np.concatenate([np.zeros(2 + nk), np.full(nk, -np.inf)])
+    coef = U.relative_lstsq(X, y_all, np.vstack([pen, ridge]), lower=lower)
+    return np.concatenate([[coef[0]], np.maximum(coef[2 : 2 + nk] + coef[2 + nk :], 0.0)])
+
+
 @register_model("allreduce")
 class AllReduceModel:
     """All-reduce latency of one implementation on one GPU (see module doc).
@@ -121,20 +165,33 @@ class AllReduceModel:
 
     kind: ClassVar[str] = "allreduce"
 
-    def __init__(self, gpu: str = "h100_sxm", implementation: str = "nccl") -> None:
+    def __init__(
+        self,
+        gpu: str = "h100_sxm",
+        implementation: str = "nccl",
+        shape_rows: pd.DataFrame | None = None,
+    ) -> None:
+        """`shape_rows`: rows of the table named by `shape_implementation(implementation)` (the
+        float16 NCCL table for an int8 one); fit then borrows their rate-curve shape, at the
+        message-size octaves and GPU counts the own rows measured only. None: fit alone."""
         self.gpu = gpu
         self.implementation = implementation
+        self.shape_rows = shape_rows
         self.end_marginal_ = END_MARGINAL
 
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
-        """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU."""
-        if gpu is not None:
-            self.gpu = gpu
+    def _single_node(self, df: pd.DataFrame) -> pd.DataFrame:
         d = df[df["gpu"] == self.gpu]
         if "op" in d:
             d = d[d["op"].astype(str) == "all_reduce"]
         if "n_nodes" in d:
             d = d[d["n_nodes"].fillna(1).to_numpy() == 1]
+        return d
+
+    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+        """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU."""
+        if gpu is not None:
+            self.gpu = gpu
+        d = self._single_node(df)
         if d.empty:
             raise DataError(f"no single-node all_reduce rows for gpu {self.gpu!r}")
         b = d["message_bytes"].to_numpy(np.float64)
@@ -146,6 +203,15 @@ class AllReduceModel:
             self.knots_ = np.array([self.knots_[0], self.knots_[0] + 1.0])
         self.n_gpus_ = np.unique(n)
         sw = [switch_bytes(self.implementation, g) for g in self.n_gpus_]
+        shaped = self.shape_rows is not None and not any(sw)
+        if shaped:
+            # the shape table's rows at the octaves this table measured: a size only the shape
+            # table measured is not borrowed (held out of both when cross-validating)
+            s = self._single_node(self.shape_rows)
+            bs = s["message_bytes"].to_numpy(np.float64)
+            keep = np.isin(np.floor(np.log2(bs) + 1e-9), np.floor(lb + 1e-9))
+            bs, ys = bs[keep], s["latency_s"].to_numpy(np.float64)[keep]
+            ns = s["n_gpus"].to_numpy(np.float64)[keep]
         n_sw = max((len(x) for x in sw), default=0)
         # switches per fitted GPU count, inf-padded (inf = none)
         self.switch_bytes_ = np.full((len(self.n_gpus_), n_sw), np.inf)
@@ -155,7 +221,11 @@ class AllReduceModel:
         for i, g in enumerate(self.n_gpus_):
             sel = n == g
             self.switch_bytes_[i, : len(sw[i])] = sw[i]
-            c = _fit_curve(b[sel], y[sel], self.knots_, np.log2(np.asarray(sw[i], dtype=float)))
+            if shaped and (ns == g).sum() >= 2:
+                c = _fit_shaped_curve(b[sel], y[sel], bs[ns == g], ys[ns == g], self.knots_)
+            else:
+                sw_log2 = np.log2(np.asarray(sw[i], dtype=float))
+                c = _fit_curve(b[sel], y[sel], self.knots_, sw_log2)
             rows.append(c[: 1 + nk])
             self.alpha_switch_s_[i, : len(sw[i])] = c[1 + nk :]
         coef = np.array(rows)
