@@ -36,7 +36,7 @@ from dse.surrogate import _fitutil as U
 from dse.surrogate import attention as attention_mod
 from dse.surrogate import moe as moe_mod
 from dse.surrogate import ops_models as O
-from dse.surrogate.allreduce import AllReduceModel
+from dse.surrogate.allreduce import AllReduceModel, shape_implementation
 from dse.surrogate.attention import attention_inputs
 from dse.surrogate.layerops import LayerOpModel, layer_op_inputs
 from dse.surrogate.moe import MoEModel, moe_inputs
@@ -156,11 +156,15 @@ def bench_reduction(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
 def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
     out = []
     nv = O.get_gpu(gpu).nvlink_bw_bytes_per_s
-    for name, rows in O.allreduce_groups(tables.get("allreduce", pd.DataFrame()), gpu).items():
+    groups = O.allreduce_groups(tables.get("allreduce", pd.DataFrame()), gpu)
+    for name, rows in groups.items():
         if not name.startswith("allreduce."):
             continue
         key = name.split(".", 1)[1]
-        pred = O.cv_allreduce(rows, lambda key=key: AllReduceModel(gpu, key))
+        # an int8 NCCL table borrows the float16 table's shape, at its own training octaves only
+        # (the held-out octave is dropped from both)
+        shape = groups.get(f"allreduce.{shape_implementation(key)}")
+        pred = O.cv_allreduce(rows, lambda key=key, shape=shape: AllReduceModel(gpu, key, shape))
         y = rows["latency_s"].to_numpy(float)
         octv = O.size_octaves(rows)
         inner = (octv > octv.min()) & (octv < octv.max())
