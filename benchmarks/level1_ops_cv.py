@@ -252,6 +252,13 @@ def _moe_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[tup
     return out
 
 
+def _task_name(task: tuple) -> str:
+    """The model name of an attention / MoE task, as in the records ("moe.vllm.fp8", ...)."""
+    if task[0] == "attention":
+        return f"{task[2]}.{task[3]}"
+    return f"moe.{task[2]}.{task[3]}"
+
+
 def _run_task(task: tuple) -> dict:
     """One held-out CV record of an attention or MoE table (a process-pool worker)."""
     tables, args = _STATE["tables"], _STATE["args"]
@@ -422,6 +429,12 @@ def main() -> None:
         "--members", type=int, default=None, help="residual MLPs averaged (default: shipped)"
     )
     ap.add_argument("--jobs", type=int, default=1, help="attention / MoE tables fitted at once")
+    ap.add_argument(
+        "--tables",
+        nargs="*",
+        default=None,
+        help="only attention / MoE tables whose name holds one of these, e.g. generation_attention.vllm",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--second-grouping", action="store_true", help="also the harder grouping")
     ap.add_argument("--speed", action="store_true")
@@ -464,6 +477,8 @@ def main() -> None:
             else:
                 for rec in fns[part](tables, gpu, args):
                     _add(records, rec, report, args)
+    if args.tables:
+        hybrid_tasks = [t for t in hybrid_tasks if any(s in _task_name(t) for s in args.tables)]
     for rec in bench_hybrid(tables, hybrid_tasks, args):
         _add(records, rec, report, args)
     if args.speed:
