@@ -350,11 +350,26 @@ def predict_columns(
         if "roofline" in s and np.any(c.items_s[k] > 0)
     )
     fallback = sorted(set(fallback))
+    # Operators priced with a sibling chip's table (model name "<model>@<gpu>", e.g. H200
+    # per-tensor fp8 GEMMs by H100's): provenance names that artifact too.
+    borrowed = sorted(
+        {
+            f"{k}={s}"
+            for c in (pre, dec)
+            for k, s in c.sources.items()
+            if "@" in s and np.any(c.items_s[k] > 0)
+        }
+    )
+    lenders = sorted(
+        {part.split("@", 1)[1] for b in borrowed for part in b.split("+") if "@" in part}
+    )
     meta = {
         "source": "hymell" if lvl3 is not None else "roofline",
         "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",
         "artifact_gpu": fitted_for if artifact is not None else "",
         "roofline_ops": ",".join(fallback),
+        "borrowed_ops": ",".join(borrowed),
+        "borrowed_artifacts": _lenders(artifact, lenders),
         "energy_source": _energy_source(artifact, gpu, pw is not None),
     }
     for k, v in meta.items():
@@ -464,6 +479,18 @@ def _model(artifact: Artifact | None, name: str) -> Any:
     return artifact.model(name)
 
 
+def _lenders(artifact: Artifact | None, gpus: list[str]) -> str:
+    """ "<gpu>:<artifact id>" of the sibling artifacts whose tables priced some operator."""
+    if not gpus or artifact is None:
+        return ""
+    from dse.surrogate.gemm import sibling_artifact  # only GEMM tables are borrowed
+
+    sib = sibling_artifact(artifact)
+    return ",".join(
+        f"{g}:{sib.artifact_id if sib is not None and sib.gpu == g else 'unknown'}" for g in gpus
+    )
+
+
 def _energy_source(artifact: Artifact | None, gpu: GPU, calibrated: bool) -> str:
     if artifact is None or not artifact.names("power"):
         if calibrated:
@@ -487,7 +514,8 @@ def predict(
     Returns arrays keyed as OUTPUT_KEYS, the band (BAND_KEYS), `out_of_range`, itemised
     `breakdown.<phase>.<op>_s` and `blocks.<phase>.<block>_s`, and provenance strings `source`
     ("hymell" or "roofline"), `artifact_id`, `artifact_gpu`, `roofline_ops` (operators priced by
-    the roofline fallback) and `energy_source`. `artifacts` overrides the frozen artifact per GPU
+    the roofline fallback), `borrowed_ops` / `borrowed_artifacts` (operators priced with a sibling
+    chip's table, and that artifact's id) and `energy_source`. `artifacts` overrides the frozen artifact per GPU
     name (None forces the roofline).
     """
     cols, n = C.as_columns(configs)

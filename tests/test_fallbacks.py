@@ -160,3 +160,33 @@ def test_validate_names_a_gemm_priced_by_another_table(data_dir: Path, tmp_path:
     assert by["bfloat16"]["fallback"] == "gemm.vllm.bfloat16@h100_sxm"
     assert by["bfloat16"]["unpredicted_rows"] == 0 and by["bfloat16"]["latency_mape_pct"] < 10
     assert "fallback" not in by["fp8_block"]
+
+
+def test_predictor_names_the_borrowed_artifact() -> None:
+    """An H200 fp8 prediction priced with H100's GEMM tables says so: which operators, and the
+    id of the H100 artifact that priced them (provenance); bf16 borrows nothing. Like
+    `roofline_ops`, the fields describe the batch predicted together."""
+    from dse.predictor import predict, surrogates_dir
+
+    root = surrogates_dir()
+    if not (root / "h200_sxm").is_dir() or not (root / "h100_sxm").is_dir():
+        pytest.skip("shipped h100_sxm / h200_sxm artifacts absent")
+    cfg = {
+        "d_model": [4096],
+        "n_layers": [32],
+        "n_heads": [32],
+        "n_kv_heads": [8],
+        "d_ff": [14336],
+        "vocab_size": [128256],
+        "batch_size": [8],
+        "prompt_tokens": [512],
+        "output_tokens": [64],
+        "gpu": ["h200_sxm"],
+    }
+    fp8 = predict({**cfg, "weight_dtype": ["fp8"]})
+    h100_id = Artifact.load(root / "h100_sxm").artifact_id
+    assert "ffn/down=gemm.vllm.fp8@h100_sxm" in fp8["borrowed_ops"][0].split(",")
+    assert fp8["borrowed_artifacts"][0] == f"h100_sxm:{h100_id}"
+    assert fp8["artifact_gpu"][0] == "h200_sxm"
+    bf16 = predict({**cfg, "weight_dtype": ["bfloat16"]})
+    assert bf16["borrowed_ops"][0] == "" and bf16["borrowed_artifacts"][0] == ""

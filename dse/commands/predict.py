@@ -258,6 +258,11 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
         print(f"  energy: {r['energy_source']}")
     if r.get("roofline_ops"):
         print(f"  priced by the roofline (no fitted model): {r['roofline_ops'].replace(',', ', ')}")
+    if r.get("borrowed_ops"):
+        print(
+            f"  priced with a sibling chip's table ({r.get('borrowed_artifacts')}): "
+            + r["borrowed_ops"].replace(",", ", ")
+        )
     if "latency_lo_s" in r:
         print("  band: held-out residual quantiles (5%..95%) of the whole stack")
     if r.get("beyond_context"):
