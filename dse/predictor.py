@@ -388,8 +388,8 @@ def _scaled(
     for name, v in cost.items_s.items():
         f = factors.get(cost.kinds.get(name, ""), factors["*"])
         items[name] = v * f
-        t = t + items[name]
-        e = e + cost.items_j[name] * f
+        t += items[name]
+        e += cost.items_j[name] * f
     return items, t, e
 
 
