@@ -33,7 +33,7 @@ import pandas as pd
 from dse.errors import ArtifactError, ConfigError, DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
-from dse.surrogate.allreduce import AllReduceModel, implementation_key
+from dse.surrogate.allreduce import AllReduceModel, implementation_key, shape_implementation
 from dse.surrogate.artifact import Artifact, Family, FittedModel, register_family, register_model
 from dse.surrogate.attention import (
     ContextAttentionModel,
@@ -324,8 +324,14 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
         rows = groups[name]
         cls = AllReduceModel if name.startswith("allreduce.") else CollectiveModel
 
-        def make(cls: type = cls, name: str = name) -> AllReduceModel:
-            return cls(ctx.gpu, name.split(".", 1)[1])
+        key = name.split(".", 1)[1]
+        # an int8 NCCL table borrows the float16 table's rate-curve shape (its own octaves only)
+        shape = (
+            groups.get(f"allreduce.{shape_implementation(key)}") if cls is AllReduceModel else None
+        )
+
+        def make(cls: type = cls, key: str = key, shape: Any = shape) -> AllReduceModel:
+            return cls(ctx.gpu, key) if shape is None else cls(ctx.gpu, key, shape)
 
         pred = cv_allreduce(rows, make)
         y = rows["latency_s"].to_numpy(float)
@@ -353,7 +359,8 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
             f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
             f"(interior sizes {cv['latency_mape_pct_interior_sizes']}%)"
         )
-        out.append(FittedModel(name, model, cv=cv, files=ctx.files(rows), info=info))
+        used = rows if shape is None else pd.concat([rows, shape])
+        out.append(FittedModel(name, model, cv=cv, files=ctx.files(used), info=info))
     return out
 
 
