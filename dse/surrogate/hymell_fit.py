@@ -458,6 +458,29 @@ def merge(
 
 
 # ---------------------------------------------------------------------------- dse fit / validate
+def level1_base(
+    gpu: str, earlier: list[FittedModel], keep: Artifact | None, root: str | Path
+) -> tuple[Artifact | None, list[FittedModel]]:
+    """The Level-1 models Levels 2-3 are fitted on, and the fitted models still to be merged.
+
+    A whole `dse fit` run: the Level-1 models fitted earlier in it (`earlier`). A partial run
+    (`dse fit --only ...` over an existing artifact, `keep`): the kept artifact's Level-1 models
+    with this run's refitted families in their place. Levels 2-3 must see every Level-1 model
+    the artifact will predict with (GEMM, power, ...), or Level 3 learns to correct operators
+    priced by the roofline stand-in that the saved artifact then prices with its fitted models.
+    `--only` this family alone with no artifact at the output: the shipped one's Level 1."""
+    levels = ("level2.", "level3.")
+    if keep is None and not earlier:
+        from dse.predictor import surrogates_dir
+
+        folder = surrogates_dir() / gpu
+        keep = Artifact.load(folder) if (folder / "manifest.json").is_file() else None
+    kept = without_levels(keep, levels)
+    if kept is None or not kept.models:
+        return (transient_artifact(gpu, earlier) if earlier else None), earlier
+    return (merge(kept, gpu, earlier, root) if earlier else kept), []
+
+
 def _family_fit(ctx: Any) -> list[FittedModel]:
     """`dse fit` entry: Level 2 and Level 3 on top of the Level-1 models fitted earlier in the
     run (`ctx.fitted`), for `ctx.gpu`. Returns [] when there is nothing to fit them on."""
@@ -465,17 +488,8 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
     fitted = getattr(ctx, "fitted", None) or {}
     fitted = list(fitted.values()) if isinstance(fitted, Mapping) else list(fitted)
     earlier = [fm for fm in fitted if not fm.name.startswith(("level2.", "level3."))]
-    level1 = transient_artifact(gpu, earlier) if earlier else None
-    if level1 is None:
-        # `dse fit --only` this family: the Level-1 models of the shipped artifact, if any.
-        from dse.predictor import surrogates_dir
-
-        folder = surrogates_dir() / gpu
-        if (folder / "manifest.json").is_file():
-            level1 = without_levels(Artifact.load(folder), ("level2.", "level3."))
-            earlier = [] if level1 is None or not level1.models else earlier
-            level1 = level1 if level1 is not None and level1.models else None
     root = getattr(ctx, "data_root", None) or getattr(ctx, "data", None) or ""
+    level1, earlier = level1_base(gpu, earlier, getattr(ctx, "keep", None), root)
     out: list[FittedModel] = []
     layer_ops = ctx.table("layer_op")
     # Level 2 is a residual over fitted Level-1 models: none without them (as in `main`).
