@@ -357,7 +357,10 @@ class AllReduceModel:
         k = np.minimum(j + 1, len(fitted) - 1)
         span = lf[k] - lf[j]
         f = np.where(span > 0, np.clip((lg - lf[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0)
-        for jj, kk in {(int(a), int(c)) for a, c in zip(j, k, strict=True)}:
+        # the distinct neighbour pairs (k is j or j + 1): one vectorised pass, not a Python set
+        # over every row (2% of a full prediction at 10^5 rows)
+        pairs = np.unique(j * 2 + (k - j))
+        for jj, kk in ((int(p) // 2, int(p) // 2 + int(p) % 2) for p in pairs):
             sel = (j == jj) & (k == kk)
             a1, t1 = self._curve(b[sel], jj)
             if kk == jj:
