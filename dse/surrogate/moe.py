@@ -47,8 +47,9 @@ MAX_ITER = 300
 MAX_ROWS = 30000
 # Residual MLPs from consecutive seeds, averaged (_hybrid.fit_residual_ensemble): H100 vLLM held
 # out (5 group folds by layer shape) bf16 / fp8 / fp8_block 5.50 / 4.75 / 5.26% with one member,
-# 4.93 / 4.40 / 4.44% with three (docs/accuracy.md); MoE is ~4% of a full prediction.
-MEMBERS = 3
+# 5.16 / 4.53 / 4.67% with two, 4.93 / 4.40 / 4.44% with three (docs/accuracy.md). Two: a member
+# costs ~4% of an all-distinct full prediction (see attention.MEMBERS).
+MEMBERS = 2
 # bytes per expert weight by MoE dtype; unknown names count as 2 (bf16)
 WEIGHT_BYTES = {
     "bfloat16": 2.0,
