@@ -337,3 +337,17 @@ def test_gh200_is_priced_with_the_h200_artifact() -> None:
         pytest.skip("no shipped h200_sxm artifact")
     assert name == "h200_sxm"
     assert ARTIFACT_FALLBACK["gh200"] == "h200_sxm"
+
+
+def test_rows_dot_gives_a_row_the_same_bits_in_any_batch() -> None:
+    """Level 3's linear stage sums column by column, so a row's value does not depend on how
+    many rows come with it (a BLAS matrix-vector product's summation order does)."""
+    from dse.surrogate.level3 import _rows_dot
+
+    rng = np.random.default_rng(0)
+    X = rng.lognormal(0.0, 3.0, (1000, 13))
+    w = rng.normal(0.0, 1.0, 13)
+    whole = _rows_dot(X, w)
+    for i in (0, 1, 499, 999):
+        assert _rows_dot(X[i : i + 1], w)[0] == whole[i]
+    np.testing.assert_allclose(whole, X @ w, rtol=1e-12)

@@ -122,7 +122,9 @@ def test_full_prediction_of_a_row_does_not_depend_on_its_batch() -> None:
     batch = predict(cfg)
     keys = [k for k, v in batch.items() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
     assert "latency_s" in keys and "energy_j" in keys
-    for i in (0, 3, 150, 299):
+    # 20 rows of every kind the configs mix (dense / MoE, TP 1-8, batch sizes): a BLAS
+    # matrix-vector product in Level 3 once moved a row's system overhead by one bit
+    for i in range(0, 300, 15):
         one = predict({k: v[i : i + 1] for k, v in cfg.items()})
         for k in keys:
             assert np.array_equal(one[k], batch[k][i : i + 1], equal_nan=True), (i, k)

@@ -459,9 +459,19 @@ def _range(v: np.ndarray) -> tuple[float, float]:
     return float(np.min(v)), float(np.max(v))
 
 
+def _rows_dot(X: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """X @ w summed one column at a time, in column order: a row's result does not depend on
+    the batch it comes in (a BLAS matrix-vector product's summation order does, by the last
+    bit, and a batch of one must equal its row in a sweep; tests/test_predictor_batching)."""
+    out = np.zeros(X.shape[0])
+    for j, wj in enumerate(np.asarray(w, dtype=float)):
+        out += X[:, j] * wj
+    return out
+
+
 def _structured(theta: np.ndarray, g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
     x_ttft, x_dec = design(g)
-    return x_ttft @ theta, x_dec @ theta
+    return _rows_dot(x_ttft, theta), _rows_dot(x_dec, theta)
 
 
 def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
@@ -480,7 +490,7 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
     over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
     rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
-    o_step = step_overhead_terms(g) @ th[list(STEP_IDX)]
+    o_step = _rows_dot(step_overhead_terms(g), th[list(STEP_IDX)])
     return {
         "ttft_s": ttft_s * f,
         "decode_s": dec_s * f,
