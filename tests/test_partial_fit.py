@@ -46,3 +46,14 @@ def test_only_this_family_without_an_artifact_uses_the_shipped_level1() -> None:
     base, rest = level1_base("a100_sxm", [], None, "")
     assert base is not None and rest == []
     assert any(n.startswith("gemm.") for n in base.models)
+
+
+def test_dse_fit_warns_when_levels_2_3_are_carried_over_a_refitted_level1() -> None:
+    from dse.commands.fit import stale_levels_note
+
+    carried = ["gemm.vllm.bfloat16", "level2.ffn_dense", "level3.e2e"]
+    note = stale_levels_note(["layer_op"], carried)
+    assert "level3.e2e" in note and "--only layer_op --only hymell-levels-2-3" in note
+    assert stale_levels_note(["layer_op", "hymell-levels-2-3"], ["gemm.vllm.bfloat16"]) == ""
+    assert stale_levels_note(None, []) == ""  # a whole fit carries nothing over
+    assert stale_levels_note(["gemm"], ["layer_op.vidur"]) == ""  # no Levels 2-3 to go stale

@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--only",
         action="append",
         metavar="FAMILY",
-        help="fit only this family (repeatable); other models of the existing artifact are kept",
+        help="fit only this family (repeatable); other models of the existing artifact are kept. "
+        "Levels 2-3 (family hymell-levels-2-3) are fitted on the whole Level 1, kept models "
+        "included; add it whenever a Level-1 family is refitted",
     )
     p.add_argument(
         "--threads",
@@ -68,4 +70,26 @@ def run(args: argparse.Namespace) -> int:
     if carried:
         print(f"kept from the previous artifact (no family refitted them): {', '.join(carried)}")
     print(f"wrote {path} (artifact {art.artifact_id}, {len(art.models)} models)")
+    stale = stale_levels_note(args.only, carried)
+    if stale:
+        print(stale)
     return 0
+
+
+LEVELS_FAMILY = "hymell-levels-2-3"
+
+
+def stale_levels_note(only: list[str] | None, carried: list[str]) -> str:
+    """A warning when `--only` refitted Level-1 families but carried Levels 2-3 over: those were
+    fitted on the previous Level-1 models (their residuals would correct errors the new models
+    may no longer make)."""
+    if not only or LEVELS_FAMILY in only:
+        return ""
+    kept_levels = [n for n in carried if n.startswith(("level2.", "level3."))]
+    if not kept_levels:
+        return ""
+    return (
+        f"note: Levels 2-3 ({', '.join(kept_levels)}) were kept, fitted on the previous Level-1 "
+        f"models; refit them on the new ones with --only {' --only '.join(only)} "
+        f"--only {LEVELS_FAMILY}"
+    )
