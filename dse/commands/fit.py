@@ -76,20 +76,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-LEVELS_FAMILY = "hymell-levels-2-3"
-
-
 def stale_levels_note(only: list[str] | None, carried: list[str]) -> str:
     """A warning when `--only` refitted Level-1 families but carried Levels 2-3 over: those were
     fitted on the previous Level-1 models (their residuals would correct errors the new models
     may no longer make)."""
-    if not only or LEVELS_FAMILY in only:
+    from dse.surrogate.hymell_fit import FAMILY, LEVEL_PREFIXES
+
+    if not only or FAMILY in only:
         return ""
-    kept_levels = [n for n in carried if n.startswith(("level2.", "level3."))]
+    kept_levels = [n for n in carried if n.startswith(LEVEL_PREFIXES)]
     if not kept_levels:
         return ""
     return (
         f"note: Levels 2-3 ({', '.join(kept_levels)}) were kept, fitted on the previous Level-1 "
         f"models; refit them on the new ones with --only {' --only '.join(only)} "
-        f"--only {LEVELS_FAMILY}"
+        f"--only {FAMILY}"
     )

@@ -81,10 +81,17 @@ def relative_lstsq(
     coef, *_ = np.linalg.lstsq(A, b, rcond=None)
     if lower is None or np.all(coef >= np.asarray(lower) - 1e-12):
         return coef
-    from scipy.optimize import lsq_linear  # fitting only; prediction never imports scipy
+    lo = np.asarray(lower, dtype=np.float64)
+    if not lo.any():
+        # every coefficient >= 0: non-negative least squares (Lawson-Hanson), the same minimum
+        # several times faster than the bounded solver (the all-reduce fit refits every
+        # held-out octave to choose its smoothing weight)
+        from scipy.optimize import nnls  # fitting only; prediction never imports scipy
 
-    res = lsq_linear(A, b, bounds=(np.asarray(lower, dtype=np.float64), np.inf), method="bvls")
-    return res.x
+        return nnls(A, b, maxiter=50 * A.shape[1])[0]
+    from scipy.optimize import lsq_linear
+
+    return lsq_linear(A, b, bounds=(lo, np.inf), method="bvls").x
 
 
 def ape_pct(pred: np.ndarray, y: np.ndarray) -> np.ndarray:

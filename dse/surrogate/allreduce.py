@@ -133,21 +133,7 @@ def _fit_curve(
     # tiny ridge keeps knots without data determined (the penalty extends the curve to them)
     ridge = np.zeros((nk, X.shape[1]))
     ridge[:, 1 : 1 + nk] = np.eye(nk) * 1e-6
-    return _nonnegative_relative_lstsq(X, y, np.vstack([pen, ridge]))
-
-
-def _nonnegative_relative_lstsq(X: np.ndarray, y: np.ndarray, penalty: np.ndarray) -> np.ndarray:
-    """U.relative_lstsq with every coefficient >= 0, by non-negative least squares (Lawson-
-    Hanson): the same minimum, several times faster than the bounded solver, which matters
-    because the smoothing weight is chosen by refitting every octave held out (SMOOTH_CHOICES)."""
-    A = np.vstack([X / y[:, None], penalty])
-    rhs = np.concatenate([np.ones(len(y)), np.zeros(len(penalty))])
-    coef, *_ = np.linalg.lstsq(A, rhs, rcond=None)
-    if np.all(coef >= 0.0):
-        return coef
-    from scipy.optimize import nnls  # fitting only; prediction never imports scipy
-
-    return nnls(A, rhs, maxiter=50 * A.shape[1])[0]
+    return U.relative_lstsq(X, y, np.vstack([pen, ridge]), lower=np.zeros(X.shape[1]))
 
 
 def _fit_shaped_curve(
@@ -393,7 +379,7 @@ class AllReduceModel:
             "switch_bytes": self.switch_bytes_,
             "alpha_switch_s": self.alpha_switch_s_,
             "end_marginal": np.array(bool(self.end_marginal_)),
-            "smooth": np.array(float(getattr(self, "smooth_", SMOOTH))),
+            "smooth": np.array(self.smooth_),
             **U.range_to_state(self.range_),
         }
 

@@ -47,8 +47,8 @@ class FitContext:
     cv: bool = True  # False: fit the final models only (quick refits; manifests say so)
     fitted: dict[str, FittedModel] = field(default_factory=dict)
     log: Callable[[str], None] = print
-    # `dse fit --only`: the existing artifact whose other models are carried over (families
-    # fitted on top of others, Levels 2-3, build on its models where this run refits none)
+    # the existing artifact whose models no family of this run refits are carried over (`dse
+    # fit --only`); families fitted on top of others (Levels 2-3) build on those models too
     keep: Artifact | None = None
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
@@ -368,7 +368,7 @@ def fit_artifact(
                 f"{', '.join(f.name for f in fams)}"
             )
         fams = [f for f in fams if f.name in wanted]
-    ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep if only is not None else None)
+    ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep)
     with threadpool_limits(threads):
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded

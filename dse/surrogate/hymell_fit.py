@@ -458,6 +458,10 @@ def merge(
 
 
 # ---------------------------------------------------------------------------- dse fit / validate
+FAMILY = "hymell-levels-2-3"  # the `dse fit` family of Levels 2 and 3
+LEVEL_PREFIXES = ("level2.", "level3.")  # names of its models
+
+
 def level1_base(
     gpu: str, earlier: list[FittedModel], keep: Artifact | None, root: str | Path
 ) -> tuple[Artifact | None, list[FittedModel]]:
@@ -469,13 +473,12 @@ def level1_base(
     the artifact will predict with (GEMM, power, ...), or Level 3 learns to correct operators
     priced by the roofline stand-in that the saved artifact then prices with its fitted models.
     `--only` this family alone with no artifact at the output: the shipped one's Level 1."""
-    levels = ("level2.", "level3.")
     if keep is None and not earlier:
         from dse.predictor import surrogates_dir
 
         folder = surrogates_dir() / gpu
         keep = Artifact.load(folder) if (folder / "manifest.json").is_file() else None
-    kept = without_levels(keep, levels)
+    kept = without_levels(keep, LEVEL_PREFIXES)
     if kept is None or not kept.models:
         return (transient_artifact(gpu, earlier) if earlier else None), earlier
     return (merge(kept, gpu, earlier, root) if earlier else kept), []
@@ -487,7 +490,7 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
     gpu = str(ctx.gpu)
     fitted = getattr(ctx, "fitted", None) or {}
     fitted = list(fitted.values()) if isinstance(fitted, Mapping) else list(fitted)
-    earlier = [fm for fm in fitted if not fm.name.startswith(("level2.", "level3."))]
+    earlier = [fm for fm in fitted if not fm.name.startswith(LEVEL_PREFIXES)]
     root = getattr(ctx, "data_root", None) or getattr(ctx, "data", None) or ""
     level1, earlier = level1_base(gpu, earlier, getattr(ctx, "keep", None), root)
     out: list[FittedModel] = []
@@ -615,7 +618,7 @@ def register() -> None:
 
     register_family(
         Family(
-            name="hymell-levels-2-3",
+            name=FAMILY,
             fit=_family_fit,
             predict_rows=_family_predict_rows,
             validates=("e2e", "e2e_energy", "e2e_ttft", "serving_energy"),
@@ -658,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in args.gpu:
         folder = surrogates_dir() / gpu
         base = Artifact.load(folder) if (folder / "manifest.json").is_file() else None
-        base = without_levels(base, ("level2.", "level3."))
+        base = without_levels(base, LEVEL_PREFIXES)
         level1 = base if base is not None and base.models else None
         fitted: list[FittedModel] = []
         if tables.get("layer_op") is not None and level1 is not None:

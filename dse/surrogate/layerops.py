@@ -30,8 +30,8 @@ between two measured points on either side of a wave boundary reads the point on
 the same holds at a kernel switch by token count (the embedding's small-index kernel up to 16
 tokens, which also gets its own per-token line in the base). No running mean crosses either.
 A width between measured ones reads a neighbour curve with a period in two parts: its smooth
-part (linear between the curve's wave centres) at the same element count, its wave sawtooth (the
-rest) at the row's own token count, because the waves start at the same token counts for every
+part (the curve's mean over 2 x SMs tokens around each point) at the same element count, its
+wave sawtooth (the rest) at the row's own token count, because the waves start at the same token counts for every
 width (one block per token) while the regime follows the elements (`_wave_split`; artifacts
 fitted before read the whole curve at the element count, as they were validated).
 

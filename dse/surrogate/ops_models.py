@@ -285,9 +285,15 @@ def allreduce_groups(table: pd.DataFrame, gpu: str) -> dict[str, pd.DataFrame]:
     d = d.assign(_key=implementation_key(d).to_numpy(), _op=d["op"].astype(str).to_numpy())
     out = {}
     for (key, op), g in d.groupby(["_key", "_op"], sort=True):
-        name = f"allreduce.{key}" if op == "all_reduce" else f"collective.{op}.{key}"
-        out[name] = g.drop(columns=["_key", "_op"]).reset_index(drop=True)
+        out[allreduce_model_name(str(op), str(key))] = g.drop(columns=["_key", "_op"]).reset_index(
+            drop=True
+        )
     return out
+
+
+def allreduce_model_name(op: str, key: str) -> str:
+    """The artifact's model name of one collective op of one implementation key."""
+    return f"allreduce.{key}" if op == "all_reduce" else f"collective.{op}.{key}"
 
 
 def size_octaves(rows: pd.DataFrame) -> np.ndarray:
@@ -331,7 +337,7 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
         )
 
         def make(cls: type = cls, key: str = key, shape: Any = shape) -> AllReduceModel:
-            return cls(ctx.gpu, key) if shape is None else cls(ctx.gpu, key, shape)
+            return cls(ctx.gpu, key, shape)
 
         pred = cv_allreduce(rows, make)
         y = rows["latency_s"].to_numpy(float)

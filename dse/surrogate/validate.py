@@ -224,13 +224,12 @@ def _model_names(kind: str, rows: pd.DataFrame) -> pd.Series:
     """The model name each row of a SIBLING_KINDS kind is priced by (its table's own)."""
     if kind == "allreduce":
         from dse.surrogate.allreduce import implementation_key
+        from dse.surrogate.ops_models import allreduce_model_name
 
-        key = implementation_key(rows)
+        key = implementation_key(rows).astype(str)
         op = rows["op"].astype(str) if "op" in rows else pd.Series("all_reduce", rows.index)
-        return pd.Series(
-            np.where(op == "all_reduce", "allreduce." + key, "collective." + op + "." + key),
-            index=rows.index,
-        )
+        names = [allreduce_model_name(o, k) for o, k in zip(op, key, strict=True)]
+        return pd.Series(names, index=rows.index)
     return pd.Series(kind, index=rows.index)
 
 
