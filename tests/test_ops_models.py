@@ -545,3 +545,53 @@ def test_layer_op_kernel_switches_travel_with_the_state(layer_model_without_code
     assert LayerOpModel.from_state(older).kernel_split_ == {"emb": 16.0}
     inputs = layer_op_inputs(held[held["op"] == "emb"].iloc[:200])
     same_outputs(model.predict(**inputs), LayerOpModel.from_state(older).predict(**inputs))
+
+
+def test_attention_kernel_choice_features() -> None:
+    from dse.surrogate.attention import _features, _kernel_features, trtllm_decode_kernel
+
+    h = np.array([32.0, 32.0, 64.0, 96.0, 96.0, 8.0, 24.0])
+    kv = np.array([32.0, 8.0, 1.0, 2.0, 8.0, 1.0, 2.0])
+    v = {
+        "batch_size": np.full(7, 8.0),
+        "num_heads": h,
+        "num_kv_heads": kv,
+        "head_dim": np.array([128.0, 128.0, 64.0, 64.0, 256.0, 512.0, 128.0]),
+        "kv_bytes": np.array([2.0, 1.0, 2.0, 2.0, 2.0, 2.0, 1.0]),
+        "kv_len": np.full(7, 1023.0),
+        "isl": np.full(7, 1024.0),
+        "window_size": np.zeros(7),
+        "fp8": np.zeros(7),
+    }
+    xqa, qgmma = trtllm_decode_kernel(v)
+    # MHA, > 32 query heads per KV head and head_dim 512 run MMHA; GQA up to 32 runs XQA,
+    # the Hopper (QGMMA) variant with an fp8 cache
+    assert xqa.tolist() == [False, True, False, False, True, False, True]
+    assert qgmma.tolist() == [False, True, False, False, False, False, True]
+    by = np.full(7, 1e6)
+    ctx = _kernel_features("context", "vllm", v, by, 132)
+    # groups 1, 4, 64, 48, 12, 8, 12: 48 and 12 are not powers of two
+    assert ctx[0].tolist() == [0, 0, 0, 1, 1, 0, 1]
+    # FA3 tile rows 128 (head_dim > 96) or 192: 48 divides 192, 12 does not divide 128
+    assert ctx[1].tolist() == [0, 0, 0, 0, 1, 0, 1]
+    gen_trt = _kernel_features("generation", "trtllm", v, by, 132)
+    assert len(gen_trt) == 6 and len(_kernel_features("generation", "vllm", v, by, 132)) == 1
+    mmha = gen_trt[1].astype(bool)
+    # MMHA reads a KV head once per query head: 64 / 1 -> 64x the cache bytes of XQA's count
+    assert np.exp(gen_trt[3][2]) > 10 * by[2]
+    np.testing.assert_allclose(np.exp(gen_trt[3][~mmha]), by[~mmha])
+    # feature set 1 (artifacts fitted before these inputs) has the 15 shape columns only
+    args = ("generation", v, np.full(7, 1e9), by, np.zeros(7), 132, "trtllm")
+    assert _features(*args, feature_set=1).shape == (7, 15)
+    assert _features(*args).shape == (7, 21)
+
+
+def test_attention_state_without_feature_set_loads_as_set_1(h100_context):
+    model, test = h100_context
+    state = {k: v for k, v in model.to_state().items() if k != "feature_set"}
+    old = ContextAttentionModel.from_state(state)
+    assert old.feature_set_ == 1
+    # an MLP fitted on 17 inputs cannot run on 15: the set travels with the state
+    with pytest.raises(ValueError):
+        old.predict(**attention_inputs(test.iloc[:10]))
+    assert ContextAttentionModel.from_state(model.to_state()).feature_set_ == 2

@@ -100,12 +100,87 @@ def work_items(phase: str, v: Mapping[str, np.ndarray]) -> np.ndarray:
     return v["batch_size"] * v["num_heads"]
 
 
+# FlashAttention-3 forward tile rows (kBlockM) on sm90 for a 16-bit / fp8 cache, by head_dim
+# bound (hopper/tile_size.h, tile_size_fwd_sm90): 192 rows up to head_dim 96, 128 above.
+FA3_TILE_M_HD = (96.0, 192.0, 128.0)  # (head_dim bound, rows at or below it, rows above it)
+# TensorRT-LLM decode: the XQA kernels take GQA with at most this many query heads per KV head
+# and a head_dim that is a multiple of 16 up to 256; everything else (MHA included: XQA skips
+# "vanilla MHA") runs the older masked-multihead-attention (MMHA) kernel
+# (decoderXQAImplJIT/kernelUtils.cpp, supportConfigHMMA / supportConfigQGMMA).
+XQA_MAX_GROUP = 32
+XQA_MAX_HEAD_DIM = 256
+# The residual MLP's input set: 1 (before session 5) without, 2 with `_kernel_features`.
+FEATURE_SET = 2
+
+
+def _non_pow2(x: np.ndarray) -> np.ndarray:
+    """1.0 where x (> 0) is not a power of two."""
+    return (np.log2(x) % 1.0 > 1e-9).astype(np.float64)
+
+
+def trtllm_decode_kernel(v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(xqa, qgmma) masks of TensorRT-LLM's decode kernel choice: XQA for GQA with <= 32 query
+    heads per KV head and head_dim % 16 == 0, <= 256 (QGMMA, the Hopper XQA, for an fp8 cache;
+    HMMA for a 16-bit one); the rest MMHA."""
+    h, kv, hd = v["num_heads"], v["num_kv_heads"], v["head_dim"]
+    group = h / kv
+    xqa = (group > 1) & (group <= XQA_MAX_GROUP) & (hd % 16 == 0) & (hd <= XQA_MAX_HEAD_DIM)
+    return xqa, xqa & (v["kv_bytes"] < 2.0)
+
+
+def _kernel_features(
+    phase: str, engine: str, v: Mapping[str, np.ndarray], bytes_: np.ndarray, n_sms: int
+) -> list[np.ndarray]:
+    """Kernel-choice inputs the shape sizes alone do not give the MLP (held-out H100 head
+    configurations, 5 group folds, one MLP; docs/accuracy.md):
+    - query heads per KV head not a power of two. FlashAttention-3 packs the query heads of a
+      KV head into its tile rows (PackGQA, always on for vLLM's variable-length batches), and
+      non-power-of-two groups run 2-8% slower than their log-ratio neighbours: vLLM prefill
+      4.74 -> 3.31%, decode 2.25 -> 2.07%;
+    - prefill: the FA3 tile rows (192 up to head_dim 96, else 128) not a multiple of the group,
+      so a tile ends inside a token's heads;
+    - TensorRT-LLM decode: XQA (GQA, <= 32 heads per KV head) against MMHA (MHA and wider
+      groups), which reads a KV head once per query head; one block per KV head and sequence
+      (XQA) or per query head and sequence (MMHA): 4.75 -> 3.47%."""
+    group = v["num_heads"] / v["num_kv_heads"]
+    cols = [_non_pow2(group)]
+    if phase == "context":
+        bound, small, large = FA3_TILE_M_HD
+        tile_m = np.where(v["head_dim"] <= bound, small, large)
+        cols.append(((tile_m % group) > 1e-9).astype(np.float64))
+    elif engine == "trtllm":
+        b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
+        xqa, qgmma = trtllm_decode_kernel(v)
+        length = v["kv_len"] + 1.0
+        w = v["window_size"]
+        span = np.where(w > 0, np.minimum(length, w), length)
+        mmha_bytes = 2.0 * b * span * h * hd * v["kv_bytes"] + 4.0 * b * h * hd
+        ctas = np.where(xqa, b * kv, b * h)
+        waves = np.ceil(ctas / n_sms)
+        cols += [
+            (~xqa).astype(np.float64),
+            qgmma.astype(np.float64),
+            np.log(np.where(xqa, bytes_, mmha_bytes)),
+            np.log(ctas / n_sms),
+            ctas / (waves * n_sms),
+        ]
+    return cols
+
+
 def _features(
-    phase: str, v: Mapping[str, np.ndarray], flops, bytes_, log_t0, n_sms: int
+    phase: str,
+    v: Mapping[str, np.ndarray],
+    flops,
+    bytes_,
+    log_t0,
+    n_sms: int,
+    engine: str = "vllm",
+    feature_set: int = FEATURE_SET,
 ) -> np.ndarray:
-    """MLP inputs: log shape sizes, dtype flags, log work, log base time, and the wave
+    """MLP inputs: log shape sizes, dtype flags, log work, log base time, the wave
     quantisation of the kernel's thread blocks over the SMs (the main nonlinearity the
-    roofline misses: a grid of 1.1 waves costs nearly 2)."""
+    roofline misses: a grid of 1.1 waves costs nearly 2), and the kernel-choice inputs of
+    `_kernel_features` (feature set 2; artifacts fitted before them, set 1, go without)."""
     b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
     length = v["isl"] if phase == "context" else v["kv_len"] + 1.0
     w = v["window_size"]
@@ -138,6 +213,7 @@ def _features(
             np.log(ctas / n_sms),
             ctas / (waves * n_sms),
             crit,
+            *(_kernel_features(phase, engine, v, bytes_, n_sms) if feature_set >= 2 else ()),
         ]
     ).T
 
@@ -224,7 +300,17 @@ class AttentionModel:
         items = work_items(self.phase, v)
         self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
         base = self.roof_.parts(flops_eff, bytes_, items)["base_s"]
-        X = _features(self.phase, v, flops, bytes_, np.log(base), get_gpu(self.gpu).n_sms)
+        self.feature_set_ = FEATURE_SET
+        X = _features(
+            self.phase,
+            v,
+            flops,
+            bytes_,
+            np.log(base),
+            get_gpu(self.gpu).n_sms,
+            self.engine,
+            self.feature_set_,
+        )
         self.mlp_ = fit_residual_ensemble(
             X,
             np.log(y / base),
@@ -259,7 +345,16 @@ class AttentionModel:
         flops, bytes_ = attention_work(self.phase, v)
         flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
         out = self.roof_.parts(flops_eff, bytes_, work_items(self.phase, v))
-        X = _features(self.phase, v, flops, bytes_, np.log(out["base_s"]), self._n_sms())
+        X = _features(
+            self.phase,
+            v,
+            flops,
+            bytes_,
+            np.log(out["base_s"]),
+            self._n_sms(),
+            self.engine,
+            self.feature_set_,
+        )
         apply_residual(out, X, self.mlp_, self.power_mlp_)
         out["flops"] = flops
         out["bytes"] = bytes_
@@ -271,6 +366,7 @@ class AttentionModel:
             "phase": np.array(self.phase),
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
+            "feature_set": np.array(self.feature_set_, dtype=np.int64),
             **hybrid_state(self),
         }
 
@@ -283,6 +379,8 @@ class AttentionModel:
             raise ArtifactError(f"state of a {phase} attention model given to {cls.__name__}")
         m = klass(phase, str(state["gpu"]), str(state["engine"]))
         load_hybrid(m, state)
+        # artifacts saved before the kernel-choice inputs have no "feature_set": set 1
+        m.feature_set_ = int(state["feature_set"]) if "feature_set" in state else 1
         return m
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
