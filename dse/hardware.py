@@ -26,6 +26,7 @@ class GPU:
     idle_power_w: float
     nvlink_bw_bytes_per_s: float  # per direction
     n_sms: int
+    compute_capability: float  # 8.0 Ampere, 9.0 Hopper: which kernel families the engines run
     measured_power: bool  # True when the training data holds measured power for this GPU
 
     def peak_flops_per_s(self, dtype: str) -> float:

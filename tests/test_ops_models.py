@@ -548,7 +548,12 @@ def test_layer_op_kernel_switches_travel_with_the_state(layer_model_without_code
 
 
 def test_attention_kernel_choice_features() -> None:
-    from dse.surrogate.attention import _features, _kernel_features, trtllm_decode_kernel
+    from dse.surrogate.attention import (
+        _features,
+        _kernel_features,
+        feature_set_for,
+        trtllm_decode_kernel,
+    )
 
     h = np.array([32.0, 32.0, 64.0, 96.0, 96.0, 8.0, 24.0])
     kv = np.array([32.0, 8.0, 1.0, 2.0, 8.0, 1.0, 2.0])
@@ -575,15 +580,18 @@ def test_attention_kernel_choice_features() -> None:
     # FA3 tile rows 128 (head_dim > 96) or 192: 48 divides 192, 12 does not divide 128
     assert ctx[1].tolist() == [0, 0, 0, 0, 1, 0, 1]
     gen_trt = _kernel_features("generation", "trtllm", v, by, 132)
-    assert len(gen_trt) == 6 and len(_kernel_features("generation", "vllm", v, by, 132)) == 1
-    mmha = gen_trt[1].astype(bool)
+    assert len(gen_trt) == 5 and _kernel_features("generation", "vllm", v, by, 132) == []
+    mmha = gen_trt[0].astype(bool)
     # MMHA reads a KV head once per query head: 64 / 1 -> 64x the cache bytes of XQA's count
-    assert np.exp(gen_trt[3][2]) > 10 * by[2]
-    np.testing.assert_allclose(np.exp(gen_trt[3][~mmha]), by[~mmha])
+    assert np.exp(gen_trt[2][2]) > 10 * by[2]
+    np.testing.assert_allclose(np.exp(gen_trt[2][~mmha]), by[~mmha])
     # feature set 1 (artifacts fitted before these inputs) has the 15 shape columns only
     args = ("generation", v, np.full(7, 1e9), by, np.zeros(7), 132, "trtllm")
     assert _features(*args, feature_set=1).shape == (7, 15)
-    assert _features(*args).shape == (7, 21)
+    assert _features(*args).shape == (7, 20)
+    # they describe Hopper kernels: A100 models are fitted without them
+    assert feature_set_for("h100_sxm") == feature_set_for("gh200") == 2
+    assert feature_set_for("a100_sxm") == 1
 
 
 def test_attention_state_without_feature_set_loads_as_set_1(h100_context):

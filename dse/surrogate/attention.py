@@ -109,8 +109,17 @@ FA3_TILE_M_HD = (96.0, 192.0, 128.0)  # (head_dim bound, rows at or below it, ro
 # (decoderXQAImplJIT/kernelUtils.cpp, supportConfigHMMA / supportConfigQGMMA).
 XQA_MAX_GROUP = 32
 XQA_MAX_HEAD_DIM = 256
-# The residual MLP's input set: 1 (before session 5) without, 2 with `_kernel_features`.
+# The residual MLP's input set: 1 without, 2 with `_kernel_features`. Those inputs describe
+# Hopper kernels (FlashAttention-3's PackGQA and tiles, TensorRT-LLM's XQA-QGMMA), so GPUs of
+# compute capability 9.0 and up are fitted with set 2, older ones with set 1: on A100 (vLLM's
+# FlashAttention-2) set 2 scored worse held out (docs/accuracy.md, attention section).
 FEATURE_SET = 2
+KERNEL_FEATURES_MIN_CC = 9.0
+
+
+def feature_set_for(gpu: str) -> int:
+    """The input set a model fitted for `gpu` uses (see FEATURE_SET)."""
+    return FEATURE_SET if get_gpu(gpu).compute_capability >= KERNEL_FEATURES_MIN_CC else 1
 
 
 def _non_pow2(x: np.ndarray) -> np.ndarray:
@@ -133,22 +142,23 @@ def _kernel_features(
 ) -> list[np.ndarray]:
     """Kernel-choice inputs the shape sizes alone do not give the MLP (held-out H100 head
     configurations, 5 group folds, one MLP; docs/accuracy.md):
-    - query heads per KV head not a power of two. FlashAttention-3 packs the query heads of a
-      KV head into its tile rows (PackGQA, always on for vLLM's variable-length batches), and
-      non-power-of-two groups run 2-8% slower than their log-ratio neighbours: vLLM prefill
-      4.74 -> 3.31%, decode 2.25 -> 2.07%;
-    - prefill: the FA3 tile rows (192 up to head_dim 96, else 128) not a multiple of the group,
-      so a tile ends inside a token's heads;
+    - prefill: query heads per KV head not a power of two. FlashAttention-3 packs the query
+      heads of a KV head into its tile rows (PackGQA, always on for vLLM's variable-length
+      batches), and non-power-of-two groups ran 2-8% slower than their log-ratio neighbours;
+      and FA3's tile rows (192 up to head_dim 96, else 128) not a multiple of the group, so a
+      tile ends inside a token's heads. vLLM prefill 4.74 -> 3.31%. (The same group flag on
+      vLLM decode: H100 2.25 -> 2.07%, but H200 2.59 -> 3.73% and A100 8.1 -> 11.0%, 3 folds;
+      not used there.)
     - TensorRT-LLM decode: XQA (GQA, <= 32 heads per KV head) against MMHA (MHA and wider
       groups), which reads a KV head once per query head; one block per KV head and sequence
       (XQA) or per query head and sequence (MMHA): 4.75 -> 3.47%."""
-    group = v["num_heads"] / v["num_kv_heads"]
-    cols = [_non_pow2(group)]
     if phase == "context":
+        group = v["num_heads"] / v["num_kv_heads"]
         bound, small, large = FA3_TILE_M_HD
         tile_m = np.where(v["head_dim"] <= bound, small, large)
-        cols.append(((tile_m % group) > 1e-9).astype(np.float64))
-    elif engine == "trtllm":
+        return [_non_pow2(group), ((tile_m % group) > 1e-9).astype(np.float64)]
+    cols: list[np.ndarray] = []
+    if engine == "trtllm":
         b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
         xqa, qgmma = trtllm_decode_kernel(v)
         length = v["kv_len"] + 1.0
@@ -300,7 +310,7 @@ class AttentionModel:
         items = work_items(self.phase, v)
         self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
         base = self.roof_.parts(flops_eff, bytes_, items)["base_s"]
-        self.feature_set_ = FEATURE_SET
+        self.feature_set_ = feature_set_for(self.gpu)
         X = _features(
             self.phase,
             v,
