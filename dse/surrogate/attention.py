@@ -49,7 +49,8 @@ MAX_ROWS = 30000
 # Residual MLPs from consecutive seeds, averaged (_hybrid.fit_residual_ensemble), per phase.
 # The members disagree most on head configurations none of them saw, so their mean
 # extrapolates better: H100 prefill vLLM held out 4.74 -> 4.46 -> 4.31% with 1 / 2 / 3 members
-# (docs/accuracy.md). Two, not three: each member costs ~4% of an all-distinct full prediction
+# (docs/accuracy.md; 3.31 -> 3.04% with 1 / 2 once the MLP sees `_kernel_features`). Two, not
+# three: each member costs ~4% of an all-distinct full prediction
 # (prefill runs once per configuration), and with 3 here and in MoE the predictor sat at the
 # 10^5 configurations/s target. Decode stays at one: it runs at every quadrature node of every
 # configuration (~30% of a full prediction); 2 members would put the predictor under 10^5/s.
