@@ -43,6 +43,9 @@ def _registry() -> dict[str, GPU]:
         if not entry.name.endswith(".yaml"):
             continue
         raw = yaml.safe_load(entry.read_text())
+        missing = [k for k in GPU.__dataclass_fields__ if k not in raw]
+        if missing:
+            raise ConfigError(f"GPU spec {entry.name}: missing field(s) {', '.join(missing)}")
         fields = {k: raw[k] for k in GPU.__dataclass_fields__}
         # YAML 1.1 reads "989.4e12" (no sign in the exponent) as a string: coerce numbers here.
         for key, value in fields.items():
