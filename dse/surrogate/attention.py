@@ -148,8 +148,8 @@ def _kernel_features(
       batches), and non-power-of-two groups ran 2-8% slower than their log-ratio neighbours;
       and FA3's tile rows (192 up to head_dim 96, else 128) not a multiple of the group, so a
       tile ends inside a token's heads. vLLM prefill 4.74 -> 3.31%. (The same group flag on
-      vLLM decode: H100 2.25 -> 2.07%, but H200 2.59 -> 3.73% and A100 8.1 -> 11.0%, 3 folds;
-      not used there.)
+      vLLM decode helped in 4 of 5 Hopper fits over seeds, broke the fifth (H200 2.59 ->
+      3.73%) and was worse on A100 in every seed: not used there.)
     - TensorRT-LLM decode: XQA (GQA, <= 32 heads per KV head) against MMHA (MHA and wider
       groups), which reads a KV head once per query head; one block per KV head and sequence
       (XQA) or per query head and sequence (MMHA): 4.75 -> 3.47%."""
@@ -158,24 +158,25 @@ def _kernel_features(
         bound, small, large = FA3_TILE_M_HD
         tile_m = np.where(v["head_dim"] <= bound, small, large)
         return [_non_pow2(group), ((tile_m % group) > 1e-9).astype(np.float64)]
-    cols: list[np.ndarray] = []
-    if engine == "trtllm":
-        b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
-        xqa, qgmma = trtllm_decode_kernel(v)
-        length = v["kv_len"] + 1.0
-        w = v["window_size"]
-        span = np.where(w > 0, np.minimum(length, w), length)
-        mmha_bytes = 2.0 * b * span * h * hd * v["kv_bytes"] + 4.0 * b * h * hd
-        ctas = np.where(xqa, b * kv, b * h)
-        waves = np.ceil(ctas / n_sms)
-        cols += [
-            (~xqa).astype(np.float64),
-            qgmma.astype(np.float64),
-            np.log(np.where(xqa, bytes_, mmha_bytes)),
-            np.log(ctas / n_sms),
-            ctas / (waves * n_sms),
-        ]
-    return cols
+    if engine != "trtllm":
+        return []
+    b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
+    xqa, qgmma = trtllm_decode_kernel(v)
+    length = v["kv_len"] + 1.0
+    w = v["window_size"]
+    span = np.where(w > 0, np.minimum(length, w), length)
+    # MMHA: every query head's block streams its KV head's cache (bytes as MHA's, sharing
+    # only through L2); XQA: one block per KV head reads it once (the module's byte count)
+    mmha_bytes = 2.0 * b * span * h * hd * v["kv_bytes"] + 4.0 * b * h * hd
+    ctas = np.where(xqa, b * kv, b * h)
+    waves = np.ceil(ctas / n_sms)
+    return [
+        (~xqa).astype(np.float64),
+        qgmma.astype(np.float64),
+        np.log(np.where(xqa, bytes_, mmha_bytes)),
+        np.log(ctas / n_sms),
+        ctas / (waves * n_sms),
+    ]
 
 
 def _features(
