@@ -352,17 +352,14 @@ def predict_columns(
     fallback = sorted(set(fallback))
     # Operators priced with a sibling chip's table (model name "<model>@<gpu>", e.g. H200
     # per-tensor fp8 GEMMs by H100's): provenance names that artifact too.
-    borrowed = sorted(
-        {
-            f"{k}={s}"
-            for c in (pre, dec)
-            for k, s in c.sources.items()
-            if "@" in s and np.any(c.items_s[k] > 0)
-        }
-    )
-    lenders = sorted(
-        {part.split("@", 1)[1] for b in borrowed for part in b.split("+") if "@" in part}
-    )
+    lent = [
+        (k, s)
+        for c in (pre, dec)
+        for k, s in c.sources.items()
+        if "@" in s and np.any(c.items_s[k] > 0)
+    ]
+    borrowed = sorted({f"{k}={s}" for k, s in lent})
+    lenders = sorted({p.split("@", 1)[1] for _, s in lent for p in s.split("+") if "@" in p})
     meta = {
         "source": "hymell" if lvl3 is not None else "roofline",
         "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",

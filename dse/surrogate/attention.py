@@ -160,14 +160,11 @@ def _kernel_features(
         return [_non_pow2(group), ((tile_m % group) > 1e-9).astype(np.float64)]
     if engine != "trtllm":
         return []
-    b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
+    b, h, kv = v["batch_size"], v["num_heads"], v["num_kv_heads"]
     xqa, qgmma = trtllm_decode_kernel(v)
-    length = v["kv_len"] + 1.0
-    w = v["window_size"]
-    span = np.where(w > 0, np.minimum(length, w), length)
-    # MMHA: every query head's block streams its KV head's cache (bytes as MHA's, sharing
-    # only through L2); XQA: one block per KV head reads it once (the module's byte count)
-    mmha_bytes = 2.0 * b * span * h * hd * v["kv_bytes"] + 4.0 * b * h * hd
+    # MMHA: every query head's block streams its KV head's cache, so it reads what MHA would
+    # (sharing only through L2); XQA: one block per KV head reads it once (`bytes_`)
+    _, mmha_bytes = attention_work(phase, {**v, "num_kv_heads": h})
     ctas = np.where(xqa, b * kv, b * h)
     waves = np.ceil(ctas / n_sms)
     return [

@@ -705,6 +705,16 @@ class GemmChoice:
         return self.artifact.model(self.name)
 
 
+def _engines_of(names: Any) -> list[str]:
+    """The engines of GEMM model names ("gemm.<engine>.<dtype>"), sorted."""
+    return sorted({n.split(".")[1] for n in names})
+
+
+def _preferred_engine(engines: list[str]) -> str | None:
+    """The default engine among `engines`: vLLM where present, else the first; None if none."""
+    return "vllm" if "vllm" in engines else (engines[0] if engines else None)
+
+
 class Gemm:
     """Every GEMM model of one artifact (and of its sibling chip's), chosen by dtype and engine.
 
@@ -735,13 +745,13 @@ class Gemm:
         return cls(Artifact.load(path_or_gpu))
 
     def engines(self) -> list[str]:
-        return sorted({n.split(".")[1] for n in self.names})
+        return _engines_of(self.names)
 
     def default_engine(self) -> str:
-        engines = self.engines()
-        if not engines:
+        default = _preferred_engine(self.engines())
+        if default is None:
             raise ArtifactError(f"artifact {self.artifact.artifact_id} has no GEMM models")
-        return "vllm" if "vllm" in engines else engines[0]
+        return default
 
     def resolve(self, dtype: str, engine: str | None = None) -> str:
         """The model name in this artifact (never the sibling's) used for (dtype, engine): the
@@ -769,9 +779,8 @@ class Gemm:
         arts = [self.artifact] + ([self.sibling] if self.sibling is not None else [])
 
         def engines_of(art: Artifact) -> list[str]:
-            have = sorted({n.split(".")[1] for n in art.names("gemm")})
-            default = "vllm" if "vllm" in have else (have[0] if have else None)
-            return list(dict.fromkeys([e for e in (engine, default) if e in have]))
+            have = _engines_of(art.names("gemm"))
+            return list(dict.fromkeys([e for e in (engine, _preferred_engine(have)) if e in have]))
 
         out: list[tuple[Artifact, str]] = []
         for d in (dt, *self.DTYPE_FALLBACK[dt]):

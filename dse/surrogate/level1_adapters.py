@@ -263,7 +263,7 @@ def price_gemm(
     roofline ratio), and the model name then carries `@<sibling gpu>`."""
     if not artifact.names("gemm"):
         return None
-    from dse.surrogate.gemm import Gemm
+    from dse.surrogate.gemm import Gemm, borrowed
 
     g = Gemm(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
@@ -277,21 +277,18 @@ def price_gemm(
     for dt in kinds:
         sel = slice(None) if len(kinds) == 1 else dtypes == dt
         ch = g.choose(str(dt), GEMM_ENGINE)
-        if ch.borrowed:  # the sibling chip's table, moved to this GPU (rare: run as Gemm does)
-            res = dedupe(
-                lambda a, b, c, d=str(dt): _latency_power(g.predict(a, b, c, d, GEMM_ENGINE)),
-                m[sel],
-                n[sel],
-                k[sel],
-            )
+        model = ch.model()
+        if ch.borrowed:  # the sibling chip's table, moved to this GPU (as Gemm.predict does)
+            host = g.power_host(str(dt), GEMM_ENGINE)
+
+            def call(a, b, c, mdl=model, ch=ch, d=str(dt), host=host):
+                return _latency_power(borrowed(mdl.predict(a, b, c), ch, d, (a, b, c), host))
         else:
-            model = ch.model()
-            res = dedupe(
-                lambda a, b, c, mdl=model: _gemm_call(artifact, mdl, a, b, c),
-                m[sel],
-                n[sel],
-                k[sel],
-            )
+
+            def call(a, b, c, mdl=model):
+                return _gemm_call(artifact, mdl, a, b, c)
+
+        res = dedupe(call, m[sel], n[sel], k[sel])
         lat[sel] = res["latency_s"]
         power[sel] = res["power_w"]
         oor[sel] = ch.artifact.out_of_range(ch.name, m=m[sel], n=n[sel], k=k[sel])
