@@ -12,6 +12,8 @@ report and prints markdown tables for docs/accuracy.md.
         --jobs 16 --hidden 32x32 --max-iter 150 --max-rows 15000    # another model size
     PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention --gpus h100_sxm \
         --members 2                     # mean of 2 seeded residual MLPs in every table
+    PYTHONPATH=. python benchmarks/level1_ops_cv.py --only attention moe --gpus h100_sxm \
+        --groupings workload            # hold out workload points instead of shapes
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ from dse.surrogate.moe import MoEModel, moe_inputs
 
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
 PARTS = ("layer_op", "reduction", "allreduce", "attention", "moe")
+# What a group holds out (`--groupings`). shape: the strict reading of "shapes the fit did not
+# see" (every row of a head configuration / MoE layer shape); workload: every row of a workload
+# point (attention: batch x prompt or KV length over all head configurations; MoE: a token
+# count over all layer shapes), the model having seen the shapes at other workloads; model
+# (MoE only): the layer's hidden, width, top-k and experts at every tensor / expert split.
+ATTENTION_GROUPINGS = {"shape": "head config", "workload": "batch x length"}
+MOE_GROUPINGS = {"shape": "layer shape", "model": "model shape", "workload": "token count"}
 
 
 def _m(pred: Any, y: Any) -> float | None:
@@ -232,9 +241,9 @@ def _attention_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> li
         if t.empty:
             continue
         for engine in sorted(t.loc[t["gpu"] == gpu, "engine"].unique()):
-            for grouping in ("head config", "batch x length"):
-                if grouping == "head config" or args.second_grouping:
-                    out.append(("attention", gpu, kind, str(engine), grouping))
+            for g in args.groupings:
+                if g in ATTENTION_GROUPINGS:
+                    out.append(("attention", gpu, kind, str(engine), ATTENTION_GROUPINGS[g]))
     return out
 
 
@@ -246,9 +255,8 @@ def _moe_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[tup
     for (engine, dtype), rows in t[t["gpu"] == gpu].groupby(["engine", "dtype"], sort=True):
         if len(rows) < O.MIN_MOE_ROWS:
             continue
-        for grouping in ("layer shape", "model shape"):
-            if grouping == "layer shape" or args.second_grouping:
-                out.append(("moe", gpu, str(engine), str(dtype), grouping))
+        for g in args.groupings:
+            out.append(("moe", gpu, str(engine), str(dtype), MOE_GROUPINGS[g]))
     return out
 
 
@@ -267,7 +275,7 @@ def _run_task(task: tuple) -> dict:
         cls = O.ATTENTION_CLASSES[kind]
         t = tables[kind]
         rows = t[(t["gpu"] == gpu) & (t["engine"] == engine)].reset_index(drop=True)
-        if grouping == "head config":
+        if grouping == ATTENTION_GROUPINGS["shape"]:
             groups = U.group_labels(rows, O.HEAD_GROUP)
         else:
             length = "isl" if kind == "context_attention" else "kv_len"
@@ -288,7 +296,11 @@ def _run_task(task: tuple) -> dict:
         t = tables["moe"]
         rows = t[(t["gpu"] == gpu) & (t["engine"] == engine) & (t["dtype"] == dtype)]
         rows = rows.reset_index(drop=True)
-        cols = O.MOE_SHAPE_GROUP if grouping == "layer shape" else O.MOE_SHAPE_GROUP[:4]
+        cols = {
+            MOE_GROUPINGS["shape"]: O.MOE_SHAPE_GROUP,
+            MOE_GROUPINGS["model"]: O.MOE_SHAPE_GROUP[:4],
+            MOE_GROUPINGS["workload"]: ["num_tokens"],
+        }[grouping]
         rec = _hybrid_rows(
             "moe",
             f"moe.{engine}.{dtype}",
@@ -440,7 +452,13 @@ def main() -> None:
         help="only attention / MoE tables whose name holds one of these, e.g. generation_attention.vllm",
     )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--second-grouping", action="store_true", help="also the harder grouping")
+    ap.add_argument(
+        "--groupings",
+        nargs="*",
+        default=["shape"],
+        choices=sorted(MOE_GROUPINGS),
+        help="what a fold holds out (default: shape; model applies to MoE only)",
+    )
     ap.add_argument("--speed", action="store_true")
     args = ap.parse_args()
     kinds = {

@@ -66,11 +66,15 @@ def _elementwise(
     )
 
 
-def forward_ops(cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None) -> list[Op]:
+def forward_ops(
+    cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None, stratum: Any = None
+) -> list[Op]:
     """Operators of one forward pass for complete configuration columns (see dse.configs).
 
     prefill: batch_size sequences of prompt_tokens new tokens (causal attention).
     decode: one new token per sequence attending to `kv_len` cached tokens (default prompt_tokens).
+    `stratum`: the decode quadrature's stratum of each KV length (broadcast like kv_len;
+    `dse.predictor.node_strata`), passed to the decode-attention model with its shape.
     """
     b = cols["batch_size"].astype(float)
     tp = cols["tensor_parallel"].astype(float)
@@ -176,6 +180,7 @@ def forward_ops(cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None) 
                     "num_kv_heads": kv_tp,
                     "head_dim": hd,
                     "kv_dtype": cols["kv_dtype"],
+                    **({} if stratum is None else {"stratum": np.asarray(stratum)}),
                 },
             )
         )

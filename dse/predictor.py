@@ -36,7 +36,8 @@ from dse.surrogate.level3 import OOR_BAND_WIDEN, GlobalInputs
 if TYPE_CHECKING:
     import pandas as pd
 
-# Decode is integrated over the KV length with composite Simpson on this many segments.
+# Decode is integrated over the KV length with composite Simpson on this many segments (even:
+# `node_strata` splits the nodes into 3 groups of equal weight).
 DECODE_SEGMENTS = 2
 LEVEL3_MODEL = "level3.e2e"
 POWER3_MODEL = "level3.power"
@@ -129,6 +130,21 @@ def decode_nodes(kv_start: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, n
     return a + i * h, c * h / 3.0
 
 
+def node_strata(k: int) -> np.ndarray:
+    """Stratum (0, 1, 2) of each of the k = 4 j + 1 nodes of `decode_nodes`, shape (k, 1), so
+    that every stratum carries a third of the Simpson weights (1, 4, 2, 4, ..., 4, 1): the even
+    nodes (1 + 2 + ... + 2 + 1 = 4 j) form stratum 0, the odd ones (4 each) alternate 1 and 2.
+
+    A decode-attention residual that is a mean of 3 MLPs then runs one member per node
+    (`_hybrid.apply_residual`): the integral weighs each member by a third, as the mean does,
+    at one member's cost (its difference from evaluating every member at every node is
+    measured in docs/accuracy.md and bounded in tests/test_predictor.py)."""
+    if k % 4 != 1:
+        raise ValueError(f"node_strata needs 4 j + 1 nodes, got {k}")
+    i = np.arange(k)
+    return np.where(i % 2 == 0, 0, 1 + (i // 2) % 2).astype(np.int64)[:, None]
+
+
 # ---------------------------------------------------------------------------- one GPU
 def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU."""
@@ -213,7 +229,8 @@ def base_costs(
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
     steps = np.maximum(out_tokens - 1.0, 0.0)
     nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
-    dec = pricer.price(forward_ops(cols, "decode", kv_len=nodes), "decode", weights)
+    ops = forward_ops(cols, "decode", kv_len=nodes, stratum=node_strata(len(nodes)))
+    dec = pricer.price(ops, "decode", weights)
     if queued.any():
         pre, dec = pre.scaled(waves), dec.scaled(waves)
     return BaseCost(pre, dec, steps, fill, waves)

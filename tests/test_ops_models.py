@@ -503,6 +503,39 @@ def test_mean_mlp_averages_members_and_round_trips():
     assert isinstance(mlp_from_state(one.to_state("resid/"), "resid/"), type(one))
 
 
+def test_mean_mlp_predict_member_takes_each_row_from_its_member():
+    from dse.surrogate._hybrid import STRATA, apply_residual, fit_residual_ensemble
+    from dse.surrogate.nn import MeanMLP
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(900, 4))
+    y = np.cos(X[:, 0]) + X[:, 1] * X[:, 3]
+    ens = fit_residual_ensemble(
+        X, y, members=STRATA, seed=0, hidden=(8, 8), max_iter=20, max_rows=900
+    )
+    assert isinstance(ens, MeanMLP) and len(ens.members) == STRATA
+    member = np.arange(len(X)) % STRATA
+    got = ens.predict_member(X, member)
+    for i, m in enumerate(ens.members):
+        np.testing.assert_array_equal(got[member == i], m.predict(X[member == i]))
+    # column-major X (how the models build features) gives the same numbers
+    np.testing.assert_array_equal(ens.predict_member(np.asfortranarray(X), member), got)
+    # a few runs of one member (the quadrature's node blocks) are predicted as row slices
+    runs = np.repeat([0, 1, 0, 2, 0], len(X) // 5)
+    sliced = ens.predict_member(np.asfortranarray(X), runs)
+    for i, m in enumerate(ens.members):
+        np.testing.assert_array_equal(sliced[runs == i], m.predict(X[runs == i]))
+    # apply_residual: strata pick members for a STRATA-member ensemble, are ignored otherwise
+    out = {"base_s": np.ones(len(X))}
+    apply_residual(out, X, ens, None, member)
+    np.testing.assert_allclose(np.log(out["latency_s"]), got, atol=1e-12)
+    apply_residual(out, X, ens.members[0], None, member)
+    np.testing.assert_allclose(np.log(out["latency_s"]), ens.members[0].predict(X), atol=1e-12)
+    two = MeanMLP(ens.members[:2])
+    apply_residual(out, X, two, None, member)
+    np.testing.assert_allclose(np.log(out["latency_s"]), two.predict(X), atol=1e-12)
+
+
 def test_mlp_column_major_input_is_bit_identical():
     from dse.surrogate.nn import fit_mlp
 

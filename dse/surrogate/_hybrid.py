@@ -26,6 +26,10 @@ from dse.surrogate import _fitutil as U
 from dse.surrogate.nn import MLP, MeanMLP, fit_mlp, mlp_from_state
 
 SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
+# Strata of a stratified ensemble evaluation (`apply_residual`): the decode quadrature splits its
+# nodes into this many groups of equal weight (`dse.predictor.node_strata`), and a residual
+# ensemble of exactly this many members evaluates one member per node instead of all of them.
+STRATA = 3
 # The power MLP stays small: measured board power is noisy (the same decode shape varies by
 # ~18% over kv lengths of identical latency); on H200 vLLM prefill / decode attention a
 # 64 x 64 x 64 power MLP scored 16.4 / 29.2% held-out power MAPE against 14.6 / 27.4% for this
@@ -186,10 +190,23 @@ def fit_power_mlp(
 
 
 def apply_residual(
-    out: dict[str, np.ndarray], X: np.ndarray, mlp: MLP | MeanMLP, power_mlp: MLP | None
+    out: dict[str, np.ndarray],
+    X: np.ndarray,
+    mlp: MLP | MeanMLP,
+    power_mlp: MLP | None,
+    stratum: np.ndarray | None = None,
 ) -> None:
-    """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted."""
-    factor = np.exp(mlp.predict(X))
+    """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted.
+
+    `stratum` (0 .. STRATA - 1 per row, strata of equal total weight in a weighted sum the
+    caller takes, e.g. the decode quadrature): an ensemble of STRATA members then gives row i
+    the factor of member stratum[i] alone (`MeanMLP.predict_member`); any other residual
+    ignores it and every row gets the full mean."""
+    if stratum is not None and isinstance(mlp, MeanMLP) and len(mlp.members) == STRATA:
+        log_factor = mlp.predict_member(X, stratum)
+    else:
+        log_factor = mlp.predict(X)
+    factor = np.exp(log_factor)
     out["residual_factor"] = factor
     out["latency_s"] = out["base_s"] * factor
     if power_mlp is not None:

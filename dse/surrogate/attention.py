@@ -49,12 +49,14 @@ MAX_ROWS = 30000
 # Residual MLPs from consecutive seeds, averaged (_hybrid.fit_residual_ensemble), per phase.
 # The members disagree most on head configurations none of them saw, so their mean
 # extrapolates better: H100 prefill vLLM held out 4.74 -> 4.46 -> 4.31% with 1 / 2 / 3 members
-# (docs/accuracy.md; 3.31 -> 3.04% with 1 / 2 once the MLP sees `_kernel_features`). Two, not
-# three: each member costs ~4% of an all-distinct full prediction
-# (prefill runs once per configuration), and with 3 here and in MoE the predictor sat at the
-# 10^5 configurations/s target. Decode stays at one: it runs at every quadrature node of every
-# configuration (~30% of a full prediction); 2 members would put the predictor under 10^5/s.
-MEMBERS = {"context": 2, "generation": 1}
+# (docs/accuracy.md; 3.31 -> 3.04% with 1 / 2 once the MLP sees `_kernel_features`), decode
+# vLLM 2.25 -> 2.03 -> 1.92%. Prefill: two, not three: each member costs ~4% of an
+# all-distinct full prediction (prefill runs once per configuration). Decode: three, as many
+# as the quadrature has strata (`_hybrid.STRATA`). Decode runs at every quadrature node of
+# every configuration (~30% of a full prediction), so the predictor evaluates one member per
+# node (`dse.predictor.node_strata`: each member carries a third of the integral's weight) at
+# one member's cost; a direct `predict` (e.g. `dse validate`) averages all three.
+MEMBERS = {"context": 2, "generation": 3}
 KV_BYTES = {"fp8": 1.0, "int8": 1.0, "fp8_block": 1.0}  # anything else: 2 bytes (bf16 / fp16)
 
 
@@ -235,6 +237,8 @@ class AttentionModel:
     window_size=0, dtype="bfloat16") -> latency_s, base_s, t_compute_s, t_memory_s, launch_s,
     t_items_s (per-block / per-head overhead),
     regime (1 compute-bound), residual_factor, flops, bytes; plus power_w, energy_j when fitted.
+    `stratum` (optional, ints 0-2 per row): the decode quadrature's strata; a 3-member residual
+    then takes row i from member stratum[i] alone (`_hybrid.apply_residual`).
     """
 
     kind: ClassVar[str] = "attention"
@@ -364,7 +368,10 @@ class AttentionModel:
             self.engine,
             self.feature_set_,
         )
-        apply_residual(out, X, self.mlp_, self.power_mlp_)
+        stratum = arrays.get("stratum")
+        if stratum is not None:
+            stratum = np.broadcast_to(np.asarray(stratum), (len(X),))
+        apply_residual(out, X, self.mlp_, self.power_mlp_, stratum)
         out["flops"] = flops
         out["bytes"] = bytes_
         return out

@@ -569,6 +569,9 @@ def price_generation_attention(
     a["step"] = a["kv_len"]
     a["isl"] = np.float64(1.0)  # one new token per sequence
     keys = ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+    if "stratum" in op.dims:  # the quadrature's strata: an ensemble member per node
+        a["stratum"] = np.asarray(op.dims["stratum"], dtype=np.int64)
+        keys += ("stratum",)
     return _kernel_price(artifact, op, gpu, a, keys)
 
 

@@ -30,6 +30,17 @@ FORWARD_ROWS = 4096
 MIN_GEMM_ROWS = 16
 
 
+# `MeanMLP.predict_member`: rows whose member changes fewer times than this are predicted as
+# row slices, more often by gathering each member's rows.
+RUNS_AS_SLICES = 16
+
+
+def _column_major(X: np.ndarray) -> bool:
+    """Whether X's columns are contiguous (a column-major array, or a row slice of one) and its
+    rows are not: the forward pass then standardises X.T block by block."""
+    return X.ndim == 2 and X.shape[1] > 1 and X.strides[0] == X.itemsize
+
+
 @dataclass(frozen=True)
 class _Forward32:
     """Float32 weights of the forward pass: hidden layers for BLAS, the output column apart."""
@@ -93,7 +104,7 @@ class MLP:
         # Column-major X (features as rows of X.T, how the models build them): standardised a
         # block at a time and transposed in the cache, not copied to row-major whole first
         # (that strided copy cost ~20% of a decode-attention prediction). Same arithmetic.
-        by_col = X.flags.f_contiguous and not X.flags.c_contiguous
+        by_col = _column_major(X)
         if by_col:
             XT = X.T
             mean_col = np.asarray(self.x_mean, dtype=np.float64)[:, None]
@@ -179,6 +190,32 @@ class MeanMLP:
         for m in self.members[1:]:
             out += m.predict(X)
         out /= len(self.members)
+        return out
+
+    def predict_member(self, X: np.ndarray, member: np.ndarray) -> np.ndarray:
+        """Row i from member member[i] alone (one member's cost per row, not the mean's).
+
+        For a sum of predictions weighted so that every member carries an equal share of the
+        weight (the decode quadrature's strata, `dse.predictor.node_strata`), this is an
+        estimate of the mean's sum at one member's cost: the members' offsets on a
+        configuration none of them saw (what averaging removes) cancel in the sum."""
+        X = np.asarray(X, dtype=np.float64)
+        n = len(X)
+        member = np.broadcast_to(np.asarray(member), (n,))
+        out = np.empty(n)
+        cuts = np.flatnonzero(member[1:] != member[:-1]) + 1
+        if len(cuts) < RUNS_AS_SLICES:
+            # a few runs of one member (the quadrature's nodes come as blocks of rows): row
+            # slices, which the forward pass reads without a copy
+            for a, b in zip([0, *cuts], [*cuts, n], strict=True):
+                out[a:b] = self.members[int(member[a])].predict(X[a:b])
+            return out
+        by_col = _column_major(X)
+        for i, m in enumerate(self.members):
+            sel = np.flatnonzero(member == i)
+            if len(sel):
+                # gathered as column-major when X is (the forward pass's fast layout)
+                out[sel] = m.predict(X.T[:, sel].T if by_col else X[sel])
         return out
 
     def to_state(self, prefix: str = "") -> dict[str, np.ndarray]:
