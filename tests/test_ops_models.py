@@ -636,3 +636,38 @@ def test_attention_state_without_feature_set_loads_as_set_1(h100_context):
     with pytest.raises(ValueError):
         old.predict(**attention_inputs(test.iloc[:10]))
     assert ContextAttentionModel.from_state(model.to_state()).feature_set_ == 2
+
+
+# ---------------------------------------------------------------------------- dse fit --jobs
+def test_attention_and_moe_families_fit_the_same_in_parallel(tables, tmp_path):
+    """`dse fit --jobs 2` forks one process per table; every table's fit is seeded by itself,
+    so the models (every array of their state) equal the one-process fits, in the same order."""
+    from dse.surrogate.fit import FitContext
+
+    def few(t: pd.DataFrame, by: list[str], n_groups: int) -> pd.DataFrame:
+        t = t[t["gpu"] == "a100_sxm"]
+        keep = t.groupby(by).ngroup() < n_groups
+        return t[keep].reset_index(drop=True)
+
+    sub = {
+        "context_attention": few(tables["context_attention"], list(O.HEAD_GROUP), 6),
+        "generation_attention": few(tables["generation_attention"], list(O.HEAD_GROUP), 6),
+        "moe": few(tables["moe"], list(O.MOE_SHAPE_GROUP), 6),
+    }
+    assert all(len(t) >= 200 for t in sub.values())
+    fits = {}
+    for jobs in (1, 2):
+        ctx = FitContext(tmp_path, "a100_sxm", seed=0, jobs=jobs, log=lambda _: None)
+        ctx._tables.update({k: v.copy() for k, v in sub.items()})
+        fits[jobs] = O.fit_attention_family(ctx) + O.fit_moe_family(ctx)
+    one, two = fits[1], fits[2]
+    assert [f.name for f in one] == [f.name for f in two]
+    assert {"context_attention.vllm", "generation_attention.vllm", "moe.vllm.bfloat16"} <= {
+        f.name for f in one
+    }
+    for a, b in zip(one, two, strict=True):
+        sa, sb = a.model.to_state(), b.model.to_state()
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            np.testing.assert_array_equal(np.asarray(sa[k]), np.asarray(sb[k]), err_msg=k)
+        assert a.cv == b.cv

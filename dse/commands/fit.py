@@ -35,6 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="BLAS/OpenMP threads for the tree fits (default 1; 2 on a dedicated 2-core machine)",
     )
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="processes fitting the attention and MoE tables at once (default 1; the artifact "
+        "is the same for any value: each table's fit is seeded by itself)",
+    )
+    p.add_argument(
         "--no-cv",
         dest="cv",
         action="store_false",
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         keep=keep,
         threads=args.threads,
         cv=args.cv,
+        jobs=args.jobs,
     )
     path = art.save(out)
     carried = art.manifest.get("carried_over") or []

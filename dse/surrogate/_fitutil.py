@@ -6,8 +6,8 @@ Everything here is plain numpy, deterministic, and works on arrays of any length
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -180,3 +180,36 @@ def need(state: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
             raise ArtifactError(
                 f"{what} state incomplete: array {k!r} missing; re-fit with dse fit"
             )
+
+
+# ---------------------------------------------------------------------------- parallel fits
+T = TypeVar("T")
+_TASK_CTX: dict[str, Any] = {}
+
+
+def _run_task(item: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    import sys
+
+    fn, args = item
+    try:
+        return fn(_TASK_CTX["ctx"], *args)
+    finally:
+        sys.stdout.flush()  # the task's log line now, not when the worker exits
+
+
+def map_tasks(ctx: Any, fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]]) -> list[T]:
+    """[fn(ctx, *task) for task in tasks], in `ctx.jobs` forked processes when that is above 1
+    (`dse fit --jobs`). Results come back in task order; every task is seeded by itself (its
+    fits take `ctx.seed`), so the results do not depend on the number of processes. A forked
+    worker inherits `ctx` with the tables already read; its log lines go to the same output."""
+    jobs = min(int(getattr(ctx, "jobs", 1) or 1), len(tasks))
+    if jobs <= 1:
+        return [fn(ctx, *t) for t in tasks]
+    import multiprocessing as mp
+
+    _TASK_CTX["ctx"] = ctx
+    try:
+        with mp.get_context("fork").Pool(jobs) as pool:
+            return pool.map(_run_task, [(fn, tuple(t)) for t in tasks], chunksize=1)
+    finally:
+        _TASK_CTX.clear()

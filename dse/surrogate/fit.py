@@ -50,6 +50,8 @@ class FitContext:
     # the existing artifact whose models no family of this run refits are carried over (`dse
     # fit --only`); families fitted on top of others (Levels 2-3) build on those models too
     keep: Artifact | None = None
+    # processes for families that fit many independent tables (attention, MoE; `dse fit --jobs`)
+    jobs: int = 1
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     def table(self, kind: str) -> pd.DataFrame:
@@ -346,11 +348,14 @@ def fit_artifact(
     log: Callable[[str], None] = print,
     threads: int = 1,
     cv: bool = True,
+    jobs: int = 1,
 ) -> Artifact:
     """Fit every registered family (or those named in `only`) for `gpu` into an Artifact.
 
     Models of `keep` (an existing artifact) that no family produced this run are carried over
     unchanged and listed under manifest["carried_over"], so one family can be refitted alone.
+    `jobs`: processes for the attention and MoE tables (each fit is seeded by itself, so the
+    artifact does not depend on it).
     """
     from threadpoolctl import threadpool_limits
 
@@ -368,7 +373,9 @@ def fit_artifact(
                 f"{', '.join(f.name for f in fams)}"
             )
         fams = [f for f in fams if f.name in wanted]
-    ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep)
+    if jobs < 1:
+        raise DataError(f"jobs must be at least 1, got {jobs}")
+    ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep, jobs=jobs)
     with threadpool_limits(threads):
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded

@@ -436,55 +436,58 @@ def hybrid_cv_summary(
 
 
 def fit_attention_family(ctx: Any) -> list[FittedModel]:
-    out = []
-    for kind, cls in ATTENTION_CLASSES.items():
+    tasks = []
+    for kind in ATTENTION_CLASSES:
         table = ctx.table(kind)
         if table.empty:
             continue
-        for engine, rows in table[table["gpu"] == ctx.gpu].groupby("engine", sort=True):
-            rows = rows.reset_index(drop=True)
-            if len(rows) < 200:
-                continue
-            t0 = time.perf_counter()
+        counts = table.loc[table["gpu"] == ctx.gpu, "engine"].value_counts()
+        tasks += [(kind, str(e)) for e in sorted(counts.index) if counts[e] >= 200]
+    return U.map_tasks(ctx, _fit_attention_table, tasks)
 
-            def fp(tr: pd.DataFrame, te: pd.DataFrame, cls: type = cls, eng: str = engine):
-                m = cls(gpu=ctx.gpu, engine=eng, seed=ctx.seed, max_rows=FIT_CV_MAX_ROWS).fit(tr)
-                return _keep(m.predict(**attention_inputs(te)))
 
-            groups = U.group_labels(rows, HEAD_GROUP)
-            cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
-            cv = hybrid_cv_summary(
-                rows,
-                cv_pred,
-                f"{FIT_CV_FOLDS} seeded group folds by head configuration {HEAD_GROUP} "
-                f"(CV fits on <= {FIT_CV_MAX_ROWS} rows)",
-                attention_roofline_s(kind, rows, ctx.gpu),
-            )
-            cv["groups"] = len(np.unique(groups))
-            model = cls(gpu=ctx.gpu, engine=str(engine), seed=ctx.seed).fit(rows)
-            name = f"{kind}.{engine}"
-            _log_hybrid(ctx, name, len(rows), cv, t0)
-            info = {
-                "engine": str(engine),
-                "engine_versions": sorted(map(str, rows["engine_version"].unique())),
-                "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
-                "roofline": {
-                    "launch_s": model.roof_.launch_s,
-                    "eff_compute": model.roof_.eff_compute,
-                    "eff_memory": model.roof_.eff_memory,
-                },
-            }
-            out.append(
-                FittedModel(
-                    name,
-                    model,
-                    cv=cv,
-                    files=ctx.files(rows),
-                    info=info,
-                    measured_power=model.power_mlp_ is not None,
-                )
-            )
-    return out
+def _fit_attention_table(ctx: Any, kind: str, engine: str) -> FittedModel:
+    """One attention table's model (CV, then the final fit): a task of `U.map_tasks`."""
+    cls = ATTENTION_CLASSES[kind]
+    table = ctx.table(kind)
+    rows = table[(table["gpu"] == ctx.gpu) & (table["engine"] == engine)].reset_index(drop=True)
+    t0 = time.perf_counter()
+
+    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
+        m = cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed, max_rows=FIT_CV_MAX_ROWS).fit(tr)
+        return _keep(m.predict(**attention_inputs(te)))
+
+    groups = U.group_labels(rows, HEAD_GROUP)
+    cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
+    cv = hybrid_cv_summary(
+        rows,
+        cv_pred,
+        f"{FIT_CV_FOLDS} seeded group folds by head configuration {HEAD_GROUP} "
+        f"(CV fits on <= {FIT_CV_MAX_ROWS} rows)",
+        attention_roofline_s(kind, rows, ctx.gpu),
+    )
+    cv["groups"] = len(np.unique(groups))
+    model = cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed).fit(rows)
+    name = f"{kind}.{engine}"
+    _log_hybrid(ctx, name, len(rows), cv, t0)
+    info = {
+        "engine": engine,
+        "engine_versions": sorted(map(str, rows["engine_version"].unique())),
+        "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
+        "roofline": {
+            "launch_s": model.roof_.launch_s,
+            "eff_compute": model.roof_.eff_compute,
+            "eff_memory": model.roof_.eff_memory,
+        },
+    }
+    return FittedModel(
+        name,
+        model,
+        cv=cv,
+        files=ctx.files(rows),
+        info=info,
+        measured_power=model.power_mlp_ is not None,
+    )
 
 
 def _log_hybrid(ctx: Any, name: str, n_rows: int, cv: dict[str, Any], t0: float) -> None:
@@ -547,54 +550,59 @@ def fit_moe_family(ctx: Any) -> list[FittedModel]:
     if table.empty:
         return []
     rows_gpu = table[table["gpu"] == ctx.gpu]
-    out = []
     order = {d: i for i, d in enumerate(MOE_DTYPE_ORDER)}
-    keys = sorted(
-        rows_gpu.groupby(["engine", "dtype"]).groups,
-        key=lambda k: (k[0] != "vllm", order.get(k[1], 99), k),
-    )
-    for engine, dtype in keys:
-        rows = rows_gpu[(rows_gpu["engine"] == engine) & (rows_gpu["dtype"] == dtype)]
-        rows = rows.reset_index(drop=True)
-        if len(rows) < MIN_MOE_ROWS:
-            ctx.log(f"moe.{engine}.{dtype}: {len(rows)} rows < {MIN_MOE_ROWS}; skipped")
-            continue
-        t0 = time.perf_counter()
-
-        def fp(tr: pd.DataFrame, te: pd.DataFrame, eng: str = engine, dt: str = dtype):
-            m = MoEModel(ctx.gpu, eng, dt, seed=ctx.seed, max_rows=FIT_CV_MAX_ROWS).fit(tr)
-            return _keep(m.predict(**moe_inputs(te)))
-
-        groups = U.group_labels(rows, MOE_SHAPE_GROUP)
-        cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
-        cv = hybrid_cv_summary(
-            rows,
-            cv_pred,
-            f"{FIT_CV_FOLDS} seeded group folds by layer shape {MOE_SHAPE_GROUP} "
-            f"(CV fits on <= {FIT_CV_MAX_ROWS} rows)",
-            moe_roofline_s(rows, ctx.gpu, dtype),
-        )
-        cv["groups"] = len(np.unique(groups))
-        model = MoEModel(ctx.gpu, str(engine), str(dtype), seed=ctx.seed).fit(rows)
-        name = f"moe.{engine}.{dtype}"
-        _log_hybrid(ctx, name, len(rows), cv, t0)
-        info = {
-            "engine": str(engine),
-            "moe_dtype": str(dtype),
-            "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
-            "distributions": sorted(map(str, rows["distribution"].unique())),
-        }
-        out.append(
-            FittedModel(
-                name,
-                model,
-                cv=cv,
-                files=ctx.files(rows),
-                info=info,
-                measured_power=model.power_mlp_ is not None,
+    counts = rows_gpu.groupby(["engine", "dtype"]).size()
+    tasks = []
+    for engine, dtype in sorted(
+        counts.index, key=lambda k: (k[0] != "vllm", order.get(k[1], 99), k)
+    ):
+        if counts[(engine, dtype)] < MIN_MOE_ROWS:
+            ctx.log(
+                f"moe.{engine}.{dtype}: {counts[(engine, dtype)]} rows < {MIN_MOE_ROWS}; skipped"
             )
-        )
-    return out
+        else:
+            tasks.append((str(engine), str(dtype)))
+    return U.map_tasks(ctx, _fit_moe_table, tasks)
+
+
+def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
+    """One MoE table's model (CV, then the final fit): a task of `U.map_tasks`."""
+    table = ctx.table("moe")
+    sel = (table["gpu"] == ctx.gpu) & (table["engine"] == engine) & (table["dtype"] == dtype)
+    rows = table[sel].reset_index(drop=True)
+    t0 = time.perf_counter()
+
+    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
+        m = MoEModel(ctx.gpu, engine, dtype, seed=ctx.seed, max_rows=FIT_CV_MAX_ROWS).fit(tr)
+        return _keep(m.predict(**moe_inputs(te)))
+
+    groups = U.group_labels(rows, MOE_SHAPE_GROUP)
+    cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
+    cv = hybrid_cv_summary(
+        rows,
+        cv_pred,
+        f"{FIT_CV_FOLDS} seeded group folds by layer shape {MOE_SHAPE_GROUP} "
+        f"(CV fits on <= {FIT_CV_MAX_ROWS} rows)",
+        moe_roofline_s(rows, ctx.gpu, dtype),
+    )
+    cv["groups"] = len(np.unique(groups))
+    model = MoEModel(ctx.gpu, engine, dtype, seed=ctx.seed).fit(rows)
+    name = f"moe.{engine}.{dtype}"
+    _log_hybrid(ctx, name, len(rows), cv, t0)
+    info = {
+        "engine": engine,
+        "moe_dtype": dtype,
+        "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
+        "distributions": sorted(map(str, rows["distribution"].unique())),
+    }
+    return FittedModel(
+        name,
+        model,
+        cv=cv,
+        files=ctx.files(rows),
+        info=info,
+        measured_power=model.power_mlp_ is not None,
+    )
 
 
 def predict_moe_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
