@@ -4,6 +4,8 @@ vectorised shapes, analytical sanity. Real data rows (skipped without the data f
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -639,10 +641,16 @@ def test_attention_state_without_feature_set_loads_as_set_1(h100_context):
 
 
 # ---------------------------------------------------------------------------- dse fit --jobs
-def test_attention_and_moe_families_fit_the_same_in_parallel(tables, tmp_path):
+def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_dir, tmp_path):
     """`dse fit --jobs 2` forks one process per table; every table's fit is seeded by itself,
     so the models (every array of their state) equal the one-process fits, in the same order."""
-    from dse.surrogate.fit import FitContext
+    from dse.data import load
+    from dse.surrogate.fit import FitContext, fit_gemm_family
+
+    gemm = load(data_dir, ["gemm"])["gemm"]
+    gemm = gemm[(gemm["source"] == "aiconfigurator") & (gemm["gpu"] == "h200_sxm")]
+    shapes = gemm.groupby(["n", "k"]).ngroup()
+    gemm = gemm[shapes % 20 == 0].reset_index(drop=True)  # every 20th weight shape
 
     def few(t: pd.DataFrame, by: list[str], n_groups: int) -> pd.DataFrame:
         t = t[t["gpu"] == "a100_sxm"]
@@ -660,14 +668,24 @@ def test_attention_and_moe_families_fit_the_same_in_parallel(tables, tmp_path):
         ctx = FitContext(tmp_path, "a100_sxm", seed=0, jobs=jobs, log=lambda _: None)
         ctx._tables.update({k: v.copy() for k, v in sub.items()})
         fits[jobs] = O.fit_attention_family(ctx) + O.fit_moe_family(ctx)
+        # GEMM: the final fits only (its CV refits every table 9 times)
+        ctx = FitContext(tmp_path, "h200_sxm", seed=0, cv=False, jobs=jobs, log=lambda _: None)
+        ctx._tables["gemm"] = gemm.copy()
+        fits[jobs] += fit_gemm_family(ctx)
     one, two = fits[1], fits[2]
     assert [f.name for f in one] == [f.name for f in two]
-    assert {"context_attention.vllm", "generation_attention.vllm", "moe.vllm.bfloat16"} <= {
-        f.name for f in one
-    }
+    assert {
+        "context_attention.vllm",
+        "generation_attention.vllm",
+        "moe.vllm.bfloat16",
+        "gemm.vllm.bfloat16",
+        "gemm.vllm.fp8_block",
+    } <= {f.name for f in one}
     for a, b in zip(one, two, strict=True):
         sa, sb = a.model.to_state(), b.model.to_state()
         assert sa.keys() == sb.keys()
         for k in sa:
             np.testing.assert_array_equal(np.asarray(sa[k]), np.asarray(sb[k]), err_msg=k)
-        assert a.cv == b.cv
+        assert json.dumps(a.cv, sort_keys=True, default=str) == json.dumps(
+            b.cv, sort_keys=True, default=str
+        )

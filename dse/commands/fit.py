@@ -38,8 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--jobs",
         type=int,
         default=1,
-        help="processes fitting the attention and MoE tables at once (default 1; the artifact "
-        "is the same for any value: each table's fit is seeded by itself)",
+        help="processes fitting the GEMM, attention and MoE tables at once, one thread each "
+        "(default 1; the artifact is the same for any value: each table's fit is seeded by "
+        "itself; e.g. --jobs 2 on a 2-core machine)",
     )
     p.add_argument(
         "--no-cv",

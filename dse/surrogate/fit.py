@@ -25,6 +25,7 @@ import pandas as pd
 
 from dse.errors import DataError
 from dse.hardware import get_gpu, gpu_names
+from dse.surrogate._fitutil import map_tasks
 from dse.surrogate.artifact import (
     Artifact,
     Family,
@@ -50,7 +51,7 @@ class FitContext:
     # the existing artifact whose models no family of this run refits are carried over (`dse
     # fit --only`); families fitted on top of others (Levels 2-3) build on those models too
     keep: Artifact | None = None
-    # processes for families that fit many independent tables (attention, MoE; `dse fit --jobs`)
+    # processes for families that fit many independent tables (GEMM, attention, MoE; `--jobs`)
     jobs: int = 1
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
@@ -243,68 +244,72 @@ def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str,
 
 
 def fit_gemm_family(ctx: FitContext) -> list[FittedModel]:
-    from dse.surrogate.gemm import GemmModel, model_name
-
     rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
     if rows_all.empty:
         ctx.log(f"gemm: no aiconfigurator GEMM rows for {ctx.gpu}; skipped")
         return []
+    keys = sorted(rows_all.groupby(["engine", "dtype"], sort=True).groups)
+    return map_tasks(ctx, _fit_gemm_table, [(str(e), str(d)) for e, d in keys])
+
+
+def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
+    """One GEMM table's model (CV by weight shape and by m, then the final fit): a task of
+    `map_tasks` (its trees and bags are seeded by themselves, not from a shared generator)."""
+    from dse.surrogate.gemm import GemmModel, model_name
+
+    rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
+    sel = (rows_all["engine"] == engine) & (rows_all["dtype"] == dtype)
+    rows = rows_all[sel].reset_index(drop=True)
     power = ctx.fitted.get("power")
     power_model = power.model if power is not None else None
-    out = []
-    for (engine, dtype), rows in rows_all.groupby(["engine", "dtype"], sort=True):
-        t0 = time.perf_counter()
-        rows = rows.reset_index(drop=True)
+    t0 = time.perf_counter()
 
-        def make(engine: str = engine, dtype: str = dtype) -> GemmModel:
-            return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed)
+    def make() -> GemmModel:
+        return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed)
 
-        folds, folds_m = (CV_FOLDS, CV_FOLDS_M) if ctx.cv else (0, 0)
-        cv_nk = cross_validate_gemm(rows, make, folds, weight_shape_groups(rows))
-        cv_m = cross_validate_gemm(rows, make, folds_m, rows["m"].to_numpy())
-        model = make().fit(rows)
-        fitted = model.predict(rows["m"].to_numpy(), rows["n"].to_numpy(), rows["k"].to_numpy())
-        cv = {
-            "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape" if ctx.cv else "not run",
-            "rows": len(rows),
-            "groups": len(np.unique(weight_shape_groups(rows))),
-            **_gemm_cv_summary(rows, cv_nk),
-            "by_m": {
-                "scheme": f"GroupKFold({CV_FOLDS_M}) by m (token count)",
-                "latency_mape_pct": mape_pct(_get(cv_m, "latency_s", len(rows)), rows["latency_s"]),
-                "energy_mape_pct": mape_pct(_get(cv_m, "energy_j", len(rows)), rows["energy_j"]),
-            },
-            "in_sample": {
-                "latency_mape_pct": mape_pct(fitted["latency_s"], rows["latency_s"]),
-                "energy_mape_pct": mape_pct(fitted["energy_j"], rows["energy_j"]),
-            },
-            "baselines": _roofline_baselines(rows, ctx.gpu, dtype),
-        }
-        info = {
-            "engine": engine,
-            "dtype": dtype,
-            "engine_versions": sorted(rows["engine_version"].unique()),
-            "kernel_sources": sorted(rows["kernel_source"].dropna().unique()),
-            "coefficients": model.coefficients(),
-        }
-        name = model_name(engine, dtype)
-        ctx.log(
-            f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
-            f"(by m {cv['by_m']['latency_mape_pct']}%), energy {cv['energy_mape_pct']}%, "
-            f"roofline {cv['baselines']['roofline_mape_pct']}% "
-            f"({time.perf_counter() - t0:.0f} s)"
-        )
-        out.append(
-            FittedModel(
-                name,
-                model,
-                cv=cv,
-                files=ctx.files(rows),
-                info=info,
-                measured_power=model.measured_power,
-            )
-        )
-    return out
+    folds, folds_m = (CV_FOLDS, CV_FOLDS_M) if ctx.cv else (0, 0)
+    cv_nk = cross_validate_gemm(rows, make, folds, weight_shape_groups(rows))
+    cv_m = cross_validate_gemm(rows, make, folds_m, rows["m"].to_numpy())
+    model = make().fit(rows)
+    fitted = model.predict(rows["m"].to_numpy(), rows["n"].to_numpy(), rows["k"].to_numpy())
+    cv = {
+        "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape" if ctx.cv else "not run",
+        "rows": len(rows),
+        "groups": len(np.unique(weight_shape_groups(rows))),
+        **_gemm_cv_summary(rows, cv_nk),
+        "by_m": {
+            "scheme": f"GroupKFold({CV_FOLDS_M}) by m (token count)",
+            "latency_mape_pct": mape_pct(_get(cv_m, "latency_s", len(rows)), rows["latency_s"]),
+            "energy_mape_pct": mape_pct(_get(cv_m, "energy_j", len(rows)), rows["energy_j"]),
+        },
+        "in_sample": {
+            "latency_mape_pct": mape_pct(fitted["latency_s"], rows["latency_s"]),
+            "energy_mape_pct": mape_pct(fitted["energy_j"], rows["energy_j"]),
+        },
+        "baselines": _roofline_baselines(rows, ctx.gpu, dtype),
+    }
+    info = {
+        "engine": engine,
+        "dtype": dtype,
+        "engine_versions": sorted(rows["engine_version"].unique()),
+        "kernel_sources": sorted(rows["kernel_source"].dropna().unique()),
+        "coefficients": model.coefficients(),
+    }
+    name = model_name(engine, dtype)
+    ctx.log(
+        f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
+        f"(by m {cv['by_m']['latency_mape_pct']}%), energy {cv['energy_mape_pct']}%, "
+        f"roofline {cv['baselines']['roofline_mape_pct']}% "
+        f"({time.perf_counter() - t0:.0f} s)"
+    )
+    return FittedModel(
+        name,
+        model,
+        cv=cv,
+        files=ctx.files(rows),
+        info=info,
+        measured_power=model.measured_power,
+    )
 
 
 def predict_gemm_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
@@ -354,8 +359,8 @@ def fit_artifact(
 
     Models of `keep` (an existing artifact) that no family produced this run are carried over
     unchanged and listed under manifest["carried_over"], so one family can be refitted alone.
-    `jobs`: processes for the attention and MoE tables (each fit is seeded by itself, so the
-    artifact does not depend on it).
+    `jobs`: processes for the GEMM, attention and MoE tables (each fit is seeded by itself, so
+    the artifact does not depend on it).
     """
     from threadpoolctl import threadpool_limits
 
@@ -375,6 +380,13 @@ def fit_artifact(
         fams = [f for f in fams if f.name in wanted]
     if jobs < 1:
         raise DataError(f"jobs must be at least 1, got {jobs}")
+    if jobs > 1 and threads > 1:
+        # forked workers must not inherit a live OpenMP thread pool (GNU libgomp is not
+        # fork-safe once its pool has run), so parallel processes run one thread each
+        log(
+            f"--jobs {jobs}: each process runs one BLAS/OpenMP thread (--threads {threads} ignored)"
+        )
+        threads = 1
     ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep, jobs=jobs)
     with threadpool_limits(threads):
         for fam in fams:
