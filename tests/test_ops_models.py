@@ -641,9 +641,15 @@ def test_attention_state_without_feature_set_loads_as_set_1(h100_context):
 
 
 # ---------------------------------------------------------------------------- dse fit --jobs
+def _quiet(_: str) -> None:
+    """A fit log that drops its lines (module level: the workers get it pickled)."""
+
+
 def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_dir, tmp_path):
-    """`dse fit --jobs 2` forks one process per table; every table's fit is seeded by itself,
-    so the models (every array of their state) equal the one-process fits, in the same order."""
+    """`dse fit --jobs 2` fits the tables in 2 spawned worker processes; every table's fit is
+    seeded by itself, so the models (every array of their state) equal the one-process fits, in
+    the same order. Runs after the other tests' multi-threaded fits in this process: spawned
+    workers inherit no thread pool that could hold a lock (forked ones could deadlock)."""
     from dse.data import load
     from dse.surrogate.fit import FitContext, fit_gemm_family
 
@@ -663,15 +669,20 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
         "moe": few(tables["moe"], list(O.MOE_SHAPE_GROUP), 6),
     }
     assert all(len(t) >= 200 for t in sub.values())
+    from threadpoolctl import threadpool_limits
+
     fits = {}
-    for jobs in (1, 2):
-        ctx = FitContext(tmp_path, "a100_sxm", seed=0, jobs=jobs, log=lambda _: None)
-        ctx._tables.update({k: v.copy() for k, v in sub.items()})
-        fits[jobs] = O.fit_attention_family(ctx) + O.fit_moe_family(ctx)
-        # GEMM: the final fits only (its CV refits every table 9 times)
-        ctx = FitContext(tmp_path, "h200_sxm", seed=0, cv=False, jobs=jobs, log=lambda _: None)
-        ctx._tables["gemm"] = gemm.copy()
-        fits[jobs] += fit_gemm_family(ctx)
+    # one BLAS thread here as in the workers (what `dse fit` does): a BLAS with another thread
+    # count sums in another order, and the fitted weights move at 1e-16
+    with threadpool_limits(1):
+        for jobs in (1, 2):
+            ctx = FitContext(tmp_path, "a100_sxm", seed=0, jobs=jobs, log=_quiet)
+            ctx._tables.update({k: v.copy() for k, v in sub.items()})
+            fits[jobs] = O.fit_attention_family(ctx) + O.fit_moe_family(ctx)
+            # GEMM: the final fits only (its CV refits every table 9 times)
+            ctx = FitContext(tmp_path, "h200_sxm", seed=0, cv=False, jobs=jobs, log=_quiet)
+            ctx._tables["gemm"] = gemm.copy()
+            fits[jobs] += fit_gemm_family(ctx)
     one, two = fits[1], fits[2]
     assert [f.name for f in one] == [f.name for f in two]
     assert {

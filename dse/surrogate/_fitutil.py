@@ -185,6 +185,12 @@ def need(state: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
 # ---------------------------------------------------------------------------- parallel fits
 T = TypeVar("T")
 _TASK_CTX: dict[str, Any] = {}
+# BLAS / OpenMP thread counts of the worker processes (read when numpy / sklearn load there)
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _init_worker(ctx: Any) -> None:
+    _TASK_CTX["ctx"] = ctx
 
 
 def _run_task(item: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
@@ -198,18 +204,28 @@ def _run_task(item: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
 
 
 def map_tasks(ctx: Any, fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]]) -> list[T]:
-    """[fn(ctx, *task) for task in tasks], in `ctx.jobs` forked processes when that is above 1
+    """[fn(ctx, *task) for task in tasks], in `ctx.jobs` worker processes when that is above 1
     (`dse fit --jobs`). Results come back in task order; every task is seeded by itself (its
-    fits take `ctx.seed`), so the results do not depend on the number of processes. A forked
-    worker inherits `ctx` with the tables already read; its log lines go to the same output."""
+    fits take `ctx.seed`), so the results do not depend on the number of processes.
+
+    Workers are spawned, not forked: a process forked after OpenMP or OpenBLAS started their
+    thread pools (any earlier multi-threaded fit in the same process) can deadlock on a lock
+    those threads held. Each worker gets `ctx` (with the tables already read) once, pickled,
+    and runs one BLAS / OpenMP thread."""
     jobs = min(int(getattr(ctx, "jobs", 1) or 1), len(tasks))
     if jobs <= 1:
         return [fn(ctx, *t) for t in tasks]
     import multiprocessing as mp
+    import os
 
-    _TASK_CTX["ctx"] = ctx
+    saved = {k: os.environ.get(k) for k in _WORKER_ENV}
+    os.environ.update(_WORKER_ENV)  # inherited by the workers as they start
     try:
-        with mp.get_context("fork").Pool(jobs) as pool:
+        with mp.get_context("spawn").Pool(jobs, _init_worker, (ctx,)) as pool:
             return pool.map(_run_task, [(fn, tuple(t)) for t in tasks], chunksize=1)
     finally:
-        _TASK_CTX.clear()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

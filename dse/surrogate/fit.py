@@ -381,8 +381,7 @@ def fit_artifact(
     if jobs < 1:
         raise DataError(f"jobs must be at least 1, got {jobs}")
     if jobs > 1 and threads > 1:
-        # forked workers must not inherit a live OpenMP thread pool (GNU libgomp is not
-        # fork-safe once its pool has run), so parallel processes run one thread each
+        # the worker processes run one thread each (`_fitutil.map_tasks`); so does this one
         log(
             f"--jobs {jobs}: each process runs one BLAS/OpenMP thread (--threads {threads} ignored)"
         )
