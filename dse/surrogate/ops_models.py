@@ -451,41 +451,66 @@ def _fit_attention_table(ctx: Any, kind: str, engine: str) -> FittedModel:
     cls = ATTENTION_CLASSES[kind]
     table = ctx.table(kind)
     rows = table[(table["gpu"] == ctx.gpu) & (table["engine"] == engine)].reset_index(drop=True)
+
+    def info(model: Any) -> dict[str, Any]:
+        return {
+            "engine": engine,
+            "engine_versions": sorted(map(str, rows["engine_version"].unique())),
+            "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
+            "roofline": {
+                "launch_s": model.roof_.launch_s,
+                "eff_compute": model.roof_.eff_compute,
+                "eff_memory": model.roof_.eff_memory,
+            },
+        }
+
+    return _fit_hybrid_table(
+        ctx,
+        f"{kind}.{engine}",
+        rows,
+        lambda **kw: cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed, **kw),
+        attention_inputs,
+        (HEAD_GROUP, "head configuration"),
+        attention_roofline_s(kind, rows, ctx.gpu),
+        info,
+    )
+
+
+def _fit_hybrid_table(
+    ctx: Any,
+    name: str,
+    rows: pd.DataFrame,
+    make: Callable[..., Any],
+    inputs: Callable[[pd.DataFrame], dict[str, np.ndarray]],
+    grouping: tuple[tuple[str, ...], str],
+    roof: np.ndarray,
+    info: Callable[[Any], dict[str, Any]],
+) -> FittedModel:
+    """An attention or MoE model of one table: held-out CV by `grouping` (the columns and their
+    name; fits on <= FIT_CV_MAX_ROWS rows), the final fit on every row, one log line."""
     t0 = time.perf_counter()
 
     def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
-        m = cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed, max_rows=FIT_CV_MAX_ROWS).fit(tr)
-        return _keep(m.predict(**attention_inputs(te)))
+        return _keep(make(max_rows=FIT_CV_MAX_ROWS).fit(tr).predict(**inputs(te)))
 
-    groups = U.group_labels(rows, HEAD_GROUP)
+    cols, what = grouping
+    groups = U.group_labels(rows, cols)
     cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
     cv = hybrid_cv_summary(
         rows,
         cv_pred,
-        f"{FIT_CV_FOLDS} seeded group folds by head configuration {HEAD_GROUP} "
-        f"(CV fits on <= {FIT_CV_MAX_ROWS} rows)",
-        attention_roofline_s(kind, rows, ctx.gpu),
+        f"{FIT_CV_FOLDS} seeded group folds by {what} {cols} (CV fits on <= {FIT_CV_MAX_ROWS} rows)",
+        roof,
     )
     cv["groups"] = len(np.unique(groups))
-    model = cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed).fit(rows)
-    name = f"{kind}.{engine}"
+    model = make().fit(rows)
     _log_hybrid(ctx, name, len(rows), cv, t0)
-    info = {
-        "engine": engine,
-        "engine_versions": sorted(map(str, rows["engine_version"].unique())),
-        "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
-        "roofline": {
-            "launch_s": model.roof_.launch_s,
-            "eff_compute": model.roof_.eff_compute,
-            "eff_memory": model.roof_.eff_memory,
-        },
-    }
     return FittedModel(
         name,
         model,
         cv=cv,
         files=ctx.files(rows),
-        info=info,
+        info=info(model),
         measured_power=model.power_mlp_ is not None,
     )
 
@@ -570,38 +595,24 @@ def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
     table = ctx.table("moe")
     sel = (table["gpu"] == ctx.gpu) & (table["engine"] == engine) & (table["dtype"] == dtype)
     rows = table[sel].reset_index(drop=True)
-    t0 = time.perf_counter()
 
-    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
-        m = MoEModel(ctx.gpu, engine, dtype, seed=ctx.seed, max_rows=FIT_CV_MAX_ROWS).fit(tr)
-        return _keep(m.predict(**moe_inputs(te)))
+    def info(model: Any) -> dict[str, Any]:
+        return {
+            "engine": engine,
+            "moe_dtype": dtype,
+            "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
+            "distributions": sorted(map(str, rows["distribution"].unique())),
+        }
 
-    groups = U.group_labels(rows, MOE_SHAPE_GROUP)
-    cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
-    cv = hybrid_cv_summary(
+    return _fit_hybrid_table(
+        ctx,
+        f"moe.{engine}.{dtype}",
         rows,
-        cv_pred,
-        f"{FIT_CV_FOLDS} seeded group folds by layer shape {MOE_SHAPE_GROUP} "
-        f"(CV fits on <= {FIT_CV_MAX_ROWS} rows)",
+        lambda **kw: MoEModel(ctx.gpu, engine, dtype, seed=ctx.seed, **kw),
+        moe_inputs,
+        (MOE_SHAPE_GROUP, "layer shape"),
         moe_roofline_s(rows, ctx.gpu, dtype),
-    )
-    cv["groups"] = len(np.unique(groups))
-    model = MoEModel(ctx.gpu, engine, dtype, seed=ctx.seed).fit(rows)
-    name = f"moe.{engine}.{dtype}"
-    _log_hybrid(ctx, name, len(rows), cv, t0)
-    info = {
-        "engine": engine,
-        "moe_dtype": dtype,
-        "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
-        "distributions": sorted(map(str, rows["distribution"].unique())),
-    }
-    return FittedModel(
-        name,
-        model,
-        cv=cv,
-        files=ctx.files(rows),
-        info=info,
-        measured_power=model.power_mlp_ is not None,
+        info,
     )
 
 
