@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -87,6 +88,19 @@ def test_node_strata_split_the_simpson_weights_in_thirds(segments: int) -> None:
         node_strata(k + 2)
 
 
+def _decode_integral_and_steps(row: dict, art: Artifact | None) -> tuple[dict, Any, Any]:
+    """(columns, decode integrated by the quadrature, every decode step priced on its own) of
+    one configuration on h100_sxm, with `art` (None: the roofline pricer)."""
+    cols, n = C.as_columns({k: [v] for k, v in row.items()})
+    gpu = get_gpu("h100_sxm")
+    integrated = base_costs(cols, n, gpu, art).decode
+    steps = row["output_tokens"] - 1
+    rep = {k: np.repeat(v, steps) for k, v in cols.items()}
+    kv = row["prompt_tokens"] + 1 + np.arange(steps, dtype=float)
+    each = HymellPricer(gpu, art, None, rep).price(forward_ops(rep, "decode", kv_len=kv), "decode")
+    return cols, integrated, each
+
+
 @pytest.mark.parametrize(
     "model, batch, prompt, output, tp",
     [
@@ -104,13 +118,7 @@ def test_decode_integral_matches_the_step_by_step_sum(
     row = dict(
         model, batch_size=batch, prompt_tokens=prompt, output_tokens=output, tensor_parallel=tp
     )
-    cols, n = C.as_columns({k: [v] for k, v in row.items()})
-    gpu = get_gpu("h100_sxm")
-    integrated = base_costs(cols, n, gpu, None).decode
-    steps = output - 1
-    rep = {k: np.repeat(v, steps) for k, v in cols.items()}
-    kv = prompt + 1 + np.arange(steps, dtype=float)
-    each = HymellPricer(gpu, None).price(forward_ops(rep, "decode", kv_len=kv), "decode")
+    _, integrated, each = _decode_integral_and_steps(row, None)
     assert integrated.time_s[0] == pytest.approx(each.time_s.sum(), rel=2e-3)
     assert integrated.energy_j[0] == pytest.approx(each.energy_j.sum(), rel=2e-3)
 
@@ -145,13 +153,7 @@ def test_stratified_decode_attention_matches_the_full_ensemble_step_sum(
         tensor_parallel=tp,
         engine=engine,
     )
-    cols, n = C.as_columns({k: [v] for k, v in row.items()})
-    gpu = get_gpu("h100_sxm")
-    integrated = base_costs(cols, n, gpu, art).decode
-    steps = output - 1
-    rep = {k: np.repeat(v, steps) for k, v in cols.items()}
-    kv = prompt + 1 + np.arange(steps, dtype=float)
-    each = HymellPricer(gpu, art, None, rep).price(forward_ops(rep, "decode", kv_len=kv), "decode")
+    cols, integrated, each = _decode_integral_and_steps(row, art)
     attn_q = integrated.part_s("attention_decode")[0]
     attn_s = each.part_s("attention_decode").sum()
     assert attn_q == pytest.approx(attn_s, rel=1e-2)
@@ -161,7 +163,7 @@ def test_stratified_decode_attention_matches_the_full_ensemble_step_sum(
 
     try:
         _hybrid.STRATA = 0
-        full = base_costs(cols, n, gpu, art).decode.part_s("attention_decode")[0]
+        full = base_costs(cols, 1, get_gpu("h100_sxm"), art).decode.part_s("attention_decode")[0]
     finally:
         _hybrid.STRATA = 3
     assert full != attn_q

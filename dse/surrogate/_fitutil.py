@@ -6,6 +6,7 @@ Everything here is plain numpy, deterministic, and works on arrays of any length
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -194,8 +195,6 @@ def _init_worker(ctx: Any) -> None:
 
 
 def _run_task(item: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
-    import sys
-
     fn, args = item
     try:
         return fn(_TASK_CTX["ctx"], *args)
