@@ -211,7 +211,7 @@ def map_tasks(ctx: Any, fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]]) 
     thread pools (any earlier multi-threaded fit in the same process) can deadlock on a lock
     those threads held. Each worker gets `ctx` (with the tables already read) once, pickled,
     and runs one BLAS / OpenMP thread."""
-    jobs = min(int(getattr(ctx, "jobs", 1) or 1), len(tasks))
+    jobs = min(ctx.jobs, len(tasks))
     if jobs <= 1:
         return [fn(ctx, *t) for t in tasks]
     import multiprocessing as mp
