@@ -140,6 +140,13 @@ def test_predict_batch_missing_column_is_an_error(tmp_path: Path) -> None:
     assert "missing column(s) n_heads, d_ff" in r.stderr
 
 
+def test_predict_batch_given_a_number_points_to_batch_size(tmp_path: Path) -> None:
+    r = dse("predict", "--model", "llama-3-8b", "--batch", "8", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "8: file not found" in r.stderr and "--batch-size" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_cli_imports_what_it_uses() -> None:
     """A plain `pip install .` console script starts without the modules that runpy, pytest or
     an editable install happen to import first (importlib.util once slipped through)."""

@@ -285,7 +285,11 @@ def _run_batch(args: argparse.Namespace, predict: Any) -> int:
     try:
         df = pd.read_csv(path)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
+        # --batch 8 is an easy slip for the batch size (--batch-size)
+        hint = " (--batch takes a CSV of configurations; the batch size is --batch-size)"
+        raise ConfigError(
+            f"{path}: file not found{hint if args.batch.isdigit() else ''}"
+        ) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a readable CSV ({exc})") from None
     missing = [c for c in C.REQUIRED if c not in df.columns]
