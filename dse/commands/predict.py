@@ -287,9 +287,7 @@ def _run_batch(args: argparse.Namespace, predict: Any) -> int:
     except FileNotFoundError:
         # --batch 8 is an easy slip for the batch size (--batch-size)
         hint = " (--batch takes a CSV of configurations; the batch size is --batch-size)"
-        raise ConfigError(
-            f"{path}: file not found{hint if args.batch.isdigit() else ''}"
-        ) from None
+        raise ConfigError(f"{path}: file not found{hint if args.batch.isdigit() else ''}") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a readable CSV ({exc})") from None
     missing = [c for c in C.REQUIRED if c not in df.columns]
