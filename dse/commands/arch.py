@@ -7,27 +7,14 @@ import json
 from typing import Any
 
 from dse import arch as A
+from dse.commands import _flags
+from dse.commands._flags import add_arch_flags
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
 from dse.workload import Workload
 
 # Architecture fields settable by flag (they override --model / --hf-config).
-ARCH_FLAGS: dict[str, type] = {
-    "d_model": int,
-    "n_layers": int,
-    "n_heads": int,
-    "n_kv_heads": int,
-    "head_dim": int,
-    "d_ff": int,
-    "vocab_size": int,
-    "n_experts": int,
-    "top_k": int,
-    "d_ff_expert": int,
-    "shared_expert_d_ff": int,
-    "weight_dtype": str,
-    "kv_dtype": str,
-    "norm": str,
-}
+ARCH_FLAGS: dict[str, type] = {**_flags.ARCH_FLAGS, "norm": str}
 BOOL_FLAGS: dict[str, tuple[str, str]] = {
     # field: (flag that sets it true, flag that sets it false)
     "tied_embeddings": ("--tied", "--untied"),
@@ -63,8 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the catalogue's model names and exit",
     )  # fmt: skip
     arch = p.add_argument_group("architecture flags")
-    for name, typ in ARCH_FLAGS.items():
-        arch.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ)
+    add_arch_flags(arch, ARCH_FLAGS)
     for name, (on, off) in BOOL_FLAGS.items():
         group = arch.add_mutually_exclusive_group()
         group.add_argument(on, dest=name, action="store_const", const=True)

@@ -7,21 +7,8 @@ import json
 import sys
 from typing import Any
 
-ARCH_FLAGS: dict[str, type] = {
-    "d_model": int,
-    "n_layers": int,
-    "n_heads": int,
-    "n_kv_heads": int,
-    "head_dim": int,
-    "d_ff": int,
-    "vocab_size": int,
-    "n_experts": int,
-    "top_k": int,
-    "d_ff_expert": int,
-    "shared_expert_d_ff": int,
-    "weight_dtype": str,
-    "kv_dtype": str,
-}
+from dse.commands._flags import ARCH_FLAGS, add_arch_flags
+
 REQUIRED = ("d_model", "n_layers", "n_heads", "d_ff")
 
 
@@ -42,8 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", help="a published model from the catalogue (dse.models), if present")
     arch = p.add_argument_group("architecture flags (override --model)")
-    for name, typ in ARCH_FLAGS.items():
-        arch.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ)
+    add_arch_flags(arch)
     arch.add_argument("--tied-embeddings", action="store_true", default=None)
     arch.add_argument(
         "--no-gated-mlp", dest="gated_mlp", action="store_false", default=None,

@@ -11,24 +11,10 @@ from typing import Any
 import numpy as np
 
 from dse import configs as C
+from dse.commands._flags import ARCH_FLAGS, add_arch_flags
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
 
-ARCH_FLAGS: dict[str, type] = {
-    "d_model": int,
-    "n_layers": int,
-    "n_heads": int,
-    "n_kv_heads": int,
-    "head_dim": int,
-    "d_ff": int,
-    "vocab_size": int,
-    "n_experts": int,
-    "top_k": int,
-    "d_ff_expert": int,
-    "shared_expert_d_ff": int,
-    "weight_dtype": str,
-    "kv_dtype": str,
-}
 WORKLOAD_FLAGS: dict[str, type] = {
     "batch_size": int,
     "prompt_tokens": int,
@@ -63,8 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--batch", help="CSV with one configuration per row (architecture, workload, gpu columns)"
     )
     arch = p.add_argument_group("architecture flags (override --model / --hf-config)")
-    for name, typ in ARCH_FLAGS.items():
-        arch.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ)
+    add_arch_flags(arch)
     wl = p.add_argument_group("workload and GPU")
     for name, typ in WORKLOAD_FLAGS.items():
         flag = "--tp" if name == "tensor_parallel" else f"--{name.replace('_', '-')}"
