@@ -1,0 +1,265 @@
+"""Held-out checks of Level-2 residual variants that were tried and not shipped (session 7), and
+the error decomposition of an attention table's out-of-fold predictions. H100 only; 5 seeded
+group folds, as `benchmarks/level1_ops_cv.py` (a row is predicted by a fit that never saw its
+layer shape / head configuration). One MLP per fit (the shipped tables average 2 or 3).
+
+    PYTHONPATH=. python benchmarks/residual_variants.py moe-trees      # MLP vs boosted trees
+    PYTHONPATH=. python benchmarks/residual_variants.py moe-inputs     # fewer MLP inputs
+    PYTHONPATH=. python benchmarks/residual_variants.py moe-pool --dtypes bfloat16 fp8 fp8_block
+    PYTHONPATH=. python benchmarks/residual_variants.py moe-pool --dtypes fp8 --gpus h100_sxm h200_sxm
+    PYTHONPATH=. python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
+
+moe-pool fits one residual MLP over the tables named (a one-hot per (gpu, dtype) table, each table
+keeping its own roofline base) and, with the same folds (layer shapes held out in every pooled
+table), one MLP per table; both are scored on the H100 rows. Results: docs/accuracy.md, sections
+"Fused MoE, held-out layer shapes" and "Attention (Level-2 inputs)". 2 worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import multiprocessing as mp
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dse.data import load
+from dse.surrogate import _fitutil as U
+from dse.surrogate import moe as M
+from dse.surrogate import ops_models as O
+from dse.surrogate._hybrid import fit_residual_ensemble, fit_roofline
+from dse.surrogate.attention import attention_inputs
+
+GPU = "h100_sxm"
+HIDDEN = (64, 64, 64)
+# MoE feature columns (moe._features order): 0 log tokens, 1 log hidden, 2 log local width,
+# 3 log top-k, 4 log experts, 5 log local experts, 6 log tp, 7 log ep, 8 skew, 9 gated,
+# 10 log routed slots, 11 log touched experts, 12 log FLOPs, 13 log bytes, 14 log roofline time
+INPUT_SETS = {
+    "derived only": [0, 2, 8, 9, 10, 11, 12, 13, 14],
+    "without tp / ep sizes": [0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 14],
+    "without FLOPs / bytes": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14],
+}
+_ROWS: dict[str, pd.DataFrame] = {}
+
+
+def _table(data: str, kind: str) -> pd.DataFrame:
+    if kind not in _ROWS:
+        _ROWS[kind] = load(data, [kind])[kind]
+    return _ROWS[kind]
+
+
+def _moe_rows(data: str, gpus: list[str], dtypes: list[str]) -> pd.DataFrame:
+    t = _table(data, "moe")
+    sel = (t["engine"] == "vllm") & t["dtype"].isin(dtypes) & t["gpu"].isin(gpus)
+    return t[sel].reset_index(drop=True)
+
+
+def _moe_features(
+    rows: pd.DataFrame, gpu: str, dtype: str, roof: Any = None
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(features, roofline base, roofline) of MoE rows; the roofline is fitted when not given."""
+    m = M.MoEModel(gpu, "vllm", dtype)
+    v = m._inputs(M.moe_inputs(rows))
+    w = M.moe_work(v, m.weight_bytes)
+    if roof is None:
+        peak, bw = m._peak()
+        y = rows["latency_s"].to_numpy(float)
+        roof = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
+    base = roof.parts(w["flops"], w["bytes"], w["touched"])["base_s"]
+    return M._features(v, w, np.log(base)), base, roof
+
+
+def _mlp(X: np.ndarray, y: np.ndarray, max_iter: int = 300, hidden: tuple = HIDDEN) -> Any:
+    return fit_residual_ensemble(
+        X, y, members=1, hidden=hidden, max_iter=max_iter, max_rows=10**6, seed=0
+    )
+
+
+def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Out-of-fold log predictions of one fold for every variant of `mode`."""
+    mode, data, gpus, dtypes, te_idx, opts = task
+    rows = _moe_rows(data, gpus, dtypes)
+    te = np.zeros(len(rows), bool)
+    te[te_idx] = True
+    keys = sorted(set(zip(rows["gpu"], rows["dtype"], strict=True)))
+    out: dict[str, np.ndarray] = {}
+    pooled_tr, pooled_te = [], []
+    for gpu, dtype in keys:
+        in_table = ((rows["gpu"] == gpu) & (rows["dtype"] == dtype)).to_numpy()
+        a, b = rows[in_table & ~te], rows[in_table & te]
+        Xa, ba, roof = _moe_features(a, gpu, dtype)
+        Xb, bb, _ = _moe_features(b, gpu, dtype, roof)
+        ya = np.log(a["latency_s"].to_numpy(float) / ba)
+        idx = np.flatnonzero(in_table & te)
+        scored = gpu == GPU and len(b) > 0
+        if mode == "moe-pool":
+            hot = np.zeros(len(keys))
+            hot[keys.index((gpu, dtype))] = 1.0
+            pooled_tr.append((np.hstack([Xa, np.tile(hot, (len(a), 1))]), ya))
+            pooled_te.append((idx, np.hstack([Xb, np.tile(hot, (len(b), 1))]), bb, scored))
+        if not scored:
+            continue
+        got = {"one MLP per table": np.log(bb) + _mlp(Xa, ya).predict(Xb)}
+        if mode == "moe-trees":
+            from sklearn.ensemble import HistGradientBoostingRegressor
+
+            for name, kw in {
+                "boosted trees": {"min_samples_leaf": 20},
+                "boosted trees, leaves 40, L2 1": {
+                    "min_samples_leaf": 40,
+                    "l2_regularization": 1.0,
+                    "max_depth": 6,
+                },
+            }.items():
+                g = HistGradientBoostingRegressor(
+                    max_iter=600, learning_rate=0.05, random_state=0, **kw
+                ).fit(Xa, ya)
+                got[name] = np.log(bb) + g.predict(Xb)
+            got["MLP + boosted trees (log mean)"] = 0.5 * (
+                got["one MLP per table"] + got["boosted trees"]
+            )
+        if mode == "moe-inputs":
+            for name, cols in INPUT_SETS.items():
+                got[name] = np.log(bb) + _mlp(Xa[:, cols], ya).predict(Xb[:, cols])
+        for name, v in got.items():
+            out.setdefault(name, np.full(len(rows), np.nan))[idx] = v
+    if mode == "moe-pool":
+        X = np.vstack([x for x, _ in pooled_tr])
+        y = np.concatenate([v for _, v in pooled_tr])
+        net = _mlp(X, y, opts["max_iter"], opts["hidden"])
+        pred = np.full(len(rows), np.nan)
+        for idx, Xb, bb, scored in pooled_te:
+            if scored:
+                pred[idx] = np.log(bb) + net.predict(Xb)
+        out["one MLP over the pooled tables"] = pred
+    return te_idx, out
+
+
+def _moe_oof(
+    args: argparse.Namespace, gpus: list[str], dtypes: list[str]
+) -> dict[str, dict[str, float]]:
+    """Out-of-fold log predictions of every variant over the rows of (gpus, dtypes)."""
+    rows = _moe_rows(args.data, gpus, dtypes)
+    if args.mode == "moe-pool":  # one label per layer shape: held out of every pooled table
+        shape = rows[list(O.MOE_SHAPE_GROUP)].astype(str).agg("|".join, axis=1)
+        labels = pd.factorize(shape, sort=True)[0]
+    else:  # one table: its own labels, as benchmarks/level1_ops_cv.py
+        labels = U.group_labels(rows, O.MOE_SHAPE_GROUP)
+    opts = {"max_iter": args.max_iter, "hidden": tuple(int(h) for h in args.hidden.split("x"))}
+    tasks = [
+        (args.mode, args.data, gpus, dtypes, np.flatnonzero(f), opts)
+        for f in U.group_folds(labels, args.folds, args.seed)
+    ]
+    pred: dict[str, np.ndarray] = {}
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        for _, out in ex.map(_moe_fold, tasks):
+            for name, v in out.items():
+                got = pred.setdefault(name, np.full(len(rows), np.nan))
+                ok = np.isfinite(v)
+                got[ok] = v[ok]
+    y = rows["latency_s"].to_numpy(float)
+    scores: dict[str, dict[str, float]] = {}
+    for name, lp in pred.items():
+        for dtype in dtypes:
+            s = ((rows["gpu"] == GPU) & (rows["dtype"] == dtype)).to_numpy()
+            scores.setdefault(name, {})[dtype] = U.mape_pct(np.exp(lp[s]), y[s])
+    return scores
+
+
+def run_moe(args: argparse.Namespace) -> None:
+    t0 = time.perf_counter()
+    if args.mode == "moe-pool":
+        scores = _moe_oof(args, args.gpus, args.dtypes)
+    else:
+        scores: dict[str, dict[str, float]] = {}
+        for dtype in args.dtypes:
+            for name, by in _moe_oof(args, [GPU], [dtype]).items():
+                scores.setdefault(name, {}).update(by)
+    gpus = args.gpus if args.mode == "moe-pool" else [GPU]
+    print(f"{args.mode}, H100 vLLM MoE, {args.folds} folds by layer shape, seed {args.seed}, "
+          f"GPUs {gpus} ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print("| variant | " + " | ".join(args.dtypes) + " |")
+    print("|---|" + "---|" * len(args.dtypes))
+    for name, by in scores.items():
+        print(f"| {name} | " + " | ".join(f"{by[d]:.2f}%" for d in args.dtypes) + " |")
+
+
+def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
+    data, kind, engine, te_idx = task
+    t = _table(data, kind)
+    rows = t[(t["gpu"] == GPU) & (t["engine"] == engine)].reset_index(drop=True)
+    te = np.zeros(len(rows), bool)
+    te[te_idx] = True
+    model = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine, seed=0).fit(rows[~te])
+    return te_idx, model.predict(**attention_inputs(rows[te]))["latency_s"]
+
+
+def run_attention(args: argparse.Namespace) -> None:
+    """Out-of-fold error of the shipped setting, and what is left once each held-out head
+    configuration's median log error is taken out (an oracle: the level no fit can know)."""
+    t = _table(args.data, args.kind)
+    rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
+    folds = U.group_folds(U.group_labels(rows, O.HEAD_GROUP), args.folds, args.seed)
+    pred = np.full(len(rows), np.nan)
+    tasks = [(args.data, args.kind, args.engine, np.flatnonzero(f)) for f in folds]
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        for idx, p in ex.map(_attention_fold, tasks):
+            pred[idx] = p
+    err = np.log(pred / rows["latency_s"].to_numpy(float))
+    cfg = U.group_labels(rows, O.HEAD_GROUP)
+    level = pd.Series(err).groupby(cfg).transform("median").to_numpy()
+
+    def mape(e: np.ndarray) -> float:
+        return float(np.mean(np.abs(np.expm1(e))) * 100)
+
+    print(f"{args.kind}.{args.engine}, H100, {args.folds} folds by head configuration: "
+          f"{len(rows)} rows, {len(np.unique(cfg))} configurations")  # fmt: skip
+    print(f"  held-out MAPE {mape(err):.2f}%; each configuration's median log error taken out "
+          f"{mape(err - level):.2f}%; mean |median bias| of a configuration "
+          f"{np.mean(np.abs(np.expm1(pd.Series(err).groupby(cfg).median()))) * 100:.2f}%")  # fmt: skip
+    frame = rows.assign(e=err, c=err - level)
+    for col in ("head_dim", "batch_size"):
+        g = frame.groupby(col)
+        print(f"  by {col}: " + ", ".join(
+            f"{k} {mape(d['e'].to_numpy()):.2f}% ({mape(d['c'].to_numpy()):.2f}%)" for k, d in g
+        ))  # fmt: skip
+    per = frame.groupby(cfg).agg(
+        n=("e", "size"), mape=("e", lambda e: mape(e.to_numpy())), bias=("e", "median")
+    )
+    per["points"] = per["n"] * per["mape"] / len(rows)
+    worst = per.sort_values("points", ascending=False).head(10)
+    print(f"  the 10 worst configurations carry {worst['points'].sum():.2f} points")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=("moe-trees", "moe-inputs", "moe-pool", "attention"))
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "fp8", "fp8_block"])
+    ap.add_argument("--gpus", nargs="+", default=[GPU], help="moe-pool: tables pooled")
+    ap.add_argument("--max-iter", type=int, default=300, help="moe-pool: epochs of the pool")
+    ap.add_argument("--hidden", default="64x64x64", help="moe-pool: the pooled MLP's layers")
+    ap.add_argument("--kind", default="context_attention", choices=tuple(O.ATTENTION_CLASSES))
+    ap.add_argument("--engine", default="vllm")
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    (run_attention if args.mode == "attention" else run_moe)(args)
+
+
+if __name__ == "__main__":
+    main()
