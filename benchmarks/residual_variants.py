@@ -8,10 +8,15 @@ layer shape / head configuration). One MLP per fit (the shipped tables average 2
     PYTHONPATH=. python benchmarks/residual_variants.py moe-pool --dtypes bfloat16 fp8 fp8_block
     PYTHONPATH=. python benchmarks/residual_variants.py moe-pool --dtypes fp8 --gpus h100_sxm h200_sxm
     PYTHONPATH=. python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
+    PYTHONPATH=. python benchmarks/residual_variants.py moe-bag        # members on 80% of shapes
+    PYTHONPATH=. python benchmarks/residual_variants.py moe-curve      # error vs layer shapes fitted
 
 moe-pool fits one residual MLP over the tables named (a one-hot per (gpu, dtype) table, each table
 keeping its own roofline base) and, with the same folds (layer shapes held out in every pooled
-table), one MLP per table; both are scored on the H100 rows. Results: docs/accuracy.md, sections
+table), one MLP per table; both are scored on the H100 rows. moe-curve is a learning curve: each
+fold's fit on a random 50 / 70 / 85% of its training layer shapes (3 draws each) against all of
+them, and the power law err ~ shapes^-alpha through the means, which says how many more measured
+layer shapes the shipped model would need to reach 4%. Results: docs/accuracy.md, sections
 "Fused MoE, held-out layer shapes" and "Attention (Level-2 inputs)". 2 worker processes.
 """
 
@@ -88,6 +93,12 @@ def _mlp(X: np.ndarray, y: np.ndarray, max_iter: int = 300, hidden: tuple = HIDD
     )
 
 
+def _mlp_seed(X: np.ndarray, y: np.ndarray, seed: int) -> Any:
+    return fit_residual_ensemble(
+        X, y, members=1, hidden=HIDDEN, max_iter=300, max_rows=10**6, seed=seed
+    )
+
+
 def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Out-of-fold log predictions of one fold for every variant of `mode`."""
     mode, data, gpus, dtypes, te_idx, opts = task
@@ -131,6 +142,21 @@ def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
             got["MLP + boosted trees (log mean)"] = 0.5 * (
                 got["one MLP per table"] + got["boosted trees"]
             )
+        if mode == "moe-bag":  # 1-3 members: seeds alone, or each on 80% of the shapes too
+            shapes = U.group_labels(a, O.MOE_SHAPE_GROUP)
+            uniq = np.unique(shapes)
+            seeded, bagged = [], []
+            for m in range(3):
+                seeded.append(_mlp_seed(Xa, ya, m).predict(Xb))
+                pick = np.random.default_rng(1000 + m).choice(
+                    uniq, round(0.8 * len(uniq)), replace=False
+                )
+                keep = np.isin(shapes, pick)
+                bagged.append(_mlp_seed(Xa[keep], ya[keep], m).predict(Xb))
+                got[f"mean of {m + 1} seeded MLPs"] = np.log(bb) + np.mean(seeded, axis=0)
+                got[f"mean of {m + 1}, each on 80% of the shapes"] = np.log(bb) + np.mean(
+                    bagged, axis=0
+                )
         if mode == "moe-inputs":
             for name, cols in INPUT_SETS.items():
                 got[name] = np.log(bb) + _mlp(Xa[:, cols], ya).predict(Xb[:, cols])
@@ -197,6 +223,70 @@ def run_moe(args: argparse.Namespace) -> None:
         print(f"| {name} | " + " | ".join(f"{by[d]:.2f}%" for d in args.dtypes) + " |")
 
 
+CURVE_FRACTIONS = (0.5, 0.7, 0.85)
+CURVE_DRAWS = 3
+SHIPPED_2_MLPS = {"bfloat16": 5.16, "fp8": 4.53, "fp8_block": 4.67}  # level1_ops_cv.py, session 4
+
+
+def _curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.ndarray]]:
+    data, dtype, te_idx = task
+    rows = _moe_rows(data, [GPU], [dtype])
+    te = np.zeros(len(rows), bool)
+    te[te_idx] = True
+    tr = rows[~te]
+    Xa, ba, roof = _moe_features(tr, GPU, dtype)
+    Xb, bb, _ = _moe_features(rows[te], GPU, dtype, roof)
+    ya = np.log(tr["latency_s"].to_numpy(float) / ba)
+    shapes = U.group_labels(tr, O.MOE_SHAPE_GROUP)
+    uniq = np.unique(shapes)
+    out = {(1.0, 0): np.log(bb) + _mlp(Xa, ya).predict(Xb)}
+    for frac in CURVE_FRACTIONS:
+        for draw in range(CURVE_DRAWS):
+            rng = np.random.default_rng(7919 * draw + int(frac * 100))
+            keep = np.isin(shapes, rng.choice(uniq, round(frac * len(uniq)), replace=False))
+            net = fit_residual_ensemble(
+                Xa[keep], ya[keep], members=1, hidden=HIDDEN, max_iter=300, max_rows=10**6,
+                seed=draw,
+            )  # fmt: skip
+            out[(frac, draw)] = np.log(bb) + net.predict(Xb)
+    return te_idx, out
+
+
+def run_curve(args: argparse.Namespace) -> None:
+    print("| dtype | layer shapes | " + " | ".join(
+        f"{f:.0%} of a fold's shapes" for f in (*CURVE_FRACTIONS, 1.0)
+    ) + " | alpha | more shapes for 4%, 1 MLP / shipped 2 |")  # fmt: skip
+    print("|---|---|" + "---|" * (len(CURVE_FRACTIONS) + 3))
+    for dtype in args.dtypes:
+        rows = _moe_rows(args.data, [GPU], [dtype])
+        labels = U.group_labels(rows, O.MOE_SHAPE_GROUP)
+        y = rows["latency_s"].to_numpy(float)
+        pred: dict[tuple[float, int], np.ndarray] = {}
+        tasks = [
+            (args.data, dtype, np.flatnonzero(f))
+            for f in U.group_folds(labels, args.folds, args.seed)
+        ]
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+            for idx, out in ex.map(_curve_fold, tasks):
+                for key, v in out.items():
+                    pred.setdefault(key, np.full(len(rows), np.nan))[idx] = v
+        by_frac: dict[float, list[float]] = {}
+        for (frac, _), lp in pred.items():
+            by_frac.setdefault(frac, []).append(U.mape_pct(np.exp(lp), y))
+        fracs = sorted(by_frac)
+        mean = [float(np.mean(by_frac[f])) for f in fracs]
+        alpha = -np.polyfit(np.log(fracs), np.log(mean), 1)[0]
+        one = (mean[-1] / 4.0) ** (1.0 / alpha)
+        two = (SHIPPED_2_MLPS.get(dtype, np.nan) / 4.0) ** (1.0 / alpha)
+        cells = " | ".join(
+            f"{m:.2f}% ({', '.join(f'{x:.2f}' for x in by_frac[f])})" if len(by_frac[f]) > 1
+            else f"{m:.2f}%"
+            for f, m in zip(fracs, mean, strict=True)
+        )  # fmt: skip
+        print(f"| {dtype} | {len(np.unique(labels))} | {cells} | {alpha:.2f} | "
+              f"x{one:.2f} / x{two:.2f} |", flush=True)  # fmt: skip
+
+
 def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
     data, kind, engine, te_idx = task
     t = _table(data, kind)
@@ -246,7 +336,10 @@ def run_attention(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=("moe-trees", "moe-inputs", "moe-pool", "attention"))
+    ap.add_argument(
+        "mode",
+        choices=("moe-trees", "moe-inputs", "moe-pool", "moe-bag", "moe-curve", "attention"),
+    )
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "fp8", "fp8_block"])
     ap.add_argument("--gpus", nargs="+", default=[GPU], help="moe-pool: tables pooled")
@@ -258,7 +351,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    (run_attention if args.mode == "attention" else run_moe)(args)
+    run = {"attention": run_attention, "moe-curve": run_curve}.get(args.mode, run_moe)
+    run(args)
 
 
 if __name__ == "__main__":
