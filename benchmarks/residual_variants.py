@@ -3,13 +3,15 @@ the error decomposition of an attention table's out-of-fold predictions. H100 on
 group folds, as `benchmarks/level1_ops_cv.py` (a row is predicted by a fit that never saw its
 layer shape / head configuration). One MLP per fit (the shipped tables average 2 or 3).
 
-    PYTHONPATH=. python benchmarks/residual_variants.py moe-trees      # MLP vs boosted trees
-    PYTHONPATH=. python benchmarks/residual_variants.py moe-inputs     # fewer MLP inputs
-    PYTHONPATH=. python benchmarks/residual_variants.py moe-pool --dtypes bfloat16 fp8 fp8_block
-    PYTHONPATH=. python benchmarks/residual_variants.py moe-pool --dtypes fp8 --gpus h100_sxm h200_sxm
-    PYTHONPATH=. python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
-    PYTHONPATH=. python benchmarks/residual_variants.py moe-bag        # members on 80% of shapes
-    PYTHONPATH=. python benchmarks/residual_variants.py moe-curve      # error vs layer shapes fitted
+    cd <repo>; export PYTHONPATH=.
+    python benchmarks/residual_variants.py moe-trees      # MLP vs boosted trees
+    python benchmarks/residual_variants.py moe-inputs     # fewer MLP inputs
+    python benchmarks/residual_variants.py moe-pool --dtypes bfloat16 fp8 fp8_block
+    python benchmarks/residual_variants.py moe-pool --dtypes fp8 --gpus h100_sxm h200_sxm
+    python benchmarks/residual_variants.py moe-bag        # members on 80% of the shapes
+    python benchmarks/residual_variants.py moe-curve      # error against layer shapes fitted
+    python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
+    python benchmarks/residual_variants.py attention-curve --kind context_attention --engine vllm
 
 moe-pool fits one residual MLP over the tables named (a one-hot per (gpu, dtype) table, each table
 keeping its own roofline base) and, with the same folds (layer shapes held out in every pooled
@@ -252,39 +254,99 @@ def _curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.nda
     return te_idx, out
 
 
-def run_curve(args: argparse.Namespace) -> None:
-    print("| dtype | layer shapes | " + " | ".join(
-        f"{f:.0%} of a fold's shapes" for f in (*CURVE_FRACTIONS, 1.0)
-    ) + " | alpha | more shapes for 4%, 1 MLP / shipped 2 |")  # fmt: skip
+def _print_curve(
+    name: str,
+    n_groups: int,
+    rows: pd.DataFrame,
+    tasks: list[tuple],
+    fold: Any,
+    args: argparse.Namespace,
+    target: float,
+    shipped: float | None,
+) -> None:
+    """Run the folds of a learning curve and print its markdown row: the mean held-out MAPE at
+    each share of the training groups (the draws in brackets), the power law's exponent and
+    the factor on the groups measured that would reach `target` (one MLP / the shipped model)."""
+    y = rows["latency_s"].to_numpy(float)
+    pred: dict[tuple[float, int], np.ndarray] = {}
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        for idx, out in ex.map(fold, tasks):
+            for key, v in out.items():
+                pred.setdefault(key, np.full(len(rows), np.nan))[idx] = v
+    by_frac: dict[float, list[float]] = {}
+    for (frac, _), lp in pred.items():
+        by_frac.setdefault(frac, []).append(U.mape_pct(np.exp(lp), y))
+    fracs = sorted(by_frac)
+    mean = [float(np.mean(by_frac[f])) for f in fracs]
+    alpha = -np.polyfit(np.log(fracs), np.log(mean), 1)[0]
+    one = (mean[-1] / target) ** (1.0 / alpha)
+    two = "-" if shipped is None else f"x{(shipped / target) ** (1.0 / alpha):.2f}"
+    cells = " | ".join(
+        f"{m:.2f}% ({', '.join(f'{x:.2f}' for x in by_frac[f])})" if len(by_frac[f]) > 1
+        else f"{m:.2f}%"
+        for f, m in zip(fracs, mean, strict=True)
+    )  # fmt: skip
+    print(f"| {name} | {n_groups} | {cells} | {alpha:.2f} | x{one:.2f} / {two} |", flush=True)
+
+
+def _curve_header(target: float) -> None:
+    shares = " | ".join(f"{f:.0%} of a fold's groups" for f in (*CURVE_FRACTIONS, 1.0))
+    print(f"| table | groups | {shares} | alpha | more groups for {target:g}%, 1 MLP / shipped |")
     print("|---|---|" + "---|" * (len(CURVE_FRACTIONS) + 3))
+
+
+def run_curve(args: argparse.Namespace) -> None:
+    _curve_header(4.0)
     for dtype in args.dtypes:
         rows = _moe_rows(args.data, [GPU], [dtype])
         labels = U.group_labels(rows, O.MOE_SHAPE_GROUP)
-        y = rows["latency_s"].to_numpy(float)
-        pred: dict[tuple[float, int], np.ndarray] = {}
         tasks = [
             (args.data, dtype, np.flatnonzero(f))
             for f in U.group_folds(labels, args.folds, args.seed)
         ]
-        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
-            for idx, out in ex.map(_curve_fold, tasks):
-                for key, v in out.items():
-                    pred.setdefault(key, np.full(len(rows), np.nan))[idx] = v
-        by_frac: dict[float, list[float]] = {}
-        for (frac, _), lp in pred.items():
-            by_frac.setdefault(frac, []).append(U.mape_pct(np.exp(lp), y))
-        fracs = sorted(by_frac)
-        mean = [float(np.mean(by_frac[f])) for f in fracs]
-        alpha = -np.polyfit(np.log(fracs), np.log(mean), 1)[0]
-        one = (mean[-1] / 4.0) ** (1.0 / alpha)
-        two = (SHIPPED_2_MLPS.get(dtype, np.nan) / 4.0) ** (1.0 / alpha)
-        cells = " | ".join(
-            f"{m:.2f}% ({', '.join(f'{x:.2f}' for x in by_frac[f])})" if len(by_frac[f]) > 1
-            else f"{m:.2f}%"
-            for f, m in zip(fracs, mean, strict=True)
+        _print_curve(
+            f"moe.vllm.{dtype}", len(np.unique(labels)), rows, tasks, _curve_fold, args,
+            target=4.0, shipped=SHIPPED_2_MLPS.get(dtype),
         )  # fmt: skip
-        print(f"| {dtype} | {len(np.unique(labels))} | {cells} | {alpha:.2f} | "
-              f"x{one:.2f} / x{two:.2f} |", flush=True)  # fmt: skip
+
+
+def _attention_curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.ndarray]]:
+    """One fold of the attention learning curve: one MLP per fit, on a random share of the
+    fold's training head configurations."""
+    from dse.surrogate import attention as attention_mod
+
+    data, kind, engine, te_idx = task
+    attention_mod.MEMBERS = dict.fromkeys(attention_mod.MEMBERS, 1)
+    t = _table(data, kind)
+    rows = t[(t["gpu"] == GPU) & (t["engine"] == engine)].reset_index(drop=True)
+    te = np.zeros(len(rows), bool)
+    te[te_idx] = True
+    tr = rows[~te]
+    cls = O.ATTENTION_CLASSES[kind]
+    configs = U.group_labels(tr, O.HEAD_GROUP)
+    uniq = np.unique(configs)
+    out = {}
+    for frac in (*CURVE_FRACTIONS, 1.0):
+        for draw in range(CURVE_DRAWS if frac < 1.0 else 1):
+            rng = np.random.default_rng(7919 * draw + int(frac * 100))
+            keep = np.isin(configs, rng.choice(uniq, round(frac * len(uniq)), replace=False))
+            model = cls(gpu=GPU, engine=engine, seed=draw).fit(tr[keep])
+            out[(frac, draw)] = np.log(model.predict(**attention_inputs(rows[te]))["latency_s"])
+    return te_idx, out
+
+
+def run_attention_curve(args: argparse.Namespace) -> None:
+    t = _table(args.data, args.kind)
+    rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
+    labels = U.group_labels(rows, O.HEAD_GROUP)
+    tasks = [
+        (args.data, args.kind, args.engine, np.flatnonzero(f))
+        for f in U.group_folds(labels, args.folds, args.seed)
+    ]
+    _print_curve(
+        f"{args.kind}.{args.engine}", len(np.unique(labels)), rows, tasks, _attention_curve_fold,
+        args, target=2.0, shipped=None,
+    )  # fmt: skip
 
 
 def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -317,9 +379,10 @@ def run_attention(args: argparse.Namespace) -> None:
 
     print(f"{args.kind}.{args.engine}, H100, {args.folds} folds by head configuration: "
           f"{len(rows)} rows, {len(np.unique(cfg))} configurations")  # fmt: skip
+    bias = float(np.mean(np.abs(np.expm1(pd.Series(err).groupby(cfg).median()))) * 100)
     print(f"  held-out MAPE {mape(err):.2f}%; each configuration's median log error taken out "
           f"{mape(err - level):.2f}%; mean |median bias| of a configuration "
-          f"{np.mean(np.abs(np.expm1(pd.Series(err).groupby(cfg).median()))) * 100:.2f}%")  # fmt: skip
+          f"{bias:.2f}%")  # fmt: skip
     frame = rows.assign(e=err, c=err - level)
     for col in ("head_dim", "batch_size"):
         g = frame.groupby(col)
@@ -338,7 +401,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "mode",
-        choices=("moe-trees", "moe-inputs", "moe-pool", "moe-bag", "moe-curve", "attention"),
+        choices=(
+            "moe-trees",
+            "moe-inputs",
+            "moe-pool",
+            "moe-bag",
+            "moe-curve",
+            "attention",
+            "attention-curve",
+        ),
     )
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "fp8", "fp8_block"])
@@ -351,7 +422,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    run = {"attention": run_attention, "moe-curve": run_curve}.get(args.mode, run_moe)
+    run = {
+        "attention": run_attention,
+        "attention-curve": run_attention_curve,
+        "moe-curve": run_curve,
+    }.get(args.mode, run_moe)
     run(args)
 
 
