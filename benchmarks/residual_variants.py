@@ -12,6 +12,7 @@ layer shape / head configuration). One MLP per fit (the shipped tables average 2
     python benchmarks/residual_variants.py moe-curve      # error against layer shapes fitted
     python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
     python benchmarks/residual_variants.py attention-curve --kind context_attention --engine vllm
+    python benchmarks/residual_variants.py attention-pool --kind context_attention
 
 moe-pool fits one residual MLP over the tables named (a one-hot per (gpu, dtype) table, each table
 keeping its own roofline base) and, with the same folds (layer shapes held out in every pooled
@@ -357,6 +358,85 @@ def run_attention_curve(args: argparse.Namespace) -> None:
     )  # fmt: skip
 
 
+def _attention_rows_features(
+    rows: pd.DataFrame, kind: str, engine: str, roof: Any = None
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """(features, roofline base, roofline) of one engine's attention rows, as the model fits."""
+    from dse.hardware import get_gpu
+    from dse.surrogate import attention as A
+
+    m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
+    v = m._inputs({c: rows[c].to_numpy() for c in rows.columns if c in A._INPUT_COLUMNS})
+    flops, bytes_ = A.attention_work(m.phase, v)
+    flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
+    items = A.work_items(m.phase, v)
+    if roof is None:
+        peak, bw = m._peak()
+        y = rows["latency_s"].to_numpy(float)
+        roof = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
+    base = roof.parts(flops_eff, bytes_, items)["base_s"]
+    n_sms = get_gpu(GPU).n_sms
+    X = A._features(m.phase, v, flops, bytes_, np.log(base), n_sms, engine, A.feature_set_for(GPU))
+    return X, base, roof
+
+
+def _attention_pool_fold(task: tuple) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """One residual MLP over both engines' rows of a kind (an engine flag; each engine keeps
+    its own roofline base and kernel inputs); the fold's head configurations held out of both."""
+    data, kind, te_idx, max_rows = task
+    t = _table(data, kind)
+    rows = t[t["gpu"] == GPU].reset_index(drop=True)
+    te = np.zeros(len(rows), bool)
+    te[te_idx] = True
+    Xs, ys, tests = [], [], []
+    for flag, engine in enumerate(("trtllm", "vllm")):
+        sel = (rows["engine"] == engine).to_numpy()
+        Xa, ba, roof = _attention_rows_features(rows[sel & ~te], kind, engine)
+        Xb, bb, _ = _attention_rows_features(rows[sel & te], kind, engine, roof)
+        Xs.append(np.column_stack([Xa, np.full(len(Xa), float(flag))]))
+        ys.append(np.log(rows["latency_s"].to_numpy(float)[sel & ~te] / ba))
+        tests.append((engine, np.flatnonzero(sel & te), Xb, bb, float(flag)))
+    net = fit_residual_ensemble(
+        np.vstack(Xs), np.concatenate(ys), members=1, hidden=HIDDEN, max_iter=300,
+        max_rows=max_rows, seed=0,
+    )  # fmt: skip
+    return {
+        engine: (idx, bb * np.exp(net.predict(np.column_stack([Xb, np.full(len(Xb), flag)]))))
+        for engine, idx, Xb, bb, flag in tests
+    }
+
+
+def run_attention_pool(args: argparse.Namespace) -> None:
+    """Folds: a head configuration in the vLLM table keeps its fold of the per-table CV
+    (`U.group_folds` of the vLLM rows); one measured by TensorRT-LLM alone gets a seeded fold."""
+    t = _table(args.data, args.kind)
+    rows = t[t["gpu"] == GPU].reset_index(drop=True)
+    key = rows[list(O.HEAD_GROUP)].astype(str).agg("|".join, axis=1).to_numpy()
+    is_vllm = (rows["engine"] == "vllm").to_numpy()
+    vl = rows[is_vllm].reset_index(drop=True)
+    fold_of: dict[str, int] = {}
+    for f, m in enumerate(U.group_folds(U.group_labels(vl, O.HEAD_GROUP), args.folds, args.seed)):
+        fold_of.update(dict.fromkeys(np.unique(key[is_vllm][m]), f))
+    rng = np.random.default_rng(args.seed + 5)
+    for k in np.unique(key):
+        fold_of.setdefault(k, int(rng.integers(args.folds)))
+    fold = np.array([fold_of[k] for k in key])
+    pred = np.full(len(rows), np.nan)
+    tasks = [
+        (args.data, args.kind, np.flatnonzero(fold == f), args.pool_rows) for f in range(args.folds)
+    ]
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        for out in ex.map(_attention_pool_fold, tasks):
+            for idx, p in out.values():
+                pred[idx] = p
+    y = rows["latency_s"].to_numpy(float)
+    print(f"{args.kind}, H100, one MLP over both engines, {args.folds} folds by head "
+          f"configuration, <= {args.pool_rows} rows a fit:")  # fmt: skip
+    for engine in ("trtllm", "vllm"):
+        s = (rows["engine"] == engine).to_numpy()
+        print(f"  {engine}: {U.mape_pct(pred[s], y[s]):.2f}%")
+
+
 def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
     data, kind, engine, te_idx = task
     t = _table(data, kind)
@@ -417,6 +497,7 @@ def main() -> None:
             "moe-curve",
             "attention",
             "attention-curve",
+            "attention-pool",
         ),
     )
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -426,6 +507,7 @@ def main() -> None:
     ap.add_argument("--hidden", default="64x64x64", help="moe-pool: the pooled MLP's layers")
     ap.add_argument("--kind", default="context_attention", choices=tuple(O.ATTENTION_CLASSES))
     ap.add_argument("--engine", default="vllm")
+    ap.add_argument("--pool-rows", type=int, default=60000, help="attention-pool: rows a fit")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
@@ -433,6 +515,7 @@ def main() -> None:
     run = {
         "attention": run_attention,
         "attention-curve": run_attention_curve,
+        "attention-pool": run_attention_pool,
         "moe-curve": run_curve,
     }.get(args.mode, run_moe)
     run(args)
