@@ -47,7 +47,7 @@ from dse.data import load
 from dse.surrogate import _fitutil as U
 from dse.surrogate import moe as M
 from dse.surrogate import ops_models as O
-from dse.surrogate._hybrid import fit_residual_ensemble, fit_roofline
+from dse.surrogate._hybrid import fit_residual_ensemble
 from dse.surrogate.attention import attention_inputs
 
 GPU = "h100_sxm"
@@ -76,29 +76,22 @@ def _moe_rows(data: str, gpus: list[str], dtypes: list[str]) -> pd.DataFrame:
 
 
 def _moe_features(
-    rows: pd.DataFrame, gpu: str, dtype: str, roof: Any = None
-) -> tuple[np.ndarray, np.ndarray, Any]:
-    """(features, roofline base, roofline) of MoE rows; the roofline is fitted when not given."""
-    m = M.MoEModel(gpu, "vllm", dtype)
-    v = m._inputs(M.moe_inputs(rows))
-    w = M.moe_work(v, m.weight_bytes)
-    if roof is None:
-        peak, bw = m._peak()
-        y = rows["latency_s"].to_numpy(float)
-        roof = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
-    base = roof.parts(w["flops"], w["bytes"], w["touched"])["base_s"]
-    return M._features(v, w, np.log(base)), base, roof
+    rows: pd.DataFrame, gpu: str, dtype: str, model: M.MoEModel | None = None
+) -> tuple[np.ndarray, np.ndarray, M.MoEModel]:
+    """(features, roofline base, model) of MoE rows, as `MoEModel` builds them; without a model,
+    a new one with its roofline fitted on these rows."""
+    m = model or M.MoEModel(gpu, "vllm", dtype)
+    y = None if model else rows["latency_s"].to_numpy(float)
+    out, X = m.design(m._inputs(M.moe_inputs(rows)), y)
+    return X, out["base_s"], m
 
 
-def _mlp(X: np.ndarray, y: np.ndarray, max_iter: int = 300, hidden: tuple = HIDDEN) -> Any:
+def _mlp(
+    X: np.ndarray, y: np.ndarray, seed: int = 0, max_iter: int = 300, hidden: tuple = HIDDEN
+) -> Any:
+    """One residual MLP as the models fit it (every row: no subsample)."""
     return fit_residual_ensemble(
-        X, y, members=1, hidden=hidden, max_iter=max_iter, max_rows=10**6, seed=0
-    )
-
-
-def _mlp_seed(X: np.ndarray, y: np.ndarray, seed: int) -> Any:
-    return fit_residual_ensemble(
-        X, y, members=1, hidden=HIDDEN, max_iter=300, max_rows=10**6, seed=seed
+        X, y, members=1, hidden=hidden, max_iter=max_iter, max_rows=10**6, seed=seed
     )
 
 
@@ -114,8 +107,8 @@ def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     for gpu, dtype in keys:
         in_table = ((rows["gpu"] == gpu) & (rows["dtype"] == dtype)).to_numpy()
         a, b = rows[in_table & ~te], rows[in_table & te]
-        Xa, ba, roof = _moe_features(a, gpu, dtype)
-        Xb, bb, _ = _moe_features(b, gpu, dtype, roof)
+        Xa, ba, model = _moe_features(a, gpu, dtype)
+        Xb, bb, _ = _moe_features(b, gpu, dtype, model)
         ya = np.log(a["latency_s"].to_numpy(float) / ba)
         idx = np.flatnonzero(in_table & te)
         scored = gpu == GPU and len(b) > 0
@@ -126,7 +119,8 @@ def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
             pooled_te.append((idx, np.hstack([Xb, np.tile(hot, (len(b), 1))]), bb, scored))
         if not scored:
             continue
-        got = {"one MLP per table": np.log(bb) + _mlp(Xa, ya).predict(Xb)}
+        one = _mlp(Xa, ya).predict(Xb)
+        got = {"one MLP per table": np.log(bb) + one}
         if mode == "moe-trees":
             from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -148,15 +142,16 @@ def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         if mode == "moe-bag":  # 1-3 members: seeds alone, or each on 80% of the shapes too
             shapes = U.group_labels(a, O.MOE_SHAPE_GROUP)
             uniq = np.unique(shapes)
-            seeded, bagged = [], []
+            seeded, bagged = [one], []  # seed 0 on every shape: the MLP above
             for m in range(3):
-                seeded.append(_mlp_seed(Xa, ya, m).predict(Xb))
+                if m:
+                    seeded.append(_mlp(Xa, ya, seed=m).predict(Xb))
+                    got[f"mean of {m + 1} seeded MLPs"] = np.log(bb) + np.mean(seeded, axis=0)
                 pick = np.random.default_rng(1000 + m).choice(
                     uniq, round(0.8 * len(uniq)), replace=False
                 )
                 keep = np.isin(shapes, pick)
-                bagged.append(_mlp_seed(Xa[keep], ya[keep], m).predict(Xb))
-                got[f"mean of {m + 1} seeded MLPs"] = np.log(bb) + np.mean(seeded, axis=0)
+                bagged.append(_mlp(Xa[keep], ya[keep], seed=m).predict(Xb))
                 got[f"mean of {m + 1}, each on 80% of the shapes"] = np.log(bb) + np.mean(
                     bagged, axis=0
                 )
@@ -168,7 +163,7 @@ def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     if mode == "moe-pool":
         X = np.vstack([x for x, _ in pooled_tr])
         y = np.concatenate([v for _, v in pooled_tr])
-        net = _mlp(X, y, opts["max_iter"], opts["hidden"])
+        net = _mlp(X, y, max_iter=opts["max_iter"], hidden=opts["hidden"])
         pred = np.full(len(rows), np.nan)
         for idx, Xb, bb, scored in pooled_te:
             if scored:
@@ -244,8 +239,8 @@ def _curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.nda
     te = np.zeros(len(rows), bool)
     te[te_idx] = True
     tr = rows[~te]
-    Xa, ba, roof = _moe_features(tr, GPU, dtype)
-    Xb, bb, _ = _moe_features(rows[te], GPU, dtype, roof)
+    Xa, ba, model = _moe_features(tr, GPU, dtype)
+    Xb, bb, _ = _moe_features(rows[te], GPU, dtype, model)
     ya = np.log(tr["latency_s"].to_numpy(float) / ba)
     shapes = U.group_labels(tr, O.MOE_SHAPE_GROUP)
     uniq = np.unique(shapes)
@@ -254,11 +249,7 @@ def _curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.nda
         for draw in range(CURVE_DRAWS):
             rng = np.random.default_rng(7919 * draw + int(frac * 100))
             keep = np.isin(shapes, rng.choice(uniq, round(frac * len(uniq)), replace=False))
-            net = fit_residual_ensemble(
-                Xa[keep], ya[keep], members=1, hidden=HIDDEN, max_iter=300, max_rows=10**6,
-                seed=draw,
-            )  # fmt: skip
-            out[(frac, draw)] = np.log(bb) + net.predict(Xb)
+            out[(frac, draw)] = np.log(bb) + _mlp(Xa[keep], ya[keep], seed=draw).predict(Xb)
     return te_idx, out
 
 
@@ -359,25 +350,19 @@ def run_attention_curve(args: argparse.Namespace) -> None:
 
 
 def _attention_rows_features(
-    rows: pd.DataFrame, kind: str, engine: str, roof: Any = None
+    rows: pd.DataFrame, kind: str, engine: str, model: Any = None
 ) -> tuple[np.ndarray, np.ndarray, Any]:
-    """(features, roofline base, roofline) of one engine's attention rows, as the model fits."""
-    from dse.hardware import get_gpu
-    from dse.surrogate import attention as A
+    """(features, roofline base, model) of one engine's attention rows, as the model builds
+    them; without a model, a new one with its roofline fitted on these rows."""
+    from dse.surrogate.attention import feature_set_for
 
-    m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
-    v = m._inputs({c: rows[c].to_numpy() for c in rows.columns if c in A._INPUT_COLUMNS})
-    flops, bytes_ = A.attention_work(m.phase, v)
-    flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
-    items = A.work_items(m.phase, v)
-    if roof is None:
-        peak, bw = m._peak()
-        y = rows["latency_s"].to_numpy(float)
-        roof = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
-    base = roof.parts(flops_eff, bytes_, items)["base_s"]
-    n_sms = get_gpu(GPU).n_sms
-    X = A._features(m.phase, v, flops, bytes_, np.log(base), n_sms, engine, A.feature_set_for(GPU))
-    return X, base, roof
+    m = model
+    if m is None:
+        m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
+        m.feature_set_ = feature_set_for(GPU)
+    y = None if model else rows["latency_s"].to_numpy(float)
+    out, X = m.design(m._inputs(attention_inputs(rows)), y)
+    return X, out["base_s"], m
 
 
 def _attention_pool_fold(task: tuple) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -391,8 +376,8 @@ def _attention_pool_fold(task: tuple) -> dict[str, tuple[np.ndarray, np.ndarray]
     Xs, ys, tests = [], [], []
     for flag, engine in enumerate(("trtllm", "vllm")):
         sel = (rows["engine"] == engine).to_numpy()
-        Xa, ba, roof = _attention_rows_features(rows[sel & ~te], kind, engine)
-        Xb, bb, _ = _attention_rows_features(rows[sel & te], kind, engine, roof)
+        Xa, ba, model = _attention_rows_features(rows[sel & ~te], kind, engine)
+        Xb, bb, _ = _attention_rows_features(rows[sel & te], kind, engine, model)
         Xs.append(np.column_stack([Xa, np.full(len(Xa), float(flag))]))
         ys.append(np.log(rows["latency_s"].to_numpy(float)[sel & ~te] / ba))
         tests.append((engine, np.flatnonzero(sel & te), Xb, bb, float(flag)))

@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 from dse import arch as A
-from dse.commands import _flags
+from dse.commands._flags import ARCH_FLAGS as SHARED_ARCH_FLAGS
 from dse.commands._flags import add_arch_flags
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
 from dse.workload import Workload
 
 # Architecture fields settable by flag (they override --model / --hf-config).
-ARCH_FLAGS: dict[str, type] = {**_flags.ARCH_FLAGS, "norm": str}
+ARCH_FLAGS: dict[str, type] = {**SHARED_ARCH_FLAGS, "norm": str}
 BOOL_FLAGS: dict[str, tuple[str, str]] = {
     # field: (flag that sets it true, flag that sets it false)
     "tied_embeddings": ("--tied", "--untied"),

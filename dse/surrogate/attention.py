@@ -296,6 +296,7 @@ class AttentionModel:
         """Fit on the rows of `df` for this GPU and engine (kind context_/generation_attention)."""
         if gpu is not None:
             self.gpu = gpu
+            self.__dict__.pop("_sms", None)  # _n_sms of the GPU fitted on
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         if "kind" in d:
             d = d[d["kind"] == f"{self.phase}_attention"]
@@ -306,24 +307,9 @@ class AttentionModel:
         arrays = {c: d[c].to_numpy() for c in d.columns if c in _INPUT_COLUMNS}
         v = self._inputs(arrays)
         y = d["latency_s"].to_numpy(np.float64)
-        peak, bw = self._peak()
-        flops, bytes_ = attention_work(self.phase, v)
-        # fp8 attention runs on the fp8 tensor cores: count its FLOPs at half weight
-        flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
-        items = work_items(self.phase, v)
-        self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
-        base = self.roof_.parts(flops_eff, bytes_, items)["base_s"]
         self.feature_set_ = feature_set_for(self.gpu)
-        X = _features(
-            self.phase,
-            v,
-            flops,
-            bytes_,
-            np.log(base),
-            get_gpu(self.gpu).n_sms,
-            self.engine,
-            self.feature_set_,
-        )
+        out, X = self.design(v, y)
+        base = out["base_s"]
         self.mlp_ = fit_residual_ensemble(
             X,
             np.log(y / base),
@@ -353,11 +339,19 @@ class AttentionModel:
         return self
 
     # ---- prediction -----------------------------------------------------------------------
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        v = self._inputs(arrays)
+    def design(
+        self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(roofline parts with FLOPs and bytes, residual-MLP features) of inputs `v` (`_inputs`).
+        Given measured latencies `y` (fitting), the roofline is fitted on them first."""
         flops, bytes_ = attention_work(self.phase, v)
+        # fp8 attention runs on the fp8 tensor cores: count its FLOPs at half weight
         flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)
-        out = self.roof_.parts(flops_eff, bytes_, work_items(self.phase, v))
+        items = work_items(self.phase, v)
+        if y is not None:
+            peak, bw = self._peak()
+            self.roof_ = fit_roofline(flops_eff, bytes_, y, peak, bw, items)
+        out = self.roof_.parts(flops_eff, bytes_, items)
         X = _features(
             self.phase,
             v,
@@ -368,12 +362,16 @@ class AttentionModel:
             self.engine,
             self.feature_set_,
         )
+        out["flops"] = flops
+        out["bytes"] = bytes_
+        return out, X
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        out, X = self.design(self._inputs(arrays))
         stratum = arrays.get("stratum")
         if stratum is not None:
             stratum = np.broadcast_to(np.asarray(stratum), (len(X),))
         apply_residual(out, X, self.mlp_, self.power_mlp_, stratum)
-        out["flops"] = flops
-        out["bytes"] = bytes_
         return out
 
     # ---- state ----------------------------------------------------------------------------

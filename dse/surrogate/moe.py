@@ -189,11 +189,8 @@ class MoEModel:
             )
         v = self._inputs(moe_inputs(d))
         y = d["latency_s"].to_numpy(np.float64)
-        w = moe_work(v, self.weight_bytes)
-        peak, bw = self._peak()
-        self.roof_ = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
-        base = self.roof_.parts(w["flops"], w["bytes"], w["touched"])["base_s"]
-        X = _features(v, w, np.log(base))
+        out, X = self.design(v, y)
+        base = out["base_s"]
         self.mlp_ = fit_residual_ensemble(
             X,
             np.log(y / base),
@@ -211,15 +208,25 @@ class MoEModel:
         self.range_ = U.fitted_range(rng)
         return self
 
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        v = self._inputs(arrays)
+    def design(
+        self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(roofline parts with the work, residual-MLP features) of inputs `v` (`_inputs`).
+        Given measured latencies `y` (fitting), the roofline is fitted on them first."""
         w = moe_work(v, self.weight_bytes)
+        if y is not None:
+            peak, bw = self._peak()
+            self.roof_ = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
         out = self.roof_.parts(w["flops"], w["bytes"], w["touched"])
         X = _features(v, w, np.log(out["base_s"]))
-        apply_residual(out, X, self.mlp_, self.power_mlp_)
         out["flops"] = w["flops"]
         out["bytes"] = w["bytes"]
         out["touched_experts"] = w["touched"]
+        return out, X
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        out, X = self.design(self._inputs(arrays))
+        apply_residual(out, X, self.mlp_, self.power_mlp_)
         return out
 
     def to_state(self) -> dict[str, np.ndarray]:
