@@ -8,6 +8,7 @@ plotly and answers within about a second.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     only = first if first in COMMANDS else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, args.command, extra)
     if args.command is None:
         parser.print_help()
         return 2
@@ -81,6 +84,26 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+    """Exit 2 with the subcommand's own usage (not the top-level one) and, for each unknown
+    flag, the closest flags that subcommand has: `--layers` -> `--n-layers`."""
+    target = parser
+    if command is not None:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        target = sub.choices[command]
+    known = [o for a in target._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("-"):
+            continue
+        close = difflib.get_close_matches(flag, known, n=2, cutoff=0.6)
+        if close:
+            hints.append(f"{flag}: did you mean {' or '.join(close)}?")
+    msg = "unrecognized arguments: " + " ".join(extra)
+    target.error("; ".join([msg, *hints]))
 
 
 if __name__ == "__main__":

@@ -147,6 +147,18 @@ def test_predict_batch_given_a_number_points_to_batch_size(tmp_path: Path) -> No
     assert "Traceback" not in r.stderr
 
 
+def test_unknown_flag_names_the_subcommand_and_the_closest_flag() -> None:
+    r = dse("predict", "--layers", "32", "--ffn=14336", "--gpu", "h100_sxm")
+    assert r.returncode == 2
+    assert "usage: dse predict" in r.stderr  # the subcommand's usage, not the top-level one
+    assert "unrecognized arguments: --layers 32 --ffn=14336" in r.stderr
+    assert "--layers: did you mean --n-layers?" in r.stderr
+    assert "--ffn: did you mean --d-ff?" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = dse("sweep", "x.yaml", "--trails", "5")
+    assert r.returncode == 2 and "--trails: did you mean --trials?" in r.stderr
+
+
 def test_cli_imports_what_it_uses() -> None:
     """A plain `pip install .` console script starts without the modules that runpy, pytest or
     an editable install happen to import first (importlib.util once slipped through)."""
