@@ -155,6 +155,8 @@ def test_unknown_flag_names_the_subcommand_and_the_closest_flag() -> None:
     assert "--layers: did you mean --n-layers?" in r.stderr
     assert "--ffn: did you mean --d-ff?" in r.stderr
     assert "Traceback" not in r.stderr
+    r = dse("predcit", "--model", "llama-3-8b")
+    assert r.returncode == 2 and "unknown command 'predcit'; did you mean predict?" in r.stderr
     r = dse("sweep", "x.yaml", "--trails", "5")
     assert r.returncode == 2 and "--trails: did you mean --trials?" in r.stderr
 
