@@ -13,13 +13,19 @@ layer shape / head configuration). One MLP per fit (the shipped tables average 2
     python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
     python benchmarks/residual_variants.py attention-curve --kind context_attention --engine vllm
     python benchmarks/residual_variants.py attention-pool --kind context_attention
+    python benchmarks/residual_variants.py swap-check     # is b x (h, kv) priced as b/2 x (2h, 2kv)?
+    python benchmarks/residual_variants.py attention-swap --kind generation_attention --engine trtllm
 
 moe-pool fits one residual MLP over the tables named (a one-hot per (gpu, dtype) table, each table
 keeping its own roofline base) and, with the same folds (layer shapes held out in every pooled
 table), one MLP per table; both are scored on the H100 rows. moe-curve is a learning curve: each
 fold's fit on a random 50 / 70 / 85% of its training layer shapes (3 draws each) against all of
 them, and the power law err ~ shapes^-alpha through the means, which says how many more measured
-layer shapes the shipped model would need to reach 4%. Results: docs/accuracy.md, sections
+layer shapes the shipped model would need to reach 4%. swap-check measures, in every H100
+attention table, how far apart the rows of (h, kv) heads at batch b and of (2h, 2kv) at b/2 are
+(same length, KV dtype and window); attention-swap fits a table with the shipped inputs and
+without log batch, heads and KV heads (swap-invariant) on the same folds (session 8, not kept;
+`--members`, `--grouping workload`). Results: docs/accuracy.md, sections
 "Fused MoE, held-out layer shapes" and "Attention (Level-2 inputs)". 2 worker processes.
 """
 
@@ -470,6 +476,87 @@ def run_attention(args: argparse.Namespace) -> None:
     print(f"  the 10 worst configurations carry {worst['points'].sum():.2f} points")
 
 
+SWAP_KEYS = ("num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_cache_dtype", "window_size")
+# attention._features' log batch, log query heads, log KV heads: the inputs the swap changes
+SWAP_VARIANT_COLUMNS = (0, 3, 4)
+
+
+def run_swap_check(args: argparse.Namespace) -> None:
+    """Mean / median |t(2h, 2kv, b/2) / t(h, kv, b) - 1| over the pairs each H100 table has."""
+    print("| table | pairs | mean | median | mean, kernels > 50 us |")
+    print("|---|---|---|---|---|")
+    for kind, length in (("context_attention", "isl"), ("generation_attention", "kv_len")):
+        t = _table(args.data, kind)
+        for engine in ("trtllm", "vllm"):
+            d = t[(t["gpu"] == GPU) & (t["engine"] == engine)]
+            key = [*SWAP_KEYS, length]
+            a = d.groupby(key)["latency_s"].median().reset_index()
+            b = a.assign(
+                num_heads=a["num_heads"] // 2,
+                num_kv_heads=a["num_kv_heads"] // 2,
+                batch_size=a["batch_size"] * 2,
+            )
+            m = a.merge(b, on=key, suffixes=("", "_pair"))
+            ape = (m["latency_s_pair"] / m["latency_s"] - 1).abs() * 100
+            big = ape[m["latency_s"] > 50e-6]
+            print(f"| {kind}.{engine} | {len(m)} | {ape.mean():.2f}% | {ape.median():.2f}% | "
+                  f"{big.mean():.2f}% |")  # fmt: skip
+
+
+def _swap_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """One fold, feature sets 2 and 3 on the same rows (`members` seeded MLPs each)."""
+    from dse.surrogate import attention as attention_mod
+
+    data, kind, engine, te_idx, members, seed = task
+    t = _table(data, kind)
+    rows = t[(t["gpu"] == GPU) & (t["engine"] == engine)].reset_index(drop=True)
+    te = np.zeros(len(rows), bool)
+    te[te_idx] = True
+    y = rows["latency_s"].to_numpy(float)
+    m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
+    m.feature_set_ = 2  # the shipped inputs on Hopper
+    a, Xa2 = m.design(m._inputs(attention_inputs(rows[~te])), y[~te])  # fits the roofline
+    b, Xb2 = m.design(m._inputs(attention_inputs(rows[te])))
+    ya, bb = np.log(y[~te] / a["base_s"]), b["base_s"]
+    keep = [c for c in range(Xa2.shape[1]) if c not in SWAP_VARIANT_COLUMNS]
+    out = {}
+    for name, (A, B) in {
+        "all inputs (set 2)": (Xa2, Xb2),
+        "swap-invariant (set 3)": (Xa2[:, keep], Xb2[:, keep]),
+    }.items():
+        net = fit_residual_ensemble(
+            A, ya, members=members, hidden=HIDDEN, max_iter=300,
+            max_rows=attention_mod.MAX_ROWS, seed=seed,
+        )  # fmt: skip
+        out[name] = bb * np.exp(net.predict(B))
+    return te_idx, out
+
+
+def run_attention_swap(args: argparse.Namespace) -> None:
+    """Held out by head configuration (`--groupings shape`) or by workload point (`workload`:
+    batch x length, as `level1_ops_cv.py --groupings workload`)."""
+    t = _table(args.data, args.kind)
+    rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
+    length = "isl" if args.kind == "context_attention" else "kv_len"
+    cols = list(O.HEAD_GROUP) if args.grouping == "shape" else ["batch_size", length]
+    folds = U.group_folds(U.group_labels(rows, cols), args.folds, 0)
+    tasks = [
+        (args.data, args.kind, args.engine, np.flatnonzero(f), args.members, args.seed)
+        for f in folds
+    ]
+    pred: dict[str, np.ndarray] = {}
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        for idx, out in ex.map(_swap_fold, tasks):
+            for name, v in out.items():
+                pred.setdefault(name, np.full(len(rows), np.nan))[idx] = v
+    y = rows["latency_s"].to_numpy(float)
+    for name, p in pred.items():
+        by = "head configuration" if args.grouping == "shape" else "workload point"
+        print(f"{args.kind}.{args.engine}, H100, {args.folds} folds by {by}, "
+              f"{args.members} MLP(s) from seed {args.seed}: {name} "
+              f"{U.mape_pct(p, y):.2f}%")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -483,6 +570,8 @@ def main() -> None:
             "attention",
             "attention-curve",
             "attention-pool",
+            "swap-check",
+            "attention-swap",
         ),
     )
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -496,11 +585,15 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--members", type=int, default=1, help="attention-swap: MLPs averaged")
+    ap.add_argument("--grouping", default="shape", choices=("shape", "workload"))
     args = ap.parse_args()
     run = {
         "attention": run_attention,
         "attention-curve": run_attention_curve,
         "attention-pool": run_attention_pool,
+        "swap-check": run_swap_check,
+        "attention-swap": run_attention_swap,
         "moe-curve": run_curve,
     }.get(args.mode, run_moe)
     run(args)
