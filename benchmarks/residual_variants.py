@@ -365,7 +365,7 @@ def _attention_rows_features(
     m = model
     if m is None:
         m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
-        m.feature_set_ = feature_set_for(GPU)
+        m.feature_set_ = feature_set_for(GPU, m.phase, engine)
     y = None if model else rows["latency_s"].to_numpy(float)
     out, X = m.design(m._inputs(attention_inputs(rows)), y)
     return X, out["base_s"], m

@@ -627,6 +627,35 @@ def test_attention_kernel_choice_features() -> None:
     # they describe Hopper kernels: A100 models are fitted without them
     assert feature_set_for("h100_sxm") == feature_set_for("gh200") == 2
     assert feature_set_for("a100_sxm") == 1
+    # TensorRT-LLM decode on Hopper: set 3, the 20 columns less log batch / heads / KV heads
+    assert feature_set_for("h100_sxm", "generation", "trtllm") == 3
+    assert feature_set_for("h100_sxm", "context", "trtllm") == 2
+    assert feature_set_for("h100_sxm", "generation", "vllm") == 2
+    assert feature_set_for("a100_sxm", "generation", "trtllm") == 1
+    full = _features(*args)
+    three = _features(*args, feature_set=3)
+    keep = [c for c in range(full.shape[1]) if c not in (0, 3, 4)]
+    np.testing.assert_array_equal(three, full[:, keep])
+
+
+def test_trtllm_decode_inputs_are_swap_invariant() -> None:
+    """Set 3 sees b sequences of (h, kv) heads exactly as b / 2 sequences of (2h, 2kv): the
+    kernels' grid and work are the same, so the residual MLP prices a head configuration
+    from its measured siblings."""
+    from dse.surrogate.attention import GenerationAttentionModel, _features, attention_work
+
+    def feats(b: float, h: float, kv: float, feature_set: int) -> np.ndarray:
+        m = GenerationAttentionModel(gpu="h100_sxm", engine="trtllm")
+        v = m._inputs(
+            {"batch_size": [b], "kv_len": [4095.0], "num_heads": [h], "num_kv_heads": [kv],
+             "head_dim": [128.0], "kv_cache_dtype": ["fp8"]}
+        )  # fmt: skip
+        flops, bytes_ = attention_work("generation", v)
+        return _features("generation", v, flops, bytes_, np.zeros(1), 132, "trtllm", feature_set)
+
+    for h, kv in ((32.0, 8.0), (64.0, 64.0)):  # XQA and MMHA
+        np.testing.assert_allclose(feats(16, h, kv, 3), feats(8, 2 * h, 2 * kv, 3), rtol=1e-12)
+        assert not np.allclose(feats(16, h, kv, 2), feats(8, 2 * h, 2 * kv, 2))
 
 
 def test_attention_state_without_feature_set_loads_as_set_1(h100_context):

@@ -116,13 +116,27 @@ XQA_MAX_HEAD_DIM = 256
 # Hopper kernels (FlashAttention-3's PackGQA and tiles, TensorRT-LLM's XQA-QGMMA), so GPUs of
 # compute capability 9.0 and up are fitted with set 2, older ones with set 1: on A100 (vLLM's
 # FlashAttention-2) set 2 scored worse held out (docs/accuracy.md, attention section).
+# Set 3 is set 2 without log batch, log query heads and log KV heads (`SWAP_VARIANT_COLUMNS`),
+# for TensorRT-LLM decode on Hopper: its kernels launch one block per (sequence, KV head) (XQA)
+# or (sequence, query head) (MMHA), so b sequences of h heads cost what b/2 sequences of 2h
+# heads (same group) do. Measured on the H100 table, pairs (h, kv, b) and (2h, 2kv, b/2) at
+# the same cache length differ by 1.5% mean (0.7% above 50 us), against 5.8% for vLLM decode
+# and 6.2% for vLLM prefill, whose costs depend on batch and heads apart. With only the
+# invariant inputs, a held-out head configuration is priced from its measured siblings (e.g.
+# (96, 8) from (24, 2) at 4x the batch): held out 3.03 -> 2.75% (3 MLPs; one MLP, seeds 0 / 1:
+# 3.47 -> 3.34%, 3.69 -> 3.30%). TensorRT-LLM prefill (1.7% apart) went 1.78 -> 1.84%, so it
+# keeps set 2 (docs/accuracy.md, attention section).
 FEATURE_SET = 2
 KERNEL_FEATURES_MIN_CC = 9.0
+SWAP_INVARIANT = {("generation", "trtllm")}  # (phase, engine) fitted with set 3 on Hopper
+SWAP_VARIANT_COLUMNS = (0, 3, 4)  # _features' log batch, log heads, log KV heads
 
 
-def feature_set_for(gpu: str) -> int:
-    """The input set a model fitted for `gpu` uses (see FEATURE_SET)."""
-    return FEATURE_SET if get_gpu(gpu).compute_capability >= KERNEL_FEATURES_MIN_CC else 1
+def feature_set_for(gpu: str, phase: str = "context", engine: str = "vllm") -> int:
+    """The input set a model of (`phase`, `engine`) fitted for `gpu` uses (see FEATURE_SET)."""
+    if get_gpu(gpu).compute_capability < KERNEL_FEATURES_MIN_CC:
+        return 1
+    return 3 if (phase, engine) in SWAP_INVARIANT else FEATURE_SET
 
 
 def _non_pow2(x: np.ndarray) -> np.ndarray:
@@ -207,13 +221,14 @@ def _features(
     waves = np.ceil(ctas / n_sms)
     # features as rows, returned transposed (column-major n x k): a cheap stack, and the MLP
     # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
+    # SWAP_VARIANT_COLUMNS (0, 3, 4): log batch, log heads, log KV heads; set 3 goes without
+    sized = feature_set < 3
     return np.stack(
         [
-            np.log(b),
+            *([np.log(b)] if sized else []),
             np.log(length),
             np.log(span),
-            np.log(h),
-            np.log(kv),
+            *([np.log(h), np.log(kv)] if sized else []),
             np.log(hd),
             np.log(h / kv),
             v["kv_bytes"],
@@ -307,7 +322,7 @@ class AttentionModel:
         arrays = {c: d[c].to_numpy() for c in d.columns if c in _INPUT_COLUMNS}
         v = self._inputs(arrays)
         y = d["latency_s"].to_numpy(np.float64)
-        self.feature_set_ = feature_set_for(self.gpu)
+        self.feature_set_ = feature_set_for(self.gpu, self.phase, self.engine)
         out, X = self.design(v, y)
         base = out["base_s"]
         self.mlp_ = fit_residual_ensemble(
