@@ -205,7 +205,8 @@ def _features(
     """MLP inputs: log shape sizes, dtype flags, log work, log base time, the wave
     quantisation of the kernel's thread blocks over the SMs (the main nonlinearity the
     roofline misses: a grid of 1.1 waves costs nearly 2), and the kernel-choice inputs of
-    `_kernel_features` (feature set 2; artifacts fitted before them, set 1, go without)."""
+    `_kernel_features` (feature set 2; artifacts fitted before them, set 1, go without).
+    Set 3 is set 2 less log batch, log heads and log KV heads (see FEATURE_SET)."""
     b, h, kv, hd = v["batch_size"], v["num_heads"], v["num_kv_heads"], v["head_dim"]
     length = v["isl"] if phase == "context" else v["kv_len"] + 1.0
     w = v["window_size"]
