@@ -356,16 +356,17 @@ def run_attention_curve(args: argparse.Namespace) -> None:
 
 
 def _attention_rows_features(
-    rows: pd.DataFrame, kind: str, engine: str, model: Any = None
+    rows: pd.DataFrame, kind: str, engine: str, model: Any = None, feature_set: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, Any]:
     """(features, roofline base, model) of one engine's attention rows, as the model builds
-    them; without a model, a new one with its roofline fitted on these rows."""
+    them; without a model, a new one with its roofline fitted on these rows and the shipped
+    input set (or `feature_set`)."""
     from dse.surrogate.attention import feature_set_for
 
     m = model
     if m is None:
         m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
-        m.feature_set_ = feature_set_for(GPU, m.phase, engine)
+        m.feature_set_ = feature_set or feature_set_for(GPU, m.phase, engine)
     y = None if model else rows["latency_s"].to_numpy(float)
     out, X = m.design(m._inputs(attention_inputs(rows)), y)
     return X, out["base_s"], m
@@ -510,12 +511,10 @@ def _swap_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     rows = t[(t["gpu"] == GPU) & (t["engine"] == engine)].reset_index(drop=True)
     te = np.zeros(len(rows), bool)
     te[te_idx] = True
-    y = rows["latency_s"].to_numpy(float)
-    m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
-    m.feature_set_ = 2  # all inputs; set 3 is set 2 less SWAP_VARIANT_COLUMNS
-    a, Xa2 = m.design(m._inputs(attention_inputs(rows[~te])), y[~te])  # fits the roofline
-    b, Xb2 = m.design(m._inputs(attention_inputs(rows[te])))
-    ya, bb = np.log(y[~te] / a["base_s"]), b["base_s"]
+    # set 2 (all inputs); set 3 is set 2 less SWAP_VARIANT_COLUMNS
+    Xa2, ba, model = _attention_rows_features(rows[~te], kind, engine, feature_set=2)
+    Xb2, bb, _ = _attention_rows_features(rows[te], kind, engine, model)
+    ya = np.log(rows["latency_s"].to_numpy(float)[~te] / ba)
     keep = [c for c in range(Xa2.shape[1]) if c not in attention_mod.SWAP_VARIANT_COLUMNS]
     out = {}
     for name, (A, B) in {
@@ -531,8 +530,9 @@ def _swap_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
 
 def run_attention_swap(args: argparse.Namespace) -> None:
-    """Held out by head configuration (`--groupings shape`) or by workload point (`workload`:
-    batch x length, as `level1_ops_cv.py --groupings workload`)."""
+    """Held out by head configuration (`--grouping shape`) or by workload point (`workload`:
+    batch x length, as `level1_ops_cv.py --groupings workload`). The folds are seed 0's, as
+    every documented number; `--seed` seeds the MLPs."""
     t = _table(args.data, args.kind)
     rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
     length = "isl" if args.kind == "context_attention" else "kv_len"
@@ -548,8 +548,8 @@ def run_attention_swap(args: argparse.Namespace) -> None:
             for name, v in out.items():
                 pred.setdefault(name, np.full(len(rows), np.nan))[idx] = v
     y = rows["latency_s"].to_numpy(float)
+    by = "head configuration" if args.grouping == "shape" else "workload point"
     for name, p in pred.items():
-        by = "head configuration" if args.grouping == "shape" else "workload point"
         print(f"{args.kind}.{args.engine}, H100, {args.folds} folds by {by}, "
               f"{args.members} MLP(s) from seed {args.seed}: {name} "
               f"{U.mape_pct(p, y):.2f}%")  # fmt: skip

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     only = first if first in COMMANDS else None
     parser = build_parser(only)
-    if first is not None and only is None and argv and argv[0] == first:
+    if only is None and first is not None and argv[0] == first:  # not a flag's value
         close = difflib.get_close_matches(first, list(_available()), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]}?" if close else ""
         parser.error(f"unknown command {first!r}{hint} (`dse --help` lists them)")
