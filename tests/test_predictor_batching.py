@@ -14,6 +14,11 @@ from dse.predictor import base_costs, load_artifact
 from dse.surrogate.level1_adapters import unique_rows
 from dse.surrogate.nn import MLP
 
+# A row's prediction in any batch equals its prediction alone within this relative tolerance:
+# the MLP layers run in float32 (about 6e-8 relative per rounding), and the kernels a CPU's BLAS
+# picks for a block of rows may sum in another order. Measured spread on one machine: 7e-8.
+ROW_RTOL = 1e-6
+
 
 def _reference_forward(m: MLP, X: np.ndarray) -> np.ndarray:
     """The fitted regressor in float64, as scikit-learn computes it."""
@@ -39,10 +44,14 @@ def test_mlp_forward_is_float64_to_round_off_and_batch_invariant(hidden: tuple[i
     X = x_mean + x_scale * rng.normal(size=(9000, k))
     y = m.predict(X)
     np.testing.assert_allclose(y, _reference_forward(m, X), rtol=0, atol=2e-6)
-    # A row's output does not depend on the batch it comes in (block padding, einsum output).
+    # A row's output does not depend on the batch it comes in (block padding, einsum output),
+    # up to float32 round-off: which GEMM kernel OpenBLAS picks for a block size depends on the
+    # CPU, so bit identity across batch layouts is not a property to promise (issue 18). A
+    # padding row leaking into a result, or a block misaligned by one row, moves outputs by
+    # orders of magnitude more than ROW_RTOL.
     for size in (1, 2, 7, 16, 17, 4095, 4097):
         idx = rng.choice(len(X), size, replace=False)
-        assert np.array_equal(m.predict(X[idx]), y[idx]), size
+        np.testing.assert_allclose(m.predict(X[idx]), y[idx], rtol=ROW_RTOL, atol=0, err_msg=size)
 
 
 def test_unique_rows_groups_equal_rows_over_the_node_axis() -> None:
@@ -94,8 +103,16 @@ def test_levels_1_2_of_a_row_do_not_depend_on_its_batch() -> None:
         for phase in ("prefill", "decode"):
             a, b = getattr(one, phase), getattr(batch, phase)
             for name, v in a.items_s.items():
-                assert v[0] == b.items_s[name][i], (i, phase, name)
-                assert a.items_j[name][0] == b.items_j[name][i], (i, phase, name)
+                np.testing.assert_allclose(
+                    v[0], b.items_s[name][i], rtol=ROW_RTOL, atol=0, err_msg=f"{i} {phase} {name}"
+                )
+                np.testing.assert_allclose(
+                    a.items_j[name][0],
+                    b.items_j[name][i],
+                    rtol=ROW_RTOL,
+                    atol=0,
+                    err_msg=f"{i} {phase} {name}",
+                )
 
 
 def test_fp8_and_bf16_kv_rows_of_one_shape_are_priced_apart() -> None:
@@ -107,13 +124,15 @@ def test_fp8_and_bf16_kv_rows_of_one_shape_are_priced_apart() -> None:
     raw["kv_dtype"] = np.array(["bfloat16", "fp8"] * 50)
     cols, n = C.as_columns(raw)
     dec = base_costs(cols, n, gpu, art).decode.items_s["attention/core"]
-    assert dec[0] != dec[1]
-    assert np.all(dec[::2] == dec[0]) and np.all(dec[1::2] == dec[1])
+    assert abs(dec[0] / dec[1] - 1.0) > 100 * ROW_RTOL
+    np.testing.assert_allclose(dec[::2], dec[0], rtol=ROW_RTOL, atol=0)
+    np.testing.assert_allclose(dec[1::2], dec[1], rtol=ROW_RTOL, atol=0)
 
 
 def test_full_prediction_of_a_row_does_not_depend_on_its_batch() -> None:
-    """Levels 1-3 end to end: a batch of one gives bit for bit what the same row gets inside a
-    sweep's batch (Level 3's forward once moved outputs by ~1.5e-8 with batch composition)."""
+    """Levels 1-3 end to end: a batch of one gives what the same row gets inside a sweep's
+    batch, to float32 round-off (a row priced with another row's operator shape, or a Level-3
+    feature taken from a neighbour, would move it by percents)."""
     from dse.predictor import predict
 
     if load_artifact("h100_sxm")[0] is None:
@@ -127,4 +146,11 @@ def test_full_prediction_of_a_row_does_not_depend_on_its_batch() -> None:
     for i in range(0, 300, 15):
         one = predict({k: v[i : i + 1] for k, v in cfg.items()})
         for k in keys:
-            assert np.array_equal(one[k], batch[k][i : i + 1], equal_nan=True), (i, k)
+            np.testing.assert_allclose(
+                one[k],
+                batch[k][i : i + 1],
+                rtol=ROW_RTOL,
+                atol=0,
+                equal_nan=True,
+                err_msg=f"{i} {k}",
+            )
