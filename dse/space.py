@@ -33,7 +33,7 @@ from dse.arch import DTYPE_BYTES, NORMS
 from dse.errors import ConfigError
 from dse.hardware import gpu_names
 from dse.workload import ENGINES
-from dse.yamlio import KeyPath, Located, load_located
+from dse.yamlio import NAME_RULE, KeyPath, Located, load_located, safe_name
 
 TOP_KEYS = (
     "name",
@@ -212,6 +212,8 @@ def parse_space(doc: Located) -> SearchSpace:
     name = data.get("name") or doc.path.stem
     if not isinstance(name, str):
         raise doc.error(("name",), f"must be a string, got {name!r}")
+    if "name" in data and not safe_name(name):
+        raise doc.error(("name",), f"{NAME_RULE}, got {name!r}")
     params: list[Param] = []
 
     # hardware

@@ -9,6 +9,7 @@ value` message.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +221,21 @@ def _walk(node: yaml.Node, prefix: KeyPath, lines: dict[KeyPath, int], path: Pat
             key = (*prefix, str(i))
             lines.setdefault(key, item.start_mark.line + 1)
             _walk(item, key, lines, path)
+
+
+# ------------------------------------------------------------------ names that become folders
+NAME_MAX = 100
+NAME_RULE = (
+    f"must be letters, digits, '-', '_' or '.' (not starting with '.', at most {NAME_MAX} "
+    "characters)"
+)
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def safe_name(value: object) -> bool:
+    """True when `value` may name a study folder: no separator, no `..`, no hidden file."""
+    return (
+        isinstance(value, str)
+        and len(value) <= NAME_MAX
+        and _SAFE_NAME.fullmatch(value) is not None
+    )
