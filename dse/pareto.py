@@ -1,14 +1,17 @@
 """Pareto maths on plain arrays: non-dominated filter, hypervolume, knee point, normalisation.
 
-Every function takes an (n, m) array of objective values, all minimised, and returns arrays or
-floats; nothing here knows about Optuna. The Study-facing helpers at the bottom are one-line
-adapters. Rows holding NaN (an objective that could not be computed) are never on a front.
+Every function takes an (n, m) array of objective values and returns arrays or floats; nothing
+here knows about Optuna. Objectives are minimised unless `directions` says otherwise (a sequence
+of "minimize" / "maximize", one per column, as Optuna spells them): maximised columns are
+negated internally, and every result is in the caller's own values. The Study-facing helpers at
+the bottom are one-line adapters. Rows holding NaN (an objective that could not be computed) are
+never on a front.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import moocore
 import numpy as np
@@ -16,17 +19,43 @@ import numpy as np
 # Reference point of the hypervolume, in normalised units (ideal -> 0, nadir -> 1): a point on
 # the nadir still adds a sliver of volume, so the extremes of a front count.
 REFERENCE_FACTOR = 1.1
+DIRECTIONS = ("minimize", "maximize")
+
+Directions: TypeAlias = Sequence[str] | None
+
+
+def signs(directions: Directions, m: int) -> np.ndarray:
+    """(m,) +1 for a minimised column, -1 for a maximised one (None: all minimised)."""
+    if directions is None:
+        return np.ones(m)
+    d = list(directions)
+    if len(d) != m:
+        raise ValueError(f"directions must name {m} objectives, got {len(d)}: {d!r}")
+    bad = [x for x in d if x not in DIRECTIONS]
+    if bad:
+        raise ValueError(f"directions must be 'minimize' or 'maximize', got {bad[0]!r}")
+    return np.where(np.asarray(d) == "maximize", -1.0, 1.0)
+
+
+def _signed(points: np.ndarray, directions: Directions) -> np.ndarray:
+    """Points turned into an all-minimised problem (maximised columns negated)."""
+    p = _points(points)
+    return p if directions is None else p * signs(directions, p.shape[1])
 
 
 class Normalisation(NamedTuple):
-    """The ideal and nadir points that map objective values to [0, 1] (front-wise)."""
+    """The ideal and nadir points that map objective values to [0, 1] (front-wise): 0 at the
+    ideal and 1 at the nadir in every column, whichever its direction."""
 
-    ideal: np.ndarray  # (m,), best value of each objective on the front
+    ideal: np.ndarray  # (m,), best value of each objective on the front (the caller's values)
     nadir: np.ndarray  # (m,), worst value of each objective on the front
+    sign: np.ndarray | None = None  # (m,) -1 where maximised; None: all minimised
 
     def apply(self, points: np.ndarray) -> np.ndarray:
-        span = np.where(self.nadir > self.ideal, self.nadir - self.ideal, 1.0)
-        return (np.asarray(points, dtype=float) - self.ideal) / span
+        s = np.ones(len(self.ideal)) if self.sign is None else np.asarray(self.sign, float)
+        lo, hi = s * self.ideal, s * self.nadir
+        span = np.where(hi > lo, hi - lo, 1.0)
+        return (np.asarray(points, dtype=float) * s - lo) / span
 
     def as_dict(self) -> dict[str, list[float]]:
         return {"ideal": self.ideal.tolist(), "nadir": self.nadir.tolist()}
@@ -39,8 +68,10 @@ def _points(points: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
     return p
 
 
-def nondominated(points: np.ndarray, *, keep_duplicates: bool = False) -> np.ndarray:
-    """Boolean mask of the non-dominated rows (minimisation).
+def nondominated(
+    points: np.ndarray, *, keep_duplicates: bool = False, directions: Directions = None
+) -> np.ndarray:
+    """Boolean mask of the non-dominated rows (minimised, or as `directions` says).
 
     A row is dominated when another row is no worse in every objective and better in one.
     Identical rows do not dominate each other: with `keep_duplicates=False` only the first of
@@ -48,7 +79,7 @@ def nondominated(points: np.ndarray, *, keep_duplicates: bool = False) -> np.nda
     with a NaN or an infinity are never kept. moocore's dimension sweep: O(n log n) for two and
     three objectives (a million points in well under a second).
     """
-    p = _points(points)
+    p = _signed(points, directions)
     mask = np.zeros(len(p), dtype=bool)
     ok = np.nonzero(np.isfinite(p).all(axis=1))[0]
     if len(ok) == 0:
@@ -64,20 +95,23 @@ def nondominated(points: np.ndarray, *, keep_duplicates: bool = False) -> np.nda
     return mask
 
 
-def front_indices(points: np.ndarray, feasible: np.ndarray | None = None) -> np.ndarray:
-    """Row indices of the (feasible) non-dominated rows, one per distinct point, sorted by the
-    first objective then row."""
-    p = _points(points)
+def front_indices(
+    points: np.ndarray, feasible: np.ndarray | None = None, directions: Directions = None
+) -> np.ndarray:
+    """Row indices of the (feasible) non-dominated rows, one per distinct point, sorted best
+    first by the first objective (ascending when minimised, descending when maximised), then
+    by row."""
+    p = _signed(points, directions)
     mask = np.ones(len(p), dtype=bool) if feasible is None else np.asarray(feasible, dtype=bool)
     rows = np.nonzero(mask)[0]
     keep = rows[nondominated(p[rows])]
     return keep[np.lexsort((keep, p[keep, 0]))]
 
 
-def merge_front(front: np.ndarray, new: np.ndarray) -> np.ndarray:
+def merge_front(front: np.ndarray, new: np.ndarray, directions: Directions = None) -> np.ndarray:
     """The non-dominated points of two point sets (front first, so its rows win ties)."""
     both = np.vstack([_points(front).reshape(-1, np.shape(new)[1]), _points(new)])
-    return both[nondominated(both)]
+    return both[nondominated(both, directions=directions)]
 
 
 # Where a front does not spread in an objective (one point, or all equal there), the nadir is
@@ -85,17 +119,21 @@ def merge_front(front: np.ndarray, new: np.ndarray) -> np.ndarray:
 DEGENERATE_SPAN = 0.01
 
 
-def normalisation(front: np.ndarray) -> Normalisation | None:
-    """Ideal and nadir of a front (None when empty); a zero span is widened (DEGENERATE_SPAN)
-    so the stated nadir always differs from the ideal and reproduces the normalisation."""
+def normalisation(front: np.ndarray, directions: Directions = None) -> Normalisation | None:
+    """Ideal and nadir of a front (None when empty), in the front's own values (a maximised
+    column's ideal is its largest value); a zero span is widened (DEGENERATE_SPAN) towards
+    worse, so the stated nadir always differs from the ideal and reproduces the normalisation."""
     f = _points(front)
     f = f[np.isfinite(f).all(axis=1)]
     if len(f) == 0:
         return None
-    ideal, nadir = f.min(axis=0), f.max(axis=0)
+    s = signs(directions, f.shape[1])
+    g = f * s
+    ideal, nadir = g.min(axis=0), g.max(axis=0)
     flat = nadir <= ideal
     widen = np.where(np.abs(ideal) > 0, np.abs(ideal) * DEGENERATE_SPAN, 1.0)
-    return Normalisation(ideal, np.where(flat, ideal + widen, nadir))
+    nadir = np.where(flat, ideal + widen, nadir)
+    return Normalisation(ideal * s, nadir * s, None if directions is None else s)
 
 
 def reference_point(m: int) -> np.ndarray:
@@ -105,7 +143,8 @@ def reference_point(m: int) -> np.ndarray:
 
 def hypervolume(points: np.ndarray, norm: Normalisation) -> float:
     """Hypervolume dominated by `points` (any set: dominated points add nothing) in normalised
-    units, bounded by the reference point; points beyond it add nothing."""
+    units, bounded by the reference point; points beyond it add nothing. The directions are
+    the normalisation's (`normalisation(front, directions)`)."""
     p = _points(points)
     if len(p) == 0:
         return 0.0
@@ -123,6 +162,7 @@ def hypervolume_history(
     feasible: np.ndarray,
     norm: Normalisation,
     checkpoints: Sequence[int],
+    directions: Directions = None,
 ) -> list[list[float]]:
     """[[k, hypervolume of the feasible points among the first k rows], ...] for each k.
 
@@ -137,7 +177,7 @@ def hypervolume_history(
     for k in sorted({int(c) for c in checkpoints if 0 < c <= len(p)}):
         seg = p[start:k][ok[start:k]]
         if len(seg):
-            front = merge_front(front, seg)
+            front = merge_front(front, seg, directions)
         start = k
         out.append([k, hypervolume(front, norm)])
     return out
@@ -152,11 +192,11 @@ def checkpoints(n: int, count: int = 50) -> list[int]:
     return sorted({int(v) for v in np.concatenate([geo, lin]) if v >= 1} | {n})
 
 
-def knee_index(front: np.ndarray) -> int:
+def knee_index(front: np.ndarray, directions: Directions = None) -> int:
     """Row of `front` at its knee: in normalised space, the point farthest from the hyperplane
     through the extreme points (for two objectives the line between the two ends), on the side
     of the ideal; the point nearest the ideal when that plane is degenerate."""
-    f = _points(front)
+    f = _signed(front, directions)
     if len(f) == 0:
         raise ValueError("the front is empty: it has no knee point")
     z = Normalisation(f.min(axis=0), f.max(axis=0)).apply(f)
@@ -174,7 +214,7 @@ def knee_index(front: np.ndarray) -> int:
 
 # ---------------------------------------------------------------- Study-facing adapters
 def study_front_numbers(
-    values: np.ndarray, feasible: np.ndarray, numbers: np.ndarray
+    values: np.ndarray, feasible: np.ndarray, numbers: np.ndarray, directions: Directions = None
 ) -> np.ndarray:
     """Trial numbers on the feasible front of a table of trials (values NaN where missing)."""
-    return np.asarray(numbers)[front_indices(values, feasible)]
+    return np.asarray(numbers)[front_indices(values, feasible, directions)]
