@@ -176,6 +176,10 @@ def test_results_folder_follows_the_format(small: Path, tmp_path: Path) -> None:
         "complete": int((t["state"] == "COMPLETE").sum()),
         "feasible": int(t["feasible"].sum()),
         "front": len(front),
+        "distinct_configurations": len(t[list(C.CONFIG_FIELDS)].astype(str).drop_duplicates()),
+        "repeats": 48 - len(t[list(C.CONFIG_FIELDS)].astype(str).drop_duplicates()),
+        "front_trials": int(front["trials"].sum()),
+        "indistinguishable": int(front["indistinguishable"].sum()),
     }
     assert s["sampler"] == "random" and s["seed"] == 0 and s["trials_requested"] == 48
     assert s["objectives"] == [

@@ -19,6 +19,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial
 
 from dse import __version__, pareto
+from dse.report import _fronts as F
 from dse.space import SearchSpace
 from dse.sweep._evaluate import objective_unit
 from dse.sweep._exhaustive import ExactFront, evaluate_index
@@ -41,17 +42,22 @@ def objective_columns(space: SearchSpace) -> list[str]:
     return [f"obj.{n}" for n in space.objectives.names]
 
 
+def directions(space: SearchSpace) -> tuple[str, ...] | None:
+    """The objectives' directions ("minimize" / "maximize"), None where the space has none."""
+    d = getattr(space.objectives, "directions", None)
+    return tuple(d) if d else None
+
+
 def mark_front(table: pd.DataFrame, space: SearchSpace) -> pd.DataFrame:
-    """Set `on_front` (feasible, non-dominated, one row per distinct point) and return the
-    front rows sorted by the first objective."""
-    cols = objective_columns(space)
-    values = table[cols].to_numpy(dtype=float) if len(table) else np.empty((0, len(cols)))
-    feasible = table["feasible"].to_numpy(dtype=bool) if len(table) else np.empty(0, bool)
-    rows = pareto.front_indices(values, feasible)
+    """Set `on_front` (feasible, non-dominated, one trial per distinct configuration: its
+    lowest number) and return the front rows sorted by the first objective, with `trials`
+    (how many trials hit the configuration) and `indistinguishable` (a neighbour on the front
+    lies inside the predictor's band in every objective)."""
+    front, rows = F.front_table(table, space.objectives.names, directions(space))
     on = np.zeros(len(table), dtype=bool)
     on[rows] = True
     table["on_front"] = on
-    return table.iloc[rows].reset_index(drop=True)
+    return front
 
 
 def _atomic_write(path: Path, write: Any) -> None:
@@ -100,9 +106,11 @@ def write_results(
     front = mark_front(table, space)
     names = list(space.objectives.names)
     m = len(names)
-    values = table[objective_columns(space)].to_numpy(dtype=float)
+    # Hypervolumes are of minimised values: maximised objectives enter negated.
+    dirs = directions(space)
+    values = F.oriented(table[objective_columns(space)].to_numpy(dtype=float), dirs)
     feasible = table["feasible"].to_numpy(dtype=bool)
-    front_values = front[objective_columns(space)].to_numpy(dtype=float)
+    front_values = F.oriented(front[objective_columns(space)].to_numpy(dtype=float), dirs)
     # Normalise by the exact front when it is known, so every sampler of a space is scored
     # against the same ideal and nadir; otherwise by this study's own front.
     norm = exact.normalisation if exact is not None else pareto.normalisation(front_values)
@@ -127,6 +135,9 @@ def write_results(
             "pred.artifact_id"
         ]:
             arts[str(gpu)] = str(ids.iloc[-1])
+    evaluated_rows = table[(table["state"] == "COMPLETE") | (table["invalid_reason"] != "")]
+    evaluated_n = len(evaluated_rows)
+    distinct = F.distinct_count(evaluated_rows)
     summary: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "dse_version": __version__,
@@ -143,6 +154,12 @@ def write_results(
             "complete": int((table["state"] == "COMPLETE").sum()) if len(table) else 0,
             "feasible": int(feasible.sum()),
             "front": len(front),
+            # Distinct configurations among the evaluated trials; the rest were repeats of
+            # one, told the stored values (the predictor saw each configuration once).
+            "distinct_configurations": distinct,
+            "repeats": int(evaluated_n - distinct),
+            "front_trials": int(front["trials"].sum()) if len(front) else 0,
+            "indistinguishable": int(front["indistinguishable"].sum()) if len(front) else 0,
         },
         "artifacts": dict(sorted(arts.items())),
         "gpus": gpus,

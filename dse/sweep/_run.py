@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,9 @@ ENQUEUED_ATTR = "dse:enqueued"
 COUNT_LIMIT = 200_000  # spaces up to this size are counted for feasibility before a sweep
 REFERENCE_LIMIT = 20_000_000  # `--reference exact` enumerates at most this many
 POLL_S = 0.5  # a worker with nothing to claim waits this long before looking again
+# A shared worker re-reads the study's evaluated configurations at most this often (s): one
+# query for all trials, so two workers can still evaluate one configuration within this window.
+CACHE_REFRESH_S = 5.0
 
 
 @dataclass
@@ -286,6 +289,9 @@ def _local(
     if history:
         mem.add_trials(history)
         cache.restore()
+    # Every configuration evaluated so far, resumed runs included: a repeat is not predicted.
+    seen = ConfigCache(space)
+    seen.add(history)
     del history
     dists = S.distributions(space)
     try:
@@ -295,19 +301,154 @@ def _local(
             # Asked with the space's distributions: every trial shares the same objects.
             trials = [mem.ask(fixed_distributions=dists) for _ in range(n)]
             rows = [t.params for t in trials]
-            ev = evaluate(space, space.columns_from(rows), predictor=opts.predictor)
-            told = tell_batch(mem, trials, ev, predictions_on_copies=True)
+            told, ev = tell_cached(
+                mem, trials, rows, space, seen, opts.predictor, predictions_on_copies=True
+            )
+            before = len(pstudy.get_trials(deepcopy=False))
             pstudy.add_trials(told)
             cache.save()
             backend.flush()  # the batch becomes durable here, all or nothing
             done += sum(evaluated(t) for t in told)
             del told  # the journal's replay keeps the one copy of each trial
-            progress.add(ev.objectives, ev.feasible)
+            seen.add(pstudy.get_trials(deepcopy=False)[before:])
+            if ev is not None:
+                progress.add(ev.objectives, ev.feasible)
             progress.show(done)
     finally:
         backend.discard()
         progress.close()
     return pstudy.get_trials(deepcopy=False), done
+
+
+class ConfigCache:
+    """The first evaluated trial of each configuration of a study, by its searched-parameter
+    values (the fixed fields are the space's, so these values are the whole configuration).
+
+    A trial whose configuration is here is told the stored objectives, constraints and user
+    attributes instead of calling the predictor again: a sampler that proposes the same point
+    twice spends no prediction on it, and results show one row per configuration."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self._names = [p.name for p in space.searched]
+        self._seen: dict[tuple[Any, ...], optuna.trial.FrozenTrial] = {}
+        self.known = 0  # evaluated trials looked at (the shared loop refreshes past it)
+
+    def key(self, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        if not all(k in params for k in self._names):
+            return None  # a trial killed before it drew every parameter
+        return tuple(params[k] for k in self._names)
+
+    def add(self, trials: Any) -> None:
+        for t in trials:
+            if not evaluated(t):
+                continue
+            self.known += 1
+            k = self.key(t.params)
+            if k is not None:
+                self._seen.setdefault(k, t)
+
+    def get(self, key: tuple[Any, ...] | None) -> optuna.trial.FrozenTrial | None:
+        return None if key is None else self._seen.get(key)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+def _take(ev: Evaluation, idx: list[int]) -> Evaluation:
+    """The rows `idx` of an evaluation (every array field, and every dict of arrays, indexed),
+    so a configuration drawn twice in one batch is predicted once and told twice."""
+    pos = np.asarray(idx, dtype=np.int64)
+    out: dict[str, Any] = {}
+    for f in fields(ev):
+        v = getattr(ev, f.name)
+        if f.name == "n":
+            out[f.name] = len(pos)
+        elif isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == ev.n:
+            out[f.name] = v[pos]
+        elif isinstance(v, dict):
+            out[f.name] = {
+                k: (np.asarray(a)[pos] if np.ndim(a) >= 1 and len(a) == ev.n else a)
+                for k, a in v.items()
+            }
+        else:
+            out[f.name] = v
+    return type(ev)(**out)
+
+
+REPEAT_ATTR = "repeat_of"  # user attr of a repeated configuration: the trial it copies
+
+
+def _tell_repeat(
+    study: optuna.Study, trial: optuna.Trial, src: optuna.trial.FrozenTrial, on_copy: bool
+) -> optuna.trial.FrozenTrial:
+    """Tell `trial` the outcome stored on `src` (same configuration): constraints, user
+    attributes and values (or FAIL, an invalid architecture), without a prediction."""
+    for name, value in src.constraints.items():
+        trial.set_constraint(name, value)
+    big = {"pred", "t2wh"} if on_copy else set()
+    for k, v in src.user_attrs.items():
+        if k not in big and k not in ("worker", REPEAT_ATTR):
+            trial.set_user_attr(k, v)
+    trial.set_user_attr(REPEAT_ATTR, src.number)
+    if src.state == TrialState.COMPLETE:
+        told = study.tell(trial, src.values)
+    else:
+        told = study.tell(trial, state=TrialState.FAIL)
+    for k in big & set(src.user_attrs):
+        told.set_user_attr(k, src.user_attrs[k])
+    return told
+
+
+def tell_cached(
+    study: optuna.Study,
+    trials: list[optuna.Trial],
+    rows: list[dict[str, Any]],
+    space: SearchSpace,
+    seen: ConfigCache,
+    predictor: Predictor | None,
+    *,
+    skip_finished: bool = False,
+    predictions_on_copies: bool = False,
+) -> tuple[list[optuna.trial.FrozenTrial], Evaluation | None]:
+    """Evaluate the configurations of a batch not evaluated before (each once, in one
+    predictor call), tell every trial, and return (finished trials in trial order, the
+    evaluation of the new configurations, None when all were repeats)."""
+    keys = [seen.key(r) for r in rows]
+    # A trial without a full configuration (cannot happen from suggest_all) is its own key.
+    ukeys = [k if k is not None else ("#", i) for i, k in enumerate(keys)]
+    new = [i for i, k in enumerate(keys) if seen.get(k) is None]
+    first: dict[Any, int] = {}  # new configuration -> its row in the evaluated batch
+    uniq: list[int] = []  # trial positions predicted: the first of each new configuration
+    for i in new:
+        if ukeys[i] not in first:
+            first[ukeys[i]] = len(uniq)
+            uniq.append(i)
+    ev = None
+    told: dict[int, optuna.trial.FrozenTrial] = {}
+    if new:
+        ev = evaluate(space, space.columns_from([rows[i] for i in uniq]), predictor=predictor)
+        pick = [first[ukeys[i]] for i in new]
+        done = tell_batch(
+            study,
+            [trials[i] for i in new],
+            _take(ev, pick) if len(pick) != len(uniq) else ev,
+            skip_finished=skip_finished,
+            predictions_on_copies=predictions_on_copies,
+        )
+        if len(done) == len(new):
+            told.update(zip(new, done, strict=True))
+        else:  # skipped trials (finished by another process): order is not needed then
+            told.update({-1 - j: t for j, t in enumerate(done)})
+    for i, k in enumerate(keys):
+        src = seen.get(k)
+        if src is None:
+            continue
+        try:
+            told[i] = _tell_repeat(study, trials[i], src, predictions_on_copies)
+        except UpdateFinishedTrialError:
+            if not skip_finished:
+                raise
+    return [told[i] for i in sorted(told, key=lambda j: j if j >= 0 else len(rows) - j)], ev
 
 
 class SamplerCache:
@@ -476,6 +617,9 @@ def _shared_loop(
     progress = Progress(
         rec.trials, min(done, rec.trials), quiet, len(space.objectives.names), study.study_name
     )
+    # Exhaustive studies queue each configuration once: nothing to look up.
+    seen = ConfigCache(space) if exhaustive else _shared_cache(storage, sid, space)
+    refreshed = time.monotonic()
     try:
         with Heartbeat(storage, max(heartbeat_s / 2, 0.2)) as hb:
             while not stop.requested:
@@ -523,16 +667,36 @@ def _shared_loop(
                             trials.append(trial)
                     if not trials:
                         continue
-                    ev = evaluate(space, space.columns_from(rows), predictor=predictor)
-                    told = tell_batch(study, trials, ev, skip_finished=True)
+                    if (
+                        not exhaustive
+                        and done > seen.known
+                        and (time.monotonic() - refreshed > CACHE_REFRESH_S)
+                    ):
+                        # Other workers' trials since the last look (one query per interval).
+                        seen = _shared_cache(storage, sid, space)
+                        refreshed = time.monotonic()
+                    told, ev = tell_cached(
+                        study, trials, rows, space, seen, predictor, skip_finished=True
+                    )
+                    seen.add(told)
                 finally:
                     hb.untrack(ids)
                 mine += len(told)
-                progress.add(ev.objectives, ev.feasible)
+                if ev is not None:
+                    progress.add(ev.objectives, ev.feasible)
                 progress.show(min(done + len(told), rec.trials))
     finally:
         progress.close()
     return mine
+
+
+def _shared_cache(storage: BaseStorage, sid: int, space: SearchSpace) -> ConfigCache:
+    """The configurations a shared study has evaluated, read from its storage."""
+    seen = ConfigCache(space)
+    seen.add(
+        storage.get_all_trials(sid, deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+    )
+    return seen
 
 
 def _enqueue_missing(study: optuna.Study, space: SearchSpace) -> int:
