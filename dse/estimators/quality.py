@@ -1,0 +1,284 @@
+"""Model quality: pretraining loss predicted by published scaling laws.
+
+Three laws, each evaluated exactly as its paper states it (coefficients copied from the paper,
+parameters counted the paper's way) and flagged wherever an input leaves the range the law was
+fitted on. Losses are the papers' own units (nats per token on their own training data and
+tokenizer); they are not comparable across laws. See docs/quality.md.
+
+- ``chinchilla``: Hoffmann et al. 2022, arXiv 2203.15556, Approach 3, eq. (10) of App. D.2:
+  L(N, D) = E + A / N^alpha + B / D^beta.
+- ``besiroglu``: Besiroglu et al. 2024, arXiv 2404.10102, the same form refitted to data
+  digitised from Hoffmann et al.'s Figure 4.
+- ``joint_moe``: Ludziejewski et al. 2025, arXiv 2502.05172 (ICML 2025), eq. (6) with the
+  expert transformation of eq. (4) and the coefficients of Table 3 (App. B):
+  L(N_act, D, E) = a Ê^delta N_act^(alpha + gamma ln Ê) + b Ê^omega D^(beta + zeta ln Ê) + c.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from dse import arch as A
+from dse import configs
+from dse.errors import ConfigError
+
+LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe")
+
+
+@dataclass(frozen=True)
+class _Dense:
+    """L = E + A / N^alpha + B / D^beta, fitted on dense models (N counts embeddings)."""
+
+    E: float
+    A: float
+    B: float
+    alpha: float
+    beta: float
+    params_range: tuple[float, float]  # parameters the fitted models had (counted as N)
+    tokens_range: tuple[float, float]  # training tokens the fitted models saw
+
+
+# Hoffmann et al. 2022, App. D.2 eq. (10), as printed (rounded): E 1.69, A 406.4, B 410.7,
+# alpha 0.34, beta 0.28. N counts every parameter, embeddings included (App. F: "we also count
+# embeddings matrices in the total parameter count"). Range: the abstract's "over 400 language
+# models ranging from 70 million to over 16 billion parameters on 5 to 500 billion tokens".
+_CHINCHILLA = _Dense(1.69, 406.4, 410.7, 0.34, 0.28, (7.0e7, 1.6e10), (5.0e9, 5.0e11))
+
+# Besiroglu et al. 2024 refit (excluding 5 outliers): E 1.8172, A 482.01, B 2085.43,
+# alpha 0.3478, beta 0.3658; the same counting (they refit Hoffmann's N and D). Range: the 240
+# points they fitted (github.com/epoch-research/analyzing-chinchilla, data/svg_extracted_data.csv,
+# the 5 highest losses dropped as in their notebook): N 5.73e7 to 1.62e10, D = FLOP / 6N from
+# 8.19e8 to 3.18e11 tokens.
+_BESIROGLU = _Dense(1.8172, 482.01, 2085.43, 0.3478, 0.3658, (5.73e7, 1.62e10), (8.19e8, 3.18e11))
+
+_DENSE_LAWS: dict[str, _Dense] = {"chinchilla": _CHINCHILLA, "besiroglu": _BESIROGLU}
+
+
+@dataclass(frozen=True)
+class _JointMoE:
+    """Ludziejewski et al. 2025, Table 3 (App. B). alpha, beta are the paper's signed exponents."""
+
+    a: float = 35.91
+    alpha: float = -0.1889
+    delta: float = -0.2285
+    gamma: float = 0.0098
+    b: float = 35.98
+    beta: float = -0.1775
+    omega: float = 0.5529
+    zeta: float = -0.0259
+    e_start: float = 2.0732
+    e_max: float = 290.4521
+    c: float = 1.3637
+    # App. E (experiment listing): N_act 79M to 2.7B (embeddings included, App. A.1), N_total up
+    # to 5.0B, E in {1, 2, 4, 8, 16, 32}, D from 500M to 80B tokens, and D / N_act from 0.36
+    # (2.7B dense on 980M tokens) to 73 (426M active, E=4, on 31B tokens). App. C: beyond the
+    # dataset's token-to-parameter ratios "we believe" the law does not apply.
+    params_range: tuple[float, float] = (7.9e7, 2.7e9)
+    total_params_max: float = 5.0e9
+    experts_range: tuple[float, float] = (1.0, 32.0)
+    tokens_range: tuple[float, float] = (5.0e8, 8.0e10)
+    tokens_per_param_range: tuple[float, float] = (0.36, 73.0)
+
+
+_JOINT = _JointMoE()
+
+
+def predict_loss(
+    cols: Mapping[str, np.ndarray], training_tokens: np.ndarray, law: str
+) -> dict[str, np.ndarray]:
+    """Pretraining loss of each configuration under one published scaling law.
+
+    cols: complete configuration columns as produced by ``dse.configs.as_columns`` (arrays of
+    length n). training_tokens: (n,) training tokens D. law: one of ``LAWS``.
+
+    Returns (n,) arrays:
+      loss: predicted final pretraining loss, nats/token on the paper's own data and tokenizer
+      params_counted: the parameter count the law was evaluated at (the paper's convention:
+        every parameter including embeddings and the LM head for the dense laws, active
+        parameters including embeddings for joint_moe and for MoE rows under a dense law)
+      out_of_range: True where any input lies outside the range the law was fitted on
+      out_of_range_inputs: '' inside, else every input that left the range and by how much,
+        e.g. 'params 1.2e12 > 1.6e10 (x75); tokens 1e9 < 5e9 (x5)', joined by '; '
+    """
+    if law not in LAWS:
+        raise ConfigError(f"unknown scaling law {law!r}; valid laws: {', '.join(LAWS)}")
+    counts = A.param_breakdown(configs.architecture(cols))
+    active = np.atleast_1d(np.asarray(counts["active"], dtype=np.float64))
+    total = np.atleast_1d(np.asarray(counts["total"], dtype=np.float64))
+    n = active.shape[0]
+    tokens = _tokens(training_tokens, n)
+    n_experts = np.broadcast_to(np.asarray(cols["n_experts"], dtype=np.float64), (n,))
+    top_k = np.broadcast_to(np.asarray(cols["top_k"], dtype=np.float64), (n,))
+    moe = n_experts > 1
+    issues = _Issues(n)
+
+    if law in _DENSE_LAWS:
+        p = _DENSE_LAWS[law]
+        # MoE rows: the dense law is evaluated at active parameters (the compute per token, the
+        # N of C = 6ND) and flagged, since no MoE model was in the fitted data.
+        loss = p.E + p.A * active ** (-p.alpha) + p.B * tokens ** (-p.beta)
+        issues.outside("params", active, p.params_range)
+        issues.outside("tokens", tokens, p.tokens_range)
+        issues.add(moe, n_experts, "n_experts {}: dense law fitted on dense models")
+    else:
+        j = _JOINT
+        # The paper's models route each token to one expert the width of the dense FFN (Switch,
+        # §5.1), so its E is also total/active expert parameters. A top-k router is mapped to
+        # that ratio, E = n_experts / top_k (Mixtral's 8 experts, top-2: E = 4), and flagged.
+        e = np.where(moe, n_experts / np.maximum(top_k, 1.0), 1.0)
+        loss = _joint_loss(active, tokens, np.maximum(e, 1.0))
+        issues.outside("params", active, j.params_range)
+        issues.outside("total params", total, (0.0, j.total_params_max))
+        issues.outside("tokens", tokens, j.tokens_range)
+        issues.outside("tokens/param", tokens / active, j.tokens_per_param_range)
+        # Named as the user wrote it: n_experts for top-1 routing, n_experts/top_k otherwise.
+        issues.outside("n_experts", e, j.experts_range, rows=top_k == 1)
+        issues.outside("n_experts/top_k", e, j.experts_range, rows=top_k != 1)
+        issues.add(moe & (top_k != 1), top_k, "top_k {}: law fitted on top-1 (Switch) routing")
+        sff = np.broadcast_to(np.asarray(cols["shared_expert_d_ff"], dtype=np.float64), (n,))
+        issues.add(
+            moe & (sff > 0), sff, "shared_expert_d_ff {}: law fitted without a shared expert"
+        )
+
+    text = issues.text()
+    return {
+        "loss": loss,
+        "params_counted": active.astype(np.int64),
+        "out_of_range": text != "",
+        "out_of_range_inputs": text,
+    }
+
+
+def compute_optimal(
+    law: str, compute_flops: np.ndarray, n_experts: float = 1.0
+) -> dict[str, np.ndarray]:
+    """Loss-minimising (params, tokens) at a training budget C = 6 N D FLOPs under one law.
+
+    The closed form of Hoffmann et al. 2022 eq. (4), which Ludziejewski et al. 2025 eq. (7)
+    apply at each fixed E: N_opt = G (C/6)^a, D_opt = (C/6) / N_opt,
+    G = (alpha A / (beta B))^(1 / (alpha + beta)), a = beta / (alpha + beta). n_experts is the
+    law's E (joint_moe only; the dense laws ignore it). Returns params, tokens and loss there.
+    """
+    if law not in LAWS:
+        raise ConfigError(f"unknown scaling law {law!r}; valid laws: {', '.join(LAWS)}")
+    c = np.asarray(compute_flops, dtype=np.float64)
+    if np.any(~np.isfinite(c) | (c <= 0)):
+        raise ConfigError("compute_flops: must be positive and finite")
+    if law in _DENSE_LAWS:
+        p = _DENSE_LAWS[law]
+        big_a, alpha, big_b, beta = p.A, p.alpha, p.B, p.beta
+    else:
+        big_a, alpha, big_b, beta = _joint_reduced(np.float64(max(float(n_experts), 1.0)))
+    n_opt, d_opt = _dense_optimum(big_a, big_b, alpha, beta, c)
+    if law in _DENSE_LAWS:
+        loss = _DENSE_LAWS[law].E + big_a * n_opt ** (-alpha) + big_b * d_opt ** (-beta)
+    else:
+        loss = _joint_loss(n_opt, d_opt, np.full(n_opt.shape, max(float(n_experts), 1.0)))
+    return {"params": n_opt, "tokens": d_opt, "loss": loss}
+
+
+# ------------------------------------------------------------------------------ internals
+def _tokens(training_tokens: np.ndarray, n: int) -> np.ndarray:
+    d = np.asarray(training_tokens, dtype=np.float64)
+    if d.ndim == 0:
+        d = np.full(n, float(d))
+    if d.shape != (n,):
+        raise ConfigError(f"training_tokens: expected {n} values, got shape {d.shape}")
+    bad = ~np.isfinite(d) | (d <= 0)
+    if bad.any():
+        raise ConfigError(f"training_tokens: must be positive and finite, got {d[bad][0]!r}")
+    return d
+
+
+def _e_hat(e: np.ndarray) -> np.ndarray:
+    """Eq. (4): 1/Ê = 1 / (E - 1 + (1/E_start - 1/E_max)^-1) + 1/E_max (Ê = E_start at E = 1)."""
+    j = _JOINT
+    shift = 1.0 / (1.0 / j.e_start - 1.0 / j.e_max)
+    return 1.0 / (1.0 / (e - 1.0 + shift) + 1.0 / j.e_max)
+
+
+def _joint_loss(n_act: np.ndarray, tokens: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Eq. (6), in logs (the paper fits it that way): both exponents stay negative for all E."""
+    j = _JOINT
+    le = np.log(_e_hat(e))
+    model = np.exp(np.log(j.a) + j.delta * le + (j.alpha + j.gamma * le) * np.log(n_act))
+    data = np.exp(np.log(j.b) + j.omega * le + (j.beta + j.zeta * le) * np.log(tokens))
+    return model + data + j.c
+
+
+def _joint_reduced(e: np.floating) -> tuple[float, float, float, float]:
+    """Table 4: the joint law at fixed E as A / N^alpha + B / D^beta + c (positive exponents)."""
+    j = _JOINT
+    le = float(np.log(_e_hat(np.asarray(e))))
+    return (
+        j.a * np.exp(j.delta * le),
+        -(j.alpha + j.gamma * le),
+        j.b * np.exp(j.omega * le),
+        -(j.beta + j.zeta * le),
+    )
+
+
+def _dense_optimum(
+    big_a: float, big_b: float, alpha: float, beta: float, compute_flops: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hoffmann et al. eq. (4): (N_opt, D_opt) minimising A/N^alpha + B/D^beta at 6ND = C."""
+    g = (alpha * big_a / (beta * big_b)) ** (1.0 / (alpha + beta))
+    n_opt = g * (np.asarray(compute_flops, dtype=np.float64) / 6.0) ** (beta / (alpha + beta))
+    return n_opt, compute_flops / 6.0 / n_opt
+
+
+def _fmt(x: np.ndarray) -> np.ndarray:
+    """3 significant digits, exponent without '+' or leading zeros: 1.2e12, 5e-05 -> 5e-5."""
+    s = np.char.mod("%.3g", np.asarray(x, dtype=np.float64))
+    for old, new in (("e+0", "e"), ("e+", "e"), ("e-0", "e-")):
+        s = np.char.replace(s, old, new)
+    return s
+
+
+class _Issues:
+    """Per-row '; '-joined messages, built with numpy string ops on the flagged rows only."""
+
+    def __init__(self, n: int) -> None:
+        self._text = np.full(n, "", dtype=object)
+
+    def _append(self, mask: np.ndarray, messages: np.ndarray) -> None:
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return
+        old = self._text[idx].astype(str)
+        sep = np.where(old == "", "", "; ")
+        self._text[idx] = np.char.add(np.char.add(old, sep), messages.astype(str))
+
+    def outside(
+        self,
+        name: str,
+        value: np.ndarray,
+        bounds: tuple[float, float],
+        rows: np.ndarray | None = None,
+    ) -> None:
+        """Flag value outside [lo, hi] (only among `rows`), with the ratio to the nearest bound."""
+        lo, hi = bounds
+        keep = np.ones(value.shape, dtype=bool) if rows is None else rows
+        for mask, op, bound, ratio in (
+            (keep & (value < lo), " < ", lo, lo / np.where(value > 0, value, np.nan)),
+            (keep & (value > hi), " > ", hi, value / hi),
+        ):
+            if not mask.any():
+                continue
+            v, r = value[mask], ratio[mask]
+            msg = np.char.add(np.char.add(f"{name} ", _fmt(v)), f"{op}{_fmt(np.asarray(bound))}")
+            self._append(mask, np.char.add(np.char.add(np.char.add(msg, " (x"), _fmt(r)), ")"))
+
+    def add(self, mask: np.ndarray, value: np.ndarray, template: str) -> None:
+        """Flag rows with a fixed message around one value, e.g. 'n_experts 8: ...'."""
+        if not mask.any():
+            return
+        head, tail = template.split("{}")
+        whole = np.char.mod("%d", np.rint(value[mask]).astype(np.int64))  # counts, not floats
+        self._append(mask, np.char.add(np.char.add(head, whole), tail))
+
+    def text(self) -> np.ndarray:
+        return self._text.astype(str)
