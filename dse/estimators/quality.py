@@ -72,12 +72,14 @@ class _JointMoE:
     e_start: float = 2.0732
     e_max: float = 290.4521
     c: float = 1.3637
-    # App. E (experiment listing): N_act 79M to 2.7B (embeddings included, App. A.1), N_total up
-    # to 5.0B, E in {1, 2, 4, 8, 16, 32}, D from 500M to 80B tokens, and D / N_act from 0.36
-    # (2.7B dense on 980M tokens) to 73 (426M active, E=4, on 31B tokens). App. C: beyond the
-    # dataset's token-to-parameter ratios "we believe" the law does not apply.
-    params_range: tuple[float, float] = (7.9e7, 2.7e9)
-    total_params_max: float = 5.0e9
+    # App. E (experiment listing), its extreme models counted with eqs. (9)-(10) (embeddings
+    # included, App. A.1): N_act from 78.7M (printed 79M: d_model 512 x 8) to 2.716B (printed
+    # 2.7B: 2304 x 36), N_total up to 5.002B (printed 5.0B: 1024 x 16, E=32), E in
+    # {1, 2, 4, 8, 16, 32}, D from 500M to 80B tokens, and D / N_act from 0.36 (2.7B dense on
+    # 980M tokens) to 72.8 (426M active, E=4, on 31B tokens). App. C: beyond the dataset's
+    # token-to-parameter ratios the authors do not trust the law.
+    params_range: tuple[float, float] = (7.85e7, 2.72e9)
+    total_params_max: float = 5.01e9
     experts_range: tuple[float, float] = (1.0, 32.0)
     tokens_range: tuple[float, float] = (5.0e8, 8.0e10)
     tokens_per_param_range: tuple[float, float] = (0.36, 73.0)
