@@ -193,8 +193,11 @@ def constraint_values(
 ) -> dict[str, np.ndarray]:
     """Optuna-style constraint values (<= 0 feasible) for each declared constraint.
 
-    Bounds on sizes are relative (value / bound - 1) so that they are comparable across
-    constraints; validity is 1 for an invalid configuration, 0 otherwise.
+    `d` holds the metric of every constraint by its name: the sizes of `derived`, and for
+    constraints on predictions (ttft, tpot, loss, throughput...) what `dse.sweep` computed.
+    Bounds are relative (value / bound - 1 for a max, 1 - value / bound for a min) so that they
+    are comparable across constraints and units; validity is 1 for an invalid configuration, 0
+    otherwise. A metric that could not be computed (NaN) breaks its bound by 1.
     """
     out: dict[str, np.ndarray] = {"valid": (d["invalid"] != "").astype(float)}
     for name, spec in constraints.items():
@@ -204,12 +207,14 @@ def constraint_values(
                     d["memory_bytes"] / (A.USABLE_FRACTION * d["memory_capacity_bytes"]) - 1.0
                 )
             continue
+        if name not in d:
+            raise ConfigError(f"constraints.{name}: no such metric among {', '.join(d)}")
         value = np.asarray(d[name], dtype=float)
         if spec.get("min") is not None:
             out[f"{name}_min"] = 1.0 - value / float(spec["min"])
         if spec.get("max") is not None:
             out[f"{name}_max"] = value / float(spec["max"]) - 1.0
-    return out
+    return {k: np.where(np.isfinite(v), v, 1.0) for k, v in out.items()}
 
 
 def feasible(values: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -9,10 +9,16 @@ Schema (documented in docs/search_spaces.md):
       d_model: {values: [3072, 4096]}
       n_layers: {low: 24, high: 48, step: 4}
       moe: {n_experts: {values: [1, 8]}, top_k: {values: [1, 2]}}
-    constraints: {active_params: {min: 7.0e9, max: 9.0e9}, fits_memory: true}
-    objectives:
+      training_tokens: 1.5e+13         # training token budget (loss objective / constraint)
+    constraints:                       # static (before prediction) and predicted (after)
+      active_params: {min: 7.0e9, max: 9.0e9}
+      fits_memory: true
+      tpot: {max: 0.05}                # seconds; also ttft, latency, energy_per_output_token...
+    objectives:                        # exactly these, in this order (default: the first two)
       latency: {metric: request}       # request | ttft | tpot
       energy: {source: hymell}         # hymell | tokens2wh
+      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe
+      throughput: {metric: per_gpu}    # maximised
     study: {sampler: tpe, trials: 2000, seed: 0}
 
 Every user mistake raises ConfigError as `file:line: key.path: rule, got value`.
@@ -55,13 +61,66 @@ STR_FIELDS: dict[str, tuple[str, ...]] = {
 ARCH_KEYS = tuple(k for k in C.ARCH_FIELDS)
 MOE_KEYS = ("n_experts", "top_k", "d_ff_expert", "shared_expert_d_ff", "shared_expert_gate")
 WORKLOAD_KEYS = C.WORKLOAD_FIELDS
+# Fields of a configuration that are neither Architecture nor Workload fields: they travel in
+# the configuration columns (and the trials table) beside `dse.configs.CONFIG_FIELDS`.
+EXTRA_FIELDS = ("training_tokens",)
 SIZE_CONSTRAINTS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
-CONSTRAINT_KEYS = (*SIZE_CONSTRAINTS, "fits_memory")
+# Constraints on what the predictor (or a scaling law) says, evaluated after prediction, with
+# their units: request latency, TTFT and TPOT in s; HYMELL energy per request and per output
+# token in J; output tokens per second per GPU; tokens per second per user (1 / TPOT); loss in
+# nats per token (the law's).
+PREDICTED_CONSTRAINTS = (
+    "latency",
+    "ttft",
+    "tpot",
+    "energy",
+    "energy_per_output_token",
+    "throughput",
+    "user_speed",
+    "loss",
+)
+CONSTRAINT_KEYS = (*SIZE_CONSTRAINTS, "fits_memory", *PREDICTED_CONSTRAINTS)
 LATENCY_METRICS = ("request", "ttft", "tpot")
 ENERGY_SOURCES = ("hymell", "tokens2wh")
 ENERGY_METRICS = ("request", "per_output_token")
 ENERGY_PRESETS = ("corrected", "paper")
-SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token")
+SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
+# Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
+# Besiroglu et al. 2024, and the joint MoE law of Ludziejewski et al. 2025.
+LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe")
+THROUGHPUT_METRICS = ("per_gpu",)
+USER_SPEED_METRICS = ("tokens_per_s",)
+DIRECTIONS = ("minimize", "maximize")
+# Objective kind -> (its keys, the key naming its metric, that key's choices, default metric,
+# natural direction). A kind whose metric key is None takes no choice.
+OBJECTIVE_KINDS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None, str]] = {
+    "latency": (("metric", "direction"), "metric", LATENCY_METRICS, "request", "minimize"),
+    "energy": (
+        ("source", "metric", "direction", "preset"),
+        "source",
+        ENERGY_SOURCES,
+        "hymell",
+        "minimize",
+    ),
+    "size": (("metric", "direction"), "metric", SIZE_METRICS, "active_params", "minimize"),
+    "loss": (("source", "direction"), "source", LOSS_LAWS, None, "minimize"),
+    "throughput": (("metric", "direction"), "metric", THROUGHPUT_METRICS, "per_gpu", "maximize"),
+    "user_speed": (
+        ("metric", "direction"),
+        "metric",
+        USER_SPEED_METRICS,
+        "tokens_per_s",
+        "maximize",
+    ),
+}
+# Why a kind's direction is fixed (a size may be maximised: "the largest model that fits").
+_BETTER = {
+    "latency": "lower latency is better",
+    "energy": "lower energy is better",
+    "loss": "lower loss is better",
+    "throughput": "more tokens per second per GPU is better",
+    "user_speed": "more tokens per second per user is better",
+}
 SAMPLERS = ("auto", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive")
 # Ranges wider than this many values are treated as too large to enumerate per parameter.
 MAX_RANGE_VALUES = 1_000_000
@@ -86,20 +145,68 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Objective:
+    """One objective: what it measures (kind and metric or source) and which way is better."""
+
+    kind: str  # latency | energy | size | loss | throughput | user_speed
+    metric: str  # latency/energy/size/throughput/user_speed metric; "loss" for a loss
+    source: str | None = None  # energy: hymell | tokens2wh; loss: the scaling law
+    direction: str = "minimize"
+    preset: str = "corrected"  # energy from tokens2wh: corrected (ours) | paper (as published)
+
+    @property
+    def name(self) -> str:
+        """The objective's column name (`obj.<name>` in the trials table)."""
+        if self.kind == "latency":
+            return f"latency_{self.metric}"
+        if self.kind == "energy":
+            return f"energy_{self.source}_{self.metric}"
+        if self.kind == "loss":
+            return f"loss_{self.source}"
+        if self.kind == "throughput":
+            return f"throughput_{self.metric}"
+        if self.kind == "user_speed":
+            return "user_tokens_per_s"
+        return self.metric  # size: active_params, total_params, ...
+
+
+DEFAULT_OBJECTIVES = (Objective("latency", "request"), Objective("energy", "request", "hymell"))
+
+
+@dataclass(frozen=True)
 class Objectives:
-    latency_metric: str = "request"
-    energy_source: str = "hymell"
-    energy_metric: str = "request"
-    size_metric: str | None = None  # optional third objective
-    energy_preset: str = "corrected"  # tokens2wh only: corrected (ours) | paper (as published)
+    """The study's objectives in order (the YAML's), each with its direction."""
+
+    items: tuple[Objective, ...] = DEFAULT_OBJECTIVES
 
     @property
     def names(self) -> tuple[str, ...]:
-        base = (
-            f"latency_{self.latency_metric}",
-            f"energy_{self.energy_source}_{self.energy_metric}",
-        )
-        return (*base, self.size_metric) if self.size_metric else base
+        return tuple(o.name for o in self.items)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """ "minimize" / "maximize" per objective, as Optuna's `create_study(directions=)`."""
+        return tuple(o.direction for o in self.items)
+
+    def of(self, kind: str) -> Objective | None:
+        """The objective of this kind, if any (a mapping holds at most one per kind)."""
+        return next((o for o in self.items if o.kind == kind), None)
+
+    # Shorthands for the kinds other modules ask about.
+    @property
+    def energy_source(self) -> str | None:
+        o = self.of("energy")
+        return o.source if o else None
+
+    @property
+    def energy_preset(self) -> str:
+        o = self.of("energy")
+        return o.preset if o else "corrected"
+
+    @property
+    def loss_law(self) -> str | None:
+        o = self.of("loss")
+        return o.source if o else None
 
 
 @dataclass(frozen=True)
@@ -129,6 +236,43 @@ class SearchSpace:
     def fixed(self) -> dict[str, Any]:
         return {p.name: p.values[0] for p in self.params if not p.searched}
 
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        """Non-architecture, non-workload columns this space declares (training_tokens)."""
+        names = {p.name for p in self.params}
+        return tuple(k for k in EXTRA_FIELDS if k in names)
+
+    @property
+    def config_fields(self) -> tuple[str, ...]:
+        """Every configuration column of this space's batches and trials tables."""
+        return (*C.CONFIG_FIELDS, *self.extra_fields)
+
+    @property
+    def static_constraints(self) -> dict[str, Any]:
+        """Constraints decided before prediction (sizes, memory): what `dse check` counts."""
+        return {k: v for k, v in self.constraints.items() if k not in PREDICTED_CONSTRAINTS}
+
+    @property
+    def predicted_constraints(self) -> dict[str, Any]:
+        """Constraints on predicted metrics (latency, energy, throughput, loss): checked per
+        configuration during the sweep, after prediction."""
+        return {k: v for k, v in self.constraints.items() if k in PREDICTED_CONSTRAINTS}
+
+    @property
+    def loss_laws(self) -> tuple[str, ...]:
+        """Every scaling law a loss objective or constraint needs, objective's first."""
+        laws = [self.objectives.loss_law, (self.constraints.get("loss") or {}).get("source")]
+        return tuple(dict.fromkeys(law for law in laws if law))
+
+    def complete(self, cols: dict[str, Any]) -> dict[str, np.ndarray]:
+        """`dse.configs.as_columns` of a batch, keeping this space's extra fields
+        (training_tokens, an integer count of tokens) that it would drop."""
+        out, n = C.as_columns(cols)
+        for k in self.extra_fields:
+            v = np.asarray(cols[k])
+            out[k] = (np.full(n, v.item()) if v.ndim == 0 else v).astype(np.int64)
+        return out
+
     def size(self) -> int:
         """Number of distinct configurations (product of each parameter's value count)."""
         return int(np.prod([len(p.values) for p in self.params], dtype=object))
@@ -148,10 +292,9 @@ class SearchSpace:
                 cols[p.name] = np.asarray(
                     p.values, dtype=object if isinstance(p.values[0], str) else None
                 )[ix]
-        out, _ = C.as_columns(
+        return self.complete(
             {k: (np.full(n, v) if np.ndim(v) == 0 else v) for k, v in cols.items()}
         )
-        return out
 
     def columns_from(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         """Complete columns for a list of sampled searched-parameter dicts."""
@@ -159,8 +302,7 @@ class SearchSpace:
         cols: dict[str, Any] = {k: np.full(n, v) for k, v in self.fixed.items()}
         for p in self.searched:
             cols[p.name] = np.asarray([r[p.name] for r in rows])
-        out, _ = C.as_columns(cols)
-        return out
+        return self.complete(cols)
 
     def examples(self, k: int = 3, seed: int = 0) -> list[dict[str, Any]]:
         """k configurations drawn uniformly (for `dse check`)."""
@@ -233,7 +375,7 @@ def parse_space(doc: Located) -> SearchSpace:
     # architecture
     sp = data["space"]
     _mapping(doc, ("space",), sp)
-    _no_unknown(doc, ("space",), sp, (*ARCH_KEYS, "moe"))
+    _no_unknown(doc, ("space",), sp, (*ARCH_KEYS, "moe", *EXTRA_FIELDS))
     for key in REQUIRED_ARCH:
         if key not in sp:
             raise doc.error(("space", key), "is required")
@@ -261,9 +403,18 @@ def parse_space(doc: Located) -> SearchSpace:
     if dup:
         raise doc.error(("space",), f"field {sorted(dup)[0]!r} is declared twice")
 
-    constraints = _constraints(doc, data.get("constraints") or {})
     objectives = _objectives(doc, data.get("objectives") or {})
+    constraints = _constraints(doc, data.get("constraints") or {}, objectives)
     study = _study(doc, data.get("study") or {})
+    if "training_tokens" not in names:
+        for keys, needed in (
+            (("objectives", "loss"), objectives.loss_law is not None),
+            (("constraints", "loss"), "loss" in constraints),
+        ):
+            if needed:
+                raise doc.error(
+                    keys, "needs space.training_tokens (the training token budget), got none"
+                )
     space = SearchSpace(
         name=name,
         source=str(doc.path),
@@ -385,7 +536,16 @@ def _param(
     return Param(name, keys, (value(spec, keys),), "fixed")
 
 
-def _constraints(doc: Located, data: Any) -> dict[str, Any]:
+def _choice(doc: Located, keys: KeyPath, v: Any, choices: tuple[str, ...]) -> str:
+    """`v` when it is one of `choices`, else the one-form error with a did-you-mean."""
+    if v not in choices:
+        close = difflib.get_close_matches(str(v), choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise doc.error(keys, f"must be one of {', '.join(choices)}{hint}, got {v!r}")
+    return str(v)
+
+
+def _constraints(doc: Located, data: Any, objectives: Objectives) -> dict[str, Any]:
     _mapping(doc, ("constraints",), data)
     _no_unknown(doc, ("constraints",), data, CONSTRAINT_KEYS)
     out: dict[str, Any] = {}
@@ -397,8 +557,8 @@ def _constraints(doc: Located, data: Any) -> dict[str, Any]:
             out[key] = spec
             continue
         _mapping(doc, keys, spec)
-        _no_unknown(doc, keys, spec, ("min", "max"))
-        if not spec:
+        _no_unknown(doc, keys, spec, ("min", "max", "source") if key == "loss" else ("min", "max"))
+        if not (set(spec) & {"min", "max"}):
             raise doc.error(keys, "needs `min`, `max` or both")
         lo = _number(doc, (*keys, "min"), spec["min"], integer=False) if "min" in spec else None
         hi = _number(doc, (*keys, "max"), spec["max"], integer=False) if "max" in spec else None
@@ -408,47 +568,60 @@ def _constraints(doc: Located, data: Any) -> dict[str, Any]:
         if lo is not None and hi is not None and lo > hi:
             raise doc.error(keys, f"`min <= max` must hold, but got (min={lo:g}, max={hi:g})")
         out[key] = {"min": lo, "max": hi}
+        if key == "loss":
+            # The law: the constraint's own, else the loss objective's.
+            law = spec.get("source", objectives.loss_law)
+            if law is None:
+                raise doc.error(
+                    (*keys, "source"),
+                    f"is required when no loss objective names the law ({', '.join(LOSS_LAWS)})"
+                    ", got none",
+                )
+            out[key]["source"] = _choice(doc, (*keys, "source"), law, LOSS_LAWS)
     return out
 
 
 def _objectives(doc: Located, data: Any) -> Objectives:
+    """The objectives exactly as listed, in their order; none listed: latency and energy of
+    the whole request. Each kind appears at most once (the keys of a mapping)."""
     _mapping(doc, ("objectives",), data)
-    _no_unknown(doc, ("objectives",), data, ("latency", "energy", "size"))
-
-    def pick(section: str, key: str, choices: tuple[str, ...], default: str | None) -> str | None:
-        spec = data.get(section)
-        if spec is None:
-            return default
-        _mapping(doc, ("objectives", section), spec)
-        allowed = {
-            "latency": ("metric", "direction"),
-            "energy": ("source", "metric", "direction", "preset"),
-            "size": ("metric", "direction"),
-        }[section]
-        _no_unknown(doc, ("objectives", section), spec, allowed)
-        if spec.get("direction", "minimize") != "minimize":
+    _no_unknown(doc, ("objectives",), data, tuple(OBJECTIVE_KINDS))
+    if not data:
+        return Objectives()
+    items: list[Objective] = []
+    for kind, spec in data.items():
+        keys: KeyPath = ("objectives", kind)
+        spec = {} if spec is None else spec  # `user_speed:` with nothing after it
+        _mapping(doc, keys, spec)
+        allowed, choice_key, choices, default, natural = OBJECTIVE_KINDS[kind]
+        _no_unknown(doc, keys, spec, allowed)
+        if choice_key not in spec and default is None:
             raise doc.error(
-                ("objectives", section, "direction"), f"must be minimize, got {spec['direction']!r}"
+                (*keys, choice_key), f"is required (one of {', '.join(choices)}), got none"
             )
-        v = spec.get(key, default)
-        if v not in choices:
-            close = difflib.get_close_matches(str(v), choices, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+        chosen = _choice(doc, (*keys, choice_key), spec.get(choice_key, default), choices)
+        direction = _choice(doc, (*keys, "direction"), spec.get("direction", natural), DIRECTIONS)
+        if kind != "size" and direction != natural:
             raise doc.error(
-                ("objectives", section, key),
-                f"must be one of {', '.join(choices)}{hint}, got {v!r}",
+                (*keys, "direction"), f"must be {natural} ({_BETTER[kind]}), got {direction!r}"
             )
-        return v
-
-    return Objectives(
-        latency_metric=pick("latency", "metric", LATENCY_METRICS, "request") or "request",
-        energy_source=pick("energy", "source", ENERGY_SOURCES, "hymell") or "hymell",
-        energy_metric=pick("energy", "metric", ENERGY_METRICS, "request") or "request",
-        size_metric=pick("size", "metric", SIZE_METRICS, "active_params")
-        if "size" in data
-        else None,
-        energy_preset=pick("energy", "preset", ENERGY_PRESETS, "corrected") or "corrected",
-    )
+        if kind == "energy":
+            metric = _choice(doc, (*keys, "metric"), spec.get("metric", "request"), ENERGY_METRICS)
+            preset = _choice(
+                doc, (*keys, "preset"), spec.get("preset", "corrected"), ENERGY_PRESETS
+            )
+            items.append(Objective(kind, metric, chosen, direction, preset))
+        elif kind == "loss":
+            items.append(Objective(kind, "loss", chosen, direction))
+        else:
+            items.append(Objective(kind, chosen, None, direction))
+    if len(items) < 2:
+        raise doc.error(
+            ("objectives",),
+            "a front needs at least two objectives (e.g. loss and energy), "
+            f"got {[o.name for o in items]}",
+        )
+    return Objectives(tuple(items))
 
 
 def _study(doc: Located, data: Any) -> StudySettings:
@@ -524,7 +697,8 @@ def count_feasible(space: SearchSpace, limit: int = 5_000_000, chunk: int = 500_
         part = {k: v[start : start + chunk] for k, v in cols.items()}
         n = len(part["d_model"])
         d = C.derived(part, n)
-        cv = C.constraint_values(d, space.constraints)
+        # Only what is known before prediction: predicted limits are checked during the sweep.
+        cv = C.constraint_values(d, space.static_constraints)
         ok_valid = cv["valid"] <= 0
         valid += int(ok_valid.sum())
         feasible += int(C.feasible(cv).sum())

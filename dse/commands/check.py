@@ -34,12 +34,17 @@ def run(args: argparse.Namespace) -> int:
         print("  feasible:            not counted (too many to enumerate)")
     else:
         print(f"  valid architectures: {count.valid:,}")
-        print(f"  feasible:            {count.feasible:,} (satisfy every constraint)")
+        static = "static constraint" if space.predicted_constraints else "constraint"
+        print(f"  feasible:            {count.feasible:,} (satisfy every {static})")
         for name, n in count.violations.items():
             print(f"    ruled out by {name}: {n:,}")
         require_feasible(space, count)
+    if space.predicted_constraints:  # need predictions: not in the counts above
+        names = ", ".join(space.predicted_constraints)
+        print(f"  predicted limits:    {names} (checked per configuration during the sweep)")
     o = space.objectives
-    print(f"  objectives:          {', '.join(o.names)} (all minimised)")
+    ways = ", ".join(f"{n} ({d[:3]})" for n, d in zip(o.names, o.directions, strict=True))
+    print(f"  objectives:          {ways}")
     s = space.study
     print(f"  study:               sampler={s.sampler} trials={s.trials} seed={s.seed}")
     for i, ex in enumerate(space.examples(args.examples), 1):

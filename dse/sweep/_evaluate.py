@@ -22,27 +22,46 @@ from dse.space import SearchSpace
 
 SIZE_KEYS = ("total_params", "active_params", "kv_bytes_per_token", "memory_bytes")
 WORKLOAD_KEYS = ("batch_size", "prompt_tokens", "output_tokens", "tensor_parallel")
-# Objective name -> (table, key) it is read from; per-output-token energy of tokens-to-Wh is
-# computed like HYMELL's (whole-request energy over batch_size * output_tokens) so the two
-# sources rank configurations on the same footing.
-OBJECTIVE_SOURCE: dict[str, tuple[str, str]] = {
-    "latency_request": ("pred", "latency_s"),
-    "latency_ttft": ("pred", "ttft_s"),
-    "latency_tpot": ("pred", "tpot_s"),
-    "energy_hymell_request": ("pred", "energy_j"),
-    "energy_hymell_per_output_token": ("pred", "energy_per_output_token_j"),
-    "energy_tokens2wh_request": ("t2wh", "energy_j"),
-    "energy_tokens2wh_per_output_token": ("t2wh", "energy_per_generated_token_j"),
-    "active_params": ("size", "active_params"),
-    "total_params": ("size", "total_params"),
-    "kv_bytes_per_token": ("size", "kv_bytes_per_token"),
+# Predicted metric -> the predictor key it is; the derived ones (throughput, user speed) are
+# computed in `serving_metrics`.
+PREDICTED_KEYS = {
+    "latency": "latency_s",
+    "ttft": "ttft_s",
+    "tpot": "tpot_s",
+    "energy": "energy_j",
+    "energy_per_output_token": "energy_per_output_token_j",
 }
-UNITS = {"latency": "s", "energy": "J", "kv": "bytes"}
+# Per-output-token energy of tokens-to-Wh is computed like HYMELL's (whole-request energy over
+# batch_size * output_tokens) so the two sources rank configurations on the same footing.
+ENERGY_KEYS = {
+    ("hymell", "request"): ("pred", "energy_j"),
+    ("hymell", "per_output_token"): ("pred", "energy_per_output_token_j"),
+    ("tokens2wh", "request"): ("t2wh", "energy_j"),
+    ("tokens2wh", "per_output_token"): ("t2wh", "energy_per_generated_token_j"),
+}
+LATENCY_KEYS = {"request": "latency_s", "ttft": "ttft_s", "tpot": "tpot_s"}
+# Quality columns of the trials table <- keys of `predict_loss`'s result.
+QUALITY_COLUMNS = {
+    "loss": "loss",
+    "loss_params_counted": "params_counted",
+    "loss_out_of_range": "out_of_range",
+    "loss_out_of_range_inputs": "out_of_range_inputs",
+}
+UNITS = {
+    "latency": "s",
+    "energy": "J",
+    "kv": "bytes",
+    "memory": "bytes",
+    "loss": "nats",  # per token, as the scaling laws fit it
+    "throughput": "tokens/s/GPU",
+    "user": "tokens/s",
+}
 
 Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def objective_unit(name: str) -> str:
+    """The unit of an objective column from its name (sizes are parameter counts)."""
     return UNITS.get(name.split("_")[0], "parameters")
 
 
@@ -59,6 +78,12 @@ class Evaluation:
     sizes: dict[str, np.ndarray]
     pred: dict[str, np.ndarray]  # every key of predictor output, NaN/None where invalid
     t2wh: dict[str, np.ndarray] = field(default_factory=dict)
+    # The scaling law's prediction (`dse.estimators.quality.predict_loss`) when a loss objective
+    # or constraint asks for one: loss, params_counted, out_of_range, out_of_range_inputs.
+    quality: dict[str, np.ndarray] = field(default_factory=dict)
+    # Metrics the predicted constraints read: latency, ttft, tpot, energy,
+    # energy_per_output_token, throughput, user_speed, loss (NaN where invalid).
+    metrics: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def tokens2wh_module() -> ModuleType | None:
@@ -136,6 +161,49 @@ def _tokens2wh(
     return out
 
 
+def serving_metrics(
+    cols: Mapping[str, np.ndarray], pred: Mapping[str, np.ndarray], n: int
+) -> dict[str, np.ndarray]:
+    """The metrics a serving limit may bound, per configuration (NaN where not predicted).
+
+    throughput: output tokens per second per GPU = batch_size * output_tokens / request
+    latency (s) / tensor_parallel; user_speed: tokens per second a user sees while decoding,
+    1 / TPOT (s).
+    """
+    out = {k: np.full(n, np.nan) for k in (*PREDICTED_KEYS, "throughput", "user_speed")}
+    if not pred:
+        return out
+    for name, key in PREDICTED_KEYS.items():
+        if key in pred:
+            out[name] = np.asarray(pred[key], dtype=float)
+    tokens = cols["batch_size"].astype(float) * cols["output_tokens"].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["throughput"] = tokens / out["latency"] / cols["tensor_parallel"].astype(float)
+        out["user_speed"] = 1.0 / out["tpot"]
+    return out
+
+
+def _quality(
+    space: SearchSpace, cols: Mapping[str, np.ndarray], rows: np.ndarray, n: int, law: str
+) -> dict[str, np.ndarray]:
+    """The scaling law's loss of the valid rows (NaN / None elsewhere)."""
+    from dse.estimators.quality import predict_loss
+
+    out: dict[str, np.ndarray] = {
+        "loss": np.full(n, np.nan),
+        "params_counted": np.full(n, np.nan),
+        "out_of_range": np.zeros(n, dtype=bool),
+        "out_of_range_inputs": np.full(n, "", dtype=object),
+    }
+    if not len(rows):
+        return out
+    part = {k: np.asarray(v)[rows] for k, v in cols.items()}
+    got = predict_loss(part, part["training_tokens"].astype(float), law)
+    for k in out:
+        out[k][rows] = np.broadcast_to(np.asarray(got[k]), (len(rows),))
+    return out
+
+
 def evaluate(
     space: SearchSpace,
     cols: Mapping[str, np.ndarray],
@@ -143,19 +211,22 @@ def evaluate(
     predictor: Predictor | None = None,
     with_tokens2wh: bool = True,
 ) -> Evaluation:
-    """Sizes, constraints, predictions and objectives of a batch of complete configurations."""
+    """Sizes, constraints, predictions and objectives of a batch of complete configurations.
+
+    Static constraints (sizes, memory) come from the configuration alone; limits on predicted
+    metrics (TTFT, TPOT, throughput, loss...) from the predictions of the same batch, so every
+    constraint is told with the trial and every sampler sees it.
+    """
     n = len(cols["d_model"])
     d = C.derived(cols, n)
-    cv = C.constraint_values(d, space.constraints)
     reason = np.asarray(d["invalid"]).astype(str)
     valid = reason == ""
-    feasible = C.feasible(cv) & valid
     sizes = {k: np.asarray(d[k], dtype=float) for k in SIZE_KEYS}
     rows = np.nonzero(valid)[0]
     pred: dict[str, np.ndarray] = {}
     t2wh_out: dict[str, np.ndarray] = {}
-    names = space.objectives.names
-    need_t2wh = space.objectives.energy_source == "tokens2wh"
+    objectives = space.objectives
+    need_t2wh = objectives.energy_source == "tokens2wh"
     if len(rows):
         part = {k: np.asarray(v)[rows] for k, v in cols.items()}
         raw = (predictor or default_predictor())(part)
@@ -167,15 +238,29 @@ def evaluate(
                 "dse.estimators.tokens2wh, which cannot be imported"
             )
         if module is not None:
-            est = _tokens2wh(module, part, raw, space.objectives.energy_preset)
+            est = _tokens2wh(module, part, raw, objectives.energy_preset)
             t2wh_out = {k: _scatter(v, rows, n) for k, v in est.items()}
-    tables = {"pred": pred, "t2wh": t2wh_out, "size": sizes}
-    obj = np.full((n, len(names)), np.nan)
-    for j, name in enumerate(names):
-        table, key = OBJECTIVE_SOURCE[name]
-        if table in ("pred", "t2wh") and not len(rows):
+    metrics = serving_metrics(cols, pred, n)
+    losses = {law: _quality(space, cols, rows, n, law) for law in space.loss_laws}
+    if "loss" in space.constraints:
+        metrics["loss"] = losses[space.constraints["loss"]["source"]]["loss"]
+    cv = C.constraint_values({**d, **metrics}, space.constraints)
+    feasible = C.feasible(cv) & valid
+    obj = np.full((n, len(objectives.items)), np.nan)
+    for j, o in enumerate(objectives.items):
+        if o.kind == "size":
+            obj[:, j] = sizes[o.metric]
+        elif o.kind == "loss":
+            obj[:, j] = losses[str(o.source)]["loss"]
+        elif o.kind in ("throughput", "user_speed"):
+            obj[:, j] = metrics[o.kind]
+        elif not len(rows):
             continue
-        obj[:, j] = np.asarray(tables[table][key], dtype=float)
+        elif o.kind == "latency":
+            obj[:, j] = np.asarray(pred[LATENCY_KEYS[o.metric]], dtype=float)
+        else:
+            table, key = ENERGY_KEYS[(str(o.source), o.metric)]
+            obj[:, j] = np.asarray((pred if table == "pred" else t2wh_out)[key], dtype=float)
     obj[~valid] = np.nan
     return Evaluation(
         n=n,
@@ -187,6 +272,8 @@ def evaluate(
         sizes=sizes,
         pred=pred,
         t2wh=t2wh_out,
+        quality=losses[space.loss_laws[0]] if space.loss_laws else {},
+        metrics=metrics,
     )
 
 
@@ -194,7 +281,8 @@ def check_predictor(space: SearchSpace, predictor: Predictor | None = None) -> d
     """Predict one valid configuration per GPU of the space before anything is written, so a
     missing artifact or an unusable objective fails cleanly. Returns {gpu: artifact id}."""
     examples = space.examples(256, seed=space.study.seed)
-    cols, n = C.as_columns({k: np.asarray([e[k] for e in examples]) for k in examples[0]})
+    cols = space.complete({k: np.asarray([e[k] for e in examples]) for k in examples[0]})
+    n = len(cols["d_model"])
     d = C.derived(cols, n)
     valid = np.asarray(d["invalid"]).astype(str) == ""
     pick: list[int] = []

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dse import configs as C
 from dse import pareto
 from dse.space import SearchSpace
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
@@ -31,8 +30,7 @@ def space_columns(space: SearchSpace, index: np.ndarray) -> dict[str, np.ndarray
         for p, d in zip(searched, digits, strict=True):
             values = np.asarray(p.values, dtype=object if isinstance(p.values[0], str) else None)
             cols[p.name] = values[d]
-    out, _ = C.as_columns(cols)
-    return out
+    return space.complete(cols)  # as_columns, keeping training_tokens
 
 
 @dataclass
@@ -45,10 +43,11 @@ class ExactFront:
     valid: int
     feasible: int
     elapsed_s: float = 0.0
+    directions: tuple[str, ...] | None = None  # per objective; None: all minimised
 
     @property
     def normalisation(self) -> pareto.Normalisation | None:
-        return pareto.normalisation(self.objectives)
+        return pareto.normalisation(self.objectives, self.directions)
 
     def hypervolume(self) -> float | None:
         norm = self.normalisation
@@ -84,11 +83,14 @@ def exact_front(
         # Earlier chunks first, so among equal points the lowest index stays.
         cand_idx = np.concatenate([front_idx, idx[ok]])
         cand_obj = np.vstack([front_obj, ev.objectives[ok]])
-        keep = pareto.nondominated(cand_obj)
+        keep = pareto.nondominated(cand_obj, directions=space.objectives.directions)
         front_idx, front_obj = cand_idx[keep], cand_obj[keep]
         if progress is not None:
             progress.update(len(idx))  # type: ignore[attr-defined]
-    order = np.lexsort((front_idx, front_obj[:, 0])) if len(front_idx) else np.empty(0, int)
+    sign = pareto.signs(space.objectives.directions, m)  # best first in the first objective
+    order = (
+        np.lexsort((front_idx, sign[0] * front_obj[:, 0])) if len(front_idx) else np.empty(0, int)
+    )
     return ExactFront(
         index=front_idx[order],
         objectives=front_obj[order],
@@ -96,6 +98,7 @@ def exact_front(
         valid=valid,
         feasible=feasible,
         elapsed_s=time.perf_counter() - t0,
+        directions=space.objectives.directions,
     )
 
 

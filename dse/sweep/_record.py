@@ -4,6 +4,8 @@ Each trial keeps, as user attributes, everything the results need, so nothing is
 later (the predictor may change; the study records what it said):
 - `pred`: the predictor's output for this configuration, as a JSON object in a string;
 - `t2wh`: the tokens-to-Wh estimate (corrected preset), likewise, when the estimator exists;
+- `quality`: the scaling law's loss, parameters counted and out-of-range flag, likewise, when
+  a loss objective or constraint asks for it (columns `loss`, `loss_out_of_range`, ...);
 - `sizes`: total_params, active_params, kv_bytes_per_token, memory_bytes;
 - `feasible`: every constraint <= 0 (also readable where constraints are not, e.g. in
   optuna-dashboard 0.21, which predates Optuna 5's named constraints);
@@ -30,9 +32,8 @@ from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from dse import configs as C
 from dse.space import SearchSpace
-from dse.sweep._evaluate import SIZE_KEYS, Evaluation
+from dse.sweep._evaluate import QUALITY_COLUMNS, SIZE_KEYS, Evaluation
 
 STATES = {TrialState.COMPLETE: "COMPLETE", TrialState.FAIL: "FAIL", TrialState.PRUNED: "PRUNED"}
 
@@ -78,6 +79,7 @@ def tell_batch(
     n = len(trials)
     pred = _rows(ev.pred, n)
     t2wh = _rows(ev.t2wh, n)
+    quality = _rows(ev.quality, n)
     cons = {k: np.asarray(v, dtype=float).tolist() for k, v in ev.constraints.items()}
     sizes = {k: np.asarray(ev.sizes[k], dtype=float).tolist() for k in SIZE_KEYS}
     objectives = ev.objectives.tolist()
@@ -90,6 +92,7 @@ def tell_batch(
             t2wh=t2wh[i],
             values=objectives[i] if ev.valid[i] else None,
             invalid_reason=str(ev.invalid_reason[i]),
+            quality=quality[i],
         )
         try:
             if predictions_on_copies:
@@ -115,6 +118,7 @@ class _Row:
     t2wh: str | None
     values: list[float] | None  # None: invalid configuration, told FAIL
     invalid_reason: str
+    quality: str | None = None  # small (four numbers): kept on the live trials too
 
 
 def _tell_one(study: optuna.Study, trial: optuna.Trial, row: _Row) -> FrozenTrial:
@@ -130,6 +134,8 @@ def _tell_one(study: optuna.Study, trial: optuna.Trial, row: _Row) -> FrozenTria
         trial.set_user_attr("pred", row.pred)
     if row.t2wh is not None:
         trial.set_user_attr("t2wh", row.t2wh)
+    if row.quality is not None:
+        trial.set_user_attr("quality", row.quality)
     return study.tell(trial, row.values)
 
 
@@ -159,7 +165,7 @@ def trials_table(trials: Sequence[FrozenTrial], space: SearchSpace) -> pd.DataFr
         # A trial failed by a dead worker may lack params: fill what it has.
         cols = space.columns_from(rows) if len(complete) == n else _partial_columns(space, rows)
     else:
-        cols = {k: np.asarray([], dtype=object) for k in C.CONFIG_FIELDS}
+        cols = {k: np.asarray([], dtype=object) for k in space.config_fields}
     values = np.full((n, len(names)), np.nan)
     for i, t in enumerate(done):
         if t.state == TrialState.COMPLETE and t.values is not None:
@@ -178,7 +184,7 @@ def trials_table(trials: Sequence[FrozenTrial], space: SearchSpace) -> pd.DataFr
     feasible = complete_mask & (np.nan_to_num(cons, nan=1.0) <= 0).all(axis=1)
     table["feasible"] = feasible
     table["on_front"] = np.zeros(n, dtype=bool)
-    for k in C.CONFIG_FIELDS:
+    for k in space.config_fields:
         table[k] = cols[k]
     for j, name in enumerate(names):
         table[f"obj.{name}"] = values[:, j]
@@ -188,6 +194,8 @@ def trials_table(trials: Sequence[FrozenTrial], space: SearchSpace) -> pd.DataFr
     sizes = [t.user_attrs.get("sizes") or {} for t in done]
     for k in SIZE_KEYS:
         table[k] = np.asarray([s.get(k, np.nan) for s in sizes], dtype=float)
+    if space.loss_laws:
+        table.update(_quality_columns([_loads(t.user_attrs.get("quality")) for t in done]))
     df = pd.DataFrame(table)
     for attr, prefix in (("pred", "pred."), ("t2wh", "t2wh.")):
         extra = _parsed_column_block(done, attr, prefix)
@@ -195,6 +203,21 @@ def trials_table(trials: Sequence[FrozenTrial], space: SearchSpace) -> pd.DataFr
             extra.index = df.index
             df = pd.concat([df, extra], axis=1)
     return df
+
+
+def _quality_columns(rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The trials table's loss columns from per-trial quality records ({} where none: an
+    invalid configuration, whose loss is NaN and flag False)."""
+    out: dict[str, np.ndarray] = {}
+    for col, key in QUALITY_COLUMNS.items():
+        got = [r.get(key) for r in rows]
+        if key == "out_of_range":
+            out[col] = np.asarray([bool(v) for v in got], dtype=bool)
+        elif key == "out_of_range_inputs":
+            out[col] = np.asarray(["" if v is None else str(v) for v in got], dtype=object)
+        else:
+            out[col] = np.asarray([np.nan if v is None else float(v) for v in got], dtype=float)
+    return out
 
 
 PARSE_CHUNK = 8192  # trials whose JSON attributes are parsed at once (bounds the dicts alive)
@@ -243,11 +266,12 @@ def _partial_columns(space: SearchSpace, rows: list[dict[str, Any]]) -> dict[str
     """Configuration columns when some trials miss parameters (killed before drawing them)."""
     n = len(rows)
     full = [r for r in rows if all(v is not None for v in r.values())]
-    out: dict[str, np.ndarray] = {k: np.full(n, None, dtype=object) for k in C.CONFIG_FIELDS}
+    fields = space.config_fields
+    out: dict[str, np.ndarray] = {k: np.full(n, None, dtype=object) for k in fields}
     if full:
         idx = np.asarray([i for i, r in enumerate(rows) if all(v is not None for v in r.values())])
         cols = space.columns_from(full)
-        for k in C.CONFIG_FIELDS:
+        for k in fields:
             out[k][idx] = cols[k]
     for k, v in space.fixed.items():
         out[k][:] = v
@@ -271,7 +295,7 @@ def evaluation_table(
         "feasible": ev.feasible.copy(),
         "on_front": np.zeros(n, dtype=bool),
     }
-    for k in C.CONFIG_FIELDS:
+    for k in space.config_fields:
         table[k] = np.asarray(cols[k])
     for j, name in enumerate(space.objectives.names):
         table[f"obj.{name}"] = ev.objectives[:, j]
@@ -280,6 +304,16 @@ def evaluation_table(
     table["invalid_reason"] = ev.invalid_reason.astype(str)
     for k in SIZE_KEYS:
         table[k] = ev.sizes[k]
+    if ev.quality:
+        valid = ev.valid
+        for col, key in QUALITY_COLUMNS.items():
+            v = np.asarray(ev.quality[key])
+            if key == "out_of_range":
+                table[col] = v.astype(bool) & valid
+            elif key == "out_of_range_inputs":
+                table[col] = np.where(valid, v.astype(str), "").astype(object)
+            else:
+                table[col] = np.where(valid, v.astype(float), np.nan)
     df = pd.DataFrame(table)
     for prefix, src in (("pred.", ev.pred), ("t2wh.", ev.t2wh)):
         if src:
@@ -297,6 +331,7 @@ def created_trials(
     n = len(params)
     pred = _rows(ev.pred, n)
     t2wh = _rows(ev.t2wh, n)
+    quality = _rows(ev.quality, n)
     cons = {k: np.asarray(v, dtype=float).tolist() for k, v in ev.constraints.items()}
     sizes = {k: np.asarray(ev.sizes[k], dtype=float).tolist() for k in SIZE_KEYS}
     objectives = ev.objectives.tolist()
@@ -313,6 +348,8 @@ def created_trials(
                 attrs["pred"] = pred[i]
             if t2wh[i] is not None:
                 attrs["t2wh"] = t2wh[i]
+            if quality[i] is not None:
+                attrs["quality"] = quality[i]
         else:
             attrs["invalid_reason"] = str(ev.invalid_reason[i])
         out.append(

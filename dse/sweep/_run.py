@@ -128,8 +128,17 @@ class StopFlag:
 class Progress:
     """tqdm on stderr: trials done of the budget, feasible fraction, front size, hypervolume."""
 
-    def __init__(self, total: int, initial: int, quiet: bool, m: int, desc: str) -> None:
+    def __init__(
+        self,
+        total: int,
+        initial: int,
+        quiet: bool,
+        m: int,
+        desc: str,
+        directions: tuple[str, ...] | list[str] | None = None,
+    ) -> None:
         self.quiet = quiet
+        self._directions = directions  # per objective; None: all minimised
         self._front = np.empty((0, m))
         self._n = 0
         self._feasible = 0
@@ -152,12 +161,12 @@ class Progress:
         self._n += len(feasible)
         self._feasible += int(ok.sum())
         if ok.any():
-            self._front = pareto.merge_front(self._front, objectives[ok])
+            self._front = pareto.merge_front(self._front, objectives[ok], self._directions)
 
     def show(self, done: int) -> None:
         if self._bar is None:
             return
-        norm = pareto.normalisation(self._front)
+        norm = pareto.normalisation(self._front, self._directions)
         hv = pareto.hypervolume(self._front, norm) if norm is not None else 0.0
         frac = self._feasible / self._n if self._n else 0.0
         self._bar.n = done
@@ -240,7 +249,7 @@ def _local(
     """Run the study on the default journal file; return (all finished trials, done)."""
     storage, backend = open_journal(spec, batched=True)
     assert isinstance(backend, BatchedJournalBackend)
-    directions = ["minimize"] * len(space.objectives.names)
+    directions = list(space.objectives.directions)
     where = str(spec.path)
     if name in study_names(storage):
         pstudy = optuna.load_study(study_name=name, storage=storage)
@@ -264,7 +273,7 @@ def _local(
         )
     done = sum(evaluated(t) for t in history)
     budget = rec.trials
-    progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name)
+    progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name, directions)
     for t in history:
         _progress_add(progress, t)
     if done >= budget:  # nothing to run: no sampler, no in-memory copy
@@ -615,7 +624,12 @@ def _shared_loop(
     missing_since: float | None = None  # when trials were first seen missing, none queued
     done, running, waiting = _counts(storage, sid)
     progress = Progress(
-        rec.trials, min(done, rec.trials), quiet, len(space.objectives.names), study.study_name
+        rec.trials,
+        min(done, rec.trials),
+        quiet,
+        len(space.objectives.names),
+        study.study_name,
+        space.objectives.directions,
     )
     # Exhaustive studies queue each configuration once: nothing to look up.
     seen = ConfigCache(space) if exhaustive else _shared_cache(storage, sid, space)
@@ -725,7 +739,7 @@ def _enqueue_missing(study: optuna.Study, space: SearchSpace) -> int:
 def _shared_study(
     storage: BaseStorage, space: SearchSpace, rec: StudyRecord, name: str, where: str
 ) -> tuple[optuna.Study, StudyRecord]:
-    directions = ["minimize"] * len(space.objectives.names)
+    directions = list(space.objectives.directions)
     if name in study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
         if "dse:space_hash" not in study.user_attrs and not study.get_trials(deepcopy=False):
