@@ -37,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, help="results folder (default: results/<study>)")
     p.add_argument(
+        "--replace",
+        action="store_true",
+        help="the results folder holds another study (or this one, to start it again): remove "
+        "its results and its default journal first (without it such a folder is refused)",
+    )
+    p.add_argument(
         "--sampler", help=f"one of {', '.join(SAMPLERS)} (default: the YAML's study.sampler)"
     )
     p.add_argument("--trials", type=int, help="trial budget (default: the YAML's study.trials)")
@@ -104,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             heartbeat_s=args.heartbeat,
             resume_command=mask_url(resume_command(args)),
+            replace=args.replace,
         )
     )
     if args.report and outcome.written is not None:

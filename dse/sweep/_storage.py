@@ -22,7 +22,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,10 +100,24 @@ class BatchedJournalBackend(BaseJournalBackend):
     call and an fsync (JournalFileBackend.append_logs), so a crash never leaves part of a
     batch. Reads serve the file, then the pending logs, numbered as if already written. Only
     one process may write through this class (the sweep holds the folder lock).
+
+    Opening it first drops what a killed sweep left after its last whole batch (`recover`),
+    then checks every record (`scan_journal`): a journal damaged anywhere is rewritten with
+    its intact records (`rewrite_journal`; the damaged file is kept beside it) and what was
+    lost is printed on stderr, before anything new is appended.
     """
 
     def __init__(self, path: Path) -> None:
-        recover(path)
+        notes = recover(path)
+        scan = scan_journal(path)
+        if scan.losses:
+            notes += scan.messages()
+            kept = rewrite_journal(path, scan)
+            notes.append(
+                f"{path}: rewritten with its {len(scan.logs)} readable records; the damaged "
+                f"file is kept as {kept.name}"
+            )
+        warn(notes)
         self._path = path
         self._inner = JournalFileBackend(str(path))
         self._pending: list[dict[str, Any]] = []
@@ -113,9 +127,15 @@ class BatchedJournalBackend(BaseJournalBackend):
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         if not self._loaded or log_number_from < self._n_file:
             n = log_number_from
-            for log in self._inner.read_logs(log_number_from):
-                n += 1
-                yield log
+            try:
+                for log in self._inner.read_logs(log_number_from):
+                    n += 1
+                    yield log
+            except (ValueError, KeyError) as exc:  # changed under us after the scan
+                raise StorageError(
+                    f"{self._path}:{n + 1}: record unreadable ({exc}); run the command again "
+                    "to recover the journal's intact records"
+                ) from None
             self._n_file = max(self._n_file, n)
             self._loaded = True
         yield from self._pending[max(0, log_number_from - self._n_file) :]
@@ -138,49 +158,129 @@ class BatchedJournalBackend(BaseJournalBackend):
         self._pending = []
 
 
+class RecoveredBackend(BaseJournalBackend):
+    """The intact records of a journal (`scan_journal`), served read-only."""
+
+    def __init__(self, scan: JournalScan) -> None:
+        self._logs = scan.logs
+        self._path = scan.path
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        yield from self._logs[log_number_from:]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        raise StorageError(f"{self._path}: opened to read; nothing may be written to it here")
+
+
+def warn(notes: list[str]) -> None:
+    """Say on stderr what a journal lost (one line per note)."""
+    import sys
+
+    for note in notes:
+        print(f"dse: warning: {note}", file=sys.stderr)
+
+
+OP_MARK = b'{"op_code"'
+TAIL_BYTES = 4096  # the committed record also hashes this many bytes before the committed end
+
+
 def committed_path(path: Path) -> Path:
     """The file that records how many bytes of the journal hold whole batches."""
     return path.with_name(path.name + ".committed")
 
 
+def _tail_hash(path: Path, size: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, size - TAIL_BYTES))
+        return hashlib.sha256(f.read(size - max(0, size - TAIL_BYTES))).hexdigest()[:16]
+
+
 def write_committed(path: Path, size: int) -> None:
-    """Atomically record `size` as the journal's committed length (temp file, fsync, rename)."""
+    """Atomically record `size` as the journal's committed length (temp file, fsync, rename),
+    with a hash of the bytes just before it: a journal that grew by an append is cut back to
+    it on the next open, one changed elsewhere (the hash differs) is left to `scan_journal`."""
     target = committed_path(path)
     tmp = target.with_name(target.name + ".tmp")
     with open(tmp, "w") as f:
-        f.write(str(size))
+        f.write(f"{size} {_tail_hash(path, size)}")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, target)
 
 
-def read_committed(path: Path) -> int | None:
-    """The journal's committed length in bytes, or None when it was never recorded."""
+def _read_committed_record(path: Path) -> tuple[int, str | None] | None:
     try:
-        return int(committed_path(path).read_text().strip())
-    except (FileNotFoundError, ValueError):
+        parts = committed_path(path).read_text().split()
+        return int(parts[0]), (parts[1] if len(parts) > 1 else None)
+    except (FileNotFoundError, ValueError, IndexError):
         return None
 
 
-def recover(path: Path) -> None:
-    """Drop whatever a killed sweep wrote after its last whole batch, then any torn line."""
-    committed = read_committed(path)
-    if committed is not None and path.exists() and path.stat().st_size > committed:
+def read_committed(path: Path) -> int | None:
+    """The journal's committed length in bytes, or None when it was never recorded."""
+    rec = _read_committed_record(path)
+    return None if rec is None else rec[0]
+
+
+def committed_limit(path: Path) -> int | None:
+    """How many bytes of the journal a reader should trust: the committed length when the
+    journal still holds those bytes unchanged (a sweep may be appending past it), else all."""
+    rec = _read_committed_record(path)
+    if rec is None or not path.exists():
+        return None
+    size, tail = rec
+    if path.stat().st_size < size:
+        return None
+    if tail is not None and _tail_hash(path, size) != tail:
+        return None
+    return size
+
+
+def recover(path: Path) -> list[str]:
+    """Drop whatever a killed sweep wrote after its last whole batch, then any torn line.
+    Returns what was dropped, as `JOURNAL:LINE: what` notes."""
+    notes: list[str] = []
+    limit = committed_limit(path)
+    if limit is not None and path.stat().st_size > limit:
         with open(path, "rb+") as f:
-            f.truncate(committed)
+            f.seek(limit)
+            extra = f.read()
+            line = _count_lines(path, limit) + 1
+            f.truncate(limit)
             f.flush()
             os.fsync(f.fileno())
-    repair_tail(path)
+        notes.append(
+            f"{path}:{line}: {extra.count(OP_MARK)} records of a batch that was not "
+            f"finished ({len(extra)} bytes after the last whole batch) dropped; they run again"
+        )
+    cut = repair_tail(path)
+    if cut is not None:
+        notes.append(f"{path}:{cut}: last record cut short (a write interrupted), dropped")
+    return notes
 
 
-def repair_tail(path: Path) -> None:
-    """Cut a torn last line (a write cut short by a crash) so the journal stays readable."""
+def _count_lines(path: Path, size: int) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            left -= len(chunk)
+    return n
+
+
+def repair_tail(path: Path) -> int | None:
+    """Cut a torn last line (a write cut short by a crash) so the journal stays readable;
+    returns the line number that was cut, or None when the journal ended whole."""
     if not path.exists() or path.stat().st_size == 0:
-        return
+        return None
     with open(path, "rb+") as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b"\n":
-            return
+            return None
         size = f.seek(0, os.SEEK_END)
         block = 1 << 16
         pos = size
@@ -191,9 +291,311 @@ def repair_tail(path: Path) -> None:
             cut = chunk.rfind(b"\n")
             if cut >= 0:
                 f.truncate(start + cut + 1)
-                return
+                return _count_lines(path, start + cut + 1) + 1
             pos = start
         f.truncate(0)
+        return 1
+
+
+# ------------------------------------------------------------------ damaged journals
+@dataclass(frozen=True)
+class Loss:
+    """One journal line that could not be used, and what it took with it."""
+
+    line: int
+    what: str  # "record unreadable (...), skipped"
+    detail: str = ""  # which study, trial or attribute it affected
+
+    def message(self, path: Path) -> str:
+        return f"{path}:{self.line}: {self.what}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass
+class JournalScan:
+    """A journal's usable records (placeholders stand in for lost creations) and its losses."""
+
+    path: Path
+    logs: list[dict[str, Any]]
+    raw: list[bytes | None]  # each log's original line (None: a placeholder)
+    losses: list[Loss]
+    lines: int  # lines read
+
+    def messages(self) -> list[str]:
+        return [loss.message(self.path) for loss in self.losses]
+
+
+RECOVERY_WORKER = "dse-recovery"  # worker id of the placeholder records a rewrite adds
+LOST_ATTR = "dse:lost"  # a placeholder trial's user attribute: the journal line it stands for
+_OP = re.compile(rb'\s*\{\s*"op_code"\s*:\s*(\d+)')
+_SID = re.compile(rb'"study_id"\s*:\s*(\d+)')
+_TID = re.compile(rb'"trial_id"\s*:\s*(\d+)')
+_ATTR = re.compile(rb'"(?:user|system)_attr"\s*:\s*\{\s*"((?:[^"\\]|\\.){1,200})"')
+_OPS = {
+    0: "a study's creation",
+    1: "a study's deletion",
+    2: "user attribute",
+    3: "system attribute",
+    4: "a trial's creation",
+    5: "a parameter",
+    6: "its state and values",
+    7: "an intermediate value",
+    8: "user attribute",
+    9: "system attribute",
+    10: "a discard of trials",
+}
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any] | None, str]:
+    """A journal line as a record, or (None, why it is unreadable)."""
+    if not raw.strip():
+        return None, "empty line"
+    try:
+        log = json.loads(raw)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON at column {exc.colno}: {exc.msg}"
+    except RecursionError:
+        return None, "not JSON: nested too deeply"
+    if (
+        not isinstance(log, dict)
+        or type(log.get("op_code")) is not int
+        or log["op_code"] not in _OPS
+        or not isinstance(log.get("worker_id"), str)
+    ):
+        return None, "not an Optuna journal record"
+    return log, ""
+
+
+def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = None) -> JournalScan:
+    """Every usable record of the journal at `path` (its first `limit` bytes), and a Loss for
+    each line that is not.
+
+    A line that is not a whole JSON record, or whose operation Optuna cannot apply, is
+    skipped. Ids stay consistent: a lost trial creation is replaced by a failed trial marked
+    `dse:lost` (later trials keep their ids and numbers; later records about the lost trial
+    are skipped and named), a lost study creation by a study named `name_hint` (the results
+    folder's summary.json) or `lost-study-line-N`, so its later records still apply. A line
+    whose operation cannot be told is assumed to have created nothing.
+    """
+    from optuna.storages.journal._storage import JournalStorageReplayResult
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read() if limit is None else f.read(limit)
+    except FileNotFoundError:
+        data = b""
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read journal ({exc.strerror or exc})") from None
+    pieces = data.split(b"\n")
+    torn = pieces[-1] != b""
+    if not torn:
+        pieces.pop()
+    parsed = [_parse(raw) for raw in pieces]
+    names = {log["study_name"] for log, _ in parsed if log and log["op_code"] == 0}
+    replay = JournalStorageReplayResult(f"dse-scan-{os.getpid()}-{id(parsed)}-")
+    logs: list[dict[str, Any]] = []
+    raws: list[bytes | None] = []
+    losses: list[Loss] = []
+    lost_trials: dict[int, int] = {}  # trial id -> line its creation was lost at
+    last_study: int | None = None  # study of the last trial created
+
+    def study_label(sid: int | None) -> str:
+        st = replay._studies.get(sid) if sid is not None else None
+        return f"study {st.study_name!r}" if st is not None else "an unknown study"
+
+    def trial_label(tid: int | None) -> str:
+        t = replay._trials.get(tid) if tid is not None else None
+        if t is None:
+            return f"trial id {tid}" if tid is not None else "an unknown trial"
+        return f"trial {t.number} of {study_label(replay._trial_id_to_study_id.get(tid))}"
+
+    for i, (raw, (log, why)) in enumerate(zip(pieces, parsed, strict=True)):
+        line = i + 1
+        last = torn and i == len(pieces) - 1
+        if log is not None and not last:
+            try:
+                replay.apply_logs([log])
+            except Exception as exc:  # a JSON record Optuna cannot apply (fields damaged)
+                why = f"not a usable journal record ({type(exc).__name__}: {exc})"
+            else:
+                op = log["op_code"]
+                tid = log.get("trial_id")
+                if op in (5, 6, 7, 8, 9) and tid in lost_trials:
+                    losses.append(
+                        Loss(
+                            line,
+                            "record skipped",
+                            f"it updates {trial_label(tid)}, whose creation was lost at line "
+                            f"{lost_trials[tid]}",
+                        )
+                    )
+                if op == 4:
+                    last_study = log.get("study_id")
+                logs.append(log)
+                raws.append(raw)
+                continue
+        source = raw if log is None else json.dumps(log).encode()
+        what = "last record cut short, skipped" if last else f"record unreadable ({why}), skipped"
+        if why == "empty line" and not last:
+            losses.append(Loss(line, "empty line, skipped", "nothing lost"))
+            continue
+        m = _OP.match(source)
+        op = int(m.group(1)) if m else None
+        ms, mt, ma = _SID.search(source), _TID.search(source), _ATTR.search(source)
+        sid = int(ms.group(1)) if ms else None
+        tid = int(mt.group(1)) if mt else None
+        key = ma.group(1).decode("utf-8", "replace") if ma else None
+        if sid is None and op in (0, 2, 3, 4):
+            sid = last_study if last_study is not None else _only(replay._studies)
+        if op == 4:
+            if sid is None or sid not in replay._studies:
+                losses.append(
+                    Loss(line, what, "a trial of an unknown study lost (later trials keep theirs)")
+                )
+                continue
+            number = len(replay._study_id_to_trial_ids[sid])
+            new_id = len(replay._trials)
+            holder = _lost_trial(sid, f"{path.name}:{line}")
+            replay.apply_logs([holder])
+            lost_trials[new_id] = line
+            last_study = sid
+            logs.append(holder)
+            raws.append(None)
+            losses.append(
+                Loss(
+                    line,
+                    what,
+                    f"trial {number} of {study_label(sid)} lost (kept as a failed trial marked "
+                    f"{LOST_ATTR}, so later trials keep their numbers; a resumed sweep runs one "
+                    "more)",
+                )
+            )
+        elif op == 0:
+            name = name_hint if name_hint and name_hint not in names else f"lost-study-line-{line}"
+            names.add(name)
+            n_obj = _first_values_len(parsed[i + 1 :], replay._next_study_id)
+            holder = {
+                "op_code": 0,
+                "worker_id": RECOVERY_WORKER,
+                "study_name": name,
+                "directions": [1] * n_obj,
+            }
+            replay.apply_logs([holder])
+            logs.append(holder)
+            raws.append(None)
+            losses.append(
+                Loss(
+                    line,
+                    what,
+                    f"the creation of a study lost; its later records are kept under the name "
+                    f"{name!r} ({n_obj} objectives, assumed minimised)",
+                )
+            )
+        elif op in (2, 3):
+            attr = f"its {_OPS[op]} {key!r}" if key else f"a {_OPS[op]} (name unreadable)"
+            losses.append(Loss(line, what, f"{study_label(sid)} lost {attr}"))
+        elif op in (5, 6, 7, 8, 9):
+            attr = f" {key!r}" if key and op in (8, 9) else ""
+            losses.append(Loss(line, what, f"{trial_label(tid)} lost {_OPS[op]}{attr}"))
+        elif op is not None:
+            losses.append(Loss(line, what, f"{_OPS[op]} lost"))
+        else:
+            losses.append(
+                Loss(line, what, "what it recorded cannot be told (assumed to create nothing)")
+            )
+    return JournalScan(path, logs, raws, losses, len(pieces))
+
+
+def _only(studies: dict[int, Any]) -> int | None:
+    return next(iter(studies)) if len(studies) == 1 else None
+
+
+def _first_values_len(rest: list[tuple[dict[str, Any] | None, str]], sid: int) -> int:
+    """Objectives of study `sid`, from its first trial with values (2 when none has)."""
+    for log, _ in rest:
+        if log and log["op_code"] == 4 and log.get("study_id") == sid:
+            values = log.get("values")
+            if isinstance(values, list) and values:
+                return len(values)
+            if log.get("value") is not None:
+                return 1
+    return 2
+
+
+def _lost_trial(sid: int, where: str) -> dict[str, Any]:
+    """A CREATE_TRIAL record of a failed trial that stands for one whose record was lost
+    (started and finished at the time of the recovery: the lost times are unknown)."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
+    return {
+        "op_code": 4,
+        "worker_id": RECOVERY_WORKER,
+        "study_id": sid,
+        "datetime_start": now,
+        "datetime_complete": now,
+        "state": int(optuna.trial.TrialState.FAIL),
+        "value": None,
+        "values": None,
+        "distributions": {},
+        "params": {},
+        "user_attrs": {LOST_ATTR: where},
+        "system_attrs": {},
+        "intermediate_values": {},
+    }
+
+
+def rewrite_journal(path: Path, scan: JournalScan) -> Path:
+    """Replace a damaged journal by its usable records; keep the damaged file beside it as
+    `<name>.damaged-<UTC time>` (a hard link, so the switch is one atomic rename). Returns
+    the kept file's path."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    kept = path.with_name(f"{path.name}.damaged-{stamp}")
+    k = 1
+    while kept.exists():
+        k += 1
+        kept = path.with_name(f"{path.name}.damaged-{stamp}-{k}")
+    tmp = path.with_name(path.name + ".repaired-tmp")
+    with open(tmp, "wb") as f:
+        for log, raw in zip(scan.logs, scan.raw, strict=True):
+            f.write(raw if raw is not None else json.dumps(log, separators=(",", ":")).encode())
+            f.write(b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(path, kept)
+    except OSError:
+        import shutil
+
+        shutil.copy2(path, kept)
+    os.replace(tmp, path)
+    write_committed(path, path.stat().st_size)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return kept
+
+
+def read_journal(path: Path, name_hint: str | None = None) -> tuple[JournalStorage, JournalScan]:
+    """A journal opened to read, damaged or not: its intact records (up to the committed
+    length, so a sweep appending meanwhile is not mistaken for damage) and what was lost.
+    A file with no usable record at all is a StorageError naming its first line."""
+    scan = scan_journal(path, committed_limit(path), name_hint)
+    if scan.losses and not scan.logs:
+        first = scan.losses[0]
+        raise StorageError(
+            f"{path}:{first.line}: not an Optuna journal (no line of its {scan.lines} is a "
+            f"usable record; line {first.line}: {first.what})"
+        )
+    try:
+        return JournalStorage(RecoveredBackend(scan)), scan
+    except Exception as exc:  # the scan applied each record; this is a bug, not user input
+        raise StorageError(f"{path}: not a readable Optuna journal ({exc})") from None
 
 
 class FolderLock:
@@ -240,6 +642,90 @@ def check_writable(folder: Path) -> None:
         raise ConfigError(
             f"{folder}: results folder is not writable ({exc.strerror or exc})"
         ) from None
+
+
+RESULT_FILES = (
+    "summary.json",
+    "front.csv",
+    "trials.csv",
+    "trials.parquet",
+    "exact_front.csv",
+    "report.html",
+)
+
+
+def study_folder(
+    study: str | None, space: SearchSpace, out: Path | None, root: Path = Path("results")
+) -> tuple[str, Path]:
+    """The study's name (`--study`, else the YAML's `name`, else the file's stem) and its
+    results folder (`--out`, else ROOT/<name>, which must resolve inside ROOT)."""
+    from dse.yamlio import NAME_RULE, safe_name
+
+    if study is not None:
+        if not safe_name(study):
+            raise ConfigError(f"--study: {NAME_RULE}, got {study!r}")
+        name = study
+    else:
+        name = space.name
+        if not safe_name(name):
+            given = "name" in (space.raw or {})
+            what = "name" if given else "name (none given: the file's name is used)"
+            raise ConfigError(
+                f"{space.source}: {what}: {NAME_RULE}, got {name!r}; give --study NAME"
+            )
+    if out is not None:
+        return name, out
+    folder = root / name
+    base = root.resolve()
+    if not folder.resolve().is_relative_to(base):
+        raise ConfigError(
+            f"{folder}: the results folder must stay under {root}/, got one that resolves to "
+            f"{folder.resolve()} (a link?); give --out FOLDER"
+        )
+    return name, folder
+
+
+def folder_study(folder: Path) -> str | None:
+    """The study a results folder holds: summary.json's, else its default journal's first."""
+    summary = folder / "summary.json"
+    if summary.is_file():
+        try:
+            name = json.loads(summary.read_text()).get("study")
+        except (OSError, ValueError, AttributeError):
+            name = None
+        if isinstance(name, str):
+            return name
+    journal = folder / "journal.log"
+    if journal.is_file() and journal.stat().st_size:
+        try:
+            with open(journal, "rb") as f:
+                first, _ = _parse(f.readline())
+        except OSError:
+            first = None
+        if first is not None and first.get("op_code") == 0:
+            return str(first.get("study_name"))
+    return None
+
+
+def claim_folder(folder: Path, name: str, spec: StorageSpec, replace: bool) -> None:
+    """Refuse a second study into a results folder that holds another one (unless `replace`:
+    then the folder's results, and its default journal, are removed first). Resuming the
+    study the folder holds is always allowed. Call with the folder lock held."""
+    held = folder_study(folder)
+    if held is None or (held == name and not replace):
+        return
+    if not replace:
+        raise ConfigError(
+            f"{folder}: holds study {held!r}; use another --out or --study, or --replace to "
+            f"overwrite it, got study {name!r}"
+        )
+    default = (folder / "journal.log").resolve()
+    doomed = [folder / f for f in RESULT_FILES]
+    if spec.path is not None and spec.path == default:
+        doomed += [default, committed_path(default)]
+    for f in doomed:
+        with contextlib.suppress(FileNotFoundError):
+            f.unlink()
 
 
 # ------------------------------------------------------------------ opening storages
@@ -362,6 +848,33 @@ class StudyRecord:
                 f"{where}: this study was not created by `dse sweep` (its user attributes "
                 "hold no dse search space)"
             ) from None
+
+
+def restore_record(
+    study: optuna.Study, rec: StudyRecord, where: str, flush: Callable[[], None]
+) -> None:
+    """Put back the study-record attributes a damaged journal lost (named by the recovery),
+    from the command being resumed, when every one that survived agrees with it (so a
+    different space, sampler, seed or batch size is still refused by the usual check)."""
+    have = study.user_attrs
+    want = rec.attrs()
+    dse_keys = [k for k in have if k.startswith(ATTR_PREFIX)]
+    missing = [k for k in want if k not in have]
+    if not missing or not dse_keys:
+        return  # whole, or not a dse study at all (from_attrs says so)
+    for key in ("space_hash", "sampler", "seed", "batch_size"):
+        k = f"{ATTR_PREFIX}{key}"
+        if k in have and have[k] != want[k]:
+            return  # the usual check refuses it with its own message
+    for k in missing:
+        study.set_user_attr(k, want[k])
+    flush()
+    warn(
+        [
+            f"{where}: study {study.study_name!r}: its record lost {', '.join(missing)}; "
+            "restored from this command (what survived agrees with it)"
+        ]
+    )
 
 
 def json_safe(raw: Any) -> Any:
