@@ -227,10 +227,10 @@ def _dense_optimum(
     big_a: float, big_b: float, alpha: float, beta: float, compute_flops: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Hoffmann et al. eq. (4): (N_opt, D_opt) minimising A/N^alpha + B/D^beta at 6ND = C."""
-    half_products = np.asarray(compute_flops, dtype=np.float64) / 6.0  # N * D, since C = 6ND
+    n_times_d = np.asarray(compute_flops, dtype=np.float64) / 6.0  # C = 6ND
     g = (alpha * big_a / (beta * big_b)) ** (1.0 / (alpha + beta))
-    n_opt = g * half_products ** (beta / (alpha + beta))
-    return n_opt, half_products / n_opt
+    n_opt = g * n_times_d ** (beta / (alpha + beta))
+    return n_opt, n_times_d / n_opt
 
 
 def _fmt(x: np.ndarray) -> np.ndarray:
