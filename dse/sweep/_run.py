@@ -47,12 +47,15 @@ from dse.sweep._storage import (
     StorageSpec,
     StudyRecord,
     check_writable,
+    claim_folder,
     json_safe,
     load_study,
     open_journal,
     open_rdb,
     parse_storage,
+    restore_record,
     space_hash,
+    study_folder,
     study_names,
 )
 from dse.yamlio import Located
@@ -82,6 +85,7 @@ class SweepOptions:
     quiet: bool = False
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     resume_command: str = ""
+    replace: bool = False  # --replace: overwrite a results folder holding another study
     predictor: Predictor | None = field(default=None, repr=False)
 
 
@@ -253,6 +257,7 @@ def _local(
     where = str(spec.path)
     if name in study_names(storage):
         pstudy = optuna.load_study(study_name=name, storage=storage)
+        restore_record(pstudy, rec, where, backend.flush)  # after a damaged journal's recovery
         existing = StudyRecord.from_attrs(pstudy.user_attrs, where)
         rec = _check_same(existing, rec, name, where)
         if pstudy.user_attrs.get("dse:trials") != rec.trials:
@@ -784,8 +789,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             f"--reference exact: the space has {space.size():,} configurations, more than "
             f"{REFERENCE_LIMIT:,} to enumerate"
         )
-    name = opts.study or space.name
-    folder = opts.out if opts.out is not None else Path("results") / name
+    name, folder = study_folder(opts.study, space, opts.out)
     spec = parse_storage(opts.storage, folder)
     artifacts = check_predictor(space, opts.predictor)
     storage: BaseStorage | None = None
@@ -810,6 +814,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             raise
     interrupted = False
     try:
+        claim_folder(folder, name, spec, opts.replace)
         with StopFlag(opts.quiet) as stop:
             if spec.kind == "journal":
                 trials, done = _local(space, rec, spec, name, opts, stop)
