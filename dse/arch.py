@@ -587,11 +587,58 @@ def params_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
     return split / tp + qkv_gpu + replicated
 
 
-# Memory held back on every GPU besides weights, KV cache and activations: CUDA context, the
-# engine's workspace and the NCCL buffers (aiconfigurator budgets 0.5-3.5 GB; 2 GiB is midway).
-RESERVED_BYTES = 2 * 1024**3
-# vLLM's default gpu_memory_utilization: the engine plans to use 90% of the device.
+# ---------------------------------------------------------------------------- memory rule
+# What a serving engine allocates per GPU (docs/architecture.md, "Memory"), as vLLM and
+# TensorRT-LLM do it with their defaults:
+# - the usable part of the device: vLLM's gpu_memory_utilization defaults to 0.9 of total HBM
+#   (vllm/config CacheConfig, v0.4 .. v0.10). TensorRT-LLM gives its KV cache 0.9 of the memory
+#   still free after weights and activations (KvCacheConfig.free_gpu_memory_fraction = 0.9),
+#   a larger budget: vLLM's 90% of the device is the stricter rule and serves for both.
 USABLE_FRACTION = 0.9
+# - the KV cache is paged in blocks of this many tokens, allocated as a sequence's tokens arrive
+#   (vLLM CacheConfig block_size 16 on CUDA; TensorRT-LLM KvCacheConfig tokens_per_block 32).
+KV_BLOCK_TOKENS: dict[str, int] = {"vllm": 16, "trtllm": 32}
+# - the largest forward step: vLLM without chunked prefill schedules (and profiles at start-up)
+#   up to max_num_batched_tokens = max(max_model_len, 2048) tokens per step (SchedulerConfig);
+#   max_model_len is taken as the workload's prompt + output (the least it can be started with).
+MIN_STEP_TOKENS = 2048
+# ... and up to max_num_seqs = 256 sequences per step, each with fp32 logits.
+MAX_STEP_SEQS = 256
+# - CUDA graphs of the decode batch sizes, cuBLAS workspace and NCCL buffers: vLLM logs
+#   0.2-0.6 GiB for graph capture on 7-70B models; 512 MiB.
+RESERVED_BYTES = 512 * 1024**2
+# A configuration within this fraction of the usable memory (or whose whole batch does not fit
+# at once) gets a warning: another engine version or setting may preempt or refuse it.
+MEMORY_WARN_MARGIN = 0.05
+
+
+def kv_bytes_per_token_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
+    """KV-cache bytes one token adds on each GPU: K and V of the GPU's KV heads, every layer."""
+    a = a.resolved()
+    return (
+        2
+        * np.asarray(a.n_layers)
+        * kv_heads_per_gpu(a, tensor_parallel)
+        * np.asarray(a.head_dim)
+        * dtype_bytes(a.kv_dtype)
+    )
+
+
+def kv_block_tokens(engine: Any = "vllm") -> Any:
+    """Tokens per KV-cache block of each engine (vLLM's 16 for an engine not listed)."""
+    e = np.asarray(engine)
+    if e.ndim == 0:
+        return KV_BLOCK_TOKENS.get(str(e), KV_BLOCK_TOKENS["vllm"])
+    out = np.full(e.shape, KV_BLOCK_TOKENS["vllm"], dtype=np.int64)
+    for name, block in KV_BLOCK_TOKENS.items():
+        out[e == name] = block
+    return out
+
+
+def kv_tokens_held(tokens: Any, engine: Any = "vllm") -> Any:
+    """Token slots a sequence of `tokens` holds: rounded up to whole blocks of the engine."""
+    block = kv_block_tokens(engine)
+    return -(-np.asarray(tokens) // block) * block
 
 
 def memory_breakdown(
@@ -600,45 +647,110 @@ def memory_breakdown(
     prompt_tokens: Any,
     output_tokens: Any,
     tensor_parallel: Any = 1,
+    engine: Any = "vllm",
 ) -> dict[str, Any]:
-    """Bytes needed per GPU at a workload: weights, KV cache at full length, peak activations.
+    """Bytes per GPU an engine allocates for a workload (see the constants above).
 
-    Keys weights, kv_cache, activations, reserved and total (their sum), all per GPU.
+    Keys: weights (this GPU's shard), kv_cache (every sequence of the batch holding its
+    prompt + output tokens at once, in whole blocks), kv_cache_one (one such sequence),
+    activations (the largest step's peak: one layer's live tensors, not all layers'), reserved
+    (CUDA graphs, workspaces), total (weights + kv_cache + activations + reserved: the whole
+    batch resident) and required (total with one sequence's KV cache: less than this cannot
+    run; between the two the engine runs fewer sequences at a time, preempting or queueing).
     """
     a = a.resolved()
     tp = np.asarray(tensor_parallel)
     w = params_per_gpu(a, tp) * dtype_bytes(a.weight_dtype)
-    kv_gpu = kv_heads_per_gpu(a, tp)
-    kv_bytes_gpu = (
-        2 * np.asarray(a.n_layers) * kv_gpu * np.asarray(a.head_dim) * dtype_bytes(a.kv_dtype)
-    )
-    kv = (
-        np.asarray(batch_size)
-        * (np.asarray(prompt_tokens) + np.asarray(output_tokens))
-        * kv_bytes_gpu
-    )
-    # Peak activation during prefill: the largest live tensors of one layer for all prompt tokens
-    # (residual stream, QKV, the FFN's gate+up output) in 16-bit, plus the last tokens' fp32 logits.
-    tokens = np.asarray(batch_size) * np.asarray(prompt_tokens)
+    prompt, out = np.asarray(prompt_tokens), np.asarray(output_tokens)
+    batch = np.asarray(batch_size)
+    per_seq = kv_tokens_held(prompt + out, engine) * kv_bytes_per_token_per_gpu(a, tp)
+    kv = batch * per_seq
+    # The largest step: up to max(prompt + output, 2048) tokens (never more than the batch's
+    # prompts) through one layer at a time. Live at its peak, in 16-bit: the residual stream and
+    # its normed copy (2 d), QKV of this GPU's heads, and the FFN's gate + up output (2 widths /
+    # tp; top_k expert widths per token for MoE); plus fp32 logits of the step's sequences.
+    step = np.minimum(batch * prompt, np.maximum(prompt + out, MIN_STEP_TOKENS))
+    seqs = np.minimum(batch, MAX_STEP_SEQS)
     d = np.asarray(a.d_model)
     width = np.where(a.is_moe, np.asarray(a.top_k) * np.asarray(a.d_ff_expert), np.asarray(a.d_ff))
+    kv_gpu = kv_heads_per_gpu(a, tp)
     qkv_w = (np.asarray(a.n_heads) / tp + 2 * kv_gpu) * np.asarray(a.head_dim)
-    act = (
-        2.0 * tokens * (2 * d + qkv_w + 2 * width / tp)
-        + 4.0 * np.asarray(batch_size) * np.asarray(a.vocab_size) / tp
-    )
-    total = w + kv + act + RESERVED_BYTES
+    act = 2.0 * step * (2 * d + qkv_w + 2 * width / tp) + 4.0 * seqs * np.asarray(a.vocab_size) / tp
+    fixed = w + act + RESERVED_BYTES
+    total = fixed + kv
     return {
         "weights": w,
         "kv_cache": kv,
+        "kv_cache_one": per_seq,
         "activations": act,
         "reserved": np.full(np.shape(total), float(RESERVED_BYTES))
         if np.ndim(total)
         else float(RESERVED_BYTES),
         "total": total,
+        "required": fixed + per_seq,
     }
 
 
-def fits_memory(mem_total_bytes: Any, capacity_bytes: Any) -> Any:
-    """True where the per-GPU need fits in the usable part of the GPU's memory."""
-    return np.asarray(mem_total_bytes) <= USABLE_FRACTION * np.asarray(capacity_bytes)
+def usable_bytes(capacity_bytes: Any) -> Any:
+    """Bytes of a GPU the engine plans with (USABLE_FRACTION of its HBM)."""
+    return USABLE_FRACTION * np.asarray(capacity_bytes, dtype=float)
+
+
+def fits_memory(mem_bytes: Any, capacity_bytes: Any) -> Any:
+    """True where a per-GPU need fits in the usable part of the GPU's memory. Pass
+    `memory_breakdown(...)["required"]` to ask whether the configuration can run at all (the
+    rule `dse predict` and `fits_memory` constraints apply), `["total"]` to ask whether its
+    whole batch fits at once."""
+    return np.asarray(mem_bytes) <= usable_bytes(capacity_bytes)
+
+
+def memory_margin(mem: Mapping[str, Any], capacity_bytes: Any) -> Any:
+    """Usable memory left with the whole batch resident, as a fraction of the usable memory:
+    1 - total / usable (negative: the engine cannot hold every sequence at once)."""
+    return 1.0 - np.asarray(mem["total"], dtype=float) / usable_bytes(capacity_bytes)
+
+
+def _gib(b: Any) -> str:
+    return f"{float(b) / 2**30:.1f} GiB"
+
+
+def memory_messages(
+    mem: Mapping[str, Any], capacity_bytes: Any, gpu: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """(refusal, warning) text per configuration, '' where there is none, from a batched
+    `memory_breakdown`: refused when even one sequence does not fit, warned when the whole
+    batch does not fit at once or leaves less than MEMORY_WARN_MARGIN of the usable memory."""
+    cap = np.asarray(capacity_bytes, dtype=float)
+    total = np.asarray(mem["total"], dtype=float)
+    n = max(np.size(total), np.size(cap))
+    bc = lambda k: np.broadcast_to(np.asarray(mem[k], dtype=float), (n,))  # noqa: E731
+    w, kv, one, req, tot = (
+        bc(k) for k in ("weights", "kv_cache", "kv_cache_one", "required", "total")
+    )
+    cap = np.broadcast_to(cap, (n,))
+    use = usable_bytes(cap)
+    names = np.broadcast_to(np.asarray(gpu), (n,))
+    refuse = np.full(n, "", dtype=object)
+    warn = np.full(n, "", dtype=object)
+    margin = 1.0 - tot / use
+    for i in np.flatnonzero(req > use):
+        refuse[i] = (
+            f"does not fit in memory: needs {_gib(req[i])} per GPU for weights "
+            f"({_gib(w[i])}), activations, engine buffers and one sequence's KV cache; "
+            f"{names[i]} has {_gib(use[i])} usable ({USABLE_FRACTION:.0%} of "
+            f"{_gib(cap[i])}); raise tensor_parallel, shorten the sequences "
+            "or use a smaller dtype"
+        )
+    for i in np.flatnonzero((req <= use) & (margin < 0)):
+        seqs = max(int((use[i] - (req[i] - one[i])) // one[i]), 1)
+        warn[i] = (
+            f"memory: the batch's KV cache ({_gib(kv[i])} per GPU) does not fit at once next to "
+            f"the weights ({_gib(w[i])}) in {_gib(use[i])} usable: an engine holds about "
+            f"{seqs} sequences at a time and queues or preempts the rest"
+        )
+    for i in np.flatnonzero((margin >= 0) & (margin < MEMORY_WARN_MARGIN)):
+        warn[i] = (
+            f"memory: needs {_gib(tot[i])} per GPU, within {100 * margin[i]:.1f}% of the "
+            f"{_gib(use[i])} usable; another engine version or setting may preempt sequences"
+        )
+    return refuse, warn

@@ -146,11 +146,18 @@ def gpu_table(gpus: np.ndarray, attr: str) -> np.ndarray:
     return out
 
 
-def derived(cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+def derived(
+    cols: Mapping[str, np.ndarray], n: int, messages: bool = False
+) -> dict[str, np.ndarray]:
     """Validity and sizes of every configuration: the inputs of constraints and reports.
 
     Keys: invalid (message, '' when valid), total_params, active_params, kv_bytes_per_token,
-    memory_bytes (per GPU at the workload), memory_capacity_bytes, fits_memory.
+    memory_bytes (per GPU with the whole batch resident), memory_required_bytes (per GPU with
+    one sequence's KV cache: the least the engine runs with), memory_capacity_bytes,
+    fits_memory (the required bytes fit: the configuration can run), memory_margin (usable
+    memory left with the whole batch, a fraction of the usable; < 0: sequences queue).
+    With `messages`, also memory_refusal and memory_warning, the text `dse predict` prints
+    ('' where there is none; `dse.arch.memory_messages`).
     """
     check = {
         k: cols[k]
@@ -174,17 +181,28 @@ def derived(cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
     a = architecture(cols)
     p = A.param_breakdown(a)
     mem = A.memory_breakdown(
-        a, cols["batch_size"], cols["prompt_tokens"], cols["output_tokens"], cols["tensor_parallel"]
+        a,
+        cols["batch_size"],
+        cols["prompt_tokens"],
+        cols["output_tokens"],
+        cols["tensor_parallel"],
+        cols["engine"],
     )
     cap = gpu_table(cols["gpu"], "hbm_capacity_bytes")
+    extra: dict[str, np.ndarray] = {}
+    if messages:
+        extra["memory_refusal"], extra["memory_warning"] = A.memory_messages(mem, cap, cols["gpu"])
     return {
         "invalid": msg,
         "total_params": np.broadcast_to(p["total"], (n,)),
         "active_params": np.broadcast_to(p["active"], (n,)),
         "kv_bytes_per_token": np.broadcast_to(A.kv_bytes_per_token(a), (n,)).astype(float),
         "memory_bytes": np.broadcast_to(mem["total"], (n,)).astype(float),
+        "memory_required_bytes": np.broadcast_to(mem["required"], (n,)).astype(float),
         "memory_capacity_bytes": cap,
-        "fits_memory": A.fits_memory(mem["total"], cap),
+        "fits_memory": A.fits_memory(mem["required"], cap),
+        "memory_margin": np.broadcast_to(A.memory_margin(mem, cap), (n,)),
+        **extra,
     }
 
 
@@ -204,7 +222,7 @@ def constraint_values(
         if name == "fits_memory":
             if spec:
                 out["fits_memory"] = (
-                    d["memory_bytes"] / (A.USABLE_FRACTION * d["memory_capacity_bytes"]) - 1.0
+                    d["memory_required_bytes"] / A.usable_bytes(d["memory_capacity_bytes"]) - 1.0
                 )
             continue
         if name not in d:

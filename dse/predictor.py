@@ -146,14 +146,24 @@ def node_strata(k: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- one GPU
+# Bytes Level 3's KV-fill input counts as held back besides the weights: the memory rule of the
+# artifacts' fit (before issue 18 refined `dse.arch.memory_breakdown`), kept so that the shipped
+# Level-3 models see the inputs they were fitted on.
+LEVEL3_RESERVED_BYTES = 2 * 1024**3
+
+
 def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
-    """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU."""
+    """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU, as
+    Level 3 was fitted: tokens not rounded to blocks, 2 GiB held back (LEVEL3_RESERVED_BYTES),
+    activations not counted. These are model inputs; whether a configuration runs is
+    `dse.arch.memory_breakdown`'s rule."""
     a = C.architecture(cols)
-    mem = A.memory_breakdown(
-        a, cols["batch_size"], cols["prompt_tokens"], cols["output_tokens"], cols["tensor_parallel"]
-    )
-    free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - mem["weights"] - mem["reserved"]
-    return np.asarray(mem["kv_cache"], dtype=float), np.asarray(free, dtype=float)
+    tp = cols["tensor_parallel"]
+    tokens = cols["batch_size"] * (cols["prompt_tokens"] + cols["output_tokens"])
+    need = tokens * A.kv_bytes_per_token_per_gpu(a, tp)
+    weights = A.params_per_gpu(a, tp) * A.dtype_bytes(a.weight_dtype)
+    free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - weights - LEVEL3_RESERVED_BYTES
+    return np.asarray(need, dtype=float), np.asarray(free, dtype=float)
 
 
 def kv_waves(
