@@ -38,11 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from dse.errors import ConfigError
     from dse.export import write_export
+    from dse.sweep._inspect import stale_results
+    from dse.sweep._storage import warn
 
     if args.by is not None and args.top is None:
         raise ConfigError(f"--by {args.by} ranks the trials for --top K: give --top K as well")
+    warn(stale_results(Path(args.results)))  # a damaged or newer journal beside summary.json
     dest = write_export(
         args.results,
         fmt=args.fmt,

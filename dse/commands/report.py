@@ -31,9 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from dse.report import load_results, write_image, write_report
     from dse.report._page import ImageExportError
+    from dse.sweep._inspect import stale_results
+    from dse.sweep._storage import warn
 
+    warn(stale_results(Path(args.results)))  # a damaged or newer journal beside summary.json
     res = load_results(args.results)
     path = write_report(res.path, args.out)
     feasible = len(res.feasible)

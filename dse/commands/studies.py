@@ -23,27 +23,49 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from dse.errors import ConfigError, DSEError
     from dse.sweep import list_studies
+    from dse.sweep._storage import mask_url
 
     if args.storage is not None:
         sources = [args.storage]
     else:
-        sources = [str(p) for p in sorted(args.results.glob("*/journal.log"))]
+        root: Path = args.results
+        if not root.exists():
+            raise ConfigError(f"{root}: --results: must be an existing folder, got no such path")
+        if not root.is_dir():
+            raise ConfigError(f"{root}: --results: must be a folder of results, got a file")
+        sources = [str(p) for p in sorted(root.glob("*/journal.log"))]
         if not sources:
-            print(f"no studies under {args.results}/ (give --storage URL for a database)")
+            print(f"no studies under {root}/ (give --storage URL for a database)")
             return 0
     print(
         f"{'study':<28}{'trials':>8}{'complete':>10}{'running':>9}{'budget':>8}{'front':>7}"
         f"  {'sampler':<11}storage"
     )
-    from dse.sweep._storage import mask_url
-
+    failed = 0
     for src in sources:
-        for s in list_studies(src):
+        try:
+            studies = list_studies(src)
+        except DSEError as exc:  # one unreadable journal does not hide the others
+            if args.storage is not None:
+                raise
+            print(f"dse studies: error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        for s in studies:
             budget = "" if s.budget is None else f"{s.budget:,}"
             front = "" if s.front is None else str(s.front)
             print(
                 f"{s.name:<28}{s.trials:>8,}{s.complete:>10,}{s.running:>9,}{budget:>8}"
                 f"{front:>7}  {(s.sampler or '-'):<11}{mask_url(src)}"
             )
+    if failed:
+        print(
+            f"dse studies: {failed} of {len(sources)} storages could not be read (above)",
+            file=sys.stderr,
+        )
+        return 2
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import optuna
 import pandas as pd
 
-from dse.errors import ConfigError
+from dse.errors import ConfigError, DSEError
 from dse.sweep._storage import StudyRecord, parse_storage, study_names
 
 
@@ -34,22 +35,70 @@ class FrontView:
     source: str
 
 
-def open_for_reading(url: str) -> Any:
-    """A storage opened to read (a journal file must exist; nothing is created)."""
-    from dse.sweep._storage import StorageError, open_rdb
+def open_for_reading(url: str, name_hint: str | None = None) -> Any:
+    """A storage opened to read (a journal file must exist; nothing is created or written).
+    A damaged journal is read as its intact records, and what was lost is said on stderr."""
+    from dse.sweep._storage import StorageError, open_rdb, read_journal, warn
 
     spec = parse_storage(url, None)
     if spec.kind == "journal":
         assert spec.path is not None
+        if spec.path.is_dir():
+            raise StorageError(f"--storage {url}: is a folder, expected a journal file")
         if not spec.path.is_file():
             raise StorageError(f"--storage {url}: no journal file at {spec.path}")
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-        try:
-            return JournalStorage(JournalFileBackend(str(spec.path)))
-        except (ValueError, KeyError) as exc:
-            raise StorageError(f"{spec.path}: not a readable Optuna journal ({exc})") from None
+        storage, scan = read_journal(spec.path, name_hint)
+        warn(scan.messages())
+        return storage
     return open_rdb(spec, heartbeat_s=None)
+
+
+def _summary_study(folder: Path) -> str | None:
+    try:
+        name = json.loads((folder / "summary.json").read_text()).get("study")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def stale_results(folder: Path) -> list[str]:
+    """Notes when a results folder's summary.json is older than the journal beside it (a
+    sweep killed, or failing, after it appended trials): what the journal lost, if anything,
+    and how many trials the results miss. Empty when the results are up to date (the journal
+    is then not read: a sweep writes its results after its last journal write)."""
+    journal, summary = folder / "journal.log", folder / "summary.json"
+    try:
+        if journal.stat().st_mtime_ns <= summary.stat().st_mtime_ns:
+            return []
+    except OSError:
+        return []
+    from dse.sweep._storage import StorageError, read_journal
+
+    name = _summary_study(folder)
+    try:
+        storage, scan = read_journal(journal, name)
+    except StorageError as exc:
+        return [str(exc)]
+    notes = scan.messages()
+    try:
+        counted = json.loads(summary.read_text())["counts"]["trials"]
+    except (OSError, ValueError, KeyError, TypeError):
+        counted = None
+    trials = None
+    for st in storage.get_all_studies():
+        if st.study_name == name:
+            trials = sum(
+                t.state.is_finished() for t in storage.get_all_trials(st._study_id, deepcopy=False)
+            )
+    if trials is not None and trials != counted:
+        notes.append(
+            f"{summary}: older than journal.log, which holds {trials} finished trials of study "
+            f"{name!r} (the summary counts {counted}): a sweep stopped before writing its "
+            "results; run the same `dse sweep` again to bring them up to date"
+        )
+    elif notes:
+        notes.append(f"{summary}: written before journal.log was damaged")
+    return notes
 
 
 def _record(study: optuna.Study) -> StudyRecord | None:
@@ -91,9 +140,15 @@ def list_studies(url: str) -> list[StudyInfo]:
         front = None
         objectives: tuple[str, ...] = tuple(study.metric_names or [])
         if rec is not None:
-            _, f, names = study_table(study)
-            front = len(f)
-            objectives = tuple(names)
+            try:
+                _, f, names = study_table(study)
+            except DSEError as exc:  # a record that no longer parses (damaged, older dse)
+                from dse.sweep._storage import warn
+
+                warn([f"{url}: study {name!r}: no front ({exc})"])
+            else:
+                front = len(f)
+                objectives = tuple(names)
         out.append(
             StudyInfo(
                 name=name,
@@ -116,6 +171,11 @@ def load_front(
     from dse import pareto
 
     folder = Path(target)
+    if storage_url is None and folder.is_file():
+        raise ConfigError(
+            f"{target}: is a file; give a results folder, a study name under {results_root}/, "
+            "or --storage URL"
+        )
     if storage_url is None and not (folder / "summary.json").is_file():
         if (results_root / target / "summary.json").is_file():
             folder = results_root / target
@@ -123,20 +183,33 @@ def load_front(
             storage_url = str(folder / "journal.log")
         elif (results_root / target / "journal.log").is_file():
             storage_url = str(results_root / target / "journal.log")
+        elif folder.is_dir():
+            raise ConfigError(
+                f"{target}: must be a results folder written by `dse sweep`, got a folder with "
+                "no summary.json and no journal.log"
+            )
         else:
             raise ConfigError(
                 f"{target}: neither a results folder (with summary.json) nor a study under "
                 f"{results_root}/; give --storage URL to read a study from a database"
             )
     if storage_url is None:
-        import json
+        from dse.sweep._storage import warn
 
-        summary = json.loads((folder / "summary.json").read_text())
-        names = [o["name"] for o in summary["objectives"]]
-        front = pd.read_csv(folder / "front.csv")
+        notes = stale_results(folder)
+        if notes and any("older than journal.log" in n for n in notes):
+            warn([*notes, f"{folder}: showing the front of journal.log instead"])
+            storage_url = str(folder / "journal.log")
+        else:
+            warn(notes)
+    if storage_url is None:
+        summary = _read_summary(folder)
+        names = [str(o["name"]) for o in summary["objectives"]]
+        front = _read_front(folder / "front.csv", names)
         name, source = str(summary.get("study", folder.name)), str(folder)
     else:
-        storage = open_for_reading(storage_url)
+        hint = _summary_study(folder) if folder.is_dir() else None
+        storage = open_for_reading(storage_url, hint)
         name = target if storage_url and not Path(target).is_dir() else Path(target).name
         if name not in study_names(storage):
             known = study_names(storage)
@@ -153,3 +226,56 @@ def load_front(
     cols = [f"obj.{n}" for n in names]
     knee = pareto.knee_index(front[cols].to_numpy(float)) if len(front) else None
     return FrontView(name, names, front, knee, source)
+
+
+def _read_summary(folder: Path) -> dict[str, Any]:
+    """summary.json of a results folder, checked for what `dse show` needs."""
+    path = folder / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError(
+            f"{path}: must be the JSON summary `dse sweep` writes, got unreadable text ({detail})"
+        ) from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path}: must hold a JSON object, got {type(summary).__name__}")
+    objectives = summary.get("objectives")
+    if (
+        not isinstance(objectives, list)
+        or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in objectives)
+        or not objectives
+    ):
+        got = "no objective names"
+        raise ConfigError(
+            f"{path}: objectives: must list the study's objectives by name, got {got}"
+        )
+    return summary
+
+
+def _read_front(path: Path, names: list[str]) -> pd.DataFrame:
+    if not path.is_file():
+        raise ConfigError(
+            f"{path}: missing (the sweep did not finish writing its results); run the same "
+            "`dse sweep` again to complete them"
+        )
+    try:
+        front = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(
+            f"{path}: must be the front table `dse sweep` writes, got an empty file"
+        ) from None
+    except (OSError, ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{path}: must be the front table `dse sweep` writes, got unreadable text ({first})"
+        ) from None
+    missing = [c for c in ("number", *(f"obj.{n}" for n in names)) if c not in front.columns]
+    if missing:
+        raise ConfigError(
+            f"{path}: columns: must hold {', '.join(missing)} (as summary.json's objectives), "
+            "got none of them"
+            if len(missing) > 1
+            else f"{path}: column {missing[0]}: required, got none"
+        )
+    return front

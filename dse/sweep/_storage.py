@@ -305,6 +305,7 @@ class Loss:
     line: int
     what: str  # "record unreadable (...), skipped"
     detail: str = ""  # which study, trial or attribute it affected
+    why: str = ""  # why the line is unusable ("not JSON at column 12: ...")
 
     def message(self, path: Path) -> str:
         return f"{path}:{self.line}: {self.what}" + (f": {self.detail}" if self.detail else "")
@@ -436,9 +437,10 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                 raws.append(raw)
                 continue
         source = raw if log is None else json.dumps(log).encode()
+        why = "cut short" if last else why
         what = "last record cut short, skipped" if last else f"record unreadable ({why}), skipped"
         if why == "empty line" and not last:
-            losses.append(Loss(line, "empty line, skipped", "nothing lost"))
+            losses.append(Loss(line, "empty line, skipped", "nothing lost", why))
             continue
         m = _OP.match(source)
         op = int(m.group(1)) if m else None
@@ -451,7 +453,12 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
         if op == 4:
             if sid is None or sid not in replay._studies:
                 losses.append(
-                    Loss(line, what, "a trial of an unknown study lost (later trials keep theirs)")
+                    Loss(
+                        line,
+                        what,
+                        why=why,
+                        detail="a trial of an unknown study lost (later trials keep theirs)",
+                    )
                 )
                 continue
             number = len(replay._study_id_to_trial_ids[sid])
@@ -466,7 +473,8 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                 Loss(
                     line,
                     what,
-                    f"trial {number} of {study_label(sid)} lost (kept as a failed trial marked "
+                    why=why,
+                    detail=f"trial {number} of {study_label(sid)} lost (kept as a failed trial marked "
                     f"{LOST_ATTR}, so later trials keep their numbers; a resumed sweep runs one "
                     "more)",
                 )
@@ -488,21 +496,29 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                 Loss(
                     line,
                     what,
-                    f"the creation of a study lost; its later records are kept under the name "
+                    why=why,
+                    detail=f"the creation of a study lost; its later records are kept under the name "
                     f"{name!r} ({n_obj} objectives, assumed minimised)",
                 )
             )
         elif op in (2, 3):
             attr = f"its {_OPS[op]} {key!r}" if key else f"a {_OPS[op]} (name unreadable)"
-            losses.append(Loss(line, what, f"{study_label(sid)} lost {attr}"))
+            losses.append(Loss(line, what, why=why, detail=f"{study_label(sid)} lost {attr}"))
         elif op in (5, 6, 7, 8, 9):
             attr = f" {key!r}" if key and op in (8, 9) else ""
-            losses.append(Loss(line, what, f"{trial_label(tid)} lost {_OPS[op]}{attr}"))
+            losses.append(
+                Loss(line, what, why=why, detail=f"{trial_label(tid)} lost {_OPS[op]}{attr}")
+            )
         elif op is not None:
-            losses.append(Loss(line, what, f"{_OPS[op]} lost"))
+            losses.append(Loss(line, what, why=why, detail=f"{_OPS[op]} lost"))
         else:
             losses.append(
-                Loss(line, what, "what it recorded cannot be told (assumed to create nothing)")
+                Loss(
+                    line,
+                    what,
+                    why=why,
+                    detail="what it recorded cannot be told (assumed to create nothing)",
+                )
             )
     return JournalScan(path, logs, raws, losses, len(pieces))
 
@@ -589,8 +605,8 @@ def read_journal(path: Path, name_hint: str | None = None) -> tuple[JournalStora
     if scan.losses and not scan.logs:
         first = scan.losses[0]
         raise StorageError(
-            f"{path}:{first.line}: not an Optuna journal (no line of its {scan.lines} is a "
-            f"usable record; line {first.line}: {first.what})"
+            f"{path}:{first.line}: must be an Optuna journal (one JSON record a line), got "
+            f"no usable record in {scan.lines} lines (line {first.line}: {first.why})"
         )
     try:
         return JournalStorage(RecoveredBackend(scan)), scan
