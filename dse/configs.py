@@ -14,6 +14,8 @@ import numpy as np
 
 from dse import arch as A
 from dse.errors import ConfigError
+from dse.fields import FIELDS
+from dse.fields import check as check_field
 from dse.hardware import get_gpu
 from dse.workload import Workload
 
@@ -66,24 +68,22 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
         cols["n_kv_heads"] = cols["n_heads"].copy()
     # head_dim defaults to d_model / n_heads; remember where it was defaulted, because only
     # there must n_heads divide d_model (an explicit head_dim may differ, as in Mistral-Nemo).
-    default_hd = cols["d_model"] // np.maximum(cols["n_heads"].astype(np.int64), 1)
     if cols["head_dim"] is None:
-        cols["head_dim"] = default_hd
+        cols["head_dim"] = np.full(n, FIELDS["head_dim"].min)
         cols["head_dim_defaulted"] = np.ones(n, dtype=bool)
     else:
-        hd = _numbers_or_nan(cols["head_dim"])
-        missing_hd = np.isnan(hd)
-        cols["head_dim"] = np.where(missing_hd, default_hd, np.nan_to_num(hd)).astype(np.int64)
+        # None / NaN entries take the default; every other entry is checked below.
+        missing_hd = _is_missing(cols["head_dim"])
+        cols["head_dim"] = np.where(missing_hd, FIELDS["head_dim"].min, cols["head_dim"])
         cols["head_dim_defaulted"] = missing_hd
     if cols["d_ff_expert"] is None:
         cols["d_ff_expert"] = cols["d_ff"].copy()
+    # Every value against the field table (dse.fields): types, limits, choices. The GPU name is
+    # judged per row (`dse predict` marks the row, the sweep reports the space).
     for name in ARCH_FIELDS + WORKLOAD_FIELDS:
-        if name in ("norm", "weight_dtype", "kv_dtype", "engine"):
-            cols[name] = cols[name].astype(str)
-        elif name in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm"):
-            cols[name] = cols[name].astype(bool)
-        else:
-            cols[name] = _ints(cols[name], name)
+        cols[name] = check_field(name, cols[name], name)
+    default_hd = cols["d_model"] // cols["n_heads"]
+    cols["head_dim"] = np.where(cols["head_dim_defaulted"], default_hd, cols["head_dim"])
     cols["gpu"] = cols["gpu"].astype(str)
     return cols, n
 
@@ -93,14 +93,14 @@ def _is_frame(x: Any) -> bool:
     return type(x).__name__ == "DataFrame" and type(x).__module__.split(".")[0] == "pandas"
 
 
-def _numbers_or_nan(v: Any) -> np.ndarray:
-    """Floats of a column, NaN where a value is missing or not a number."""
+def _is_missing(v: Any) -> np.ndarray:
+    """True where an entry of a column is missing: None or NaN."""
     a = np.asarray(v)
-    if a.dtype.kind in "biuf":
-        return a.astype(np.float64)
-    import pandas as pd
-
-    return pd.to_numeric(pd.Series(a), errors="coerce").to_numpy(np.float64)
+    if a.dtype.kind == "f":
+        return np.isnan(a)
+    if a.dtype.kind != "O":
+        return np.zeros(a.shape, dtype=bool)
+    return np.array([x is None or (isinstance(x, float) and x != x) for x in a], dtype=bool)
 
 
 def _all_missing(v: Any) -> bool:
@@ -117,19 +117,6 @@ def _all_missing(v: Any) -> bool:
         return bool(pd.isna(np.asarray(v, dtype=object)).all())
     except (TypeError, ValueError):
         return False
-
-
-def _ints(v: np.ndarray, name: str) -> np.ndarray:
-    if v.dtype.kind in "iu":
-        return v.astype(np.int64)
-    try:
-        f = v.astype(float)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: must be an integer, got {v[0]!r}") from None
-    if np.any(np.isnan(f)) or np.any(f != np.round(f)):
-        bad = v[np.isnan(f) | (f != np.round(f))][0]
-        raise ConfigError(f"{name}: must be an integer, got {bad!r}")
-    return f.astype(np.int64)
 
 
 def architecture(cols: Mapping[str, np.ndarray]) -> A.Architecture:

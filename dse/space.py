@@ -37,6 +37,8 @@ import numpy as np
 from dse import configs as C
 from dse.arch import DTYPE_BYTES, NORMS
 from dse.errors import ConfigError
+from dse.fields import FIELDS
+from dse.fields import check as check_field
 from dse.hardware import gpu_names
 from dse.workload import ENGINES
 from dse.yamlio import NAME_RULE, KeyPath, Located, load_located, safe_name
@@ -485,6 +487,8 @@ def _param(
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise doc.error(at, f"must be one of {', '.join(str_choices)}{hint}, got {v!r}")
             return v
+        if name in FIELDS:  # the limits every entry point shares (dse.fields)
+            return check_field(name, v, lambda _i, msg: doc.error(at, msg))
         out = _number(doc, at, v, integer=True)
         if out < 0 or (out == 0 and name not in ("shared_expert_d_ff",)):
             raise doc.error(at, f"must be a positive integer, got {v!r}")

@@ -442,12 +442,12 @@ def test_cli_arch_model_with_override_and_list(capsys: pytest.CaptureFixture[str
         (["--d-model", "4096", "--n-layers", "32", "--n-heads", "48", "--d-ff", "1"],
          "n_heads: must divide d_model=4096 (or set head_dim), got 48"),
         (["--d-model", "4096"], "missing --n-layers, --n-heads, --d-ff"),
-        (["--model", "llama-3-8b", "--tp", "3"], "workload.tensor_parallel: must be a power of two"),
+        (["--model", "llama-3-8b", "--tp", "3"], "--tensor-parallel: must be a power of two in [1, 1024], got 3"),
         (["--model", "qwen2-7b", "--tp", "8"], "n_heads: must be divisible by tensor_parallel=8, got 28"),
-        (["--model", "llama-3-8b", "--kv-dtype", "fp4"], "kv_dtype: must be one of"),
-        (["--model", "llama-3-8b", "--gpu", "h100"], "unknown GPU 'h100'"),
+        (["--model", "llama-3-8b", "--kv-dtype", "fp4"], "--kv-dtype: must be one of"),
+        (["--model", "llama-3-8b", "--gpu", "h100"], "--gpu: must be one of a100_sxm,"),
         (["--hf-config", "/nonexistent/config.json"], "no such file"),
-        (["--model", "llama-3-8b", "--hf-config", "x.json"], "either --model or --hf-config"),
+        (["--model", "llama-3-8b", "--hf-config", "x.json"], "--hf-config: cannot be combined with --model"),
     ],
 )  # fmt: skip
 def test_cli_arch_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def test_predict_json_is_consistent() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--gpu", "h900"], "unknown GPU 'h900'"),
+        (["--gpu", "h900"], "--gpu: must be one of a100_sxm, a100_sxm_40gb, gh200, h100_sxm"),
         (["--n-heads", "30", "--n-kv-heads", "30"], "n_heads: must divide d_model=4096"),
         (["--n-kv-heads", "5"], "n_kv_heads: must divide n_heads=32, got 5"),
         (["--n-layers", "320", "--gpu", "a100_sxm_40gb"], "does not fit in memory"),
@@ -110,15 +111,17 @@ def test_predict_bad_input_is_a_clear_error(args: list[str], message: str) -> No
     assert "Traceback" not in r.stderr
 
 
-def test_predict_batch_marks_bad_rows(tmp_path: Path) -> None:
+def test_predict_batch_marks_rows_that_break_a_rule(tmp_path: Path) -> None:
+    """Values of their columns that make no valid or runnable configuration get a message in
+    the `error` column; the other rows are predicted (an empty optional cell is its default)."""
     src = tmp_path / "in.csv"
     src.write_text(
         "d_model,n_layers,n_heads,n_kv_heads,d_ff,gpu,batch_size\n"
         "4096,32,32,8,14336,h100_sxm,8\n"
         "4096,32,32,5,14336,h100_sxm,8\n"
-        "4096,32,32,8,14336,h900,8\n"
-        "4096,x,32,8,14336,h100_sxm,8\n"
-        "2048,16,16,16,8192,a100_sxm,2\n"
+        "4096,320,32,8,14336,a100_sxm_40gb,8\n"
+        "4096,32,30,30,14336,h100_sxm,8\n"
+        "2048,16,16,,8192,A100_SXM,2\n"
     )
     out = tmp_path / "out.csv"
     r = dse("predict", "--batch", str(src), "--out", str(out))
@@ -127,9 +130,44 @@ def test_predict_batch_marks_bad_rows(tmp_path: Path) -> None:
     assert len(df) == 5
     errors = df["error"].tolist()
     assert errors[0] == "" and errors[4] == ""
-    assert "n_kv_heads" in errors[1] and "unknown GPU" in errors[2] and "n_layers" in errors[3]
+    assert errors[1] == "n_kv_heads: must divide n_heads=32, got 5"
+    assert errors[2].startswith("does not fit in memory")
+    assert errors[3].startswith("n_heads: must divide d_model=4096")
     lat = pd.to_numeric(df["latency_s"], errors="coerce")
     assert lat[0] > 0 and lat[4] > 0 and lat[1:4].isna().all()
+    # the input cells come back as written, the empty n_kv_heads defaulted to n_heads (MHA)
+    assert df["gpu"].tolist()[4] == "A100_SXM" and df["n_kv_heads"].tolist()[4] == ""
+    mha = tmp_path / "mha.csv"
+    mha.write_text(
+        "d_model,n_layers,n_heads,n_kv_heads,d_ff,gpu,batch_size\n2048,16,16,16,8192,a100_sxm,2\n"
+    )
+    r2 = dse("predict", "--batch", str(mha))
+    assert r2.returncode == 0, r2.stderr
+    assert pd.read_csv(io.StringIO(r2.stdout))["latency_s"][0] == lat[4]
+
+
+def test_predict_batch_refuses_bad_cells_naming_each(tmp_path: Path) -> None:
+    """A cell that is no value of its column refuses the file: every such cell is named by
+    file, spreadsheet row (header = row 1), column, rule and value."""
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "d_model,n_layers,n_heads,n_kv_heads,d_ff,gpu,batch_size\n"
+        "4096,32,32,8,14336,h100_sxm,8\n"
+        "4096,x,32,8,14336,h900,8\n"
+        "\n"
+        "4096,32,32,8,14336,h100_sxm,nan\n"
+    )
+    r = dse("predict", "--batch", str(src))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == (
+        f"dse predict: error: {src}: row 3: n_layers: must be an integer in [1, 1024], got 'x'"
+    )
+    assert lines[1].startswith(f"{src}: row 3: gpu: must be one of a100_sxm,")
+    assert lines[1].endswith(", got 'h900'")
+    # the blank line is row 4, as a spreadsheet shows it
+    assert lines[2] == f"{src}: row 5: batch_size: must be an integer in [1, 1048576], got nan"
 
 
 def test_predict_batch_missing_column_is_an_error(tmp_path: Path) -> None:

@@ -91,8 +91,8 @@ def test_counts_match_a_row_by_row_check(tmp_path: Path) -> None:
             GOOD.replace("{values: [8, 16]}", "{values: []}"),
             "space.n_heads.values: must be a non-empty list",
         ),
-        (GOOD.replace("d_ff: 4096", "d_ff: big"), ":9: space.d_ff: must be a number, got 'big'"),
-        (GOOD.replace("d_ff: 4096", "d_ff: 40.5"), "space.d_ff: must be an integer, got 40.5"),
+        (GOOD.replace("d_ff: 4096", "d_ff: big"), ":9: space.d_ff: must be an integer in [1, 1048576], got 'big'"),
+        (GOOD.replace("d_ff: 4096", "d_ff: 40.5"), "space.d_ff: must be an integer in [1, 1048576], got 40.5"),
         (GOOD.replace("hardware: h100_sxm", "hardware: h100"), ":2: hardware: must be one of"),
         (
             GOOD.replace("{values: [2, 8]}", "{values: [3, 5]}"),
@@ -116,7 +116,7 @@ def test_counts_match_a_row_by_row_check(tmp_path: Path) -> None:
         ),
         (
             GOOD.replace("{batch_size: 4,", "{batch_size: 0,"),
-            "workload.batch_size: must be a positive integer, got 0",
+            "workload.batch_size: must be an integer in [1, 1048576], got 0",
         ),
         (GOOD.replace("space:", "spaces:"), "spaces: unknown key (did you mean 'space'?)"),
         ("- just\n- a list\n", "expected a YAML mapping at the top level"),

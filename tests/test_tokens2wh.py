@@ -452,11 +452,11 @@ def test_cli_json_matches_library(capsys):
     ("extra", "message"),
     [
         (["--n-heads", "48"], "n_heads: must divide d_model=4096"),
-        (["--tp", "3"], "tensor_parallel"),
-        (["--gpu", "tpu9"], "unknown GPU"),
-        (["--batch-size", "0"], "batch_size"),
+        (["--tp", "3"], "--tp: must be a power of two in [1, 1024], got 3"),
+        (["--gpu", "tpu9"], "--gpu: must be one of"),
+        (["--batch-size", "0"], "--batch-size: must be an integer in [1, 1048576], got 0"),
         (["--time-s", "-2"], "--time-s"),
-        (["--weight-dtype", "fp4"], "weight_dtype"),
+        (["--weight-dtype", "fp4"], "--weight-dtype: must be one of"),
     ],
 )
 def test_cli_errors_exit_2_with_message(capsys, extra, message):

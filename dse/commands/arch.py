@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 from dse import arch as A
-from dse.commands._flags import ARCH_FLAGS as SHARED_ARCH_FLAGS
-from dse.commands._flags import add_arch_flags
+from dse.commands import _flags
+from dse.commands._flags import WORKLOAD_FLAGS
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
 from dse.workload import Workload
 
 # Architecture fields settable by flag (they override --model / --hf-config).
-ARCH_FLAGS: dict[str, type] = {**SHARED_ARCH_FLAGS, "norm": str}
+ARCH_FLAGS: tuple[str, ...] = (*_flags.ARCH_FLAGS, "norm", "norms_per_layer")
 BOOL_FLAGS: dict[str, tuple[str, str]] = {
     # field: (flag that sets it true, flag that sets it false)
     "tied_embeddings": ("--tied", "--untied"),
@@ -50,24 +50,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the catalogue's model names and exit",
     )  # fmt: skip
     arch = p.add_argument_group("architecture flags")
-    add_arch_flags(arch, ARCH_FLAGS)
+    _flags.add_field_flags(arch, ARCH_FLAGS)
     for name, (on, off) in BOOL_FLAGS.items():
         group = arch.add_mutually_exclusive_group()
         group.add_argument(on, dest=name, action="store_const", const=True)
         group.add_argument(off, dest=name, action="store_const", const=False)
     wl = p.add_argument_group("workload and GPU")
-    wl.add_argument("--batch-size", type=int, default=1, help="requests in the batch (default 1)")
-    wl.add_argument("--prompt-tokens", type=int, default=1024, help="default 1024")
-    wl.add_argument("--output-tokens", type=int, default=256, help="default 256")
-    wl.add_argument(
-        "--tensor-parallel", "--tp", dest="tensor_parallel", type=int, default=1,
-        help="GPUs sharing each layer (default 1)",
-    )  # fmt: skip
-    wl.add_argument(
-        "--context", type=int,
-        help="context length of the decode FLOPs (default prompt + output tokens)",
-    )  # fmt: skip
-    wl.add_argument("--gpu", default="h100_sxm", help="GPU registry name (default h100_sxm)")
+    _flags.add_field_flags(
+        wl,
+        (*WORKLOAD_FLAGS, "context"),
+        defaults={
+            "batch_size": 1,
+            "prompt_tokens": 1024,
+            "output_tokens": 256,
+            "tensor_parallel": 1,
+        },
+        aliases={"tensor_parallel": ("--tensor-parallel", "--tp")},
+        helps={"context": "context length of the decode FLOPs (default prompt + output tokens)"},
+    )
+    _flags.add_field_flags(
+        wl, ("gpu",), defaults={"gpu": "h100_sxm"}, helps={"gpu": "GPU registry name"}
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(command="arch")
 
@@ -75,18 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.list_models:
         return _list_models()
+    wl = Workload(**_flags.read_flags(args, WORKLOAD_FLAGS)).validate()
+    gpu = get_gpu(_flags.read_flag(args, "gpu"))
+    context = _flags.read_flag(args, "context")
+    if context is None:
+        context = wl.prompt_tokens + wl.output_tokens
     title, arch, notes = _architecture(args)
-    wl = Workload(
-        batch_size=args.batch_size,
-        prompt_tokens=args.prompt_tokens,
-        output_tokens=args.output_tokens,
-        tensor_parallel=args.tensor_parallel,
-    ).validate()
     arch.validate(wl.tensor_parallel)
-    gpu = get_gpu(args.gpu)
-    context = args.context if args.context is not None else wl.prompt_tokens + wl.output_tokens
-    if context < 1:
-        raise ConfigError(f"--context: must be an integer >= 1, got {context}")
     report = summarise(arch, wl, gpu, context)
     report["model"] = title
     report["notes"] = list(notes)
@@ -100,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
 def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[str, ...]]:
     """(title, validated-later Architecture, notes) from --model / --hf-config / flags."""
     if args.model and args.hf_config:
-        raise ConfigError("give either --model or --hf-config, not both")
+        raise _flags.conflict(
+            "--model", "--hf-config", args.hf_config, "give one of --model, --hf-config"
+        )
     fields: dict[str, Any] = {}
     notes: tuple[str, ...] = ()
     title = "custom architecture"
@@ -120,15 +120,16 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
         fields.update(imp.arch.to_dict())
         title = f"{imp.source} (model_type {imp.model_type})"
         notes = _approx_notes(imp.exact, imp.unmodelled_params, imp.notes)
-    overridden = False
-    for name in (*ARCH_FLAGS, *BOOL_FLAGS):
+    flags = _flags.read_flags(args, ARCH_FLAGS)
+    for name in BOOL_FLAGS:
         v = getattr(args, name, None)
         if v is not None:
-            fields[name] = v
-            overridden = True
+            flags[name] = v
+    fields.update(flags)
+    overridden = bool(flags)
     if overridden and (args.model or args.hf_config):
         title += ", with flag overrides"
-        if args.head_dim is None and (args.d_model is not None or args.n_heads is not None):
+        if "head_dim" not in flags and ("d_model" in flags or "n_heads" in flags):
             fields["head_dim"] = None  # re-derive d_model // n_heads from the new shape
     missing = [
         f"--{n.replace('_', '-')}"
@@ -157,8 +158,9 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
     p = A.param_breakdown(a)
     mm = A.matmul_params_per_token(a)
     s = wl.prompt_tokens
-    prefill_avg = float(A.prefill_flops(a, s)) / s
-    decode = int(A.forward_flops_per_token(a, context))
+    # FLOPs in float: 4 L H hd S (S + 1) overflows int64 at long prompts (2**24 tokens).
+    prefill_avg = float(A.prefill_flops(a, float(s))) / s
+    decode = int(A.forward_flops_per_token(a, float(context)))
     mem = A.memory_breakdown(
         a, wl.batch_size, wl.prompt_tokens, wl.output_tokens, wl.tensor_parallel
     )
@@ -172,7 +174,7 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
             "prompt_tokens": s,
             "decode": decode,
             "decode_context": context,
-            "decode_attention": int(A.attention_flops_per_token(a, context)),
+            "decode_attention": int(A.attention_flops_per_token(a, float(context))),
         },
         "kv_bytes_per_token": float(A.kv_bytes_per_token(a)),
         "workload": {

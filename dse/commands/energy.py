@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from dse.commands._flags import ARCH_FLAGS, add_arch_flags
+from dse.commands import _flags
+from dse.commands._flags import ARCH_FLAGS, WORKLOAD_FLAGS
 
 REQUIRED = ("d_model", "n_layers", "n_heads", "d_ff")
 
@@ -29,34 +30,46 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", help="a published model from the catalogue (dse.models), if present")
     arch = p.add_argument_group("architecture flags (override --model)")
-    add_arch_flags(arch)
+    _flags.add_field_flags(arch, ARCH_FLAGS)
     arch.add_argument("--tied-embeddings", action="store_true", default=None)
     arch.add_argument(
         "--no-gated-mlp", dest="gated_mlp", action="store_false", default=None,
         help="plain two-matrix MLP instead of SwiGLU",
     )  # fmt: skip
     wl = p.add_argument_group("workload and GPU")
-    wl.add_argument("--batch-size", type=int, default=1)
-    wl.add_argument("--prompt-tokens", type=int, default=1024)
-    wl.add_argument("--output-tokens", type=int, default=256)
-    wl.add_argument(
-        "--tp", dest="tensor_parallel", type=int, default=1, help="tensor parallel GPUs"
+    _flags.add_field_flags(
+        wl,
+        WORKLOAD_FLAGS,
+        defaults={
+            "batch_size": 1,
+            "prompt_tokens": 1024,
+            "output_tokens": 256,
+            "tensor_parallel": 1,
+        },
+        aliases={"tensor_parallel": ("--tp",)},
     )
-    wl.add_argument("--gpu", default="h100_sxm", help="GPU registry name (see `dse gpus`)")
-    p.add_argument(
-        "--preset", choices=("paper", "corrected", "both"), default="both",
-        help="which estimator to print (default both)",
-    )  # fmt: skip
-    p.add_argument(
-        "--time-s", type=float,
-        help="total batch time in seconds from a latency predictor, for the corrected preset's "
-        "static energy (default: its own roofline)",
-    )  # fmt: skip
+    _flags.add_field_flags(
+        wl,
+        ("gpu",),
+        defaults={"gpu": "h100_sxm"},
+        helps={"gpu": "GPU registry name (see `dse gpus`)"},
+    )
+    _flags.add_field_flags(
+        p, ("preset",), defaults={"preset": "both"}, helps={"preset": "which estimator to print"}
+    )
+    _flags.add_field_flags(
+        p,
+        ("time_s",),
+        helps={
+            "time_s": "total batch time in seconds from a latency predictor, for the corrected "
+            "preset's static energy (default: its own roofline)"
+        },
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(command="energy")
 
 
-def _architecture(args: argparse.Namespace) -> Any:
+def _architecture(args: argparse.Namespace, tensor_parallel: int) -> Any:
     from dse.arch import Architecture, check_architecture
     from dse.errors import ConfigError
 
@@ -70,7 +83,11 @@ def _architecture(args: argparse.Namespace) -> Any:
                 "flags (--d-model, --n-layers, --n-heads, --d-ff, ...)"
             ) from None
         row.update(lookup_model(args.model).to_dict())
-    for name in (*ARCH_FLAGS, "tied_embeddings", "gated_mlp"):
+    flags = _flags.read_flags(args, ARCH_FLAGS)
+    if row and "head_dim" not in flags and ("d_model" in flags or "n_heads" in flags):
+        row.pop("head_dim", None)  # re-derive d_model // n_heads from the new shape
+    row.update(flags)
+    for name in ("tied_embeddings", "gated_mlp"):
         v = getattr(args, name, None)
         if v is not None:
             row[name] = v
@@ -79,7 +96,7 @@ def _architecture(args: argparse.Namespace) -> Any:
         flag = "--" + missing[0].replace("_", "-")
         raise ConfigError(f"{flag}: required unless --model is given")
     # Check the row as given: once resolved, a derived head_dim hides n_heads not dividing d_model.
-    errors = check_architecture(row, args.tensor_parallel)
+    errors = check_architecture(row, tensor_parallel)
     if errors:
         raise ConfigError(errors[0])
     return Architecture.from_mapping(row)
@@ -91,31 +108,26 @@ def _scalars(out: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dse.arch import active_params, total_params
-    from dse.errors import ConfigError
     from dse.estimators import tokens2wh as T
     from dse.workload import Workload
 
-    a = _architecture(args)
-    wl = Workload(
-        batch_size=args.batch_size,
-        prompt_tokens=args.prompt_tokens,
-        output_tokens=args.output_tokens,
-        tensor_parallel=args.tensor_parallel,
-    ).validate()
-    if args.time_s is not None and not args.time_s > 0:
-        raise ConfigError(f"--time-s: must be > 0, got {args.time_s}")
-    presets = ("paper", "corrected") if args.preset == "both" else (args.preset,)
+    wl = Workload(**_flags.read_flags(args, WORKLOAD_FLAGS)).validate()
+    gpu = _flags.read_flag(args, "gpu")
+    preset = _flags.read_flag(args, "preset")
+    time_s = _flags.read_flag(args, "time_s")
+    a = _architecture(args, wl.tensor_parallel)
+    presets = ("paper", "corrected") if preset == "both" else (preset,)
     results: dict[str, Any] = {}
     notes: dict[str, str] = {}
-    for preset in presets:
-        time_s = args.time_s if preset == "corrected" else None
-        results[preset] = _scalars(T.estimate(a, wl, args.gpu, preset, time_s=time_s))
-        if preset == "paper":
-            notes[preset] = T.paper_constants(args.gpu).source
+    for name in presets:
+        t = time_s if name == "corrected" else None
+        results[name] = _scalars(T.estimate(a, wl, gpu, name, time_s=t))
+        if name == "paper":
+            notes[name] = T.paper_constants(gpu).source
         else:
-            notes[preset] = T.corrected_coefficients(args.gpu).source
+            notes[name] = T.corrected_coefficients(gpu).source
     if "paper" in presets:
-        results["simplified"] = _scalars(T.estimate(a, wl, args.gpu, "simplified"))
+        results["simplified"] = _scalars(T.estimate(a, wl, gpu, "simplified"))
     config = {
         "architecture": a.to_dict(),
         "total_params": int(total_params(a)),
@@ -126,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             "output_tokens": wl.output_tokens,
             "tensor_parallel": wl.tensor_parallel,
         },
-        "gpu": args.gpu,
+        "gpu": gpu,
     }
     if args.json:
         json.dump(

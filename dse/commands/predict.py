@@ -11,17 +11,20 @@ from typing import Any
 import numpy as np
 
 from dse import configs as C
-from dse.commands._flags import ARCH_FLAGS, add_arch_flags
+from dse import fields as F
+from dse.commands import _flags
+from dse.commands._flags import ARCH_FLAGS
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
 
-WORKLOAD_FLAGS: dict[str, type] = {
-    "batch_size": int,
-    "prompt_tokens": int,
-    "output_tokens": int,
-    "tensor_parallel": int,
-    "engine": str,
-}
+WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine")
+# Where a configuration comes from: at most one of these.
+SOURCES: tuple[tuple[str, str], ...] = (
+    ("model", "--model"),
+    ("hf_config", "--hf-config"),
+    ("config", "--config"),
+    ("batch", "--batch"),
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,35 +38,68 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  dse predict --d-model 4096 --n-layers 32 --n-heads 32 --n-kv-heads 8 --d-ff 14336 --json\n"
         "  dse predict --hf-config path/to/config.json --gpu h200_sxm\n"
         "  dse predict --config exported.yaml --entry 0\n"
-        "  dse predict --batch configs.csv --out predictions.csv",
+        "  dse predict --batch configs.csv --out predictions.csv\n\n"
+        "--batch: one configuration per row, a column per field (d_model, n_layers, n_heads and "
+        "d_ff required; an empty cell of another column takes its default). A cell that is not a "
+        "value of its column refuses the file with every such cell named as FILE: row N: column; "
+        "rows are numbered as a spreadsheet shows them (the header is row 1, the first "
+        "configuration row 2). A configuration that breaks an architecture rule or does not fit "
+        "in memory gets a message in the `error` column instead of a prediction.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    src = p.add_argument_group("where the architecture comes from (one of)")
+    src = p.add_argument_group("where the architecture comes from (at most one)")
     src.add_argument("--model", help="a published model from the catalogue (see `dse arch --list`)")
     src.add_argument("--hf-config", help="a Hugging Face config.json")
     src.add_argument(
         "--config", help="a YAML/JSON file with a `configs:` list (as written by `dse export`)"
     )
-    src.add_argument("--entry", type=int, default=0, help="which entry of --config (default 0)")
+    _flags.add_field_flags(src, ("entry",), helps={"entry": "which entry of --config"})
     src.add_argument(
         "--batch", help="CSV with one configuration per row (architecture, workload, gpu columns)"
     )
-    arch = p.add_argument_group("architecture flags (override --model / --hf-config)")
-    add_arch_flags(arch)
-    wl = p.add_argument_group("workload and GPU")
-    for name, typ in WORKLOAD_FLAGS.items():
-        flag = "--tp" if name == "tensor_parallel" else f"--{name.replace('_', '-')}"
-        wl.add_argument(flag, dest=name, type=typ)
-    wl.add_argument("--gpu", help="GPU registry name (see `dse gpus`); default h100_sxm")
+    arch = p.add_argument_group("architecture flags (override --model / --hf-config / --config)")
+    _flags.add_field_flags(arch, ARCH_FLAGS)
+    wl = p.add_argument_group("workload and GPU (defaults: batch 1, 1024 + 256 tokens, h100_sxm)")
+    _flags.add_field_flags(wl, WORKLOAD_FLAGS, aliases={"tensor_parallel": ("--tp",)})
+    _flags.add_field_flags(wl, ("gpu",), helps={"gpu": "GPU registry name (see `dse gpus`)"})
     p.add_argument("--out", help="with --batch: output CSV (default: stdout)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(command="predict")
 
 
+def _check_sources(args: argparse.Namespace) -> None:
+    """At most one configuration source; --batch takes nothing a row sets; --out, --entry only
+    with what they belong to."""
+    if args.batch and args.batch.isdigit() and not Path(args.batch).exists():
+        _read_csv(Path(args.batch), args.batch)  # --batch 8 meant --batch-size 8: say so first
+    given = [(flag, getattr(args, dest)) for dest, flag in SOURCES if getattr(args, dest)]
+    if len(given) > 1:
+        raise _flags.conflict(
+            given[0][0],
+            given[1][0],
+            given[1][1],
+            "give one of --model, --hf-config, --config, --batch",
+        )
+    if args.batch:
+        for name in (*ARCH_FLAGS, *WORKLOAD_FLAGS, "gpu"):
+            v = getattr(args, name, None)
+            if v is not None:
+                raise _flags.conflict(
+                    "--batch", _flags.flag_of(args, name), v, f"the CSV's {name} column sets it"
+                )
+    elif args.out:
+        raise ConfigError(f"--out: only with --batch (a CSV of configurations), got {args.out!r}")
+    if args.entry is not None and not args.config:
+        raise ConfigError(
+            f"--entry: only with --config, got {F.show(F.number_or_text(args.entry))}"
+        )
+
+
 def _single(args: argparse.Namespace) -> dict[str, Any]:
     row: dict[str, Any] = {}
     if args.config:
-        row.update(_from_config_file(Path(args.config), args.entry))
+        entry = _flags.read_flag(args, "entry")
+        row.update(_from_config_file(Path(args.config), 0 if entry is None else entry))
     if args.model:
         from dse.models import lookup_model
 
@@ -72,12 +108,16 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
         from dse.hf import from_hf_config
 
         row.update(from_hf_config(args.hf_config).to_dict())
-    for name in (*ARCH_FLAGS, *WORKLOAD_FLAGS):
-        v = getattr(args, name, None)
-        if v is not None:
-            row[name] = v
-    if args.gpu:
-        row["gpu"] = args.gpu
+    flags = _flags.read_flags(args, (*ARCH_FLAGS, *WORKLOAD_FLAGS, "gpu"))
+    if row and "head_dim" not in flags and ("d_model" in flags or "n_heads" in flags):
+        row.pop("head_dim", None)  # re-derive d_model // n_heads from the new shape
+    row.update(flags)
+    missing = [n for n in C.REQUIRED if row.get(n) is None]
+    if missing:
+        raise ConfigError(
+            f"{_flags.flag_name(missing[0])}: required unless --model, --hf-config or --config "
+            f"gives the architecture; missing {', '.join(_flags.flag_name(m) for m in missing)}"
+        )
     return {k: v for k, v in row.items() if v is not None}
 
 
@@ -85,19 +125,30 @@ def _from_config_file(path: Path, entry: int) -> dict[str, Any]:
     from dse.yamlio import load_located
 
     doc = load_located(path)
-    entries = doc.data.get("configs")
+    entries = doc.data.get("configs") if isinstance(doc.data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise doc.error(("configs",), "must be a non-empty list of configurations")
     if not 0 <= entry < len(entries):
-        raise ConfigError(f"{path}: --entry must be in [0, {len(entries) - 1}], got {entry}")
+        raise ConfigError(f"--entry: must be an integer in [0, {len(entries) - 1}], got {entry}")
     e = entries[entry]
+    at: tuple[str, ...] = ("configs", str(entry))
     if not isinstance(e, dict):
-        raise doc.error(("configs", str(entry)), "must be a mapping")
+        raise doc.error(at, f"must be a mapping, got {F.show(e)}")
     row: dict[str, Any] = {}
-    row.update(e.get("architecture") or {})
-    row.update(e.get("workload") or {})
+    for section, valid in (("architecture", C.ARCH_FIELDS), ("workload", C.WORKLOAD_FIELDS)):
+        part = e.get(section) or {}
+        if not isinstance(part, dict):
+            raise doc.error((*at, section), f"must be a mapping, got {F.show(part)}")
+        for key, v in part.items():
+            keys = (*at, section, str(key))
+            if key not in valid:
+                raise doc.error(keys, f"unknown key; valid keys: {', '.join(valid)}")
+            if v is None:
+                continue
+            row[key] = F.check(key, v, lambda _i, msg, keys=keys: doc.error(keys, msg))
     if "gpu" in e:
-        row["gpu"] = e["gpu"]
+        keys = (*at, "gpu")
+        row["gpu"] = F.check("gpu", e["gpu"], lambda _i, msg: doc.error(keys, msg))
     return row
 
 
@@ -126,15 +177,16 @@ def check_rows(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dse.predictor import predict
-
+    _check_sources(args)
     if args.batch:
-        return _run_batch(args, predict)
+        return _run_batch(args.batch, args.out)
     row = _single(args)
     cols, n = C.as_columns({k: [v] for k, v in row.items()})
     err = check_rows(cols, n)
     if err[0]:
         raise ConfigError(err[0])
+    from dse.predictor import predict
+
     pred = predict(cols)
     config = {k: _plain(cols[k][0]) for k in C.CONFIG_FIELDS}
     result = {k: _plain(v[0]) for k, v in pred.items()}
@@ -263,65 +315,181 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
             print(f"  outside the fitted range: {r['out_of_range_inputs'].replace(',', ', ')}")
 
 
-def _run_batch(args: argparse.Namespace, predict: Any) -> int:
-    import pandas as pd
+# ---------------------------------------------------------------------- --batch CSV
+MAX_SHOWN = 20  # bad cells listed in one message (then a count of the rest)
+_DERIVED_DEFAULT = {"n_kv_heads": "n_heads", "d_ff_expert": "d_ff"}  # empty cell: this column
 
-    path = Path(args.batch)
+
+def _read_csv(path: Path, given: str) -> list[list[str]]:
+    """Every record of a CSV file (the header first), blank lines as empty records so that
+    record i is spreadsheet row i + 1. Unreadable files are one clear error."""
+    import csv
+    import io
+
     try:
-        df = pd.read_csv(path)
+        data = path.read_bytes()
     except FileNotFoundError:
         # --batch 8 is an easy slip for the batch size (--batch-size)
         hint = " (--batch takes a CSV of configurations; the batch size is --batch-size)"
-        raise ConfigError(f"{path}: file not found{hint if args.batch.isdigit() else ''}") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not a readable CSV ({exc})") from None
-    missing = [c for c in C.REQUIRED if c not in df.columns]
+        raise ConfigError(f"{path}: file not found{hint if given.isdigit() else ''}") from None
+    except IsADirectoryError:
+        raise ConfigError(
+            f"{path}: is a directory, expected a CSV file of configurations"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        row = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: row {row}: must be UTF-8 text, got byte 0x{data[exc.start]:02x} "
+            f"at offset {exc.start}"
+        ) from None
+    records: list[list[str]] = []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        for rec in reader:
+            records.append(rec)
+    except csv.Error as exc:
+        raise ConfigError(
+            f"{path}: row {len(records) + 1}: not a readable CSV record ({exc})"
+        ) from None
+    return records
+
+
+def _batch_columns(
+    path: Path, records: list[list[str]]
+) -> tuple[list[str], list[int], dict[str, Any]]:
+    """(header, spreadsheet row number of each configuration, typed columns) of a CSV's records;
+    every bad cell of the file is named in one ConfigError."""
+    required = ", ".join(C.REQUIRED)
+    if not records or not any(c.strip() for rec in records for c in rec):
+        raise ConfigError(
+            f"{path}: empty file, expected a header row naming the columns (required: {required})"
+        )
+    header = [c.strip() for c in records[0]]
+    for j, name in enumerate(header):
+        if not name:
+            raise ConfigError(f"{path}: row 1: column {j + 1}: must have a name, got ''")
+        if header.index(name) != j:
+            raise ConfigError(
+                f"{path}: row 1: {name}: must appear once in the header, got it twice"
+            )
+    missing = [c for c in C.REQUIRED if c not in header]
     if missing:
-        raise ConfigError(
-            f"{path}: missing column(s) {', '.join(missing)}; required: {', '.join(C.REQUIRED)}"
-        )
-    unknown = [c for c in df.columns if c not in C.CONFIG_FIELDS]
+        raise ConfigError(f"{path}: missing column(s) {', '.join(missing)}; required: {required}")
+    unknown = [c for c in header if c not in C.CONFIG_FIELDS]
     if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], C.CONFIG_FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"{path}: unknown column(s) {', '.join(unknown)}; valid: {', '.join(C.CONFIG_FIELDS)}"
+            f"{path}: unknown column(s) {', '.join(unknown)}{hint}; "
+            f"valid: {', '.join(C.CONFIG_FIELDS)}"
         )
-    n = len(df)
-    errors = np.full(n, "", dtype=object)
-    # Rows with unparsable values get an error of their own instead of failing the file.
-    good = np.ones(n, dtype=bool)
-    for c in df.columns:
-        if c in ("gpu", "engine", "norm", "weight_dtype", "kv_dtype"):
+    problems: list[tuple[int, int, str]] = []  # (row, column index, message)
+    rows: list[int] = []
+    cells: list[list[str]] = []
+    for i, rec in enumerate(records[1:], start=2):
+        if not any(c.strip() for c in rec):
+            continue  # a blank line is no configuration
+        if len(rec) != len(header):
+            problems.append(
+                (i, -1, f"{path}: row {i}: must have {len(header)} cells as the header has, "
+                 f"got {len(rec)}")
+            )  # fmt: skip
             continue
-        if c in ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm"):
-            continue
-        vals = pd.to_numeric(df[c], errors="coerce")
-        bad = (vals.isna() & df[c].notna()) | (vals.notna() & (vals != vals.round()))
-        for i in np.nonzero(bad.to_numpy())[0]:
-            if good[i]:
-                errors[i] = f"{c}: must be an integer, got {df[c].iloc[i]!r}"
-            good[i] = False
-    idx = np.nonzero(good)[0]
-    out = df.copy()
-    if len(idx):
-        sub = df.iloc[idx]
-        cols, m = C.as_columns(sub)
-        err = check_rows(cols, m)
-        errors[idx] = err
-        ok = idx[err == ""]
-        if len(ok):
-            cols_ok = {k: v[err == ""] for k, v in cols.items()}
-            pred = predict(cols_ok)
-            for k, v in pred.items():
-                col = np.full(n, np.nan, dtype=object if v.dtype == object else float)
-                col[ok] = v
-                out[k] = col
-    out["error"] = errors
-    if args.out:
-        out.to_csv(args.out, index=False)
+        rows.append(i)
+        cells.append([c.strip() for c in rec])
+    if not rows and not problems:
+        raise ConfigError(f"{path}: no configuration rows after the header (row 1)")
+    cols: dict[str, Any] = {}
+    empty: dict[str, np.ndarray] = {}
+    for j, name in enumerate(header):
+        raw = np.array([r[j] for r in cells], dtype=str) if cells else np.array([], dtype=str)
+        blank = raw == ""
+        if blank.any() and name in C.REQUIRED:
+            for k in np.nonzero(blank)[0]:
+                problems.append(
+                    (rows[k], j, f"{path}: row {rows[k]}: {name}: must not be empty "
+                     "(a required column), got ''")
+                )  # fmt: skip
+        default = C.DEFAULTS.get(name)
+        if name not in C.REQUIRED and default is not None:
+            raw = np.where(blank, str(default), raw)
+        elif name not in C.REQUIRED:
+            raw = np.where(blank, str(F.field(name)._placeholder()), raw)  # filled in below
+        typed, bad = F.violations(name, raw)
+        for k, msg in bad:
+            if not blank[k]:
+                problems.append((rows[k], j, f"{path}: row {rows[k]}: {name}: {msg}"))
+        cols[name] = typed
+        empty[name] = blank
+    if problems:
+        problems.sort()
+        lines = [msg for _, _, msg in problems[:MAX_SHOWN]]
+        if len(problems) > MAX_SHOWN:
+            lines.append(f"... and {len(problems) - MAX_SHOWN} more bad cells")
+        lines.append("(rows are numbered as a spreadsheet shows them: the header is row 1)")
+        raise ConfigError("\n".join(lines))
+    for name, source in _DERIVED_DEFAULT.items():
+        if name in cols and empty[name].any():
+            cols[name] = np.where(empty[name], cols[source], cols[name])
+    if "head_dim" in cols and empty["head_dim"].any():
+        cols["head_dim"] = np.where(empty["head_dim"], np.nan, cols["head_dim"].astype(float))
+    return header, rows, cols
+
+
+def _run_batch(given: str, out_path: str | None) -> int:
+    path = Path(given)
+    records = _read_csv(path, given)
+    header, rows, typed = _batch_columns(path, records)
+    n = len(rows)
+    cols, _ = C.as_columns(typed)
+    errors = check_rows(cols, n)
+    ok = errors == ""
+    pred_cols: dict[str, list[Any]] = {}
+    if ok.any():
+        from dse.predictor import predict
+
+        pred = predict({k: v[ok] for k, v in cols.items()})
+        idx = np.nonzero(ok)[0]
+        for k, v in pred.items():
+            col: list[Any] = [""] * n
+            for i, x in zip(idx.tolist(), np.asarray(v).tolist(), strict=True):
+                col[i] = "" if isinstance(x, float) and x != x else x
+            pred_cols[k] = col
+    records_out = [r for r in records[1:] if any(c.strip() for c in r)]
+    _write_csv(
+        out_path,
+        [*header, *pred_cols, "error"],
+        ([*records_out[i], *(c[i] for c in pred_cols.values()), errors[i]] for i in range(n)),
+    )
+    if out_path:
         print(
-            f"wrote {n} rows ({int((errors == '').sum())} predicted, {int((errors != '').sum())} with errors) to {args.out}",
+            f"wrote {n} rows ({int(ok.sum())} predicted, {int((~ok).sum())} with errors) "
+            f"to {out_path}",
             file=sys.stderr,
         )
-    else:
-        out.to_csv(sys.stdout, index=False)
     return 0
+
+
+def _write_csv(out_path: str | None, header: list[str], rows: Any) -> None:
+    import csv
+
+    if not out_path:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+        return
+    try:
+        with open(out_path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(header)
+            w.writerows(rows)
+    except IsADirectoryError:
+        raise ConfigError(f"--out: must be a file path, got the directory {out_path!r}") from None
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot write {out_path!r} ({exc.strerror or exc})") from None

@@ -1,0 +1,73 @@
+"""Wall time of one `dse predict --model llama-3-8b`, interpreter start included.
+
+    python benchmarks/cli_startup.py [--runs 5] [--model llama-3-8b] [--target 0.8]
+
+Runs the command as a fresh subprocess `--runs` times (after one untimed warm-up run that fills
+the OS file cache and the bytecode cache), prints each wall time, their median, the command and
+the machine. Exits 1 when the median exceeds `--target` seconds (the issue-18 target is 0.8 s),
+so that CI or a reviewer can use it as a check; the numbers depend on the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def command(model: str) -> list[str]:
+    """The `dse` console script when installed next to this interpreter, else `python -m dse`."""
+    exe = Path(sys.executable).with_name("dse")
+    if exe.is_file():
+        return [str(exe), "predict", "--model", model]
+    found = shutil.which("dse")
+    if found:
+        return [found, "predict", "--model", model]
+    return [sys.executable, "-m", "dse", "predict", "--model", model]
+
+
+def time_once(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stderr}")
+    return dt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--model", default="llama-3-8b")
+    ap.add_argument("--target", type=float, default=0.8, help="seconds (median)")
+    args = ap.parse_args(argv)
+    cmd = command(args.model)
+    time_once(cmd)  # warm-up: file cache and __pycache__
+    times = [time_once(cmd) for _ in range(args.runs)]
+    med = statistics.median(times)
+    try:
+        load = " load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = ""
+    print(f"command: {' '.join(cmd)}")
+    print(
+        f"machine: {platform.node()} {platform.machine()} {platform.processor() or ''} "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}{load}".replace("  ", " ")
+    )
+    print("runs:    " + ", ".join(f"{t:.3f} s" for t in times))
+    print(
+        f"median:  {med:.3f} s (target <= {args.target:.2f} s: {'met' if med <= args.target else 'MISSED'})"
+    )
+    return 0 if med <= args.target else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
