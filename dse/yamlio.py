@@ -120,12 +120,15 @@ def loads_located(text: str, path: Path) -> Located:
             f"{path}: file size: at most {MAX_BYTES} bytes (1 MiB) for a YAML document, "
             f"got {len(text.encode('utf-8', 'surrogatepass'))}"
         )
-    loader = _Loader(text, path)
+    try:
+        loader = _Loader(text, path)
+    except yaml.YAMLError as exc:  # the reader checks every character first
+        raise _syntax_error(exc, path, text) from None
     try:
         try:
             node = loader.get_single_node()
         except yaml.YAMLError as exc:
-            raise _syntax_error(exc, path) from None
+            raise _syntax_error(exc, path, text) from None
         except RecursionError:
             raise ConfigError(
                 f"{path}: nesting: at most {MAX_DEPTH} levels deep, got more"
@@ -137,6 +140,8 @@ def loads_located(text: str, path: Path) -> Located:
         _walk(node, (), lines, path)
         if not isinstance(node, yaml.MappingNode):
             kind = "a list" if isinstance(node, yaml.SequenceNode) else "a single value"
+            if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+                kind = "nothing (an empty document)"
             raise ConfigError(
                 f"{path}:{node.start_mark.line + 1}: expected a YAML mapping at "
                 f"the top level (key: value lines), got {kind}"
@@ -144,7 +149,7 @@ def loads_located(text: str, path: Path) -> Located:
         try:
             data = loader.construct_document(node)
         except yaml.YAMLError as exc:
-            raise _syntax_error(exc, path) from None
+            raise _syntax_error(exc, path, text) from None
         except (ValueError, TypeError, OverflowError) as exc:
             raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     finally:
@@ -156,10 +161,15 @@ def loads_located(text: str, path: Path) -> Located:
     return Located(path, data, lines)
 
 
-def _syntax_error(exc: yaml.YAMLError, path: Path) -> ConfigError:
+def _syntax_error(exc: yaml.YAMLError, path: Path, text: str) -> ConfigError:
     mark = getattr(exc, "problem_mark", None)
     where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
     problem = getattr(exc, "problem", None) or str(exc)
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        where = f"{path}:{text[: exc.position].count(chr(10)) + 1}"
+        problem = f"character {ord(exc.character) if isinstance(exc.character, str) else exc.character:#06x} is not allowed in YAML"
+    elif getattr(exc, "context", None):
+        problem = f"{exc.context}, {problem}"
     if "'\\t'" in problem:
         problem += "; YAML is indented with spaces, not tabs"
     return ConfigError(f"{where}: not valid YAML ({problem})")

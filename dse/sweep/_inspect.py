@@ -35,7 +35,7 @@ class FrontView:
     source: str
 
 
-def open_for_reading(url: str, name_hint: str | None = None) -> Any:
+def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = True) -> Any:
     """A storage opened to read (a journal file must exist; nothing is created or written).
     A damaged journal is read as its intact records, and what was lost is said on stderr."""
     from dse.sweep._storage import StorageError, open_rdb, read_journal, warn
@@ -47,8 +47,11 @@ def open_for_reading(url: str, name_hint: str | None = None) -> Any:
             raise StorageError(f"--storage {url}: is a folder, expected a journal file")
         if not spec.path.is_file():
             raise StorageError(f"--storage {url}: no journal file at {spec.path}")
+        if name_hint is None:  # a lost study creation takes its results folder's name
+            name_hint = _summary_study(spec.path.parent)
         storage, scan = read_journal(spec.path, name_hint)
-        warn(scan.messages())
+        if say_losses:
+            warn(scan.messages())
         return storage
     return open_rdb(spec, heartbeat_s=None)
 
@@ -193,6 +196,7 @@ def load_front(
                 f"{target}: neither a results folder (with summary.json) nor a study under "
                 f"{results_root}/; give --storage URL to read a study from a database"
             )
+    notes: list[str] = []
     if storage_url is None:
         from dse.sweep._storage import warn
 
@@ -209,7 +213,7 @@ def load_front(
         name, source = str(summary.get("study", folder.name)), str(folder)
     else:
         hint = _summary_study(folder) if folder.is_dir() else None
-        storage = open_for_reading(storage_url, hint)
+        storage = open_for_reading(storage_url, hint, say_losses=not notes)
         name = target if storage_url and not Path(target).is_dir() else Path(target).name
         if name not in study_names(storage):
             known = study_names(storage)

@@ -108,8 +108,16 @@ class BatchedJournalBackend(BaseJournalBackend):
     """
 
     def __init__(self, path: Path) -> None:
+        refuse_foreign(path)
         notes = recover(path)
-        scan = scan_journal(path)
+        scan = scan_journal(path, name_hint=folder_study(path.parent))
+        if scan.losses and not scan.logs:
+            warn(notes)
+            first = scan.losses[0]
+            raise StorageError(
+                f"{path}:{first.line}: must be an Optuna journal (one JSON record a line), got "
+                f"no usable record in {scan.lines} lines (line {first.line}: {first.why})"
+            )
         if scan.losses:
             notes += scan.messages()
             kept = rewrite_journal(path, scan)
@@ -170,6 +178,25 @@ class RecoveredBackend(BaseJournalBackend):
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         raise StorageError(f"{self._path}: opened to read; nothing may be written to it here")
+
+
+def refuse_foreign(path: Path) -> None:
+    """Refuse, before anything is cut or rewritten, a file that is no journal at all (no
+    Optuna record in its first MiB): recovery is for a damaged journal, not for another file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read journal ({exc.strerror or exc})") from None
+    if not head or b'"op_code"' in head:
+        return
+    _, why = _parse(head.split(b"\n", 1)[0])
+    raise StorageError(
+        f"{path}:1: must be an Optuna journal (one JSON record a line), got no journal record "
+        f"(line 1: {why or 'no op_code'}); nothing was changed"
+    )
 
 
 def warn(notes: list[str]) -> None:
@@ -418,7 +445,10 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
             try:
                 replay.apply_logs([log])
             except Exception as exc:  # a JSON record Optuna cannot apply (fields damaged)
-                why = f"not a usable journal record ({type(exc).__name__}: {exc})"
+                if isinstance(exc, json.JSONDecodeError):  # a field holding JSON text
+                    why = f"not a usable journal record: a field is not JSON ({exc.msg})"
+                else:
+                    why = f"not a usable journal record: {type(exc).__name__}: {exc}"
             else:
                 op = log["op_code"]
                 tid = log.get("trial_id")
@@ -443,14 +473,20 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
             losses.append(Loss(line, "empty line, skipped", "nothing lost", why))
             continue
         m = _OP.match(source)
-        op = int(m.group(1)) if m else None
+        op = int(m.group(1)) if m and int(m.group(1)) in _OPS else None
         ms, mt, ma = _SID.search(source), _TID.search(source), _ATTR.search(source)
         sid = int(ms.group(1)) if ms else None
         tid = int(mt.group(1)) if mt else None
         key = ma.group(1).decode("utf-8", "replace") if ma else None
         if sid is None and op in (0, 2, 3, 4):
             sid = last_study if last_study is not None else _only(replay._studies)
-        if op == 4:
+        if op == 4 and last:  # nothing follows it: no placeholder needed to keep numbers
+            number = len(replay._study_id_to_trial_ids.get(sid, [])) if sid is not None else None
+            trial = f"trial {number} of {study_label(sid)}" if number is not None else "a trial"
+            losses.append(
+                Loss(line, what, why=why, detail=f"{trial} lost (a resumed sweep runs it again)")
+            )
+        elif op == 4:
             if sid is None or sid not in replay._studies:
                 losses.append(
                     Loss(
