@@ -553,7 +553,7 @@ def bad_field(j: Path) -> tuple[int, str]:
     rec["distributions"] = {"d_model": "no distribution"}
     lines[i] = json.dumps(rec, separators=(",", ":")).encode()
     _put(j, lines)
-    return i + 1, r"not a usable journal record .*trial 2 of study 'small' lost"
+    return i + 1, r"not a usable journal record: a field is not JSON .*trial 2 of study 'small' lost"
 
 
 def zeroed_block(j: Path) -> tuple[int, str]:
