@@ -46,7 +46,8 @@ separate family when the training rows have one; otherwise the gated coefficient
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
@@ -325,6 +326,36 @@ def _wave_split(
     return smooth, val - smooth
 
 
+@dataclass(frozen=True)
+class CurvePrep:
+    """The measured curves of one operator family grouped by tp: the distinct tps, their log2,
+    and per tp the curve indices sorted by width with their log widths."""
+
+    tps: np.ndarray
+    l2t: np.ndarray
+    ent: list[np.ndarray]
+    lw: list[np.ndarray]
+
+
+def _curve_prep(c_tp: np.ndarray, c_width: np.ndarray) -> CurvePrep:
+    tps = np.unique(c_tp)
+    ents, lws = [], []
+    for p in tps:
+        ent = np.flatnonzero(c_tp == p)
+        ent = ent[np.argsort(c_width[ent])]
+        ents.append(ent)
+        lws.append(np.log(c_width[ent]))
+    return CurvePrep(tps, np.log2(tps), ents, lws)
+
+
+def _used(*pairs: tuple[np.ndarray, np.ndarray]) -> list[int]:
+    """The sorted distinct values of idx[mask] over (idx, mask) pairs: a Python set on a few
+    rows (np.unique's fixed cost dominates there), np.unique on many."""
+    if sum(i.size for i, _ in pairs) <= 64:
+        return sorted({int(v) for i, m in pairs for v in i[m]})
+    return [int(v) for v in np.unique(np.concatenate([i[m] for i, m in pairs]))]
+
+
 def _curve_eval(
     t: np.ndarray,
     width: np.ndarray,
@@ -336,26 +367,29 @@ def _curve_eval(
     c_period: np.ndarray | None = None,
     split: float = 0.0,
     c_parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    prep: CurvePrep | None = None,
 ) -> np.ndarray:
     """Log correction per row from the measured curves of one operator: the curves of the row's
     tp (else the nearest measured tp in log2), in tokens by `_interp_seg` (linear between
     measured token counts of one segment), linear in log width between the two nearest measured
     widths; constant beyond either end. With `c_parts` (each curve's `_wave_split`), a row of
     another width than the curve's reads the smooth part at the matched element count and the
-    wave sawtooth at its own token count."""
+    wave sawtooth at its own token count. `prep`: `_curve_prep(c_tp, c_width)`, when the
+    caller keeps it between calls (the same numbers, without re-sorting the curves per call)."""
     out = np.zeros(len(t))
     if len(c_tp) == 0:
         return out
     if c_period is None:
         c_period = np.full(len(c_tp), np.inf)
-    tps = np.unique(c_tp)
-    l2t = np.log2(tps)
+    if prep is None:
+        prep = _curve_prep(c_tp, c_width)
+    tps, l2t = prep.tps, prep.l2t
     if len(tps) == 1:
         near = np.zeros(len(t), dtype=np.int64)
     else:  # nearest measured tp in log2 (midpoints between neighbours)
         mid = 0.5 * (l2t[1:] + l2t[:-1])
         near = np.searchsorted(mid, np.log2(np.maximum(tp, 1.0)))
-    for ip, p in enumerate(tps):
+    for ip in range(len(tps)):
         if len(tps) > 1:
             rows = np.flatnonzero(near == ip)
             if rows.size == 0:
@@ -363,16 +397,16 @@ def _curve_eval(
             wr, tr = width[rows], t[rows]
         else:
             rows, wr, tr = slice(None), width, t
-        ent = np.flatnonzero(c_tp == p)
-        ent = ent[np.argsort(c_width[ent])]
-        lw = np.log(c_width[ent])
+        ent, lw = prep.ent[ip], prep.lw[ip]
         x = np.clip(np.log(np.maximum(wr, 1.0)), lw[0], lw[-1])
         j = np.clip(np.searchsorted(lw, x, side="right") - 1, 0, max(len(ent) - 2, 0))
         k = np.minimum(j + 1, len(ent) - 1)
         span = lw[k] - lw[j]
         f = np.where(span > 0, (x - lw[j]) / np.where(span > 0, span, 1.0), 0.0)
         v = np.zeros(len(tr))
-        for e in range(len(ent)):
+        # Only the curves some row reads (in increasing order, as a loop over all of them
+        # would add them): a handful of rows touch 1-2 of the operator's ~10 curves.
+        for e in _used((j, f < 1.0), (k, (k != j) & (f > 0.0))):
             # rows whose lower / upper neighbour is this curve, with a non-zero weight
             for sel, wgt in (
                 (np.flatnonzero((j == e) & (f < 1.0)), 1.0 - f),
@@ -602,7 +636,7 @@ class LayerOpModel:
     def _row_key_index(self, op: np.ndarray, gated: np.ndarray) -> np.ndarray:
         """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
         idx = np.full(op.shape, -1, dtype=np.int64)
-        lookup = {str(k): i for i, k in enumerate(self.keys_)}
+        lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
         # one operator for the whole batch (a broadcast scalar): skip the string unique
         names = op[:1] if op.size and op.strides == (0,) else np.unique(op)
         for name in names:
@@ -611,6 +645,40 @@ class LayerOpModel:
             n_i = lookup.get(f"{name}:nongated", g_i)
             idx[sel] = np.where(gated[sel], g_i if g_i >= 0 else n_i, n_i)
         return idx
+
+    def _pack(self, key: Any, make: Callable[[], Any]) -> Any:
+        """What prediction derives from the fitted state alone (the family lookup, each
+        family's curves), made once per model: a one-row call would otherwise rebuild it. The
+        cache is keyed to the state arrays' identities, so a refit or a reloaded state
+        rebuilds it."""
+        stamp = (id(self.keys_), id(self.coef_), id(getattr(self, "curve_key_", None)))
+        packs = self.__dict__.get("_packs")
+        if packs is None or packs[0] != stamp:
+            packs = (stamp, {})
+            self.__dict__["_packs"] = packs
+        if key not in packs[1]:
+            packs[1][key] = make()
+        return packs[1][key]
+
+    def _curves_of(self, i: int) -> tuple[Any, ...]:
+        """Family i's measured curves: (indices, largest element count, by width only, kernel
+        switch, tps, widths, tokens, values, periods, wave parts, CurvePrep)."""
+        ce = np.flatnonzero(self.curve_key_ == i)
+        family = str(self.keys_[i]).split(":")[0]
+        c_tp, c_w = self.curve_tp_[ce], self.curve_width_[ce]
+        return (
+            ce,
+            max(float(self.curve_tokens_[e][-1] * self.curve_width_[e]) for e in ce),
+            family in CURVES_BY_WIDTH_ONLY,
+            self.kernel_split_.get(family, 0.0),
+            c_tp,
+            c_w,
+            [self.curve_tokens_[e] for e in ce],
+            [self.curve_values_[e] for e in ce],
+            self.curve_period_[ce],
+            None if self.curve_parts_ is None else [self.curve_parts_[e] for e in ce],
+            _curve_prep(c_tp, c_w),
+        )
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         """Itemised latency per row; ops this model does not cover get NaN and covered=False."""
@@ -649,26 +717,27 @@ class LayerOpModel:
                 # beyond the largest measured element count every item grows linearly with the
                 # tokens (the bandwidth-bound end of the measured curves; the structural base's
                 # regime curve is not trusted past its data)
-                ce = np.flatnonzero(self.curve_key_ == i)
-                e_max = max(float(self.curve_tokens_[e][-1] * self.curve_width_[e]) for e in ce)
+                _, e_max, _, split, c_tp, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
+                    ("curves", int(i)), lambda i=i: self._curves_of(int(i))
+                )
                 t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
                 grow, ts = ts / t_fit, t_fit
                 wv = _waves(ts, cr)
                 # the measured curves are stored against the smooth-wave base (see _curve_table),
                 # whose items they scale: the staircase comes from the measurements
-                split = self.kernel_split_.get(str(self.keys_[i]).split(":")[0], 0.0)
                 items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True), split)
                 curve = _curve_eval(
                     ts,
                     ws,
                     np.ones_like(ps) if by_width else ps,
-                    self.curve_tp_[ce],
-                    self.curve_width_[ce],
-                    [self.curve_tokens_[e] for e in ce],
-                    [self.curve_values_[e] for e in ce],
-                    self.curve_period_[ce],
+                    c_tp,
+                    c_w,
+                    c_tok,
+                    c_val,
+                    c_per,
                     split,
-                    None if self.curve_parts_ is None else [self.curve_parts_[e] for e in ce],
+                    c_parts,
+                    prep,
                 )
                 factor[sel] = np.exp(curve) * grow
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):

@@ -1,0 +1,272 @@
+"""Fixed cost of a small call (issue 18): one configuration through the in-process predictor,
+and a 1-row `dse predict --batch` / `dse predict --model` as a user runs them.
+
+    PYTHONPATH=. python benchmarks/small_calls.py [--code DIR ...] [--bulk 100000] [--no-write]
+
+Each `--code DIR` is a checkout to time (default: this one); with several, they are timed side
+by side, interleaved round by round in one run, so that the ratio between them holds on a
+machine that other jobs load. Per checkout and round a fresh worker process (pinned to one
+core, one BLAS thread) builds 200 distinct one-row configurations (sweep-like grids, h100_sxm,
+fixed seed), makes one warm-up call, then times `dse.predictor.predict` on each (median of the
+200, wall and CPU time). `--bulk N` also times N all-distinct and N sweep-like configurations
+in one batch (configurations per second by CPU time, best of 3), the throughput the small-call
+work must keep. The CLI walls are subprocesses of `python -m dse predict` (interpreter start
+included). Writes the section "Small calls" of docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SECTION = "## Small calls"
+COMMAND = "PYTHONPATH=. python benchmarks/small_calls.py"
+CALLS = 200
+GPU = "h100_sxm"
+ONE_ROW_CSV = (
+    "d_model,n_layers,n_heads,n_kv_heads,d_ff,batch_size,prompt_tokens,output_tokens,gpu\n"
+    f"4096,32,32,8,14336,8,1024,256,{GPU}\n"
+)
+
+
+# ---------------------------------------------------------------------------- worker
+def _sweep_like(n: int, rng: Any) -> dict[str, Any]:
+    """Dense and MoE configurations from search-space-like grids (as predictor_speed.py)."""
+    import numpy as np
+
+    moe = rng.random(n) < 0.25
+    heads = rng.choice([16, 32, 64], n)
+    return {
+        "d_model": rng.choice([2048, 3072, 4096, 5120, 8192], n),
+        "n_layers": rng.choice(np.arange(16, 81, 4), n),
+        "n_heads": heads,
+        "n_kv_heads": np.minimum(rng.choice([1, 2, 4, 8, 16], n), heads),
+        "head_dim": np.full(n, 128),
+        "d_ff": rng.choice(np.arange(8192, 28673, 1024), n),
+        "vocab_size": rng.choice([32000, 128256], n),
+        "n_experts": np.where(moe, rng.choice([8, 16, 64], n), 1),
+        "top_k": np.where(moe, rng.choice([1, 2], n), 1),
+        "d_ff_expert": rng.choice([1408, 4096, 14336], n),
+        "batch_size": rng.choice([1, 4, 8, 16, 32, 64], n),
+        "prompt_tokens": rng.choice([128, 256, 512, 1024, 2048, 4096], n),
+        "output_tokens": rng.choice([64, 128, 256, 512, 1024], n),
+        "tensor_parallel": rng.choice([1, 2, 4, 8], n),
+        "gpu": np.full(n, GPU),
+    }
+
+
+def _all_distinct(n: int, rng: Any) -> dict[str, Any]:
+    cols = _sweep_like(n, rng)
+    cols["batch_size"] = rng.integers(1, 129, n)
+    cols["prompt_tokens"] = rng.integers(16, 8193, n)
+    cols["output_tokens"] = rng.integers(2, 2049, n)
+    cols["d_ff"] = rng.integers(64, 448, n) * 64
+    return cols
+
+
+def worker(bulk: int) -> dict[str, float]:
+    """Timings of the checkout on sys.path (run in a fresh process per checkout and round)."""
+    import numpy as np
+
+    from dse.predictor import predict
+
+    rng = np.random.default_rng(18)
+    pool = _sweep_like(CALLS, rng)
+    rows = [{k: v[i : i + 1] for k, v in pool.items()} for i in range(CALLS)]
+    predict(rows[0])  # the one warm-up call: artifact load, lazy imports, tables
+    wall, cpu = [], []
+    for r in rows:
+        t0, c0 = time.perf_counter(), time.process_time()
+        predict(r)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    same = []
+    for _ in range(CALLS // 4):
+        t0 = time.perf_counter()
+        predict(rows[1])
+        same.append(time.perf_counter() - t0)
+    out = {
+        "one_row_wall_ms": 1e3 * statistics.median(wall),
+        "one_row_cpu_ms": 1e3 * statistics.median(cpu),
+        "one_row_p90_wall_ms": 1e3 * float(np.percentile(wall, 90)),
+        "same_row_wall_ms": 1e3 * statistics.median(same),
+    }
+    if bulk:
+        for name, make in (("all_distinct", _all_distinct), ("sweep_like", _sweep_like)):
+            cols = make(bulk, np.random.default_rng(0))
+            best = np.inf
+            for _ in range(3):
+                c0 = time.process_time()
+                res = predict(cols)
+                best = min(best, time.process_time() - c0)
+            assert np.all(np.isfinite(res["latency_s"]))
+            out[f"bulk_{name}_per_s"] = bulk / best
+    return out
+
+
+# ---------------------------------------------------------------------------- driver
+def _env(code: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DSE_SURROGATES"}
+    env["PYTHONPATH"] = str(code)
+    return env
+
+
+def run_worker(code: Path, bulk: int) -> dict[str, float]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--bulk", str(bulk)]
+    pin = sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else None
+    if pin is not None:
+        cmd = ["taskset", "-c", str(pin), *cmd]
+    done = subprocess.run(cmd, cwd=code, env=_env(code), capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"worker for {code} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cli_wall(code: Path, args: list[str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "dse", "predict", *args],
+        cwd=code,
+        env=_env(code),
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise SystemExit(f"dse predict {' '.join(args)} failed in {code}:\n{done.stderr}")
+    return time.perf_counter() - t0
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _label(code: Path) -> str:
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(code), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return str(code)
+    return f"{sha}{' + changes' if dirty else ''}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--code", action="append", type=Path, help="a checkout to time (repeatable)")
+    p.add_argument("--label", action="append", help="a label per --code (default: its commit)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--cli-runs", type=int, default=5)
+    p.add_argument("--bulk", type=int, default=0, help="also time a batch of this many (0: no)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.bulk)))
+        return
+    codes = [c.resolve() for c in (args.code or [REPO])]
+    labels = args.label or [_label(c) for c in codes]
+    load0 = os.getloadavg()[0]
+    runs: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(codes))}
+    walls: dict[tuple[int, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / "one.csv"
+        csv.write_text(ONE_ROW_CSV)
+        clis = {
+            "batch": ["--batch", str(csv)],
+            "model": ["--model", "llama-3-8b", "--gpu", GPU],
+        }
+        for r in range(args.rounds):
+            for i, code in enumerate(codes):
+                runs[i].append(run_worker(code, args.bulk if r == 0 else 0))
+                print(f"round {r}: {labels[i]}: {runs[i][-1]}", file=sys.stderr)
+        for _ in range(args.cli_runs):
+            for i, code in enumerate(codes):
+                for name, cli in clis.items():
+                    walls.setdefault((i, name), []).append(cli_wall(code, cli))
+    med = lambda i, k: statistics.median(x[k] for x in runs[i] if k in x)  # noqa: E731
+    lines = [
+        SECTION,
+        "",
+        f"Command: `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {COMMAND}"
+        + "".join(" --code DIR" for _ in args.code or [])
+        + (f" --bulk {args.bulk}" if args.bulk else "")
+        + f"` ({time.strftime('%Y-%m-%d %H:%M')} UTC).",
+        f"Machine: shared 2-core VM ({cpu_name()}), each worker pinned to 1 core with 1 BLAS "
+        f"thread; Python {platform.python_version()}. Other jobs loaded the machine (load "
+        f"average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end): absolute "
+        "times are upper bounds; checkouts timed in one run are interleaved round by round, so "
+        "their ratios are the comparable numbers.",
+        "",
+        f"In process: `dse.predictor.predict` on a 1-row column batch, {CALLS} distinct "
+        f"sweep-like configurations on {GPU} after one warm-up call (median over the calls, "
+        f"median over {args.rounds} rounds, a fresh process per round). CLI: wall time of "
+        f"`python -m dse predict` including interpreter start, median of {args.cli_runs}.",
+        "",
+        "| code | 1 row, wall (ms) | 1 row, CPU (ms) | 1 row p90 wall (ms) | same row again (ms) "
+        "| `--batch` 1-row CSV (s) | `--model llama-3-8b` (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i in range(len(codes)):
+        lines.append(
+            f"| {labels[i]} | {med(i, 'one_row_wall_ms'):.2f} | {med(i, 'one_row_cpu_ms'):.2f} "
+            f"| {med(i, 'one_row_p90_wall_ms'):.2f} | {med(i, 'same_row_wall_ms'):.2f} "
+            f"| {statistics.median(walls[(i, 'batch')]):.2f} "
+            f"| {statistics.median(walls[(i, 'model')]):.2f} |"
+        )
+    if args.bulk:
+        lines += [
+            "",
+            f"Bulk throughput in the same run ({args.bulk:,} configurations in one batch, "
+            "configurations/s by CPU time, best of 3, first round):",
+            "",
+            "| code | all distinct | sweep-like |",
+            "|---|---|---|",
+        ]
+        for i in range(len(codes)):
+            lines.append(
+                f"| {labels[i]} | {runs[i][0]['bulk_all_distinct_per_s']:,.0f} "
+                f"| {runs[i][0]['bulk_sweep_like_per_s']:,.0f} |"
+            )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_write:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from _docsection import replace_section
+
+        replace_section(REPO / "docs" / "performance.md", SECTION, text, "Performance")
+
+
+if __name__ == "__main__":
+    main()
