@@ -68,15 +68,16 @@ def _objective(res: Results, prefix: str) -> Objective:
 
 
 def knee_order(res: Results) -> tuple[pd.DataFrame, int]:
-    """Feasible trials sorted by distance to the knee (objectives normalised over the front).
+    """Feasible configurations (one trial each) sorted by distance to the knee (objectives
+    normalised over the front).
 
     The knee is `dse.pareto.knee_index` of the study's front, so `--top 1 --by knee` exports the
     point the report labels "knee". Returns the sorted rows and the knee's trial number.
     """
-    feas = res.feasible
+    feas = res.distinct  # a repeated configuration is exported once
     front = res.front
     F = objective_matrix(front, res.objectives)
-    k = knee_index(F)
+    k = knee_index(F, res.directions)
     norm = Normalisation(F.min(axis=0), F.max(axis=0))
     z = norm.apply(objective_matrix(feas, res.objectives))
     dist = np.sqrt(((z - norm.apply(F[k : k + 1])) ** 2).sum(axis=1))
@@ -106,7 +107,7 @@ def select(
         raise ConfigError(f"--top: must be an integer >= 1, got {top}")
     if by not in RANKINGS:
         raise ConfigError(f"--by: must be one of {', '.join(RANKINGS)}, got {by!r}")
-    feas = res.feasible
+    feas = res.distinct  # one row per configuration: --top K gives K distinct ones
     if by == "knee":
         ranked, knee = knee_order(res)
         why = (
@@ -140,6 +141,10 @@ def config_entry(row: pd.Series, res: Results, why: str) -> dict[str, Any]:
         f: plain(row[f]) for f in C.WORKLOAD_FIELDS if f in row.index and _finite(plain(row[f]))
     }
     preds: dict[str, Any] = {"trial": int(row["number"]), "selected_by": why}
+    if "trials" in row.index:  # trials of the study that hit this configuration
+        preds["trials"] = int(row["trials"])
+    if "indistinguishable" in row.index and bool(row["indistinguishable"]):
+        preds["indistinguishable"] = True  # a front neighbour lies inside the predictor's band
     preds["objectives"] = {o.name: float(row[o.column]) for o in res.objectives}
     hymell = {
         c[5:]: plain(row[c]) for c in row.index if c.startswith("pred.") and _finite(plain(row[c]))

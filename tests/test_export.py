@@ -24,7 +24,7 @@ from dse.report import _info as I
 def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """150 random trials of the dense 7-9B space: GQA from 1 to 8 KV heads."""
     return run_sweep(
-        "search_spaces/dense_8b.yaml",
+        "tests/data/spaces/dense_8b.yaml",
         tmp_path_factory.mktemp("dense"),
         *("--sampler", "random", "--trials", "150", "--seed", "2"),
     )
@@ -33,7 +33,7 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_sweep(
-        "search_spaces/moe.yaml",
+        "tests/data/spaces/moe.yaml",
         tmp_path_factory.mktemp("moe"),
         *("--sampler", "random", "--trials", "60", "--seed", "0"),
     )
@@ -60,8 +60,11 @@ def test_top_k_by_one_objective(dense: Path, by: str, column: int) -> None:
     sel = select(res, top=4, by=by)
     col = res.objectives[column].column
     assert len(sel.rows) == 4 and sel.rows["feasible"].all()
-    expect = res.feasible.sort_values([col, "number"]).head(4)
+    # One row per distinct configuration (its first trial): --top 4 gives 4 different ones.
+    expect = res.distinct.sort_values([col, "number"]).head(4)
     assert sel.rows["number"].tolist() == expect["number"].tolist()
+    fields = [c for c in C.CONFIG_FIELDS if c in sel.rows]
+    assert len(sel.rows[fields].astype(str).drop_duplicates()) == 4
 
 
 def test_top_by_knee_starts_at_the_reports_knee(dense: Path) -> None:

@@ -14,6 +14,7 @@ import plotly.offline
 import pytest
 from sweep_results import no_feasible_sweep, run_sweep
 
+from dse import configs as C
 from dse.cli import main
 from dse.pareto import knee_index
 from dse.report import ResultsError, fmt_quantity, load_results, unit_scale, write_report
@@ -26,7 +27,7 @@ def gpu_batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """200 random trials of a space over three GPUs and four batch sizes: invalid, infeasible
     and feasible trials, TPOT latency and per-output-token energy (ms and J)."""
     return run_sweep(
-        "search_spaces/gpu_batch.yaml",
+        "tests/data/spaces/gpu_batch.yaml",
         tmp_path_factory.mktemp("gpu_batch"),
         *("--sampler", "random", "--trials", "200", "--seed", "1"),
     )
@@ -37,7 +38,7 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three objectives (latency, energy, total parameters), NSGA-II, and the exact front of the
     240-configuration space beside it (--reference exact)."""
     return run_sweep(
-        "search_spaces/moe.yaml",
+        "tests/data/spaces/moe.yaml",
         tmp_path_factory.mktemp("moe"),
         *("--sampler", "nsga2", "--trials", "64", "--seed", "0", "--reference", "exact"),
     )
@@ -99,9 +100,13 @@ def test_pareto_info_partitions_the_trials(gpu_batch: Path) -> None:
     info = I.pareto_info(res)
     F = _objectives(t, ["latency_tpot", "energy_hymell_per_output_token"])
     finite = np.isfinite(F).all(axis=1)
+    # One point per distinct configuration (its first trial): repeats are not drawn again.
+    first = ~t[[c for c in C.CONFIG_FIELDS if c in t]].astype(str).duplicated().to_numpy()
     assert set(info.front.numbers) == set(t.loc[t["on_front"], "number"])
-    assert set(info.dominated.numbers) == set(t.loc[t["feasible"] & ~t["on_front"], "number"])
-    assert set(info.infeasible.numbers) == set(t.loc[~t["feasible"] & finite, "number"])
+    assert set(info.dominated.numbers) == set(
+        t.loc[t["feasible"] & ~t["on_front"] & first, "number"]
+    )
+    assert set(info.infeasible.numbers) == set(t.loc[~t["feasible"] & finite & first, "number"])
     assert info.n_invalid == int((~finite).sum()) > 0  # gpu_batch has impossible head counts
     assert len(info.infeasible.numbers) > 0
     # The front is sorted by latency, and no feasible trial beats a front point on both axes.
@@ -193,7 +198,8 @@ def test_third_objective_as_colour(moe: Path) -> None:
     res = load_results(moe)
     info = I.colour_info(res)
     assert info is not None
-    feas = res.feasible
+    feas = res.distinct  # one point per distinct configuration
+    assert len(feas) == len(feas[[c for c in C.CONFIG_FIELDS if c in feas]].drop_duplicates())
     assert np.array_equal(info.colour_values, feas["obj.total_params"].to_numpy(float))
     assert info.on_front.sum() == len(res.front) >= 1
     assert info.colour.unit_label == "billion parameters"
@@ -211,11 +217,11 @@ def test_parallel_info(gpu_batch: Path) -> None:
     res = load_results(gpu_batch)
     info = I.parallel_info(res)
     assert [d.label for d in info.dimensions] == res.searched
-    assert info.n_rows == len(res.feasible)
+    assert info.n_rows == len(res.distinct) < len(res.feasible)  # one line per configuration
     gpu = next(d for d in info.dimensions if d.label == "gpu")
     assert gpu.ticktext == sorted(res.feasible["gpu"].unique())
     n_layers = next(d for d in info.dimensions if d.label == "n_layers")
-    assert np.array_equal(n_layers.values, res.feasible["n_layers"].to_numpy(float))
+    assert np.array_equal(n_layers.values, res.distinct["n_layers"].to_numpy(float))
     assert [a.objective.name for a, _ in info.colours] == [o.name for o in res.objectives]
 
 
@@ -239,7 +245,7 @@ def test_correlation_ratio_hand_example() -> None:
 
 def test_importance_falls_back_with_few_trials(gpu_batch: Path, tmp_path: Path) -> None:
     d = run_sweep(
-        "search_spaces/gpu_batch.yaml",
+        "tests/data/spaces/gpu_batch.yaml",
         tmp_path / "few",
         *("--sampler", "random", "--trials", "12", "--seed", "0"),
     )
@@ -282,7 +288,7 @@ def test_header_says_how_to_reproduce(gpu_batch: Path) -> None:
     for gpu, artifact in res.summary["artifacts"].items():
         assert f"{gpu}: {artifact}" in rows["artifacts"]
     assert f"{len(res.feasible):,} feasible" in rows["trials"]
-    assert "search_spaces/gpu_batch.yaml" in h.reproduce and "--seed 1" in h.reproduce
+    assert "tests/data/spaces/gpu_batch.yaml" in h.reproduce and "--seed 1" in h.reproduce
 
 
 # ---------------------------------------------------------------------- the page

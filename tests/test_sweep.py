@@ -183,8 +183,8 @@ def test_results_folder_follows_the_format(small: Path, tmp_path: Path) -> None:
     }
     assert s["sampler"] == "random" and s["seed"] == 0 and s["trials_requested"] == 48
     assert s["objectives"] == [
-        {"name": "latency_request", "unit": "s"},
-        {"name": "energy_hymell_request", "unit": "J"},
+        {"name": "latency_request", "unit": "s", "direction": "minimize"},
+        {"name": "energy_hymell_request", "unit": "J", "direction": "minimize"},
     ]
     assert s["gpus"] == ["h100_sxm"] and set(s["artifacts"]) == {"h100_sxm"}
     assert s["reference_point"] == [1.1, 1.1]

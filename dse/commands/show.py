@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
 
 SCALE = {"s": (1e3, "ms"), "J": (1.0, "J"), "parameters": (1e-9, "B params"), "bytes": (1e-3, "kB")}
+# Shown beside the searched columns when they vary on the front (fixed ones are in the space).
 CONFIG_COLUMNS = (
     "gpu",
     "batch_size",
@@ -24,47 +28,179 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "show",
         help="print a study's Pareto front",
-        description="Print the feasible Pareto front of a sweep, sorted by the first objective, "
-        "with the knee point marked `*`. The argument is a results folder, a study name under "
-        "results/, or (with --storage) a study in a database.\n\n"
-        "examples:\n  dse show results/dense-8b\n  dse show dense-8b\n"
+        description="Print the feasible Pareto front of a sweep, one row per distinct "
+        "configuration, sorted by the first objective: every searched parameter, how many "
+        "trials hit the configuration, the knee point marked `*`, and `~` on points the "
+        "predictor's error band cannot tell from a front neighbour. The argument is a results "
+        "folder, a study name under results/, or (with --storage) a study in a database. "
+        "--compare NAME places a catalogue model (`dse arch --list`) beside the front, "
+        "evaluated with the space's workload and GPU, and says whether the front dominates it."
+        "\n\nexamples:\n  dse show results/dense-8b\n  dse show dense-8b\n"
+        "  dse show dense-8b --compare llama-3-8b\n"
         "  dse show big --storage postgresql://user@host/dse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", metavar="STUDY_OR_RESULTS_DIR")
     p.add_argument("--storage", metavar="URL", help="read the study from this storage")
     p.add_argument("--limit", type=int, default=50, help="show at most this many rows (0: all)")
+    p.add_argument(
+        "--compare",
+        metavar="MODEL",
+        action="append",
+        help="a catalogue model to place beside the front (repeatable), e.g. llama-3-8b",
+    )
     p.set_defaults(command="show")
 
 
+def _space(view: Any, args: argparse.Namespace) -> Any | None:
+    """The search space of the study shown (from summary.json or the study's record)."""
+    from dse.report._compare import space_from_summary
+
+    for folder in (Path(view.source), Path("results") / args.target):
+        if (folder / "summary.json").is_file():
+            return space_from_summary(json.loads((folder / "summary.json").read_text()))
+    import optuna
+
+    from dse.sweep._inspect import open_for_reading
+    from dse.sweep._run import space_from_record
+    from dse.sweep._storage import StudyRecord
+
+    study = optuna.load_study(study_name=view.name, storage=open_for_reading(view.source))
+    return space_from_record(StudyRecord.from_attrs(study.user_attrs, view.source))
+
+
+def _directions(space: Any) -> tuple[str, ...] | None:
+    d = getattr(space.objectives, "directions", None) if space is not None else None
+    return tuple(d) if d and "maximize" in d else None
+
+
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
 
     from dse.sweep import load_front
-    from dse.sweep._evaluate import objective_unit
 
     view = load_front(args.target, args.storage)
     f = view.front
+    space = _space(view, args)
     print(f"study {view.name!r} ({view.source}): {len(f)} configurations on the front")
-    if not len(f):
-        return 0
-    out = pd.DataFrame({"": ["*" if i == view.knee_row else "" for i in range(len(f))]})
+    if len(f):
+        _print_front(view, space, args.limit)
+    for name in args.compare or []:
+        _print_compare(view, space, name)
+    return 0
+
+
+def _mark_column(view: Any) -> list[str]:
+    f = view.front
+    close = f["indistinguishable"].astype(bool).to_numpy() if "indistinguishable" in f else None
+    out = []
+    for i in range(len(f)):
+        m = "*" if i == view.knee_row else ""
+        if close is not None and close[i]:
+            m += "~"
+        out.append(m)
+    return out
+
+
+def _print_front(view: Any, space: Any, limit: int) -> None:
+    import pandas as pd
+
+    from dse.sweep._evaluate import objective_unit
+
+    f = view.front
+    out = pd.DataFrame({"": _mark_column(view)})
     out["trial"] = f["number"].to_numpy()
+    if "trials" in f:
+        out["trials"] = f["trials"].to_numpy()
     for name in view.objectives:
         scale, unit = SCALE.get(objective_unit(name), (1.0, ""))
         out[f"{name} [{unit}]"] = f[f"obj.{name}"].to_numpy(float) * scale
+    # Every searched column, constant on the front or not (a constant GPU or tensor_parallel
+    # is why a point is fast), then other configuration columns that vary on the front.
+    searched = [p.name for p in space.searched] if space is not None else []
     moe = "n_experts" in f and (f["n_experts"].fillna(1) > 1).any()
-    shown = [c for c in CONFIG_COLUMNS if c in f and (moe or c not in ("top_k", "d_ff_expert"))]
-    varying = [c for c in shown if f[c].nunique(dropna=True) > 1] if len(f) > 1 else shown
-    for c in varying:
-        out[c] = f[c].to_numpy()
+    extra = [
+        c
+        for c in CONFIG_COLUMNS
+        if c in f
+        and c not in searched
+        and (moe or c not in ("top_k", "d_ff_expert"))
+        and f[c].nunique(dropna=True) > 1
+    ]
+    for c in [*searched, *extra]:
+        if c in f:
+            out[c] = f[c].to_numpy()
     if "active_params" in f:
         out["active [B]"] = f["active_params"].to_numpy(float) / 1e9
-    limit = len(out) if args.limit <= 0 else args.limit
-    with pd.option_context("display.width", 200, "display.max_columns", 40):
-        print(out.head(limit).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    if len(out) > limit:
-        print(f"... {len(out) - limit} more (--limit 0 shows all)")
+    shown = len(out) if limit <= 0 else limit
+    with pd.option_context("display.width", 250, "display.max_columns", 60):
+        print(out.head(shown).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if len(out) > shown:
+        print(f"... {len(out) - shown} more (--limit 0 shows all)")
     if view.knee_row is not None:
         print("* knee point (farthest from the line between the extremes, normalised)")
-    return 0
+    if "indistinguishable" in f and f["indistinguishable"].astype(bool).any():
+        print(
+            "~ indistinguishable: a front neighbour (next in the first objective) lies inside "
+            "this point's predicted error band in every objective, or this one inside its"
+        )
+    if "trials" in f and (f["trials"] > 1).any():
+        print("trials: how many trials of the study hit the configuration (predicted once)")
+
+
+def _print_compare(view: Any, space: Any, name: str) -> None:
+    import pandas as pd
+
+    from dse.errors import ConfigError
+    from dse.report import _compare as K
+    from dse.sweep._evaluate import objective_unit
+
+    if space is None:
+        raise ConfigError(f"--compare {name}: the study's search space is not recorded")
+    placed = K.place(space, name, view.front, _directions(space))
+    if not placed.fits:
+        raise ConfigError(
+            f"--compare {name}: {placed.name} does not fit the space's fixed fields ("
+            + "; ".join(placed.mismatches)
+            + ")"
+        )
+    assert placed.table is not None and placed.dominated_by is not None
+    t = placed.table
+    print(
+        f"\n{placed.name} (catalogue), evaluated like a trial with the space's workload, GPU "
+        "and constraints:"
+    )
+    if placed.outside:
+        print(f"  outside the searched values: {', '.join(placed.outside)}")
+    out = pd.DataFrame()
+    varying = [p.name for p in space.searched if p.name in t and p.name not in K.C.ARCH_FIELDS]
+    for c in varying:
+        out[c] = t[c].to_numpy()
+    for n in view.objectives:
+        scale, unit = SCALE.get(objective_unit(n), (1.0, ""))
+        out[f"{n} [{unit}]"] = t[f"obj.{n}"].to_numpy(float) * scale
+    if "active_params" in t:
+        out["active [B]"] = t["active_params"].to_numpy(float) / 1e9
+    out["feasible"] = ["yes" if v else "no" for v in t["feasible"].astype(bool)]
+    numbers = view.front["number"].to_numpy() if len(view.front) else []
+    verdicts = []
+    for i, d in enumerate(placed.dominated_by):
+        if not bool(t["valid"].iloc[i]) if "valid" in t else False:
+            verdicts.append("invalid")
+        elif d < 0:
+            verdicts.append("not dominated: it would join the front")
+        else:
+            j = int(list(numbers).index(d))
+            gains = []
+            for n in view.objectives:
+                a, b = float(view.front[f"obj.{n}"].iloc[j]), float(t[f"obj.{n}"].iloc[i])
+                if b != 0 and a != b:
+                    gains.append(f"{(a - b) / abs(b):+.0%} {n}")
+            verdicts.append(f"dominated by trial {d} ({', '.join(gains)})")
+    out["front"] = verdicts
+    with pd.option_context("display.width", 250, "display.max_columns", 60):
+        print(out.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    n_dom = int((placed.dominated_by >= 0).sum())
+    print(
+        f"the front dominates {placed.name} at {n_dom} of {len(t)} placement"
+        + ("s" if len(t) > 1 else "")
+    )

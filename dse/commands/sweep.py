@@ -136,6 +136,13 @@ def run(args: argparse.Namespace) -> int:
             + (f", hypervolume {hv:.4f}" if hv is not None else ""),
             file=sys.stderr,
         )
+        if c.get("repeats"):
+            # Repeats are told the stored values: the predictor saw each configuration once.
+            print(
+                f"{c['distinct_configurations']:,} distinct configurations evaluated; "
+                f"{c['repeats']:,} trials repeated one (not predicted again)",
+                file=sys.stderr,
+            )
         print(f"results in {outcome.folder}/ (storage {outcome.storage})", file=sys.stderr)
         print(f"show the front with: dse show {outcome.folder}", file=sys.stderr)
     return 0

@@ -189,7 +189,7 @@ def front_table(
     rows, counts = distinct_front(
         values, feas, config_ids(table), table["number"].to_numpy(), directions
     )
-    front = table.iloc[rows].reset_index(drop=True)
+    front = table.iloc[rows].reset_index(drop=True).copy()  # copy: one block, not fragments
     front["trials"] = counts.astype(np.int64)
     front["indistinguishable"] = front_marks(front, names)
     return front, rows

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 
 from dse import configs as C
-from dse.pareto import knee_index, nondominated
+from dse import pareto
+from dse.pareto import knee_index
+from dse.report import _fronts as fronts
 from dse.report._results import (
     Objective,
     Results,
@@ -24,10 +26,12 @@ from dse.report._results import (
     unit_scale,
 )
 
-# More points than this per cloud (dominated, infeasible) are drawn as a seeded random sample:
-# SVG scatter stays responsive up to about 20k points, and the page stays under ~30 MB.
-MAX_CLOUD_POINTS = 20_000
-MAX_PARALLEL_ROWS = 10_000
+# More distinct configurations than this per cloud (dominated, infeasible) are drawn as a
+# seeded random sample, and cloud points carry a short hover (no breakdown): the page's data
+# then stops growing with trials past a few thousand (docs/reports.md has the sizes). The
+# front is always drawn whole.
+MAX_CLOUD_POINTS = 3_000
+MAX_PARALLEL_ROWS = 3_000
 MAX_TABLE_ROWS = 200
 # Draw the Pareto figure on log axes when the drawn trials span more than this factor on an
 # axis: an infeasible cloud 50 times slower would otherwise squash the front into a corner.
@@ -68,6 +72,8 @@ class PointSet(NamedTuple):
     y_hi: np.ndarray
     out_of_range: np.ndarray  # bool: an input outside the predictor's fitted range
     hover: list[str]
+    trials: np.ndarray | None = None  # trials that hit each configuration (front only)
+    indistinguishable: np.ndarray | None = None  # bool: a neighbour inside the band (front)
 
 
 class Marked(NamedTuple):
@@ -89,6 +95,16 @@ class ParetoInfo(NamedTuple):
     n_invalid: int  # invalid architectures: never predicted, not drawn
     n_failed: int  # other trials that did not complete (crashed, pruned, still running)
     notes: list[str]
+
+
+class ModelMark(NamedTuple):
+    """A catalogue model evaluated in the study's space (one per GPU x workload combination)."""
+
+    label: str  # "Llama-3-8B" (+ " · h100_sxm, batch_size=16" when the space varies those)
+    x: float
+    y: float
+    dominated_by: int  # trial number of a front configuration dominating it, -1 when none
+    hover: str
 
 
 class ColourInfo(NamedTuple):
@@ -179,43 +195,10 @@ def _axis(obj: Objective, values: np.ndarray) -> Axis:
     return Axis(obj, factor, label)
 
 
-# Prediction column behind each objective, so that the predictor's error band can be found.
-_PRED_COLUMN = {
-    "latency_request": "pred.latency_s",
-    "latency_ttft": "pred.ttft_s",
-    "latency_tpot": "pred.tpot_s",
-    "energy_hymell_request": "pred.energy_j",
-    "energy_hymell_per_output_token": "pred.energy_per_output_token_j",
-}
-
-
 def band(t: pd.DataFrame, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) of an objective from the predictor's band columns, NaN where there are none.
-
-    `pred.<q>_s` has its band in `pred.<q>_lo_s` / `pred.<q>_hi_s`. Energy per output token is
-    energy per request over a constant token count, so its band scales from the request band.
-    """
-    v = _col(t, obj.column)
-    base = _PRED_COLUMN.get(obj.name)
-    nan = np.full(len(t), np.nan)
-    if base is None:
-        return nan, nan
-    stem, _, unit = base.rpartition("_")
-    lo_c, hi_c = f"{stem}_lo_{unit}", f"{stem}_hi_{unit}"
-    if lo_c in t and hi_c in t:
-        centre = _col(t, base)
-        # Same quantity: the band as stored, re-anchored on the objective (equal to the centre).
-        return v - (centre - _col(t, lo_c)), v + (_col(t, hi_c) - centre)
-    if obj.name == "energy_hymell_per_output_token" and {
-        "pred.energy_lo_j",
-        "pred.energy_hi_j",
-    } <= set(t.columns):
-        centre = _col(t, "pred.energy_j")
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lo = v * _col(t, "pred.energy_lo_j") / centre
-            hi = v * _col(t, "pred.energy_hi_j") / centre
-        return lo, hi
-    return nan, nan
+    """(lo, hi) of an objective from the predictor's band columns, NaN where there are none
+    (`dse.report._fronts.band`: the same band decides which front points are indistinguishable)."""
+    return fronts.band(t, obj.name, obj.column)
 
 
 def phase_blocks(t: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
@@ -239,10 +222,13 @@ def phase_blocks(t: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def hover_texts(t: pd.DataFrame, res: Results, status: str) -> list[str]:
-    """Hover text per trial: objectives, every varying parameter, the predicted breakdown."""
+def hover_texts(t: pd.DataFrame, res: Results, status: str, brief: bool = False) -> list[str]:
+    """Hover text per trial: objectives, every varying parameter, the predicted breakdown
+    (`brief`: objectives and parameters only, for the clouds; ~150 characters a point)."""
     if t.empty:
         return []
+    if brief:
+        return _brief_hover(t, res, status)
     varying = res.varying
     objs = [(o, _col(t, o.column)) for o in res.objectives]
     pred = {
@@ -297,9 +283,38 @@ def hover_texts(t: pd.DataFrame, res: Results, status: str) -> list[str]:
             lines.append("violates: " + ", ".join(broken))
         if reasons is not None and reasons[i] not in ("", "nan"):
             lines.append(f"invalid: {reasons[i]}")
+        if "trials" in t and int(t["trials"].iloc[i]) > 1:
+            lines.append(f"{int(t['trials'].iloc[i])} trials hit this configuration")
+        if "indistinguishable" in t and bool(t["indistinguishable"].iloc[i]):
+            lines.append("<i>indistinguishable from a front neighbour within the band</i>")
         if bool(oor[i]):
-            lines.append("<i>outside the predictor's fitted range</i>")
+            which = ""
+            if "pred.out_of_range_inputs" in t:
+                v = str(t["pred.out_of_range_inputs"].iloc[i])
+                which = f": {v}" if v not in ("", "nan", "None") else ""
+            lines.append(f"<i>outside the predictor's fitted range{which}</i>")
         out.append("<br>".join(lines))
+    return out
+
+
+def _brief_hover(t: pd.DataFrame, res: Results, status: str) -> list[str]:
+    """Trial, objectives, searched parameters and the broken constraints: no breakdown."""
+    objs = [(o, _col(t, o.column)) for o in res.objectives]
+    params = {p: t[p].to_numpy() for p in res.searched}
+    cons = [c for c in t.columns if c.startswith("constraint.") and c != "constraint.valid"]
+    cons_vals = {c: _col(t, c) for c in cons}
+    numbers = t["number"].to_numpy()
+    out = []
+    for i in range(len(t)):
+        head = f"trial {int(numbers[i])} · {status}<br>" + " · ".join(
+            fmt_quantity(v[i], o.unit) for o, v in objs
+        )
+        if params:
+            head += "<br>" + " ".join(f"{p}={plain(c[i])}" for p, c in params.items())
+        broken = [c[len("constraint.") :] for c in cons if cons_vals[c][i] > 0]
+        if broken:
+            head += "<br>violates: " + ", ".join(broken)
+        out.append(head)
     return out
 
 
@@ -320,7 +335,9 @@ def _points(t: pd.DataFrame, res: Results, x: Objective, y: Objective, status: s
         y_lo,
         y_hi,
         oor,
-        hover_texts(t, res, status),
+        hover_texts(t, res, status, brief=status != "front"),
+        t["trials"].to_numpy().astype(int) if "trials" in t else None,
+        t["indistinguishable"].to_numpy().astype(bool) if "indistinguishable" in t else None,
     )
 
 
@@ -333,13 +350,17 @@ def _sample(t: pd.DataFrame, cap: int, what: str, notes: list[str]) -> pd.DataFr
 
 # ---------------------------------------------------------------------- builders
 def pareto_info(res: Results) -> ParetoInfo:
-    """The main figure: the second objective (energy) against the first (latency)."""
+    """The main figure: the second objective (energy) against the first (latency).
+
+    Every cloud holds one point per distinct configuration (a repeat would be drawn on top of
+    its first trial); the front is `res.front` (one row per configuration, with `trials`)."""
     xo, yo = res.objectives[0], res.objectives[1]
     t = res.trials
     complete = t["state"].astype(str) == "COMPLETE"
     has_xy = np.isfinite(_col(t, xo.column)) & np.isfinite(_col(t, yo.column))
-    feas = t[complete & t["feasible"] & has_xy]
-    infeas = t[complete & ~t["feasible"] & has_xy]
+    first = ~pd.Series(fronts.config_ids(t), index=t.index).duplicated()
+    feas = res.distinct
+    infeas = t[complete & ~t["feasible"] & has_xy & first]
     # Invalid architectures carry their reason (the sweep records them as FAIL or COMPLETE
     # with NaN objectives); any other unfinished trial counts as failed.
     reason = t["invalid_reason"].fillna("").astype(str) if "invalid_reason" in t else None
@@ -348,28 +369,38 @@ def pareto_info(res: Results) -> ParetoInfo:
     n_invalid = int(invalid.sum())
     n_failed = int((~complete & ~invalid).sum())
     notes: list[str] = []
-    fx, fy = _col(feas, xo.column), _col(feas, yo.column)
     if len(res.objectives) == 2:
-        on = feas["on_front"].to_numpy().astype(bool)
+        front = res.front
     else:
         # The study's front is 3-D; the front of this figure is that of its two axes.
-        on = nondominated(np.column_stack([fx, fy]), keep_duplicates=True)
+        dirs = (res.directions or ("minimize",) * len(res.objectives))[:2]
+        xy = fronts.oriented(objective_matrix(feas, (xo, yo)), dirs)
+        front = feas.iloc[pareto.front_indices(xy)].reset_index(drop=True)
+        front["indistinguishable"] = fronts.front_marks(front, [xo.name, yo.name])
         notes.append(
             f"front: non-dominated in {xo.label} and {yo.label} only; the study's 3-objective "
             "front is in the colour-coded figure"
         )
-    front = feas[on].sort_values([xo.column, yo.column, "number"])
-    dom = _sample(feas[~on], MAX_CLOUD_POINTS, "dominated trials", notes)
-    inf = _sample(infeas, MAX_CLOUD_POINTS, "infeasible trials", notes)
+    on = feas["number"].isin(front["number"]).to_numpy()
+    dom = _sample(feas[~on], MAX_CLOUD_POINTS, "dominated configurations", notes)
+    inf = _sample(infeas, MAX_CLOUD_POINTS, "infeasible configurations", notes)
+    repeats = int(len(t[complete | invalid]) - first[complete | invalid].sum())
+    if repeats:
+        notes.append(
+            f"{repeats:,} trials repeated a configuration already tried; each configuration is "
+            "drawn once (the front table gives its trial count)"
+        )
     shown = np.concatenate([_col(x, xo.column) for x in (front, dom, inf)])
     shown_y = np.concatenate([_col(x, yo.column) for x in (front, dom, inf)])
     marks: list[Marked] = []
     if len(front):
         F = objective_matrix(front, (xo, yo))
-        k = knee_index(F)
+        dirs2 = res.directions[:2] if res.directions else None
+        k = knee_index(F, dirs2)
         marks.append(Marked("knee", int(front["number"].iloc[k]), F[k, 0], F[k, 1]))
         for j, o in enumerate((xo, yo)):
-            b = int(np.lexsort((F[:, 1 - j], F[:, j]))[0])
+            G = fronts.oriented(F, dirs2)  # best = smallest once maximised columns negated
+            b = int(np.lexsort((G[:, 1 - j], G[:, j]))[0])
             marks.append(Marked(f"best {o.label}", int(front["number"].iloc[b]), F[b, 0], F[b, 1]))
     else:
         notes.append(
@@ -380,6 +411,13 @@ def pareto_info(res: Results) -> ParetoInfo:
         notes.append(f"{n_invalid:,} invalid architectures were never predicted and are not drawn")
     if n_failed:
         notes.append(f"{n_failed:,} trials did not complete and are not drawn")
+    n_close = int(front["indistinguishable"].sum()) if "indistinguishable" in front else 0
+    if n_close:
+        notes.append(
+            f"{n_close} front point{'s are' if n_close > 1 else ' is'} indistinguishable from a "
+            "neighbour (hollow markers): in every objective one lies inside the other's "
+            "predicted error band"
+        )
     pf = _points(front, res, xo, yo, "front")
     has_bands = bool(np.isfinite(np.concatenate([pf.x_lo, pf.y_lo])).any()) if len(front) else False
     n_oor = int(pf.out_of_range.sum())
@@ -403,6 +441,44 @@ def pareto_info(res: Results) -> ParetoInfo:
     )
 
 
+def model_marks(res: Results) -> tuple[list[ModelMark], str]:
+    """Catalogue models that fit the space's fixed fields and are feasible in it, placed in the
+    Pareto figure's two objectives (`dse.report._compare`), and a note on what was done."""
+    from dse.report import _compare as K
+
+    xo, yo = res.objectives[0], res.objectives[1]
+    placed, note = K.report_models(res.summary, res.front)
+    marks: list[ModelMark] = []
+    for p in placed:
+        assert p.table is not None and p.dominated_by is not None
+        t = p.table
+        varying = [c for c in ("gpu", *C.WORKLOAD_FIELDS) if c in t and t[c].nunique() > 1]
+        for i in range(len(t)):
+            if not bool(t["feasible"].iloc[i]):
+                continue
+            where = ", ".join(f"{c}={plain(t[c].iloc[i])}" for c in varying)
+            label = p.name + (f" · {where}" if where else "")
+            dom = int(p.dominated_by[i])
+            verdict = (
+                f"dominated by front trial {dom}" if dom >= 0 else "not dominated by the front"
+            )
+            hover = (
+                f"<b>{label}</b> (catalogue model)<br>"
+                + " · ".join(
+                    f"{o.label}: {fmt_quantity(t[o.column].iloc[i], o.unit)}"
+                    for o in res.objectives
+                )
+                + f"<br>{verdict}"
+                + (f"<br>outside the space: {', '.join(p.outside)}" if p.outside else "")
+            )
+            marks.append(
+                ModelMark(
+                    label, float(t[xo.column].iloc[i]), float(t[yo.column].iloc[i]), dom, hover
+                )
+            )
+    return marks, note
+
+
 def _wide(values: np.ndarray) -> bool:
     """True when positive values span more than LOG_AXES_SPAN (log axes read better)."""
     v = values[np.isfinite(values)]
@@ -416,16 +492,21 @@ def colour_info(res: Results) -> ColourInfo | None:
     if len(res.objectives) < 3:
         return None
     xo, yo, co = res.objectives[:3]
-    feas = res.feasible
+    feas = res.distinct  # one point per configuration
     if feas.empty:
         return None
+    if len(feas) > MAX_CLOUD_POINTS:  # the front whole, a seeded sample of the rest
+        on = feas["number"].isin(res.front["number"])
+        rest = feas[~on].sample(n=max(MAX_CLOUD_POINTS - int(on.sum()), 0), random_state=0)
+        feas = pd.concat([feas[on], rest]).sort_values("number")
+    on_front = feas["number"].isin(res.front["number"]).to_numpy()
     return ColourInfo(
         x=_axis(xo, _col(feas, xo.column)),
         y=_axis(yo, _col(feas, yo.column)),
         colour=_axis(co, _col(feas, co.column)),
         points=_points(feas, res, xo, yo, "feasible"),
         colour_values=_col(feas, co.column),
-        on_front=feas["on_front"].to_numpy().astype(bool),
+        on_front=on_front,
     )
 
 
@@ -452,17 +533,21 @@ def parallel_info(res: Results) -> ParallelInfo | None:
     if not params:
         return None
     notes: list[str] = []
-    rows = res.feasible
+    rows = res.distinct  # one line per configuration
     if rows.empty:
         t = res.trials
         rows = t[np.isfinite(objective_matrix(t, res.objectives)).all(axis=1)]
+        rows = rows[~pd.Series(fronts.config_ids(rows), index=rows.index).duplicated()]
         notes.append("no feasible trial: lines are infeasible trials")
     if len(rows) > MAX_PARALLEL_ROWS:
-        front = rows[rows["on_front"]]
-        rest = rows[~rows["on_front"]]
+        on = rows["number"].isin(res.front["number"])
+        front = rows[on]
+        rest = rows[~on]
         keep = max(MAX_PARALLEL_ROWS - len(front), 0)
         rest = rest.sample(n=min(keep, len(rest)), random_state=0)
-        notes.append(f"{len(front) + len(rest):,} of {len(rows):,} trials drawn (front kept)")
+        notes.append(
+            f"{len(front) + len(rest):,} of {len(rows):,} configurations drawn (front kept)"
+        )
         rows = pd.concat([front, rest]).sort_values("number")
     dims = [_dimension(p, rows[p]) for p in params]
     colours = [(_axis(o, _col(rows, o.column)), _col(rows, o.column)) for o in res.objectives]
@@ -485,7 +570,7 @@ def importance_info(res: Results) -> ImportanceInfo | None:
     params = res.searched
     if len(params) < 2:
         return None
-    rows = res.feasible
+    rows = res.distinct  # a repeated configuration would weigh its objective twice
     notes: list[str] = []
     if len(rows) < 2:
         return ImportanceInfo("none", {}, ["fewer than 2 feasible trials: no importance"])
@@ -715,12 +800,24 @@ def header_info(res: Results) -> HeaderInfo:
         ),
         ("GPU", ", ".join(map(str, gpus))),
         ("workload", " · ".join(wl)),
-        ("objectives", ", ".join(f"{o.label} [{o.unit}]" for o in res.objectives) + " (minimised)"),
+        (
+            "objectives",
+            ", ".join(
+                f"{o.label} [{o.unit}]" + (" (maximised)" if d == "maximize" else "")
+                for o, d in zip(
+                    res.objectives,
+                    res.directions or ("minimize",) * len(res.objectives),
+                    strict=True,
+                )
+            )
+            + ("" if res.directions else " (minimised)"),
+        ),
         ("sampler", f"{s.get('sampler', '?')} · seed {s.get('seed', '?')}"),
         (
             "trials",
             f"{counts.get('trials', len(t)):,} finished of {s.get('trials_requested', '?')} "
-            f"requested · {complete:,} complete · {feasible:,} feasible · {n_front:,} on the front",
+            f"requested · {complete:,} complete · {feasible:,} feasible · "
+            f"{_distinct_text(res)} · {n_front:,} on the front",
         ),
         ("artifacts", "; ".join(f"{k}: {v}" for k, v in arts.items()) or "not recorded"),
         (
@@ -752,12 +849,21 @@ def header_info(res: Results) -> HeaderInfo:
             "No feasible trial: every configuration the sweep evaluated breaks a constraint. "
             "The Pareto figure shows the infeasible cloud; relax the constraints in the space."
         )
-    if "pred.out_of_range" in t:
-        n_oor = int(res.feasible["pred.out_of_range"].sum()) if feasible else 0
+    if "pred.out_of_range" in t and n_front:
+        f = res.front
+        n_oor = int(f["pred.out_of_range"].astype(bool).sum())
         if n_oor:
+            which = _oor_inputs(f)
             warn.append(
-                f"{n_oor:,} feasible trials have an input outside the predictor's fitted range "
-                "(marked in the figures): their predictions are extrapolations."
+                f"{n_oor:,} of {n_front:,} front configurations have an input outside the "
+                "predictor's fitted range"
+                + (f" ({which})" if which else "")
+                + (
+                    " (ringed in the Pareto figure)"
+                    if n_oor < n_front
+                    else "; every front point is, so none is ringed"
+                )
+                + ": their predictions are extrapolations."
             )
     if "pred.source" in t:
         srcs = sorted({str(v) for v in t["pred.source"].dropna().unique()} - {"nan", ""})
@@ -772,6 +878,28 @@ def header_info(res: Results) -> HeaderInfo:
     )
     title = f"dse report — {s.get('study', res.path.name)}"
     return HeaderInfo(title, rows, fixed, warn, reproduce)
+
+
+def _oor_inputs(front: pd.DataFrame) -> str:
+    """The inputs named by `pred.out_of_range_inputs` on front rows, most frequent first."""
+    if "pred.out_of_range_inputs" not in front:
+        return ""
+    counts: dict[str, int] = {}
+    for v in front["pred.out_of_range_inputs"].astype(str):
+        # Items '<part>: <input> <value> > <bound> (x..)' joined by '; ' (older: by ','):
+        # counted by '<part>: <input>', the numbers differ from row to row.
+        for item in v.replace(";", ",").split(","):
+            name = " ".join(item.split()[:2]) if ":" in item else item.strip()
+            if name and name not in ("nan", "None"):
+                counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _distinct_text(res: Results) -> str:
+    c = res.summary.get("counts") or {}
+    if "distinct_configurations" in c:
+        return f"{c['distinct_configurations']:,} distinct configurations"
+    return f"{fronts.distinct_count(res.trials):,} distinct configurations"
 
 
 def _constraints_text(s: dict[str, Any]) -> str:
@@ -797,12 +925,21 @@ def front_table(res: Results) -> FrontTable:
     front = res.front
     objs = res.objectives
     params = res.searched
-    cols = ["trial", *(f"{o.label}" for o in objs), *params, "total params", "active params"]
+    cols = [
+        "trial",
+        "trials",
+        *(f"{o.label}" for o in objs),
+        *params,
+        "total params",
+        "active params",
+    ]
     rows = []
     for _, r in front.head(MAX_TABLE_ROWS).iterrows():
+        close = bool(r.get("indistinguishable", False))
         rows.append(
             [
-                str(int(r["number"])),
+                str(int(r["number"])) + (" ≈" if close else ""),
+                str(int(r.get("trials", 1))),
                 *(fmt_quantity(r[o.column], o.unit) for o in objs),
                 *(str(plain(r[p])) for p in params),
                 fmt_quantity(r.get("total_params", math.nan), "parameters"),

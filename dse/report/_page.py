@@ -51,14 +51,24 @@ class Section(NamedTuple):
 def build_sections(res: Results) -> list[Section]:
     """Every section of the report, in page order."""
     pi = I.pareto_info(res)
+    models, model_note = I.model_marks(res)
+    notes = list(pi.notes) + ([model_note] if model_note else [])
     sections = [
         Section(
             "pareto",
             "Pareto front",
-            f"{pi.y.objective.label} against {pi.x.objective.label}. The front is highlighted "
-            "and connected; feasible dominated trials are faint dots, infeasible ones grey "
-            "crosses; orange rings mark inputs outside the predictor's fitted range"
+            f"{pi.y.objective.label} against {pi.x.objective.label}, one point per distinct "
+            "configuration. The front is highlighted and connected (hollow: indistinguishable "
+            "from a neighbour within the predictor's band); feasible dominated configurations "
+            "are faint dots, infeasible ones grey crosses; orange rings mark front points "
+            "outside the predictor's fitted range (none when every front point is)"
             + ("; error bars are the predictor's band" if pi.has_bands else "")
+            + (
+                "; green squares are catalogue models that fit the space's fixed fields, "
+                "evaluated like a trial (filled: no front point dominates them)"
+                if models
+                else ""
+            )
             + ". The knee (star) is the front point farthest from the line through the front's "
             "extremes, objectives normalised over the front; diamonds mark the best trial of each "
             "objective. Hover a point for its parameters and its predicted breakdown"
@@ -68,8 +78,8 @@ def build_sections(res: Results) -> list[Section]:
                 if pi.log_axes
                 else "."
             ),
-            [("pareto", R.pareto_figure(pi))],
-            pi.notes,
+            [("pareto", R.pareto_figure(pi, models))],
+            notes,
         )
     ]
     ci = I.colour_info(res)
@@ -179,7 +189,15 @@ def _table_html(t: I.FrontTable) -> str:
         if t.n_total > len(t.rows)
         else ""
     )
-    return f"<table><tr>{head}</tr>{body}</table>{more}"
+    close = (
+        '<p class="note">≈ indistinguishable: a front neighbour (next in the first objective) '
+        "lies inside this point's predicted error band in every objective, or this one inside "
+        "its; the predictor cannot tell the two apart. <code>trials</code>: how many trials "
+        "hit the configuration.</p>"
+        if any(r[0].endswith("≈") for r in t.rows)
+        else '<p class="note"><code>trials</code>: how many trials hit the configuration.</p>'
+    )
+    return f"<table><tr>{head}</tr>{body}</table>{more}{close}"
 
 
 def render_html(res: Results) -> str:

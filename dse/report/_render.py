@@ -6,6 +6,8 @@ the plotted trials in the page's data without relying on legend text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -17,6 +19,7 @@ from dse.report._info import (
     ExactFrontInfo,
     HypervolumeInfo,
     ImportanceInfo,
+    ModelMark,
     ParallelInfo,
     ParetoInfo,
     PointSet,
@@ -26,6 +29,7 @@ FRONT = "#d62728"
 DOMINATED = "#1f77b4"
 INFEASIBLE = "#7f7f7f"
 OUT_OF_RANGE = "#ff7f0e"
+MODEL = "#2ca02c"  # catalogue models
 COMPONENT_COLOURS = {
     "compute": "#1f77b4",
     "params": "#2ca02c",
@@ -95,14 +99,47 @@ def _errors(ps: PointSet, centre: np.ndarray, lo: np.ndarray, hi: np.ndarray, f:
     }
 
 
-def _scatter(ps: PointSet, fx: float, fy: float, **kw: object) -> go.Scatter:
+def _scatter(ps: PointSet, fx: float, fy: float, cloud: bool = False, **kw: object) -> go.Scatter:
+    x, y = ps.x * fx, ps.y * fy
+    if cloud:  # float32 (7 digits) halves the cloud's encoded coordinates; plenty to draw
+        x, y = x.astype(np.float32), y.astype(np.float32)
     return go.Scatter(
-        x=ps.x * fx,
-        y=ps.y * fy,
+        x=x,
+        y=y,
         hovertext=ps.hover,
         hovertemplate="%{hovertext}<extra></extra>",
         **kw,
     )
+
+
+def _log_ticks(values: np.ndarray) -> dict:
+    """Log-axis ticks that read: 1-2-5 labels within a few decades, one per decade beyond,
+    plain numbers (~g), minor ticks unlabelled."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    decades = float(np.log10(v.max() / v.min())) if len(v) > 1 else 0.0
+    return {
+        "dtick": "D2" if decades <= 2.5 else 1,
+        "tickformat": "~g",
+        "minor": {"ticks": "outside", "showgrid": True, "gridcolor": "#f0f0f0"},
+    }
+
+
+def _scale_menu(active_log: bool, xt: dict, yt: dict) -> dict:
+    """AXIS_SCALE_MENU with the log ticks set on switching to log (and cleared on linear)."""
+    log = {"xaxis.type": "log", "yaxis.type": "log"}
+    lin = {"xaxis.type": "linear", "yaxis.type": "linear"}
+    for axis, t in (("xaxis", xt), ("yaxis", yt)):
+        log[f"{axis}.dtick"] = t["dtick"]
+        log[f"{axis}.tickformat"] = t["tickformat"]
+        lin[f"{axis}.dtick"] = None
+        lin[f"{axis}.tickformat"] = ""
+    menu = {**AXIS_SCALE_MENU, "active": 1 if active_log else 0}
+    menu["buttons"] = [
+        {"label": "linear", "method": "relayout", "args": [lin]},
+        {"label": "log", "method": "relayout", "args": [log]},
+    ]
+    return menu
 
 
 def _short(axis: Axis) -> str:
@@ -113,7 +150,7 @@ def _short(axis: Axis) -> str:
     return "KV bytes" if name.startswith("kv") else "params"
 
 
-def pareto_figure(info: ParetoInfo) -> go.Figure:
+def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figure:
     fx, fy = info.x.factor, info.y.factor
     fig = go.Figure()
     n_inf, n_dom, n_front = len(info.infeasible.x), len(info.dominated.x), len(info.front.x)
@@ -123,6 +160,7 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
             fx,
             fy,
             mode="markers",
+            cloud=True,
             name=f"infeasible ({n_inf:,})",
             meta="points:infeasible",
             marker={
@@ -140,6 +178,7 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
             fx,
             fy,
             mode="markers",
+            cloud=True,
             name=f"feasible, dominated ({n_dom:,})",
             meta="points:dominated",
             marker={"size": 6, "color": DOMINATED},
@@ -154,20 +193,24 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
             mode="lines+markers",
             name=f"Pareto front ({n_front:,})",
             meta="points:front",
-            marker={"size": 9, "color": FRONT, "line": {"width": 1, "color": "white"}},
+            # Hollow: indistinguishable from a neighbour within the predictor's band.
+            marker={
+                "size": 9,
+                "color": FRONT,
+                "line": {"width": 1, "color": "white"},
+                "symbol": _front_symbols(info.front),
+            },
             line={"color": FRONT, "width": 2, "shape": "hv"},
             error_x=_errors(info.front, info.front.x, info.front.x_lo, info.front.x_hi, fx),
             error_y=_errors(info.front, info.front.y, info.front.y_lo, info.front.y_hi, fy),
         )
     )
-    oor = [
-        (ps, ps.out_of_range)
-        for ps in (info.front, info.dominated, info.infeasible)
-        if ps.out_of_range.any()
-    ]
-    if oor:
-        xs = np.concatenate([ps.x[m] for ps, m in oor]) * fx
-        ys = np.concatenate([ps.y[m] for ps, m in oor]) * fy
+    # Rings on front points outside the fitted range, only when some front points are inside
+    # it: a ring on every point says nothing (the header then says all are outside).
+    flagged = info.front.out_of_range
+    if flagged.any() and not flagged.all():
+        xs = info.front.x[flagged] * fx
+        ys = info.front.y[flagged] * fy
         fig.add_trace(
             go.Scatter(
                 x=xs,
@@ -224,6 +267,7 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
                 hovertemplate=f"{' · '.join(names)}: trial {number}<extra></extra>",
             )
         )
+    _add_models(fig, models, fx, fy)
     if not n_front:
         fig.add_annotation(
             text="no feasible trial",
@@ -234,17 +278,66 @@ def pareto_figure(info: ParetoInfo) -> go.Figure:
             showarrow=False,
             font={"size": 16, "color": FRONT},
         )
+    allx = np.concatenate([info.front.x, info.dominated.x, info.infeasible.x]) * fx
+    ally = np.concatenate([info.front.y, info.dominated.y, info.infeasible.y]) * fy
+    xt, yt = _log_ticks(allx), _log_ticks(ally)
     fig.update_layout(
         title=f"{info.y.objective.label} against {info.x.objective.label}",
         xaxis_title=info.x.title,
         yaxis_title=info.y.title,
-        updatemenus=[{**AXIS_SCALE_MENU, "active": 1 if info.log_axes else 0}],
+        updatemenus=[_scale_menu(info.log_axes, xt, yt)],
         **{**LAYOUT, "margin": {**LAYOUT["margin"], "t": 85}},  # room for the scale buttons
     )
     if info.log_axes:
-        fig.update_xaxes(type="log")
-        fig.update_yaxes(type="log")
+        fig.update_xaxes(type="log", **xt)
+        fig.update_yaxes(type="log", **yt)
     return fig
+
+
+def _front_symbols(ps: PointSet) -> list[str] | str:
+    if ps.indistinguishable is None or not ps.indistinguishable.any():
+        return "circle"
+    return ["circle-open" if v else "circle" for v in ps.indistinguishable]
+
+
+MAX_MODEL_MARKS = 24
+
+
+def _add_models(fig: go.Figure, models: Sequence[ModelMark], fx: float, fy: float) -> None:
+    """Catalogue models as labelled squares: filled when no front point dominates them. Each
+    model's name is written once (on its first undominated placement, else its first)."""
+    models = list(models)[:MAX_MODEL_MARKS]
+    if not models:
+        return
+    named: dict[str, int] = {}
+    for i, m in enumerate(models):
+        base = m.label.split(" · ")[0]
+        if base not in named or (m.dominated_by < 0 <= models[named[base]].dominated_by):
+            named[base] = i
+    text = [""] * len(models)
+    for base, i in named.items():
+        text[i] = base
+    fig.add_trace(
+        go.Scatter(
+            x=[m.x * fx for m in models],
+            y=[m.y * fy for m in models],
+            mode="markers+text",
+            text=text,
+            textposition="bottom right",
+            textfont={"size": 11, "color": MODEL},
+            cliponaxis=False,
+            name=f"catalogue models ({len(models)})",
+            meta="marks:models",
+            marker={
+                "symbol": ["square" if m.dominated_by < 0 else "square-open" for m in models],
+                "size": 10,
+                "color": MODEL,
+                "line": {"width": 1.5, "color": MODEL},
+            },
+            hovertext=[m.hover for m in models],
+            hovertemplate="%{hovertext}<extra></extra>",
+        )
+    )
 
 
 def colour_figure(info: ColourInfo) -> go.Figure:

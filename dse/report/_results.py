@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pandas as pd
 
 from dse import configs as C
 from dse.errors import DSEError
+from dse.report import _fronts as fronts
 
 FORMAT_VERSION = 1
 # Columns every results folder of format 1 has; the rest (pred.*, t2wh.*) are optional.
@@ -61,12 +63,40 @@ class Results:
         return t[ok]
 
     @property
+    def directions(self) -> tuple[str, ...] | None:
+        """ "minimize" / "maximize" per objective (summary.json), None: all minimised."""
+        d = [
+            o.get("direction") for o in self.summary.get("objectives") or [] if isinstance(o, dict)
+        ]
+        if len(d) == len(self.objectives) and any(x == "maximize" for x in d):
+            return tuple(str(x or "minimize") for x in d)
+        return None
+
+    @cached_property
     def front(self) -> pd.DataFrame:
-        """The study's front (feasible, non-dominated), sorted by the first objective."""
-        t = self.feasible
-        return t[t["on_front"].astype(bool)].sort_values(
-            [o.column for o in self.objectives] + ["number"]
+        """The study's front: feasible, non-dominated, one row per distinct configuration (its
+        first trial), sorted by the first objective, with `trials` (how many trials hit the
+        configuration) and `indistinguishable` (a neighbour lies inside the band in every
+        objective). Recomputed from the trials, so a folder written before configurations
+        were deduplicated shows one row per configuration too."""
+        t = self.trials
+        ok = t["feasible"].astype(bool) & _finite_rows(t, [o.column for o in self.objectives])
+        front, _ = fronts.front_table(
+            t, [o.name for o in self.objectives], self.directions, ok.to_numpy(dtype=bool)
         )
+        return front
+
+    @cached_property
+    def distinct(self) -> pd.DataFrame:
+        """Feasible trials, one per distinct configuration (its first trial), with `trials`."""
+        t = self.trials
+        ids = fronts.config_ids(t)
+        counts = np.bincount(ids) if len(ids) else np.empty(0, dtype=np.int64)
+        first = ~pd.Series(ids).duplicated().to_numpy()
+        feas = self.feasible.index
+        out = t[first & t.index.isin(feas)].copy()
+        out["trials"] = counts[ids[first & t.index.isin(feas)]]
+        return out
 
     @property
     def varying(self) -> list[str]:

@@ -106,17 +106,18 @@ def write_results(
     front = mark_front(table, space)
     names = list(space.objectives.names)
     m = len(names)
-    # Hypervolumes are of minimised values: maximised objectives enter negated.
-    dirs = directions(space)
-    values = F.oriented(table[objective_columns(space)].to_numpy(dtype=float), dirs)
+    dirs = directions(space)  # the normalisation carries them into every hypervolume
+    values = table[objective_columns(space)].to_numpy(dtype=float)
     feasible = table["feasible"].to_numpy(dtype=bool)
-    front_values = F.oriented(front[objective_columns(space)].to_numpy(dtype=float), dirs)
+    front_values = front[objective_columns(space)].to_numpy(dtype=float)
     # Normalise by the exact front when it is known, so every sampler of a space is scored
     # against the same ideal and nadir; otherwise by this study's own front.
-    norm = exact.normalisation if exact is not None else pareto.normalisation(front_values)
+    norm = exact.normalisation if exact is not None else pareto.normalisation(front_values, dirs)
     hv = pareto.hypervolume(front_values, norm) if norm is not None else None
     history = (
-        pareto.hypervolume_history(values, feasible, norm, pareto.checkpoints(len(table)))
+        pareto.hypervolume_history(
+            values, feasible, norm, pareto.checkpoints(len(table)), directions=dirs
+        )
         if norm is not None
         else []
     )
@@ -148,7 +149,10 @@ def write_results(
         "sampler": sampler,
         "seed": seed,
         "trials_requested": trials_requested,
-        "objectives": [{"name": n, "unit": objective_unit(n)} for n in names],
+        "objectives": [
+            {"name": n, "unit": objective_unit(n), "direction": d}
+            for n, d in zip(names, dirs or ("minimize",) * m, strict=True)
+        ],
         "counts": {
             "trials": len(table),
             "complete": int((table["state"] == "COMPLETE").sum()) if len(table) else 0,

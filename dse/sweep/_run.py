@@ -201,7 +201,13 @@ def settings(space: SearchSpace, opts: SweepOptions) -> StudyRecord:
         raise ConfigError(f"--trials: must be an integer >= 1, got {trials}")
     if batch < 1:
         raise ConfigError(f"--batch-size: must be an integer >= 1, got {batch}")
-    sampler = S.resolve(opts.sampler or st.sampler, space, trials)
+    asked = opts.sampler or st.sampler
+    sampler = S.resolve(asked, space, trials)
+    if asked == "auto" and not opts.quiet:
+        print(f"dse sweep: {S.explain(asked, space, trials)}", file=sys.stderr)
+    warning = S.budget_warning(sampler, space, trials)
+    if warning is not None:  # printed even with --quiet: the budget is partly wasted
+        print(f"dse sweep: {warning}", file=sys.stderr)
     if sampler == "exhaustive":
         trials = space.size()
     return StudyRecord(

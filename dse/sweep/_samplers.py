@@ -90,6 +90,41 @@ def resolve(name: str, space: SearchSpace, trials: int) -> str:
     return name
 
 
+def explain(name: str, space: SearchSpace, trials: int) -> str:
+    """Why `auto` took the sampler it took (one sentence, for stderr)."""
+    size = space.size()
+    picked = resolve(name, space, trials)
+    if picked == "exhaustive":
+        return (
+            f"sampler auto -> exhaustive: the space has {size:,} configurations (at most "
+            f"{max(trials, AUTO_EXHAUSTIVE_MAX):,}), so each is evaluated once and the front is "
+            "exact"
+        )
+    why = (
+        f"a budget of {trials:,} trials (at most {AUTO_TPE_MAX_TRIALS:,})"
+        if picked == "tpe"
+        else f"a budget of {trials:,} trials (TPE's cost per trial grows with the history "
+        f"past {AUTO_TPE_MAX_TRIALS:,})"
+    )
+    return (
+        f"sampler auto -> {picked}: the space has {size:,} configurations, more than "
+        f"{max(trials, AUTO_EXHAUSTIVE_MAX):,} to enumerate, and {why}"
+    )
+
+
+def budget_warning(sampler: str, space: SearchSpace, trials: int) -> str | None:
+    """A warning when a sampler's budget exceeds the space: some trials must repeat."""
+    size = space.size()
+    if sampler == "exhaustive" or trials <= size:
+        return None
+    return (
+        f"warning: the budget of {trials:,} trials exceeds the {size:,} configurations of the "
+        f"space: at least {trials - size:,} trials repeat a configuration (told its stored "
+        "values, not predicted again) and a sampler may still miss some; `--sampler "
+        "exhaustive` (or auto) evaluates each configuration exactly once"
+    )
+
+
 def batch_seed(seed: int, done: int, salt: int = 0) -> int:
     """The seed of the sampler that draws the batch starting after `done` trials."""
     return int(np.random.SeedSequence([seed, done, salt]).generate_state(1)[0])
