@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import importlib.util
+import os
 import sys
 
 from dse.errors import DSEError
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("dse.commands.fit", "fit the frozen predictor artifact of one GPU from measurements"),
     "validate": ("dse.commands.validate", "score the frozen predictor against measured data"),
     "gpus": ("dse.commands.gpus", "list the GPUs in the hardware registry"),
+    "profile": ("dse.commands.profile", "measure a GPU's primitives into tables `dse fit` reads"),
 }
 
 
@@ -88,6 +90,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a path the user named: missing, a folder, no permission, disk full
+        if os.environ.get("DSE_TRACEBACK"):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"dse {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: one line, not a traceback, unless asked for
+        if os.environ.get("DSE_TRACEBACK"):
+            raise
+        print(
+            f"dse {args.command}: internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in dse, not a problem with your input; run again with "
+            "DSE_TRACEBACK=1 to see where it happened, and report it.",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:

@@ -185,6 +185,11 @@ class Field:
         if a.ndim != 1:
             a = a.reshape(-1)
         n = len(a)
+        if n == 1:  # one configuration (interactive use): the scalar rule is cheaper
+            ok, v = self.parse(a[0])
+            return np.array([v if ok else self._placeholder()], dtype=self._dtype()), np.array(
+                [not ok]
+            )
         if self.kind in ("int", "float"):
             x = a
             if a.dtype.kind in "US":
@@ -238,6 +243,9 @@ class Field:
             good = np.full(n, s[0] in opts) if same else np.isin(s, list(opts))
             return np.where(good, s, opts[0] if opts else ""), ~good
         return self._per_element(a)
+
+    def _dtype(self) -> Any:
+        return {"int": np.int64, "float": np.float64, "bool": bool}.get(self.kind, str)
 
     def _placeholder(self) -> Any:
         if self.kind == "int":

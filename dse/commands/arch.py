@@ -132,13 +132,14 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
         if "head_dim" not in flags and ("d_model" in flags or "n_heads" in flags):
             fields["head_dim"] = None  # re-derive d_model // n_heads from the new shape
     missing = [
-        f"--{n.replace('_', '-')}"
+        _flags.flag_name(n)
         for n in ("d_model", "n_layers", "n_heads", "d_ff")
         if fields.get(n) is None
     ]
     if missing:
         raise ConfigError(
-            f"missing {', '.join(missing)}: give --model NAME, --hf-config PATH or every shape flag"
+            f"{missing[0]}: required unless --model NAME or --hf-config PATH gives the "
+            f"architecture; missing {', '.join(missing)}"
         )
     errors = A.check_architecture(fields)
     if errors:

@@ -346,6 +346,12 @@ def _read_csv(path: Path, given: str) -> list[list[str]]:
             f"{path}: row {row}: must be UTF-8 text, got byte 0x{data[exc.start]:02x} "
             f"at offset {exc.start}"
         ) from None
+    if "\x00" in text:
+        at = text.index("\x00")
+        raise ConfigError(
+            f"{path}: row {text.count(chr(10), 0, at) + 1}: must be text, got a NUL byte "
+            f"at offset {len(text[:at].encode())}"
+        )
     records: list[list[str]] = []
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
@@ -444,6 +450,12 @@ def _batch_columns(
 
 def _run_batch(given: str, out_path: str | None) -> int:
     path = Path(given)
+    if out_path:  # refuse an unwritable --out before the predictions, not after
+        out = Path(out_path)
+        if out.is_dir():
+            raise ConfigError(f"--out: must be a file path, got the directory {out_path!r}")
+        if not out.parent.is_dir():
+            raise ConfigError(f"--out: its folder must exist, got {out_path!r}")
     records = _read_csv(path, given)
     header, rows, typed = _batch_columns(path, records)
     n = len(rows)
