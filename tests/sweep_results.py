@@ -27,7 +27,7 @@ def narrow_space(folder: Path) -> Path:
     """The dense 7-9B space with a parameter budget only 2 of its 2,268 configurations meet
     (Llama-3-8B's exact count): the sweep starts, yet a small random sample finds no feasible
     trial."""
-    text = (REPO / "search_spaces" / "dense_8b.yaml").read_text()
+    text = (REPO / "tests" / "data" / "spaces" / "dense_8b.yaml").read_text()
     budget = "active_params: {min: 7.0e+9, max: 9.0e+9}"
     assert budget in text
     path = folder / "narrow.yaml"

@@ -167,7 +167,7 @@ img.src = 'data:image/png;base64,' + b64;
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = run_sweep(
-        "search_spaces/gpu_batch.yaml",
+        "tests/data/spaces/gpu_batch.yaml",
         tmp_path_factory.mktemp("gpu_batch"),
         *("--sampler", "random", "--trials", "200", "--seed", "1"),
     )
