@@ -628,7 +628,7 @@ def test_placeholders_keep_later_trial_numbers(folder: Path) -> None:
     journal = folder / "journal.log"
     line, _ = trial_middle(journal)
     scan = scan_journal(journal)
-    created = [log for log in scan.logs if log["op_code"] == 4]
+    created = [log for log in scan.logs() if log["op_code"] == 4]
     assert len(created) == 48
     assert created[5]["user_attrs"] == {LOST_ATTR: f"journal.log:{line}"}
     assert created[6] == json.loads(_lines(journal)[line])  # the next trial, untouched

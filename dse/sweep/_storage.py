@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -111,7 +112,7 @@ class BatchedJournalBackend(BaseJournalBackend):
         refuse_foreign(path)
         notes = recover(path)
         scan = scan_journal(path, name_hint=folder_study(path.parent))
-        if scan.losses and not scan.logs:
+        if scan.losses and not scan.usable:
             warn(notes)
             first = scan.losses[0]
             raise StorageError(
@@ -122,7 +123,7 @@ class BatchedJournalBackend(BaseJournalBackend):
             notes += scan.messages()
             kept = rewrite_journal(path, scan)
             notes.append(
-                f"{path}: rewritten with its {len(scan.logs)} readable records; the damaged "
+                f"{path}: rewritten with its {scan.usable} readable records; the damaged "
                 f"file is kept as {kept.name}"
             )
         warn(notes)
@@ -170,11 +171,13 @@ class RecoveredBackend(BaseJournalBackend):
     """The intact records of a journal (`scan_journal`), served read-only."""
 
     def __init__(self, scan: JournalScan) -> None:
-        self._logs = scan.logs
+        self._scan = scan
         self._path = scan.path
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        yield from self._logs[log_number_from:]
+        if log_number_from >= self._scan.usable:  # a snapshot: nothing new after the scan
+            return
+        yield from itertools.islice(self._scan.logs(), log_number_from, None)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         raise StorageError(f"{self._path}: opened to read; nothing may be written to it here")
@@ -340,16 +343,58 @@ class Loss:
 
 @dataclass
 class JournalScan:
-    """A journal's usable records (placeholders stand in for lost creations) and its losses."""
+    """What a journal's replay should see: every usable line, placeholders for lost
+    creations, and a Loss per unusable line. The records are read again from the file on
+    demand (`logs()`), so a scan holds no copy of a large journal."""
 
     path: Path
-    logs: list[dict[str, Any]]
-    raw: list[bytes | None]  # each log's original line (None: a placeholder)
+    limit: int | None  # bytes of the file scanned (None: all)
     losses: list[Loss]
     lines: int  # lines read
+    usable: int  # records the replay gets (placeholders included)
+    skip: set[int]  # lines (1-based) left out
+    holders: dict[int, dict[str, Any]]  # line -> the placeholder record replayed instead
 
     def messages(self) -> list[str]:
         return [loss.message(self.path) for loss in self.losses]
+
+    def logs(self) -> Iterator[dict[str, Any]]:
+        for line, (raw, _) in enumerate(_read_lines(self.path, self.limit), 1):
+            if line in self.holders:
+                yield self.holders[line]
+            elif line not in self.skip:
+                yield json.loads(raw)
+
+    def write(self, f: Any) -> None:
+        """Write the usable lines (verbatim) and the placeholders to the binary file `f`."""
+        for line, (raw, _) in enumerate(_read_lines(self.path, self.limit), 1):
+            if line in self.holders:
+                f.write(json.dumps(self.holders[line], separators=(",", ":")).encode() + b"\n")
+            elif line not in self.skip:
+                f.write(raw + b"\n")
+
+
+def _read_lines(path: Path, limit: int | None) -> Iterator[tuple[bytes, bool]]:
+    """(line without its newline, whether it is torn: no newline) for the first `limit`
+    bytes of `path`; nothing when the file does not exist."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below, also on early exit
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot read journal ({exc.strerror or exc})") from None
+    with f:
+        left = limit
+        for raw in f:
+            if left is not None:
+                if left <= 0:
+                    break
+                raw = raw[:left]
+                left -= len(raw)
+            if raw.endswith(b"\n"):
+                yield raw[:-1], False
+            else:
+                yield raw, True
 
 
 RECOVERY_WORKER = "dse-recovery"  # worker id of the placeholder records a rewrite adds
@@ -408,25 +453,14 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
     """
     from optuna.storages.journal._storage import JournalStorageReplayResult
 
-    try:
-        with open(path, "rb") as f:
-            data = f.read() if limit is None else f.read(limit)
-    except FileNotFoundError:
-        data = b""
-    except OSError as exc:
-        raise StorageError(f"{path}: cannot read journal ({exc.strerror or exc})") from None
-    pieces = data.split(b"\n")
-    torn = pieces[-1] != b""
-    if not torn:
-        pieces.pop()
-    parsed = [_parse(raw) for raw in pieces]
-    names = {log["study_name"] for log, _ in parsed if log and log["op_code"] == 0}
-    replay = JournalStorageReplayResult(f"dse-scan-{os.getpid()}-{id(parsed)}-")
-    logs: list[dict[str, Any]] = []
-    raws: list[bytes | None] = []
+    replay = JournalStorageReplayResult(f"dse-scan-{os.getpid()}-{id(path)}-")
+    usable = 0
+    skip: set[int] = set()
+    holders: dict[int, dict[str, Any]] = {}
     losses: list[Loss] = []
     lost_trials: dict[int, int] = {}  # trial id -> line its creation was lost at
     last_study: int | None = None  # study of the last trial created
+    n_lines = 0
 
     def study_label(sid: int | None) -> str:
         st = replay._studies.get(sid) if sid is not None else None
@@ -438,10 +472,10 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
             return f"trial id {tid}" if tid is not None else "an unknown trial"
         return f"trial {t.number} of {study_label(replay._trial_id_to_study_id.get(tid))}"
 
-    for i, (raw, (log, why)) in enumerate(zip(pieces, parsed, strict=True)):
-        line = i + 1
-        last = torn and i == len(pieces) - 1
-        if log is not None and not last:
+    for line, (raw, last) in enumerate(_read_lines(path, limit), 1):
+        n_lines = line
+        log, why = _parse(raw) if not last else (None, "cut short")
+        if log is not None:
             try:
                 replay.apply_logs([log])
             except Exception as exc:  # a JSON record Optuna cannot apply (fields damaged)
@@ -463,11 +497,10 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                     )
                 if op == 4:
                     last_study = log.get("study_id")
-                logs.append(log)
-                raws.append(raw)
+                usable += 1
                 continue
+        skip.add(line)
         source = raw if log is None else json.dumps(log).encode()
-        why = "cut short" if last else why
         what = "last record cut short, skipped" if last else f"record unreadable ({why}), skipped"
         if why == "empty line" and not last:
             losses.append(Loss(line, "empty line, skipped", "nothing lost", why))
@@ -503,8 +536,8 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
             replay.apply_logs([holder])
             lost_trials[new_id] = line
             last_study = sid
-            logs.append(holder)
-            raws.append(None)
+            holders[line] = holder
+            usable += 1
             losses.append(
                 Loss(
                     line,
@@ -516,9 +549,10 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                 )
             )
         elif op == 0:
+            sid = replay._next_study_id
+            later, n_obj = _lookahead(path, limit, line, sid)
+            names = later | {st.study_name for st in replay._studies.values()}
             name = name_hint if name_hint and name_hint not in names else f"lost-study-line-{line}"
-            names.add(name)
-            n_obj = _first_values_len(parsed[i + 1 :], replay._next_study_id)
             holder = {
                 "op_code": 0,
                 "worker_id": RECOVERY_WORKER,
@@ -526,8 +560,8 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                 "directions": [1] * n_obj,
             }
             replay.apply_logs([holder])
-            logs.append(holder)
-            raws.append(None)
+            holders[line] = holder
+            usable += 1
             losses.append(
                 Loss(
                     line,
@@ -556,23 +590,37 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                     detail="what it recorded cannot be told (assumed to create nothing)",
                 )
             )
-    return JournalScan(path, logs, raws, losses, len(pieces))
+    return JournalScan(path, limit, losses, n_lines, usable, skip, holders)
 
 
 def _only(studies: dict[int, Any]) -> int | None:
     return next(iter(studies)) if len(studies) == 1 else None
 
 
-def _first_values_len(rest: list[tuple[dict[str, Any] | None, str]], sid: int) -> int:
-    """Objectives of study `sid`, from its first trial with values (2 when none has)."""
-    for log, _ in rest:
-        if log and log["op_code"] == 4 and log.get("study_id") == sid:
-            values = log.get("values")
-            if isinstance(values, list) and values:
-                return len(values)
-            if log.get("value") is not None:
-                return 1
-    return 2
+def _lookahead(path: Path, limit: int | None, after: int, sid: int) -> tuple[set[str], int]:
+    """For a lost study creation at line `after`: the study names created later (so the
+    placeholder's name takes no one's), and the objectives of study `sid` from its first trial
+    with values (2 when none has)."""
+    names: set[str] = set()
+    n_obj: int | None = None
+    for line, (raw, _) in enumerate(_read_lines(path, limit), 1):
+        if line <= after:
+            continue
+        m = _OP.match(raw)
+        op = int(m.group(1)) if m else None
+        if op == 0 or (op == 4 and n_obj is None):
+            log, _ = _parse(raw)
+            if log is None:
+                continue
+            if op == 0 and isinstance(log.get("study_name"), str):
+                names.add(log["study_name"])
+            elif log.get("study_id") == sid:
+                values = log.get("values")
+                if isinstance(values, list) and values:
+                    n_obj = len(values)
+                elif log.get("value") is not None:
+                    n_obj = 1
+    return names, n_obj or 2
 
 
 def _lost_trial(sid: int, where: str) -> dict[str, Any]:
@@ -612,9 +660,7 @@ def rewrite_journal(path: Path, scan: JournalScan) -> Path:
         kept = path.with_name(f"{path.name}.damaged-{stamp}-{k}")
     tmp = path.with_name(path.name + ".repaired-tmp")
     with open(tmp, "wb") as f:
-        for log, raw in zip(scan.logs, scan.raw, strict=True):
-            f.write(raw if raw is not None else json.dumps(log, separators=(",", ":")).encode())
-            f.write(b"\n")
+        scan.write(f)
         f.flush()
         os.fsync(f.fileno())
     try:
@@ -638,7 +684,7 @@ def read_journal(path: Path, name_hint: str | None = None) -> tuple[JournalStora
     length, so a sweep appending meanwhile is not mistaken for damage) and what was lost.
     A file with no usable record at all is a StorageError naming its first line."""
     scan = scan_journal(path, committed_limit(path), name_hint)
-    if scan.losses and not scan.logs:
+    if scan.losses and not scan.usable:
         first = scan.losses[0]
         raise StorageError(
             f"{path}:{first.line}: must be an Optuna journal (one JSON record a line), got "
