@@ -3,9 +3,14 @@
     python benchmarks/cli_startup.py [--runs 5] [--model llama-3-8b] [--target 0.8]
 
 Runs the command as a fresh subprocess `--runs` times (after one untimed warm-up run that fills
-the OS file cache and the bytecode cache), prints each wall time, their median, the command and
-the machine. Exits 1 when the median exceeds `--target` seconds (the issue-18 target is 0.8 s),
-so that CI or a reviewer can use it as a check; the numbers depend on the machine's load.
+the OS file cache and the bytecode cache) and prints each wall time, their median, the median
+CPU time (user + system: on a loaded machine the wall time mostly measures the wait for a core),
+the command and the machine. Exits 1 when the median wall time exceeds `--target` seconds (the
+issue-18 target is 0.8 s), so that CI or a reviewer can use it as a check.
+
+Measured (2-CPU VM, Python 3.11): 0.38 s wall idle before and after issue 18's field checks,
+0.40 s CPU both; with ~8 busy processes on the two cores the wall time reads 1.2-1.6 s for the
+same 0.40 s of CPU.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,13 +40,17 @@ def command(model: str) -> list[str]:
     return [sys.executable, "-m", "dse", "predict", "--model", model]
 
 
-def time_once(cmd: list[str]) -> float:
+def time_once(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user + system) of one run of `cmd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     dt = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stderr}")
-    return dt
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return dt, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cmd = command(args.model)
     time_once(cmd)  # warm-up: file cache and __pycache__
-    times = [time_once(cmd) for _ in range(args.runs)]
+    runs = [time_once(cmd) for _ in range(args.runs)]
+    times = [w for w, _ in runs]
     med = statistics.median(times)
+    cpu = statistics.median(c for _, c in runs)
     try:
         load = " load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
@@ -63,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}{load}".replace("  ", " ")
     )
     print("runs:    " + ", ".join(f"{t:.3f} s" for t in times))
+    # Wall time includes waiting for a CPU: on a loaded machine the CPU time says more.
+    print(f"CPU:     {cpu:.3f} s median (user + system)")
     print(
         f"median:  {med:.3f} s (target <= {args.target:.2f} s: {'met' if med <= args.target else 'MISSED'})"
     )
