@@ -24,7 +24,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +132,19 @@ class BatchedJournalBackend(BaseJournalBackend):
         self._pending: list[dict[str, Any]] = []
         self._n_file = 0  # logs on disk (log numbers below this are in the file)
         self._loaded = False  # the file was read once; after that only this process writes it
+        self._scan: JournalScan | None = scan  # replayed already: adopted by `adopt`
+
+    def adopt(self, storage: JournalStorage) -> None:
+        """Give `storage` the scan's replay of the file (instead of replaying it again)."""
+        assert self._scan is not None
+        adopt_replay(storage, self._scan)
+        self._n_file = self._scan.usable
+        self._loaded = True
+        self._scan = None
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        if self._scan is not None:  # the storage being built: `adopt` gives it the file
+            return
         if not self._loaded or log_number_from < self._n_file:
             n = log_number_from
             try:
@@ -173,14 +184,28 @@ class RecoveredBackend(BaseJournalBackend):
     def __init__(self, scan: JournalScan) -> None:
         self._scan = scan
         self._path = scan.path
+        self.building = False  # True while the storage is built (it adopts the scan's replay)
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        if log_number_from >= self._scan.usable:  # a snapshot: nothing new after the scan
+        # A snapshot: nothing new after the scan (whose replay the storage adopts).
+        if self.building or log_number_from >= self._scan.usable:
             return
         yield from itertools.islice(self._scan.logs(), log_number_from, None)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         raise StorageError(f"{self._path}: opened to read; nothing may be written to it here")
+
+
+def adopt_replay(storage: JournalStorage, scan: JournalScan) -> None:
+    """Install the scan's replay as `storage`'s state, as Optuna's own snapshot restore does
+    (JournalStorage.restore_replay_result): the records are then not parsed a second time.
+    The replay ignores no record it would not ignore anyway: none was written by `storage`."""
+    r = scan.replay
+    r._worker_id_prefix = storage._worker_id_prefix
+    r._worker_id_to_owned_trial_id = {}
+    r._last_created_trial_id_by_this_process = -1
+    r.log_number_read = scan.usable
+    storage._replay_result = r
 
 
 def refuse_foreign(path: Path) -> None:
@@ -354,6 +379,7 @@ class JournalScan:
     usable: int  # records the replay gets (placeholders included)
     skip: set[int]  # lines (1-based) left out
     holders: dict[int, dict[str, Any]]  # line -> the placeholder record replayed instead
+    replay: Any = field(default=None, repr=False)  # the scan's replay of those records
 
     def messages(self) -> list[str]:
         return [loss.message(self.path) for loss in self.losses]
@@ -590,7 +616,7 @@ def scan_journal(path: Path, limit: int | None = None, name_hint: str | None = N
                     detail="what it recorded cannot be told (assumed to create nothing)",
                 )
             )
-    return JournalScan(path, limit, losses, n_lines, usable, skip, holders)
+    return JournalScan(path, limit, losses, n_lines, usable, skip, holders, replay)
 
 
 def _only(studies: dict[int, Any]) -> int | None:
@@ -691,7 +717,12 @@ def read_journal(path: Path, name_hint: str | None = None) -> tuple[JournalStora
             f"no usable record in {scan.lines} lines (line {first.line}: {first.why})"
         )
     try:
-        return JournalStorage(RecoveredBackend(scan)), scan
+        backend = RecoveredBackend(scan)
+        backend.building = True
+        storage = JournalStorage(backend)
+        adopt_replay(storage, scan)
+        backend.building = False
+        return storage, scan
     except Exception as exc:  # the scan applied each record; this is a bug, not user input
         raise StorageError(f"{path}: not a readable Optuna journal ({exc})") from None
 
@@ -835,12 +866,15 @@ def open_journal(
         raise StorageError(f"--storage {spec.url}: folder {spec.path.parent} does not exist")
     try:
         if batched:
-            backend: BaseJournalBackend = BatchedJournalBackend(spec.path)
+            batched_backend = BatchedJournalBackend(spec.path)
+            storage = JournalStorage(batched_backend)
+            batched_backend.adopt(storage)
+            return storage, batched_backend
         else:
             if spec.path.exists():
                 repair_tail(spec.path)
             backend = JournalFileBackend(str(spec.path))
-        return JournalStorage(backend), backend if batched else None  # type: ignore[return-value]
+        return JournalStorage(backend), None
     except (ValueError, json.JSONDecodeError, KeyError) as exc:
         raise StorageError(f"{spec.path}: not a readable Optuna journal ({exc})") from None
     except OSError as exc:
