@@ -46,7 +46,7 @@ separate family when the training rows have one; otherwise the gated coefficient
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -348,12 +348,14 @@ def _curve_prep(c_tp: np.ndarray, c_width: np.ndarray) -> CurvePrep:
     return CurvePrep(tps, np.log2(tps), ents, lws)
 
 
-def _used(*pairs: tuple[np.ndarray, np.ndarray]) -> list[int]:
-    """The sorted distinct values of idx[mask] over (idx, mask) pairs: a Python set on a few
-    rows (np.unique's fixed cost dominates there), np.unique on many."""
-    if sum(i.size for i, _ in pairs) <= 64:
-        return sorted({int(v) for i, m in pairs for v in i[m]})
-    return [int(v) for v in np.unique(np.concatenate([i[m] for i, m in pairs]))]
+def _used(n_curves: int, *pairs: tuple[np.ndarray, np.ndarray]) -> Iterable[int]:
+    """The curves to walk, in increasing order: on a few rows the sorted distinct values of
+    idx[mask] over the (idx, mask) pairs (a Python set: most curves are read by no row); on
+    many rows every curve (the walk skips a curve no row reads, and sorting the rows' curve
+    indices would cost more than the skipped masks)."""
+    if sum(i.size for i, _ in pairs) > 64:
+        return range(n_curves)
+    return sorted({int(v) for i, m in pairs for v in i[m]})
 
 
 def _curve_eval(
@@ -406,7 +408,7 @@ def _curve_eval(
         v = np.zeros(len(tr))
         # Only the curves some row reads (in increasing order, as a loop over all of them
         # would add them): a handful of rows touch 1-2 of the operator's ~10 curves.
-        for e in _used((j, f < 1.0), (k, (k != j) & (f > 0.0))):
+        for e in _used(len(ent), (j, f < 1.0), (k, (k != j) & (f > 0.0))):
             # rows whose lower / upper neighbour is this curve, with a non-zero weight
             for sel, wgt in (
                 (np.flatnonzero((j == e) & (f < 1.0)), 1.0 - f),
