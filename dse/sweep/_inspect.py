@@ -209,6 +209,7 @@ def load_front(
     if storage_url is None:
         summary = _read_summary(folder)
         names = [str(o["name"]) for o in summary["objectives"]]
+        dirs = [str(o.get("direction", "minimize")) for o in summary["objectives"]]
         front = _read_front(folder / "front.csv", names)
         name, source = str(summary.get("study", folder.name)), str(folder)
     else:
@@ -226,9 +227,10 @@ def load_front(
                 )
         study = optuna.load_study(study_name=name, storage=storage)
         _, front, names = study_table(study)
+        dirs = [d.name.lower() for d in study.directions]  # "minimize" / "maximize"
         source = storage_url
     cols = [f"obj.{n}" for n in names]
-    knee = pareto.knee_index(front[cols].to_numpy(float)) if len(front) else None
+    knee = pareto.knee_index(front[cols].to_numpy(float), dirs) if len(front) else None
     return FrontView(name, names, front, knee, source)
 
 
