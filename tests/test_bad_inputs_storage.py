@@ -433,6 +433,16 @@ def test_a_missing_or_wrong_results_path_is_one_message(
     assert (in_tmp / "notes.log").read_text() == "hello\nworld\n"  # never rewritten
 
 
+def test_studies_without_a_results_folder_or_with_an_empty_one_lists_none(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, _ = run(["studies"], capsys)  # the default root, before any sweep
+    assert rc == 0 and "no studies under results/" in out
+    (in_tmp / "empty").mkdir()
+    rc, out, _ = run(["studies", "--results", "empty"], capsys)
+    assert rc == 0 and "no studies under empty/" in out
+
+
 def test_a_second_study_into_a_used_folder_is_refused_unless_replace(
     folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -553,7 +563,10 @@ def bad_field(j: Path) -> tuple[int, str]:
     rec["distributions"] = {"d_model": "no distribution"}
     lines[i] = json.dumps(rec, separators=(",", ":")).encode()
     _put(j, lines)
-    return i + 1, r"not a usable journal record: a field is not JSON .*trial 2 of study 'small' lost"
+    return (
+        i + 1,
+        r"not a usable journal record: a field is not JSON .*trial 2 of study 'small' lost",
+    )
 
 
 def zeroed_block(j: Path) -> tuple[int, str]:

@@ -158,3 +158,33 @@ def test_recover_drops_a_batch_cut_short_after_the_last_commit(tmp_path: Path) -
     legacy.write_bytes(whole + b'{"op_co')
     recover(legacy)
     assert legacy.read_bytes() == whole
+
+
+def test_recover_leaves_a_journal_changed_before_its_committed_end(tmp_path: Path) -> None:
+    """A journal that grew by something other than an append (a line inserted in the middle)
+    is not cut back to its committed length: that would drop whole batches. The record check
+    (scan_journal) names the inserted line instead."""
+    from dse.sweep._storage import recover, scan_journal, write_committed
+
+    journal = tmp_path / "journal.log"
+    whole = b'{"op_code":4,"n":1}\n{"op_code":4,"n":2}\n'
+    journal.write_bytes(whole)
+    write_committed(journal, len(whole))
+    changed = b'{"op_code":4,"n":1}\nGARBAGE\n{"op_code":4,"n":2}\n'
+    journal.write_bytes(changed)
+    assert recover(journal) == []
+    assert journal.read_bytes() == changed
+    losses = {loss.line: loss.what for loss in scan_journal(journal).losses}
+    assert "not JSON at column 1" in losses[2]
+
+
+def test_recover_reads_a_committed_length_without_hash_and_names_the_drop(tmp_path: Path) -> None:
+    from dse.sweep._storage import committed_path, recover
+
+    journal = tmp_path / "journal.log"
+    whole = b'{"op_code":4,"n":1}\n{"op_code":4,"n":2}\n'
+    journal.write_bytes(whole + b'{"op_code":4,"n":3}\n{"op_')
+    committed_path(journal).write_text(str(len(whole)))  # as an older dse wrote it
+    (note,) = recover(journal)
+    assert journal.read_bytes() == whole
+    assert note.startswith(f"{journal}:3: 1 records of a batch that was not finished")

@@ -16,9 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--storage", metavar="URL", help="storage URL (default: results/*/journal.log)")
-    p.add_argument(
-        "--results", type=Path, default=Path("results"), help="results root (default: results)"
-    )
+    p.add_argument("--results", type=Path, help="results root (default: results)")
     p.set_defaults(command="studies")
 
 
@@ -32,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
     if args.storage is not None:
         sources = [args.storage]
     else:
-        root: Path = args.results
-        if not root.exists():
+        root: Path = args.results if args.results is not None else Path("results")
+        if not root.exists() and args.results is not None:
             raise ConfigError(f"{root}: --results: must be an existing folder, got no such path")
-        if not root.is_dir():
+        if root.exists() and not root.is_dir():
             raise ConfigError(f"{root}: --results: must be a folder of results, got a file")
         sources = [str(p) for p in sorted(root.glob("*/journal.log"))]
         if not sources:
