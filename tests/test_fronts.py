@@ -247,6 +247,26 @@ def test_energy_per_token_band_scales_from_the_request_band() -> None:
     assert lo[0] == pytest.approx(0.45) and hi[0] == pytest.approx(0.55)
 
 
+def test_throughput_band_is_the_inverted_latency_band() -> None:
+    t = _band_table([2.0], [1.0], 0.1)
+    t["obj.throughput_per_gpu"] = [100.0]
+    lo, hi = F.band(t, "throughput_per_gpu")
+    assert lo[0] == pytest.approx(100 / 1.1) and hi[0] == pytest.approx(100 / 0.9)
+
+
+def test_maximised_objectives_front() -> None:
+    rows = {
+        "number": [0, 1, 2],
+        "state": ["COMPLETE"] * 3,
+        "feasible": [True] * 3,
+        "d_model": [1, 2, 3],
+        "obj.a": [1.0, 2.0, 3.0],  # minimised
+        "obj.t": [10.0, 30.0, 20.0],  # maximised: trial 2 is dominated by trial 1
+    }
+    front, _ = F.front_table(pd.DataFrame(rows), ["a", "t"], ("minimize", "maximize"))
+    assert front["number"].tolist() == [0, 1]
+
+
 # ---------------------------------------------------------------------- dse show
 def test_show_prints_every_searched_column(small: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "res"

@@ -78,34 +78,74 @@ def place(
     predictor: Any = None,
 ) -> Placed:
     """Evaluate catalogue model `name` in `space` (when it fits) and compare it with `front`."""
+    return place_many(space, [name], front, directions, predictor)[0]
+
+
+def place_many(
+    space: Any,
+    names: list[str],
+    front: pd.DataFrame,
+    directions: tuple[str, ...] | None = None,
+    predictor: Any = None,
+) -> list[Placed]:
+    """`place` for several models in one evaluation (one predictor call for all of them)."""
     from dse.models import lookup_model, model_card
     from dse.sweep._evaluate import evaluate
     from dse.sweep._record import evaluation_table
 
-    arch = lookup_model(name)
-    label = model_card(name).name
-    bad = mismatches(space, arch)
-    if bad:
-        return Placed(label, bad)
     searched = {p.name: list(p.values) for p in space.searched}
-    outside = [
-        f"{k}={getattr(arch, k)} (space: {v[0]}..{v[-1]})"
-        for k, v in searched.items()
-        if k in C.ARCH_FIELDS and not any(_same(getattr(arch, k), x) for x in v)
-    ]
     other = {k: v for k, v in searched.items() if k not in C.ARCH_FIELDS}
     combos = list(itertools.islice(itertools.product(*other.values()), MAX_COMBINATIONS))
     base = {k: v[0] for k, v in searched.items()}
     rows = [{**base, **dict(zip(other, c, strict=True))} for c in combos]
-    cols = space.columns_from(rows)
-    n = len(rows)
+    out: list[Placed] = []
+    fit: list[tuple[int, Any]] = []  # (position in out, architecture) of the models that fit
+    for name in names:
+        arch = lookup_model(name)
+        label = model_card(name).name
+        bad = mismatches(space, arch)
+        outside = [
+            f"{k}={getattr(arch, k)} (space: {v[0]}..{v[-1]})"
+            for k, v in searched.items()
+            if k in C.ARCH_FIELDS and not any(_same(getattr(arch, k), x) for x in v)
+        ]
+        out.append(Placed(label, bad, outside))
+        if not bad:
+            fit.append((len(out) - 1, arch))
+    if not fit:
+        return out
+    per = len(rows)
+    cols = space.columns_from(rows * len(fit))
+    n = per * len(fit)
     for k in C.ARCH_FIELDS:
         if k in cols:
-            cols[k] = np.full(n, getattr(arch, k), dtype=np.asarray(cols[k]).dtype)
+            # Object arrays: a fixed-width string column would cut 'layernorm' to the width
+            # of the space's own value.
+            col = np.empty(n, dtype=object)
+            for j, (_, arch) in enumerate(fit):
+                col[j * per : (j + 1) * per] = getattr(arch, k)
+            cols[k] = col if col.dtype.kind == "O" and isinstance(col[0], str) else _typed(col)
     ev = evaluate(space, cols, predictor=predictor)
     table = evaluation_table(space, cols, ev, np.arange(n))
-    names = list(space.objectives.names)
-    return Placed(label, [], outside, table, dominated_by(table, front, names, directions))
+    names_o = list(space.objectives.names)
+    for j, (pos, _) in enumerate(fit):
+        part = table.iloc[j * per : (j + 1) * per].reset_index(drop=True)
+        part["number"] = np.arange(per)
+        out[pos].table = part
+        out[pos].dominated_by = dominated_by(part, front, names_o, directions)
+    return out
+
+
+def _typed(col: np.ndarray) -> np.ndarray:
+    """An object column of numbers / bools as a numeric array (what the evaluation expects)."""
+    first = col[0]
+    if isinstance(first, bool | np.bool_):
+        return col.astype(bool)
+    if isinstance(first, int | np.integer):
+        return col.astype(np.int64)
+    if isinstance(first, float | np.floating):
+        return col.astype(float)
+    return col
 
 
 def dominated_by(
@@ -161,14 +201,11 @@ def report_models(summary: dict[str, Any], front: pd.DataFrame) -> tuple[list[Pl
         return [], ""
     directions = tuple(str(o.get("direction", "minimize")) for o in summary.get("objectives") or [])
     dirs = directions if "maximize" in directions else None
-    placed: list[Placed] = []
-    for name in names:
-        try:
-            p = place(space, name, front, dirs)
-        except DSEError as exc:
-            return [], f"catalogue models not placed: {exc}"
-        if p.table is not None and p.table["feasible"].astype(bool).any():
-            placed.append(p)
+    try:
+        every = place_many(space, names, front, dirs)
+    except DSEError as exc:
+        return [], f"catalogue models not placed: {exc}"
+    placed = [p for p in every if p.table is not None and p.table["feasible"].astype(bool).any()]
     if len(placed) > MAX_REPORT_MODELS and "active_params" in front and len(front):
         mid = float(np.median(front["active_params"].astype(float)))
 

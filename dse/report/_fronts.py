@@ -28,15 +28,17 @@ PRED_COLUMN = {
     "energy_hymell_request": "pred.energy_j",
     "energy_hymell_per_output_token": "pred.energy_per_output_token_j",
 }
-# Objectives that are a constant over a predicted quantity (tokens per second = tokens / time):
-# their band is the relative band of that quantity, inverted.
-RECIPROCAL_OF = {
-    "throughput": "pred.tpot_s",
-    "throughput_per_gpu": "pred.tpot_s",
-    "tokens_per_s_per_gpu": "pred.tpot_s",
-    "tokens_per_s_per_user": "pred.tpot_s",
-    "throughput_per_user": "pred.tpot_s",
-}
+# Objectives that are a constant over a predicted time (tokens per second = tokens / time):
+# their band is the relative band of that time, inverted. Throughput (output tokens per second
+# per GPU) is batch x output tokens over the request latency; a user's speed is 1 / TPOT.
+RECIPROCAL_OF = {"throughput_": "pred.latency_s", "user_tokens_per_s": "pred.tpot_s"}
+
+
+def _reciprocal_base(name: str) -> str | None:
+    for prefix, base in RECIPROCAL_OF.items():
+        if name.startswith(prefix):
+            return base
+    return None
 
 
 def _col(t: pd.DataFrame, name: str) -> np.ndarray:
@@ -124,7 +126,7 @@ def band(t: pd.DataFrame, name: str, column: str | None = None) -> tuple[np.ndar
                     t, "pred.energy_hi_j"
                 ) / centre
         return nan, nan
-    base = RECIPROCAL_OF.get(name)
+    base = _reciprocal_base(name)
     if base is not None:
         stem, _, unit = base.rpartition("_")
         lo_c, hi_c = f"{stem}_lo_{unit}", f"{stem}_hi_{unit}"

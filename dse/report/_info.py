@@ -449,12 +449,26 @@ def model_marks(res: Results) -> tuple[list[ModelMark], str]:
     xo, yo = res.objectives[0], res.objectives[1]
     placed, note = K.report_models(res.summary, res.front)
     marks: list[ModelMark] = []
+    knee = None
+    if len(res.front):
+        dirs2 = res.directions[:2] if res.directions else None
+        knee = res.front.iloc[knee_index(objective_matrix(res.front, (xo, yo)), dirs2)]
     for p in placed:
         assert p.table is not None and p.dominated_by is not None
         t = p.table
         varying = [c for c in ("gpu", *C.WORKLOAD_FIELDS) if c in t and t[c].nunique() > 1]
+        ok = t["feasible"].astype(bool).to_numpy()
+        if varying and knee is not None:
+            # One marker per model: at the knee's GPU and workload (the first feasible
+            # placement when the model cannot run there), so a dozen models stay readable.
+            same = np.ones(len(t), dtype=bool)
+            for c in varying:
+                same &= (t[c].astype(str) == str(knee[c])).to_numpy()
+            pick = np.flatnonzero(ok & same)
+            pick = pick[:1] if len(pick) else np.flatnonzero(ok)[:1]
+            ok = np.isin(np.arange(len(t)), pick)
         for i in range(len(t)):
-            if not bool(t["feasible"].iloc[i]):
+            if not ok[i]:
                 continue
             where = ", ".join(f"{c}={plain(t[c].iloc[i])}" for c in varying)
             label = p.name + (f" · {where}" if where else "")
