@@ -637,6 +637,22 @@ def test_resume_recovers_a_damaged_journal_and_keeps_the_damaged_file(
     assert rc == 0 and err == "", err
 
 
+@pytest.mark.parametrize(
+    ("flags", "shown"),
+    [(["--seed", "7"], "seed=0"), (["--batch-size", "8"], "batch_size=16")],
+    ids=["other-seed", "other-batch"],
+)
+def test_a_lost_record_is_not_restored_from_a_different_command(
+    flags: list[str], shown: str, folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study_attr(folder / "journal.log")
+    refused(
+        ["sweep", SPACE_FILE, "-q", "--no-report", *flags],
+        capsys,
+        rf"study 'small': its record lost dse:space_hash, and {shown} it kept differs",
+    )
+
+
 def test_placeholders_keep_later_trial_numbers(folder: Path) -> None:
     journal = folder / "journal.log"
     line, _ = trial_middle(journal)

@@ -986,18 +986,23 @@ def restore_record(
     study: optuna.Study, rec: StudyRecord, where: str, flush: Callable[[], None]
 ) -> None:
     """Put back the study-record attributes a damaged journal lost (named by the recovery),
-    from the command being resumed, when every one that survived agrees with it (so a
-    different space, sampler, seed or batch size is still refused by the usual check)."""
+    from the command being resumed, when every one that survived agrees with it (its space,
+    as hash or as read, sampler, seed and batch size); otherwise refuse the resume."""
     have = study.user_attrs
     want = rec.attrs()
     dse_keys = [k for k in have if k.startswith(ATTR_PREFIX)]
     missing = [k for k in want if k not in have]
     if not missing or not dse_keys:
         return  # whole, or not a dse study at all (from_attrs says so)
-    for key in ("space_hash", "sampler", "seed", "batch_size"):
+    for key in ("space_hash", "space", "sampler", "seed", "batch_size"):
         k = f"{ATTR_PREFIX}{key}"
         if k in have and have[k] != want[k]:
-            return  # the usual check refuses it with its own message
+            shown = "the search space" if key in ("space", "space_hash") else f"{key}={have[k]!r}"
+            raise ConfigError(
+                f"{where}: study {study.study_name!r}: its record lost {', '.join(missing)}, "
+                f"and {shown} it kept differs from this command's; resume it with the space and "
+                "settings that created it, or use another --study name"
+            )
     for k in missing:
         study.set_user_attr(k, want[k])
     flush()
