@@ -224,3 +224,26 @@ def test_predict_flags_a_run_beyond_the_model_context() -> None:
     assert "beyond_context" not in json.loads(ok.stdout)["prediction"]
     table = dse(*base, "--prompt-tokens", "2048", "--output-tokens", "2048")
     assert "exceed the model's context of 2048 tokens" in table.stdout
+
+
+def test_predict_warns_when_the_batch_queues_and_refuses_what_cannot_run(tmp_path: Path) -> None:
+    """dse predict uses dse.arch's memory rule: Llama-2-7B's 64 x 4096-token MHA cache cannot
+    be resident at once on a 40 GB A100 (a warning, as the engine queues), Llama-3-70B's bf16
+    weights cannot fit on one H100 (an error)."""
+    base = ["--model", "llama-2-7b", "--gpu", "a100_sxm_40gb", "--batch-size", "64"]
+    r = dse("predict", *base, "--prompt-tokens", "2048", "--output-tokens", "2048", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "queues or preempts" in json.loads(r.stdout)["prediction"]["memory_warning"]
+    r = dse("predict", "--model", "llama-3-70b", "--gpu", "h100_sxm")
+    assert r.returncode == 2 and "does not fit in memory" in r.stderr
+    src = tmp_path / "in.csv"
+    src.write_text(
+        "d_model,n_layers,n_heads,d_ff,vocab_size,gpu,batch_size,prompt_tokens,output_tokens\n"
+        "4096,32,32,11008,32000,a100_sxm_40gb,64,2048,2048\n"
+        "4096,32,32,11008,32000,a100_sxm_40gb,1,128,16\n"
+    )
+    r = dse("predict", "--batch", str(src))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(io.StringIO(r.stdout), keep_default_na=False)
+    assert "queues or preempts" in df["warning"][0] and df["warning"][1] == ""
+    assert (df["error"] == "").all()

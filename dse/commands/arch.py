@@ -189,7 +189,10 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
             "name": gpu.name,
             "capacity_bytes": float(gpu.hbm_capacity_bytes),
             "usable_bytes": float(usable),
-            "fits": bool(A.fits_memory(mem["total"], gpu.hbm_capacity_bytes)),
+            # runs: one sequence's KV cache fits next to the weights (dse.arch's memory rule)
+            "fits": bool(A.fits_memory(mem["required"], gpu.hbm_capacity_bytes)),
+            "fits_whole_batch": bool(A.fits_memory(mem["total"], gpu.hbm_capacity_bytes)),
+            "warning": str(A.memory_messages(mem, gpu.hbm_capacity_bytes, gpu.name)[1][0]),
         },
     }
 
@@ -235,13 +238,21 @@ def _print_text(r: dict[str, Any]) -> None:
         f"\nmemory per GPU: batch {w['batch_size']} x ({w['prompt_tokens']} + {w['output_tokens']}) "
         f"tokens, tensor_parallel {w['tensor_parallel']}"
     )
-    for key in ("weights", "kv_cache", "activations", "reserved", "total"):
+    for key in ("weights", "kv_cache", "activations", "reserved", "total", "required"):
         print(f"  {key:<12}{m[key] / 2**30:>10.2f} GiB")
-    verdict = "fits" if g["fits"] else "does NOT fit"
+    verdict = (
+        "fits"
+        if g["fits_whole_batch"]
+        else "runs, the whole batch does not fit at once"
+        if g["fits"]
+        else "does NOT fit (not even one sequence)"
+    )
     print(
         f"  {g['name']}: {g['capacity_bytes'] / 2**30:.1f} GiB, {g['usable_bytes'] / 2**30:.1f} GiB "
         f"usable (90%): {verdict}"
     )
+    if g["warning"]:
+        print(f"  warning: {g['warning']}")
 
 
 def _list_models() -> int:

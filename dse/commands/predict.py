@@ -154,7 +154,15 @@ def _from_config_file(path: Path, entry: int) -> dict[str, Any]:
 
 def check_rows(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
     """Per-row error messages ('' when predictable): GPU, architecture rules, memory fit."""
+    return check_rows_and_warnings(cols, n)[0]
+
+
+def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(error, warning) per row, '' where there is none. Errors: an unknown GPU, a broken
+    architecture rule, a configuration that cannot run because one sequence does not fit
+    (`dse.arch.memory_messages`); warnings: memory near the limit or a batch that queues."""
     err = np.full(n, "", dtype=object)
+    warn = np.full(n, "", dtype=object)
     for name in np.unique(cols["gpu"]):
         try:
             get_gpu(str(name))
@@ -163,17 +171,13 @@ def check_rows(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
     ok = err == ""
     if ok.any():
         sub = {k: v[ok] for k, v in cols.items()}
-        d = C.derived(sub, int(ok.sum()))
+        d = C.derived(sub, int(ok.sum()), messages=True)
         msg = d["invalid"].copy()
-        nofit = (msg == "") & ~d["fits_memory"]
-        for i in np.nonzero(nofit)[0]:
-            msg[i] = (
-                f"does not fit in memory: needs {d['memory_bytes'][i] / 2**30:.1f} GiB per GPU, "
-                f"{sub['gpu'][i]} has {d['memory_capacity_bytes'][i] / 2**30:.1f} GiB "
-                f"(90% usable); raise tensor_parallel or lower batch/lengths"
-            )
+        valid = msg == ""
+        msg[valid] = d["memory_refusal"][valid]
         err[ok] = msg
-    return err
+        warn[ok] = np.where(msg == "", d["memory_warning"], "")
+    return err, warn
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_batch(args.batch, args.out)
     row = _single(args)
     cols, n = C.as_columns({k: [v] for k, v in row.items()})
-    err = check_rows(cols, n)
+    err, warn = check_rows_and_warnings(cols, n)
     if err[0]:
         raise ConfigError(err[0])
     from dse.predictor import predict
@@ -190,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(cols)
     config = {k: _plain(cols[k][0]) for k in C.CONFIG_FIELDS}
     result = {k: _plain(v[0]) for k, v in pred.items()}
+    if warn[0]:
+        result["memory_warning"] = warn[0]
     if args.model:
         from dse.models import context_tokens
 
@@ -302,6 +308,8 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
         )
     if "latency_lo_s" in r:
         print("  band: held-out residual quantiles (5%..95%) of the whole stack")
+    if r.get("memory_warning"):
+        print(f"  warning: {r['memory_warning']}")
     if r.get("beyond_context"):
         print(
             f"  warning: prompt + output exceed the model's context of {r['context_tokens']} "
@@ -460,7 +468,7 @@ def _run_batch(given: str, out_path: str | None) -> int:
     header, rows, typed = _batch_columns(path, records)
     n = len(rows)
     cols, _ = C.as_columns(typed)
-    errors = check_rows(cols, n)
+    errors, warnings = check_rows_and_warnings(cols, n)
     ok = errors == ""
     pred_cols: dict[str, list[Any]] = {}
     if ok.any():
@@ -476,8 +484,11 @@ def _run_batch(given: str, out_path: str | None) -> int:
     records_out = [r for r in records[1:] if any(c.strip() for c in r)]
     _write_csv(
         out_path,
-        [*header, *pred_cols, "error"],
-        ([*records_out[i], *(c[i] for c in pred_cols.values()), errors[i]] for i in range(n)),
+        [*header, *pred_cols, "warning", "error"],
+        (
+            [*records_out[i], *(c[i] for c in pred_cols.values()), warnings[i], errors[i]]
+            for i in range(n)
+        ),
     )
     if out_path:
         print(
