@@ -543,3 +543,16 @@ def test_the_corner_configuration_predicts_without_error(
     pred = json.loads(capsys.readouterr().out)["prediction"]
     assert np.isfinite(pred["latency_s"]) and pred["latency_s"] > 0
     assert np.isfinite(pred["energy_j"]) and pred["energy_j"] > 0
+
+
+def test_hf_config_beyond_the_limits_names_its_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(
+        '{"model_type": "llama", "hidden_size": 131072, "num_hidden_layers": 2, '
+        '"num_attention_heads": 1024, "num_key_value_heads": 8, "intermediate_size": 128, '
+        '"vocab_size": 100}'
+    )
+    msg = refused(capsys, ["predict", "--hf-config", str(path)])
+    assert msg == f"{path}: d_model: must be an integer in [1, 65536], got 131072"

@@ -107,7 +107,11 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
     if args.hf_config:
         from dse.hf import from_hf_config
 
-        row.update(from_hf_config(args.hf_config).to_dict())
+        imported = from_hf_config(args.hf_config).to_dict()
+        for key, v in imported.items():  # a config beyond the limits names its file
+            if v is not None and key in F.FIELDS:
+                F.check(key, v, f"{args.hf_config}: {key}")
+        row.update(imported)
     flags = _flags.read_flags(args, (*ARCH_FLAGS, *WORKLOAD_FLAGS, "gpu"))
     if row and "head_dim" not in flags and ("d_model" in flags or "n_heads" in flags):
         row.pop("head_dim", None)  # re-derive d_model // n_heads from the new shape
