@@ -38,6 +38,38 @@ SECTION = "## Small calls"
 COMMAND = "PYTHONPATH=. python benchmarks/small_calls.py"
 CALLS = 200
 GPU = "h100_sxm"
+# Where a one-row call's time goes and what is left (written up from cProfile and
+# time.perf_counter around the stages of `predict`, h100_sxm; update with the code).
+NOTES = [
+    "Where a one-row call's time goes (perf_counter around each stage, 100 distinct one-row",
+    "configurations, h100_sxm, shares of the CPU time): Level-1 operator pricing ~77% (layer",
+    "operators and the embedding ~37%, GEMMs ~25%, decode and prefill attention ~7%, all-reduce",
+    "~4%, MoE ~2%), Level 2 ~3%, the operator list (`forward_ops`) ~3%, Level 3 and the power",
+    "calibration ~3%, flag names ~2%, the rest building the outputs. A configuration prices",
+    "about 16 operators per phase, prefill and decode, each through its adapter and model: ~32",
+    "model calls of 100-250 us, each a few hundred numpy operations on one-element arrays.",
+    "The cost follows the number of model calls, not the rows (a 100k batch costs ~1 us a row).",
+    "",
+    "Done (issue 18): the layer-op model keeps what it derives from its fitted state (family",
+    "lookup, each family's curves grouped by tp and sorted by width) between calls and, on a",
+    "few rows, walks only the curves a row reads (1-2 of ~10): a one-row layer-op call 20-25%",
+    "less CPU; the GEMM regime by nested `np.where` instead of `np.select`. Predictions are",
+    "bit-identical (2,000 random configurations in one batch and 50 single rows against the",
+    "code before; tests/test_golden_small.py keeps 500 of them within 1e-6).",
+    "",
+    "Left: <= 5 ms needs fewer model calls, not cheaper ones: one call per model kind and phase",
+    "(the 6 layer operators of a phase stacked into one `LayerOpModel.predict`, the 4-6 GEMMs of",
+    "a phase into one `GemmModel.predict`), i.e. a pricing pass in `dse.surrogate.hymell` /",
+    "`level1_adapters` that groups operators by adapter before calling it. Those two files carry",
+    "the out-of-range work of the same issue, under way in parallel; the grouping is the next",
+    "step once it has landed. The 53 ms of the issue was not reproduced: the same call took",
+    "12.7-14.8 ms of CPU here before this work.",
+    "",
+    "`dse predict --batch` with one row: interpreter start, imports (pandas was ~0.27 s of it",
+    "until `dse.fields` read the CSV without pandas) and the artifact load (~0.19 s: 934",
+    "compressed arrays of weights.npz, each header parsed) dominate; the first prediction, lazy",
+    "model imports and tables included, takes ~0.1 s. benchmarks/cli_startup.py times start-up.",
+]
 ONE_ROW_CSV = (
     "d_model,n_layers,n_heads,n_kv_heads,d_ff,batch_size,prompt_tokens,output_tokens,gpu\n"
     f"4096,32,32,8,14336,8,1024,256,{GPU}\n"
@@ -260,6 +292,7 @@ def main() -> None:
                 f"| {labels[i]} | {med(i, 'bulk_all_distinct_per_s'):,.0f} "
                 f"| {med(i, 'bulk_sweep_like_per_s'):,.0f} |"
             )
+    lines += ["", *NOTES]
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
