@@ -667,6 +667,19 @@ def _check_combinations(doc: Located, space: SearchSpace) -> None:
             by["n_heads"].path,
             f"no value divides any d_model {list(vals('d_model', ()))}, got {list(heads)}",
         )
+    if "head_dim" not in by:
+        # A derived head_dim (d_model / n_heads) must be even and >= 8 (RoPE rotates pairs),
+        # like an explicit one: name the pairs instead of "no configuration is valid".
+        dims = sorted(
+            {d // h for d, h in itertools.product(vals("d_model", ()), heads) if d % h == 0}
+        )
+        if dims and not any(hd % 2 == 0 and hd >= 8 for hd in dims):
+            raise doc.error(
+                by["n_heads"].path,
+                "d_model / n_heads (the head_dim) must be an even integer >= 8 (RoPE rotates "
+                f"pairs) for some pair, got head_dim {dims} from d_model "
+                f"{list(vals('d_model', ()))} and n_heads {list(heads)}",
+            )
     ks, es = vals("top_k", (1,)), vals("n_experts", (1,))
     if not any(k <= e for k, e in itertools.product(ks, es)):
         raise doc.error(

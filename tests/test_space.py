@@ -91,8 +91,14 @@ def test_counts_match_a_row_by_row_check(tmp_path: Path) -> None:
             GOOD.replace("{values: [8, 16]}", "{values: []}"),
             "space.n_heads.values: must be a non-empty list",
         ),
-        (GOOD.replace("d_ff: 4096", "d_ff: big"), ":9: space.d_ff: must be an integer in [1, 1048576], got 'big'"),
-        (GOOD.replace("d_ff: 4096", "d_ff: 40.5"), "space.d_ff: must be an integer in [1, 1048576], got 40.5"),
+        (
+            GOOD.replace("d_ff: 4096", "d_ff: big"),
+            ":9: space.d_ff: must be an integer in [1, 1048576], got 'big'",
+        ),
+        (
+            GOOD.replace("d_ff: 4096", "d_ff: 40.5"),
+            "space.d_ff: must be an integer in [1, 1048576], got 40.5",
+        ),
         (GOOD.replace("hardware: h100_sxm", "hardware: h100"), ":2: hardware: must be one of"),
         (
             GOOD.replace("{values: [2, 8]}", "{values: [3, 5]}"),
@@ -101,6 +107,11 @@ def test_counts_match_a_row_by_row_check(tmp_path: Path) -> None:
         (
             GOOD.replace("{values: [1024, 2048]}", "{values: [1003]}"),
             "space.n_heads: no value divides any d_model [1003]",
+        ),
+        (
+            GOOD.replace("{values: [1024, 2048]}", "{values: [1000]}"),
+            ":7: space.n_heads: d_model / n_heads (the head_dim) must be an even integer >= 8 "
+            "(RoPE rotates pairs) for some pair, got head_dim [125] from d_model [1000]",
         ),
         (
             GOOD + "study: {sampler: tpee}\n",
