@@ -151,6 +151,65 @@ def worker(bulk: int) -> dict[str, float]:
     return out
 
 
+def stacking() -> list[str]:
+    """What one call per model and phase would save: the 6 layer operators of a phase and the 5
+    GEMMs of a dense layer's prefill priced one call each against one call with all rows (CPU
+    time per pricing, best of 5 x 300), and the largest relative difference of the results."""
+    import numpy as np
+
+    from dse.predictor import load_artifact
+    from dse.surrogate.gemm import Gemm
+
+    art, _ = load_artifact(GPU)
+    assert art is not None
+
+    def cpu_us(f: Any, n: int = 300) -> float:
+        f()
+        best = np.inf
+        for _ in range(5):
+            c0 = time.process_time()
+            for _ in range(n):
+                f()
+            best = min(best, (time.process_time() - c0) / n)
+        return 1e6 * best
+
+    lo = art.model(art.names("layer_op")[0])
+    ops = ["input_layernorm", "post_attention_layernorm", "add", "attn_rope", "mlp_act", "emb"]
+    one = {
+        k: np.array([v])
+        for k, v in (
+            ("num_tokens", 1024.0),
+            ("d_model", 4096.0),
+            ("n_heads", 32.0),
+            ("n_kv_heads", 8.0),
+            ("d_ff", 14336.0),
+            ("tensor_parallel", 1.0),
+        )
+    }
+    six = {k: np.repeat(v, len(ops)) for k, v in one.items()}
+    g1, g6 = np.ones(1, bool), np.ones(len(ops), bool)
+    sep_l = cpu_us(lambda: [lo.predict(op=o, gated_mlp=g1, **one) for o in ops])
+    stk_l = cpu_us(lambda: lo.predict(op=np.array(ops), gated_mlp=g6, **six))
+    a = np.array([lo.predict(op=o, gated_mlp=g1, **one)["latency_s"][0] for o in ops])
+    b = lo.predict(op=np.array(ops), gated_mlp=g6, **six)["latency_s"]
+    gm = Gemm(art).choose("bfloat16", "vllm").model()
+    m = np.full(5, 1024.0)  # Llama-3-8B prefill of 1024 tokens: qkv, out, gate_up, down, head
+    n = np.array([6144.0, 4096.0, 28672.0, 4096.0, 128256.0])
+    k = np.array([4096.0, 4096.0, 4096.0, 14336.0, 4096.0])
+    sep_g = cpu_us(lambda: [gm.predict(m[i : i + 1], n[i : i + 1], k[i : i + 1]) for i in range(5)])
+    stk_g = cpu_us(lambda: gm.predict(m, n, k))
+    c = np.array(
+        [gm.predict(m[i : i + 1], n[i : i + 1], k[i : i + 1])["latency_s"][0] for i in range(5)]
+    )
+    d = gm.predict(m, n, k)["latency_s"]
+    return [
+        f"| layer-op model, 6 operators of a phase | {sep_l:,.0f} | {stk_l:,.0f} "
+        f"| {np.max(np.abs(a - b) / a):.1e} |",
+        f"| GEMM model, 5 GEMMs of a prefill | {sep_g:,.0f} | {stk_g:,.0f} "
+        f"| {np.max(np.abs(c - d) / c):.1e} |",
+    ]
+
+
 # ---------------------------------------------------------------------------- driver
 def _env(code: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DSE_SURROGATES"}
@@ -222,10 +281,24 @@ def main() -> None:
     p.add_argument("--cli-runs", type=int, default=5)
     p.add_argument("--bulk", type=int, default=0, help="also time a batch of this many (0: no)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--stacking",
+        action="store_true",
+        help="only time one model call per operator against one stacked call (this checkout)",
+    )
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     if args.worker:
         print(json.dumps(worker(args.bulk)))
+        return
+    if args.stacking:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        sys.path.insert(0, str(REPO))
+        print(f"Command: `{COMMAND} --stacking` ({time.strftime('%Y-%m-%d %H:%M')} UTC), {GPU}")
+        print("\n| model | one call per operator (us) | one stacked call (us) | max rel. diff |")
+        print("|---|---|---|---|")
+        print("\n".join(stacking()))
         return
     codes = [c.resolve() for c in (args.code or [REPO])]
     labels = args.label or [_label(c) for c in codes]
