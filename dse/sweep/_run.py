@@ -312,6 +312,7 @@ def _local(
     # Every configuration evaluated so far, resumed runs included: a repeat is not predicted.
     seen = ConfigCache(space)
     seen.add(history)
+    persisted = len(history)  # trials in the journal's study (numbers 0 .. persisted - 1)
     del history
     dists = S.distributions(space)
     try:
@@ -324,13 +325,15 @@ def _local(
             told, ev = tell_cached(
                 mem, trials, rows, space, seen, opts.predictor, predictions_on_copies=True
             )
-            before = len(pstudy.get_trials(deepcopy=False))
             pstudy.add_trials(told)
             cache.save()
             backend.flush()  # the batch becomes durable here, all or nothing
             done += sum(evaluated(t) for t in told)
             del told  # the journal's replay keeps the one copy of each trial
-            seen.add(pstudy.get_trials(deepcopy=False)[before:])
+            # The journal's own copies (not `told`): the cache then holds no second copy of
+            # each trial's predictions.
+            seen.add(pstudy.get_trials(deepcopy=False)[persisted:])
+            persisted += n
             if ev is not None:
                 progress.add(ev.objectives, ev.feasible)
             progress.show(done)
