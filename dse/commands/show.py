@@ -7,7 +7,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCALE = {"s": (1e3, "ms"), "J": (1.0, "J"), "parameters": (1e-9, "B params"), "bytes": (1e-3, "kB")}
+# Display scale and unit by objective unit (dse.sweep._evaluate.UNITS); by column name first
+# where one unit covers sizes of different magnitude (KV bytes per token in kB, memory in GB).
+SCALE = {
+    "s": (1e3, "ms"),
+    "J": (1.0, "J"),
+    "parameters": (1e-9, "B params"),
+    "bytes": (1e-3, "kB"),
+    "nats": (1.0, "nats/token"),
+    "tokens/s/GPU": (1.0, "tokens/s/GPU"),
+    "tokens/s": (1.0, "tokens/s"),
+}
+NAME_SCALE = {"memory_bytes": (1e-9, "GB")}
+
+
+def display_scale(name: str) -> tuple[float, str]:
+    """(factor, unit) to print objective column `name` in."""
+    from dse.sweep._evaluate import objective_unit
+
+    return NAME_SCALE.get(name) or SCALE.get(objective_unit(name), (1.0, ""))
+
+
 # Shown beside the searched columns when they vary on the front (fixed ones are in the space).
 CONFIG_COLUMNS = (
     "gpu",
@@ -104,15 +124,13 @@ def _mark_column(view: Any) -> list[str]:
 def _print_front(view: Any, space: Any, limit: int) -> None:
     import pandas as pd
 
-    from dse.sweep._evaluate import objective_unit
-
     f = view.front
     out = pd.DataFrame({"": _mark_column(view)})
     out["trial"] = f["number"].to_numpy()
     if "trials" in f:
         out["trials"] = f["trials"].to_numpy()
     for name in view.objectives:
-        scale, unit = SCALE.get(objective_unit(name), (1.0, ""))
+        scale, unit = display_scale(name)
         out[f"{name} [{unit}]"] = f[f"obj.{name}"].to_numpy(float) * scale
     # Every searched column, constant on the front or not (a constant GPU or tensor_parallel
     # is why a point is fast), then other configuration columns that vary on the front.
@@ -152,7 +170,6 @@ def _print_compare(view: Any, space: Any, name: str) -> None:
 
     from dse.errors import ConfigError
     from dse.report import _compare as K
-    from dse.sweep._evaluate import objective_unit
 
     if space is None:
         raise ConfigError(f"--compare {name}: the study's search space is not recorded")
@@ -176,7 +193,7 @@ def _print_compare(view: Any, space: Any, name: str) -> None:
     for c in varying:
         out[c] = t[c].to_numpy()
     for n in view.objectives:
-        scale, unit = SCALE.get(objective_unit(n), (1.0, ""))
+        scale, unit = display_scale(n)
         out[f"{n} [{unit}]"] = t[f"obj.{n}"].to_numpy(float) * scale
     if "active_params" in t:
         out["active [B]"] = t["active_params"].to_numpy(float) / 1e9
