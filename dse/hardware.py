@@ -1,11 +1,22 @@
-"""GPU registry: one spec-sheet YAML file per GPU in `dse/hardware_specs/`, sources cited there."""
+"""GPU registry: one spec-sheet YAML file per GPU in `dse/hardware_specs/`, sources cited there.
+
+GPUs outside it come from `dse profile`: a profile folder and the artifact `dse fit` makes from
+it both carry the GPU's spec as `gpu.yaml` (same fields, measured peaks beside the datasheet
+ones). Artifact folders under $DSE_SURROGATES (else the shipped surrogates/) that hold one are
+registry GPUs too; `register_gpu` adds one for this process (`dse fit` reading a profile).
+"""
 
 from __future__ import annotations
 
 import difflib
+import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,33 +47,133 @@ class GPU:
         return self.peak_bf16_flops_per_s
 
 
+SPEC_FILE = "gpu.yaml"  # a profiled GPU's spec, in its profile folder and its artifact folder
+SURROGATES_ENV = "DSE_SURROGATES"  # as dse.predictor: the folder holding <gpu>/manifest.json
+
+
+def spec_from_mapping(raw: Any, where: str) -> GPU:
+    """A GPU from a spec mapping (the fields of `GPU`; other keys are ignored); `where` names
+    the file in the error of a missing or non-numeric field."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"GPU spec {where}: expected a mapping of fields")
+    missing = [k for k in GPU.__dataclass_fields__ if k not in raw]
+    if missing:
+        raise ConfigError(f"GPU spec {where}: missing field(s) {', '.join(missing)}")
+    fields = {k: raw[k] for k in GPU.__dataclass_fields__}
+    # YAML 1.1 reads "989.4e12" (no sign in the exponent) as a string: coerce numbers here.
+    # null board/idle power (a CPU: not measured) reads as NaN.
+    for key, value in fields.items():
+        if key.endswith(("_per_s", "_bytes", "_w")) and not (
+            value is None and key in ("peak_fp8_flops_per_s",)
+        ):
+            try:
+                fields[key] = math.nan if value is None else float(value)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"GPU spec {where}: {key} must be a number, got {value!r}"
+                ) from None
+    return GPU(**fields)
+
+
+def load_spec(path: str | Path) -> GPU:
+    """The GPU of one spec file (a registry YAML or a profile's gpu.yaml)."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"GPU spec {p}: cannot read ({exc})") from None
+    return spec_from_mapping(raw, str(p))
+
+
 @cache
 def _registry() -> dict[str, GPU]:
     out: dict[str, GPU] = {}
     for entry in resources.files("dse.hardware_specs").iterdir():
         if not entry.name.endswith(".yaml"):
             continue
-        raw = yaml.safe_load(entry.read_text())
-        missing = [k for k in GPU.__dataclass_fields__ if k not in raw]
-        if missing:
-            raise ConfigError(f"GPU spec {entry.name}: missing field(s) {', '.join(missing)}")
-        fields = {k: raw[k] for k in GPU.__dataclass_fields__}
-        # YAML 1.1 reads "989.4e12" (no sign in the exponent) as a string: coerce numbers here.
-        for key, value in fields.items():
-            if key.endswith(("_per_s", "_bytes", "_w")) and value is not None:
-                fields[key] = float(value)
-        out[raw["name"]] = GPU(**fields)
+        gpu = spec_from_mapping(yaml.safe_load(entry.read_text()), entry.name)
+        out[gpu.name] = gpu
+    return out
+
+
+_EXTRA: dict[str, GPU] = {}  # registered in this process (`register_gpu`)
+
+
+def register_gpu(gpu: GPU) -> None:
+    """Make a GPU outside the registry known to this process (a profile's spec); a shipped
+    registry name cannot be redefined."""
+    if gpu.name in _registry() and _registry()[gpu.name] != gpu:
+        raise ConfigError(f"GPU {gpu.name!r} is in the shipped registry; its spec cannot change")
+    _EXTRA[gpu.name] = gpu
+
+
+def register_folder_spec(folder: str | Path) -> GPU | None:
+    """Register the GPU whose spec a profile (or artifact) folder carries as gpu.yaml; its
+    GPU, or None without one. A shipped registry name keeps its spec sheet."""
+    path = Path(folder) / SPEC_FILE
+    if not path.is_file():
+        return None
+    gpu = load_spec(path)
+    if gpu.name not in _registry():
+        register_gpu(gpu)
+    return gpu
+
+
+def _artifact_root() -> Path | None:
+    return _root_of(os.environ.get(SURROGATES_ENV) or "")
+
+
+@cache
+def _root_of(env: str) -> Path:
+    if env:
+        return Path(env)
+    from dse.resources import shipped
+
+    return Path(str(shipped("surrogates")))
+
+
+@cache
+def _profiled(root: str) -> dict[str, GPU]:
+    """GPUs whose artifact folder under `root` carries a spec file (fitted from a profile)."""
+    out: dict[str, GPU] = {}
+    base = Path(root)
+    if not base.is_dir():
+        return out
+    for spec in sorted(base.glob(f"*/{SPEC_FILE}")):
+        gpu = load_spec(spec)
+        out[gpu.name] = gpu
+    return out
+
+
+def profiled_names() -> list[str]:
+    """GPUs outside the shipped registry: profiled (artifact with a spec) or registered here."""
+    root = _artifact_root()
+    extra = dict(_profiled(str(root))) if root is not None else {}
+    extra.update(_EXTRA)
+    return sorted(n for n in extra if n not in _registry())
+
+
+def _all() -> dict[str, GPU]:
+    root = _artifact_root()
+    out = dict(_profiled(str(root))) if root is not None else {}
+    out.update(_EXTRA)
+    out.update(_registry())  # shipped spec sheets win over a same-named profile
     return out
 
 
 def gpu_names() -> list[str]:
-    """The names of every GPU in the registry, sorted."""
-    return sorted(_registry())
+    """The names of every GPU in the registry (profiled ones included), sorted."""
+    return sorted(_all())
 
 
 def get_gpu(name: str) -> GPU:
     """Look up a GPU by registry name; an unknown name is an error listing the valid ones."""
-    reg = _registry()
+    shipped = _registry()
+    if name in shipped:  # the hot path (called per row by some models): no folder lookups
+        return shipped[name]
+    if name in _EXTRA:
+        return _EXTRA[name]
+    reg = _all()
     key = str(name).strip().lower()
     if key in reg:
         return reg[key]

@@ -57,7 +57,15 @@ def run(args: argparse.Namespace) -> int:
     from dse.surrogate.fit import fit_artifact
 
     gpu = args.gpu.strip().lower()
-    out = Path(args.out) if args.out else default_dir(gpu)
+    profiled = profile_spec(args.data, gpu)
+    if args.out:
+        out = Path(args.out)
+    elif profiled is not None:
+        from dse.predictor import surrogates_dir
+
+        out = surrogates_dir() / gpu  # $DSE_SURROGATES/<gpu>, where `dse predict` looks
+    else:
+        out = default_dir(gpu)
     keep = None
     if (out / "manifest.json").is_file():
         try:
@@ -75,6 +83,14 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
     )
     path = art.save(out)
+    if profiled is not None:
+        # the artifact carries its GPU's spec: `dse gpus`, `dse predict --gpu` and sweeps
+        # find the GPU through it (DSE_SURROGATES pointing at the folder above)
+        import shutil
+
+        from dse.hardware import SPEC_FILE
+
+        shutil.copyfile(profiled, path / SPEC_FILE)
     carried = art.manifest.get("carried_over") or []
     if carried:
         print(f"kept from the previous artifact (no family refitted them): {', '.join(carried)}")
@@ -83,6 +99,24 @@ def run(args: argparse.Namespace) -> int:
     if stale:
         print(stale)
     return 0
+
+
+def profile_spec(data: str, gpu: str) -> Path | None:
+    """The gpu.yaml of a `dse profile` folder when `gpu` is not a shipped registry GPU (None
+    otherwise); a profile of another GPU given to --gpu is a ConfigError naming both."""
+    from dse.errors import ConfigError
+    from dse.hardware import SPEC_FILE, _registry, load_spec
+
+    path = Path(data) / SPEC_FILE
+    if not path.is_file():
+        return None
+    spec = load_spec(path)
+    if spec.name != gpu:
+        raise ConfigError(
+            f"{data} is a profile of GPU {spec.name!r} (its {SPEC_FILE}), not {gpu!r}; "
+            f"fit it with --gpu {spec.name}"
+        )
+    return None if gpu in _registry() else path
 
 
 def stale_levels_note(only: list[str] | None, carried: list[str]) -> str:

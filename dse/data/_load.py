@@ -15,6 +15,7 @@ from dse.data._ml_energy import read_ml_energy
 from dse.data._splitwise import read_splitwise
 from dse.data._vidur import read_vidur
 from dse.errors import DataError
+from dse.hardware import register_folder_spec
 
 Reader = Callable[[Path | str], dict[str, pd.DataFrame]]
 
@@ -68,6 +69,9 @@ def load(root: Path | str, kinds: Iterable[str] | None = None) -> dict[str, pd.D
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"{root}: data folder not found")
+    # a `dse profile` folder carries the spec of its (possibly unregistered) GPU: the readers'
+    # unit checks and the fit need it
+    register_folder_spec(root)
     wanted = None if kinds is None else list(kinds)
     if wanted is not None:
         unknown = [k for k in wanted if k not in KINDS]

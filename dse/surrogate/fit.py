@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import DataError
-from dse.hardware import get_gpu, gpu_names
+from dse.hardware import get_gpu, gpu_names, register_folder_spec
 from dse.surrogate._fitutil import map_tasks
 from dse.surrogate.artifact import (
     Artifact,
@@ -364,10 +364,11 @@ def fit_artifact(
     """
     from threadpoolctl import threadpool_limits
 
-    get_gpu(gpu)  # unknown names fail here with the list of valid ones
     root = Path(data_root).resolve()
     if not root.is_dir():
         raise DataError(f"{data_root}: data folder not found")
+    register_folder_spec(root)  # a `dse profile` folder's GPU (gpu.yaml) joins the registry
+    get_gpu(gpu)  # unknown names fail here with the list of valid ones
     fams = load_families()
     if only is not None:
         wanted = set(only)

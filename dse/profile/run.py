@@ -1,0 +1,488 @@
+"""The profile loop: plan the shapes, estimate the time, measure each shape once, record it.
+
+    summary = run_profile(ProfileOptions(out=Path("prof"), device="cpu", quick=True))
+
+Order: the shapes of every table are visited coarse to fine (bit-reversed index order) and the
+tables are interleaved, so a run cut short by `--max-minutes` or an interrupt still holds a
+spread of every table; rerunning the same command measures only the shapes the journal lacks.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dse.errors import ConfigError
+from dse.profile import grid, ops
+from dse.profile.energy import NoEnergy, NvmlEnergy, reader_for
+from dse.profile.spec import (
+    MANIFEST,
+    check_name,
+    default_name,
+    device_info,
+    gpu_spec,
+    measure_peaks,
+    now,
+    vidur_dir,
+    write_spec,
+)
+from dse.profile.timing import Clock, Flusher, Protocol, measure
+from dse.profile.writer import Journal, atomic_write_text, write_tables
+
+FORMAT_VERSION = 1
+REBUILD_EVERY_S = 30.0  # rebuild the tables from the journal at most this often during a run
+# the estimate's per-call overhead (launch + Python dispatch) and per-shape setup, seconds
+OVERHEAD_S = {"cuda": 8e-6, "cpu": 15e-6}
+SETUP_S = {"cuda": 2e-3, "cpu": 1e-3}
+
+
+@dataclass
+class ProfileOptions:
+    out: Path
+    device: str = "cuda:0"
+    ops: tuple[str, ...] = grid.OPS
+    dtypes: tuple[str, ...] = ("bfloat16",)
+    quick: bool = False
+    max_minutes: float | None = None
+    offset: int = 0
+    name: str | None = None
+    energy_s: float = 1.0
+    threads: int | None = None  # CPU intra-op threads (None: 1 on a CPU; see resolve_threads)
+    progress: bool = True
+    protocol: Protocol = field(default_factory=Protocol)
+
+
+def import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError(
+            "dse profile needs PyTorch (and nvidia-ml-py for energy on a GPU): "
+            "pip install 'dse[profile]'"
+        ) from None
+    return torch
+
+
+def resolve_device(torch: Any, text: str) -> Any:
+    t = str(text).strip().lower()
+    if t == "cpu":
+        return torch.device("cpu")
+    if t == "cuda" or t.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"--device {text}: no CUDA GPU is visible (torch {torch.__version__}, CUDA "
+                f"build {torch.version.cuda or 'none'}); use --device cpu to profile the CPU"
+            )
+        dev = torch.device(t)
+        n = torch.cuda.device_count()
+        if (dev.index or 0) >= n:
+            raise ConfigError(
+                f"--device {text}: only {n} CUDA GPU(s) visible (cuda:0..cuda:{n - 1})"
+            )
+        return torch.device("cuda", dev.index or 0)
+    raise ConfigError(f"--device {text!r}: use cuda, cuda:N or cpu")
+
+
+def check_out(out: Path) -> None:
+    """The output folder exists or can be made, and takes files."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write_probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def check_dtypes(dtypes: tuple[str, ...]) -> list[str]:
+    valid = ("bfloat16", "float16", "fp8")
+    bad = [d for d in dtypes if d not in valid]
+    if bad or not dtypes:
+        raise ConfigError(
+            f"unknown dtype(s) {', '.join(bad) or '(none)'}; valid: {', '.join(valid)}"
+        )
+    return list(dict.fromkeys(dtypes))
+
+
+# ---------------------------------------------------------------------------- order, estimate
+def _bitrev_order(n: int) -> list[int]:
+    """0..n-1 coarse to fine: by bit-reversed index (0, n/2, n/4, 3n/4, ...)."""
+    bits = max(1, math.ceil(math.log2(max(n, 2))))
+    return sorted(range(n), key=lambda i: int(f"{i:0{bits}b}"[::-1], 2))
+
+
+def interleave(items: list[tuple[str, str, grid.Shape]]) -> list[tuple[str, str, grid.Shape]]:
+    groups: dict[tuple[str, str], list[tuple[str, str, grid.Shape]]] = {}
+    for it in items:
+        groups.setdefault((it[0], it[1]), []).append(it)
+    queues = [[g[i] for i in _bitrev_order(len(g))] for g in groups.values()]
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def _work(table: str, dtype: str, s: grid.Shape) -> tuple[float, float, int]:
+    """(FLOPs, bytes, kernel launches) of one call of a shape: the estimate's roofline."""
+    e = 1.0 if dtype == "fp8" else 2.0
+    if table == "gemm":
+        m, n, k = s["m"], s["n"], s["k"]
+        return 2.0 * m * n * k, e * (m * k + n * k + m * n), 1
+    if table in ("context_attention", "generation_attention"):
+        b, h, kv, d = s["batch_size"], s["num_heads"], s["num_kv_heads"], s["head_dim"]
+        if table == "context_attention":
+            q = n = s["isl"]
+            flops = 2.0 * b * h * d * q * n  # causal half of 4 b h d s^2
+        else:
+            q, n = 1, s["kv_len"] + 1
+            flops = 4.0 * b * h * d * n
+        return flops, e * b * d * (2 * h * q + 2 * kv * n), 1
+    if table == "moe":
+        t, k, hs, i, ne = (
+            s[c] for c in ("num_tokens", "topk", "hidden_size", "inter_size", "num_experts")
+        )
+        touched = min(ne, t * k)
+        return 6.0 * t * k * hs * i, e * (touched * 3 * hs * i + 4 * t * k * hs), 3 + 5 * touched
+    if table == "layer_op":
+        t, d, ff = s["num_tokens"], s["d_model"], s["d_ff"]
+        return 0.0, e * t * (12 * d + 3 * ff), 5 * 8
+    return 0.0, 2.0 * s.get("message_elements", 0), 1
+
+
+def estimate_s(
+    items: list[tuple[str, str, grid.Shape]],
+    peaks: dict[str, Any],
+    kind: str,
+    proto: Protocol,
+    energy: bool,
+) -> list[float]:
+    """Seconds each shape is expected to take (roofline at the measured peaks + overheads,
+    times the calls the protocol makes, + the energy loop)."""
+    bw = float(peaks["hbm_bw_bytes_per_s"])
+    out = []
+    for table, dtype, s in items:
+        flops, nbytes, launches = _work(table, dtype, s)
+        peak = float(
+            peaks.get(f"peak_{dtype}_flops_per_s") or peaks.get("peak_bfloat16_flops_per_s") or 1e12
+        )
+        t = max(flops / peak, nbytes / bw) + launches * OVERHEAD_S[kind]
+        sample = max(t, proto.min_sample_s)
+        n_ops = len(ops.LAYER_OPS) if table == "layer_op" else 1
+        per = (proto.warmup + 1) * t + 10 * sample + SETUP_S[kind] + nbytes / bw * 4
+        out.append(n_ops * per + (proto.energy_s if energy else 0.0))
+    return out
+
+
+# ---------------------------------------------------------------------------- one shape
+def _row(t: Any) -> dict[str, Any]:
+    return {
+        "latency_s": t.median_s,
+        "latency_mean_s": t.mean_s,
+        "latency_std_s": t.std_s,
+        "latency_min_s": t.min_s,
+        "latency_max_s": t.max_s,
+        "repeats": t.repeats,
+        "calls": t.calls,
+        "ci_rel_halfwidth": t.ci_rel_halfwidth,
+    }
+
+
+def _energy_row(
+    fn: Callable[[], Any], calls: int, clock: Clock, reader: Any, seconds: float
+) -> dict[str, Any]:
+    """Mean board power over a sustained loop of >= `seconds` (NaN where not measured)."""
+    if isinstance(reader, NoEnergy):
+        return {"power_w": math.nan, "energy_seconds": math.nan}
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(calls):
+                fn()
+            clock.sync()
+        return time.perf_counter() - t0
+
+    joules, secs = reader.energy_j(loop)
+    return {"power_w": joules / secs if secs > 0 else math.nan, "energy_seconds": secs}
+
+
+def measure_shape(
+    torch: Any,
+    device: Any,
+    table: str,
+    dtype: str,
+    s: grid.Shape,
+    clock: Clock,
+    proto: Protocol,
+    flush: Flusher,
+    reader: Any,
+    energy_s: float,
+) -> dict[str, Any]:
+    """One journal row: the shape, its timing and power, or why it was skipped."""
+    builders: dict[str, Callable[..., ops.Kernel]] = {
+        "gemm": ops.gemm,
+        "context_attention": ops.context_attention,
+        "generation_attention": ops.generation_attention,
+        "moe": ops.moe,
+    }
+    try:
+        if table == "layer_op":
+            kw = {k: s[k] for k in ("num_tokens", "d_model", "n_heads", "n_kv_heads", "d_ff")}
+            kernels = ops.layer_ops(torch, device, dtype, **kw)
+            rows = []
+            for op, kern in kernels.items():
+                t = measure(kern.fn, clock, proto, flush)
+                rows.append({"op": op, "kernel_source": kern.kernel_source, **_row(t)})
+            return {**s, "dtype": dtype, "ops": rows}
+        kern = builders[table](torch, device, dtype, **s)
+        t = measure(kern.fn, clock, proto, flush)
+        row = {**s, "dtype": dtype, "kernel_source": kern.kernel_source, **_row(t)}
+        row.update(_energy_row(kern.fn, t.calls, clock, reader, energy_s))
+        return row
+    except ops.Unsupported as exc:
+        return {**s, "dtype": dtype, "skipped": str(exc)}
+    except RuntimeError as exc:  # out of memory and other per-shape kernel failures
+        if "out of memory" not in str(exc).lower():
+            raise
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {**s, "dtype": dtype, "skipped": "out of memory"}
+
+
+# ---------------------------------------------------------------------------- the run
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the run like Ctrl-C: the tables are rebuilt from the journal first."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _read_manifest(out: Path) -> dict[str, Any] | None:
+    import json
+
+    p = out / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: not a readable profile manifest ({exc})") from None
+
+
+def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Measure every planned shape not in the journal yet; returns the manifest written."""
+    import json
+
+    wanted_ops = grid.check_ops(list(opts.ops))
+    dtypes = check_dtypes(tuple(opts.dtypes))
+    if opts.max_minutes is not None and opts.max_minutes <= 0:
+        raise ConfigError(f"--max-minutes must be > 0, got {opts.max_minutes:g}")
+    if opts.energy_s < 0:
+        raise ConfigError(f"--energy-seconds must be >= 0, got {opts.energy_s:g}")
+    torch = import_torch()
+    device = resolve_device(torch, opts.device)
+    if device.type == "cpu":
+        # One intra-op thread unless asked: OpenMP's barriers stall for milliseconds when the
+        # cores are shared, which turns a 50 us op into a 50 ms outlier.
+        torch.set_num_threads(opts.threads or 1)
+    out = Path(opts.out)
+    check_out(out)
+    name = check_name(opts.name or default_name(torch, device), "layer_ops" in wanted_ops)
+    previous = _read_manifest(out)
+    reader = reader_for(device)
+    info = device_info(torch, device, reader.info())
+    if previous is not None:
+        if previous.get("gpu") != name:
+            raise ConfigError(
+                f"{out} holds a profile of GPU {previous.get('gpu')!r}; continue it with "
+                f"--name {previous.get('gpu')} or choose another --out"
+            )
+        if previous.get("device", {}).get("name") != info["name"]:
+            raise ConfigError(
+                f"{out} was profiled on {previous.get('device', {}).get('name')!r}, this is "
+                f"{info['name']!r}; choose another --out"
+            )
+    level = ("tiny" if device.type == "cpu" else "quick") if opts.quick else "full"
+    # fp8 only has a GEMM path; the other tables run in the first non-fp8 dtype
+    other = [d for d in dtypes if d != "fp8"] or ["bfloat16"]
+    items = [
+        (t, d, s)
+        for t, d, s in grid.plan(wanted_ops, dtypes, level, opts.offset)
+        if t == "gemm"
+        or d == other[0]
+        or (d in other and t in ("context_attention", "generation_attention", "moe"))
+    ]
+    notes: dict[str, str] = {}
+    if "allreduce" in wanted_ops:
+        n_gpu = torch.cuda.device_count() if device.type == "cuda" else 0
+        notes["allreduce"] = (
+            f"skipped: {n_gpu} GPU(s) visible, an all-reduce needs at least 2"
+            if n_gpu < 2
+            else "skipped: multi-GPU all-reduce over torch.distributed is not implemented yet"
+        )
+        items = [it for it in items if it[0] != "allreduce"]
+    journal = Journal(out)
+    done = journal.done()
+    todo = interleave([it for it in items if grid.shape_key(*it) not in done])
+    clock = Clock(torch, device)
+    proto = opts.protocol
+    if level == "tiny":  # the tiny grid must stay well under a minute
+        proto = Protocol(**{**proto.__dict__, "max_repeats": min(proto.max_repeats, 15)})
+    if device.type == "cuda":
+        proto = Protocol(**{**proto.__dict__, "energy_s": opts.energy_s})
+    else:
+        proto = Protocol(**{**proto.__dict__, "energy_s": 0.0})
+    started = now()
+    t_start = time.perf_counter()
+    peaks = (
+        measure_peaks(torch, device, clock, dtypes)
+        if previous is None or "peaks" not in previous
+        else previous["peaks"]
+    )
+    idle_w = reader.idle_power_w(2.0) if isinstance(reader, NvmlEnergy) else math.nan
+    if previous is not None and previous.get("idle_power_w") is not None:
+        idle_w = float(previous["idle_power_w"])
+    measured_power = isinstance(reader, NvmlEnergy)
+    spec = gpu_spec(name, info, peaks, idle_w, measured_power)
+    write_spec(out, spec)
+
+    est = estimate_s(todo, peaks, device.type, proto, measured_power)
+    budget_s = opts.max_minutes * 60.0 if opts.max_minutes is not None else math.inf
+    deferred = 0
+    if sum(est) > budget_s:
+        keep, acc = 0, 0.0
+        for e in est:
+            if acc + e > budget_s:
+                break
+            acc += e
+            keep += 1
+        deferred = len(todo) - keep
+        todo, est = todo[:keep], est[:keep]
+    total_est = sum(est)
+    log(
+        f"dse profile: {name} on {info['name']} ({device}), grid {level}"
+        f"{' offset 1' if opts.offset else ''}: {len(items)} shapes planned, "
+        f"{len(items) - len(todo) - deferred} already measured, {len(todo)} to measure now, "
+        f"estimated {total_est / 60.0:.1f} min"
+        + (
+            f"; {deferred} left for a later run (--max-minutes {opts.max_minutes:g})"
+            if deferred
+            else ""
+        )
+    )
+    vgpu = vidur_dir(name)
+    status = "complete"
+    measured = skipped = 0
+    last_build = time.perf_counter()
+
+    def rebuild() -> dict[str, int]:
+        return write_tables(out, name, vgpu, journal, info)
+
+    def write_manifest(counts: dict[str, int]) -> dict[str, Any]:
+        runs = list(previous.get("runs", [])) if previous else []
+        runs.append(
+            {
+                "started": started,
+                "finished": now(),
+                "seconds": round(time.perf_counter() - t_start, 1),
+                "measured": measured,
+                "skipped": skipped,
+                "status": status,
+                "grid": level,
+                "offset": opts.offset,
+                "ops": wanted_ops,
+                "dtypes": dtypes,
+            }
+        )
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "gpu": name,
+            "created": previous.get("created", started) if previous else started,
+            "updated": now(),
+            "device": info,
+            "peaks": peaks,
+            "idle_power_w": None if math.isnan(idle_w) else idle_w,
+            "energy": {
+                "method": reader.method,
+                "note": "energy not measured: power and energy are NaN in every row"
+                if not measured_power
+                else f"mean board power (idle included) over a sustained loop of >= {proto.energy_s:g} s per shape",
+            },
+            "protocol": proto.describe(),
+            "routing": {
+                "balanced": "round robin: pair i -> expert i mod E (min(E, T k) experts touched)",
+                "uniform": "each (token, slot) draws an expert uniformly, distinct per token, seeded",
+                "power_law_1.2": "expert e with probability (e+1)^-1.2, distinct per token, seeded",
+            },
+            "engine": "pytorch (eager; engine column 'pytorch', version = torch version)",
+            "tables": counts,
+            "notes": notes,
+            "pending": deferred,
+            "runs": runs,
+        }
+        atomic_write_text(
+            out / MANIFEST, json.dumps(manifest, indent=1, allow_nan=False, default=str) + "\n"
+        )
+        return manifest
+
+    flush = Flusher(torch, device, ops.l2_bytes(torch, device))
+    bar = None
+    if opts.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"profile {name}", unit="shape", dynamic_ncols=True)
+    try:
+        with _sigterm_as_interrupt():
+            for table, dtype, s in todo:
+                if time.perf_counter() - t_start > budget_s:
+                    status = "budget"
+                    break
+                row = measure_shape(
+                    torch, device, table, dtype, s, clock, proto, flush, reader, proto.energy_s
+                )
+                row["key"] = grid.shape_key(table, dtype, s)
+                journal.append(table, row)
+                skipped += bool(row.get("skipped"))
+                measured += not row.get("skipped")
+                if bar is not None:
+                    bar.update(1)
+                if time.perf_counter() - last_build > REBUILD_EVERY_S:
+                    rebuild()
+                    last_build = time.perf_counter()
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        if status == "budget" or deferred:
+            status = "budget" if status == "complete" else status
+        manifest = write_manifest(rebuild())
+    left = deferred + (len(todo) - measured - skipped)
+    log(
+        f"dse profile: {measured} shapes measured, {skipped} skipped, {left} left"
+        + (" (rerun the same command to continue)" if left else "")
+        + f"; wrote {out}"
+    )
+    for key, note in notes.items():
+        log(f"dse profile: {key} {note}")
+    return manifest
