@@ -163,6 +163,7 @@ def estimate_s(
     kind: str,
     proto: Protocol,
     energy: bool,
+    flush_bytes: int = 0,
 ) -> list[float]:
     """Seconds each shape is expected to take (roofline at the measured peaks + overheads,
     times the calls the protocol makes, + the energy loop)."""
@@ -176,9 +177,17 @@ def estimate_s(
         t = max(flops / peak, nbytes / bw) + launches * OVERHEAD_S[kind]
         sample = max(t, proto.min_sample_s)
         n_ops = len(ops.LAYER_OPS) if table == "layer_op" else 1
-        per = (proto.warmup + 1) * t + 10 * sample + SETUP_S[kind] + nbytes / bw * 4
+        # ~12 samples (noisy shapes run to max_repeats), each with its timer overhead; the
+        # flush writes flush_bytes; building the operands touches them a few times
+        samples = min(proto.max_repeats, 12)
+        per = (proto.warmup + 1) * t + samples * (sample + 3 * OVERHEAD_S[kind])
+        per += SETUP_S[kind] + (flush_bytes + 4 * nbytes) / bw
         out.append(n_ops * per + (proto.energy_s if energy else 0.0))
     return out
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60.0:.1f} min"
 
 
 # ---------------------------------------------------------------------------- one shape
@@ -365,13 +374,16 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
     spec = gpu_spec(name, info, peaks, idle_w, measured_power)
     write_spec(out, spec)
 
-    est = estimate_s(todo, peaks, device.type, proto, measured_power)
+    flush = Flusher(torch, device, ops.l2_bytes(torch, device))
+    est = estimate_s(todo, peaks, device.type, proto, measured_power, flush.bytes)
     budget_s = opts.max_minutes * 60.0 if opts.max_minutes is not None else math.inf
+    # what is left of the budget after the peak measurements goes to the shapes
+    shapes_budget_s = budget_s - (time.perf_counter() - t_start)
     deferred = 0
-    if sum(est) > budget_s:
+    if sum(est) > shapes_budget_s:
         keep, acc = 0, 0.0
         for e in est:
-            if acc + e > budget_s:
+            if acc + e > shapes_budget_s:
                 break
             acc += e
             keep += 1
@@ -382,7 +394,7 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
         f"dse profile: {name} on {info['name']} ({device}), grid {level}"
         f"{' offset 1' if opts.offset else ''}: {len(items)} shapes planned, "
         f"{len(items) - len(todo) - deferred} already measured, {len(todo)} to measure now, "
-        f"estimated {total_est / 60.0:.1f} min"
+        f"estimated {_duration(total_est)}"
         + (
             f"; {deferred} left for a later run (--max-minutes {opts.max_minutes:g})"
             if deferred
@@ -397,7 +409,7 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
     def rebuild() -> dict[str, int]:
         return write_tables(out, name, vgpu, journal, info)
 
-    def write_manifest(counts: dict[str, int]) -> dict[str, Any]:
+    def write_manifest(counts: dict[str, int], pending: int) -> dict[str, Any]:
         runs = list(previous.get("runs", [])) if previous else []
         runs.append(
             {
@@ -436,7 +448,7 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
             "engine": "pytorch (eager; engine column 'pytorch', version = torch version)",
             "tables": counts,
             "notes": notes,
-            "pending": deferred,
+            "pending": pending,  # planned shapes not measured yet (a rerun measures them)
             "runs": runs,
         }
         atomic_write_text(
@@ -444,7 +456,6 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
         )
         return manifest
 
-    flush = Flusher(torch, device, ops.l2_bytes(torch, device))
     bar = None
     if opts.progress:
         from tqdm import tqdm
@@ -474,12 +485,13 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
     finally:
         if bar is not None:
             bar.close()
-        if status == "budget" or deferred:
-            status = "budget" if status == "complete" else status
-        manifest = write_manifest(rebuild())
-    left = deferred + (len(todo) - measured - skipped)
+        left = deferred + (len(todo) - measured - skipped)
+        if left and status == "complete":
+            status = "budget"
+        manifest = write_manifest(rebuild(), left)
     log(
-        f"dse profile: {measured} shapes measured, {skipped} skipped, {left} left"
+        f"dse profile: {measured} shapes measured, {skipped} skipped, {left} left in "
+        f"{_duration(time.perf_counter() - t_start)}"
         + (" (rerun the same command to continue)" if left else "")
         + f"; wrote {out}"
     )

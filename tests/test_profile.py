@@ -1,0 +1,371 @@
+"""`dse profile` on the CPU, end to end: profile -> fit -> predict -> a two-objective sweep on
+the new "GPU", with energy not measured; a second run on the offset grid scored by `dse
+validate`; bad input (exit 2, one message); an interrupted or killed profile loses nothing and
+resumes. Real processes, real files, the real PyTorch kernels (CPU build)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+GPU = "cputest"
+
+
+def dse(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300):
+    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "dse", *args],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dse", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def journal_rows(out: Path) -> list[dict]:
+    rows = []
+    for p in sorted((out / ".journal").glob("*.jsonl")):
+        for line in p.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # a killed run's torn last line
+                rows.append(json.loads(line))
+    return rows
+
+
+AIC = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data"
+
+
+# ---------------------------------------------------------------------------- the whole loop
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One quick CPU profile, its artifact (fitted without CV) and an offset-grid profile."""
+    tmp = tmp_path_factory.mktemp("profile")
+    prof, surr = tmp / "prof", tmp / "surrogates"
+    got = dse("profile", "--device", "cpu", "--quick", "--name", GPU, "--out", str(prof), cwd=tmp)
+    assert got.returncode == 0, got.stderr
+    fit = dse(
+        "fit",
+        "--data",
+        str(prof),
+        "--gpu",
+        GPU,
+        "--no-cv",
+        cwd=tmp,
+        env={"DSE_SURROGATES": str(surr)},
+    )
+    assert fit.returncode == 0, fit.stderr + fit.stdout
+    off = tmp / "prof_offset"
+    got = dse(
+        "profile", "--device", "cpu", "--quick", "--offset", "1", "--name", GPU,
+        "--ops", "gemm,attention", "--out", str(off), cwd=tmp,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    return {"tmp": tmp, "prof": prof, "surr": surr, "offset": off, "fit_log": fit}
+
+
+def test_profile_writes_the_layout_dse_fit_reads(loop: dict) -> None:
+    from dse.data import load
+
+    prof = loop["prof"]
+    base = prof / AIC / GPU
+    for op, stem in [
+        ("gemm", "gemm_perf"),
+        ("attention", "context_attention_perf"),
+        ("attention", "generation_attention_perf"),
+        ("moe", "moe_perf"),
+    ]:
+        (path,) = base.glob(f"{op}/pytorch/*/{stem}.parquet")
+        df = pd.read_parquet(path)
+        # spread recorded per row; latency in ms; no power column where none was measured
+        assert {"latency", "latency_std_ms", "repeats", "ci_rel_halfwidth"} <= set(df.columns)
+        assert "power" not in df.columns
+        assert (df["latency"] > 0).all() and (df["repeats"] >= 5).all()
+    assert (prof / "vidur/data/profiling/compute" / GPU).is_dir()
+    tables = load(prof)
+    assert {"gemm", "context_attention", "generation_attention", "moe", "layer_op"} <= set(tables)
+    for t in tables.values():
+        assert set(t["gpu"]) == {GPU}
+        assert t["energy_j"].isna().all()  # energy not measured on a CPU
+    ctx = pd.read_parquet(next(base.glob("attention/pytorch/*/context_attention_perf.parquet")))
+    assert ctx["kernel_source"].str.startswith("sdpa_").all()  # the SDPA backend is recorded
+    moe = tables["moe"]
+    assert set(moe["distribution"]) == {"balanced", "uniform", "power_law_1.2"}
+
+    man = json.loads((prof / "profile.json").read_text())
+    assert man["gpu"] == GPU and man["device"]["torch"] == torch.__version__
+    assert man["energy"]["method"].startswith("not measured")
+    assert "stop_rule" in man["protocol"] and man["runs"][-1]["status"] == "complete"
+    assert "allreduce" in man["notes"]  # skipped on a CPU, and said so
+    spec = (prof / "gpu.yaml").read_text()
+    assert "measured:" in spec and "datasheet:" not in spec  # a CPU has no datasheet: measured only
+
+
+def test_fit_predict_and_sweep_on_the_profiled_cpu(loop: dict) -> None:
+    tmp, surr = loop["tmp"], loop["surr"]
+    env = {"DSE_SURROGATES": str(surr)}
+    art = json.loads((surr / GPU / "manifest.json").read_text())
+    assert art["gpu"] == GPU and (surr / GPU / "gpu.yaml").is_file()
+    fitted = set(art["models"])
+    assert {"gemm.pytorch.bfloat16", "layer_op.vidur", "moe.pytorch.bfloat16"} <= fitted
+    assert any(n.startswith("context_attention.") for n in fitted)
+    assert not art["measured_power"]
+
+    gpus = dse("gpus", cwd=tmp, env=env)
+    assert gpus.returncode == 0 and GPU in gpus.stdout and "profiled" in gpus.stdout
+
+    shape = ["--d-model", "256", "--n-layers", "4", "--n-heads", "8", "--n-kv-heads", "2"]
+    shape += ["--d-ff", "512", "--vocab-size", "32000", "--batch-size", "2"]
+    shape += ["--prompt-tokens", "64", "--output-tokens", "16"]
+    got = dse("predict", *shape, "--gpu", GPU, "--json", cwd=tmp, env=env)
+    assert got.returncode == 0, got.stderr
+    pred = json.loads(got.stdout.replace("NaN", "null"))
+    p = pred["prediction"]
+    assert p["artifact_gpu"] == GPU and p["artifact_id"] == art["artifact_id"]
+    assert p["latency_s"] > 0 and p["ttft_s"] > 0
+    assert p["energy_j"] is None  # not measured: NaN, never a made-up number
+
+    space = tmp / "space.yaml"
+    space.write_text(
+        f"""name: cpu-tiny
+description: tiny dense models on the profiled CPU
+hardware: {GPU}
+workload: {{batch_size: 2, prompt_tokens: 64, output_tokens: 16, tensor_parallel: 1}}
+space:
+  d_model: {{values: [128, 256]}}
+  n_layers: {{values: [2, 4]}}
+  n_heads: 4
+  n_kv_heads: 2
+  d_ff: {{values: [256, 512]}}
+  vocab_size: 32000
+  training_tokens: 1.0e+9
+objectives:
+  loss: {{source: chinchilla}}
+  latency: {{metric: request}}
+study: {{sampler: exhaustive, trials: 8, seed: 0}}
+"""
+    )
+    got = dse(
+        "sweep", str(space), "--out", str(tmp / "sweep"), "--no-report", "-q", cwd=tmp, env=env
+    )
+    assert got.returncode == 0, got.stderr
+    trials = pd.read_csv(tmp / "sweep" / "trials.csv")
+    assert len(trials) == 8
+    lat = [c for c in trials.columns if c.startswith("obj.latency")]
+    assert lat and np.isfinite(trials[lat[0]]).all() and (trials[lat[0]] > 0).all()
+
+
+def test_validate_scores_the_artifact_on_the_offset_grid(loop: dict) -> None:
+    from dse.profile import grid
+
+    # the offset grid measures shapes the first run did not
+    base = {grid.shape_key("gemm", "bfloat16", s) for s in grid.gemm_shapes("tiny", 0)}
+    off = {grid.shape_key("gemm", "bfloat16", s) for s in grid.gemm_shapes("tiny", 1)}
+    assert off and not base & off
+    got = dse(
+        "validate", "--data", str(loop["offset"]), "--artifacts", str(loop["surr"]),
+        "--gpu", GPU, "--json", str(loop["tmp"] / "v.json"), cwd=loop["tmp"],
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert GPU in (loop["tmp"] / "v.json").read_text()
+    for kind in ("gemm", "context_attention", "generation_attention"):
+        assert kind in got.stdout
+    # each line of the table names a MAPE: none is missing for the measured kinds
+    lines = [ln for ln in got.stdout.splitlines() if ln.startswith("aiconfigurator")]
+    assert len(lines) == 3 and all(math.isfinite(float(ln.split()[-2])) for ln in lines)
+
+
+# ---------------------------------------------------------------------------- bad input
+def test_bad_input_is_one_message_and_exit_2(loop: dict, tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        got = dse("profile", "--device", "cuda", "--out", str(tmp_path / "x"), cwd=tmp_path)
+        assert got.returncode == 2 and "no CUDA GPU is visible" in got.stderr
+        assert "--device cpu" in got.stderr and "Traceback" not in got.stderr
+    got = dse(
+        "profile",
+        "--device",
+        "cpu",
+        "--ops",
+        "gemm,conv",
+        "--out",
+        str(tmp_path / "y"),
+        cwd=tmp_path,
+    )
+    assert got.returncode == 2 and "unknown op(s) conv" in got.stderr and "valid ops" in got.stderr
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    got = dse("profile", "--device", "cpu", "--quick", "--out", str(blocker / "sub"), cwd=tmp_path)
+    assert got.returncode == 2 and "cannot write there" in got.stderr
+    got = dse(
+        "profile",
+        "--device",
+        "cpu",
+        "--name",
+        "cpu_test",
+        "--out",
+        str(tmp_path / "z"),
+        cwd=tmp_path,
+    )
+    assert got.returncode == 2 and "'cputest'" in got.stderr  # vidur's reader would cut the name
+    # a profile of another GPU given to --gpu
+    got = dse(
+        "fit",
+        "--data",
+        str(loop["prof"]),
+        "--gpu",
+        "h100_sxm",
+        "--out",
+        str(tmp_path / "a"),
+        cwd=tmp_path,
+    )
+    assert got.returncode == 2
+    assert f"is a profile of GPU '{GPU}'" in got.stderr and f"--gpu {GPU}" in got.stderr
+    # continuing a profile folder under another name
+    got = dse(
+        "profile",
+        "--device",
+        "cpu",
+        "--quick",
+        "--name",
+        "othercpu",
+        "--out",
+        str(loop["prof"]),
+        cwd=tmp_path,
+    )
+    assert got.returncode == 2 and f"holds a profile of GPU '{GPU}'" in got.stderr
+
+
+def test_missing_torch_names_the_extra(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # what an install without torch sees
+        "from dse.cli import main\n"
+        f"sys.exit(main(['profile', '--device', 'cpu', '--out', {str(tmp_path / 'p')!r}]))\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert got.returncode == 2 and "pip install 'dse[profile]'" in got.stderr
+
+
+# ---------------------------------------------------------------------------- interruption
+def _wait_rows(out: Path, n: int, proc: subprocess.Popen[str], timeout_s: float = 120) -> int:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        have = len(journal_rows(out))
+        if have >= n or proc.poll() is not None:
+            return have
+        time.sleep(0.05)
+    return len(journal_rows(out))
+
+
+def test_interrupted_and_killed_runs_lose_nothing_and_resume(tmp_path: Path) -> None:
+    from dse.profile import grid
+
+    out = tmp_path / "p"
+    args = ["profile", "--device", "cpu", "--quick", "--name", GPU, "--ops", "gemm,moe", "--out", str(out), "--no-progress"]  # fmt: skip
+    planned = {grid.shape_key(*it) for it in grid.plan(["gemm", "moe"], ["bfloat16"], "tiny", 0)}
+
+    proc = start(args, tmp_path)  # Ctrl-C: the run stops, tables are rebuilt, exit 130
+    _wait_rows(out, 40, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    first = {r["key"]: r for r in journal_rows(out)}
+    assert 0 < len(first) < len(planned)
+    man = json.loads((out / "profile.json").read_text())
+    assert man["runs"][-1]["status"] == "interrupted"
+    (gemm,) = (out / AIC / GPU).glob("gemm/pytorch/*/gemm_perf.parquet")
+    assert len(pd.read_parquet(gemm)) == sum(k.startswith("gemm|") for k in first)
+
+    proc = start(args, tmp_path)  # SIGKILL: nothing runs after it, the journal still holds
+    _wait_rows(out, len(first) + 40, proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    second = {r["key"]: r for r in journal_rows(out)}
+    assert set(first) <= set(second)
+
+    got = dse(*args, cwd=tmp_path)  # resumes: measures only what is missing
+    assert got.returncode == 0, got.stderr
+    assert f"{len(second)} already measured" in got.stdout
+    rows = journal_rows(out)
+    keys = [r["key"] for r in rows]
+    assert set(keys) == planned and len(keys) == len(set(keys))  # nothing lost, nothing twice
+    final = {r["key"]: r for r in rows}
+    assert all(final[k] == first[k] for k in first)  # earlier measurements kept as they were
+    again = dse(*args, cwd=tmp_path)
+    assert again.returncode == 0 and "0 to measure now" in again.stdout
+
+
+def test_budget_defers_shapes_to_a_later_run(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    args = ["profile", "--device", "cpu", "--quick", "--name", GPU, "--ops", "gemm", "--out", str(out), "--no-progress"]  # fmt: skip
+    got = dse(*args, "--max-minutes", "0.002", cwd=tmp_path)  # 0.12 s of estimated work
+    assert got.returncode == 0, got.stderr
+    assert "left for a later run" in got.stdout
+    man = json.loads((out / "profile.json").read_text())
+    assert man["pending"] > 0 and man["runs"][-1]["status"] == "budget"
+    got = dse(*args, cwd=tmp_path)
+    assert got.returncode == 0 and ", 0 left" in got.stdout
+
+
+# ---------------------------------------------------------------------------- pure parts
+def test_median_ci_stop_rule() -> None:
+    from dse.profile.timing import median_ci_rel_halfwidth
+
+    assert median_ci_rel_halfwidth(np.ones(4)) == math.inf  # too few samples
+    assert median_ci_rel_halfwidth(np.ones(20)) == 0.0
+    x = np.linspace(0.9, 1.1, 101)  # order statistics 40 and 60 of 101: 0.98 .. 1.02
+    assert median_ci_rel_halfwidth(x) == pytest.approx(0.02, rel=0.06)
+
+
+def test_routings_touch_the_stated_experts() -> None:
+    from dse.profile.ops import route
+
+    bal = route(torch, 3, 2, 8, "balanced")
+    assert len(set(bal.reshape(-1).tolist())) == min(8, 3 * 2)
+    bal = route(torch, 64, 2, 8, "balanced")
+    assert torch.bincount(bal.reshape(-1), minlength=8).tolist() == [16] * 8
+    skew = route(torch, 4096, 1, 16, "power_law_1.2")
+    counts = torch.bincount(skew.reshape(-1), minlength=16)
+    assert counts[0] > 4 * counts[15]  # expert 0 drawn far more often
+    uni = route(torch, 512, 4, 8, "uniform")
+    assert all(len(set(row)) == 4 for row in uni.tolist())  # distinct experts per token
+
+
+def test_journal_ignores_a_torn_last_line(tmp_path: Path) -> None:
+    from dse.profile.writer import Journal
+
+    j = Journal(tmp_path)
+    j.append("gemm", {"key": "a", "latency_s": 1e-3})
+    with open(tmp_path / ".journal" / "gemm.jsonl", "a") as fh:
+        fh.write('{"key": "b", "laten')  # a kill mid-write
+    assert [r["key"] for r in j.rows("gemm")] == ["a"] and j.done() == {"a"}
