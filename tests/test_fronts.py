@@ -345,3 +345,22 @@ def test_report_front_has_one_point_per_configuration(small: Path, tmp_path: Pat
     assert info.front.trials is not None and info.front.trials.sum() >= len(info.front.numbers)
     fields = [c for c in C.CONFIG_FIELDS if c in res.front]
     assert len(res.front[fields].astype(str).drop_duplicates()) == len(res.front)
+
+
+def test_sweep_prints_what_the_front_trades(small: Path, tmp_path: Path, capsys) -> None:
+    """`dse sweep` ends with the front's best configuration in each objective and its knee,
+    each with every objective and every searched column, read from the written front."""
+    out = tmp_path / "trade"
+    assert main(["sweep", str(small), "--out", str(out), "--no-report"]) == 0
+    err = capsys.readouterr().err
+    front = pd.read_csv(out / "front.csv")
+    s = json.loads((out / "summary.json").read_text())
+    names = [o["name"] for o in s["objectives"]]
+    assert f"the front trades ({len(front)} configurations):" in err
+    lines = [ln.strip() for ln in err.splitlines() if ln.startswith("  best ")]
+    assert [ln.split()[1] for ln in lines] == names
+    for name, line in zip(names, lines, strict=True):
+        best = front.loc[front[f"obj.{name}"].idxmin()]
+        for p in PARAMS:
+            if p in front and front[p].nunique() > 1:
+                assert f"{p}={best[p]}" in line, (name, p, line)

@@ -121,6 +121,38 @@ def _mark_column(view: Any) -> list[str]:
     return out
 
 
+def tradeoff_lines(view: Any, space: Any | None = None) -> list[str]:
+    """The front's trade-off in a few lines: the configuration best in each objective and the
+    knee, each with every objective and every searched column (what `dse sweep` prints)."""
+    f = view.front
+    if not len(f):
+        return []
+    names = list(view.objectives)
+    dirs = list(_directions(space) or ["minimize"] * len(names))
+    searched = (
+        [p.name for p in space.searched if p.name in f]
+        if space is not None
+        else [c for c in CONFIG_COLUMNS if c in f and f[c].nunique(dropna=True) > 1]
+    )
+
+    def describe(i: int) -> str:
+        parts = []
+        for n in names:
+            scale, unit = display_scale(n)
+            parts.append(f"{n} {float(f[f'obj.{n}'].iloc[i]) * scale:.4g} {unit}")
+        config = ", ".join(f"{c}={f[c].iloc[i]}" for c in searched)
+        return "; ".join(parts) + (f"  [{config}]" if config else "")
+
+    rows: list[tuple[str, int]] = []
+    for n, d in zip(names, dirs, strict=True):
+        v = f[f"obj.{n}"].to_numpy(float)
+        rows.append((f"best {n}", int(v.argmax() if d == "maximize" else v.argmin())))
+    if view.knee_row is not None:
+        rows.append(("knee", int(view.knee_row)))
+    width = max(len(label) for label, _ in rows)
+    return [f"  {label:<{width}}  {describe(i)}" for label, i in rows]
+
+
 def _print_front(view: Any, space: Any, limit: int) -> None:
     import pandas as pd
 

@@ -143,6 +143,28 @@ def run(args: argparse.Namespace) -> int:
                 f"{c['repeats']:,} trials repeated one (not predicted again)",
                 file=sys.stderr,
             )
+        _print_tradeoff(outcome.folder)
         print(f"results in {outcome.folder}/ (storage {outcome.storage})", file=sys.stderr)
         print(f"show the front with: dse show {outcome.folder}", file=sys.stderr)
     return 0
+
+
+def _print_tradeoff(folder: Path) -> None:
+    """What the front trades: its best configuration in each objective, and the knee."""
+    import json
+
+    from dse.commands.show import tradeoff_lines
+    from dse.errors import DSEError
+    from dse.report._compare import space_from_summary
+    from dse.sweep import load_front
+
+    try:
+        view = load_front(str(folder), None)
+        space = space_from_summary(json.loads((folder / "summary.json").read_text()))
+    except (DSEError, OSError, ValueError):
+        return  # the study is saved; `dse show` says what is wrong with the folder
+    lines = tradeoff_lines(view, space)
+    if lines:
+        print(f"the front trades ({len(view.front)} configurations):", file=sys.stderr)
+        for line in lines:
+            print(line, file=sys.stderr)
