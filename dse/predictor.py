@@ -25,7 +25,7 @@ from dse import configs as C
 from dse.errors import ConfigError
 from dse.hardware import GPU, get_gpu
 from dse.ops import Op, forward_ops
-from dse.surrogate.artifact import Artifact
+from dse.surrogate.artifact import Artifact, RangeMiss
 from dse.surrogate.hymell import (
     LAUNCH_S,  # noqa: F401  (re-exported: the roofline launch floor)
     HymellPricer,
@@ -271,18 +271,23 @@ def predict_columns(
     g = global_inputs(cols, base)
 
     lvl3 = _model(artifact, LEVEL3_MODEL)
-    oor = pre.out_of_range | dec.out_of_range
-    oor_by = {**{f"prefill {k}": v for k, v in pre.oor_by.items()}}
-    oor_by.update({f"decode {k}": v for k, v in dec.oor_by.items()})
+    # Which input left which model's fitted range, and how far ("<phase> <operator>: <input>",
+    # "level3: <input>"); `flags`: parts flagged without a distance (an engine Level 3 was not
+    # fitted for, an operator model that only says in or out).
+    misses = {f"prefill {k}": v for k, v in pre.misses.items()}
+    misses.update({f"decode {k}": v for k, v in dec.misses.items()})
+    flags = {
+        f"{phase} {k}: outside": v
+        for phase, cost in (("prefill", pre), ("decode", dec))
+        for k, v in cost.oor_by.items()
+        if not any(m.startswith(f"{k}: ") for m in cost.misses)
+    }
     ones = np.ones(n)
     if lvl3 is not None:
         c = lvl3.correct(g)
-        by3 = lvl3.out_of_range_by(g)
+        misses.update({f"level3: {k}": v for k, v in lvl3.range_misses(g).items()})
         if not c["engine_known"].all():
-            by3["engine"] = ~c["engine_known"]
-        for k, v in by3.items():
-            oor = oor | v
-            oor_by[f"level3 {k}"] = v
+            flags["level3: engine not fitted"] = ~c["engine_known"]
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
     else:
@@ -322,7 +327,10 @@ def predict_columns(
     e_pre = e_pre * power_scale
     e_dec = e_dec * power_scale
 
-    widen = np.where(oor, OOR_BAND_WIDEN, 1.0)
+    oor, degree = _oor_degree(misses, flags, n)
+    # The band widens with the distance outside the range: fully (OOR_BAND_WIDEN) from a
+    # factor 2 outside a bound on, proportionally to the log distance below that.
+    widen = 1.0 + (OOR_BAND_WIDEN - 1.0) * np.minimum(degree / np.log(2.0), 1.0)
     lo, hi = np.exp(band_lo * widen), np.exp(band_hi * widen)
     latency = t_pre + t_dec
     # Energy band: latency and power residuals combined in quadrature (independent errors).
@@ -351,7 +359,8 @@ def predict_columns(
         "energy_lo_j": energy * e_lo,
         "energy_hi_j": energy * e_hi,
         "out_of_range": oor,
-        "out_of_range_inputs": _flag_names(oor_by, n),
+        "out_of_range_inputs": _miss_text(misses, flags, n),
+        "out_of_range_degree": degree,
     }
     for phase, cost, items, over in (
         ("prefill", pre, pre_items_s, pre_over),
@@ -417,63 +426,99 @@ def _scaled(
     return items, t, e
 
 
-def _flag_names(flags: Mapping[str, np.ndarray], n: int) -> np.ndarray:
-    """Per configuration, the comma-joined names of the flags set ('' when none), built once
-    per distinct combination (cheap for 10^5 rows)."""
-    names = list(flags)
-    if not names:
-        return _const_object(n, "")
-    factorize = _factorize if n < 64 else _pandas_factorize
-    # Flags packed 60 to a word; rows grouped by their combination of every word.
-    words: list[np.ndarray] = []
-    for w0 in range(0, len(names), 60):
-        code = np.zeros(n, dtype=np.int64)
-        for i, k in enumerate(names[w0 : w0 + 60]):
-            code |= np.asarray(flags[k], dtype=np.int64) << i
-        words.append(code)
-    group, uniq = factorize(words[0])
-    for code in words[1:]:
-        codes, u = factorize(code)
-        group, uniq = factorize(group * len(u) + codes)
-    if len(uniq) == 1 and not any(w[0] for w in words):
-        return _const_object(n, "")
-    rep = np.empty(len(uniq), dtype=np.intp)
-    rep[group] = np.arange(n)
-    # The text of each distinct combination from per-chunk tables of every subset of <= 10
-    # flags (names in their order), joined with commas.
-    text = _const_object(len(rep), "")
-    for c0 in range(0, len(names), 10):
-        w, off = divmod(c0, 60)
-        table = _subset_names(tuple(names[c0 : c0 + 10]))
-        part = table[(words[w][rep] >> off) & 1023]
-        both = (text != "") & (part != "")
-        text = np.where(both, text + ",", text) + part
-    return text[group]
+# A part flagged without a distance (an engine Level 3 has no fit for) counts this far outside.
+FLAG_DEGREE = 1.0
 
 
-def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values) by sorting: for small arrays (no pandas import)."""
-    uniq, codes = np.unique(a, return_inverse=True)
-    return codes.reshape(a.shape), uniq
+def _oor_degree(
+    misses: Mapping[str, RangeMiss], flags: Mapping[str, np.ndarray], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(out of range, degree) per configuration: degree = the largest |distance| of any input
+    outside any model's fitted range (`RangeMiss.excess`, log(value / bound) for sizes), 0
+    inside; out of range where it is > 0."""
+    degree = np.zeros(n)
+    for m in misses.values():
+        np.maximum(degree, m.degree, out=degree)
+    for f in flags.values():
+        degree = np.where(f, np.maximum(degree, FLAG_DEGREE), degree)
+    return degree > 0, degree
 
 
-def _pandas_factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values) by hashing: O(n), where np.unique sorts."""
-    import pandas as pd
+def _num(v: float) -> str:
+    """A value for the out-of-range text: integers as integers, others to 4 digits."""
+    if abs(v) >= 1 and abs(v) < 1e15 and float(v).is_integer():
+        return str(int(v))
+    return f"{v:.4g}"
 
-    return pd.factorize(a, sort=False)
+
+def _miss_text(
+    misses: Mapping[str, RangeMiss], flags: Mapping[str, np.ndarray], n: int
+) -> np.ndarray:
+    """Per configuration, '; '-joined '<part>: <input> <value> > <bound> (x<value / bound>)'
+    for every input outside its model's range and the names of `flags` set ('' when none).
+    Each part's text is formatted once per distinct (value, bound) it prints, and joined only
+    on the rows it flags."""
+    out = _const_object(n, "")
+    started = np.zeros(n, dtype=bool)
+    misses = _merged(misses)
+
+    def join(rows: np.ndarray, part: np.ndarray) -> None:
+        sep = np.where(started[rows], "; ", "").astype(object)
+        out[rows] = out[rows] + sep + part
+        started[rows] = True
+
+    for k, m in misses.items():
+        rows = np.flatnonzero(m.outside)
+        if not len(rows):
+            continue
+        # 6 significant digits: the text prints 4, rows that print alike share one text
+        v = _round_sig(np.broadcast_to(m.value, m.excess.shape)[rows])
+        b = _round_sig(np.broadcast_to(m.bound, m.excess.shape)[rows])
+        uniq, inv = np.unique(v + 1j * b, return_inverse=True)
+        texts = np.array([_miss_part(k, u.real, u.imag) for u in uniq], dtype=object)
+        join(rows, texts[np.ravel(inv)])
+    for k, f in flags.items():
+        rows = np.flatnonzero(f)
+        if len(rows):
+            join(rows, _const_object(len(rows), k))
+    return out
 
 
-@cache
-def _subset_names(names: tuple[str, ...]) -> np.ndarray:
-    """Object array: entry v is the comma-joined names of the bits set in v."""
-    out = [""] * (1 << len(names))
-    for v in range(1, len(out)):
-        low = v & -v
-        rest = out[v ^ low]
-        head = names[low.bit_length() - 1]
-        out[v] = head + "," + rest if rest else head
-    return np.array(out, dtype=object)
+def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
+    """Misses of one input that are the same on every configuration (the norms, residual adds
+    and embedding of a too-wide model, prefill and decode alike) under one label:
+    '<phases> <operators>: <input>', e.g. 'prefill+decode norm/input, embedding: width'."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    first: dict[tuple[Any, ...], RangeMiss] = {}
+    for label, m in misses.items():
+        head, name = label.rsplit(": ", 1)
+        o = m.outside
+        shape = m.excess.shape
+        v = np.where(o, np.broadcast_to(m.value, shape), 0.0)
+        b = np.where(o, np.broadcast_to(m.bound, shape), 0.0)
+        key = (name, " " in head, o.tobytes(), v.tobytes(), b.tobytes())  # level3 apart
+        groups.setdefault(key, []).append(head)
+        first.setdefault(key, m)
+    out: dict[str, RangeMiss] = {}
+    for key, heads in groups.items():
+        phases = list(dict.fromkeys(h.split(" ", 1)[0] for h in heads))
+        ops = list(dict.fromkeys(h.split(" ", 1)[1] for h in heads if " " in h))
+        where = "+".join(phases) + (" " + ", ".join(ops) if ops else "")
+        out[f"{where}: {key[0]}"] = first[key]
+    return out
+
+
+def _miss_part(label: str, v: float, b: float) -> str:
+    ratio = v / b if b else float("inf")
+    return f"{label} {_num(v)} {'>' if v > b else '<'} {_num(b)} (x{ratio:.3g})"
+
+
+def _round_sig(v: np.ndarray, digits: int = 6) -> np.ndarray:
+    v = np.asarray(v, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mag = np.where(v != 0, np.floor(np.log10(np.abs(v))), 0.0)
+    scale = 10.0 ** (digits - 1 - mag)
+    return np.round(v * scale) / scale
 
 
 def _const_object(n: int, value: str) -> np.ndarray:

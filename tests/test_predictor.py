@@ -353,7 +353,7 @@ def test_out_of_range_is_flagged_and_widens_the_band(tiny_artifact: Artifact) ->
     p = predict(frame(inside, outside), artifacts={"h100_sxm": tiny_artifact})
     assert list(p["out_of_range"]) == [False, True]
     assert p["out_of_range_inputs"][0] == ""
-    assert "level3 d_model" in p["out_of_range_inputs"][1].split(",")
+    assert "level3: d_model 16384 > " in p["out_of_range_inputs"][1]
     width = np.log(p["latency_hi_s"] / p["latency_lo_s"])
     assert width[1] > 1.5 * width[0]
 

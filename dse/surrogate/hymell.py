@@ -31,7 +31,7 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.hardware import GPU
 from dse.ops import Op
-from dse.surrogate.artifact import Artifact, register_model
+from dse.surrogate.artifact import Artifact, RangeMiss, range_miss, register_model
 from dse.surrogate.nn import MLP
 
 LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H100-class GPU)
@@ -49,6 +49,9 @@ class L1Price:
     power_w: np.ndarray | None = None
     out_of_range: np.ndarray | None = None
     model: str = "roofline"
+    # Input name -> how far it lies outside the pricing model's fitted range (only inputs that
+    # leave it somewhere); `out_of_range` is where any of them does.
+    misses: dict[str, RangeMiss] | None = None
 
 
 # kind -> adapter(artifact, op, gpu, ctx) -> L1Price | None (None: no model covers this op).
@@ -167,6 +170,34 @@ class Level2Block:
     def log_factor(self, X: np.ndarray) -> np.ndarray:
         return np.clip(self.mlp_.predict(X), -L2_CLIP, L2_CLIP)
 
+    def in_token_blocks(self, X: np.ndarray) -> np.ndarray:
+        """The features of a block call with more tokens than the block was fitted on, read as
+        ceil(tokens / most fitted) equal row blocks inside the range: each with its share of
+        the tokens and of the Level-1 time (the factor of one applies to all of them, as the
+        Level-1 GEMM tables price a tall GEMM as row blocks)."""
+        hi = self.range_["log2_tokens"][1]
+        if not (X[:, 1] > hi + 1e-9).any():
+            return X
+        blocks = np.maximum(np.ceil(np.exp2(X[:, 1] - hi) * (1 - 1e-12)), 1.0)
+        X = X.copy()
+        X[:, 0] -= np.log(blocks)
+        X[:, 1] -= np.log2(blocks)
+        return X
+
+    def range_misses(self, X: np.ndarray) -> dict[str, RangeMiss]:
+        """Block size -> its `RangeMiss` (tokens, d_model, width: the log2 features read back
+        as sizes); the Level-1 time itself is not a range (as in `out_of_range`)."""
+        out: dict[str, RangeMiss] = {}
+        for j, name in enumerate(LEVEL2_FEATURES[1:], start=1):
+            lo, hi = self.range_[name]
+            x = X[:, j]
+            if x.min() >= lo - 1e-9 and x.max() <= hi + 1e-9:
+                continue
+            miss = range_miss(np.exp2(x), 2.0**lo, 2.0**hi)
+            if miss.outside.any():
+                out[name.removeprefix("log2_")] = miss
+        return out
+
     def out_of_range(self, X: np.ndarray) -> np.ndarray:
         lo = np.array([v[0] for v in self.range_.values()])
         hi = np.array([v[1] for v in self.range_.values()])
@@ -222,6 +253,8 @@ class PhaseCost:
     roof_s: dict[str, np.ndarray] = field(default_factory=dict)
     # Which part flagged `out_of_range` (operator or level-2 block name -> bool per config).
     oor_by: dict[str, np.ndarray] = field(default_factory=dict)
+    # "<operator or level-2 block>: <input>" -> how far outside its model's fitted range.
+    misses: dict[str, RangeMiss] = field(default_factory=dict)
 
     def part_s(self, *kinds: str) -> np.ndarray:
         """Seconds spent in operators of these kinds."""
@@ -260,6 +293,7 @@ class PhaseCost:
             dict(self.blocks),
             {k: v * f for k, v in self.roof_s.items()},
             dict(self.oor_by),
+            dict(self.misses),
         )
 
 
@@ -315,6 +349,12 @@ def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
         None if price.power_w is None else put(price.power_w, 0.0, float),
         None if price.out_of_range is None else put(price.out_of_range, False, bool),
         price.model,
+        None
+        if price.misses is None
+        else {
+            k: RangeMiss(*(put(a, 0.0, float) for a in (m.excess, m.value, m.bound)))
+            for k, m in price.misses.items()
+        },
     )
 
 
@@ -382,6 +422,7 @@ class HymellPricer:
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
         roof: dict[str, np.ndarray] = {}
         oor_by: dict[str, np.ndarray] = {}
+        misses: dict[str, RangeMiss] = {}
         for op in ops:
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
@@ -409,7 +450,17 @@ class HymellPricer:
                 t_call, power, src = price.latency_s, price.power_w, price.model
                 if self.artifact_gpu is not self.gpu:
                     t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
-                if price.out_of_range is not None:
+                if price.misses is not None:  # graded: which input, how far
+                    for key, miss in price.misses.items():
+                        m = miss.masked(runs).worst_node()
+                        o = m.outside
+                        if not o.any():
+                            continue
+                        label = f"{op.name}: {key}"
+                        misses[label] = misses[label].worse(m) if label in misses else m
+                        oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
+                        oor |= o
+                elif price.out_of_range is not None:
                     o = np.asarray(price.out_of_range) & runs
                     o = o.any(axis=0) if o.ndim == 2 else o
                     if o.any():
@@ -427,9 +478,10 @@ class HymellPricer:
             per_op.append((op, t, power))
             prev = sources.get(op.name)
             sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
-        self._apply_level2(per_op, oor, oor_by)
+        self._apply_level2(per_op, oor, oor_by, misses)
         out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
         out.oor_by = oor_by
+        out.misses = misses
         wsum = None if weights is None else weights.sum(axis=0)
         out.roof_s = {k: _reduce(v, weights, n, wsum) for k, v in roof.items()}
         out.kinds = {op.name: op.kind for op in ops}
@@ -467,8 +519,10 @@ class HymellPricer:
         per_op: list[tuple[Op, np.ndarray, np.ndarray]],
         oor: np.ndarray,
         oor_by: dict[str, np.ndarray],
+        misses: dict[str, RangeMiss],
     ) -> None:
-        """Scale each Level-2 block's operator times by its residual factor (in place)."""
+        """Scale each Level-2 block's operator times by its residual factor (in place); flags
+        (and grades, in `misses`) the block sizes outside what the block was fitted on."""
         if self.artifact is None:
             return
         for block, names in LEVEL2_BLOCKS.items():
@@ -483,8 +537,16 @@ class HymellPricer:
             l1_call = sum(per_op[i][1] for i in idx) / count
             model = self.artifact.model(name)
             X = block_features(l1_call, ops, block)
+            if hasattr(model, "in_token_blocks"):
+                X = model.in_token_blocks(X)
             factor = np.exp(model.log_factor(X))
-            o = model.out_of_range(X) & (ops[names[-1]].count > 0)
+            runs = ops[names[-1]].count > 0
+            o = np.zeros(len(X), dtype=bool)
+            for key, miss in model.range_misses(X).items():
+                m = miss.masked(runs)
+                if m.outside.any():
+                    misses[f"{name}: {key}"] = m
+                    o |= m.outside
             if o.any():
                 oor_by[name] = o
                 oor |= o

@@ -55,7 +55,7 @@ import numpy as np
 from dse.errors import ArtifactError, DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
-from dse.surrogate.artifact import register_model
+from dse.surrogate.artifact import RangeMiss, range_miss, register_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -849,6 +849,41 @@ class LayerOpModel:
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
         return dict(self.range_)
+
+    def range_misses(
+        self, op: str, gated: np.ndarray, **arrays: np.ndarray
+    ) -> dict[str, RangeMiss]:
+        """How far one operator's rows lie outside what this model can price from its
+        measurements: the row width against the widths measured for the operator's family (the
+        one the row reads: gated, or the non-gated one), the element count against the elements
+        measured (the regime coordinate of the per-element cost), and the tensor-parallel size.
+        Token counts and head counts are not ranges of their own: past the measured tokens a
+        curve is read at its end and the base carries the rest, at elements that were measured
+        (a 16k-token prefill of a 4096-wide norm is 67M elements, inside)."""
+        n = U.batch_size_of(arrays)
+        vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
+        gated = np.broadcast_to(np.asarray(gated, dtype=bool), (n,))
+        t, width = op_geometry(np.full(n, op), {**vals, "gated_mlp": gated})
+        out: dict[str, RangeMiss] = {}
+        lo_e, hi_e = self.range_["elements"]
+        for name, v, lo, hi in (
+            ("elements", t * width, lo_e, hi_e),
+            ("tensor_parallel", vals["tensor_parallel"], *self.range_["tensor_parallel"]),
+        ):
+            m = range_miss(v, lo, hi)
+            if m.outside.any():
+                out[name] = m
+        idx = self._row_key_index(np.full(n, op), gated)
+        width_miss: RangeMiss | None = None
+        for i in np.unique(idx[idx >= 0]):
+            w = self.curve_width_[self.curve_key_ == i]
+            if not len(w):
+                continue
+            m = range_miss(width, float(w.min()), float(w.max())).masked(idx == i)
+            width_miss = m if width_miss is None else width_miss.worse(m)
+        if width_miss is not None and width_miss.outside.any():
+            out["width"] = width_miss
+        return out
 
 
 def layer_op_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:

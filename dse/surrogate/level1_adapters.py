@@ -21,7 +21,7 @@ import numpy as np
 
 from dse.hardware import GPU
 from dse.ops import Op
-from dse.surrogate.artifact import Artifact
+from dse.surrogate.artifact import Artifact, RangeMiss
 from dse.surrogate.hymell import LAUNCH_S, L1Price, level1_adapter
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
@@ -260,7 +260,13 @@ def price_gemm(
     """GEMMs by (m, n, k, dtype) with the artifact's GEMM models (vLLM tables by default); a
     dtype the artifact has no table for is priced with the sibling chip's table where it has
     one (`dse.surrogate.gemm.Gemm.choose`: H200 per-tensor fp8 by H100's, times moved by the
-    roofline ratio), and the model name then carries `@<sibling gpu>`."""
+    roofline ratio), and the model name then carries `@<sibling gpu>`.
+
+    A GEMM wider than the table's n (an LM head of Llama-3's 128,256 vocabulary against
+    n <= 65,536) is priced as `column_blocks` GEMMs of equal width inside the table, summed:
+    what a column-split GEMM costs, read from measured shapes instead of extrapolated. One
+    taller than the table's m (a prefill of more tokens than measured) is priced as
+    `row_blocks` GEMMs of equal height the same way."""
     if not artifact.names("gemm"):
         return None
     from dse.surrogate.gemm import Gemm, borrowed
@@ -272,6 +278,7 @@ def price_gemm(
     lat = np.empty(m.shape)
     power = np.empty(m.shape)
     oor = np.zeros(m.shape, dtype=bool)
+    misses: dict[str, RangeMiss] = {}
     used = []
     kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
     for dt in kinds:
@@ -288,12 +295,56 @@ def price_gemm(
             def call(a, b, c, mdl=model):
                 return _gemm_call(artifact, mdl, a, b, c)
 
-        res = dedupe(call, m[sel], n[sel], k[sel])
-        lat[sel] = res["latency_s"]
-        power[sel] = res["power_w"]
-        oor[sel] = ch.artifact.out_of_range(ch.name, m=m[sel], n=n[sel], k=k[sel])
+        rng = ch.artifact.manifest["models"][ch.name].get("fitted_range", {})
+        blocks, n_block = column_blocks(n[sel], rng.get("n", (0.0, np.inf))[1])
+        # more rows (tokens) than the table: row blocks of equal height inside it
+        rows = row_blocks(m[sel], rng.get("m", (0.0, np.inf))[1])
+        m_block = np.ceil(m[sel] / rows)
+        res = dedupe(call, m_block, n_block, k[sel])
+        lat[sel] = res["latency_s"] * (blocks * rows)
+        power[sel] = res["power_w"]  # every block has the same shape: the same power
+        part = ch.artifact.range_misses(ch.name, m=m_block, n=n_block, k=k[sel])
+        for key, miss in part.items():
+            _put_miss(misses, key, miss, sel, m.shape)
+            oor[sel] |= miss.outside
         used.append(ch.label)
-    return L1Price(lat, power, oor, "+".join(used))
+    return L1Price(lat, power, oor, "+".join(used), misses)
+
+
+# Column blocks of a GEMM wider than its table are rounded up to this many columns (a tile).
+BLOCK_COLUMNS = 128
+
+
+def column_blocks(n: np.ndarray, n_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, columns per block) pricing an (m, n, k) GEMM as `blocks` GEMMs of
+    (m, columns, k) inside a table of n <= n_max: ceil(n / n_max) equal blocks, each rounded up
+    to a multiple of BLOCK_COLUMNS (never above n_max when n_max is one); one block of n
+    columns where n <= n_max, so those GEMMs are priced exactly as before."""
+    n = np.asarray(n, dtype=float)
+    if not np.isfinite(n_max) or n_max <= 0 or not (n > n_max).any():
+        return np.ones_like(n), n
+    blocks = np.maximum(np.ceil(n / n_max), 1.0)
+    cols = np.ceil(n / blocks / BLOCK_COLUMNS) * BLOCK_COLUMNS
+    cols = np.minimum(cols, max(np.floor(n_max / BLOCK_COLUMNS) * BLOCK_COLUMNS, BLOCK_COLUMNS))
+    wide = n > n_max
+    return np.where(wide, blocks, 1.0), np.where(wide, cols, n)
+
+
+def _put_miss(
+    misses: dict[str, RangeMiss],
+    key: str,
+    miss: RangeMiss,
+    sel: Any,
+    shape: tuple[int, ...],
+) -> None:
+    """Write a miss computed on rows `sel` into the full-shape miss of `key` (inside elsewhere)."""
+    if isinstance(sel, slice):
+        misses[key] = miss if key not in misses else misses[key].worse(miss)
+        return
+    cur = misses.get(key) or RangeMiss(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+    e, v, b = (np.array(np.broadcast_to(a, shape)) for a in (cur.excess, cur.value, cur.bound))
+    e[sel], v[sel], b[sel] = miss.excess, miss.value, miss.bound
+    misses[key] = RangeMiss(e, v, b)
 
 
 def _latency_power(out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -372,6 +423,11 @@ def price_layer_op(
         "d_ff": cols["d_ff"].astype(float),
         "tensor_parallel": cols["tensor_parallel"].astype(float),
     }
+    # More elements than the model measured (a 16k-token prefill of a 14k-wide activation):
+    # priced as row blocks of equal tokens inside the measured elements, summed.
+    blocks = _layer_row_blocks(model, vidur_op, gated, arrays)
+    if blocks is not None:
+        arrays["num_tokens"] = np.ceil(tokens / blocks)
     # Only these inputs change this operator's time; the others are held at any row's value
     # so that the model runs once per distinct shape of *this* operator.
     relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
@@ -393,7 +449,10 @@ def price_layer_op(
 
         # One call: the model's per-call cost (string op lookups) does not shrink with blocks.
         hit = evaluate_rows(run, groups, tokens.shape, block=None)
-        hit["oor"] = artifact.out_of_range(names[0], **{k: arrays[k] for k in relevant})
+        if blocks is not None:
+            hit["latency_s"] = hit["latency_s"] * blocks
+        hit["misses"] = _layer_op_misses(artifact, names[0], model, vidur_op, gated, arrays)
+        hit["oor"] = _any_outside(hit["misses"], tokens.shape)
         hit["groups"] = groups
         if cache is not None:
             cache[("layer_op", vidur_op)] = hit
@@ -404,7 +463,7 @@ def price_layer_op(
     if not hit["covered"].all():
         t_roof = np.maximum(op.flops / gpu.peak_bf16_flops_per_s, op.bytes / gpu.hbm_bw_bytes_per_s)
         lat = np.where(hit["covered"], lat, t_roof + LAUNCH_S)
-        return L1Price(lat, op_power_w(artifact, op, gpu, lat), hit["oor"], names[0])
+        return L1Price(lat, op_power_w(artifact, op, gpu, lat), hit["oor"], names[0], hit["misses"])
     # The same FLOPs and bytes as the operator that filled the cache (both residual adds,
     # input and final norm): the same power.
     same = hit.get("power_of")
@@ -412,10 +471,58 @@ def price_layer_op(
         np.array_equal(np.asarray(a), np.asarray(b))
         for a, b in ((same[0], op.flops), (same[1], op.bytes))
     ):
-        return L1Price(lat, same[2], hit["oor"], names[0])
+        return L1Price(lat, same[2], hit["oor"], names[0], hit["misses"])
     power = op_power_w(artifact, op, gpu, lat, groups=hit["groups"])
     hit["power_of"] = (op.flops, op.bytes, power)
-    return L1Price(lat, power, hit["oor"], names[0])
+    return L1Price(lat, power, hit["oor"], names[0], hit["misses"])
+
+
+def _layer_row_blocks(
+    model: Any, vidur_op: str, gated: np.ndarray, arrays: Mapping[str, np.ndarray]
+) -> np.ndarray | None:
+    """Row blocks per configuration (`row_blocks` of the elements against the most the model
+    measured), or None when every configuration fits in one."""
+    rng = getattr(model, "range_", {})
+    if "elements" not in rng:
+        return None
+    from dse.surrogate.layerops import op_geometry
+
+    t, width = op_geometry(
+        np.full(len(arrays["num_tokens"]), vidur_op), {**arrays, "gated_mlp": gated}
+    )
+    b = row_blocks(t * width, rng["elements"][1])
+    return b if (b > 1).any() else None
+
+
+def row_blocks(size: np.ndarray, size_max: float) -> np.ndarray:
+    """How many equal row blocks bring `size` (tokens, or elements) inside a measured maximum:
+    ceil(size / size_max), 1 where it is inside already."""
+    size = np.asarray(size, dtype=float)
+    if not np.isfinite(size_max) or size_max <= 0:
+        return np.ones_like(size)
+    return np.maximum(np.ceil(size / size_max * (1 - 1e-12)), 1.0)
+
+
+def _any_outside(misses: Mapping[str, RangeMiss], shape: tuple[int, ...]) -> np.ndarray:
+    out = np.zeros(shape, dtype=bool)
+    for m in misses.values():
+        out |= m.outside
+    return out
+
+
+def _layer_op_misses(
+    artifact: Artifact,
+    name: str,
+    model: Any,
+    vidur_op: str,
+    gated: np.ndarray,
+    arrays: Mapping[str, np.ndarray],
+) -> dict[str, RangeMiss]:
+    """The layer-op model's own range check (width, elements, tp: `range_misses`), or the
+    per-input box of its manifest for a model class without one."""
+    if hasattr(model, "range_misses"):
+        return model.range_misses(vidur_op, gated, **arrays)
+    return artifact.range_misses(name, **{k: arrays[k] for k in LAYER_OP_INPUTS[vidur_op]})
 
 
 # ---------------------------------------------------------------------------- kernel tables
@@ -522,9 +629,12 @@ def _kernel_price(
         # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
         power = op_power_w(artifact, op, gpu, lat, groups=groups)
     rng = artifact.manifest["models"][name].get("fitted_range", {})
-    oor = artifact.out_of_range(name, **{k: v for k, v in arrays.items() if k in rng})
-    oor = np.broadcast_to(oor, shape)
-    return L1Price(lat, power, oor, name)
+    part = artifact.range_misses(name, **{k: v for k, v in arrays.items() if k in rng})
+    misses = {
+        k: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))
+        for k, m in part.items()
+    }
+    return L1Price(lat, power, _any_outside(misses, shape), name, misses)
 
 
 def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
@@ -610,6 +720,7 @@ def price_allreduce(
     n_gpus = np.broadcast_to(np.asarray(d["n_gpus"], dtype=float), msg.shape)
     lat = np.full(msg.shape, np.nan)
     oor = np.zeros(msg.shape, dtype=bool)
+    misses: dict[str, RangeMiss] = {}
     used = []
     todo = np.ones(msg.shape, dtype=bool)
     for i, name in enumerate(ranked):
@@ -626,7 +737,10 @@ def price_allreduce(
             n_gpus[sel].astype(np.int64),
         )
         lat[sel] = res["latency_s"]
-        oor[sel] = artifact.out_of_range(name, message_bytes=msg[sel], n_gpus=n_gpus[sel])
+        part = artifact.range_misses(name, message_bytes=msg[sel], n_gpus=n_gpus[sel])
+        for key, miss in part.items():
+            _put_miss(misses, key, miss, sel, msg.shape)
+            oor[sel] |= miss.outside
         todo &= ~sel
         used.append(name)
         if not todo.any():
@@ -635,4 +749,4 @@ def price_allreduce(
         return None
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
-    return L1Price(lat, power, oor, "+".join(used))
+    return L1Price(lat, power, oor, "+".join(used), misses)

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.surrogate.artifact import register_model
+from dse.surrogate.artifact import RangeMiss, range_miss, register_model
 from dse.surrogate.nn import MLP
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
@@ -97,7 +97,12 @@ RANGE_INPUTS: tuple[str, ...] = (
     "tp",
     "n_experts",
     "kv_fill",
+    "gqa",  # an MLP input (log2 of it) and the a_attn_gqa term's: recorded by fits after it
 )
+# Inputs Level 3 reads linearly (the rest in log coordinates): their distance outside the range
+# is measured in units of the fitted span, so a KV fill of 1e-5 against a fitted minimum of
+# 1e-4 is inside (both are "the cache is nearly empty").
+LINEAR_INPUTS: tuple[str, ...] = ("kv_fill",)
 # Kernel groups whose tie-break leans to the roofline rather than to the fitted kernel model:
 # decode attention over the KV cache. argonne's engines predate the attention tables, and their
 # decode attention reads the cache at about the roofline rate; leave-one-model-out, the fitted
@@ -388,12 +393,20 @@ class Level3:
     def out_of_range_by(self, g: GlobalInputs) -> dict[str, np.ndarray]:
         """Global input name -> True where it lies outside the fitted range (only inputs that
         are out somewhere)."""
+        return {k: m.outside for k, m in self.range_misses(g).items()}
+
+    def range_misses(self, g: GlobalInputs) -> dict[str, RangeMiss]:
+        """Global input name -> its `RangeMiss` against the fitted range, for every input of
+        the range (RANGE_INPUTS as the artifact recorded them) that leaves it somewhere by
+        more than RANGE_TOL."""
         out = {}
         for k, (lo, hi) in self.range_.items():
             v = g.value(k)
-            o = (v < lo * (1 - 1e-9)) | (v > hi * (1 + 1e-9))
-            if o.any():
-                out[k] = o
+            if v.size and v.min() >= lo and v.max() <= hi:
+                continue
+            miss = range_miss(v, lo, hi, linear=k in LINEAR_INPUTS)
+            if miss.outside.any():
+                out[k] = miss
         return out
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
