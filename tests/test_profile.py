@@ -337,6 +337,26 @@ def test_budget_defers_shapes_to_a_later_run(tmp_path: Path) -> None:
     assert got.returncode == 0 and ", 0 left" in got.stdout
 
 
+def test_allreduce_rows_round_trip_through_the_reader(tmp_path: Path) -> None:
+    """The multi-GPU path's timing and table, run as two CPU processes over gloo (the same
+    schedule and writer as NCCL on GPUs; `dse profile` uses it when >= 2 GPUs are visible)."""
+    from dse.data import load
+    from dse.profile.allreduce import group_sizes, measure_allreduce
+    from dse.profile.writer import Journal, write_tables
+
+    assert group_sizes(1) == [] and group_sizes(8) == [2, 4, 8]
+    shapes = [{"num_gpus": 2, "message_elements": n} for n in (1024, 65536)]
+    rows = measure_allreduce(shapes, "bfloat16", backend="gloo")
+    assert sorted(r["message_elements"] for r in rows) == [1024, 65536]
+    j = Journal(tmp_path)
+    for r in rows:
+        j.append("allreduce", {**r, "key": str(r["message_elements"])})
+    write_tables(tmp_path, GPU, None, j, {"torch": torch.__version__, "name": "cpu"})
+    t = load(tmp_path, ["allreduce"])["allreduce"]
+    assert sorted(t["message_bytes"]) == [2048, 131072]  # bf16: 2 bytes per element
+    assert set(t["n_gpus"]) == {2} and (t["latency_s"] > 0).all()
+
+
 # ---------------------------------------------------------------------------- pure parts
 def test_median_ci_stop_rule() -> None:
     from dse.profile.timing import median_ci_rel_halfwidth

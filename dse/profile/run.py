@@ -341,17 +341,32 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
         or (d in other and t in ("context_attention", "generation_attention", "moe"))
     ]
     notes: dict[str, str] = {}
+    items = [it for it in items if it[0] != "allreduce"]
+    ar_items: list[tuple[str, str, grid.Shape]] = []
     if "allreduce" in wanted_ops:
         n_gpu = torch.cuda.device_count() if device.type == "cuda" else 0
-        notes["allreduce"] = (
-            f"skipped: {n_gpu} GPU(s) visible, an all-reduce needs at least 2"
-            if n_gpu < 2
-            else "skipped: multi-GPU all-reduce over torch.distributed is not implemented yet"
-        )
-        items = [it for it in items if it[0] != "allreduce"]
+        if n_gpu < 2:
+            notes["allreduce"] = f"skipped: {n_gpu} GPU(s) visible, an all-reduce needs at least 2"
+        else:
+            from dse.profile.allreduce import group_sizes
+
+            sizes = group_sizes(n_gpu)
+            ar_items = [
+                ("allreduce", other[0], {"num_gpus": n, **s})
+                for n in sizes
+                for s in grid.allreduce_shapes(level, opts.offset)
+            ]
+            notes["allreduce"] = (
+                f"torch.distributed all_reduce (NCCL), groups of {sizes} GPUs, a fixed schedule "
+                "(warm-up 5, 15 samples); not exercised on a multi-GPU machine yet"
+            )
+        items += ar_items
     journal = Journal(out)
     done = journal.done()
-    todo = interleave([it for it in items if grid.shape_key(*it) not in done])
+    todo = interleave(
+        [it for it in items if grid.shape_key(*it) not in done and it[0] != "allreduce"]
+    )
+    ar_todo = [it for it in ar_items if grid.shape_key(*it) not in done]
     clock = Clock(torch, device)
     proto = opts.protocol
     if level == "tiny":  # the tiny grid must stay well under a minute
@@ -393,7 +408,7 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
     log(
         f"dse profile: {name} on {info['name']} ({device}), grid {level}"
         f"{' offset 1' if opts.offset else ''}: {len(items)} shapes planned, "
-        f"{len(items) - len(todo) - deferred} already measured, {len(todo)} to measure now, "
+        f"{len(items) - len(todo) - len(ar_todo) - deferred} already measured, {len(todo)} to measure now, "
         f"estimated {_duration(total_est)}"
         + (
             f"; {deferred} left for a later run (--max-minutes {opts.max_minutes:g})"
@@ -479,13 +494,22 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
                 if time.perf_counter() - last_build > REBUILD_EVERY_S:
                     rebuild()
                     last_build = time.perf_counter()
+            if ar_todo and status == "complete":
+                # all ranks in one spawn: every missing (group size, message) at once
+                from dse.profile.allreduce import measure_allreduce
+
+                for row in measure_allreduce([sh for _, _, sh in ar_todo], ar_todo[0][1]):
+                    shape = {k: row[k] for k in ("num_gpus", "message_elements")}
+                    row["key"] = grid.shape_key("allreduce", row["dtype"], shape)
+                    journal.append("allreduce", row)
+                    measured += 1
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
         if bar is not None:
             bar.close()
-        left = deferred + (len(todo) - measured - skipped)
+        left = deferred + (len(todo) + len(ar_todo) - measured - skipped)
         if left and status == "complete":
             status = "budget"
         manifest = write_manifest(rebuild(), left)
