@@ -445,8 +445,9 @@ def _oor_degree(
 
 
 def _num(v: float) -> str:
-    """A value for the out-of-range text: integers as integers, others to 4 digits."""
-    if abs(v) >= 1 and abs(v) < 1e15 and float(v).is_integer():
+    """A value for the out-of-range text: integers below 10^6 as integers, others to 4
+    significant digits (the text groups values rounded to 6)."""
+    if abs(v) >= 1 and abs(v) < 1e6 and float(v).is_integer():
         return str(int(v))
     return f"{v:.4g}"
 
