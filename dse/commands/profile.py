@@ -11,7 +11,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "profile",
-        help="measure a GPU's primitives with PyTorch into tables `dse fit` reads",
+        help="measure a GPU's primitives into tables `dse fit` reads",
         description="Time GEMM, prefill/decode attention, MoE, layer ops (and all-reduce with "
         "more than one GPU) over a grid of shapes with PyTorch, read energy from NVML, and "
         "write them in the layout of ../shared/data plus profile.json (device, software, "
