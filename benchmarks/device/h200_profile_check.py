@@ -6,9 +6,8 @@ nvidia-ml-py; the whole check fits in under 10 minutes including the fit:
 
     python3 benchmarks/device/h200_profile_check.py --out "$OUT" [--data ../shared/data]
 
-Steps: (1) `dse profile --quick --ops gemm,attention,moe --max-minutes M --energy-seconds E`
-(E < 1 s only to fit the check's budget: the counter's update period then weighs more; the
-full protocol uses 1 s); (2) `dse fit --no-cv` on it as GPU `h200prof` (the spec's fields are
+Steps: (1) `dse profile --quick --ops gemm,attention,moe --max-minutes M` (the quick grid,
+energy on the 175 GEMM shapes with the full 1 s protocol: ~4-5 minutes estimated); (2) `dse fit --no-cv` on it as GPU `h200prof` (the spec's fields are
 the registry's H200 datasheet, matched by device name; the measured peaks sit beside them);
 (3) for every kind both artifacts price, MAPE against the measured rows of
   - the shared H200 aiconfigurator tables (vLLM kernels, CUDA-graph replay), when --data has
@@ -76,8 +75,8 @@ def main() -> int:
     ap.add_argument(
         "--data", default=os.environ.get("DSE_DATA", str(REPO.parent / "shared" / "data"))
     )
-    ap.add_argument("--max-minutes", type=float, default=5.0, help="profile budget (default 5)")
-    ap.add_argument("--energy-seconds", type=float, default=0.2)
+    ap.add_argument("--max-minutes", type=float, default=6.0, help="profile budget (default 6)")
+    ap.add_argument("--energy-seconds", type=float, default=1.0)
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,8 @@ def gemm(torch: Any, device: Any, dtype: str, m: int, n: int, k: int) -> Kernel:
         # per-tensor scaled fp8 (torch._scaled_mm, cuBLASLt): needs sm89+ tensor cores
         if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
             raise Unsupported("fp8 GEMM needs a CUDA GPU of compute capability >= 8.9")
+        if m % 16 or n % 16 or k % 16:
+            raise Unsupported("fp8 GEMM (torch._scaled_mm) needs m, n and k multiples of 16")
         f8 = torch.float8_e4m3fn
         x = torch.randn(m, k, device=device).to(f8)
         w = torch.randn(n, k, device=device).to(f8)

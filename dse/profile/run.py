@@ -85,6 +85,7 @@ def resolve_device(torch: Any, text: str) -> Any:
             raise ConfigError(
                 f"--device {text}: only {n} CUDA GPU(s) visible (cuda:0..cuda:{n - 1})"
             )
+        torch.cuda.set_device(dev.index or 0)  # events and streams of this GPU
         return torch.device("cuda", dev.index or 0)
     raise ConfigError(f"--device {text!r}: use cuda, cuda:N or cpu")
 
@@ -164,6 +165,7 @@ def estimate_s(
     proto: Protocol,
     energy: bool,
     flush_bytes: int = 0,
+    energy_tables: set[str] | None = None,
 ) -> list[float]:
     """Seconds each shape is expected to take (roofline at the measured peaks + overheads,
     times the calls the protocol makes, + the energy loop)."""
@@ -182,7 +184,8 @@ def estimate_s(
         samples = min(proto.max_repeats, 12)
         per = (proto.warmup + 1) * t + samples * (sample + 3 * OVERHEAD_S[kind])
         per += SETUP_S[kind] + (flush_bytes + 4 * nbytes) / bw
-        out.append(n_ops * per + (proto.energy_s if energy else 0.0))
+        metered = energy and (energy_tables is None or table in energy_tables)
+        out.append(n_ops * per + (proto.energy_s if metered else 0.0))
     return out
 
 
@@ -208,7 +211,7 @@ def _energy_row(
     fn: Callable[[], Any], calls: int, clock: Clock, reader: Any, seconds: float
 ) -> dict[str, Any]:
     """Mean board power over a sustained loop of >= `seconds` (NaN where not measured)."""
-    if isinstance(reader, NoEnergy):
+    if isinstance(reader, NoEnergy) or seconds <= 0:
         return {"power_w": math.nan, "energy_seconds": math.nan}
 
     def loop() -> float:
@@ -258,12 +261,11 @@ def measure_shape(
         return row
     except ops.Unsupported as exc:
         return {**s, "dtype": dtype, "skipped": str(exc)}
-    except RuntimeError as exc:  # out of memory and other per-shape kernel failures
-        if "out of memory" not in str(exc).lower():
-            raise
+    except RuntimeError as exc:  # out of memory, a shape a kernel refuses: recorded, skipped
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        return {**s, "dtype": dtype, "skipped": "out of memory"}
+        msg = "out of memory" if "out of memory" in str(exc).lower() else str(exc)[:300]
+        return {**s, "dtype": dtype, "skipped": f"{type(exc).__name__}: {msg}"}
 
 
 # ---------------------------------------------------------------------------- the run
@@ -390,7 +392,10 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
     write_spec(out, spec)
 
     flush = Flusher(torch, device, ops.l2_bytes(torch, device))
-    est = estimate_s(todo, peaks, device.type, proto, measured_power, flush.bytes)
+    # --quick reads energy on the GEMM shapes only (the power model is fitted on them): 1 s a
+    # shape for every table would make a quick GPU run ~20 minutes
+    energy_tables = {"gemm"} if opts.quick else set(grid.TABLES)
+    est = estimate_s(todo, peaks, device.type, proto, measured_power, flush.bytes, energy_tables)
     budget_s = opts.max_minutes * 60.0 if opts.max_minutes is not None else math.inf
     # what is left of the budget after the peak measurements goes to the shapes
     shapes_budget_s = budget_s - (time.perf_counter() - t_start)
@@ -452,7 +457,8 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
                 "method": reader.method,
                 "note": "energy not measured: power and energy are NaN in every row"
                 if not measured_power
-                else f"mean board power (idle included) over a sustained loop of >= {proto.energy_s:g} s per shape",
+                else f"mean board power (idle included) over a sustained loop of >= {proto.energy_s:g} s "
+                f"per shape of {', '.join(sorted(energy_tables))}",
             },
             "protocol": proto.describe(),
             "routing": {
@@ -482,8 +488,9 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
                 if time.perf_counter() - t_start > budget_s:
                     status = "budget"
                     break
+                e_s = proto.energy_s if table in energy_tables else 0.0
                 row = measure_shape(
-                    torch, device, table, dtype, s, clock, proto, flush, reader, proto.energy_s
+                    torch, device, table, dtype, s, clock, proto, flush, reader, e_s
                 )
                 row["key"] = grid.shape_key(table, dtype, s)
                 journal.append(table, row)
