@@ -357,6 +357,18 @@ def test_allreduce_rows_round_trip_through_the_reader(tmp_path: Path) -> None:
     assert set(t["n_gpus"]) == {2} and (t["latency_s"] > 0).all()
 
 
+def test_fp8_on_a_cpu_is_recorded_as_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "f"
+    args = ["profile", "--device", "cpu", "--quick", "--name", GPU, "--ops", "gemm", "--dtype", "bfloat16,fp8", "--out", str(out), "--no-progress"]  # fmt: skip
+    got = dse(*args, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert "36 shapes measured, 36 skipped" in got.stdout
+    skipped = [r for r in journal_rows(out) if r.get("skipped")]
+    assert {r["dtype"] for r in skipped} == {"fp8"} and "CUDA" in skipped[0]["skipped"]
+    got = dse("profile", "--device", "cpu", "--dtype", "int3", "--out", str(out), cwd=tmp_path)
+    assert got.returncode == 2 and "unknown dtype(s) int3" in got.stderr
+
+
 # ---------------------------------------------------------------------------- pure parts
 def test_median_ci_stop_rule() -> None:
     from dse.profile.timing import median_ci_rel_halfwidth

@@ -337,7 +337,10 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
     other = [d for d in dtypes if d != "fp8"] or ["bfloat16"]
     items = [
         (t, d, s)
-        for t, d, s in grid.plan(wanted_ops, dtypes, level, opts.offset)
+        # non-fp8 dtypes first: layer ops and all-reduce run in the first one
+        for t, d, s in grid.plan(
+            wanted_ops, other + ["fp8"] * ("fp8" in dtypes), level, opts.offset
+        )
         if t == "gemm"
         or d == other[0]
         or (d in other and t in ("context_attention", "generation_attention", "moe"))
