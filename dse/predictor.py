@@ -444,12 +444,14 @@ def _oor_degree(
     return degree > 0, degree
 
 
-def _num(v: float) -> str:
-    """A value for the out-of-range text: integers below 10^6 as integers, others to 4
-    significant digits (the text groups values rounded to 6)."""
-    if abs(v) >= 1 and abs(v) < 1e6 and float(v).is_integer():
-        return str(int(v))
-    return f"{v:.4g}"
+def _fmt(v: np.ndarray, spec: str) -> np.ndarray:
+    """Object array of the values as text: integers below 10^6 as integers, others with
+    `spec` (a format spec such as '.4g')."""
+    out = np.empty(len(v), dtype=object)
+    exact = (np.abs(v) >= 1) & (np.abs(v) < 1e6) & (v == np.round(v))
+    out[exact] = [str(x) for x in v[exact].astype(np.int64).tolist()]
+    out[~exact] = [format(x, spec) for x in v[~exact].tolist()]
+    return out
 
 
 def _miss_text(
@@ -457,32 +459,67 @@ def _miss_text(
 ) -> np.ndarray:
     """Per configuration, '; '-joined '<part>: <input> <value> > <bound> (x<value / bound>)'
     for every input outside its model's range and the names of `flags` set ('' when none).
-    Each part's text is formatted once per distinct (value, bound) it prints, and joined only
-    on the rows it flags."""
-    out = _const_object(n, "")
-    started = np.zeros(n, dtype=bool)
-    misses = _merged(misses)
-
-    def join(rows: np.ndarray, part: np.ndarray) -> None:
-        sep = np.where(started[rows], "; ", "").astype(object)
-        out[rows] = out[rows] + sep + part
-        started[rows] = True
-
-    for k, m in misses.items():
+    Each part's text is formatted once per distinct (value, bound) it prints, and the texts
+    are joined once per distinct combination of them over the batch (a sweep repeats them)."""
+    codes: list[np.ndarray] = []
+    tables: list[np.ndarray] = []
+    for k, m in _merged(misses).items():
         rows = np.flatnonzero(m.outside)
         if not len(rows):
             continue
         # 6 significant digits: the text prints 4, rows that print alike share one text
         v = _round_sig(np.broadcast_to(m.value, m.excess.shape)[rows])
         b = _round_sig(np.broadcast_to(m.bound, m.excess.shape)[rows])
-        uniq, inv = np.unique(v + 1j * b, return_inverse=True)
-        texts = np.array([_miss_part(k, u.real, u.imag) for u in uniq], dtype=object)
-        join(rows, texts[np.ravel(inv)])
+        inv, uniq = (_factorize if len(rows) < 64 else _pandas_factorize)(v + 1j * b)
+        uv, ub = np.asarray(uniq).real, np.asarray(uniq).imag
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = _fmt(np.where(ub != 0, uv / ub, np.inf), ".3g")
+        sym = np.where(uv > ub, " > ", " < ").astype(object)
+        tables.append(f"{k} " + _fmt(uv, ".4g") + sym + _fmt(ub, ".4g") + " (x" + ratio + ")")
+        code = np.zeros(n, dtype=np.int64)
+        code[rows] = np.ravel(inv) + 1
+        codes.append(code)
     for k, f in flags.items():
-        rows = np.flatnonzero(f)
-        if len(rows):
-            join(rows, _const_object(len(rows), k))
-    return out
+        if np.any(f):
+            tables.append(np.array([k], dtype=object))
+            codes.append(np.asarray(f, dtype=np.int64))
+    if not codes:
+        return _const_object(n, "")
+    factorize = _factorize if n < 64 else _pandas_factorize
+    group = np.zeros(n, dtype=np.int64)
+    n_groups = 1
+    for code, table in zip(codes, tables, strict=True):
+        group, uniq = factorize(group * (len(table) + 1) + code)
+        n_groups = len(uniq)
+    rep = np.empty(n_groups, dtype=np.intp)
+    rep[group] = np.arange(n)
+    text = _const_object(n_groups, "")
+    started = np.zeros(n_groups, dtype=bool)
+    for code, table in zip(codes, tables, strict=True):
+        c = code[rep]
+        sel = np.flatnonzero(c)
+        if not len(sel):
+            continue
+        part = table[c[sel] - 1]
+        more = started[sel]
+        if more.any():
+            part[more] = text[sel[more]] + "; " + part[more]
+        text[sel] = part
+        started[sel] = True
+    return text[group]
+
+
+def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) by sorting: for small arrays (no pandas import)."""
+    uniq, codes = np.unique(a, return_inverse=True)
+    return codes.reshape(a.shape), uniq
+
+
+def _pandas_factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) by hashing: O(n), where np.unique sorts."""
+    import pandas as pd
+
+    return pd.factorize(a, sort=False)
 
 
 def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
@@ -507,11 +544,6 @@ def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
         where = "+".join(phases) + (" " + ", ".join(ops) if ops else "")
         out[f"{where}: {key[0]}"] = first[key]
     return out
-
-
-def _miss_part(label: str, v: float, b: float) -> str:
-    ratio = v / b if b else float("inf")
-    return f"{label} {_num(v)} {'>' if v > b else '<'} {_num(b)} (x{ratio:.3g})"
 
 
 def _round_sig(v: np.ndarray, digits: int = 6) -> np.ndarray:

@@ -863,23 +863,31 @@ class LayerOpModel:
         n = U.batch_size_of(arrays)
         vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(gated, dtype=bool), (n,))
-        t, width = op_geometry(np.full(n, op), {**vals, "gated_mlp": gated})
+        t, width = op_geometry(np.asarray(op), {**vals, "gated_mlp": gated})  # one operator
+        width = np.broadcast_to(width, (n,))
         out: dict[str, RangeMiss] = {}
-        lo_e, hi_e = self.range_["elements"]
-        for name, v, lo, hi in (
-            ("elements", t * width, lo_e, hi_e),
-            ("tensor_parallel", vals["tensor_parallel"], *self.range_["tensor_parallel"]),
-        ):
+        for name, v in (("elements", t * width), ("tensor_parallel", vals["tensor_parallel"])):
+            lo, hi = self.range_[name]
+            if v.min() >= lo and v.max() <= hi:
+                continue
             m = range_miss(v, lo, hi)
             if m.outside.any():
                 out[name] = m
-        idx = self._row_key_index(np.full(n, op), gated)
+        # the family each row reads (as _row_key_index): its own, else the other one
+        lookup = {str(k): i for i, k in enumerate(self.keys_)}
+        g_i = lookup.get(op, -1)
+        n_i = lookup.get(f"{op}:nongated", g_i)
+        g_i = n_i if g_i < 0 else g_i
         width_miss: RangeMiss | None = None
-        for i in np.unique(idx[idx >= 0]):
-            w = self.curve_width_[self.curve_key_ == i]
-            if not len(w):
+        for i, rows in ((g_i, gated), (n_i, ~gated)):
+            w = self.curve_width_[self.curve_key_ == i] if i >= 0 else ()
+            if not len(w) or not rows.any():
                 continue
-            m = range_miss(width, float(w.min()), float(w.max())).masked(idx == i)
+            lo, hi = float(w.min()), float(w.max())
+            sub = width[rows]
+            if sub.min() >= lo and sub.max() <= hi:
+                continue
+            m = range_miss(width, lo, hi).masked(rows)
             width_miss = m if width_miss is None else width_miss.worse(m)
         if width_miss is not None and width_miss.outside.any():
             out["width"] = width_miss

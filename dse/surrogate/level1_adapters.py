@@ -487,11 +487,11 @@ def _layer_row_blocks(
         return None
     from dse.surrogate.layerops import op_geometry
 
-    t, width = op_geometry(
-        np.full(len(arrays["num_tokens"]), vidur_op), {**arrays, "gated_mlp": gated}
-    )
-    b = row_blocks(t * width, rng["elements"][1])
-    return b if (b > 1).any() else None
+    t, width = op_geometry(np.asarray(vidur_op), {**arrays, "gated_mlp": gated})  # one op
+    e = t * width
+    if e.max() <= rng["elements"][1]:
+        return None
+    return row_blocks(e, rng["elements"][1])
 
 
 def row_blocks(size: np.ndarray, size_max: float) -> np.ndarray:
