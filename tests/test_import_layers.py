@@ -1,0 +1,341 @@
+"""Imports in dse/ run one way: no cycle, no import of a higher layer (issue 23).
+
+The graph is read with `ast` (nothing is imported): every `import dse...` / `from dse... import`
+at module level AND inside functions (function-level imports are how cycles hide); imports under
+`if TYPE_CHECKING:` are reported but not held against the rules. Run as a script for the report:
+
+    python tests/test_import_layers.py [ROOT]      # edges, cycles, upward imports
+
+While the tree moves, KNOWN_CYCLES and KNOWN_UPWARD list today's violations: the tests fail on
+a new one AND on a listed one that is gone (so the lists only shrink). The issue is done when
+both are empty and LAYERS is TARGET_LAYERS.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+PKG = "dse"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: str  # importing module, dotted
+    dst: str  # imported dse module (a symbol import resolves to its module)
+    line: int
+    scope: str  # "module", "function" (inside a def/lambda) or "typing" (if TYPE_CHECKING)
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    out = {}
+    for p in sorted((root / PKG).rglob("*.py")):
+        if "__pycache__" in p.parts:
+            continue
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def _module_of(name: str, mods: dict[str, Path]) -> str | None:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _edges_of(mod: str, path: Path, mods: dict[str, Path]) -> set[Edge]:
+    is_pkg = path.name == "__init__.py"
+    out: set[Edge] = set()
+
+    def add(target: str, line: int, scope: str) -> None:
+        dst = _module_of(target, mods)
+        if dst and dst != mod:
+            out.add(Edge(mod, dst, line, scope))
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            s = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                s = "function"
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                s = "typing" if scope == "module" else scope
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    if a.name == PKG or a.name.startswith(PKG + "."):
+                        add(a.name, child.lineno, s)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:  # relative: resolve against this module's package
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[: len(base) - (child.level - 1)]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                if target == PKG or target.startswith(PKG + "."):
+                    for a in child.names:  # `from dse.x import y` may import module dse.x.y
+                        full = f"{target}.{a.name}"
+                        add(full if full in mods else target, child.lineno, s)
+            visit(child, s)
+
+    visit(ast.parse(path.read_text(), filename=str(path)), "module")
+    return out
+
+
+def graph(root: Path = ROOT) -> list[Edge]:
+    mods = modules(root)
+    return sorted(
+        (e for m, p in mods.items() for e in _edges_of(m, p, mods)),
+        key=lambda e: (e.src, e.line, e.dst),
+    )
+
+
+def cycles(edges: list[Edge], scopes: tuple[str, ...] = ("module", "function")) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    adj: dict[str, set[str]] = {}
+    for e in edges:
+        if e.scope in scopes:
+            adj.setdefault(e.src, set()).add(e.dst)
+    nodes = sorted(set(adj) | {d for v in adj.values() for d in v})
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(adj.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(adj.get(w, ())))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return sorted(out)
+
+
+def cycle_path(comp: list[str], edges: list[Edge]) -> list[str]:
+    """One shortest cycle through the first module of a component (for messages)."""
+    inside = set(comp)
+    adj: dict[str, set[str]] = {}
+    for e in edges:
+        if e.scope != "typing" and e.src in inside and e.dst in inside:
+            adj.setdefault(e.src, set()).add(e.dst)
+    start = comp[0]
+    prev: dict[str, str] = {}
+    q = deque([start])
+    while q:
+        v = q.popleft()
+        for w in sorted(adj.get(v, ())):
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(prev[path[-1]])
+                return [*reversed(path), start]
+            if w not in prev:
+                prev[w] = v
+                q.append(w)
+    return comp
+
+
+# Layers, lowest first: a module may import its own layer or a lower one (a prefix names a
+# module or a package; the longest matching prefix decides). CURRENT_LAYERS reads today's tree;
+# TARGET_LAYERS is the house of issue 23 (docs/design.md); switch LAYERS when the moves land.
+CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("dse.errors", "dse.resources", "dse.yamlio", "dse.fields", "dse.hardware_specs")),
+    (
+        "spec",
+        (
+            "dse.hardware",
+            "dse.workload",
+            "dse.arch",
+            "dse.configs",
+            "dse.models",
+            "dse.hf",
+            "dse.space",
+        ),
+    ),
+    ("ops", ("dse.ops",)),
+    ("nn", ("dse.surrogate.nn", "dse.surrogate._fitutil")),
+    (
+        "models",
+        (
+            "dse.surrogate.gemm",
+            "dse.surrogate.attention",
+            "dse.surrogate.moe",
+            "dse.surrogate.allreduce",
+            "dse.surrogate.layerops",
+            "dse.surrogate.power",
+            "dse.surrogate.power3",
+            "dse.surrogate.level3",
+            "dse.surrogate._hybrid",
+            "dse.surrogate.ops_models",
+        ),
+    ),
+    (
+        "predict",
+        (
+            "dse.surrogate.hymell",
+            "dse.surrogate.level1_adapters",
+            "dse.surrogate.artifact",
+            "dse.predictor",
+            "dse.surrogate",
+        ),
+    ),
+    ("estimators", ("dse.estimators",)),
+    ("data", ("dse.data",)),
+    ("fitting", ("dse.surrogate.hymell_fit", "dse.surrogate.fit", "dse.surrogate.validate")),
+    ("sweep", ("dse.pareto", "dse.sweep", "dse.export")),
+    ("report", ("dse.report",)),
+    ("profile", ("dse.profile",)),
+    ("commands", ("dse.commands", "dse.cli", "dse.__main__")),
+]
+TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("dse.errors", "dse.resources", "dse.yamlio", "dse.hardware_specs")),
+    ("spec", ("dse.spec",)),  # choices < hardware < fields < arch/workload < columns < ...
+    ("roofline", ("dse.roofline",)),
+    (
+        "models-base",
+        (
+            "dse.models._base",
+            "dse.models._nn",
+            "dse.models._curves",
+            "dse.models._hybrid",
+            "dse.models.artifact",
+        ),
+    ),
+    ("models", ("dse.models",)),
+    ("predict", ("dse.predict",)),
+    ("estimators", ("dse.estimators",)),
+    ("data", ("dse.data",)),
+    ("fitting", ("dse.fitting",)),
+    ("sweep", ("dse.pareto", "dse.sweep")),
+    ("report", ("dse.report", "dse.export")),
+    ("profile", ("dse.profile",)),
+    ("commands", ("dse.commands", "dse.cli", "dse.__main__")),
+]
+LAYERS = CURRENT_LAYERS
+
+# Violations at the guard-rail commit (2026-12-01); remove entries as fixes land.
+KNOWN_CYCLES: set[frozenset[str]] = {
+    frozenset({"dse.fields", "dse.workload"}),
+    frozenset({"dse.surrogate.gemm", "dse.surrogate.hymell", "dse.surrogate.level1_adapters"}),
+    frozenset({"dse.surrogate.hymell_fit", "dse.surrogate.power3"}),
+}
+KNOWN_UPWARD: set[tuple[str, str]] = {
+    ("dse.export", "dse.report._results"),
+    ("dse.fields", "dse.arch"),
+    ("dse.fields", "dse.hardware"),
+    ("dse.fields", "dse.workload"),
+    ("dse.surrogate.allreduce", "dse.surrogate.artifact"),
+    ("dse.surrogate.attention", "dse.surrogate.artifact"),
+    ("dse.surrogate.gemm", "dse.surrogate.artifact"),
+    ("dse.surrogate.gemm", "dse.surrogate.hymell"),
+    ("dse.surrogate.layerops", "dse.surrogate.artifact"),
+    ("dse.surrogate.level3", "dse.surrogate.artifact"),
+    ("dse.surrogate.moe", "dse.surrogate.artifact"),
+    ("dse.surrogate.ops_models", "dse.surrogate.artifact"),
+    ("dse.surrogate.power", "dse.surrogate.artifact"),
+    ("dse.surrogate.power3", "dse.surrogate.artifact"),
+    ("dse.surrogate.power3", "dse.surrogate.hymell_fit"),
+    ("dse.sweep._results", "dse.report._fronts"),
+}
+
+
+def layer_of(mod: str, layers: list[tuple[str, tuple[str, ...]]] | None = None) -> tuple[int, str]:
+    if mod == PKG:  # dse/__init__.py holds __version__ only
+        return 0, "base"
+    best = (-1, "unlisted", 0)
+    for i, (name, prefixes) in enumerate(layers or LAYERS):
+        for p in prefixes:
+            if (mod == p or mod.startswith(p + ".")) and len(p) > best[2]:
+                best = (i, name, len(p))
+    return best[0], best[1]
+
+
+def upward(edges: list[Edge]) -> dict[tuple[str, str], list[str]]:
+    """(importer, imported) -> ["line scope", ...] for every import of a higher layer."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for e in edges:
+        if e.scope != "typing" and layer_of(e.dst)[0] > layer_of(e.src)[0]:
+            out.setdefault((e.src, e.dst), []).append(f"{e.line} {e.scope}")
+    return out
+
+
+# ---------------------------------------------------------------------------------- tests
+def test_every_module_has_a_layer() -> None:
+    unlisted = [m for m in modules() if layer_of(m)[0] < 0]
+    assert not unlisted, f"modules without a layer in LAYERS: {unlisted}"
+
+
+def test_no_new_import_cycle() -> None:
+    edges = graph()
+    found = {frozenset(c) for c in cycles(edges)}
+    new = [cycle_path(sorted(c), edges) for c in found - KNOWN_CYCLES]
+    assert not new, "import cycles: " + "; ".join(" -> ".join(p) for p in new)
+    gone = KNOWN_CYCLES - found
+    assert not gone, f"cycles fixed, remove from KNOWN_CYCLES: {[sorted(c) for c in gone]}"
+
+
+def test_no_new_upward_import() -> None:
+    ups = upward(graph())
+    new = {k: v for k, v in ups.items() if k not in KNOWN_UPWARD}
+    assert not new, "upward imports: " + "; ".join(
+        f"{a} [{layer_of(a)[1]}] -> {b} [{layer_of(b)[1]}] at line {', '.join(v)}"
+        for (a, b), v in sorted(new.items())
+    )
+    gone = KNOWN_UPWARD - set(ups)
+    assert not gone, f"upward imports fixed, remove from KNOWN_UPWARD: {sorted(gone)}"
+
+
+def main(root: Path) -> int:
+    edges = graph(root)
+    print(
+        f"{len(modules(root))} modules, {len(edges)} edges: "
+        f"{sum(e.scope == 'module' for e in edges)} module level, "
+        f"{sum(e.scope == 'function' for e in edges)} in functions, "
+        f"{sum(e.scope == 'typing' for e in edges)} TYPE_CHECKING"
+    )
+    for title, scopes in (
+        ("module level", ("module",)),
+        ("module + function level", ("module", "function")),
+    ):
+        comps = cycles(edges, scopes)
+        print(f"\ncycles, {title}: {len(comps)}")
+        for c in comps:
+            print("  " + " -> ".join(cycle_path(c, [e for e in edges if e.scope in scopes])))
+    print("\nupward imports (line scope):")
+    for (a, b), v in sorted(upward(edges).items()):
+        print(f"  {a} [{layer_of(a)[1]}] -> {b} [{layer_of(b)[1]}]: {', '.join(v)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT))
