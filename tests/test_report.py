@@ -426,3 +426,27 @@ def test_log_axes_when_the_trials_span_decades(gpu_batch: Path, heads: Path) -> 
     assert y.max() / y.min() > I.LOG_AXES_SPAN
     assert info.log_axes
     assert not I.pareto_info(load_results(heads)).log_axes
+
+
+def test_header_and_hovers_say_when_the_loss_law_extrapolates(tmp_path: Path) -> None:
+    """Front points outside the scaling law's fitted range are named in the header (with the
+    inputs that left it) and in their hover; inside points are not."""
+    space = tmp_path / "law.yaml"
+    space.write_text(
+        "name: law\nhardware: h100_sxm\n"
+        "workload: {batch_size: 8, prompt_tokens: 512, output_tokens: 128}\n"
+        "space:\n  d_model: {values: [2048, 4096, 8192]}\n  n_layers: {values: [16, 48]}\n"
+        "  n_heads: 32\n  d_ff: 11008\n  training_tokens: 3.0e+11\n"
+        "objectives:\n  loss: {source: chinchilla}\n  latency: {metric: request}\n"
+    )
+    out = tmp_path / "r"
+    assert main(["sweep", str(space), "--out", str(out), "-q", "--no-report"]) == 0
+    res = load_results(out)
+    flagged = res.front["loss_out_of_range"].astype(bool)
+    assert flagged.any() and not flagged.all()  # 16B+ models leave Chinchilla's 16B range
+    warn = " ".join(I.header_info(res).warnings)
+    assert f"{int(flagged.sum())} of {len(res.front)} front configurations lie outside" in warn
+    assert "params ×" in warn
+    hovers = I.hover_texts(res.front, res, "front")
+    for text, out_of_range in zip(hovers, flagged, strict=True):
+        assert ("outside the scaling law's fitted range: params" in text) == out_of_range

@@ -293,6 +293,14 @@ def hover_texts(t: pd.DataFrame, res: Results, status: str, brief: bool = False)
                 v = str(t["pred.out_of_range_inputs"].iloc[i])
                 which = f": {v}" if v not in ("", "nan", "None") else ""
             lines.append(f"<i>outside the predictor's fitted range{which}</i>")
+        if "loss_out_of_range" in t and bool(t["loss_out_of_range"].iloc[i]):
+            v = (
+                str(t["loss_out_of_range_inputs"].iloc[i])
+                if "loss_out_of_range_inputs" in t
+                else ""
+            )
+            which = f": {v}" if v not in ("", "nan", "None") else ""
+            lines.append(f"<i>outside the scaling law's fitted range{which}</i>")
         out.append("<br>".join(lines))
     return out
 
@@ -878,6 +886,23 @@ def header_info(res: Results) -> HeaderInfo:
                     else "; every front point is, so none is ringed"
                 )
                 + ": their predictions are extrapolations."
+            )
+    if "loss_out_of_range" in t and n_front:
+        f = res.front
+        n_law = int(f["loss_out_of_range"].astype(bool).sum()) if "loss_out_of_range" in f else 0
+        if n_law:
+            counts: dict[str, int] = {}
+            for v in f.get("loss_out_of_range_inputs", pd.Series(dtype=str)).astype(str):
+                for item in v.split(";"):
+                    name = item.split()[0] if item.strip() else ""
+                    if name and name not in ("nan", "None"):
+                        counts[name] = counts.get(name, 0) + 1
+            which = ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            warn.append(
+                f"{n_law:,} of {n_front:,} front configurations lie outside the range the loss "
+                "scaling law was fitted on"
+                + (f" ({which})" if which else "")
+                + ": their losses are extrapolations (docs/quality.md)."
             )
     if "pred.source" in t:
         srcs = sorted({str(v) for v in t["pred.source"].dropna().unique()} - {"nan", ""})

@@ -214,8 +214,9 @@ def load_results(path: str | Path) -> Results:
     objectives = _objectives(summary, trials, summary_file)
     for flag in ("feasible", "on_front"):
         trials[flag] = _as_bool(trials[flag])
-    if "pred.out_of_range" in trials:
-        trials["pred.out_of_range"] = _as_bool(trials["pred.out_of_range"])
+    for flag in ("pred.out_of_range", "loss_out_of_range"):
+        if flag in trials:
+            trials[flag] = _as_bool(trials[flag])
     exact = None
     exact_file = d / "exact_front.csv"
     if exact_file.is_file():
