@@ -210,11 +210,3 @@ def knee_index(front: np.ndarray, directions: Directions = None) -> int:
     except np.linalg.LinAlgError:
         pass
     return int(np.argmin(np.linalg.norm(z, axis=1)))
-
-
-# ---------------------------------------------------------------- Study-facing adapters
-def study_front_numbers(
-    values: np.ndarray, feasible: np.ndarray, numbers: np.ndarray, directions: Directions = None
-) -> np.ndarray:
-    """Trial numbers on the feasible front of a table of trials (values NaN where missing)."""
-    return np.asarray(numbers)[front_indices(values, feasible, directions)]

@@ -12,7 +12,7 @@ plotly or scikit-learn.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -24,7 +24,7 @@ from dse import arch as A
 from dse import configs as C
 from dse.errors import ConfigError
 from dse.hardware import GPU, get_gpu
-from dse.ops import Op, forward_ops
+from dse.ops import forward_ops
 from dse.surrogate.artifact import Artifact, RangeMiss
 from dse.surrogate.hymell import (
     LAUNCH_S,  # noqa: F401  (re-exported: the roofline launch floor)
@@ -50,8 +50,6 @@ SURROGATES_ENV = "DSE_SURROGATES"  # folder holding <gpu>/manifest.json, overrid
 ATTENTION_KINDS = ("attention_decode",)  # decode kernels Level 3 scales by a_attn
 COMM_KINDS = ("allreduce",)  # decode kernels Level 3 scales by a_comm
 
-OpPricer = Callable[[list[Op], GPU, str], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
-
 OUTPUT_KEYS = (
     "ttft_s",
     "tpot_s",
@@ -72,14 +70,6 @@ BAND_KEYS = (
     "energy_lo_j",
     "energy_hi_j",
 )
-
-
-def roofline_pricer(
-    ops: list[Op], gpu: GPU, phase: str
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Time and energy of one forward pass on the roofline (no artifact): (time, energy, items)."""
-    c = HymellPricer(gpu, None).price(ops, phase)
-    return c.time_s, c.energy_j, c.items_s
 
 
 # ---------------------------------------------------------------------------- artifacts

@@ -67,18 +67,6 @@ DTYPE_ALIASES: dict[str, str] = {
 IN_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0}
 OUT_BYTES = 2.0  # every kernel here writes bf16 output
 SCALE_BLOCK = 128  # fp8_block: one fp32 scale per 1x128 activation and 128x128 weight block
-# Linear-stage feature names (stage 2), in column order.
-LINEAR_FEATURES: tuple[str, ...] = (
-    "1",
-    "log_t_compute",
-    "log_t_memory",
-    "log_pf",
-    "log_bytes_in",
-    "log_bytes_out",
-    "wave_eff_128x128",
-    "wave_eff_128x256",
-    "pad_m16",
-)
 INPUTS: tuple[str, ...] = ("m", "n", "k")
 # Neighbour smoothing of the tree residual over weight shapes: Gaussian width in octaves of n
 # and k, and a prior weight (in rows) that shrinks the correction where few neighbours were
@@ -482,7 +470,8 @@ class GemmModel:
         ).astype(np.int8)
 
     def _linear_features(self, m, n, k, tc, tm, b_in, b_out) -> list[np.ndarray]:
-        """Stage-2 features, in LINEAR_FEATURES order (the constant first)."""
+        """Stage-2 (linear) features in column order: 1, log t_compute, log t_memory, log pf,
+        log bytes_in, log bytes_out, wave_eff_128x128, wave_eff_128x256, pad_m16."""
         n_sms = self.c_["n_sms"]
         _, eta_c, eta_m, _ = np.exp(self.theta_)
         return [

@@ -151,10 +151,18 @@ class Level2Block:
         self.seed = seed
 
     def fit_arrays(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
-        from dse.surrogate.level3 import fit_small_mlp, merge_ensemble
+        from dse.surrogate.level3 import RESIDUAL_MLP, merge_ensemble
+        from dse.surrogate.nn import fit_mlp
 
         mlps = [
-            fit_small_mlp(X, log_ratio, self.hidden, self.alpha, self.seed + k)
+            fit_mlp(
+                X,
+                log_ratio,
+                hidden=self.hidden,
+                alpha=self.alpha,
+                seed=self.seed + k,
+                **RESIDUAL_MLP,
+            )
             for k in range(self.n_ensemble)
         ]
         self.mlp_ = merge_ensemble(tuple(mlps)) or mlps[0]

@@ -367,7 +367,6 @@ def fit_level2(
 
     from dse.surrogate.hymell import Level2Block
 
-    LAST_LEVEL2_CV.clear()
     sources = LEVEL2_ROWS.get(gpu, (gpu,))
     tables = level2_rows(layer_ops, sources, artifact, gpu)
     out = []
@@ -399,18 +398,14 @@ def fit_level2(
                 "level2_mape_pct": mape_l2,
             }
             if mape_l1 is None or mape_l2 is None or mape_l2 > mape_l1 - min_gain_pct:
-                LAST_LEVEL2_CV[block] = {**cv, "kept": False}
                 continue
             model = Level2Block(block, seed=seed).fit_arrays(X, r)
-            LAST_LEVEL2_CV[block] = {**cv, "kept": True}
             out.append(
                 FittedModel(f"level2.{block}", model, cv=cv, info={"rows_from_gpus": list(sources)})
             )
     return out
 
 
-# Held-out errors of the last fit_level2 call, kept or not (for reports).
-LAST_LEVEL2_CV: dict[str, dict[str, Any]] = {}
 # Artifact GPU -> the GPUs whose vidur rows fit its Level 2.
 LEVEL2_ROWS: dict[str, tuple[str, ...]] = {
     "h100_sxm": ("h100_sxm",),
@@ -639,51 +634,3 @@ def without_levels(art: Artifact | None, prefixes: tuple[str, ...]) -> Artifact 
         manifest={**art.manifest, "models": {n: art.manifest["models"][n] for n in keep}},
         models={n: art.models[n] for n in keep},
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m dse.surrogate.hymell_fit --data DIR --gpu NAME [--out DIR]`: fit Levels 2 and 3
-    onto the GPU's existing artifact (its Level-1 models kept, old Level-2/3 replaced), save it."""
-    import argparse
-
-    from dse.predictor import surrogates_dir
-
-    p = argparse.ArgumentParser(prog="python -m dse.surrogate.hymell_fit", description=main.__doc__)
-    p.add_argument("--data", required=True, help="measured-data root (layout of ../shared/data)")
-    p.add_argument("--gpu", required=True, action="append", help="artifact GPU (repeatable)")
-    p.add_argument("--out", help="surrogates folder to write (default: the shipped one)")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    from dse.data import load
-
-    tables = load(args.data, ["e2e", "e2e_energy", "e2e_ttft", "layer_op"])
-    out_root = Path(args.out) if args.out else surrogates_dir()
-    for gpu in args.gpu:
-        folder = surrogates_dir() / gpu
-        base = Artifact.load(folder) if (folder / "manifest.json").is_file() else None
-        base = without_levels(base, LEVEL_PREFIXES)
-        level1 = base if base is not None and base.models else None
-        fitted: list[FittedModel] = []
-        if tables.get("layer_op") is not None and level1 is not None:
-            fitted += fit_level2(gpu, tables["layer_op"], level1, seed=args.seed)
-        level12 = merge(level1, gpu, fitted, args.data) if fitted else level1
-        fitted += fit_levels(gpu, args.data, artifact=level12, seed=args.seed, tables=tables)
-        art = merge(base, gpu, fitted, args.data)
-        path = art.save(out_root / gpu)
-        for fm in fitted:
-            print(f"{gpu}: {fm.name}: {json_cv(fm.cv)}")
-        for block, cv in LAST_LEVEL2_CV.items():
-            if not cv.get("kept"):
-                print(f"{gpu}: level2.{block} not kept (no held-out gain): {json_cv(cv)}")
-        print(f"{gpu}: wrote {path} (artifact {art.artifact_id})")
-    return 0
-
-
-def json_cv(cv: Mapping[str, Any]) -> str:
-    import json
-
-    return json.dumps(cv, default=float)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

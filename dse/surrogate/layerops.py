@@ -442,61 +442,6 @@ def _curve_eval(
     return out
 
 
-# ---- legacy residual surface (artifacts fitted before the measured curves): read, not fitted.
-# Log correction over log tokens x log row width, tensor-product tents at these knots.
-RES_TOKENS = np.log(
-    np.array(
-        [
-            1,
-            8,
-            32,
-            64,
-            128,
-            192,
-            256,
-            384,
-            512,
-            768,
-            1024,
-            1536,
-            2048,
-            3072,
-            4096,
-            6144,
-            8192,
-            16384,
-            32768,
-        ],
-        dtype=np.float64,
-    )
-)
-RES_WIDTHS = np.log(np.array([512, 1024, 2048, 4096, 8192, 16384, 32768], dtype=np.float64))
-
-
-def _res_eval(t: np.ndarray, width: np.ndarray, tp: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """Log correction at each row (bilinear in log tokens x log width per tp term)."""
-    nt, nw = len(RES_TOKENS), len(RES_WIDTHS)
-    c = coef.reshape(3, nt, nw)
-    lt = np.clip(np.log(np.maximum(t, 1.0)), RES_TOKENS[0], RES_TOKENS[-1])
-    lw = np.clip(np.log(np.maximum(width, 1.0)), RES_WIDTHS[0], RES_WIDTHS[-1])
-    i = np.clip(np.searchsorted(RES_TOKENS, lt, side="right") - 1, 0, nt - 2)
-    j = np.clip(np.searchsorted(RES_WIDTHS, lw, side="right") - 1, 0, nw - 2)
-    fi = (lt - RES_TOKENS[i]) / (RES_TOKENS[i + 1] - RES_TOKENS[i])
-    fj = (lw - RES_WIDTHS[j]) / (RES_WIDTHS[j + 1] - RES_WIDTHS[j])
-    la, lb = _tp_levels(tp)
-    out = np.zeros(len(t))
-    for k, lev in enumerate((np.ones_like(la), la, lb)):
-        ck = c[k]
-        v = (
-            ck[i, j] * (1 - fi) * (1 - fj)
-            + ck[i + 1, j] * fi * (1 - fj)
-            + ck[i, j + 1] * (1 - fi) * fj
-            + ck[i + 1, j + 1] * fi * fj
-        )
-        out += lev * v
-    return out
-
-
 def _fit_one(
     t: np.ndarray,
     width: np.ndarray,
@@ -620,7 +565,6 @@ class LayerOpModel:
         self.keys_ = np.array(keys, dtype=str)
         self.rows_per_wave_ = np.array(rows_pw, dtype=np.float64)
         self.coef_ = np.array(coefs, dtype=np.float64)
-        self.res_coef_ = None
         self.curve_key_ = np.array(c_key, dtype=np.int64)
         self.curve_tp_ = np.array(c_tp, dtype=np.float64)
         self.curve_width_ = np.array(c_w, dtype=np.float64)
@@ -688,9 +632,7 @@ class LayerOpModel:
         op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
         vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
-        legacy = self.res_coef_ is not None  # fitted before the measured curves
-        # (legacy artifacts: the activation width was d_ff / tp for GELU too)
-        t, width = op_geometry(op, {**vals, "gated_mlp": True if legacy else gated})
+        t, width = op_geometry(op, {**vals, "gated_mlp": gated})
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
@@ -708,40 +650,34 @@ class LayerOpModel:
             cr = self.rows_per_wave_[i]
             ts, ws, ps = t[sel], width[sel], tp[sel]
             by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
-            if by_width and WIDTH_ONLY_NO_TP and not legacy:
+            if by_width and WIDTH_ONLY_NO_TP:
                 ps = np.ones_like(ps)
-            if legacy:  # staircase base x residual surface
-                wv = _waves(ts, cr)
-                items = _base_items_us(c, cr, ts, ws, ps, wv)
-                factor[sel] = np.exp(_res_eval(ts, ws, ps, self.res_coef_[i]))
-                grow = 1.0
-            else:
-                # beyond the largest measured element count every item grows linearly with the
-                # tokens (the bandwidth-bound end of the measured curves; the structural base's
-                # regime curve is not trusted past its data)
-                _, e_max, _, split, c_tp, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
-                    ("curves", int(i)), lambda i=i: self._curves_of(int(i))
-                )
-                t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
-                grow, ts = ts / t_fit, t_fit
-                wv = _waves(ts, cr)
-                # the measured curves are stored against the smooth-wave base (see _curve_table),
-                # whose items they scale: the staircase comes from the measurements
-                items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True), split)
-                curve = _curve_eval(
-                    ts,
-                    ws,
-                    np.ones_like(ps) if by_width else ps,
-                    c_tp,
-                    c_w,
-                    c_tok,
-                    c_val,
-                    c_per,
-                    split,
-                    c_parts,
-                    prep,
-                )
-                factor[sel] = np.exp(curve) * grow
+            # beyond the largest measured element count every item grows linearly with the
+            # tokens (the bandwidth-bound end of the measured curves; the structural base's
+            # regime curve is not trusted past its data)
+            _, e_max, _, split, c_tp, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
+                ("curves", int(i)), lambda i=i: self._curves_of(int(i))
+            )
+            t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
+            grow, ts = ts / t_fit, t_fit
+            wv = _waves(ts, cr)
+            # the measured curves are stored against the smooth-wave base (see _curve_table),
+            # whose items they scale: the staircase comes from the measurements
+            items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True), split)
+            curve = _curve_eval(
+                ts,
+                ws,
+                np.ones_like(ps) if by_width else ps,
+                c_tp,
+                c_w,
+                c_tok,
+                c_val,
+                c_per,
+                split,
+                c_parts,
+                prep,
+            )
+            factor[sel] = np.exp(curve) * grow
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
                 out[k][sel] = v * 1e-6
             waves[sel] = wv * grow
@@ -786,27 +722,26 @@ class LayerOpModel:
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        legacy = "res_coef" in state and "curve_key" not in state
-        curves = ("res_coef", "res_tokens", "res_widths") if legacy else ("curve_key", "curve_len")
-        U.need(state, ("gpu", "keys", "rows_per_wave", "coef", "log_e_knots", *curves), "layer_op")
-        refs = [("log_e_knots", LOG_E_KNOTS)]
-        if legacy:
-            refs += [("res_tokens", RES_TOKENS), ("res_widths", RES_WIDTHS)]
-        for key, ref in refs:
-            if np.shape(state[key]) != ref.shape or not np.allclose(state[key], ref):
-                raise ArtifactError(
-                    f"layer_op state was fitted with other {key}; re-fit with dse fit"
-                )
+        if "res_coef" in state and "curve_key" not in state:
+            raise ArtifactError(
+                "layer_op state was fitted before the measured curves; re-fit with dse fit"
+            )
+        U.need(
+            state,
+            ("gpu", "keys", "rows_per_wave", "coef", "log_e_knots", "curve_key", "curve_len"),
+            "layer_op",
+        )
+        if np.shape(state["log_e_knots"]) != LOG_E_KNOTS.shape or not np.allclose(
+            state["log_e_knots"], LOG_E_KNOTS
+        ):
+            raise ArtifactError(
+                "layer_op state was fitted with other log_e_knots; re-fit with dse fit"
+            )
         m = cls(str(state["gpu"]))
         m.keys_ = np.asarray(state["keys"], dtype=str)
         m.rows_per_wave_ = np.asarray(state["rows_per_wave"], dtype=np.float64)
         m.coef_ = np.asarray(state["coef"], dtype=np.float64)
         m.range_ = U.range_from_state(state)
-        if legacy:
-            m.res_coef_ = np.asarray(state["res_coef"], dtype=np.float64)
-            m.curve_parts_ = None
-            return m
-        m.res_coef_ = None
         m.curve_key_ = np.asarray(state["curve_key"], dtype=np.int64)
         m.curve_tp_ = np.asarray(state["curve_tp"], dtype=np.float64)
         m.curve_width_ = np.asarray(state["curve_width"], dtype=np.float64)

@@ -577,14 +577,6 @@ def _accepted(model: Any) -> frozenset[str] | None:
     return hit[1]
 
 
-def _call(model: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """model.predict with the inputs it accepts (all of them when it takes **kwargs)."""
-    accepts = _accepted(model)
-    if accepts is None:
-        return model.predict(**arrays)
-    return model.predict(**{k: v for k, v in arrays.items() if k in accepts})
-
-
 def _kernel_price(
     artifact: Artifact, op: Op, gpu: GPU, arrays: dict[str, np.ndarray], keys: tuple[str, ...]
 ) -> L1Price | None:

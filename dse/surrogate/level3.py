@@ -29,7 +29,7 @@ stack, widened for configurations outside the fitted range.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.surrogate.artifact import RangeMiss, range_miss, register_model
-from dse.surrogate.nn import MLP
+from dse.surrogate.nn import MLP, fit_mlp
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
 TERMS: tuple[str, ...] = (
@@ -118,6 +118,16 @@ GQA_PRIOR = 0.3  # prior weight of a_attn_gqa towards 0, relative to the kernel-
 LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
 OOR_BAND_WIDEN = 2.0  # band half-widths (log) are multiplied by this outside the fitted range
 BAND_QUANTILES = (0.05, 0.95)
+
+# The residual MLPs of Levels 2 and 3 (fit_mlp settings): tanh, L-BFGS (full batch: a few hundred
+# rows fit in milliseconds and converge better than Adam), 500 iterations, gradient tolerance 1e-6.
+RESIDUAL_MLP: dict[str, Any] = {
+    "activation": "tanh",
+    "solver": "lbfgs",
+    "max_iter": 500,
+    "tol": 1e-6,
+    "constant_rtol": 0.0,
+}
 
 
 @dataclass
@@ -342,7 +352,16 @@ class Level3:
             if fits.sum() >= 8:
                 X, r = X[fits], r[fits]
             for k in range(self.n_ensemble):
-                mlps.append(fit_small_mlp(X, r, self.hidden, self.alpha, self.seed + k))
+                mlps.append(
+                    fit_mlp(
+                        X,
+                        r,
+                        hidden=self.hidden,
+                        alpha=self.alpha,
+                        seed=self.seed + k,
+                        **RESIDUAL_MLP,
+                    )
+                )
         return EngineFit(theta, tuple(mlps), np.zeros(2), float("nan"))
 
     def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
@@ -562,11 +581,6 @@ def _factor(th: np.ndarray, term: str, roof_s: np.ndarray, model_s: np.ndarray) 
     return a + a_roof * roof_s / np.maximum(model_s, 1e-15)
 
 
-def _latency(fit: EngineFit, g: GlobalInputs) -> np.ndarray:
-    p = _parts(fit, g)
-    return p["ttft_s"] + p["decode_s"]
-
-
 def _fit_structured(
     g: GlobalInputs,
     y: np.ndarray,
@@ -618,42 +632,6 @@ def _fit_structured(
     return theta / norm
 
 
-def fit_small_mlp(
-    X: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], alpha: float, seed: int
-) -> MLP:
-    """A tanh MLP on standardised X and y with L-BFGS (full batch: a few hundred rows fit in
-    milliseconds and converge better than Adam). scikit-learn is imported only here."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.neural_network import MLPRegressor
-
-    x_mean, x_scale = X.mean(axis=0), X.std(axis=0)
-    x_scale = np.where(x_scale > 0, x_scale, 1.0)
-    y_mean, y_scale = float(y.mean()), float(y.std()) or 1.0
-    reg = MLPRegressor(
-        hidden_layer_sizes=tuple(hidden),
-        activation="tanh",
-        solver="lbfgs",
-        alpha=alpha,
-        max_iter=500,
-        random_state=seed,
-        tol=1e-6,
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        reg.fit((X - x_mean) / x_scale, (y - y_mean) / y_scale)
-    return MLP(
-        coefs=tuple(np.array(w, dtype=np.float64) for w in reg.coefs_),
-        intercepts=tuple(np.array(b, dtype=np.float64) for b in reg.intercepts_),
-        x_mean=x_mean,
-        x_scale=x_scale,
-        y_mean=y_mean,
-        y_scale=y_scale,
-        activation="tanh",
-    )
-
-
 def fit_summary(model: Level3) -> dict[str, Any]:
     """JSON-able held-out errors and coefficients per engine (for the manifest)."""
     out: dict[str, Any] = {}
@@ -666,7 +644,3 @@ def fit_summary(model: Level3) -> dict[str, Any]:
             "cv": {k: v for k, v in cv.items() if not k.startswith("held_out_")},
         }
     return out
-
-
-def as_engines(values: Sequence[str] | np.ndarray) -> np.ndarray:
-    return np.asarray(values).astype(str)

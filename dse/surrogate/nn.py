@@ -250,6 +250,8 @@ def fit_mlp(
     batch_size: int | str = "auto",
     seed: int = 0,
     sample_weight: np.ndarray | None = None,
+    tol: float = 1e-7,
+    constant_rtol: float = 1e-9,
 ) -> MLP:
     """Fit an MLP regressor on standardised X and y (Adam or L-BFGS, no early stopping, seeded).
 
@@ -268,7 +270,9 @@ def fit_mlp(
     x_scale = X.std(axis=0)
     # A column constant up to rounding (std ~1e-13 from summing equal logs) is constant: scale
     # 1, else any other value at prediction time lands ~1e12 standard deviations out.
-    x_scale = np.where(x_scale > 1e-9 * np.maximum(np.abs(x_mean), 1.0), x_scale, 1.0)
+    # (`constant_rtol=0` keeps only exactly constant columns at scale 1: the Level 2-3 residual
+    # MLPs were fitted so, and a refit must give the same weights.)
+    x_scale = np.where(x_scale > constant_rtol * np.maximum(np.abs(x_mean), 1.0), x_scale, 1.0)
     y_mean = float(y.mean())
     y_scale = float(y.std()) or 1.0
     reg = MLPRegressor(
@@ -280,7 +284,7 @@ def fit_mlp(
         max_iter=max_iter,
         batch_size=batch_size,
         random_state=seed,
-        tol=1e-7,
+        tol=tol,
         n_iter_no_change=30,
         early_stopping=False,
         shuffle=True,

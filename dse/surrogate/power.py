@@ -12,19 +12,18 @@ Only h200_sxm has measured power behind it: `f` is fitted on the H200 GEMM rows 
 aiconfigurator (mean NVML board power while the kernel looped, idle included). On every other GPU
 the same `f` is an assumption, and artifacts record `measured_power: false` for them.
 
-    from dse.surrogate.power import power_w
-    power_w("h100_sxm", compute_util=0.7, memory_util=0.2, latency_s=1e-4)   # watts
+    from dse.surrogate.artifact import Artifact
+    model = Artifact.load("h200_sxm").model("power")
+    model.predict(0.7, 0.2, 1e-4, gpu="h100_sxm")["power_w"]   # watts
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from dse.errors import ArtifactError
 from dse.hardware import GPU, get_gpu
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP, fit_mlp
@@ -130,38 +129,3 @@ class PowerModel:
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
         return dict(self.range_)
-
-
-@cache
-def _default_model() -> PowerModel:
-    from dse.surrogate.artifact import Artifact
-
-    art = Artifact.load(POWER_SOURCE_GPU)
-    if not art.has("power"):
-        raise ArtifactError(
-            f"artifact {POWER_SOURCE_GPU} has no 'power' model; re-fit it with "
-            f"`dse fit --data DIR --gpu {POWER_SOURCE_GPU}`"
-        )
-    return art.model("power")
-
-
-def power_w(
-    gpu: str | GPU,
-    compute_util: Any,
-    memory_util: Any,
-    latency_s: Any = DEFAULT_LATENCY_S,
-    model: PowerModel | None = None,
-) -> np.ndarray:
-    """Board power in watts of a kernel on `gpu` at these utilisations, run back to back with
-    this duration per call (default 1 ms: steady state); numpy broadcasting.
-
-    `model` defaults to the power model frozen in the h200_sxm artifact. Measured power backs
-    this only on h200_sxm; elsewhere it is the H200 shape scaled by the GPU's idle/board power.
-    """
-    m = model if model is not None else _default_model()
-    return m.predict(compute_util, memory_util, latency_s, gpu=gpu)["power_w"]
-
-
-def has_measured_power(gpu: str | GPU) -> bool:
-    """True when the training data holds measured power for this GPU (registry flag)."""
-    return bool((gpu if isinstance(gpu, GPU) else get_gpu(gpu)).measured_power)
