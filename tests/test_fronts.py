@@ -185,9 +185,10 @@ def test_exact_enumeration_matches_brute_force(
     assert rc == 0
     err = capsys.readouterr().err
     if sampler == "auto":
-        assert "sampler auto -> exhaustive: the space has 64 configurations" in err
+        assert "sampler auto -> exact: the space has 64 configurations" in err
     s = json.loads((out / "summary.json").read_text())
-    assert s["sampler"] == "exhaustive" and s["counts"]["trials"] == 64
+    assert s["sampler"] == ("exact" if sampler == "auto" else sampler)
+    assert s["counts"]["trials"] == 64
     assert s["counts"]["repeats"] == 0
     front = pd.read_csv(out / "front.csv")
     assert set(_keys(front)) == _brute_force_front(small)
@@ -198,9 +199,9 @@ def test_auto_says_why_it_samples(tmp_path: Path, capsys) -> None:
     big = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_big_space.yaml"
     from dse.sweep import _samplers as S
 
-    msg = S.explain("auto", load_space(big), 2000)
+    msg = S.explain("auto", load_space(big), 2000, max_configs=1_000_000)
     assert msg.startswith("sampler auto -> tpe: the space has 1,")
-    assert "more than 20,000 to enumerate" in msg
+    assert "more than 1,000,000 to enumerate (--max-configs)" in msg
 
 
 # ---------------------------------------------------------------------- band

@@ -286,11 +286,12 @@ def test_every_sampler_runs_batched_and_respects_constraints(
 def test_auto_enumerates_small_spaces(small: Path, tmp_path: Path) -> None:
     t = sweep(small, tmp_path / "auto", sampler="auto")
     s = json.loads((tmp_path / "auto" / "summary.json").read_text())
-    assert s["sampler"] == "exhaustive" and len(t) == 64
+    assert s["sampler"] == "exact" and len(t) == 64  # front + sample: all 64 here
     big = load_space(REPO / "benchmarks" / "sweep_big_space.yaml")  # 1.2M configurations
-    assert resolve("auto", big, 2000) == "tpe"
-    assert resolve("auto", big, 50_000) == "nsga2"
-    assert resolve("auto", load_space(small), 10) == "exhaustive"
+    assert resolve("auto", big, 2000) == "exact"  # within --max-configs: enumerated
+    assert resolve("auto", big, 2000, max_configs=1_000_000) == "tpe"
+    assert resolve("auto", big, 50_000, max_configs=1_000_000) == "nsga2"
+    assert resolve("auto", load_space(small), 10) == "exact"
 
 
 # ------------------------------------------------------------------ the command line

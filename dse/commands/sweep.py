@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "examples:\n"
         "  dse sweep search_spaces/dense_8b.yaml\n"
         "  dse sweep search_spaces/moe.yaml --sampler nsga2 --trials 5000 --seed 1\n"
-        "  dse sweep search_spaces/heads_study.yaml --sampler exhaustive\n"
+        "  dse sweep search_spaces/heads_study.yaml --sampler exact\n"
         "  dse sweep space.yaml --storage postgresql://user@host/db --study big  "
         "# then `dse worker` elsewhere",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -49,6 +49,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="random seed (default: the YAML's study.seed)")
     p.add_argument(
         "--batch-size", type=int, help="trials per predictor call (default: study.batch_size)"
+    )
+    p.add_argument(
+        "--max-configs",
+        type=float,
+        default=None,
+        metavar="N",
+        help="the most configurations `exact` (and `auto`) enumerate; a larger space is sampled "
+        "(default: 2e7, about a minute per 1e7 on one core)",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="exact: configurations per predictor call and per saved chunk (default: 131072)",
     )
     p.add_argument(
         "--reference",
@@ -86,10 +101,29 @@ def resume_command(args: argparse.Namespace) -> str:
         ("--seed", args.seed),
         ("--batch-size", args.batch_size),
         ("--reference", args.reference),
+        ("--max-configs", args.max_configs),
+        ("--chunk-size", args.chunk_size),
     ):
         if value is not None:
             parts += [flag, str(value)]
     return shlex.join(parts)
+
+
+def _exact_flags(args: argparse.Namespace) -> dict[str, int]:
+    """--max-configs and --chunk-size checked (`--flag: rule, got value`), as SweepOptions."""
+    from dse.errors import ConfigError
+
+    out: dict[str, int] = {}
+    if args.max_configs is not None:
+        n = args.max_configs
+        if not (n >= 1 and float(n).is_integer()):
+            raise ConfigError(f"--max-configs: must be an integer >= 1, got {n:g}")
+        out["max_configs"] = int(n)
+    if args.chunk_size is not None:
+        if args.chunk_size < 1:
+            raise ConfigError(f"--chunk-size: must be an integer >= 1, got {args.chunk_size}")
+        out["chunk_size"] = int(args.chunk_size)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat,
             resume_command=mask_url(resume_command(args)),
             replace=args.replace,
+            **_exact_flags(args),
         )
     )
     if args.report and outcome.written is not None:
@@ -136,6 +171,16 @@ def run(args: argparse.Namespace) -> int:
             + (f", hypervolume {hv:.4f}" if hv is not None else ""),
             file=sys.stderr,
         )
+        x = s.get("exact")
+        if x:
+            rate = x.get("configurations_per_s")
+            print(
+                f"exact: {x['enumerated']:,} configurations enumerated ({x['valid']:,} valid, "
+                f"{x['feasible']:,} feasible) in {x['enumeration_s']:.1f} s"
+                + (f" ({rate:,.0f}/s)" if rate else "")
+                + f"; recorded the front ({x['front']:,}) and a sample of {x['sample']:,}",
+                file=sys.stderr,
+            )
         if c.get("repeats"):
             # Repeats are told the stored values: the predictor saw each configuration once.
             print(

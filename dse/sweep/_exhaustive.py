@@ -4,11 +4,24 @@
 from the configuration index, so the whole space is never materialised), evaluates each chunk
 in one predictor call and keeps only the running front, so memory stays bounded by the chunk.
 It is the reference of `--reference exact` and of the search-quality benchmark.
+
+The `exact` sampler runs the same enumeration resumably: `enumerate_space` evaluates the
+chunks not yet done (one process, or tasks on a Dask cluster), merges each chunk's front into
+the running one as it finishes, and after every chunk rewrites a small sidecar file (the done
+chunks, their summed counts and the running front) atomically, so a SIGKILL loses at most the
+chunk in flight and never counts one twice. `record_trials` then turns the front, plus a
+seeded sample of the rest of the space (the report's clouds), into finished Optuna trials.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +30,8 @@ from dse.space import SearchSpace
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
+PROGRESS_FILE = "exact_progress.npz"  # the sidecar of a running `exact` enumeration
+SAMPLE = 2_000  # configurations off the front recorded as trials (the report's clouds)
 
 
 def space_columns(space: SearchSpace, index: np.ndarray) -> dict[str, np.ndarray]:
@@ -108,3 +123,205 @@ def evaluate_index(
     """Columns and full evaluation (tokens-to-Wh included) of chosen configurations."""
     cols = space_columns(space, index)
     return cols, evaluate(space, cols, predictor=predictor)
+
+
+# ------------------------------------------------------------------ the `exact` sampler
+@dataclass
+class ChunkResult:
+    """What one chunk contributes: its own feasible front and its counts."""
+
+    chunk: int
+    index: np.ndarray  # (k,) configuration indices of the chunk's front
+    objectives: np.ndarray  # (k, m)
+    total: int
+    valid: int
+    feasible: int
+
+
+def evaluate_chunk(
+    space: SearchSpace, chunk: int, chunk_size: int, predictor: Predictor | None = None
+) -> ChunkResult:
+    """Evaluate configurations [chunk * chunk_size, ...) and keep only their front (pure: the
+    unit of work of one core or of one Dask task)."""
+    size = space.size()
+    start = chunk * chunk_size
+    idx = np.arange(start, min(start + chunk_size, size), dtype=np.int64)
+    ev = evaluate(space, space_columns(space, idx), predictor=predictor, with_tokens2wh=False)
+    ok = ev.feasible & np.isfinite(ev.objectives).all(axis=1)
+    keep = pareto.nondominated(ev.objectives[ok], directions=space.objectives.directions)
+    return ChunkResult(
+        chunk=chunk,
+        index=idx[ok][keep],
+        objectives=ev.objectives[ok][keep],
+        total=len(idx),
+        valid=int(ev.valid.sum()),
+        feasible=int(ev.feasible.sum()),
+    )
+
+
+@dataclass
+class Enumeration:
+    """The running state of an `exact` enumeration (what the sidecar file holds)."""
+
+    key: dict[str, Any]  # study, space hash, size and chunk size it belongs to
+    done: np.ndarray  # (chunks,) bool: chunk finished and merged
+    index: np.ndarray  # running front: configuration indices, ascending
+    objectives: np.ndarray  # (k, m)
+    total: int = 0
+    valid: int = 0
+    feasible: int = 0
+    elapsed_s: float = 0.0  # enumeration time summed over runs (resumes included)
+    directions: tuple[str, ...] | None = field(default=None, repr=False)
+
+    @classmethod
+    def new(cls, key: dict[str, Any], m: int, directions: Any) -> Enumeration:
+        chunks = -(-int(key["size"]) // int(key["chunk"]))
+        return cls(
+            key=key,
+            done=np.zeros(chunks, dtype=bool),
+            index=np.empty(0, dtype=np.int64),
+            objectives=np.empty((0, m)),
+            directions=tuple(directions) if directions else None,
+        )
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.done.all())
+
+    def merge(self, r: ChunkResult) -> None:
+        """Merge one chunk's front and counts (a chunk already merged is ignored)."""
+        if self.done[r.chunk]:
+            return
+        idx = np.concatenate([self.index, r.index])
+        obj = np.vstack([self.objectives, r.objectives])
+        # Candidates in index order, so among equal points the lowest index stays whatever
+        # order the chunks finish in (one core, a resume, or a cluster).
+        order = np.argsort(idx, kind="stable")
+        idx, obj = idx[order], obj[order]
+        keep = pareto.nondominated(obj, directions=self.directions)
+        self.index, self.objectives = idx[keep], obj[keep]
+        self.total += r.total
+        self.valid += r.valid
+        self.feasible += r.feasible
+        self.done[r.chunk] = True
+
+    def save(self, path: Path) -> None:
+        """Write the state atomically (temporary file, fsync, rename): a reader or a killed
+        run sees either the previous state or this one."""
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(
+                    f,
+                    key=np.asarray(json.dumps(self.key, sort_keys=True)),
+                    done=self.done,
+                    index=self.index,
+                    objectives=self.objectives,
+                    counts=np.asarray([self.total, self.valid, self.feasible], dtype=np.int64),
+                    elapsed_s=np.asarray(self.elapsed_s),
+                )
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    @classmethod
+    def load(cls, path: Path, directions: Any) -> Enumeration | None:
+        """The state saved at `path`, or None when there is none (or it cannot be read)."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                counts = z["counts"]
+                return cls(
+                    key=json.loads(str(z["key"])),
+                    done=z["done"].astype(bool),
+                    index=z["index"].astype(np.int64),
+                    objectives=z["objectives"].astype(float),
+                    total=int(counts[0]),
+                    valid=int(counts[1]),
+                    feasible=int(counts[2]),
+                    elapsed_s=float(z["elapsed_s"]),
+                    directions=tuple(directions) if directions else None,
+                )
+        except (OSError, ValueError, KeyError):
+            return None
+
+
+Runner = Callable[[list[int]], Iterator[ChunkResult]]
+
+
+def local_runner(space: SearchSpace, chunk_size: int, predictor: Predictor | None = None) -> Runner:
+    """Chunks evaluated one after another in this process."""
+
+    def run(chunks: list[int]) -> Iterator[ChunkResult]:
+        for c in chunks:
+            yield evaluate_chunk(space, c, chunk_size, predictor)
+
+    return run
+
+
+def enumerate_space(
+    space: SearchSpace,
+    state: Enumeration,
+    path: Path,
+    runner: Runner,
+    *,
+    stop: Callable[[], bool] = lambda: False,
+    progress: Any = None,
+) -> Enumeration:
+    """Evaluate the chunks `state` has not done, merging and saving after each one, until all
+    are done or `stop()` turns true (checked after each chunk)."""
+    todo = [int(c) for c in np.nonzero(~state.done)[0]]
+    t0 = time.perf_counter()
+    base = state.elapsed_s
+    results: Iterable[ChunkResult] = runner(todo)
+    try:
+        for r in results:
+            state.merge(r)
+            state.elapsed_s = base + time.perf_counter() - t0
+            state.save(path)
+            if progress is not None:
+                progress.update(r.total)
+                progress.set_postfix_str(
+                    f"front {len(state.index)} feasible {state.feasible / state.total:.0%}",
+                    refresh=False,
+                )
+            if stop():
+                break
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()  # a generator's pending chunks (a cluster's futures) are cancelled
+    return state
+
+
+def sample_rest(space: SearchSpace, front: np.ndarray, seed: int, n: int = SAMPLE) -> np.ndarray:
+    """A seeded sample of `n` configuration indices off the front (ascending); the whole
+    rest of the space when it has fewer."""
+    size = space.size()
+    rng = np.random.default_rng([int(seed), 20])
+    k = min(size, n + len(front))
+    # Generator.choice draws k of size without a size-long array when k << size (Floyd).
+    pick = rng.choice(size, k, replace=False) if k < size else np.arange(size)
+    rest = pick[~np.isin(pick, front)][:n]
+    return np.sort(rest.astype(np.int64))
+
+
+def record_trials(
+    space: SearchSpace,
+    index: np.ndarray,
+    predictor: Predictor | None = None,
+    chunk: int = CHUNK,
+) -> list[Any]:
+    """Finished Optuna trials (fully evaluated: tokens-to-Wh included) of configurations."""
+    from dse.sweep._record import created_trials
+    from dse.sweep._samplers import config_params, distributions
+
+    dists = distributions(space)
+    out: list[Any] = []
+    for start in range(0, len(index), chunk):
+        idx = np.asarray(index[start : start + chunk], dtype=np.int64)
+        _, ev = evaluate_index(space, idx, predictor)
+        out += created_trials(dists, config_params(space, idx), ev)
+    return out

@@ -99,6 +99,7 @@ def write_results(
     exact: ExactFront | None = None,
     exact_table: pd.DataFrame | None = None,
     artifacts: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Written:
     """Write trials.parquet/.csv, front.csv, summary.json (and exact_front.csv) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -175,6 +176,7 @@ def write_results(
         "storage": storage,
         "elapsed_s": round(float(elapsed_s), 3),
     }
+    summary.update(extra or {})  # `exact`: the enumeration's counts
     text = json.dumps(summary, indent=2, default=_json_default)
     _atomic_write(folder / "summary.json", lambda p: p.write_text(text + "\n"))
     return Written(folder, table, front, summary)

@@ -10,6 +10,11 @@ Two engines share the loop body:
   database (a WAITING trial moves to RUNNING for exactly one of them), heartbeat them while
   they run, and fail-and-requeue the trials of workers that died. Exhaustive studies enqueue
   every configuration once, so no configuration is evaluated twice and none is lost.
+
+The `exact` sampler takes neither loop: it enumerates the space chunk by chunk
+(`_exhaustive.enumerate_space`, resumable through a sidecar file in the results folder), then
+writes the study once: every front configuration plus a seeded sample of the rest, as real
+trials, with the enumeration's counts in the study's user attributes.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from optuna.trial import TrialState
 from dse import pareto
 from dse.errors import ConfigError, DSEError
 from dse.space import SearchSpace, count_feasible, load_space, require_feasible
+from dse.sweep import _exhaustive as E
 from dse.sweep import _samplers as S
 from dse.sweep._evaluate import Evaluation, Predictor, check_predictor, evaluate
 from dse.sweep._exhaustive import ExactFront, exact_front, space_columns
@@ -86,6 +92,8 @@ class SweepOptions:
     heartbeat_s: int = DEFAULT_HEARTBEAT_S
     resume_command: str = ""
     replace: bool = False  # --replace: overwrite a results folder holding another study
+    max_configs: int = S.EXACT_MAX_CONFIGS  # --max-configs: the most `exact` enumerates
+    chunk_size: int = E.CHUNK  # --chunk-size: configurations per chunk of `exact`
     predictor: Predictor | None = field(default=None, repr=False)
 
 
@@ -202,14 +210,14 @@ def settings(space: SearchSpace, opts: SweepOptions) -> StudyRecord:
     if batch < 1:
         raise ConfigError(f"--batch-size: must be an integer >= 1, got {batch}")
     asked = opts.sampler or st.sampler
-    sampler = S.resolve(asked, space, trials)
+    sampler = S.resolve(asked, space, trials, opts.max_configs)
     if asked == "auto" and not opts.quiet:
-        print(f"dse sweep: {S.explain(asked, space, trials)}", file=sys.stderr)
+        print(f"dse sweep: {S.explain(asked, space, trials, opts.max_configs)}", file=sys.stderr)
     warning = S.budget_warning(sampler, space, trials)
     if warning is not None:  # printed even with --quiet: the budget is partly wasted
         print(f"dse sweep: {warning}", file=sys.stderr)
-    if sampler == "exhaustive":
-        trials = space.size()
+    if sampler in ("exhaustive", "exact"):
+        trials = space.size()  # `exact`: the budget is the configurations to enumerate
     return StudyRecord(
         space_file=space.source,
         space_raw=json_safe(space.raw),
@@ -248,15 +256,10 @@ def _check_same(existing: StudyRecord, new: StudyRecord, name: str, where: str) 
 
 
 # ------------------------------------------------------------------ the local engine
-def _local(
-    space: SearchSpace,
-    rec: StudyRecord,
-    spec: StorageSpec,
-    name: str,
-    opts: SweepOptions,
-    stop: StopFlag,
-) -> tuple[list[optuna.trial.FrozenTrial], int]:
-    """Run the study on the default journal file; return (all finished trials, done)."""
+def _journal_study(
+    space: SearchSpace, rec: StudyRecord, spec: StorageSpec, name: str
+) -> tuple[BaseStorage, BatchedJournalBackend, optuna.Study, StudyRecord]:
+    """Open the default journal and create (or load and check) the study in it."""
     storage, backend = open_journal(spec, batched=True)
     assert isinstance(backend, BatchedJournalBackend)
     directions = list(space.objectives.directions)
@@ -275,6 +278,21 @@ def _local(
         for k, v in rec.attrs().items():
             pstudy.set_user_attr(k, v)
         backend.flush()  # study and its record in one write
+    return storage, backend, pstudy, rec
+
+
+def _local(
+    space: SearchSpace,
+    rec: StudyRecord,
+    spec: StorageSpec,
+    name: str,
+    opts: SweepOptions,
+    stop: StopFlag,
+) -> tuple[list[optuna.trial.FrozenTrial], int]:
+    """Run the study on the default journal file; return (all finished trials, done)."""
+    storage, backend, pstudy, rec = _journal_study(space, rec, spec, name)
+    directions = list(space.objectives.directions)
+    where = str(spec.path)
     history = pstudy.get_trials(deepcopy=False)
     unfinished = [t for t in history if not t.state.is_finished()]
     if unfinished:  # only possible when a journal was written by other means
@@ -530,6 +548,115 @@ def _progress_add(progress: Progress, t: optuna.trial.FrozenTrial) -> None:
     if t.state == TrialState.COMPLETE and t.values is not None:
         ok = all(v <= 0 for v in t.constraints.values())
         progress.add(np.asarray([t.values], dtype=float), np.asarray([ok]))
+
+
+# ------------------------------------------------------------------ the exact engine
+EXACT_ATTR = "dse:exact"  # study user attr: the finished enumeration's counts (a dict)
+
+
+def _exact(
+    space: SearchSpace,
+    rec: StudyRecord,
+    spec: StorageSpec,
+    storage: BaseStorage | None,
+    name: str,
+    folder: Path,
+    opts: SweepOptions,
+    stop: StopFlag,
+) -> tuple[list[optuna.trial.FrozenTrial], int, StudyRecord, dict[str, Any] | None]:
+    """Enumerate the space (resuming the sidecar's chunks), then record the front and a sample
+    in the study, once. Returns (trials, configurations enumerated, record, the counts; None
+    while the enumeration is unfinished)."""
+    backend: BatchedJournalBackend | None = None
+    if spec.kind == "journal":
+        storage, backend, study, rec = _journal_study(space, rec, spec, name)
+    else:
+        assert storage is not None
+        study, rec = _shared_study(storage, space, rec, name, spec.display)
+    sidecar = folder / E.PROGRESS_FILE
+    try:
+        counts = study.user_attrs.get(EXACT_ATTR)
+        if counts is not None:  # finished before: the study holds the result
+            with contextlib.suppress(FileNotFoundError):
+                sidecar.unlink()
+            return study.get_trials(deepcopy=False), rec.trials, rec, counts
+        if study.get_trials(deepcopy=False):
+            raise ConfigError(
+                f"{spec.display}: study {name!r} (sampler exact) holds trials but no finished "
+                "enumeration; use another --study name, or --replace"
+            )
+        key = {
+            "study": name,
+            "space_hash": rec.space_hash,
+            "size": space.size(),
+            "chunk": int(opts.chunk_size),
+        }
+        directions = space.objectives.directions
+        state = E.Enumeration.load(sidecar, directions)
+        if state is not None and state.key != key:
+            if state.key.get("chunk") != key["chunk"] and {
+                k: v for k, v in state.key.items() if k != "chunk"
+            } == {k: v for k, v in key.items() if k != "chunk"}:
+                raise ConfigError(
+                    f"--chunk-size: {sidecar} holds an enumeration in chunks of "
+                    f"{state.key.get('chunk')} configurations; resume it with that size (or "
+                    f"--replace to start again), got {opts.chunk_size}"
+                )
+            state = None  # another study's or space's: start again
+        if state is None:
+            state = E.Enumeration.new(key, len(space.objectives.names), directions)
+        size = space.size()
+        bar: Any = None
+        if not opts.quiet:
+            from tqdm import tqdm
+
+            bar = tqdm(
+                total=size,
+                initial=state.total,
+                desc=name,
+                unit="config",
+                unit_scale=True,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=0.5,
+            )
+        try:
+            runner = E.local_runner(space, opts.chunk_size, opts.predictor)
+            state = E.enumerate_space(
+                space, state, sidecar, runner, stop=lambda: stop.requested, progress=bar
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+        if not state.complete:
+            return [], state.total, rec, None
+        sample = E.sample_rest(space, state.index, rec.seed)
+        index = np.union1d(state.index, sample)
+        trials = E.record_trials(space, index, opts.predictor)
+        counts = {
+            "configurations": size,
+            "enumerated": state.total,
+            "valid": state.valid,
+            "invalid": state.total - state.valid,
+            "feasible": state.feasible,
+            "front": len(state.index),
+            "sample": len(sample),
+            "chunks": len(state.done),
+            "chunk_size": int(opts.chunk_size),
+            "enumeration_s": round(state.elapsed_s, 3),
+            "configurations_per_s": round(state.total / state.elapsed_s, 1)
+            if state.elapsed_s > 0
+            else None,
+        }
+        study.add_trials(trials)
+        study.set_user_attr(EXACT_ATTR, counts)
+        if backend is not None:
+            backend.flush()  # trials and counts in one write: the study is written once
+        sidecar.unlink()
+        return study.get_trials(deepcopy=False), state.total, rec, counts
+    finally:
+        if backend is not None:
+            backend.discard()
 
 
 # ------------------------------------------------------------------ the shared engine
@@ -824,41 +951,88 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     interrupted = False
     try:
         claim_folder(folder, name, spec, opts.replace)
+        if opts.replace:  # an enumeration in progress is part of the folder's results
+            with contextlib.suppress(FileNotFoundError):
+                (folder / E.PROGRESS_FILE).unlink()
+        counts: dict[str, Any] | None = None
         with StopFlag(opts.quiet) as stop:
-            if spec.kind == "journal":
+            if rec.sampler == "exact":
+                trials, done, rec, counts = _exact(
+                    space, rec, spec, storage, name, folder, opts, stop
+                )
+            elif spec.kind == "journal":
                 trials, done = _local(space, rec, spec, name, opts, stop)
             else:
                 assert storage is not None
                 trials, done, rec = _run_shared_sweep(storage, space, rec, spec, name, opts, stop)
             interrupted = stop.requested and done < rec.trials
-        exact = _reference(space, rec, opts, done, interrupted)
-        written = write_results(
-            folder,
-            space,
-            trials,
-            study_name=name,
-            sampler=rec.sampler,
-            seed=rec.seed,
-            trials_requested=rec.trials,
-            storage=spec.display,
-            elapsed_s=time.perf_counter() - t0,
-            exact=exact,
-            exact_table=None,
-            artifacts=artifacts,
-        )
-        if rec.sampler == "exhaustive" and done >= rec.trials and exact is None:
-            written = _exhaustive_exact(written, space, folder)
+        if rec.sampler == "exact" and counts is None:  # stopped mid-enumeration
+            interrupted = True
+            written = None
+        else:
+            written = _write(
+                space,
+                rec,
+                opts,
+                spec,
+                folder,
+                name,
+                trials,
+                done,
+                interrupted,
+                counts,
+                artifacts,
+                t0,
+            )
     finally:
         for lock in locks:
             lock.release()
     if interrupted and not opts.quiet:
         hint = opts.resume_command or f"dse sweep {opts.space_file}"
+        what = "configurations" if rec.sampler == "exact" else "trials"
         print(
-            f"dse sweep: interrupted after {done:,} of {rec.trials:,} trials; results so far "
+            f"dse sweep: interrupted after {done:,} of {rec.trials:,} {what}; results so far "
             f"are in {folder}/. Resume with:\n  {hint}",
             file=sys.stderr,
         )
     return SweepOutcome(written, interrupted, done, rec.trials, folder, spec.display)
+
+
+def _write(
+    space: SearchSpace,
+    rec: StudyRecord,
+    opts: SweepOptions,
+    spec: StorageSpec,
+    folder: Path,
+    name: str,
+    trials: list[optuna.trial.FrozenTrial],
+    done: int,
+    interrupted: bool,
+    counts: dict[str, Any] | None,
+    artifacts: dict[str, str],
+    t0: float,
+) -> Written:
+    """The results folder of a finished (or stopped) study."""
+    exact = None if rec.sampler == "exact" else _reference(space, rec, opts, done, interrupted)
+    written = write_results(
+        folder,
+        space,
+        trials,
+        study_name=name,
+        sampler=rec.sampler,
+        seed=rec.seed,
+        trials_requested=rec.trials,
+        storage=spec.display,
+        elapsed_s=time.perf_counter() - t0,
+        exact=exact,
+        exact_table=None,
+        artifacts=artifacts,
+        extra={"exact": counts} if counts is not None else None,
+    )
+    if rec.sampler in ("exhaustive", "exact") and done >= rec.trials and exact is None:
+        # Both hold the whole exact front (exact: plus a sample of the rest).
+        written = _exhaustive_exact(written, space, folder)
+    return written
 
 
 def _run_shared_sweep(
@@ -899,14 +1073,15 @@ def _reference(
 
 def _exhaustive_exact(written: Written, space: SearchSpace, folder: Path) -> Written:
     """A finished exhaustive study is its own exact front: record it as such."""
-    from dse.sweep._results import write_table
+    import json
+
+    from dse.sweep._results import _atomic_write, write_table
 
     write_table(written.front, folder / "exact_front.csv")
     summary = dict(written.summary)
     summary["exact_hypervolume"] = summary["hypervolume"]
-    import json
-
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    text = json.dumps(summary, indent=2, default=str) + "\n"
+    _atomic_write(folder / "summary.json", lambda p: p.write_text(text))
     return replace(written, summary=summary)
 
 

@@ -19,9 +19,12 @@ from optuna.trial import FrozenTrial
 from dse.errors import ConfigError
 from dse.space import SAMPLERS, SearchSpace
 
-# `auto` enumerates a space of up to this many configurations (or up to the trial budget,
-# when that is larger): about 20 s of evaluating and storing at the throughput measured in
-# docs/sweeps.md, and the front is then exact.
+# `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):
+# about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with
+# memory bounded by the front. Beyond it, sample (`auto` then picks tpe or nsga2).
+EXACT_MAX_CONFIGS = 20_000_000
+# Kept for the record of `exhaustive` (one stored trial per configuration); `auto` no longer
+# picks it: `exact` gives the same front and stores only the front plus a sample.
 AUTO_EXHAUSTIVE_MAX = 20_000
 # `auto` otherwise: TPE reached the best hypervolume at a 2,000-trial budget on the
 # 1.2M-configuration space of benchmarks/sweep_quality.py (docs/sweeps.md) but its cost per
@@ -60,7 +63,9 @@ def config_params(space: SearchSpace, index: np.ndarray | int) -> list[dict[str,
     ]
 
 
-def resolve(name: str, space: SearchSpace, trials: int) -> str:
+def resolve(
+    name: str, space: SearchSpace, trials: int, max_configs: int = EXACT_MAX_CONFIGS
+) -> str:
     """The concrete sampler for `name` (`auto` decided here), or a ConfigError."""
     if name not in SAMPLERS:
         import difflib
@@ -69,15 +74,24 @@ def resolve(name: str, space: SearchSpace, trials: int) -> str:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"--sampler: must be one of {', '.join(SAMPLERS)}{hint}, got {name!r}")
     size = space.size()
+    if max_configs < 1:
+        raise ConfigError(f"--max-configs: must be an integer >= 1, got {max_configs}")
     if name == "auto":
-        if size <= max(trials, AUTO_EXHAUSTIVE_MAX):
-            return "exhaustive"
+        if size <= max_configs:
+            return "exact"
         return "tpe" if trials <= AUTO_TPE_MAX_TRIALS else "nsga2"
+    if name == "exact" and size > max_configs:
+        alt = "tpe" if trials <= AUTO_TPE_MAX_TRIALS else "nsga2"
+        raise ConfigError(
+            f"--max-configs: sampler exact enumerates at most {max_configs:,} configurations, "
+            f"got a space of {size:,} ({space.source}); use --sampler {alt} (or auto, which "
+            "samples a space this large), or raise --max-configs"
+        )
     if name == "exhaustive" and size > EXHAUSTIVE_MAX_TRIALS:
         raise ConfigError(
             f"{space.source}: sampler exhaustive stores one trial per configuration and the "
-            f"space has {size:,} (limit {EXHAUSTIVE_MAX_TRIALS:,}); use another sampler with "
-            "`--reference exact` to get the exact front of a space this large"
+            f"space has {size:,} (limit {EXHAUSTIVE_MAX_TRIALS:,}); use --sampler exact, which "
+            "stores only the front and a sample"
         )
     if name == "gp" and trials > GP_MAX_TRIALS:
         raise ConfigError(
@@ -90,14 +104,16 @@ def resolve(name: str, space: SearchSpace, trials: int) -> str:
     return name
 
 
-def explain(name: str, space: SearchSpace, trials: int) -> str:
+def explain(
+    name: str, space: SearchSpace, trials: int, max_configs: int = EXACT_MAX_CONFIGS
+) -> str:
     """Why `auto` took the sampler it took (one sentence, for stderr)."""
     size = space.size()
-    picked = resolve(name, space, trials)
-    if picked == "exhaustive":
+    picked = resolve(name, space, trials, max_configs)
+    if picked in ("exact", "exhaustive"):
         return (
-            f"sampler auto -> exhaustive: the space has {size:,} configurations (at most "
-            f"{max(trials, AUTO_EXHAUSTIVE_MAX):,}), so each is evaluated once and the front is "
+            f"sampler auto -> {picked}: the space has {size:,} configurations (at most "
+            f"{max_configs:,}, --max-configs), so each is evaluated once and the front is "
             "exact"
         )
     why = (
@@ -108,20 +124,20 @@ def explain(name: str, space: SearchSpace, trials: int) -> str:
     )
     return (
         f"sampler auto -> {picked}: the space has {size:,} configurations, more than "
-        f"{max(trials, AUTO_EXHAUSTIVE_MAX):,} to enumerate, and {why}"
+        f"{max_configs:,} to enumerate (--max-configs), and {why}"
     )
 
 
 def budget_warning(sampler: str, space: SearchSpace, trials: int) -> str | None:
     """A warning when a sampler's budget exceeds the space: some trials must repeat."""
     size = space.size()
-    if sampler == "exhaustive" or trials <= size:
+    if sampler in ("exhaustive", "exact") or trials <= size:
         return None
     return (
         f"warning: the budget of {trials:,} trials exceeds the {size:,} configurations of the "
         f"space: at least {trials - size:,} trials repeat a configuration (told its stored "
         "values, not predicted again) and a sampler may still miss some; `--sampler "
-        "exhaustive` (or auto) evaluates each configuration exactly once"
+        "exact` (or auto) evaluates each configuration exactly once"
     )
 
 
