@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from sweep_results import no_feasible_sweep, run_sweep
 
 from dse.report import load_results, write_report
+from dse.report._fronts import config_ids
 
 pytestmark = pytest.mark.browser
 
@@ -184,9 +186,15 @@ def test_report_loads_without_errors_and_shows_every_point(driver, report: Path)
     t = res.trials
     finite = np.isfinite(t[[o.column for o in res.objectives]].to_numpy(float)).all(axis=1)
     sizes = _trace_sizes(driver, "pareto")
-    assert sizes["points:front"] == int(t["on_front"].sum())
-    assert sizes["points:dominated"] == int((t["feasible"] & ~t["on_front"]).sum())
-    assert sizes["points:infeasible"] == int((~t["feasible"] & finite).sum())
+    # One point per distinct configuration (a repeated configuration would be drawn on top of
+    # its first trial): `on_front` marks the first trial of each front configuration.
+    ids = config_ids(t)
+    first = ~pd.Series(ids).duplicated().to_numpy()
+    on_front = set(ids[t["on_front"].to_numpy(bool)])
+    feasible = t["feasible"].to_numpy(bool)
+    assert sizes["points:front"] == len(on_front) == int(t["on_front"].sum())
+    assert sizes["points:dominated"] == len(set(ids[feasible]) - on_front)
+    assert sizes["points:infeasible"] == int((~feasible & finite & first).sum())
     drawn = driver.execute_script(
         "return document.querySelectorAll('#pareto .scatterlayer .trace path.point').length"
     )
