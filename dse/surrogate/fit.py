@@ -25,6 +25,7 @@ import pandas as pd
 
 from dse.errors import DataError
 from dse.hardware import get_gpu, gpu_names, register_folder_spec
+from dse.roofline import LAUNCH_S, roofline_s
 from dse.surrogate._fitutil import map_tasks
 from dse.surrogate.artifact import (
     Artifact,
@@ -201,12 +202,10 @@ def _roofline_baselines(rows: pd.DataFrame, gpu: str, dtype: str) -> dict[str, f
 
     spec = get_gpu(gpu)
     flops, b_in, b_out = gemm_work(rows["m"], rows["n"], rows["k"], dtype)
-    roof = np.maximum(
-        flops / spec.peak_flops_per_s(dtype), (b_in + b_out) / spec.hbm_bw_bytes_per_s
-    )
+    roof = roofline_s(flops, b_in + b_out, spec.peak_flops_per_s(dtype), spec.hbm_bw_bytes_per_s)
     return {
         "roofline_mape_pct": mape_pct(roof, rows["latency_s"]),
-        "roofline_5us_floor_mape_pct": mape_pct(np.maximum(roof, 5e-6), rows["latency_s"]),
+        "roofline_5us_floor_mape_pct": mape_pct(np.maximum(roof, LAUNCH_S), rows["latency_s"]),
     }
 
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
 from dse.hardware import get_gpu
+from dse.roofline import LAUNCH_S, roofline_s
 from dse.surrogate.artifact import Artifact, register_model
 from dse.surrogate.power import PowerModel
 
@@ -645,13 +646,11 @@ def sibling_factor(flops: Any, nbytes: Any, dtype: str, gpu: str, fitted_on: str
     """Time on `gpu` / time on `fitted_on` by the roofline with the launch floor (as
     `dse.surrogate.hymell.transfer_factor`): 1 where compute-bound on chips of one peak, the
     bandwidth ratio where memory-bound."""
-    from dse.surrogate.hymell import LAUNCH_S
-
     dt = canonical_dtype(dtype)
     here, there = get_gpu(gpu), get_gpu(fitted_on)
     f, b = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
-    t_here = np.maximum(f / here.peak_flops_per_s(dt), b / here.hbm_bw_bytes_per_s) + LAUNCH_S
-    t_there = np.maximum(f / there.peak_flops_per_s(dt), b / there.hbm_bw_bytes_per_s) + LAUNCH_S
+    t_here = roofline_s(f, b, here.peak_flops_per_s(dt), here.hbm_bw_bytes_per_s) + LAUNCH_S
+    t_there = roofline_s(f, b, there.peak_flops_per_s(dt), there.hbm_bw_bytes_per_s) + LAUNCH_S
     return t_here / t_there
 
 

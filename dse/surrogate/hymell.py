@@ -31,13 +31,10 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.hardware import GPU
 from dse.ops import Op
+from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
 from dse.surrogate.artifact import Artifact, RangeMiss, range_miss, register_model
 from dse.surrogate.nn import MLP
 
-LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H100-class GPU)
-ALLREDUCE_FLOOR_S = 10e-6  # roofline latency floor of one NCCL all-reduce inside a node
-# Roofline stand-in power: idle plus this fraction of the idle-to-board span at full utilisation.
-ROOFLINE_ACTIVE_POWER_FRACTION = 0.75
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
 
 
@@ -76,15 +73,12 @@ def level1_adapter(*kinds: str) -> Callable[[Level1Adapter], Level1Adapter]:
 def roofline_op(op: Op, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     """(seconds per call, utilisation in [0, 1]) of one operator on the roofline."""
     if op.kind == "allreduce":
-        g = np.asarray(op.dims["n_gpus"], dtype=float)
-        # Ring all-reduce moves 2 (g - 1) / g of the message over each GPU's NVLink.
-        t_data = op.bytes * 2 * (g - 1) / np.maximum(g, 1) / gpu.nvlink_bw_bytes_per_s
-        t = t_data + ALLREDUCE_FLOOR_S
+        t = ring_allreduce_s(op.bytes, op.dims["n_gpus"], gpu.nvlink_bw_bytes_per_s)
         return t, np.zeros_like(t)
     peak = gpu.peak_bf16_flops_per_s
     if op.kind == "gemm":
         peak = np.where(op.dims["dtype"] == "fp8", gpu.peak_flops_per_s("fp8"), peak)
-    t_roof = np.maximum(op.flops / peak, op.bytes / gpu.hbm_bw_bytes_per_s)
+    t_roof = roofline_s(op.flops, op.bytes, peak, gpu.hbm_bw_bytes_per_s)
     t = t_roof + LAUNCH_S
     return t, t_roof / t
 
@@ -95,12 +89,6 @@ def transfer_factor(op: Op, gpu: GPU, fitted_on: GPU) -> np.ndarray:
     t_here, _ = roofline_op(op, gpu)
     t_there, _ = roofline_op(op, fitted_on)
     return t_here / t_there
-
-
-def roofline_power_w(gpu: GPU, util: np.ndarray) -> np.ndarray:
-    """Stand-in board power at a utilisation: idle + fraction of the idle-to-board span."""
-    span = gpu.board_power_w - gpu.idle_power_w
-    return gpu.idle_power_w + ROOFLINE_ACTIVE_POWER_FRACTION * span * util
 
 
 # ---------------------------------------------------------------------------- Level 2
@@ -520,7 +508,7 @@ class HymellPricer:
             p = op_power_w(self.artifact, op, self.gpu, t_call)
             if p is not None:
                 return p
-        return roofline_power_w(self.gpu, util)
+        return standin_power_w(self.gpu, util)
 
     def _apply_level2(
         self,

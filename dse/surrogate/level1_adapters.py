@@ -21,8 +21,9 @@ import numpy as np
 
 from dse.hardware import GPU
 from dse.ops import Op
+from dse.roofline import LAUNCH_S, roofline_s
 from dse.surrogate.artifact import Artifact, RangeMiss
-from dse.surrogate.hymell import LAUNCH_S, L1Price, level1_adapter
+from dse.surrogate.hymell import L1Price, level1_adapter
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
 POWER_GRID = 97  # points per axis of the power table (sqrt-spaced utilisation)
@@ -461,7 +462,7 @@ def price_layer_op(
     # Not covered (no such operator family in the model): the roofline, flagged below.
     lat = hit["latency_s"]
     if not hit["covered"].all():
-        t_roof = np.maximum(op.flops / gpu.peak_bf16_flops_per_s, op.bytes / gpu.hbm_bw_bytes_per_s)
+        t_roof = roofline_s(op.flops, op.bytes, gpu.peak_bf16_flops_per_s, gpu.hbm_bw_bytes_per_s)
         lat = np.where(hit["covered"], lat, t_roof + LAUNCH_S)
         return L1Price(lat, op_power_w(artifact, op, gpu, lat), hit["oor"], names[0], hit["misses"])
     # The same FLOPs and bytes as the operator that filled the cache (both residual adds,

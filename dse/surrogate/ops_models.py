@@ -32,6 +32,7 @@ import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
 from dse.hardware import get_gpu
+from dse.roofline import LAUNCH_S, roofline_s
 from dse.surrogate import _fitutil as U
 from dse.surrogate.allreduce import AllReduceModel, implementation_key, shape_implementation
 from dse.surrogate.artifact import Artifact, Family, FittedModel, register_family, register_model
@@ -58,7 +59,6 @@ from dse.surrogate.moe import MoEModel, moe_inputs, moe_work
 FIT_CV_FOLDS = 3
 FIT_CV_MAX_ROWS = 8000
 MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
-LAUNCH_FLOOR_S = 5e-6  # the plain-roofline baseline's launch floor
 
 
 def _mape(pred: Any, y: Any) -> float | None:
@@ -79,7 +79,7 @@ def layer_op_roofline_s(rows: pd.DataFrame, gpu: str) -> np.ndarray:
     t, w = op_geometry(op, layer_op_inputs(rows))
     # elements moved per output element: norms/rope/emb read 1 write 1, add reads 2, act 3
     io = np.where(op == "add", 3.0, np.where(op == "mlp_act", 3.0, 2.0))
-    return LAUNCH_FLOOR_S + t * w * io * 2.0 / get_gpu(gpu).hbm_bw_bytes_per_s
+    return LAUNCH_S + t * w * io * 2.0 / get_gpu(gpu).hbm_bw_bytes_per_s
 
 
 def cv_layer_op(rows: pd.DataFrame, gpu: str) -> np.ndarray:
@@ -399,7 +399,7 @@ def attention_roofline_s(kind: str, rows: pd.DataFrame, gpu: str) -> np.ndarray:
     v = cls()._inputs(attention_inputs(rows))
     flops, bytes_ = attention_work(cls.phase_default, v)
     g = get_gpu(gpu)
-    return np.maximum(flops / g.peak_bf16_flops_per_s, bytes_ / g.hbm_bw_bytes_per_s)
+    return roofline_s(flops, bytes_, g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s)
 
 
 def grouped_cv(
@@ -567,7 +567,7 @@ def moe_roofline_s(rows: pd.DataFrame, gpu: str, dtype: str) -> np.ndarray:
     v = m._inputs(moe_inputs(rows))
     w = moe_work(v, m.weight_bytes)
     peak, bw = m._peak()
-    return np.maximum(w["flops"] / peak, w["bytes"] / bw)
+    return roofline_s(w["flops"], w["bytes"], peak, bw)
 
 
 def fit_moe_family(ctx: Any) -> list[FittedModel]:
