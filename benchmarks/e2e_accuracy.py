@@ -34,9 +34,9 @@ from _docsection import replace_section  # noqa: E402  (benchmarks/, the script'
 
 from dse.data import load  # noqa: E402
 from dse.predictor import load_artifact, predict  # noqa: E402
+from dse.stand_ins import STAND_INS  # noqa: E402
 from dse.surrogate.artifact import Artifact  # noqa: E402
 from dse.surrogate.hymell_fit import (  # noqa: E402
-    LEVEL3_ROWS,
     e2e_configs,
     identical_batch,
     price_rows,
@@ -189,7 +189,7 @@ def level12(gpu: str) -> Artifact | None:
 def latency_cv(
     gpu: str, e2e: pd.DataFrame, base: Artifact | None, ttft_rows: pd.DataFrame | None
 ) -> dict[str, Any]:
-    rows = e2e[e2e["gpu"].isin(LEVEL3_ROWS[gpu])]
+    rows = e2e[e2e["gpu"].isin(STAND_INS["level3_rows"][gpu])]
     cfg, kept = e2e_configs(rows)
     g, extra = price_rows(cfg, base, gpu)
     y = kept["latency_s"].to_numpy(float)
@@ -240,7 +240,7 @@ def energy_cv(
 ) -> pd.DataFrame:
     """Held-out energy of the argonne power rows of the GPU's chip."""
     rows = tables["e2e_energy"]
-    rows = rows[rows["gpu"].isin(LEVEL3_ROWS[gpu])]
+    rows = rows[rows["gpu"].isin(STAND_INS["level3_rows"][gpu])]
     cfg, kept = e2e_configs(rows)
     if kept.empty:
         return kept
@@ -416,7 +416,7 @@ def report() -> str:
         r = lat["rows"]
         lat_parts.append(r)
         lines += [
-            f"### {gpu} latency (argonne rows of {', '.join(LEVEL3_ROWS[gpu])}; Levels 1-2: {l1})",
+            f"### {gpu} latency (argonne rows of {', '.join(STAND_INS['level3_rows'][gpu])}; Levels 1-2: {l1})",
             "",
         ]
         lines += [

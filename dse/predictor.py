@@ -25,6 +25,7 @@ from dse import configs as C
 from dse.errors import ConfigError
 from dse.hardware import GPU, get_gpu
 from dse.ops import forward_ops
+from dse.stand_ins import lender
 from dse.surrogate.artifact import Artifact, RangeMiss
 from dse.surrogate.hymell import (
     LAUNCH_S,  # noqa: F401  (re-exported: the roofline launch floor)
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 DECODE_SEGMENTS = 2
 LEVEL3_MODEL = "level3.e2e"
 POWER3_MODEL = "level3.power"
-# A GPU without its own artifact borrows the one of the same chip (compute and bandwidth alike).
-SIBLING_ARTIFACT = {"a100_sxm_40gb": "a100_sxm", "gh200": "h200_sxm"}
 # Band of a roofline-only prediction: no held-out residuals exist, so a wide factor (x0.5 .. x2).
 ROOFLINE_BAND_LOG = np.log(2.0)
 SURROGATES_ENV = "DSE_SURROGATES"  # folder holding <gpu>/manifest.json, overrides the shipped one
@@ -94,7 +93,7 @@ def load_artifact(gpu: str) -> tuple[Artifact | None, str]:
     """The frozen artifact for `gpu` (or its sibling chip's) and the GPU it was fitted for;
     (None, "") when there is none. Loaded once per process."""
     root = surrogates_dir()
-    for name in (gpu, SIBLING_ARTIFACT.get(gpu)):
+    for name in (gpu, lender("artifact", gpu)):  # a GPU without one: the same die's
         if name:
             art = _load_cached(str(root / name))
             if art is not None:

@@ -26,6 +26,7 @@ import pandas as pd
 from dse.errors import DataError
 from dse.hardware import get_gpu, gpu_names, register_folder_spec
 from dse.roofline import LAUNCH_S, roofline_s
+from dse.stand_ins import POWER_GPU
 from dse.surrogate._fitutil import map_tasks
 from dse.surrogate.artifact import (
     Artifact,
@@ -124,7 +125,6 @@ def weight_shape_groups(df: pd.DataFrame) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- power family
-POWER_GPU = "h200_sxm"
 
 
 def power_rows(gemm: pd.DataFrame) -> pd.DataFrame:

@@ -40,6 +40,7 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError
 from dse.hardware import get_gpu
 from dse.roofline import LAUNCH_S, roofline_s
+from dse.stand_ins import lender
 from dse.surrogate.artifact import Artifact, register_model
 from dse.surrogate.power import PowerModel
 
@@ -627,14 +628,8 @@ def model_name(engine: str, dtype: str) -> str:
 
 
 # A GPU whose artifact has no GEMM table for an (engine, dtype) borrows the table of its sibling
-# chip's artifact (same folder): H200 is the H100's Hopper die (132 SMs, same clocks and tensor
-# rates) with 4.8 instead of 3.35 TB/s of HBM, so a borrowed time moves by the roofline ratio
-# (`sibling_factor`). On the training share, H100 tables priced onto H200's rows this way score
-# 8.0% (vLLM bf16) and 11.0% (vLLM fp8_block), the H100-to-H200 spread of the measurements
-# themselves (8.4% and 11.9% between the two chips' own rows); the same chip's fp8_block table
-# priced onto per-tensor fp8 rows scores 466% (vLLM) and 33% (TensorRT-LLM) (docs/accuracy.md,
-# "Fallbacks across engines, dtypes and sibling GPUs").
-GEMM_SIBLING: dict[str, str] = {"h200_sxm": "h100_sxm"}
+# chip's artifact (same folder; dse.stand_ins "gemm_tables", where the measurements behind it
+# are cited), a borrowed time moved by the roofline ratio (`sibling_factor`).
 # dtypes whose kernels are each engine's own (vLLM's and TensorRT-LLM's fp8 GEMMs): another
 # engine's table of the same chip is far off (H100: 33-38% fp8, 58-363% fp8_block), so the
 # sibling's table of the same engine comes first. bf16 GEMMs are cuBLAS in both engines: the
@@ -665,8 +660,9 @@ def _sibling_at(folder: str, stamp: int) -> Artifact | None:
 
 
 def sibling_artifact(artifact: Artifact) -> Artifact | None:
-    """The artifact of `artifact`'s sibling chip (GEMM_SIBLING) stored next to it, or None."""
-    name = GEMM_SIBLING.get(artifact.gpu)
+    """The artifact of `artifact`'s sibling chip (dse.stand_ins "gemm_tables") stored next to it,
+    or None."""
+    name = lender("gemm_tables", artifact.gpu)
     if not name or artifact.path is None:
         return None
     folder = Path(artifact.path).parent / name
@@ -727,7 +723,7 @@ class Gemm:
         self, artifact: Artifact, sibling: Artifact | None = None, find_sibling: bool = True
     ) -> None:
         """`sibling`: the sibling chip's artifact; by default (`find_sibling`) the one stored
-        next to `artifact` (surrogates/<GEMM_SIBLING[gpu]>), if any."""
+        next to `artifact` (its "gemm_tables" lender), if any."""
         self.artifact = artifact
         self.names = {n for n in artifact.names("gemm")}
         if sibling is None and find_sibling:

@@ -1,6 +1,6 @@
 """Fitting HYMELL Level 3 (and the Level-3 power calibration) into one GPU's artifact.
 
-Level 3 of artifact X is fitted on the argonne end-to-end rows of the GPUs in `LEVEL3_ROWS[X]`
+Level 3 of artifact X is fitted on the argonne end-to-end rows of `lenders("level3_rows", X)`
 (X itself, or the chip it shares compute with when X has no end-to-end measurements), each row
 priced by X's Level-1/2 models moved to the row's GPU by the roofline ratio
 (`dse.surrogate.hymell.transfer_factor`). vLLM and TensorRT-LLM are separate engines.
@@ -22,6 +22,7 @@ import pandas as pd
 from dse import configs as C
 from dse.errors import ConfigError, DataError
 from dse.hardware import get_gpu
+from dse.stand_ins import lenders
 from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.level3 import GlobalInputs, Level3, fit_summary
 from dse.surrogate.power3 import fit_power3
@@ -30,14 +31,6 @@ if TYPE_CHECKING:
     from dse.hardware import GPU
     from dse.predictor import BaseCost
 
-# Artifact GPU -> the GPUs whose argonne rows fit its Level 3.
-LEVEL3_ROWS: dict[str, tuple[str, ...]] = {
-    "h100_sxm": ("h100_sxm",),
-    "h200_sxm": ("h100_sxm",),  # same GH100 compute; no end-to-end rows of its own
-    "a100_sxm": ("a100_sxm_40gb",),  # argonne's A100s are the 40GB part (ALCF Polaris)
-    "a100_sxm_40gb": ("a100_sxm_40gb",),
-    "gh200": ("gh200",),
-}
 ENGINES = ("vllm", "trtllm")
 
 Lookup = Callable[[str], Any]  # model name -> dse.arch.Architecture
@@ -229,9 +222,9 @@ def fit_level3(
     ttft_rows: pd.DataFrame | None = None,
     **level3_kw: Any,
 ) -> tuple[Level3, dict[str, Any]]:
-    """Fit Level 3 of artifact `gpu` on the argonne e2e rows of LEVEL3_ROWS[gpu], with the
+    """Fit Level 3 of artifact `gpu` on the argonne e2e rows of its "level3_rows" lenders, with the
     measured time to first token of those runs (`ttft_rows`, kind e2e_ttft) where there is one."""
-    sources = LEVEL3_ROWS.get(gpu, (gpu,))
+    sources = lenders("level3_rows", gpu)
     rows = e2e[e2e["gpu"].isin(sources)]
     cfg, kept = e2e_configs(rows, lookup)
     if not len(cfg):
@@ -367,7 +360,7 @@ def fit_level2(
 
     from dse.surrogate.hymell import Level2Block
 
-    sources = LEVEL2_ROWS.get(gpu, (gpu,))
+    sources = lenders("level2_rows", gpu)
     tables = level2_rows(layer_ops, sources, artifact, gpu)
     out = []
     with threadpool_limits(limits=1):
@@ -404,15 +397,6 @@ def fit_level2(
                 FittedModel(f"level2.{block}", model, cv=cv, info={"rows_from_gpus": list(sources)})
             )
     return out
-
-
-# Artifact GPU -> the GPUs whose vidur rows fit its Level 2.
-LEVEL2_ROWS: dict[str, tuple[str, ...]] = {
-    "h100_sxm": ("h100_sxm",),
-    "h200_sxm": ("h100_sxm",),
-    "a100_sxm": ("a100_sxm",),
-    "a100_sxm_40gb": ("a100_sxm",),
-}
 
 
 # ---------------------------------------------------------------------------- artifacts
@@ -499,7 +483,7 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
         base = merge(level1, gpu, out, root) if out else level1
     tables = {k: ctx.table(k) for k in ("e2e", "e2e_energy", "e2e_ttft")}
     e2e = tables["e2e"]
-    if e2e is None or e2e.empty or not e2e["gpu"].isin(LEVEL3_ROWS.get(gpu, (gpu,))).any():
+    if e2e is None or e2e.empty or not e2e["gpu"].isin(lenders("level3_rows", gpu)).any():
         return out
     out += fit_levels(gpu, root, artifact=base, seed=int(getattr(ctx, "seed", 0)), tables=tables)
     return out

@@ -33,6 +33,7 @@ import pandas as pd
 from dse.errors import ArtifactError, ConfigError, DataError
 from dse.hardware import get_gpu
 from dse.roofline import LAUNCH_S, roofline_s
+from dse.stand_ins import lender
 from dse.surrogate import _fitutil as U
 from dse.surrogate.allreduce import AllReduceModel, implementation_key, shape_implementation
 from dse.surrogate.artifact import Artifact, Family, FittedModel, register_family, register_model
@@ -116,17 +117,16 @@ def layer_op_cv_summary(rows: pd.DataFrame, pred: np.ndarray, gpu: str) -> dict[
     }
 
 
-# A GPU without vidur rows borrows the rows of the chip it shares compute (SMs, kernels) with;
-# the model is then a transfer, not a measurement, and its manifest entry says so.
-LAYER_OP_SIBLING = {"h200_sxm": "h100_sxm", "gh200": "h100_sxm", "a100_sxm_40gb": "a100_sxm"}
+# A GPU without vidur rows borrows the rows of the chip it shares compute (SMs, kernels) with
+# (dse.stand_ins "layer_op_rows"); the model is then a transfer and its manifest entry says so.
 
 
 def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
     table = ctx.table("layer_op")
     source_gpu = ctx.gpu
     rows = layer_op_rows(table, ctx.gpu)
-    if rows.empty and ctx.gpu in LAYER_OP_SIBLING:
-        source_gpu = LAYER_OP_SIBLING[ctx.gpu]
+    if rows.empty and lender("layer_op_rows", ctx.gpu) is not None:
+        source_gpu = lender("layer_op_rows", ctx.gpu)
         rows = layer_op_rows(table, source_gpu)
     if rows.empty:
         ctx.log(f"layer_op: no vidur layer-op rows for {ctx.gpu}; skipped")

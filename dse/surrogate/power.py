@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.hardware import GPU, get_gpu
+from dse.stand_ins import POWER_GPU
 from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP, fit_mlp
 
@@ -38,7 +39,6 @@ FRACTION_CLIP = (0.0, 1.05)
 LATENCY_CLIP_S = (1e-6, 1.0)
 MAX_FIT_ROWS = 8000
 DEFAULT_LATENCY_S = 1e-3  # a long kernel: steady-state power
-POWER_SOURCE_GPU = "h200_sxm"  # the only GPU with measured power in the training share
 
 
 def _inputs(compute_util: Any, memory_util: Any, latency_s: Any) -> np.ndarray:
@@ -102,7 +102,7 @@ class PowerModel:
         latency_s: Any = DEFAULT_LATENCY_S,
         idle_power_w: Any = None,
         board_power_w: Any = None,
-        gpu: str | GPU = POWER_SOURCE_GPU,
+        gpu: str | GPU = POWER_GPU,
     ) -> dict[str, np.ndarray]:
         """Board power in watts of a kernel of this duration (s) back to back; idle/board power
         default to `gpu`'s registry values."""

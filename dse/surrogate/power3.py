@@ -302,9 +302,10 @@ def fit_power3(
     lookup: Any = None,
 ) -> tuple[Power3 | None, dict[str, Any]]:
     """Fit the power calibration of artifact `gpu` on the argonne power rows of its chip."""
-    from dse.surrogate.hymell_fit import LEVEL3_ROWS, e2e_configs, identical_batch, price_rows
+    from dse.stand_ins import lenders
+    from dse.surrogate.hymell_fit import e2e_configs, identical_batch, price_rows
 
-    sources = LEVEL3_ROWS.get(gpu, (gpu,))
+    sources = lenders("level3_rows", gpu)
     rows = energy_rows[energy_rows["gpu"].isin(sources)]
     cfg, kept = e2e_configs(rows, lookup)
     if len(cfg) < 3:

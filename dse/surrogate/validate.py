@@ -22,19 +22,17 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
+from dse.stand_ins import first_lenders
 from dse.surrogate.artifact import Artifact, Family
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
-# Rows of a GPU without its own artifact are scored with a sibling's (same chip, other memory);
-# the result entry then names the artifact GPU in `artifact_gpu`.
-ARTIFACT_FALLBACK: dict[str, str] = {"a100_sxm_40gb": "a100_sxm", "gh200": "h200_sxm"}
+# Rows of a GPU without its own artifact are scored with the same die's (dse.stand_ins
+# "artifact"); the result entry then names the artifact GPU in `artifact_gpu`.
+ARTIFACT_FALLBACK: dict[str, str] = first_lenders("artifact")
 # Kinds whose rows a GPU's artifact has no model for are priced with the sibling chip's artifact
-# (artifact GPU -> sibling GPU), the result naming the model in `fallback`. All-reduce and the
-# other NCCL collectives: H200 and H100 share NVLink 4 and NVSwitch, and the H100 models score
-# 2.7-9.0% on H200's own tables (docs/accuracy.md, "Fallbacks across engines, dtypes and
-# sibling GPUs"). GEMMs borrow inside `dse.surrogate.gemm.Gemm.choose` (times moved by the
-# roofline ratio); MoE and another engine's all-reduce scored 14-190%: no fallback.
-SIBLING_KINDS: dict[str, dict[str, str]] = {"allreduce": {"h200_sxm": "h100_sxm"}}
+# (artifact GPU -> sibling GPU, dse.stand_ins "collective_tables"), the result naming the model
+# in `fallback`. GEMMs borrow inside `dse.surrogate.gemm.Gemm.choose` ("gemm_tables").
+SIBLING_KINDS: dict[str, dict[str, str]] = {"allreduce": first_lenders("collective_tables")}
 
 
 # Manifest model kinds whose fitted ranges bound the rows of a data kind, and the row column
