@@ -258,3 +258,31 @@ def test_ctrl_c_stops_after_a_chunk(tmp_path: Path) -> None:
     assert "configurations; results so far" in err and "Resume with:" in err
     st = E.Enumeration.load(sidecar, None)
     assert st is not None and 2 <= st.done.sum() < len(st.done)
+
+
+def test_dask_local_cluster_gives_the_one_core_front(tmp_path: Path) -> None:
+    pytest.importorskip("dask.distributed")
+    f = _write(tmp_path, SPACE)
+    one = _exact(f, tmp_path / "one", chunk_size=97)
+    two = _exact(f, tmp_path / "two", chunk_size=97, workers=2)
+    _check_against_brute(f, tmp_path / "two", two)
+    a, b = one["exact"], two["exact"]
+    assert isinstance(a, dict) and isinstance(b, dict)
+    same = ("enumerated", "valid", "invalid", "feasible", "front", "sample", "chunks")
+    assert {k: a[k] for k in same} == {k: b[k] for k in same}
+    fa = pd.read_csv(tmp_path / "one" / "front.csv")
+    fb = pd.read_csv(tmp_path / "two" / "front.csv")
+    assert list(fa[PARAMS].itertuples(index=False)) == list(fb[PARAMS].itertuples(index=False))
+    cols = [c for c in fa if c.startswith("obj.")]
+    np.testing.assert_allclose(fa[cols].to_numpy(), fb[cols].to_numpy(), rtol=1e-9)
+
+
+def test_dask_flags_need_exact(tmp_path: Path, capsys) -> None:
+    f = _write(tmp_path, SPACE)
+    rc = main(["sweep", str(f), "--out", str(tmp_path / "r"), "--sampler", "tpe", "--workers", "2"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--workers: only sampler exact runs on Dask" in err and "got sampler tpe" in err
+    rc = main(["sweep", str(f), "--out", str(tmp_path / "r"), "--workers", "0", "-q"])
+    assert rc == 2
+    assert "--workers: must be an integer >= 1, got 0" in capsys.readouterr().err

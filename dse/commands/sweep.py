@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  dse sweep search_spaces/dense_8b.yaml\n"
         "  dse sweep search_spaces/moe.yaml --sampler nsga2 --trials 5000 --seed 1\n"
         "  dse sweep search_spaces/heads_study.yaml --sampler exact\n"
+        "  dse sweep big.yaml --sampler exact --workers 2   # or --dask tcp://host:8786\n"
         "  dse sweep space.yaml --storage postgresql://user@host/db --study big  "
         "# then `dse worker` elsewhere",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -66,6 +67,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="exact: configurations per predictor call and per saved chunk (default: 131072)",
     )
     p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="exact: evaluate the chunks as tasks on this Dask scheduler (tcp://host:8786); "
+        "fronts merge here and the study is written once (needs the `dask` extra)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="exact: evaluate the chunks on a local Dask cluster of N one-thread processes",
+    )
+    p.add_argument(
         "--reference",
         choices=["exact"],
         help="also enumerate the whole space for its exact front (exact_front.csv, and "
@@ -103,6 +116,8 @@ def resume_command(args: argparse.Namespace) -> str:
         ("--reference", args.reference),
         ("--max-configs", args.max_configs),
         ("--chunk-size", args.chunk_size),
+        ("--dask", args.dask),
+        ("--workers", args.workers),
     ):
         if value is not None:
             parts += [flag, str(value)]
@@ -145,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
             heartbeat_s=args.heartbeat,
             resume_command=mask_url(resume_command(args)),
             replace=args.replace,
+            dask=args.dask,
+            workers=args.workers,
             **_exact_flags(args),
         )
     )

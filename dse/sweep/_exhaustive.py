@@ -15,10 +15,14 @@ seeded sample of the rest of the space (the report's clouds), into finished Optu
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from dse import pareto
+from dse.errors import ConfigError
 from dse.space import SearchSpace
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 
@@ -275,9 +280,17 @@ def enumerate_space(
     todo = [int(c) for c in np.nonzero(~state.done)[0]]
     t0 = time.perf_counter()
     base = state.elapsed_s
-    results: Iterable[ChunkResult] = runner(todo)
+    results: Iterator[ChunkResult] = iter(runner(todo))
     try:
-        for r in results:
+        while True:
+            try:
+                r = next(results)
+            except StopIteration:
+                break
+            except Exception:
+                if stop():  # a Ctrl-C that also reached a local cluster's workers
+                    break
+                raise
             state.merge(r)
             state.elapsed_s = base + time.perf_counter() - t0
             state.save(path)
@@ -325,3 +338,88 @@ def record_trials(
         _, ev = evaluate_index(space, idx, predictor)
         out += created_trials(dists, config_params(space, idx), ev)
     return out
+
+
+# ------------------------------------------------------------------ on a Dask cluster
+def dask_client(address: str | None, workers: int | None) -> tuple[Any, Any]:
+    """(cluster or None, client): a scheduler at `address`, or a LocalCluster of `workers`
+    one-thread worker processes. Dask is the optional extra `dask`."""
+    flag, got = ("--dask", address) if address else ("--workers", workers)
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError(
+            f"{flag}: needs Dask (pip install 'dse[dask]', i.e. dask[distributed]), got {got}"
+        ) from None
+    if address:
+        try:
+            return None, Client(address, timeout=10)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ConfigError(
+                f"--dask: must name a reachable Dask scheduler ({exc}), got {address}"
+            ) from None
+    assert workers is not None
+    if workers < 1:
+        raise ConfigError(f"--workers: must be an integer >= 1, got {workers}")
+    import dask
+
+    # One BLAS/OpenMP thread per worker (the cores are the workers'), and none of Dask's
+    # default MALLOC_TRIM_THRESHOLD_=65536: setting it turns off glibc's dynamic mmap
+    # threshold, so every chunk's ~100 MB of arrays is mmapped and page-faulted afresh, 3x
+    # slower per chunk (0.6 -> 1.9 s measured, docs/sweeps.md).
+    one = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    # The workers are started with SIGINT ignored (inherited through spawn; Python then
+    # installs no KeyboardInterrupt handler): a Ctrl-C in the terminal reaches the whole
+    # process group, and only this process should stop (after a chunk), not its workers.
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": one}):
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,  # cancelled tasks after a stop are expected
+            )
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+    return cluster, Client(cluster)
+
+
+def dask_runner(
+    client: Any, space: SearchSpace, chunk_size: int, predictor: Predictor | None = None
+) -> Runner:
+    """Chunks as Dask tasks (`evaluate_chunk` on the workers), yielded as they finish. At most
+    two tasks per worker are in flight, so the client holds a bounded number of results and a
+    stop is honoured within a chunk or two; pending tasks are cancelled when the caller stops."""
+    from dask.distributed import as_completed
+
+    def run(chunks: list[int]) -> Iterator[ChunkResult]:
+        todo = iter(chunks)
+        n_workers = max(len(client.scheduler_info().get("workers", {})), 1)
+        remote = client.scatter(space, broadcast=True, hash=False)
+
+        def submit(c: int) -> Any:
+            return client.submit(
+                evaluate_chunk, remote, c, chunk_size, predictor, pure=False, key=f"chunk-{c}"
+            )
+
+        pending = {submit(c) for c in itertools.islice(todo, 2 * n_workers)}
+        done = as_completed(list(pending))
+        try:
+            for fut in done:
+                pending.discard(fut)
+                result = fut.result()  # a task's error is raised here, on the client
+                nxt = next(todo, None)
+                if nxt is not None:
+                    f = submit(nxt)
+                    pending.add(f)
+                    done.add(f)
+                yield result
+        finally:
+            if pending:
+                client.cancel(list(pending))
+
+    return run

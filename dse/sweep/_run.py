@@ -94,6 +94,8 @@ class SweepOptions:
     replace: bool = False  # --replace: overwrite a results folder holding another study
     max_configs: int = S.EXACT_MAX_CONFIGS  # --max-configs: the most `exact` enumerates
     chunk_size: int = E.CHUNK  # --chunk-size: configurations per chunk of `exact`
+    dask: str | None = None  # --dask tcp://host:8786: `exact` chunks as tasks on that cluster
+    workers: int | None = None  # --workers N: `exact` chunks on a local Dask cluster
     predictor: Predictor | None = field(default=None, repr=False)
 
 
@@ -112,7 +114,8 @@ class StopFlag:
     """Ctrl-C (or SIGTERM) asks the loop to stop after the current batch; a second Ctrl-C
     aborts at once (the unfinished batch is then simply not recorded)."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, unit: str = "batch") -> None:
+        self.unit = unit  # what the loop finishes before stopping: a batch, or a chunk
         self.requested = False
         self._quiet = quiet
         self._old: dict[int, Any] = {}
@@ -122,7 +125,7 @@ class StopFlag:
             raise KeyboardInterrupt
         self.requested = True
         print(
-            "\ndse: stopping after the current batch (Ctrl-C again to abort it)",
+            f"\ndse: stopping after the current {self.unit} (Ctrl-C again to abort it)",
             file=sys.stderr,
         )
 
@@ -620,14 +623,23 @@ def _exact(
                 dynamic_ncols=True,
                 mininterval=0.5,
             )
+        cluster = client = None
         try:
-            runner = E.local_runner(space, opts.chunk_size, opts.predictor)
+            if opts.dask or opts.workers:
+                cluster, client = E.dask_client(opts.dask, opts.workers)
+                runner = E.dask_runner(client, space, opts.chunk_size, opts.predictor)
+            else:
+                runner = E.local_runner(space, opts.chunk_size, opts.predictor)
             state = E.enumerate_space(
                 space, state, sidecar, runner, stop=lambda: stop.requested, progress=bar
             )
         finally:
             if bar is not None:
                 bar.close()
+            if client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
         if not state.complete:
             return [], state.total, rec, None
         sample = E.sample_rest(space, state.index, rec.seed)
@@ -918,6 +930,14 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
     rec = settings(space, opts)
     if space.size() <= COUNT_LIMIT:
         require_feasible(space, count_feasible(space))
+    if (opts.dask or opts.workers) and rec.sampler != "exact":
+        flag = "--dask" if opts.dask else "--workers"
+        raise ConfigError(
+            f"{flag}: only sampler exact runs on Dask (a sampler's workers share a database: "
+            f"`--storage postgresql://...` and `dse worker`), got sampler {rec.sampler}"
+        )
+    if opts.workers is not None and opts.workers < 1:
+        raise ConfigError(f"--workers: must be an integer >= 1, got {opts.workers}")
     if opts.reference not in (None, "exact"):
         raise ConfigError(f"--reference: must be exact, got {opts.reference!r}")
     if opts.reference == "exact" and space.size() > REFERENCE_LIMIT:
@@ -955,7 +975,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             with contextlib.suppress(FileNotFoundError):
                 (folder / E.PROGRESS_FILE).unlink()
         counts: dict[str, Any] | None = None
-        with StopFlag(opts.quiet) as stop:
+        with StopFlag(opts.quiet, "chunk" if rec.sampler == "exact" else "batch") as stop:
             if rec.sampler == "exact":
                 trials, done, rec, counts = _exact(
                     space, rec, spec, storage, name, folder, opts, stop
