@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -48,7 +47,6 @@ class GPU:
 
 
 SPEC_FILE = "gpu.yaml"  # a profiled GPU's spec, in its profile folder and its artifact folder
-SURROGATES_ENV = "DSE_SURROGATES"  # as dse.predictor: the folder holding <gpu>/manifest.json
 
 
 def spec_from_mapping(raw: Any, where: str) -> GPU:
@@ -119,17 +117,10 @@ def register_folder_spec(folder: str | Path) -> GPU | None:
     return gpu
 
 
-def _artifact_root() -> Path | None:
-    return _root_of(os.environ.get(SURROGATES_ENV) or "")
+def _artifact_root() -> Path:
+    from dse.resources import surrogates_dir
 
-
-@cache
-def _root_of(env: str) -> Path:
-    if env:
-        return Path(env)
-    from dse.resources import shipped
-
-    return Path(str(shipped("surrogates")))
+    return surrogates_dir()
 
 
 @cache

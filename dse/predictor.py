@@ -11,7 +11,6 @@ plotly or scikit-learn.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +24,7 @@ from dse import configs as C
 from dse.errors import ConfigError
 from dse.hardware import GPU, get_gpu
 from dse.ops import forward_ops
+from dse.resources import SURROGATES_ENV, surrogates_dir  # noqa: F401  (re-exported)
 from dse.stand_ins import lender
 from dse.surrogate.artifact import Artifact, RangeMiss
 from dse.surrogate.hymell import (
@@ -44,7 +44,6 @@ LEVEL3_MODEL = "level3.e2e"
 POWER3_MODEL = "level3.power"
 # Band of a roofline-only prediction: no held-out residuals exist, so a wide factor (x0.5 .. x2).
 ROOFLINE_BAND_LOG = np.log(2.0)
-SURROGATES_ENV = "DSE_SURROGATES"  # folder holding <gpu>/manifest.json, overrides the shipped one
 
 ATTENTION_KINDS = ("attention_decode",)  # decode kernels Level 3 scales by a_attn
 COMM_KINDS = ("allreduce",)  # decode kernels Level 3 scales by a_comm
@@ -72,15 +71,6 @@ BAND_KEYS = (
 
 
 # ---------------------------------------------------------------------------- artifacts
-def surrogates_dir() -> Path:
-    env = os.environ.get(SURROGATES_ENV)
-    if env:
-        return Path(env)
-    from dse.resources import shipped
-
-    return Path(str(shipped("surrogates")))
-
-
 @cache
 def _load_cached(path: str) -> Artifact | None:
     p = Path(path)

@@ -8,8 +8,16 @@ checkout without installing (PYTHONPATH=.) finds them beside the `dse/` folder.
 from __future__ import annotations
 
 import importlib.resources
+import os
+from functools import cache
 from importlib.abc import Traversable
 from pathlib import Path
+
+# The folder holding the frozen artifacts, <gpu>/manifest.json + weights.npz: this variable, else
+# the shipped `surrogates/`. `surrogates_dir()` is the one place it is read: `dse predict`,
+# `dse fit` (its default output), `dse validate`, `Artifact.load(<gpu name>)` and the profiled
+# GPUs of the registry all look there.
+SURROGATES_ENV = "DSE_SURROGATES"
 
 
 def shipped(name: str) -> Traversable:
@@ -18,3 +26,13 @@ def shipped(name: str) -> Traversable:
         return importlib.resources.files(f"dse.{name}")
     except ModuleNotFoundError:
         return Path(__file__).resolve().parents[1] / name
+
+
+def surrogates_dir() -> Path:
+    """The artifacts folder: $DSE_SURROGATES when set, else the shipped `surrogates/`."""
+    return _surrogates_root(os.environ.get(SURROGATES_ENV) or "")
+
+
+@cache
+def _surrogates_root(env: str) -> Path:
+    return Path(env) if env else Path(str(shipped("surrogates")))

@@ -127,3 +127,30 @@ def test_unknown_model_kind_is_an_artifact_error() -> None:
         model_class("no_such_kind")
     with pytest.raises(ArtifactError, match="outside the dse package"):
         model_class("no_such_kind", "os:system")
+
+
+def test_dse_surrogates_is_the_one_artifacts_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DSE_SURROGATES moves every finder at once: `Artifact.load(<gpu>)` (dse validate, the GEMM
+    tables), `dse fit`'s default output (`default_dir`) and `dse predict` (issue 23)."""
+    from dse import hardware
+    from dse.predictor import load_artifact
+    from dse.resources import surrogates_dir
+
+    shipped_id = Artifact.load("h100_sxm").artifact_id
+    src = default_dir("h100_sxm")
+    art = Artifact.load(src)
+    art.manifest["note"] = "the copy under DSE_SURROGATES"
+    art.save(tmp_path / "h100_sxm")
+    assert art.path == src  # saving elsewhere leaves a (possibly shared) artifact where it was
+    monkeypatch.setenv("DSE_SURROGATES", str(tmp_path))
+    assert surrogates_dir() == tmp_path
+    assert default_dir("h100_sxm") == tmp_path / "h100_sxm"  # where `dse fit --gpu` writes
+    assert hardware._artifact_root() == tmp_path
+    got = Artifact.load("h100_sxm")
+    assert got.path == tmp_path / "h100_sxm" and got.manifest.get("note")
+    assert got.artifact_id == shipped_id
+    assert load_artifact("h100_sxm")[0].path == tmp_path / "h100_sxm"
+    with pytest.raises(ArtifactError, match="dse fit"):
+        Artifact.load("h200_sxm")  # not in the DSE_SURROGATES folder: not the shipped one either

@@ -58,14 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
     gpu = args.gpu.strip().lower()
     profiled = profile_spec(args.data, gpu)
-    if args.out:
-        out = Path(args.out)
-    elif profiled is not None:
-        from dse.predictor import surrogates_dir
-
-        out = surrogates_dir() / gpu  # $DSE_SURROGATES/<gpu>, where `dse predict` looks
-    else:
-        out = default_dir(gpu)
+    # default: $DSE_SURROGATES/<gpu> (else the shipped folder), where `dse predict` looks
+    out = Path(args.out) if args.out else default_dir(gpu)
     keep = None
     if (out / "manifest.json").is_file():
         try:

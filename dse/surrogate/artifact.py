@@ -27,7 +27,6 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
@@ -189,8 +188,11 @@ def sha256_file(path: str | Path) -> str:
 
 
 def default_dir(gpu: str) -> Path:
-    """`surrogates/<gpu>/` inside the installed package (`dse.surrogates`)."""
-    return Path(str(resources.files("dse.surrogates"))) / gpu
+    """The artifact folder of a GPU name: `<surrogates_dir()>/<gpu>/` (DSE_SURROGATES, else the
+    shipped `surrogates/`), the folder `dse predict` reads and `dse fit` writes by default."""
+    from dse.resources import surrogates_dir
+
+    return surrogates_dir() / gpu
 
 
 def _resolve(path_or_gpu: str | Path) -> Path:
@@ -278,8 +280,7 @@ class Artifact:
         np.savez_compressed(buf, **flat)
         (d / WEIGHTS).write_bytes(buf.getvalue())
         (d / MANIFEST).write_text(json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
-        self.path = d
-        return d
+        return d  # `self.path` stays where it was loaded from (a cached artifact may be shared)
 
     @classmethod
     def load(cls, path_or_gpu: str | Path) -> Artifact:

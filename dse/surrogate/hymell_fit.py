@@ -453,7 +453,7 @@ def level1_base(
     priced by the roofline stand-in that the saved artifact then prices with its fitted models.
     `--only` this family alone with no artifact at the output: the shipped one's Level 1."""
     if keep is None and not earlier:
-        from dse.predictor import surrogates_dir
+        from dse.resources import surrogates_dir
 
         folder = surrogates_dir() / gpu
         keep = Artifact.load(folder) if (folder / "manifest.json").is_file() else None
