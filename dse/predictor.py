@@ -32,7 +32,13 @@ from dse.surrogate.hymell import (
     HymellPricer,
     PhaseCost,
 )
-from dse.surrogate.level3 import OOR_BAND_WIDEN, GlobalInputs
+from dse.surrogate.level3 import (
+    FACTOR_KEYS,
+    OOR_BAND_WIDEN,
+    GlobalInputs,
+    group_kinds,
+    kind_factors,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,8 +51,9 @@ POWER3_MODEL = "level3.power"
 # Band of a roofline-only prediction: no held-out residuals exist, so a wide factor (x0.5 .. x2).
 ROOFLINE_BAND_LOG = np.log(2.0)
 
-ATTENTION_KINDS = ("attention_decode",)  # decode kernels Level 3 scales by a_attn
-COMM_KINDS = ("allreduce",)  # decode kernels Level 3 scales by a_comm
+# Decode kernels Level 3 scales by a_attn and by a_comm (level3.KERNEL_GROUPS).
+ATTENTION_KINDS = group_kinds("decode", "dec_attn_factor")
+COMM_KINDS = group_kinds("decode", "dec_comm_factor")
 
 OUTPUT_KEYS = (
     "ttft_s",
@@ -270,20 +277,14 @@ def predict_columns(
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
     else:
-        c = {"pre_factor": ones, "dec_factor": ones}
+        c = dict.fromkeys(FACTOR_KEYS, ones)
         pre_over = dec_over = np.zeros(n)
         band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
     dec_over = np.where(has_decode, dec_over, 0.0)
-    # Level-3 kernel factors per operator: prefill one factor; decode one each for attention
-    # over the KV cache, all-reduces, and the rest.
-    pre_f = {"*": c["pre_factor"]}
-    dec_f = {
-        "*": c["dec_factor"],
-        **{k: c.get("dec_attn_factor", c["dec_factor"]) for k in ATTENTION_KINDS},
-        **{k: c.get("dec_comm_factor", c["dec_factor"]) for k in COMM_KINDS},
-    }
-    pre_items_s, t_pre, e_pre = _scaled(pre, pre_f)
-    dec_items_s, t_dec, e_dec = _scaled(dec, dec_f)
+    # Level-3 kernel factors per operator (level3.KERNEL_GROUPS): prefill one factor; decode
+    # one each for attention over the KV cache, all-reduces, and the rest.
+    pre_items_s, t_pre, e_pre = _scaled(pre, kind_factors("prefill", c))
+    dec_items_s, t_dec, e_dec = _scaled(dec, kind_factors("decode", c))
 
     def decode_only(v: np.ndarray) -> np.ndarray:  # zero where there is no decode step
         return v if every_decode else np.where(has_decode, v, 0.0)

@@ -118,6 +118,32 @@ GQA_PRIOR = 0.3  # prior weight of a_attn_gqa towards 0, relative to the kernel-
 LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
 OOR_BAND_WIDEN = 2.0  # band half-widths (log) are multiplied by this outside the fitted range
 BAND_QUANTILES = (0.05, 0.95)
+# Which Level-3 kernel factor (a key of `Level3.correct`) scales an operator of each kind
+# (`dse.ops.Op.kind`), per phase; "*": every other kind. Written once: the predictor's factors
+# per operator, the GlobalInputs parts (`t_dec_attn_s`, `t_dec_comm_s`) and the design matrix's
+# column split (`rest = t_dec - attn - comm`) all follow it, so the corrected totals of
+# `correct` equal the sum of the corrected operators (tests/test_level3_once.py).
+KERNEL_GROUPS: dict[str, dict[str, str]] = {
+    "prefill": {"*": "pre_factor"},
+    "decode": {
+        "attention_decode": "dec_attn_factor",  # attention over the KV cache: a_attn
+        "allreduce": "dec_comm_factor",  # tensor-parallel all-reduces: a_comm
+        "*": "dec_factor",  # GEMMs, norms, elementwise: a_dec
+    },
+}
+FACTOR_KEYS: tuple[str, ...] = tuple(k for g in KERNEL_GROUPS.values() for k in g.values())
+
+
+def group_kinds(phase: str, factor: str) -> tuple[str, ...]:
+    """The operator kinds of `phase` whose Level-3 factor is `factor` (named kinds only)."""
+    return tuple(k for k, f in KERNEL_GROUPS[phase].items() if f == factor and k != "*")
+
+
+def kind_factors(phase: str, corr: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Operator kind ("*": any other) -> the factor array of `corr` (a `correct` output) that
+    scales its time and energy in `phase`. A missing factor is an error, not a silent 1."""
+    return {kind: corr[key] for kind, key in KERNEL_GROUPS[phase].items()}
+
 
 # The residual MLPs of Levels 2 and 3 (fit_mlp settings): tanh, L-BFGS (full batch: a few hundred
 # rows fit in milliseconds and converge better than Adam), 500 iterations, gradient tolerance 1e-6.
