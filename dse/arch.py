@@ -14,18 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from dse.choices import DTYPE_BYTES, NORMS
 from dse.errors import ConfigError
-
-# Bytes per element of each storage dtype. fp8 halves bf16's 16 bits.
-DTYPE_BYTES: dict[str, float] = {
-    "float32": 4.0,
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "fp8": 1.0,
-    "int8": 1.0,
-    "int4": 0.5,
-}
-NORMS = ("rmsnorm", "layernorm")
 
 
 def dtype_bytes(dtype: Any) -> Any:

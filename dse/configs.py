@@ -37,6 +37,10 @@ DEFAULTS: dict[str, Any] = {
     "gpu": "h100_sxm",
 }
 REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
+# Derived defaults: a column left out (or an empty CSV cell) takes this column's value: MHA when
+# n_kv_heads is absent, the expert width of the dense FFN. (head_dim = d_model / n_heads is
+# resolved after the checks, see `as_columns`.)
+DERIVED_FROM: dict[str, str] = {"n_kv_heads": "n_heads", "d_ff_expert": "d_ff"}
 
 
 def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -63,9 +67,10 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
         if arr.ndim == 0:
             arr = np.full(n, arr.item())
         cols[name] = arr
-    # Derived defaults: MHA when n_kv_heads absent, head_dim = d_model / n_heads, expert width.
-    if cols["n_kv_heads"] is None:
-        cols["n_kv_heads"] = cols["n_heads"].copy()
+    # Derived defaults (DERIVED_FROM), and head_dim = d_model / n_heads.
+    for name, source in DERIVED_FROM.items():
+        if cols[name] is None:
+            cols[name] = cols[source].copy()
     # head_dim defaults to d_model / n_heads; remember where it was defaulted, because only
     # there must n_heads divide d_model (an explicit head_dim may differ, as in Mistral-Nemo).
     if cols["head_dim"] is None:
@@ -76,8 +81,6 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
         missing_hd = _is_missing(cols["head_dim"])
         cols["head_dim"] = np.where(missing_hd, FIELDS["head_dim"].min, cols["head_dim"])
         cols["head_dim_defaulted"] = missing_hd
-    if cols["d_ff_expert"] is None:
-        cols["d_ff_expert"] = cols["d_ff"].copy()
     # Every value against the field table (dse.fields): types, limits, choices. The GPU name is
     # judged per row (`dse predict` marks the row, the sweep reports the space).
     for name in ARCH_FIELDS + WORKLOAD_FIELDS:

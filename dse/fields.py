@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.choices import DTYPE_BYTES, ENGINES, NORMS
 from dse.errors import ConfigError
 
 KINDS = ("int", "float", "bool", "choice")
@@ -44,20 +45,14 @@ _FALSE = ("false", "0")
 
 
 def _dtypes() -> tuple[str, ...]:
-    from dse.arch import DTYPE_BYTES
-
     return tuple(DTYPE_BYTES)
 
 
 def _norms() -> tuple[str, ...]:
-    from dse.arch import NORMS
-
     return tuple(NORMS)
 
 
 def _engines() -> tuple[str, ...]:
-    from dse.workload import ENGINES
-
     return tuple(ENGINES)
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-# The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
-# spaces (`workload.engine`) and batch CSVs are checked against (through `dse.fields`).
-ENGINES = ("vllm", "trtllm")
+from dse.choices import ENGINES  # noqa: F401  (re-exported: the serving engines)
 
 
 @dataclass(frozen=True)

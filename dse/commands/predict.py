@@ -329,7 +329,7 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------- --batch CSV
 MAX_SHOWN = 20  # bad cells listed in one message (then a count of the rest)
-_DERIVED_DEFAULT = {"n_kv_heads": "n_heads", "d_ff_expert": "d_ff"}  # empty cell: this column
+_DERIVED_DEFAULT = C.DERIVED_FROM  # an empty cell takes this column's value
 
 
 def _read_csv(path: Path, given: str) -> list[list[str]]:

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dse import configs as C
+from dse.choices import ENGINES
 from dse.errors import ConfigError, DataError
 from dse.hardware import get_gpu
 from dse.stand_ins import lenders
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from dse.hardware import GPU
     from dse.predictor import BaseCost
 
-ENGINES = ("vllm", "trtllm")
 
 Lookup = Callable[[str], Any]  # model name -> dse.arch.Architecture
 

@@ -1,0 +1,40 @@
+"""One field table (issue 23): the Architecture/Workload dataclass defaults, the batch
+defaults (dse.configs) and the choice lists agree with dse.fields, field by field."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+
+from dse import arch as A
+from dse import choices
+from dse import configs as C
+from dse.fields import FIELDS
+from dse.workload import Workload
+
+
+def test_every_dataclass_field_is_in_the_table_with_the_same_default() -> None:
+    for cls in (A.Architecture, Workload):
+        for f in fields(cls):
+            assert f.name in FIELDS, f"{cls.__name__}.{f.name} has no entry in dse.fields"
+            want = None if f.default is MISSING else f.default
+            assert FIELDS[f.name].default == want, f"{cls.__name__}.{f.name}"
+
+
+def test_batch_defaults_and_derived_defaults_read_the_same_fields() -> None:
+    for name, value in C.DEFAULTS.items():
+        if name in FIELDS:
+            assert FIELDS[name].default == value, name
+    assert set(C.REQUIRED) == {n for n in C.ARCH_FIELDS if n not in C.DEFAULTS}
+    for name, source in C.DERIVED_FROM.items():
+        assert FIELDS[name].default is None and source in C.REQUIRED
+
+
+def test_choice_fields_read_the_one_list() -> None:
+    def of(name: str) -> tuple[str, ...]:
+        c = FIELDS[name].choices
+        return tuple(c() if callable(c) else c)
+
+    assert of("weight_dtype") == of("kv_dtype") == tuple(choices.DTYPE_BYTES)
+    assert of("norm") == choices.NORMS
+    assert of("engine") == choices.ENGINES
+    assert A.DTYPE_BYTES is choices.DTYPE_BYTES
