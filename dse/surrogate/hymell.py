@@ -22,7 +22,7 @@ operator (shape (n,)) is multiplied by the sum of the weights.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -33,40 +33,10 @@ from dse.hardware import GPU
 from dse.ops import Op
 from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
 from dse.surrogate.artifact import Artifact, RangeMiss, range_miss, register_model
+from dse.surrogate.level1_adapters import ADAPTERS, L1Price, op_power_w
 from dse.surrogate.nn import MLP
 
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
-
-
-@dataclass
-class L1Price:
-    """Level-1 price of one operator call: time, optional power, and where it came from."""
-
-    latency_s: np.ndarray
-    power_w: np.ndarray | None = None
-    out_of_range: np.ndarray | None = None
-    model: str = "roofline"
-    # Input name -> how far it lies outside the pricing model's fitted range (only inputs that
-    # leave it somewhere); `out_of_range` is where any of them does.
-    misses: dict[str, RangeMiss] | None = None
-
-
-# kind -> adapter(artifact, op, gpu, ctx) -> L1Price | None (None: no model covers this op).
-# ctx: "cols" (the configuration columns the operators were built from), "phase", "tokens"
-# (tokens per forward pass per GPU: batch x prompt for prefill, batch for decode).
-Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
-LEVEL1: dict[str, Level1Adapter] = {}
-
-
-def level1_adapter(*kinds: str) -> Callable[[Level1Adapter], Level1Adapter]:
-    """Register the function that prices operators of these `Op.kind`s from an artifact."""
-
-    def deco(fn: Level1Adapter) -> Level1Adapter:
-        for k in kinds:
-            LEVEL1[k] = fn
-        return fn
-
-    return deco
 
 
 # ---------------------------------------------------------------------------- roofline
@@ -426,7 +396,7 @@ class HymellPricer:
                 sources.setdefault(op.name, "none")
                 continue
             price = None
-            adapter = LEVEL1.get(op.kind)
+            adapter = ADAPTERS.get(op.kind)
             if self.artifact is not None and adapter is not None:
                 if runs.all() or runs.mean() >= SUBSET_BELOW:
                     price = adapter(self.artifact, op, self.gpu, ctx)
@@ -503,8 +473,6 @@ class HymellPricer:
     def _power(self, op: Op, t_call: np.ndarray, util: np.ndarray) -> np.ndarray:
         """The artifact's power model at the operator's utilisations, else the stand-in."""
         if self.artifact is not None:
-            from dse.surrogate.level1_adapters import op_power_w
-
             p = op_power_w(self.artifact, op, self.gpu, t_call)
             if p is not None:
                 return p
@@ -549,7 +517,3 @@ class HymellPricer:
             for i in idx:
                 op, t, p = per_op[i]
                 per_op[i] = (op, t * factor, p)
-
-
-# The adapters register themselves on import (they need the names defined above).
-from dse.surrogate import level1_adapters  # noqa: E402, F401

@@ -2,8 +2,8 @@
 
 Each adapter takes (artifact, op, gpu) and returns an `L1Price` (seconds per call, optional
 board power, out-of-range flags, model name), or None when the artifact has no model for the
-operator (the pricer then uses the roofline and says so). Adapters are registered by `Op.kind`
-with `@level1_adapter`. Two things keep them fast on batches of 10^5 configurations:
+operator (the pricer then uses the roofline and says so). `ADAPTERS` at the end of the file
+maps each `Op.kind` to its adapter (an explicit table; nothing registers on import). Two things keep them fast on batches of 10^5 configurations:
 
 - shapes repeat (a sweep draws from grids): each model is evaluated once per distinct shape
   (`unique_rows`) and the results are scattered back;
@@ -23,7 +23,25 @@ from dse.hardware import GPU
 from dse.ops import Op
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.surrogate.artifact import Artifact, RangeMiss
-from dse.surrogate.hymell import L1Price, level1_adapter
+
+
+@dataclass
+class L1Price:
+    """Level-1 price of one operator call: time, optional power, and where it came from."""
+
+    latency_s: np.ndarray
+    power_w: np.ndarray | None = None
+    out_of_range: np.ndarray | None = None
+    model: str = "roofline"
+    # Input name -> how far it lies outside the pricing model's fitted range (only inputs that
+    # leave it somewhere); `out_of_range` is where any of them does.
+    misses: dict[str, RangeMiss] | None = None
+
+
+# kind -> adapter(artifact, op, gpu, ctx) -> L1Price | None (None: no model covers this op).
+# ctx: "cols" (the configuration columns the operators were built from), "phase", "tokens"
+# (tokens per forward pass per GPU: batch x prompt for prefill, batch for decode).
+Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
 POWER_GRID = 97  # points per axis of the power table (sqrt-spaced utilisation)
@@ -254,7 +272,6 @@ def _power_w(
 
 
 # ---------------------------------------------------------------------------- GEMM
-@level1_adapter("gemm")
 def price_gemm(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -401,7 +418,6 @@ LAYER_OP_INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
-@level1_adapter("elementwise", "embedding")
 def price_layer_op(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -644,7 +660,6 @@ def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
     }
 
 
-@level1_adapter("attention_prefill")
 def price_context_attention(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -660,7 +675,6 @@ def price_context_attention(
     )
 
 
-@level1_adapter("attention_decode")
 def price_generation_attention(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -678,7 +692,6 @@ def price_generation_attention(
     return _kernel_price(artifact, op, gpu, a, keys)
 
 
-@level1_adapter("moe")
 def price_moe(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -696,7 +709,6 @@ def price_moe(
     return _kernel_price(artifact, op, gpu, a, tuple(k for k in a if k != "moe_ep_size"))
 
 
-@level1_adapter("allreduce")
 def price_allreduce(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -743,3 +755,16 @@ def price_allreduce(
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
     return L1Price(lat, power, oor, "+".join(used), misses)
+
+
+# Op.kind -> the adapter that prices operators of that kind from an artifact (an explicit table:
+# dse.surrogate.hymell.HymellPricer reads it; an adapter returning None leaves the roofline).
+ADAPTERS: dict[str, Level1Adapter] = {
+    "gemm": price_gemm,
+    "elementwise": price_layer_op,
+    "embedding": price_layer_op,
+    "attention_prefill": price_context_attention,
+    "attention_decode": price_generation_attention,
+    "moe": price_moe,
+    "allreduce": price_allreduce,
+}
