@@ -272,15 +272,10 @@ KNOWN_CYCLES: set[frozenset[str]] = {
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("dse.export", "dse.report._results"),
     ("dse.fields", "dse.hardware"),
-    ("dse.surrogate.allreduce", "dse.surrogate.artifact"),
-    ("dse.surrogate.attention", "dse.surrogate.artifact"),
     ("dse.surrogate.gemm", "dse.surrogate.artifact"),
     ("dse.surrogate.layerops", "dse.surrogate.artifact"),
     ("dse.surrogate.level3", "dse.surrogate.artifact"),
-    ("dse.surrogate.moe", "dse.surrogate.artifact"),
     ("dse.surrogate.ops_models", "dse.surrogate.artifact"),
-    ("dse.surrogate.power", "dse.surrogate.artifact"),
-    ("dse.surrogate.power3", "dse.surrogate.artifact"),
     ("dse.surrogate.power3", "dse.surrogate.hymell_fit"),
     ("dse.sweep._results", "dse.report._fronts"),
 }

@@ -13,12 +13,13 @@ import pytest
 from dse.surrogate import _fitutil as U
 from dse.surrogate import ops_models as O
 from dse.surrogate.allreduce import AllReduceModel
-from dse.surrogate.artifact import Artifact, FittedModel, families, model_class
+from dse.surrogate.artifact import Artifact, FittedModel, model_class
 from dse.surrogate.attention import (
     ContextAttentionModel,
     GenerationAttentionModel,
     attention_inputs,
 )
+from dse.surrogate.fit import families
 from dse.surrogate.layerops import (
     KERNEL_SPLIT_TOKENS,
     LAYER_OPS,

@@ -53,10 +53,8 @@ def score(art, kind: str, rows) -> dict[str, float | int | None]:
     """MAPE of one artifact on measured rows of one kind (rows priced as the artifact's engine)."""
     import numpy as np
 
-    from dse.surrogate.artifact import families
-    from dse.surrogate.fit import load_families
+    from dse.surrogate.fit import families
 
-    load_families()
     engine = _engine_of(art, kind)
     fam = next((f for f in families() if kind in f.validates and f.predict_rows), None)
     if engine is None or fam is None or rows.empty:

@@ -33,7 +33,6 @@ import numpy as np
 
 from dse.errors import DataError
 from dse.surrogate import _fitutil as U
-from dse.surrogate.artifact import register_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -169,7 +168,6 @@ def _fit_shaped_curve(
     return np.concatenate([[coef[0]], np.maximum(coef[2 : 2 + nk] + coef[2 + nk :], 0.0)])
 
 
-@register_model("allreduce")
 class AllReduceModel:
     """All-reduce latency of one implementation on one GPU (see module doc).
 
@@ -178,7 +176,7 @@ class AllReduceModel:
     n_interpolated (GPU count not fitted: interpolated or nearest).
     """
 
-    kind: ClassVar[str] = "allreduce"
+    kind: ClassVar[str] = "allreduce"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(
         self,

@@ -7,9 +7,10 @@ One folder per GPU, `surrogates/<gpu>/`:
   weights.npz    plain arrays only (no pickles), key "<model name>/<array name>".
 
 A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) follows
-`SurrogateModel` and is registered by kind with `@register_model("gemm")`. A model *family* is
-what `dse fit` runs and `dse validate` scores: `register_family(Family(...))` with a fit function
-`fit(ctx) -> list[FittedModel]` and a row predictor for the measured-data kinds it can score.
+`SurrogateModel`, declares its `kind` (a ClassVar) and is listed by kind in `MODEL_CLASSES`. A
+model *family* is what `dse fit` runs and `dse validate` scores: a `Family(...)` in
+`dse.surrogate.fit.FAMILIES`, with a fit function `fit(ctx) -> list[FittedModel]` and a row
+predictor for the measured-data kinds it can score.
 
     art = Artifact.load("h100_sxm")          # or a folder path
     gemm = art.model("gemm.vllm.bfloat16")   # instance rebuilt with from_state (cached)
@@ -47,7 +48,7 @@ SEP = "/"  # between model name and array name in weights.npz; model names must 
 class SurrogateModel(Protocol):
     """What every fitted model provides. Learned state must round-trip through plain arrays.
 
-    - `kind`: class attribute, the registry key (set by `register_model`).
+    - `kind`: class attribute, the key of `MODEL_CLASSES` and of the manifest's `kind`.
     - `fit(df) -> self`: learn from a tidy table (constructor stores settings only).
     - `predict(**arrays) -> dict[str, np.ndarray]`: vectorised, itemised outputs
       (at least `latency_s`; energy models add `energy_j`, `power_w`).
@@ -69,21 +70,23 @@ class SurrogateModel(Protocol):
     def fitted_range(self) -> dict[str, tuple[float, float]]: ...
 
 
-_MODEL_CLASSES: dict[str, type] = {}
-
-
-def register_model(kind: str) -> Callable[[type], type]:
-    """Class decorator: make `kind` resolve to this class when an artifact is loaded."""
-
-    def deco(cls: type) -> type:
-        old = _MODEL_CLASSES.get(kind)
-        if old is not None and old.__qualname__ != cls.__qualname__:
-            raise ArtifactError(f"model kind {kind!r} registered twice ({old} and {cls})")
-        cls.kind = kind  # type: ignore[attr-defined]
-        _MODEL_CLASSES[kind] = cls
-        return cls
-
-    return deco
+# Model kind (as a manifest records it) -> "module:Class". An explicit table: loading an artifact
+# imports the module of each kind it holds, and nothing registers itself on import. The class
+# paths manifests record are for the reader; loading goes by kind (tests/test_artifact_kinds.py).
+MODEL_CLASSES: dict[str, str] = {
+    "allreduce": "dse.surrogate.allreduce:AllReduceModel",
+    "context_attention": "dse.surrogate.attention:ContextAttentionModel",
+    "generation_attention": "dse.surrogate.attention:GenerationAttentionModel",
+    "gemm": "dse.surrogate.gemm:GemmModel",
+    "level2_block": "dse.surrogate.hymell:Level2Block",
+    "layer_op": "dse.surrogate.layerops:LayerOpModel",
+    "reduction_op": "dse.surrogate.layerops:ReductionOpModel",
+    "level3_e2e": "dse.surrogate.level3:Level3",
+    "moe": "dse.surrogate.moe:MoEModel",
+    "collective": "dse.surrogate.ops_models:CollectiveModel",
+    "power": "dse.surrogate.power:PowerModel",
+    "level3_power": "dse.surrogate.power3:Power3",
+}
 
 
 def class_path(cls: type) -> str:
@@ -91,25 +94,23 @@ def class_path(cls: type) -> str:
 
 
 def model_class(kind: str, path: str | None = None) -> type:
-    """The class registered for `kind`; imports the module named in `path` ("pkg.mod:Cls") first
-    when the kind is not registered yet (loading must not import every model module)."""
-    if kind not in _MODEL_CLASSES and path:
-        module = path.split(":", 1)[0]
-        if not module.startswith("dse."):
+    """The class of model `kind` (MODEL_CLASSES), its module imported on first use. `path`, the
+    class a manifest recorded, is only judged when the kind is unknown (never imported)."""
+    where = MODEL_CLASSES.get(kind)
+    if where is None:
+        if path and not path.split(":", 1)[0].startswith("dse."):
             raise ArtifactError(f"model class {path!r} is outside the dse package; refusing it")
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ArtifactError(
-                f"model kind {kind!r} needs module {module!r}, which cannot be imported ({exc}); "
-                "upgrade dse or re-fit the artifact with `dse fit`"
-            ) from None
-    try:
-        return _MODEL_CLASSES[kind]
-    except KeyError:
         raise ArtifactError(
-            f"unknown model kind {kind!r}; known kinds: {', '.join(sorted(_MODEL_CLASSES))}. "
+            f"unknown model kind {kind!r}; known kinds: {', '.join(sorted(MODEL_CLASSES))}. "
             "Upgrade dse or re-fit the artifact with `dse fit`"
+        )
+    module, _, name = where.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise ArtifactError(
+            f"model kind {kind!r} needs module {module!r}, which cannot be imported ({exc}); "
+            "upgrade dse or re-fit the artifact with `dse fit`"
         ) from None
 
 
@@ -142,20 +143,6 @@ class Family:
     predict_rows: Callable[[Artifact, str, pd.DataFrame], pd.DataFrame] | None = None
     validates: tuple[str, ...] = ()
     order: int = 100
-
-
-_FAMILIES: dict[str, Family] = {}
-
-
-def register_family(family: Family) -> Family:
-    """Make `dse fit` run this family and `dse validate` use it for `family.validates` kinds."""
-    _FAMILIES[family.name] = family
-    return family
-
-
-def families() -> list[Family]:
-    """Registered families in fitting order (import the modules that register them first)."""
-    return sorted(_FAMILIES.values(), key=lambda f: (f.order, f.name))
 
 
 def library_versions() -> dict[str, str]:

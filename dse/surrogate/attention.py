@@ -32,7 +32,6 @@ from dse.surrogate._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
 
 if TYPE_CHECKING:
@@ -417,16 +416,18 @@ class AttentionModel:
         return dict(self.range_)
 
 
-@register_model("context_attention")
 class ContextAttentionModel(AttentionModel):
     """Prefill (causal FlashAttention) latency: see AttentionModel."""
+
+    kind: ClassVar[str] = "context_attention"  # the manifest's kind; artifact.MODEL_CLASSES
 
     phase_default: ClassVar[str] = "context"
 
 
-@register_model("generation_attention")
 class GenerationAttentionModel(AttentionModel):
     """Decode attention over the KV cache: see AttentionModel."""
+
+    kind: ClassVar[str] = "generation_attention"  # the manifest's kind; artifact.MODEL_CLASSES
 
     phase_default: ClassVar[str] = "generation"
 

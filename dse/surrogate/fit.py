@@ -1,10 +1,11 @@
 """`dse fit` behind the CLI: run every registered model family for one GPU, cross-validate by
 held-out shape groups, write the frozen artifact.
 
-Families register themselves with `dse.surrogate.artifact.register_family`; `load_families()`
-imports every module of `dse.surrogate` so each one's registration runs. This module registers
-the Level-1 families it owns: "power" (board power vs utilisation, fitted on the H200 rows) and
-"gemm" (one `GemmModel` per engine and dtype of the GPU).
+`FAMILIES` lists every family in fitting order, explicitly (nothing registers itself on import):
+the Level-1 families this module owns, "power" (board power vs utilisation, fitted on the H200
+rows) and "gemm" (one `GemmModel` per engine and dtype of the GPU), those of
+`dse.surrogate.ops_models` (layer ops, reductions, all-reduce, attention, MoE), and Levels 2-3
+(`dse.surrogate.hymell_fit`), which must come after every Level-1 model they correct.
 
     art = fit_artifact("/path/to/data", "h100_sxm", seed=0)
     art.save("surrogates/h100_sxm")
@@ -12,8 +13,6 @@ the Level-1 families it owns: "power" (board power vs utilisation, fitted on the
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,13 +26,13 @@ from dse.errors import DataError
 from dse.hardware import get_gpu, gpu_names, register_folder_spec
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.stand_ins import POWER_GPU
+from dse.surrogate import hymell_fit as HF
+from dse.surrogate import ops_models as OM
 from dse.surrogate._fitutil import map_tasks
 from dse.surrogate.artifact import (
     Artifact,
     Family,
     FittedModel,
-    families,
-    register_family,
 )
 
 CV_FOLDS = 5  # GroupKFold folds over (n, k) weight shapes: the accuracy claim
@@ -70,16 +69,6 @@ class FitContext:
         if "file" not in rows or rows.empty:
             return ()
         return tuple(str(self.data_root / f) for f in sorted(rows["file"].unique()))
-
-
-def load_families() -> list[Family]:
-    """Import every module of dse.surrogate (registrations run on import); fitting order."""
-    import dse.surrogate as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"dse.surrogate.{info.name}")
-    return families()
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -338,8 +327,53 @@ def predict_gemm_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.D
     return out
 
 
-register_family(Family("power", fit_power_family, order=10))
-register_family(Family("gemm", fit_gemm_family, predict_gemm_rows, ("gemm",), order=20))
+# Every model family `dse fit` runs and `dse validate` scores (for its `validates` kinds), in
+# fitting order.
+FAMILIES: tuple[Family, ...] = (
+    Family("power", fit_power_family, order=10),
+    Family("gemm", fit_gemm_family, predict_gemm_rows, ("gemm",), order=20),
+    Family(
+        "layer_op",
+        OM.fit_layer_op_family,
+        OM.predict_layer_op_rows,
+        ("layer_op",),
+        order=30,
+    ),
+    Family(
+        "reduction",
+        OM.fit_reduction_family,
+        OM.predict_reduction_rows,
+        OM.LLMCOMPASS_OPS,
+        order=31,
+    ),
+    Family(
+        "allreduce",
+        OM.fit_allreduce_family,
+        OM.predict_allreduce_rows,
+        ("allreduce",),
+        order=32,
+    ),
+    Family(
+        "attention",
+        OM.fit_attention_family,
+        OM.predict_attention_rows,
+        ("context_attention", "generation_attention"),
+        order=40,
+    ),
+    Family("moe", OM.fit_moe_family, OM.predict_moe_rows, ("moe",), order=41),
+    Family(
+        HF.FAMILY,
+        HF._family_fit,
+        HF._family_predict_rows,
+        ("e2e", "e2e_energy", "e2e_ttft", "serving_energy"),
+        order=900,
+    ),
+)
+
+
+def families() -> list[Family]:
+    """The model families in fitting order."""
+    return sorted(FAMILIES, key=lambda f: (f.order, f.name))
 
 
 # ---------------------------------------------------------------------------- driver
@@ -368,7 +402,7 @@ def fit_artifact(
         raise DataError(f"{data_root}: data folder not found")
     register_folder_spec(root)  # a `dse profile` folder's GPU (gpu.yaml) joins the registry
     get_gpu(gpu)  # unknown names fail here with the list of valid ones
-    fams = load_families()
+    fams = families()
     if only is not None:
         wanted = set(only)
         unknown = wanted - {f.name for f in fams}

@@ -41,7 +41,7 @@ from dse.errors import ArtifactError, ConfigError
 from dse.hardware import get_gpu
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.stand_ins import lender
-from dse.surrogate.artifact import Artifact, register_model
+from dse.surrogate.artifact import Artifact
 from dse.surrogate.power import PowerModel
 
 if TYPE_CHECKING:
@@ -275,12 +275,11 @@ def _mape_shift(err: np.ndarray) -> float:
     return float(e[np.searchsorted(cw, 0.5 * cw[-1])])
 
 
-@register_model("gemm")
 class GemmModel:
     """One GPU, engine and dtype. `fit(df)` needs columns m, n, k, latency_s (+ power_w for the
     measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays."""
 
-    kind: ClassVar[str] = "gemm"
+    kind: ClassVar[str] = "gemm"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(
         self,

@@ -32,7 +32,7 @@ from dse.errors import ArtifactError
 from dse.hardware import GPU
 from dse.ops import Op
 from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
-from dse.surrogate.artifact import Artifact, RangeMiss, range_miss, register_model
+from dse.surrogate.artifact import Artifact, RangeMiss, range_miss
 from dse.surrogate.level1_adapters import ADAPTERS, L1Price, op_power_w
 from dse.surrogate.nn import MLP
 
@@ -87,12 +87,11 @@ def block_features(l1_call_s: np.ndarray, ops: Mapping[str, Op], block: str) -> 
     return np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in cols], axis=1)
 
 
-@register_model("level2_block")
 class Level2Block:
     """Residual MLP ensemble of one block: log(measured block time / sum of Level-1 op times),
     clipped to +-L2_CLIP."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[str] = "level2_block"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(
         self,

@@ -591,24 +591,6 @@ def as_measured_energy(
 SERVING_PROMPT_TOKENS = 256  # ml-energy-v2 did not record prompt lengths (ShareGPT: a few hundred)
 
 
-def register() -> None:
-    """Register the Level-2/3 family with `dse fit` / `dse validate` (after every Level 1)."""
-    from dse.surrogate.artifact import Family, register_family
-
-    register_family(
-        Family(
-            name=FAMILY,
-            fit=_family_fit,
-            predict_rows=_family_predict_rows,
-            validates=("e2e", "e2e_energy", "e2e_ttft", "serving_energy"),
-            order=900,
-        )
-    )
-
-
-register()
-
-
 def without_levels(art: Artifact | None, prefixes: tuple[str, ...]) -> Artifact | None:
     """A view of `art` without the models whose names start with any of `prefixes`."""
     if art is None:

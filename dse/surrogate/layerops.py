@@ -55,7 +55,7 @@ import numpy as np
 from dse.errors import ArtifactError, DataError
 from dse.hardware import get_gpu
 from dse.surrogate import _fitutil as U
-from dse.surrogate.artifact import RangeMiss, range_miss, register_model
+from dse.surrogate.artifact import RangeMiss, range_miss
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -503,7 +503,6 @@ def _base_items_us(
     return np.full_like(ts, c[0]), wave_us, wv * w_k * per_width, tp_us
 
 
-@register_model("layer_op")
 class LayerOpModel:
     """Latency of vidur's non-GEMM layer operators on one GPU (see module doc).
 
@@ -512,7 +511,7 @@ class LayerOpModel:
     regime (index of the element-count knot nearest the shape), covered (bool).
     """
 
-    kind: ClassVar[str] = "layer_op"
+    kind: ClassVar[str] = "layer_op"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(self, gpu: str = "h100_sxm") -> None:
         self.gpu = gpu
@@ -858,7 +857,6 @@ def _red_features(m: np.ndarray, n: np.ndarray) -> np.ndarray:
     )
 
 
-@register_model("reduction_op")
 class ReductionOpModel:
     """Softmax, LayerNorm (row reductions over n) and GELU (n = 1) on one GPU:
 
@@ -874,7 +872,7 @@ class ReductionOpModel:
     predict(op, m, n=1) -> latency_s, launch_s, t_memory_s, t_reduce_s (sum), regime, covered.
     """
 
-    kind: ClassVar[str] = "reduction_op"
+    kind: ClassVar[str] = "reduction_op"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(self, gpu: str = "a100_sxm", fitted_on: str | None = None) -> None:
         self.gpu = gpu

@@ -33,7 +33,6 @@ from dse.surrogate._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP
 
 if TYPE_CHECKING:
@@ -127,7 +126,6 @@ def _features(
     ).T
 
 
-@register_model("moe")
 class MoEModel:
     """Fused-MoE latency (and power/energy where measured) for one engine and MoE dtype on one GPU.
 
@@ -136,7 +134,7 @@ class MoEModel:
     regime, residual_factor, flops, bytes, touched_experts; plus power_w, energy_j when fitted.
     """
 
-    kind: ClassVar[str] = "moe"
+    kind: ClassVar[str] = "moe"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(
         self,

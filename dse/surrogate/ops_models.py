@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,7 @@ from dse.roofline import LAUNCH_S, roofline_s
 from dse.stand_ins import lender
 from dse.surrogate import _fitutil as U
 from dse.surrogate.allreduce import AllReduceModel, implementation_key, shape_implementation
-from dse.surrogate.artifact import Artifact, Family, FittedModel, register_family, register_model
+from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.attention import (
     ContextAttentionModel,
     GenerationAttentionModel,
@@ -260,9 +260,10 @@ def predict_reduction_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
 
 
 # ---------------------------------------------------------------------------- all-reduce
-@register_model("collective")
 class CollectiveModel(AllReduceModel):
     """Other NCCL collectives (all_gather, reduce_scatter, alltoall): the all-reduce form."""
+
+    kind: ClassVar[str] = "collective"  # the manifest's kind; artifact.MODEL_CLASSES
 
     op_name = "all_reduce"
 
@@ -630,24 +631,3 @@ def predict_moe_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.Da
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
     return out
-
-
-register_family(
-    Family("layer_op", fit_layer_op_family, predict_layer_op_rows, ("layer_op",), order=30)
-)
-register_family(
-    Family("reduction", fit_reduction_family, predict_reduction_rows, LLMCOMPASS_OPS, order=31)
-)
-register_family(
-    Family("allreduce", fit_allreduce_family, predict_allreduce_rows, ("allreduce",), order=32)
-)
-register_family(
-    Family(
-        "attention",
-        fit_attention_family,
-        predict_attention_rows,
-        ("context_attention", "generation_attention"),
-        order=40,
-    )
-)
-register_family(Family("moe", fit_moe_family, predict_moe_rows, ("moe",), order=41))

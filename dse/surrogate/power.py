@@ -26,7 +26,6 @@ import numpy as np
 
 from dse.hardware import GPU, get_gpu
 from dse.stand_ins import POWER_GPU
-from dse.surrogate.artifact import register_model
 from dse.surrogate.nn import MLP, fit_mlp
 
 if TYPE_CHECKING:
@@ -52,14 +51,13 @@ def _inputs(compute_util: Any, memory_util: Any, latency_s: Any) -> np.ndarray:
     return np.column_stack([c.ravel() for c in cols])
 
 
-@register_model("power")
 class PowerModel:
     """f(compute_util, memory_util, latency_s) in [0, 1.05]: the fraction of the idle-to-board
     power span. fit(df) needs columns compute_util, memory_util, latency_s, power_w,
     idle_power_w, board_power_w.
     """
 
-    kind: ClassVar[str] = "power"
+    kind: ClassVar[str] = "power"  # the manifest's kind; artifact.MODEL_CLASSES
     inputs: ClassVar[tuple[str, ...]] = ("compute_util", "memory_util", "latency_s")
 
     def __init__(self, hidden: tuple[int, ...] = (8, 8), seed: int = 0) -> None:

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.hardware import GPU, get_gpu
-from dse.surrogate.artifact import register_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,11 +86,10 @@ def _phi(u: np.ndarray, batch: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(u), u, _batch_x(batch)], axis=-1)
 
 
-@register_model("level3_power")
 class Power3:
     """Calibrated average power of a whole request (one GPU)."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[str] = "level3_power"  # the manifest's kind; artifact.MODEL_CLASSES
 
     def __init__(self, ridge: float = RIDGE) -> None:
         self.ridge = ridge

@@ -387,7 +387,7 @@ def validate(
     artifact of each GPU in the data, None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
     """
     from dse.data import load, normalise_gpu
-    from dse.surrogate.fit import load_families
+    from dse.surrogate.fit import families
 
     root = Path(data_root)
     if not root.is_dir():
@@ -404,7 +404,7 @@ def validate(
         )
     # the same spelling rules as the readers: --gpu H100 selects h100_sxm rows
     wanted = None if gpus is None else {normalise_gpu(g) for g in gpus}
-    validators = _validators(load_families())
+    validators = _validators(families())
     arts: dict[str, Artifact | None] = dict(artifacts or {})
     shipped = artifacts is None  # given a mapping, GPUs missing from it have no artifact
     results: list[dict[str, Any]] = []
