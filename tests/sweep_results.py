@@ -1,6 +1,7 @@
 """Test helper: real, small results folders written by `dse sweep` (docs/results_format.md).
 
-Used by the report, export and browser tests. Each sweep runs in-process through the `dse`
+Used by the report, export, browser, sweep and front tests (`SMALL`: the small space of
+the sweep and front tests). Each sweep runs in-process through the `dse`
 command with a fixed sampler and seed, so the folders are the ones a user would get.
 """
 
@@ -11,6 +12,28 @@ from pathlib import Path
 from dse.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
+
+# 2 x 4 x 2 x 2 x 2 = 64 configurations; n_heads 24 does not divide d_model 4096 (invalid),
+# and the parameter budget rules out part of the rest (infeasible).
+SMALL = """\
+name: small
+hardware: h100_sxm
+workload: {batch_size: 16, prompt_tokens: 1024, output_tokens: 256, tensor_parallel: 1}
+space:
+  d_model: {values: [3072, 4096]}
+  n_layers: {low: 24, high: 48, step: 8}
+  n_heads: {values: [24, 32]}
+  n_kv_heads: {values: [4, 8]}
+  d_ff: {values: [8192, 16384]}
+  vocab_size: 128256
+constraints:
+  active_params: {min: 5.0e+9, max: 12.0e+9}
+  fits_memory: true
+objectives:
+  latency: {metric: request}
+  energy: {source: hymell}
+study: {sampler: random, trials: 48, seed: 0, batch_size: 16}
+"""
 
 
 def run_sweep(space: str | Path, out: Path, *options: str) -> Path:

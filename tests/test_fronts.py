@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.offline
 import pytest
+from sweep_results import SMALL
 
 from dse import configs as C
 from dse import pareto
@@ -24,26 +25,6 @@ from dse.report import load_results, write_report
 from dse.space import load_space
 from dse.sweep import SweepOptions, evaluate, run_sweep, space_columns
 
-# 2 x 4 x 2 x 2 x 2 = 64 configurations (n_heads 24 does not divide 4096: some are invalid).
-SMALL = """\
-name: small
-hardware: h100_sxm
-workload: {batch_size: 16, prompt_tokens: 1024, output_tokens: 256, tensor_parallel: 1}
-space:
-  d_model: {values: [3072, 4096]}
-  n_layers: {low: 24, high: 48, step: 8}
-  n_heads: {values: [24, 32]}
-  n_kv_heads: {values: [4, 8]}
-  d_ff: {values: [8192, 16384]}
-  vocab_size: 128256
-constraints:
-  active_params: {min: 5.0e+9, max: 12.0e+9}
-  fits_memory: true
-objectives:
-  latency: {metric: request}
-  energy: {source: hymell}
-study: {sampler: random, trials: 48, seed: 0, batch_size: 16}
-"""
 PARAMS = ["d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"]
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 import pandas as pd
 import pytest
+from sweep_results import SMALL
 
 from dse import configs as C
 from dse import pareto
@@ -23,27 +24,6 @@ from dse.sweep._samplers import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 
-# 2 x 4 x 2 x 2 x 2 = 64 configurations; n_heads 24 does not divide d_model 4096 (invalid),
-# and the parameter budget rules out part of the rest (infeasible).
-SMALL = """\
-name: small
-hardware: h100_sxm
-workload: {batch_size: 16, prompt_tokens: 1024, output_tokens: 256, tensor_parallel: 1}
-space:
-  d_model: {values: [3072, 4096]}
-  n_layers: {low: 24, high: 48, step: 8}
-  n_heads: {values: [24, 32]}
-  n_kv_heads: {values: [4, 8]}
-  d_ff: {values: [8192, 16384]}
-  vocab_size: 128256
-constraints:
-  active_params: {min: 5.0e+9, max: 12.0e+9}
-  fits_memory: true
-objectives:
-  latency: {metric: request}
-  energy: {source: hymell}
-study: {sampler: random, trials: 48, seed: 0, batch_size: 16}
-"""
 # A larger space (3 x 13 x 3 x 4 x 17 = 7,956) where sampling matters.
 MEDIUM = (
     SMALL.replace("{low: 24, high: 48, step: 8}", "{low: 24, high: 48, step: 2}")

@@ -149,44 +149,32 @@ def gemm_shapes(level: str, offset: int = 0) -> list[Shape]:
     return [{"m": m, "n": n, "k": k} for n in nks for k in nks for m in ms]
 
 
-def context_attention_shapes(level: str, offset: int = 0) -> list[Shape]:
-    a = _ATTN[level]
-    out = []
-    for b, s, h, r, d in itertools.product(
-        _axis(a["batch"], offset),
-        _axis(a["isl"], offset),
-        a["heads"],
-        a["gqa"],
-        a["head_dim"],
-    ):
-        if h % r == 0:
-            out.append(
-                {"batch_size": b, "isl": s, "num_heads": h, "num_kv_heads": h // r, "head_dim": d}
-            )
-    return out
-
-
-def generation_attention_shapes(level: str, offset: int = 0) -> list[Shape]:
+def _attention_shapes(level: str, offset: int, length: str) -> list[Shape]:
+    """Batch x one length axis (`length`: the prompt `isl` of a prefill, the `kv_len` of a
+    decode step) x heads x GQA ratio x head_dim; ratios that do not divide the head count are
+    skipped."""
     a = _ATTN[level]
     out = []
     for b, n, h, r, d in itertools.product(
         _axis(a["batch"], offset),
-        _axis(a["kv_len"], offset),
+        _axis(a[length], offset),
         a["heads"],
         a["gqa"],
         a["head_dim"],
     ):
         if h % r == 0:
             out.append(
-                {
-                    "batch_size": b,
-                    "kv_len": n,
-                    "num_heads": h,
-                    "num_kv_heads": h // r,
-                    "head_dim": d,
-                }
+                {"batch_size": b, length: n, "num_heads": h, "num_kv_heads": h // r, "head_dim": d}
             )
     return out
+
+
+def context_attention_shapes(level: str, offset: int = 0) -> list[Shape]:
+    return _attention_shapes(level, offset, "isl")
+
+
+def generation_attention_shapes(level: str, offset: int = 0) -> list[Shape]:
+    return _attention_shapes(level, offset, "kv_len")
 
 
 def moe_shapes(level: str, offset: int = 0) -> list[Shape]:
