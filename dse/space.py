@@ -123,7 +123,7 @@ _BETTER = {
     "throughput": "more tokens per second per GPU is better",
     "user_speed": "more tokens per second per user is better",
 }
-SAMPLERS = ("auto", "exact", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive")
+SAMPLERS = ("auto", "exact", "screened", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive")
 # Ranges wider than this many values are treated as too large to enumerate per parameter.
 MAX_RANGE_VALUES = 1_000_000
 

@@ -157,3 +157,16 @@ def test_studies_show_and_a_second_sweep_join_the_database(tmp_path: Path, capsy
     assert main(["worker", "--storage", URL, "--study", name, "-q"]) == 0  # budget met: exits
     assert main(["worker", "--storage", URL, "--study", "no-such-study", "-q"]) == 2
     assert "no study named 'no-such-study'" in capsys.readouterr().err
+
+
+def test_screened_sampler_on_the_database(tmp_path: Path) -> None:
+    """The screened sampler through the shared-storage loop: its screen reads the study's
+    trials from the database and proposes only valid, distinct configurations first."""
+    space = tmp_path / "dist.yaml"
+    space.write_text(SPACE.replace("sampler: exhaustive", "sampler: screened").replace("48", "24"))
+    name = f"scr-{uuid.uuid4().hex[:8]}"
+    args = ["--storage", URL, "--study", name, "-q"]
+    assert main(["sweep", str(space), "--out", str(tmp_path / "r"), *args]) == 0
+    res = pd.read_parquet(tmp_path / "r" / "trials.parquet")
+    assert len(res) == 24 and (res["state"] == "COMPLETE").all()  # 36 valid: no invalid picked
+    assert len(res[PARAMS].drop_duplicates()) == 24

@@ -359,7 +359,9 @@ def brute() -> dict[str, np.ndarray]:
     return {**cols, **{f"m.{k}": v for k, v in ev.metrics.items()}}
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "nsga3", "random", "gp", "exhaustive"])
+@pytest.mark.parametrize(
+    "sampler", ["screened", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive"]
+)
 def test_a_tpot_limit_is_seen_by_every_sampler_and_no_front_row_breaks_it(
     tmp_path: Path, sampler: str, brute: dict[str, np.ndarray]
 ) -> None:
@@ -381,6 +383,8 @@ def test_a_tpot_limit_is_seen_by_every_sampler_and_no_front_row_breaks_it(
     assert np.allclose(t["constraint.tpot_max"], t["pred.tpot_s"] / limit - 1.0)
     slow = t["pred.tpot_s"] > limit
     assert slow.any() and (~slow).any()  # the limit excludes some configurations, not all
+    if sampler == "screened":  # it priced the limit before proposing: every fast one first
+        assert t.loc[slow, "number"].min() > t.loc[~slow, "number"].max()
     assert not t.loc[slow, "feasible"].any()
     assert t.loc[~slow, "feasible"].all()
     front = t[t["on_front"]]

@@ -247,7 +247,7 @@ def test_reference_exact_scores_a_sampler_against_the_exact_front(tmp_path: Path
     assert exact["on_front"].all() and exact["feasible"].all()
 
 
-@pytest.mark.parametrize("sampler", ["tpe", "nsga2", "nsga3", "random", "gp"])
+@pytest.mark.parametrize("sampler", ["screened", "tpe", "nsga2", "nsga3", "random", "gp"])
 def test_every_sampler_runs_batched_and_respects_constraints(
     sampler: str, small: Path, tmp_path: Path
 ) -> None:

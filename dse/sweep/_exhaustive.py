@@ -32,25 +32,12 @@ import numpy as np
 from dse import pareto
 from dse.errors import ConfigError
 from dse.space import SearchSpace
+from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
 PROGRESS_FILE = "exact_progress.npz"  # the sidecar of a running `exact` enumeration
 SAMPLE = 2_000  # configurations off the front recorded as trials (the report's clouds)
-
-
-def space_columns(space: SearchSpace, index: np.ndarray) -> dict[str, np.ndarray]:
-    """Complete configuration columns of the configurations at `index` (enumeration order)."""
-    idx = np.asarray(index, dtype=np.int64)
-    n = len(idx)
-    cols: dict[str, np.ndarray] = {k: np.full(n, v) for k, v in space.fixed.items()}
-    searched = space.searched
-    if searched:
-        digits = np.unravel_index(idx, [len(p.values) for p in searched])
-        for p, d in zip(searched, digits, strict=True):
-            values = np.asarray(p.values, dtype=object if isinstance(p.values[0], str) else None)
-            cols[p.name] = values[d]
-    return space.complete(cols)  # as_columns, keeping training_tokens
 
 
 @dataclass

@@ -42,8 +42,9 @@ from dse.errors import ConfigError, DSEError
 from dse.space import SearchSpace, count_feasible, load_space, require_feasible
 from dse.sweep import _exhaustive as E
 from dse.sweep import _samplers as S
+from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, check_predictor, evaluate
-from dse.sweep._exhaustive import ExactFront, exact_front, space_columns
+from dse.sweep._exhaustive import ExactFront, exact_front
 from dse.sweep._record import created_trials, evaluated, suggest_all, tell_batch
 from dse.sweep._results import Written, write_results
 from dse.sweep._storage import (
@@ -284,6 +285,11 @@ def _journal_study(
     return storage, backend, pstudy, rec
 
 
+# study user attr: configurations the `screened` sampler priced to choose its trials (local
+# journal studies; workers on a shared database do not add theirs up)
+SCREENED_ATTR = "dse:screened"
+
+
 def _local(
     space: SearchSpace,
     rec: StudyRecord,
@@ -291,8 +297,9 @@ def _local(
     name: str,
     opts: SweepOptions,
     stop: StopFlag,
-) -> tuple[list[optuna.trial.FrozenTrial], int]:
-    """Run the study on the default journal file; return (all finished trials, done)."""
+) -> tuple[list[optuna.trial.FrozenTrial], int, int | None]:
+    """Run the study on the default journal file; return (all finished trials, done, the
+    configurations the `screened` sampler priced over the study's life; None for others)."""
     storage, backend, pstudy, rec = _journal_study(space, rec, spec, name)
     directions = list(space.objectives.directions)
     where = str(spec.path)
@@ -308,16 +315,18 @@ def _local(
     progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name, directions)
     for t in history:
         _progress_add(progress, t)
+    screened = int(pstudy.user_attrs.get(SCREENED_ATTR, 0))
+    kept = screened if rec.sampler == "screened" else None
     if done >= budget:  # nothing to run: no sampler, no in-memory copy
         progress.close()
-        return history, done
+        return history, done, kept
     if rec.sampler == "exhaustive":
         try:
             done = _local_exhaustive(space, rec, pstudy, backend, done, progress, stop, opts)
         finally:
             backend.discard()
             progress.close()
-        return pstudy.get_trials(deepcopy=False), done
+        return pstudy.get_trials(deepcopy=False), done, None
     # The sampler works on an in-memory copy of the study (fast asks; no file I/O per trial).
     mem_storage = InMemoryStorage()
     mem = optuna.create_study(storage=mem_storage, study_name=name, directions=directions)
@@ -339,7 +348,13 @@ def _local(
     try:
         while done < budget and not stop.requested:
             n = min(rec.batch_size, budget - done)
-            mem.sampler = S.make(rec.sampler, space, S.batch_seed(rec.seed, done), rec.batch_size)
+            mem.sampler = S.make(
+                rec.sampler,
+                space,
+                S.batch_seed(rec.seed, done),
+                rec.batch_size,
+                predictor=opts.predictor,
+            )
             # Asked with the space's distributions: every trial shares the same objects.
             trials = [mem.ask(fixed_distributions=dists) for _ in range(n)]
             rows = [t.params for t in trials]
@@ -347,6 +362,9 @@ def _local(
                 mem, trials, rows, space, seen, opts.predictor, predictions_on_copies=True
             )
             pstudy.add_trials(told)
+            if rec.sampler == "screened":  # with the batch: a resumed study keeps counting
+                screened += getattr(mem.sampler, "screened", 0)
+                pstudy.set_user_attr(SCREENED_ATTR, screened)
             cache.save()
             backend.flush()  # the batch becomes durable here, all or nothing
             done += sum(evaluated(t) for t in told)
@@ -361,7 +379,7 @@ def _local(
     finally:
         backend.discard()
         progress.close()
-    return pstudy.get_trials(deepcopy=False), done
+    return pstudy.get_trials(deepcopy=False), done, (screened if kept is not None else None)
 
 
 class ConfigCache:
@@ -821,7 +839,11 @@ def _shared_loop(
                 hb.track(ids)
                 try:
                     study.sampler = S.make(
-                        rec.sampler, space, S.batch_seed(rec.seed, done, salt), rec.batch_size
+                        rec.sampler,
+                        space,
+                        S.batch_seed(rec.seed, done, salt),
+                        rec.batch_size,
+                        predictor=predictor,
                     )
                     trials, rows = [], []
                     for tid in ids:
@@ -975,13 +997,14 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
             with contextlib.suppress(FileNotFoundError):
                 (folder / E.PROGRESS_FILE).unlink()
         counts: dict[str, Any] | None = None
+        screened: int | None = None
         with StopFlag(opts.quiet, "chunk" if rec.sampler == "exact" else "batch") as stop:
             if rec.sampler == "exact":
                 trials, done, rec, counts = _exact(
                     space, rec, spec, storage, name, folder, opts, stop
                 )
             elif spec.kind == "journal":
-                trials, done = _local(space, rec, spec, name, opts, stop)
+                trials, done, screened = _local(space, rec, spec, name, opts, stop)
             else:
                 assert storage is not None
                 trials, done, rec = _run_shared_sweep(storage, space, rec, spec, name, opts, stop)
@@ -1003,6 +1026,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
                 counts,
                 artifacts,
                 t0,
+                screened,
             )
     finally:
         for lock in locks:
@@ -1031,6 +1055,7 @@ def _write(
     counts: dict[str, Any] | None,
     artifacts: dict[str, str],
     t0: float,
+    screened: int | None = None,
 ) -> Written:
     """The results folder of a finished (or stopped) study."""
     exact = None if rec.sampler == "exact" else _reference(space, rec, opts, done, interrupted)
@@ -1047,7 +1072,12 @@ def _write(
         exact=exact,
         exact_table=None,
         artifacts=artifacts,
-        extra={"exact": counts} if counts is not None else None,
+        extra={
+            **({"exact": counts} if counts is not None else {}),
+            # configurations the screened sampler priced to choose its trials
+            **({"screened_configs": screened} if screened is not None else {}),
+        }
+        or None,
     )
     if rec.sampler in ("exhaustive", "exact") and done >= rec.trials and exact is None:
         # Both hold the whole exact front (exact: plus a sample of the rest).

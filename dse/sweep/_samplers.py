@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial
 
 from dse.errors import ConfigError
 from dse.space import SAMPLERS, SearchSpace
+from dse.sweep._evaluate import Predictor
 
 # `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):
 # about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with
@@ -99,7 +100,7 @@ def resolve(
             f"trials^3, so it applies to budgets up to {GP_MAX_TRIALS:,} trials, got "
             f"{trials:,}; use tpe or nsga2"
         )
-    if name in ("nsga2", "nsga3", "tpe", "gp", "random") and not space.searched:
+    if name in ("nsga2", "nsga3", "tpe", "gp", "random", "screened") and not space.searched:
         return "exhaustive"
     return name
 
@@ -186,8 +187,16 @@ def _cls(name: str, base: type[BaseSampler]) -> type[BaseSampler]:
     return _KNOWN[name]
 
 
-def make(name: str, space: SearchSpace, seed: int, batch_size: int, offset: int = 0) -> BaseSampler:
-    """A fresh sampler (`name` already resolved). GA samplers breed one generation per batch."""
+def make(
+    name: str,
+    space: SearchSpace,
+    seed: int,
+    batch_size: int,
+    offset: int = 0,
+    predictor: Predictor | None = None,
+) -> BaseSampler:
+    """A fresh sampler (`name` already resolved). GA samplers breed one generation per batch;
+    `screened` prices its candidates with `predictor` (None: the default one)."""
     dists = distributions(space)
     pop = max(batch_size, 2)
     with warnings.catch_warnings():
@@ -216,6 +225,10 @@ def make(name: str, space: SearchSpace, seed: int, batch_size: int, offset: int 
                 raise ConfigError(f"sampler gp needs PyTorch and SciPy ({exc})") from None
         if name == "exhaustive":
             return ExhaustiveSampler(space, offset)
+        if name == "screened":
+            from dse.sweep._screened import ScreenedSampler
+
+            return ScreenedSampler(space, dists, seed, batch_size, predictor)
     raise ConfigError(f"--sampler: unknown sampler {name!r}")
 
 
