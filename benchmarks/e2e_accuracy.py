@@ -13,7 +13,7 @@ Every number is out of sample:
 - serving energy per output token: ml-energy-v2 H100 (never fitted on), vLLM 0.4.2 with
   continuous batching, predicted as a static batch of the measured average batch size and
   output length with an assumed prompt length.
-Writes the section "HYMELL end to end (Levels 2-3)" of docs/accuracy.md.
+Writes the section "HYMELL end to end (Levels 2-3)" of docs/dev/accuracy-journal.md.
 """
 
 from __future__ import annotations
@@ -616,7 +616,7 @@ def report() -> str:
 
 
 def write_section(text: str) -> None:
-    replace_section(REPO / "docs" / "accuracy.md", SECTION, text, "Accuracy")
+    replace_section(REPO / "docs" / "dev" / "accuracy-journal.md", SECTION, text, "Accuracy")
 
 
 ARGS: argparse.Namespace

@@ -11,7 +11,7 @@ model shape held out: leave-one-shape-out) on
 Also: the optional `dse.predictor` (HYMELL or its roofline stand-in) on the same rows, the
 paper's published per-request table recomputed from its printed equations, the sensitivity to
 the assumed ml-energy prompt length, and H200 kernel-level factors applied end to end.
-Writes the section "Energy estimators" of docs/accuracy.md (replacing it if present).
+Writes the section "Energy estimators" of docs/dev/accuracy-journal.md (replacing it if present).
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def render(
 
 
 def write_section(path: Path, text: str) -> None:
-    """Replace the section in docs/accuracy.md (up to the next '## ' heading) or append it."""
+    """Replace the section in `path` (up to the next '## ' heading) or append it."""
     replace_section(path, SECTION, text, "Accuracy")
 
 
@@ -291,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
-    p.add_argument("--no-write", action="store_true", help="print, do not touch docs/accuracy.md")
+    p.add_argument(
+        "--no-write", action="store_true", help="print, do not touch docs/dev/accuracy-journal.md"
+    )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     tables = calibrate.load_tables(args.data)
@@ -319,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     if not args.no_write:
-        write_section(REPO / "docs" / "accuracy.md", text)
-        print(f"wrote section {SECTION!r} of docs/accuracy.md", file=sys.stderr)
+        write_section(REPO / "docs" / "dev" / "accuracy-journal.md", text)
+        print(f"wrote section {SECTION!r} of docs/dev/accuracy-journal.md", file=sys.stderr)
     return 0
 
 
