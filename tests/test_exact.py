@@ -185,7 +185,7 @@ def test_too_large_names_the_sampler(tmp_path: Path, capsys) -> None:
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert "--max-configs: sampler exact enumerates at most 100 configurations" in err
-    assert "got a space of 840" in err and "--sampler tpe" in err
+    assert "got a space of 840" in err and "--sampler screened" in err
     assert not (tmp_path / "r").exists()  # refused before anything was written
     rc = main(["sweep", str(f), "--out", str(tmp_path / "r"), "--max-configs", "0", "-q"])
     assert rc == 2
@@ -194,7 +194,7 @@ def test_too_large_names_the_sampler(tmp_path: Path, capsys) -> None:
     from dse.sweep import _samplers as S
 
     space = load_space(f)
-    assert S.resolve("auto", space, 50, max_configs=100) == "tpe"
+    assert S.resolve("auto", space, 50, max_configs=100) == "screened"
     assert S.resolve("auto", space, 50) == "exact"
     assert "more than 100 to enumerate" in S.explain("auto", space, 50, max_configs=100)
 

@@ -181,7 +181,7 @@ def test_auto_says_why_it_samples(tmp_path: Path, capsys) -> None:
     from dse.sweep import _samplers as S
 
     msg = S.explain("auto", load_space(big), 2000, max_configs=1_000_000)
-    assert msg.startswith("sampler auto -> tpe: the space has 1,")
+    assert msg.startswith("sampler auto -> screened: the space has 1,")
     assert "more than 1,000,000 to enumerate (--max-configs)" in msg
 
 
