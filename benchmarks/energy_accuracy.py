@@ -94,7 +94,7 @@ def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
 
 def published_table() -> list[dict[str, Any]]:
     """The paper's 500/500 estimates next to its printed equations evaluated by us."""
-    from dse.models import lookup_model
+    from dse.spec.catalogue import lookup_model
 
     rows = []
     for size, n_nominal, model, est_wh, meas_wh in PUBLISHED_TABLE:

@@ -16,7 +16,7 @@ from dse.arch import Architecture
 from dse.cli import main
 from dse.errors import ConfigError
 from dse.hardware import get_gpu
-from dse.models import lookup_model
+from dse.spec.catalogue import lookup_model
 
 # A small dense GQA model whose every count is worked by hand below.
 TINY = Architecture(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=100)

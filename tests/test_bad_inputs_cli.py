@@ -522,7 +522,7 @@ def test_limits_keep_int64_accounting_exact_at_the_corners() -> None:
 
 def test_every_catalogue_model_is_inside_the_limits() -> None:
     """The limits reject what cannot be a model, never a published one."""
-    from dse.models import lookup_model, model_names
+    from dse.spec.catalogue import lookup_model, model_names
 
     for name in model_names():
         for field, value in lookup_model(name).to_dict().items():

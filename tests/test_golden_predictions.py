@@ -53,7 +53,7 @@ _VALUES = re.compile(r" \S+ [<>] \S+ \(x[^)]*\)")
 
 
 def golden_configs(seed: int = 23) -> dict[str, np.ndarray]:
-    from dse.models import lookup_model, model_names  # dse.spec.catalogue after the move
+    from dse.spec.catalogue import lookup_model, model_names  # dse.spec.catalogue after the move
 
     rng = np.random.default_rng(seed)
     cards = {m: lookup_model(m).to_dict() for m in model_names()}

@@ -188,7 +188,7 @@ CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.workload",
             "dse.arch",
             "dse.configs",
-            "dse.models",
+            "dse.spec",
             "dse.hf",
             "dse.space",
         ),

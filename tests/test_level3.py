@@ -301,7 +301,7 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
     end after prefill): e2e_configs drops it, and keeps the same length for a longer context."""
     import pandas as pd
 
-    from dse.models import context_tokens
+    from dse.spec.catalogue import context_tokens
     from dse.surrogate.hymell_fit import beyond_context, e2e_configs
 
     assert context_tokens("huggyllama/llama-7b") == 2048

@@ -12,7 +12,7 @@ from dse import arch as A
 from dse import configs as C
 from dse.arch import Architecture
 from dse.hardware import get_gpu
-from dse.models import lookup_model
+from dse.spec.catalogue import lookup_model
 
 GIB = 2**30
 

@@ -415,7 +415,7 @@ def test_calibration_reproduces_from_the_data(data_dir: Path):
 
 
 def test_local_model_table_agrees_with_catalogue():
-    models = pytest.importorskip("dse.models")
+    models = pytest.importorskip("dse.spec.catalogue")
     from dse.arch import kv_bytes_per_token, matmul_params_per_token
 
     for name, fields in MODELS.items():
@@ -471,7 +471,7 @@ def test_cli_needs_an_architecture(capsys):
 
 
 def test_cli_model_from_catalogue(capsys):
-    pytest.importorskip("dse.models")
+    pytest.importorskip("dse.spec.catalogue")
     assert main(["energy", "--model", "Mixtral-8x7B", "--preset", "corrected", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["config"]["active_params"] < 0.3 * doc["config"]["total_params"]

@@ -105,7 +105,7 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
     notes: tuple[str, ...] = ()
     title = "custom architecture"
     if args.model:
-        from dse.models import model_card
+        from dse.spec.catalogue import model_card
 
         card = model_card(args.model)
         fields.update(card.arch.to_dict())
@@ -257,7 +257,7 @@ def _print_text(r: dict[str, Any]) -> None:
 
 def _list_models() -> int:
     from dse.arch import active_params, total_params
-    from dse.models import model_card, model_names
+    from dse.spec.catalogue import model_card, model_names
 
     print(f"{'name':<30}{'total':>10}{'active':>10}  exact  Hugging Face id")
     for name in model_names():

@@ -101,7 +101,7 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
         entry = _flags.read_flag(args, "entry")
         row.update(_from_config_file(Path(args.config), 0 if entry is None else entry))
     if args.model:
-        from dse.models import lookup_model
+        from dse.spec.catalogue import lookup_model
 
         row.update(lookup_model(args.model).to_dict())
     if args.hf_config:
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     if warn[0]:
         result["memory_warning"] = warn[0]
     if args.model:
-        from dse.models import context_tokens
+        from dse.spec.catalogue import context_tokens
 
         ctx = context_tokens(args.model)
         if ctx is not None and config["prompt_tokens"] + config["output_tokens"] > ctx:

@@ -1,6 +1,6 @@
 """Catalogue models beside a study's front: `dse show --compare NAME` and the report's markers.
 
-A catalogue model (`dse.models`) fits a space when every architecture field the space fixes
+A catalogue model (`dse.spec.catalogue`) fits a space when every architecture field the space fixes
 (its YAML states one value) equals the model's. It is then evaluated exactly as the sweep
 evaluates a trial (`dse.sweep._evaluate.evaluate` with the space's workload, GPU and
 constraints), once per combination of the space's searched non-architecture fields (GPU, batch
@@ -89,7 +89,7 @@ def place_many(
     predictor: Any = None,
 ) -> list[Placed]:
     """`place` for several models in one evaluation (one predictor call for all of them)."""
-    from dse.models import lookup_model, model_card
+    from dse.spec.catalogue import lookup_model, model_card
     from dse.sweep._evaluate import evaluate
     from dse.sweep._record import evaluation_table
 
@@ -175,7 +175,7 @@ def dominated_by(
 
 def fitting(space: Any) -> list[str]:
     """Catalogue names whose architecture fits the space's fixed fields."""
-    from dse.models import lookup_model, model_names
+    from dse.spec.catalogue import lookup_model, model_names
 
     out = []
     for name in model_names():

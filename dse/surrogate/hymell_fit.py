@@ -38,18 +38,20 @@ Lookup = Callable[[str], Any]  # model name -> dse.arch.Architecture
 
 def _default_lookup() -> Lookup:
     try:
-        from dse.models import lookup_model
+        from dse.spec.catalogue import lookup_model
     except ImportError as exc:  # the catalogue is part of the package; this is a broken install
-        raise DataError(f"the model catalogue dse.models cannot be imported ({exc})") from None
+        raise DataError(
+            f"the model catalogue dse.spec.catalogue cannot be imported ({exc})"
+        ) from None
     return lookup_model
 
 
 def beyond_context(rows: pd.DataFrame) -> np.ndarray:
-    """True for runs whose prompt + output exceed their model's context (dse.models
+    """True for runs whose prompt + output exceed their model's context (dse.spec.catalogue
     CONTEXT_TOKENS): the engine cannot have generated the requested tokens, so the measured time
     is not that configuration's (argonne's 2048 + 2048 runs of 2048-context models end after
     prefill). Such rows are dropped, and dse validate says why."""
-    from dse.models import context_tokens
+    from dse.spec.catalogue import context_tokens
 
     ctx = rows["model"].astype(str).map({m: context_tokens(m) for m in rows["model"].unique()})
     total = rows["input_tokens"].to_numpy(float) + rows["output_tokens"].to_numpy(float)

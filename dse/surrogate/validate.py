@@ -239,7 +239,7 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
     the engines Level 3 models are checked; other kinds name the row's engine and dtype."""
     base = "model cannot predict this row"
     if kind in E2E_KINDS and "model" in rows:
-        from dse.models import lookup_model
+        from dse.spec.catalogue import lookup_model
         from dse.surrogate.hymell_fit import ENGINES
 
         problem: dict[str, str] = {}  # model name -> why the catalogue cannot give it ("" = ok)
@@ -248,7 +248,7 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
                 lookup_model(name)
                 problem[name] = ""
             except Exception as exc:  # ConfigError: unknown or not representable
-                problem[name] = f"catalogue (dse/models.py): {exc}"[:200]
+                problem[name] = f"catalogue (dse/spec/catalogue.py): {exc}"[:200]
         engine = rows["engine"].astype(str) if "engine" in rows else pd.Series("", rows.index)
         model_problem = rows["model"].astype(str).map(problem)
         if {"input_tokens", "output_tokens"} <= set(rows.columns):
@@ -257,7 +257,7 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
             over = beyond_context(rows) & (model_problem == "").to_numpy(bool)
             model_problem = model_problem.where(
                 ~over,
-                "prompt + output exceed the model's context (dse.models.CONTEXT_TOKENS): the "
+                "prompt + output exceed the model's context (dse.spec.catalogue.CONTEXT_TOKENS): the "
                 "engine cannot have generated the requested tokens",
             )
         why = np.where(
