@@ -34,7 +34,7 @@ from _docsection import replace_section  # noqa: E402  (benchmarks/, the script'
 
 from dse.data import load  # noqa: E402
 from dse.predictor import load_artifact, predict  # noqa: E402
-from dse.stand_ins import STAND_INS  # noqa: E402
+from dse.spec.stand_ins import STAND_INS  # noqa: E402
 from dse.surrogate.artifact import Artifact  # noqa: E402
 from dse.surrogate.hymell_fit import (  # noqa: E402
     e2e_configs,
@@ -368,7 +368,7 @@ def serving_check() -> pd.DataFrame:
     rows["measured_j_per_token"] = s["energy_per_output_token_j"].to_numpy()
     rows["measured_tpot_s"] = s["latency_s"].to_numpy()
     cfg, kept = e2e_configs(rows)
-    from dse import configs as C
+    from dse.spec import columns as C
 
     d = C.derived(*C.as_columns(cfg))
     ok = d["fits_memory"]

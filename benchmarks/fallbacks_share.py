@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dse.data import load
-from dse.hardware import get_gpu
+from dse.spec.hardware import get_gpu
 from dse.surrogate.artifact import Artifact
 from dse.surrogate.gemm import Gemm, gemm_work, sibling_factor
 from dse.surrogate.hymell import LAUNCH_S

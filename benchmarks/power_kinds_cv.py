@@ -22,7 +22,7 @@ import pandas as pd
 from sklearn.model_selection import GroupKFold
 
 from dse.data import load
-from dse.hardware import get_gpu
+from dse.spec.hardware import get_gpu
 from dse.surrogate.attention import attention_work, kv_bytes_of
 from dse.surrogate.gemm import gemm_work
 from dse.surrogate.moe import INPUTS, WEIGHT_BYTES, moe_work

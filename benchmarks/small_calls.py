@@ -69,7 +69,7 @@ NOTES = [
     "12.7-14.8 ms of CPU here before this work.",
     "",
     "`dse predict --batch` with one row: interpreter start, imports (pandas was ~0.27 s of it",
-    "until `dse.fields` read the CSV without pandas) and the artifact load (~0.19 s: 934",
+    "until `dse.spec.fields` read the CSV without pandas) and the artifact load (~0.19 s: 934",
     "compressed arrays of weights.npz, each header parsed) dominate; the first prediction, lazy",
     "model imports and tables included, takes ~0.1 s. benchmarks/cli_startup.py times start-up.",
 ]

@@ -32,8 +32,6 @@ import pandas as pd
 import yaml
 
 from dse import __version__
-from dse import configs as C
-from dse.arch import Architecture
 from dse.errors import ConfigError, DSEError
 from dse.pareto import Normalisation, knee_index
 from dse.report._results import (
@@ -45,6 +43,8 @@ from dse.report._results import (
     objective_matrix,
     plain,
 )
+from dse.spec import columns as C
+from dse.spec.arch import Architecture
 
 FORMATS = ("yaml", "json", "hf")
 RANKINGS = ("energy", "latency", "knee")
@@ -170,7 +170,7 @@ def config_entries(sel: Selection, res: Results) -> list[dict[str, Any]]:
 
 
 def entry_columns(entries: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """The configuration columns of entries, as `dse.configs.as_columns` / `predict` take them."""
+    """The configuration columns of entries, as `dse.spec.columns.as_columns` / `predict` take them."""
     keys = list(dict.fromkeys(k for e in entries for k in (*e["architecture"], *e["workload"])))
     cols: dict[str, list[Any]] = {k: [] for k in keys}
     cols["gpu"] = []
@@ -220,7 +220,7 @@ def write_export(
         _write(dest / "configs.json", json.dumps({"configs": entries}, indent=2) + "\n")
         files = ["configs.json"] * len(entries)
     else:
-        from dse.hf import to_hf_config
+        from dse.spec.hf import to_hf_config
 
         for e in entries:
             name = f"trial-{e['predictions']['trial']}"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.arch import dtype_bytes
+from dse.spec.arch import dtype_bytes
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
 
@@ -69,7 +69,7 @@ def _elementwise(
 def forward_ops(
     cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None, stratum: Any = None
 ) -> list[Op]:
-    """Operators of one forward pass for complete configuration columns (see dse.configs).
+    """Operators of one forward pass for complete configuration columns (see dse.spec.columns).
 
     prefill: batch_size sequences of prompt_tokens new tokens (causal attention).
     decode: one new token per sequence attending to `kv_len` cached tokens (default prompt_tokens).

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse import arch as A
-from dse import configs as C
 from dse.errors import ConfigError
-from dse.hardware import GPU, get_gpu
 from dse.ops import forward_ops
 from dse.resources import SURROGATES_ENV, surrogates_dir  # noqa: F401  (re-exported)
-from dse.stand_ins import lender
+from dse.spec import arch as A
+from dse.spec import columns as C
+from dse.spec.hardware import GPU, get_gpu
+from dse.spec.stand_ins import lender
 from dse.surrogate.artifact import Artifact, RangeMiss
 from dse.surrogate.hymell import (
     LAUNCH_S,  # noqa: F401  (re-exported: the roofline launch floor)
@@ -133,7 +133,7 @@ def node_strata(k: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- one GPU
 # Bytes Level 3's KV-fill input counts as held back besides the weights: the memory rule of the
-# artifacts' fit (before issue 18 refined `dse.arch.memory_breakdown`), kept so that the shipped
+# artifacts' fit (before issue 18 refined `dse.spec.arch.memory_breakdown`), kept so that the shipped
 # Level-3 models see the inputs they were fitted on.
 LEVEL3_RESERVED_BYTES = 2 * 1024**3
 
@@ -142,7 +142,7 @@ def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.
     """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU, as
     Level 3 was fitted: tokens not rounded to blocks, 2 GiB held back (LEVEL3_RESERVED_BYTES),
     activations not counted. These are model inputs; whether a configuration runs is
-    `dse.arch.memory_breakdown`'s rule."""
+    `dse.spec.arch.memory_breakdown`'s rule."""
     a = C.architecture(cols)
     tp = cols["tensor_parallel"]
     tokens = cols["batch_size"] * (cols["prompt_tokens"] + cols["output_tokens"])
@@ -238,7 +238,7 @@ def predict_columns(
     gpu: GPU | None = None,
     artifact: Artifact | str | None = "auto",
 ) -> dict[str, np.ndarray]:
-    """Predict configurations that all run on one GPU (complete columns, see dse.configs).
+    """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
 
     `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline.
     """

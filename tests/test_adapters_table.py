@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse import configs as C
 from dse.ops import forward_ops
+from dse.spec import columns as C
 from dse.surrogate.level1_adapters import ADAPTERS
 
 

@@ -134,9 +134,9 @@ def test_dse_surrogates_is_the_one_artifacts_folder(
 ) -> None:
     """DSE_SURROGATES moves every finder at once: `Artifact.load(<gpu>)` (dse validate, the GEMM
     tables), `dse fit`'s default output (`default_dir`) and `dse predict` (issue 23)."""
-    from dse import hardware
     from dse.predictor import load_artifact
     from dse.resources import surrogates_dir
+    from dse.spec import hardware
 
     shipped_id = Artifact.load("h100_sxm").artifact_id
     src = default_dir("h100_sxm")

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError
-from dse.hardware import get_gpu
 from dse.ops import Op
+from dse.spec.hardware import get_gpu
 from dse.surrogate.artifact import Artifact
 from dse.surrogate.gemm import Gemm, gemm_work, sibling_factor
 from dse.surrogate.level1_adapters import price_gemm

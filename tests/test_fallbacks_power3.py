@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.hardware import get_gpu
+from dse.spec.hardware import get_gpu
 from dse.surrogate.power3 import Power3, protocol_x
 
 

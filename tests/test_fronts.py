@@ -16,13 +16,13 @@ import plotly.offline
 import pytest
 from sweep_results import SMALL
 
-from dse import configs as C
 from dse import pareto
 from dse.cli import main
 from dse.predictor import predict
 from dse.report import _fronts as F
 from dse.report import load_results, write_report
-from dse.space import load_space
+from dse.spec import columns as C
+from dse.spec.space import load_space
 from dse.sweep import SweepOptions, evaluate, run_sweep, space_columns
 
 PARAMS = ["d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"]

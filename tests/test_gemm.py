@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError, ConfigError
-from dse.hardware import get_gpu, gpu_names
+from dse.spec.hardware import get_gpu, gpu_names
 from dse.surrogate.artifact import Artifact
 from dse.surrogate.fit import mape_pct
 from dse.surrogate.gemm import (

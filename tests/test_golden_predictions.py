@@ -97,7 +97,7 @@ def golden_configs(seed: int = 23) -> dict[str, np.ndarray]:
                         )
                         rows.append(a)
     keys = sorted({k for r in rows for k in r})
-    from dse.configs import DEFAULTS  # dse.spec.columns after the move
+    from dse.spec.columns import DEFAULTS  # dse.spec.columns after the move
 
     return {k: np.array([r.get(k, DEFAULTS.get(k)) for r in rows]) for k in keys}
 

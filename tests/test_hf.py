@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from dse.arch import Architecture, active_params, total_params
 from dse.errors import ConfigError
-from dse.hf import from_hf_config, hf_model_type_for, import_hf_config, to_hf_config
+from dse.spec.arch import Architecture, active_params, total_params
 from dse.spec.catalogue import UNREPRESENTABLE, lookup_model, model_card, model_names
+from dse.spec.hf import from_hf_config, hf_model_type_for, import_hf_config, to_hf_config
 
 try:  # test-only dependencies
     import torch

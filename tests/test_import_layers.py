@@ -175,24 +175,10 @@ CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.errors",
             "dse.resources",
             "dse.yamlio",
-            "dse.fields",
             "dse.hardware_specs",
-            "dse.stand_ins",
-            "dse.choices",
         ),
     ),
-    (
-        "spec",
-        (
-            "dse.hardware",
-            "dse.workload",
-            "dse.arch",
-            "dse.configs",
-            "dse.spec",
-            "dse.hf",
-            "dse.space",
-        ),
-    ),
+    ("spec", ("dse.spec",)),
     ("roofline", ("dse.roofline",)),
     ("ops", ("dse.ops",)),
     ("nn", ("dse.surrogate.nn", "dse.surrogate._fitutil")),
@@ -237,8 +223,6 @@ TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.resources",
             "dse.yamlio",
             "dse.hardware_specs",
-            "dse.stand_ins",
-            "dse.choices",
         ),
     ),
     ("spec", ("dse.spec",)),  # choices < hardware < fields < arch/workload < columns < ...
@@ -271,7 +255,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
 }
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("dse.export", "dse.report._results"),
-    ("dse.fields", "dse.hardware"),
     ("dse.surrogate.gemm", "dse.surrogate.artifact"),
     ("dse.surrogate.layerops", "dse.surrogate.artifact"),
     ("dse.surrogate.level3", "dse.surrogate.artifact"),

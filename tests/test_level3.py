@@ -72,9 +72,9 @@ def test_ttft_rows_attach_to_their_end_to_end_run_only() -> None:
 
 
 def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None:
-    from dse import configs as C
-    from dse.hardware import get_gpu
     from dse.predictor import base_costs, global_inputs
+    from dse.spec import columns as C
+    from dse.spec.hardware import get_gpu
 
     rows = []
     groups = []
@@ -235,7 +235,7 @@ def _protocol_rows(c: float) -> tuple[np.ndarray, ...]:
 
 
 def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> None:
-    from dse.hardware import get_gpu
+    from dse.spec.hardware import get_gpu
     from dse.surrogate.power3 import IDENTITY, Power3, fit_protocol
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
@@ -261,7 +261,7 @@ def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> No
 
 
 def test_power_state_without_the_protocol_term_loads_as_before() -> None:
-    from dse.hardware import get_gpu
+    from dse.spec.hardware import get_gpu
     from dse.surrogate.power3 import Power3
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
@@ -280,7 +280,7 @@ def test_power_state_without_the_protocol_term_loads_as_before() -> None:
 def test_as_identical_takes_the_independent_sequence_term_out_and_nothing_else() -> None:
     """dse validate prices argonne's TensorRT-LLM power rows (copies of one prompt) without the
     independent-sequence term; at batch 1 the term is zero, and a power without it is lower."""
-    from dse.hardware import get_gpu
+    from dse.spec.hardware import get_gpu
     from dse.surrogate.power3 import Power3, protocol_x
 
     gpu = get_gpu("h100_sxm")

@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
 from dse.predictor import (
     LEVEL3_MODEL,
     _model,
@@ -22,6 +20,8 @@ from dse.predictor import (
     load_artifact,
     predict_columns,
 )
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 from dse.surrogate.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
 from dse.ops import _gemm
 from dse.predictor import base_costs, load_artifact, predict
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 from dse.surrogate import level1_adapters as L
 from dse.surrogate.artifact import RANGE_TOL, Artifact, range_miss
 from dse.surrogate.level3 import OOR_BAND_WIDEN

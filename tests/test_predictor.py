@@ -11,8 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
 from dse.ops import forward_ops
 from dse.predictor import (
     BAND_KEYS,
@@ -24,6 +22,8 @@ from dse.predictor import (
     predict,
     surrogates_dir,
 )
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.hymell import HymellPricer
 from dse.surrogate.level3 import TERMS, Level3

@@ -8,9 +8,9 @@ import itertools
 import numpy as np
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
 from dse.predictor import base_costs, load_artifact
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 from dse.surrogate.level1_adapters import unique_rows
 from dse.surrogate.nn import MLP
 

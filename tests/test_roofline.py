@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.hardware import get_gpu
 from dse.ops import Op
 from dse.roofline import (
     ACTIVE_POWER_FRACTION,
@@ -15,6 +14,7 @@ from dse.roofline import (
     roofline_s,
     standin_power_w,
 )
+from dse.spec.hardware import get_gpu
 from dse.surrogate.hymell import roofline_op, transfer_factor
 
 

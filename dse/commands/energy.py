@@ -72,8 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _architecture(args: argparse.Namespace, tensor_parallel: int) -> Any:
-    from dse.arch import Architecture, check_architecture
     from dse.errors import ConfigError
+    from dse.spec.arch import Architecture, check_architecture
 
     row: dict[str, Any] = {}
     if args.model:
@@ -109,9 +109,9 @@ def _scalars(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dse.arch import active_params, total_params
     from dse.estimators import tokens2wh as T
-    from dse.workload import Workload
+    from dse.spec.arch import active_params, total_params
+    from dse.spec.workload import Workload
 
     wl = Workload(**_flags.read_flags(args, WORKLOAD_FLAGS)).validate()
     gpu = _flags.read_flag(args, "gpu")

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         # find the GPU through it (DSE_SURROGATES pointing at the folder above)
         import shutil
 
-        from dse.hardware import SPEC_FILE
+        from dse.spec.hardware import SPEC_FILE
 
         shutil.copyfile(profiled, path / SPEC_FILE)
     carried = art.manifest.get("carried_over") or []
@@ -99,7 +99,7 @@ def profile_spec(data: str, gpu: str) -> Path | None:
     """The gpu.yaml of a `dse profile` folder when `gpu` is not a shipped registry GPU (None
     otherwise); a profile of another GPU given to --gpu is a ConfigError naming both."""
     from dse.errors import ConfigError
-    from dse.hardware import SPEC_FILE, _registry, load_spec
+    from dse.spec.hardware import SPEC_FILE, _registry, load_spec
 
     path = Path(data) / SPEC_FILE
     if not path.is_file():

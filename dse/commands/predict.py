@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from dse import configs as C
-from dse import fields as F
 from dse.commands import _flags
 from dse.commands._flags import ARCH_FLAGS
 from dse.errors import ConfigError
-from dse.hardware import get_gpu
+from dse.spec import columns as C
+from dse.spec import fields as F
+from dse.spec.hardware import get_gpu
 
 WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine")
 # Where a configuration comes from: at most one of these.
@@ -105,7 +105,7 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
 
         row.update(lookup_model(args.model).to_dict())
     if args.hf_config:
-        from dse.hf import from_hf_config
+        from dse.spec.hf import from_hf_config
 
         imported = from_hf_config(args.hf_config).to_dict()
         for key, v in imported.items():  # a config beyond the limits names its file
@@ -164,7 +164,7 @@ def check_rows(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
 def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(error, warning) per row, '' where there is none. Errors: an unknown GPU, a broken
     architecture rule, a configuration that cannot run because one sequence does not fit
-    (`dse.arch.memory_messages`); warnings: memory near the limit or a batch that queues."""
+    (`dse.spec.arch.memory_messages`); warnings: memory near the limit or a batch that queues."""
     err = np.full(n, "", dtype=object)
     warn = np.full(n, "", dtype=object)
     for name in np.unique(cols["gpu"]):

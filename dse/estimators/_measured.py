@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.arch import Architecture
 from dse.errors import DataError
+from dse.spec.arch import Architecture
 
 # Prompt length assumed for ml-energy-v2 rows, which did not record input lengths (ShareGPT
 # chat prompts and code prompts are a few hundred tokens). Both presets use the same value.

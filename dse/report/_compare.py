@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
 from dse.errors import DSEError
 from dse.report import _fronts as fronts
+from dse.spec import columns as C
 
 MAX_COMBINATIONS = 64  # workload x GPU combinations a model is placed at, at most
 # Models placed on the report's scatter unprompted: those that fit and are feasible in the
@@ -45,7 +45,7 @@ class Placed:
 
 def space_from_summary(summary: dict[str, Any]) -> Any:
     """The search space a results folder was swept over (summary.json's `space`)."""
-    from dse.space import parse_space
+    from dse.spec.space import parse_space
     from dse.yamlio import Located
 
     raw = summary.get("space")

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
 from dse import pareto
+from dse.spec import columns as C
 
 # Prediction column behind each objective, so that the predictor's error band can be found
 # (`pred.<q>_s` has its band in `pred.<q>_lo_s` / `pred.<q>_hi_s`).

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
 from dse import pareto
 from dse.pareto import knee_index
 from dse.report import _fronts as fronts
@@ -25,6 +24,7 @@ from dse.report._results import (
     plain,
     unit_scale,
 )
+from dse.spec import columns as C
 
 # More distinct configurations than this per cloud (dominated, infeasible) are drawn as a
 # seeded random sample, and cloud points carry a short hover (no breakdown): the page's data

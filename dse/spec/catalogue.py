@@ -1,7 +1,7 @@
 """A catalogue of published decoder-only architectures, looked up by name.
 
 Each entry is the subset of the model's Hugging Face `config.json` that fixes its shapes, written
-here as data and turned into an `Architecture` by `dse.hf.import_hf_config`, so the catalogue
+here as data and turned into an `Architecture` by `dse.spec.hf.import_hf_config`, so the catalogue
 and the config importer cannot disagree. Weights are taken as 16-bit (bfloat16), as served.
 tests/test_hf.py builds every entry whose model type transformers ships on the meta device and
 checks that total_params plus the parameters the mapping leaves out equals its count.
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from dse.arch import Architecture
 from dse.errors import ConfigError
-from dse.hf import import_hf_config
+from dse.spec.arch import Architecture
+from dse.spec.hf import import_hf_config
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ class Artifact:
             fp = Path(f).resolve()
             rel = str(fp.relative_to(root)) if root and fp.is_relative_to(root) else str(fp)
             data_files.append({"path": rel, "sha256": sha256_file(fp) if fp.exists() else None})
-        from dse.hardware import get_gpu
+        from dse.spec.hardware import get_gpu
 
         try:
             gpu_measured = bool(get_gpu(gpu).measured_power)

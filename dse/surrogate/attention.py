@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, DataError
-from dse.hardware import get_gpu
+from dse.spec.hardware import get_gpu
 from dse.surrogate import _fitutil as U
 from dse.surrogate._hybrid import (
     apply_residual,

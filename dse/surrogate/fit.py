@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import DataError
-from dse.hardware import get_gpu, gpu_names, register_folder_spec
 from dse.roofline import LAUNCH_S, roofline_s
-from dse.stand_ins import POWER_GPU
+from dse.spec.hardware import get_gpu, gpu_names, register_folder_spec
+from dse.spec.stand_ins import POWER_GPU
 from dse.surrogate import hymell_fit as HF
 from dse.surrogate import ops_models as OM
 from dse.surrogate._fitutil import map_tasks
@@ -157,7 +157,7 @@ def fit_power_family(ctx: FitContext) -> list[FittedModel]:
         "rows": len(rows),
         "fitted_on_gpus": sorted(rows["gpu"].unique()),
         "note": "fitted on measured board power (H200); other GPUs scale it by their idle and "
-        "board power from dse.hardware (assumption, no measured power behind it)",
+        "board power from dse.spec.hardware (assumption, no measured power behind it)",
     }
     cvd = {
         "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape",

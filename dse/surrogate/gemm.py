@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
-from dse.hardware import get_gpu
 from dse.roofline import LAUNCH_S, roofline_s
-from dse.stand_ins import lender
+from dse.spec.hardware import get_gpu
+from dse.spec.stand_ins import lender
 from dse.surrogate.artifact import Artifact
 from dse.surrogate.power import PowerModel
 
@@ -627,7 +627,7 @@ def model_name(engine: str, dtype: str) -> str:
 
 
 # A GPU whose artifact has no GEMM table for an (engine, dtype) borrows the table of its sibling
-# chip's artifact (same folder; dse.stand_ins "gemm_tables", where the measurements behind it
+# chip's artifact (same folder; dse.spec.stand_ins "gemm_tables", where the measurements behind it
 # are cited), a borrowed time moved by the roofline ratio (`sibling_factor`).
 # dtypes whose kernels are each engine's own (vLLM's and TensorRT-LLM's fp8 GEMMs): another
 # engine's table of the same chip is far off (H100: 33-38% fp8, 58-363% fp8_block), so the
@@ -659,7 +659,7 @@ def _sibling_at(folder: str, stamp: int) -> Artifact | None:
 
 
 def sibling_artifact(artifact: Artifact) -> Artifact | None:
-    """The artifact of `artifact`'s sibling chip (dse.stand_ins "gemm_tables") stored next to it,
+    """The artifact of `artifact`'s sibling chip (dse.spec.stand_ins "gemm_tables") stored next to it,
     or None."""
     name = lender("gemm_tables", artifact.gpu)
     if not name or artifact.path is None:

@@ -29,9 +29,9 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.hardware import GPU
 from dse.ops import Op
 from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
+from dse.spec.hardware import GPU
 from dse.surrogate.artifact import Artifact, RangeMiss, range_miss
 from dse.surrogate.level1_adapters import ADAPTERS, L1Price, op_power_w
 from dse.surrogate.nn import MLP

@@ -19,21 +19,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
-from dse.choices import ENGINES
 from dse.errors import ConfigError, DataError
-from dse.hardware import get_gpu
-from dse.stand_ins import lenders
+from dse.spec import columns as C
+from dse.spec.choices import ENGINES
+from dse.spec.hardware import get_gpu
+from dse.spec.stand_ins import lenders
 from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.level3 import GlobalInputs, Level3, fit_summary
 from dse.surrogate.power3 import fit_power3
 
 if TYPE_CHECKING:
-    from dse.hardware import GPU
     from dse.predictor import BaseCost
+    from dse.spec.hardware import GPU
 
 
-Lookup = Callable[[str], Any]  # model name -> dse.arch.Architecture
+Lookup = Callable[[str], Any]  # model name -> dse.spec.arch.Architecture
 
 
 def _default_lookup() -> Lookup:

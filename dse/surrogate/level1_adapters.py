@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from dse.hardware import GPU
 from dse.ops import Op
 from dse.roofline import LAUNCH_S, roofline_s
+from dse.spec.hardware import GPU
 from dse.surrogate.artifact import Artifact, RangeMiss
 
 

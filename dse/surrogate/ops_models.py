@@ -31,9 +31,9 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
-from dse.hardware import get_gpu
 from dse.roofline import LAUNCH_S, roofline_s
-from dse.stand_ins import lender
+from dse.spec.hardware import get_gpu
+from dse.spec.stand_ins import lender
 from dse.surrogate import _fitutil as U
 from dse.surrogate.allreduce import AllReduceModel, implementation_key, shape_implementation
 from dse.surrogate.artifact import Artifact, FittedModel
@@ -118,7 +118,7 @@ def layer_op_cv_summary(rows: pd.DataFrame, pred: np.ndarray, gpu: str) -> dict[
 
 
 # A GPU without vidur rows borrows the rows of the chip it shares compute (SMs, kernels) with
-# (dse.stand_ins "layer_op_rows"); the model is then a transfer and its manifest entry says so.
+# (dse.spec.stand_ins "layer_op_rows"); the model is then a transfer and its manifest entry says so.
 
 
 def fit_layer_op_family(ctx: Any) -> list[FittedModel]:

@@ -4,7 +4,7 @@
 
 `compute_util` = achieved FLOP/s / dense peak of the dtype, `memory_util` = achieved bytes/s /
 HBM bandwidth; both are dimensionless, so `f` fitted on one GPU transfers to any GPU of the
-registry through that GPU's idle and board power (`dse.hardware`). Energy of a call is then
+registry through that GPU's idle and board power (`dse.spec.hardware`). Energy of a call is then
 power x time for every GPU.
 
 Kernel duration enters because back-to-back microsecond kernels never reach steady-state power.
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from dse.hardware import GPU, get_gpu
-from dse.stand_ins import POWER_GPU
+from dse.spec.hardware import GPU, get_gpu
+from dse.spec.stand_ins import POWER_GPU
 from dse.surrogate.nn import MLP, fit_mlp
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from dse.hardware import GPU, get_gpu
+from dse.spec.hardware import GPU, get_gpu
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -300,7 +300,7 @@ def fit_power3(
     lookup: Any = None,
 ) -> tuple[Power3 | None, dict[str, Any]]:
     """Fit the power calibration of artifact `gpu` on the argonne power rows of its chip."""
-    from dse.stand_ins import lenders
+    from dse.spec.stand_ins import lenders
     from dse.surrogate.hymell_fit import e2e_configs, identical_batch, price_rows
 
     sources = lenders("level3_rows", gpu)

@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
-from dse.stand_ins import first_lenders
+from dse.spec.stand_ins import first_lenders
 from dse.surrogate.artifact import Artifact, Family
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
-# Rows of a GPU without its own artifact are scored with the same die's (dse.stand_ins
+# Rows of a GPU without its own artifact are scored with the same die's (dse.spec.stand_ins
 # "artifact"); the result entry then names the artifact GPU in `artifact_gpu`.
 ARTIFACT_FALLBACK: dict[str, str] = first_lenders("artifact")
 # Kinds whose rows a GPU's artifact has no model for are priced with the sibling chip's artifact
-# (artifact GPU -> sibling GPU, dse.stand_ins "collective_tables"), the result naming the model
+# (artifact GPU -> sibling GPU, dse.spec.stand_ins "collective_tables"), the result naming the model
 # in `fallback`. GEMMs borrow inside `dse.surrogate.gemm.Gemm.choose` ("gemm_tables").
 SIBLING_KINDS: dict[str, dict[str, str]] = {"allreduce": first_lenders("collective_tables")}
 

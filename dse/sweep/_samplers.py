@@ -17,7 +17,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial
 
 from dse.errors import ConfigError
-from dse.space import SAMPLERS, SearchSpace
+from dse.spec.space import SAMPLERS, SearchSpace
 
 # `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):
 # about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with

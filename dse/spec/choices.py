@@ -1,7 +1,7 @@
 """The closed lists a field's value is chosen from, written once (issue 23): storage dtypes
 (with their bytes per element), norms, serving engines. Pure data at the bottom of the import
-graph: `dse.fields` checks values against these, `dse.arch` and `dse.workload` re-export them,
-and nothing here imports the rest of dse. (The GPU names are the registry's, `dse.hardware`.)
+graph: `dse.spec.fields` checks values against these, `dse.spec.arch` and `dse.spec.workload` re-export them,
+and nothing here imports the rest of dse. (The GPU names are the registry's, `dse.spec.hardware`.)
 """
 
 from __future__ import annotations
@@ -17,5 +17,5 @@ DTYPE_BYTES: dict[str, float] = {
 }
 NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
 # The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
-# spaces (`workload.engine`) and batch CSVs are checked against (through `dse.fields`).
+# spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).
 ENGINES: tuple[str, ...] = ("vllm", "trtllm")

@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from dse import configs as C
-from dse.arch import DTYPE_BYTES, NORMS
 from dse.errors import ConfigError
-from dse.fields import FIELDS
-from dse.fields import check as check_field
-from dse.hardware import gpu_names
-from dse.workload import ENGINES
+from dse.spec import columns as C
+from dse.spec.arch import DTYPE_BYTES, NORMS
+from dse.spec.fields import FIELDS
+from dse.spec.fields import check as check_field
+from dse.spec.hardware import gpu_names
+from dse.spec.workload import ENGINES
 from dse.yamlio import NAME_RULE, KeyPath, Located, load_located, safe_name
 
 TOP_KEYS = (
@@ -64,7 +64,7 @@ ARCH_KEYS = tuple(k for k in C.ARCH_FIELDS)
 MOE_KEYS = ("n_experts", "top_k", "d_ff_expert", "shared_expert_d_ff", "shared_expert_gate")
 WORKLOAD_KEYS = C.WORKLOAD_FIELDS
 # Fields of a configuration that are neither Architecture nor Workload fields: they travel in
-# the configuration columns (and the trials table) beside `dse.configs.CONFIG_FIELDS`.
+# the configuration columns (and the trials table) beside `dse.spec.columns.CONFIG_FIELDS`.
 EXTRA_FIELDS = ("training_tokens",)
 SIZE_CONSTRAINTS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
 # Constraints on what the predictor (or a scaling law) says, evaluated after prediction, with
@@ -267,7 +267,7 @@ class SearchSpace:
         return tuple(dict.fromkeys(law for law in laws if law))
 
     def complete(self, cols: dict[str, Any]) -> dict[str, np.ndarray]:
-        """`dse.configs.as_columns` of a batch, keeping this space's extra fields
+        """`dse.spec.columns.as_columns` of a batch, keeping this space's extra fields
         (training_tokens, an integer count of tokens) that it would drop."""
         out, n = C.as_columns(cols)
         for k in self.extra_fields:
@@ -487,7 +487,7 @@ def _param(
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise doc.error(at, f"must be one of {', '.join(str_choices)}{hint}, got {v!r}")
             return v
-        if name in FIELDS:  # the limits every entry point shares (dse.fields)
+        if name in FIELDS:  # the limits every entry point shares (dse.spec.fields)
             return check_field(name, v, lambda _i, msg: doc.error(at, msg))
         out = _number(doc, at, v, integer=True)
         if out < 0 or (out == 0 and name not in ("shared_expert_d_ff",)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from dse.choices import ENGINES  # noqa: F401  (re-exported: the serving engines)
+from dse.spec.choices import ENGINES  # noqa: F401  (re-exported: the serving engines)
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,9 @@ class Workload:
     def validate(self, where: str = "workload") -> Workload:
         """Raise ConfigError with the rule and the value when the workload is impossible.
 
-        The rules are the field table's (`dse.fields`): `<where>.<field>: <rule>, got <value>`.
+        The rules are the field table's (`dse.spec.fields`): `<where>.<field>: <rule>, got <value>`.
         """
-        from dse.fields import check
+        from dse.spec.fields import check
 
         values = {}
         for f in fields(self):

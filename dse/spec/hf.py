@@ -4,7 +4,7 @@
 num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
 vocab_size, tie_word_embeddings, the MoE fields, biases, dtype); `to_hf_config` writes a config
 that `transformers.AutoConfig` loads and from which `AutoModelForCausalLM.from_config` builds a
-model with exactly `dse.arch.total_params` parameters. Nothing here imports transformers or
+model with exactly `dse.spec.arch.total_params` parameters. Nothing here imports transformers or
 torch: they are test-only dependencies (tests/test_hf.py checks the counts on the meta device).
 
 Model types whose parameters the Architecture counts exactly: llama, mistral, mixtral, qwen2,
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dse.arch import Architecture, check_architecture
 from dse.errors import ConfigError
+from dse.spec.arch import Architecture, check_architecture
 
 # torch dtype names in config.json ("dtype" since transformers 5, "torch_dtype" before).
 _TORCH_DTYPES = {

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from dse.choices import DTYPE_BYTES, NORMS
 from dse.errors import ConfigError
+from dse.spec.choices import DTYPE_BYTES, NORMS
 
 
 def dtype_bytes(dtype: Any) -> Any:

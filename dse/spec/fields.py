@@ -7,8 +7,8 @@ the same everywhere:
 - CLI flags (`dse predict`, `dse energy`, `dse arch`; `dse/commands/_flags.py`),
   `--batch-size: must be an integer in [1, 1048576], got 0`;
 - batch CSV rows (`dse predict --batch`), `in.csv: row 3: batch_size: ..., got -3`;
-- search-space YAML (`dse.space._param`), `space.yaml:7: workload.batch_size: ..., got 0`;
-- every batch of configurations the predictor sees (`dse.configs.as_columns`).
+- search-space YAML (`dse.spec.space._param`), `space.yaml:7: workload.batch_size: ..., got 0`;
+- every batch of configurations the predictor sees (`dse.spec.columns.as_columns`).
 
 The limits reject what cannot be a model or a workload, and they are chosen so that the
 accounting's int64 arithmetic cannot overflow anywhere inside them (tests/test_bad_inputs_cli.py
@@ -22,7 +22,7 @@ checks the products at the corners):
   2**25 * 2**16 = 2**61.
 
 Relations between fields (n_kv_heads divides n_heads, top_k <= n_experts, tensor-parallel
-splits, memory) are not per-value rules; `dse.arch.check_columns` and the memory rule judge
+splits, memory) are not per-value rules; `dse.spec.arch.check_columns` and the memory rule judge
 them per configuration.
 """
 
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from dse.choices import DTYPE_BYTES, ENGINES, NORMS
 from dse.errors import ConfigError
+from dse.spec.choices import DTYPE_BYTES, ENGINES, NORMS
 
 KINDS = ("int", "float", "bool", "choice")
 _TRUE = ("true", "1")
@@ -57,7 +57,7 @@ def _engines() -> tuple[str, ...]:
 
 
 def _gpus() -> tuple[str, ...]:
-    from dse.hardware import gpu_names
+    from dse.spec.hardware import gpu_names
 
     return tuple(gpu_names())
 
@@ -273,7 +273,7 @@ def _int(name: str, lo: int, hi: int, default: Any = None, unit: str = "", **kw:
 FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
-        # architecture (dse.arch.Architecture)
+        # architecture (dse.spec.arch.Architecture)
         _int("d_model", 1, 2**16, note="the hidden size"),
         _int("n_layers", 1, 1024),
         _int("n_heads", 1, 2**12),
@@ -294,7 +294,7 @@ FIELDS: dict[str, Field] = {
         Field("kv_dtype", "choice", default="bfloat16", choices=_dtypes),
         _int("norms_per_layer", 1, 8, 2),
         Field("qk_norm", "bool", default=False),
-        # workload (dse.workload.Workload)
+        # workload (dse.spec.workload.Workload)
         _int("batch_size", 1, 2**20, 1, "requests", group="workload"),
         _int("prompt_tokens", 1, 2**24, 1024, "tokens", group="workload"),
         _int("output_tokens", 1, 2**24, 256, "tokens", group="workload"),
@@ -326,7 +326,7 @@ def field(name: str) -> Field:
     try:
         return FIELDS[name]
     except KeyError:
-        raise KeyError(f"no field {name!r} in dse.fields.FIELDS") from None
+        raise KeyError(f"no field {name!r} in dse.spec.fields.FIELDS") from None
 
 
 # ---------------------------------------------------------------------- checking

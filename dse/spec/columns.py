@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse import arch as A
 from dse.errors import ConfigError
-from dse.fields import FIELDS
-from dse.fields import check as check_field
-from dse.hardware import get_gpu
-from dse.workload import Workload
+from dse.spec import arch as A
+from dse.spec.fields import FIELDS
+from dse.spec.fields import check as check_field
+from dse.spec.hardware import get_gpu
+from dse.spec.workload import Workload
 
 if TYPE_CHECKING:  # pandas is imported only where a DataFrame or a missing value needs it
     import pandas as pd
@@ -81,7 +81,7 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
         missing_hd = _is_missing(cols["head_dim"])
         cols["head_dim"] = np.where(missing_hd, FIELDS["head_dim"].min, cols["head_dim"])
         cols["head_dim_defaulted"] = missing_hd
-    # Every value against the field table (dse.fields): types, limits, choices. The GPU name is
+    # Every value against the field table (dse.spec.fields): types, limits, choices. The GPU name is
     # judged per row (`dse predict` marks the row, the sweep reports the space).
     for name in ARCH_FIELDS + WORKLOAD_FIELDS:
         cols[name] = check_field(name, cols[name], name)
@@ -147,7 +147,7 @@ def derived(
     fits_memory (the required bytes fit: the configuration can run), memory_margin (usable
     memory left with the whole batch, a fraction of the usable; < 0: sequences queue).
     With `messages`, also memory_refusal and memory_warning, the text `dse predict` prints
-    ('' where there is none; `dse.arch.memory_messages`).
+    ('' where there is none; `dse.spec.arch.memory_messages`).
     """
     check = {
         k: cols[k]
