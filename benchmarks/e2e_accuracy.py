@@ -33,20 +33,19 @@ sys.path.insert(0, str(REPO))
 from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
 
 from dse.data import load  # noqa: E402
+from dse.models.artifact import Artifact  # noqa: E402
+from dse.models.level3 import Level3  # noqa: E402
+from dse.models.level3_power import Power3, fit_protocol  # noqa: E402
 from dse.predictor import load_artifact, predict  # noqa: E402
 from dse.spec.stand_ins import STAND_INS  # noqa: E402
-from dse.surrogate.artifact import Artifact  # noqa: E402
 from dse.surrogate.hymell_fit import (  # noqa: E402
     e2e_configs,
     identical_batch,
     price_rows,
     ttft_of_runs,
 )
-from dse.surrogate.level3 import Level3  # noqa: E402
 from dse.surrogate.power3 import (  # noqa: E402
-    Power3,
     dynamic_fraction,
-    fit_protocol,
     from_fraction,
     model_power_w,
     pair_keys,

@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 
 from dse.data import load
+from dse.models.artifact import Artifact
+from dse.models.gemm import gemm_work
+from dse.models.moe import moe_inputs
 from dse.spec.hardware import get_gpu
-from dse.surrogate.artifact import Artifact
-from dse.surrogate.gemm import Gemm, gemm_work, sibling_factor
+from dse.surrogate.gemm import Gemm, sibling_factor
 from dse.surrogate.hymell import LAUNCH_S
-from dse.surrogate.moe import moe_inputs
 from dse.surrogate.ops_models import allreduce_groups
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dse.models.gemm import GemmModel
 from dse.surrogate.fit import (
     FitContext,
     cross_validate_gemm,
@@ -28,7 +29,6 @@ from dse.surrogate.fit import (
     gemm_rows,
     weight_shape_groups,
 )
-from dse.surrogate.gemm import GemmModel
 
 
 def parse_variant(text: str) -> dict[str, float | int]:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dse.models.gemm import GemmModel
 from dse.surrogate.fit import (
     FitContext,
     cross_validate_gemm,
@@ -37,7 +38,6 @@ from dse.surrogate.fit import (
     power_rows,
     weight_shape_groups,
 )
-from dse.surrogate.gemm import GemmModel
 
 GPU = "h200_sxm"
 SHORT_S = 1e-4  # the collector loops ~0.3 s below this duration per call, ~1 s above

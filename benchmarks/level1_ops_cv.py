@@ -31,17 +31,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dse.models import _base
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
+from dse.models import attention as attention_mod
+from dse.models import moe as moe_mod
+from dse.models.allreduce import AllReduceModel, shape_implementation
+from dse.models.attention import attention_inputs
+from dse.models.layer_ops import LayerOpModel, layer_op_inputs
+from dse.models.moe import MoEModel, moe_inputs
 from dse.surrogate import _fitutil as U
-from dse.surrogate import attention as attention_mod
-from dse.surrogate import moe as moe_mod
 from dse.surrogate import ops_models as O
-from dse.surrogate.allreduce import AllReduceModel, shape_implementation
-from dse.surrogate.attention import attention_inputs
-from dse.surrogate.layerops import LayerOpModel, layer_op_inputs
-from dse.surrogate.moe import MoEModel, moe_inputs
 
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
 PARTS = ("layer_op", "reduction", "allreduce", "attention", "moe")
@@ -55,7 +57,7 @@ MOE_GROUPINGS = {"shape": "layer shape", "model": "model shape", "workload": "to
 
 
 def _m(pred: Any, y: Any) -> float | None:
-    v = U.mape_pct(pred, y)
+    v = _base.mape_pct(pred, y)
     return None if not np.isfinite(v) else round(v, 2)
 
 
@@ -223,7 +225,7 @@ def _hybrid_rows(
         "rows": len(rows),
         "groups": len(np.unique(groups)),
         "latency_mape_pct": _m(cv["latency_s"], y),
-        "latency_median_ape_pct": round(float(np.nanmedian(U.ape_pct(cv["latency_s"], y))), 2),
+        "latency_median_ape_pct": round(float(np.nanmedian(_base.ape_pct(cv["latency_s"], y))), 2),
         "fitted_roofline_mape_pct": _m(cv["base_s"], y),
         "roofline_mape_pct": _m(roof, y),
         "seconds": round(time.perf_counter() - t0, 1),
@@ -374,7 +376,7 @@ def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str
     out["allreduce_per_s"] = n / (time.perf_counter() - t0)
     # the MLP models: speed does not depend on fit quality, so a short fit will do
     if "generation_attention" in tables:
-        from dse.surrogate.attention import GenerationAttentionModel
+        from dse.models.attention import GenerationAttentionModel
 
         t = tables["generation_attention"]
         rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm")]

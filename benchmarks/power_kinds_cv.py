@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/power_kinds_cv.py [--data ../shared/data]
 
-The shipped `power` family (dse/surrogate/power.py) is fitted on the H200 GEMM rows only and
+The shipped `power` family (dse/models/power.py) is fitted on the H200 GEMM rows only and
 then prices every operator. This script scores it, and the same model fitted on GEMM +
 attention (+ MoE) rows (an equal sample of each kind), on aiconfigurator's H200 GEMM, context
 attention, generation attention and fused-MoE rows, held out by shape (GroupKFold(5); GEMM by
@@ -22,11 +22,11 @@ import pandas as pd
 from sklearn.model_selection import GroupKFold
 
 from dse.data import load
+from dse.models.attention import attention_work, kv_bytes_of
+from dse.models.gemm import gemm_work
+from dse.models.moe import INPUTS, WEIGHT_BYTES, moe_work
+from dse.models.power import DEFAULT_LATENCY_S, MAX_FIT_ROWS, PowerModel
 from dse.spec.hardware import get_gpu
-from dse.surrogate.attention import attention_work, kv_bytes_of
-from dse.surrogate.gemm import gemm_work
-from dse.surrogate.moe import INPUTS, WEIGHT_BYTES, moe_work
-from dse.surrogate.power import DEFAULT_LATENCY_S, MAX_FIT_ROWS, PowerModel
 
 GPU = "h200_sxm"
 SHAPE = {

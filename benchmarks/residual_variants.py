@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import os
 
+from dse.models import _base
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -50,11 +52,11 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
+from dse.models import moe as M
+from dse.models._hybrid import fit_residual_ensemble
+from dse.models.attention import attention_inputs
 from dse.surrogate import _fitutil as U
-from dse.surrogate import moe as M
 from dse.surrogate import ops_models as O
-from dse.surrogate._hybrid import fit_residual_ensemble
-from dse.surrogate.attention import attention_inputs
 
 GPU = "h100_sxm"
 HIDDEN = (64, 64, 64)
@@ -205,7 +207,7 @@ def _moe_oof(
     for name, lp in pred.items():
         for dtype in dtypes:
             s = ((rows["gpu"] == GPU) & (rows["dtype"] == dtype)).to_numpy()
-            scores.setdefault(name, {})[dtype] = U.mape_pct(np.exp(lp[s]), y[s])
+            scores.setdefault(name, {})[dtype] = _base.mape_pct(np.exp(lp[s]), y[s])
     return scores
 
 
@@ -280,7 +282,7 @@ def _print_curve(
                 pred.setdefault(key, np.full(len(rows), np.nan))[idx] = v
     by_frac: dict[float, list[float]] = {}
     for (frac, _), lp in pred.items():
-        by_frac.setdefault(frac, []).append(U.mape_pct(np.exp(lp), y))
+        by_frac.setdefault(frac, []).append(_base.mape_pct(np.exp(lp), y))
     fracs = sorted(by_frac)
     mean = [float(np.mean(by_frac[f])) for f in fracs]
     alpha = -np.polyfit(np.log(fracs), np.log(mean), 1)[0]
@@ -318,7 +320,7 @@ def run_curve(args: argparse.Namespace) -> None:
 def _attention_curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.ndarray]]:
     """One fold of the attention learning curve: one MLP per fit, on a random share of the
     fold's training head configurations."""
-    from dse.surrogate import attention as attention_mod
+    from dse.models import attention as attention_mod
 
     data, kind, engine, te_idx = task
     attention_mod.MEMBERS = dict.fromkeys(attention_mod.MEMBERS, 1)
@@ -361,7 +363,7 @@ def _attention_rows_features(
     """(features, roofline base, model) of one engine's attention rows, as the model builds
     them; without a model, a new one with its roofline fitted on these rows and the shipped
     input set (or `feature_set`)."""
-    from dse.surrogate.attention import feature_set_for
+    from dse.models.attention import feature_set_for
 
     m = model
     if m is None:
@@ -426,7 +428,7 @@ def run_attention_pool(args: argparse.Namespace) -> None:
           f"configuration, <= {args.pool_rows} rows a fit:")  # fmt: skip
     for engine in ("trtllm", "vllm"):
         s = (rows["engine"] == engine).to_numpy()
-        print(f"  {engine}: {U.mape_pct(pred[s], y[s]):.2f}%")
+        print(f"  {engine}: {_base.mape_pct(pred[s], y[s]):.2f}%")
 
 
 def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -504,7 +506,7 @@ def run_swap_check(args: argparse.Namespace) -> None:
 
 def _swap_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """One fold, feature sets 2 and 3 on the same rows (`members` seeded MLPs each)."""
-    from dse.surrogate import attention as attention_mod
+    from dse.models import attention as attention_mod
 
     data, kind, engine, te_idx, members, seed = task
     t = _table(data, kind)
@@ -552,7 +554,7 @@ def run_attention_swap(args: argparse.Namespace) -> None:
     for name, p in pred.items():
         print(f"{args.kind}.{args.engine}, H100, {args.folds} folds by {by}, "
               f"{args.members} MLP(s) from seed {args.seed}: {name} "
-              f"{U.mape_pct(p, y):.2f}%")  # fmt: skip
+              f"{_base.mape_pct(p, y):.2f}%")  # fmt: skip
 
 
 def main() -> None:

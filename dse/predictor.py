@@ -4,7 +4,7 @@
 HYMELL artifact (`surrogates/<gpu>/`), prices each operator of `dse.ops.forward_ops` with the
 Level-1 models and the Level-2 block residuals (`dse.surrogate.hymell`), integrates decode over
 the growing KV cache with a quadrature, and corrects the whole request with Level 3
-(`dse.surrogate.level3`). Without an artifact a GPU falls back to the roofline
+(`dse.models.level3`). Without an artifact a GPU falls back to the roofline
 (`source == "roofline"`). Only numpy (and pandas for batches of 64+ rows) run here: no Optuna,
 plotly or scikit-learn.
 """
@@ -20,25 +20,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dse.errors import ConfigError
+from dse.models._base import RangeMiss
+from dse.models.artifact import Artifact
+from dse.models.level3 import FACTOR_KEYS, OOR_BAND_WIDEN, GlobalInputs, group_kinds, kind_factors
 from dse.ops import forward_ops
 from dse.resources import SURROGATES_ENV, surrogates_dir  # noqa: F401  (re-exported)
 from dse.spec import arch as A
 from dse.spec import columns as C
 from dse.spec.hardware import GPU, get_gpu
 from dse.spec.stand_ins import lender
-from dse.surrogate.artifact import Artifact, RangeMiss
-from dse.surrogate.hymell import (
-    LAUNCH_S,  # noqa: F401  (re-exported: the roofline launch floor)
-    HymellPricer,
-    PhaseCost,
-)
-from dse.surrogate.level3 import (
-    FACTOR_KEYS,
-    OOR_BAND_WIDEN,
-    GlobalInputs,
-    group_kinds,
-    kind_factors,
-)
+from dse.surrogate.hymell import HymellPricer, PhaseCost
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.surrogate import _fitutil as U
+from dse.models import _base, allreduce
+from dse.models.allreduce import SMOOTH, SMOOTH_CHOICES, AllReduceModel, shape_implementation
 from dse.surrogate import ops_models as O
-from dse.surrogate.allreduce import SMOOTH, SMOOTH_CHOICES, AllReduceModel, shape_implementation
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def test_int8_held_out_octaves_better_with_the_float16_shape(groups, gpu):
     alone = O.cv_allreduce(i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", smooth=SMOOTH))
     shaped = O.cv_allreduce(i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", f16, smooth=SMOOTH))
     # measured: H100 5.10 -> 4.72%, H200 5.44 -> 4.75% (docs/accuracy.md)
-    assert U.mape_pct(shaped, y) < U.mape_pct(alone, y) - 0.2
-    assert U.mape_pct(shaped, y) < 5.0
+    assert _base.mape_pct(shaped, y) < _base.mape_pct(alone, y) - 0.2
+    assert _base.mape_pct(shaped, y) < 5.0
 
 
 def test_a_size_only_the_shape_table_measured_is_not_borrowed(groups):
@@ -82,7 +82,7 @@ def test_shaped_model_round_trips_and_stays_positive(groups):
     fit = m.predict(
         message_bytes=i8["message_bytes"].to_numpy(float), n_gpus=i8["n_gpus"].to_numpy(float)
     )
-    assert U.mape_pct(fit["latency_s"], y) < 4.0
+    assert _base.mape_pct(fit["latency_s"], y) < 4.0
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
     key = "vllm.custom.vllm_graph"
     # the choice on all rows is the weight whose own leave-one-octave-out CV scores best
     cv = {
-        w: U.mape_pct(
+        w: _base.mape_pct(
             O.cv_allreduce(rows, lambda w=w: AllReduceModel("a100_sxm", key, smooth=w)), y
         )
         for w in SMOOTH_CHOICES
@@ -108,11 +108,11 @@ def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
     fixed = AllReduceModel("a100_sxm", key, smooth=chosen.smooth_).fit(rows)
     np.testing.assert_array_equal(chosen.c_s_per_gb_, fixed.c_s_per_gb_)
     # chosen inside every outer fold (never seeing the held-out octave): measured 4.59 -> 4.03%
-    nested = U.mape_pct(O.cv_allreduce(rows, lambda: AllReduceModel("a100_sxm", key)), y)
+    nested = _base.mape_pct(O.cv_allreduce(rows, lambda: AllReduceModel("a100_sxm", key)), y)
     assert nested < cv[SMOOTH] - 0.3
 
 
 def test_other_collectives_keep_the_fixed_weight(a100):
     rows = a100["collective.all_gather.nccl.nccl"]
-    m = O.CollectiveModel("a100_sxm", "nccl.nccl").fit(rows)
+    m = allreduce.CollectiveModel("a100_sxm", "nccl.nccl").fit(rows)
     assert m.smooth_ == SMOOTH

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from dse.errors import ArtifactError
-from dse.surrogate.artifact import FORMAT_VERSION, Artifact, default_dir, model_class, weights_id
+from dse.models import model_class
+from dse.models.artifact import FORMAT_VERSION, Artifact, default_dir, weights_id
 from dse.surrogate.gemm import Gemm
 
 REPO = Path(__file__).resolve().parents[1]

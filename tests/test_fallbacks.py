@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError
+from dse.models.artifact import Artifact
+from dse.models.gemm import gemm_work
 from dse.ops import Op
 from dse.spec.hardware import get_gpu
-from dse.surrogate.artifact import Artifact
-from dse.surrogate.gemm import Gemm, gemm_work, sibling_factor
+from dse.surrogate.gemm import Gemm, sibling_factor
 from dse.surrogate.level1_adapters import price_gemm
 
 

@@ -181,35 +181,34 @@ CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("spec", ("dse.spec",)),
     ("roofline", ("dse.roofline",)),
     ("ops", ("dse.ops",)),
-    ("nn", ("dse.surrogate.nn", "dse.surrogate._fitutil")),
     (
-        "models",
-        (
-            "dse.surrogate.gemm",
-            "dse.surrogate.attention",
-            "dse.surrogate.moe",
-            "dse.surrogate.allreduce",
-            "dse.surrogate.layerops",
-            "dse.surrogate.power",
-            "dse.surrogate.power3",
-            "dse.surrogate.level3",
-            "dse.surrogate._hybrid",
-            "dse.surrogate.ops_models",
-        ),
+        "models-base",
+        ("dse.models._base", "dse.models._nn", "dse.models._curves", "dse.models._hybrid"),
     ),
+    ("models", ("dse.models",)),
     (
         "predict",
         (
             "dse.surrogate.hymell",
             "dse.surrogate.level1_adapters",
-            "dse.surrogate.artifact",
+            "dse.surrogate.gemm",
             "dse.predictor",
             "dse.surrogate",
         ),
     ),
     ("estimators", ("dse.estimators",)),
     ("data", ("dse.data",)),
-    ("fitting", ("dse.surrogate.hymell_fit", "dse.surrogate.fit", "dse.surrogate.validate")),
+    (
+        "fitting",
+        (
+            "dse.surrogate.hymell_fit",
+            "dse.surrogate.fit",
+            "dse.surrogate.validate",
+            "dse.surrogate.ops_models",
+            "dse.surrogate.power3",
+            "dse.surrogate._fitutil",
+        ),
+    ),
     ("sweep", ("dse.pareto", "dse.sweep", "dse.export")),
     ("report", ("dse.report",)),
     ("profile", ("dse.profile",)),
@@ -255,11 +254,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
 }
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("dse.export", "dse.report._results"),
-    ("dse.surrogate.gemm", "dse.surrogate.artifact"),
-    ("dse.surrogate.layerops", "dse.surrogate.artifact"),
-    ("dse.surrogate.level3", "dse.surrogate.artifact"),
-    ("dse.surrogate.ops_models", "dse.surrogate.artifact"),
-    ("dse.surrogate.power3", "dse.surrogate.hymell_fit"),
     ("dse.sweep._results", "dse.report._fronts"),
 }
 

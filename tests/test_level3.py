@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.surrogate.level3 import TERMS, EngineFit, Level3, gqa_excess
+from dse.models.level3 import TERMS, EngineFit, Level3, gqa_excess
 
 
 def _model() -> Level3:
@@ -38,7 +38,7 @@ def test_state_with_an_unknown_term_is_refused() -> None:
 
 
 def test_gqa_excess_is_zero_for_multi_head_attention() -> None:
-    from dse.surrogate.level3 import GlobalInputs
+    from dse.models.level3 import GlobalInputs
 
     n = 3
     ones = np.ones(n)
@@ -167,7 +167,7 @@ def test_trtllm_argonne_moe_decode_is_priced_as_one_sequence_per_step() -> None:
 
 
 def test_the_residual_mlp_leaves_kv_overflow_rows_to_the_structured_stage() -> None:
-    from dse.surrogate.level3 import GlobalInputs, _structured
+    from dse.models.level3 import GlobalInputs, _structured
 
     rng = np.random.default_rng(0)
     n = 40
@@ -208,7 +208,7 @@ def test_the_residual_mlp_leaves_kv_overflow_rows_to_the_structured_stage() -> N
 
 
 def test_an_unphysical_power_calibration_falls_back_to_the_power_model() -> None:
-    from dse.surrogate.power3 import IDENTITY, Power3
+    from dse.models.level3_power import IDENTITY, Power3
 
     u = np.array([0.30, 0.35, 0.40, 0.45, 0.50, 0.55])
     batch = np.array([1.0, 16.0, 64.0, 1.0, 16.0, 64.0])
@@ -235,8 +235,8 @@ def _protocol_rows(c: float) -> tuple[np.ndarray, ...]:
 
 
 def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> None:
+    from dse.models.level3_power import IDENTITY, Power3, fit_protocol
     from dse.spec.hardware import get_gpu
-    from dse.surrogate.power3 import IDENTITY, Power3, fit_protocol
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
     assert np.isclose(fit_protocol(y - u, batch, identical, keys), 0.2)
@@ -261,8 +261,8 @@ def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> No
 
 
 def test_power_state_without_the_protocol_term_loads_as_before() -> None:
+    from dse.models.level3_power import Power3
     from dse.spec.hardware import get_gpu
-    from dse.surrogate.power3 import Power3
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
     pw = Power3().fit_arrays(u, batch, y, model, identical=identical, pair_keys=keys)
@@ -280,8 +280,8 @@ def test_power_state_without_the_protocol_term_loads_as_before() -> None:
 def test_as_identical_takes_the_independent_sequence_term_out_and_nothing_else() -> None:
     """dse validate prices argonne's TensorRT-LLM power rows (copies of one prompt) without the
     independent-sequence term; at batch 1 the term is zero, and a power without it is lower."""
+    from dse.models.level3_power import Power3, protocol_x
     from dse.spec.hardware import get_gpu
-    from dse.surrogate.power3 import Power3, protocol_x
 
     gpu = get_gpu("h100_sxm")
     pw = Power3()
@@ -342,7 +342,7 @@ def test_gh200_is_priced_with_the_h200_artifact() -> None:
 def test_rows_dot_gives_a_row_the_same_bits_in_any_batch() -> None:
     """Level 3's linear stage sums column by column, so a row's value does not depend on how
     many rows come with it (a BLAS matrix-vector product's summation order does)."""
-    from dse.surrogate.level3 import _rows_dot
+    from dse.models.level3 import _rows_dot
 
     rng = np.random.default_rng(0)
     X = rng.lognormal(0.0, 3.0, (1000, 13))

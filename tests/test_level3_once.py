@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dse.models.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
 from dse.predictor import (
     LEVEL3_MODEL,
     _model,
@@ -22,14 +23,13 @@ from dse.predictor import (
 )
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
-from dse.surrogate.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_golden_predictions import golden_configs
 
 
 def test_every_factor_key_is_one_that_correct_returns() -> None:
-    from dse.surrogate.level3 import TERMS, EngineFit, Level3
+    from dse.models.level3 import TERMS, EngineFit, Level3
 
     m = Level3()
     m.engines_ = {"vllm": EngineFit(np.ones(len(TERMS)), (), np.zeros(2), 1.0)}

@@ -6,13 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dse.models._base import RANGE_TOL, range_miss
+from dse.models.artifact import Artifact
+from dse.models.level3 import OOR_BAND_WIDEN
 from dse.ops import _gemm
 from dse.predictor import base_costs, load_artifact, predict
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 from dse.surrogate import level1_adapters as L
-from dse.surrogate.artifact import RANGE_TOL, Artifact, range_miss
-from dse.surrogate.level3 import OOR_BAND_WIDEN
 
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
 WORKLOAD = dict(batch_size=8, prompt_tokens=512, output_tokens=256, tensor_parallel=1)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from dse.models.artifact import Artifact, FittedModel
 from dse.predictor import surrogates_dir
-from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.hymell_fit import level1_base
 
 

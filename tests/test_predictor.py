@@ -11,6 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dse.models.artifact import Artifact, FittedModel
+from dse.models.level3 import TERMS, Level3
+from dse.models.level3_power import Power3
 from dse.ops import forward_ops
 from dse.predictor import (
     BAND_KEYS,
@@ -24,10 +27,7 @@ from dse.predictor import (
 )
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
-from dse.surrogate.artifact import Artifact, FittedModel
 from dse.surrogate.hymell import HymellPricer
-from dse.surrogate.level3 import TERMS, Level3
-from dse.surrogate.power3 import Power3
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
@@ -138,7 +138,7 @@ def test_stratified_decode_attention_matches_the_full_ensemble_step_sum(
     member per node (`node_strata`). Against every decode step priced with all 3 members
     averaged: the decode-attention time and the whole decode time agree within the measured
     spread (docs/accuracy.md: mean 0.06-0.09%, 99th percentile ~1% over random batches)."""
-    from dse.surrogate.nn import MeanMLP
+    from dse.models._nn import MeanMLP
 
     art, _ = load_artifact("h100_sxm")
     if art is None:
@@ -159,7 +159,7 @@ def test_stratified_decode_attention_matches_the_full_ensemble_step_sum(
     assert attn_q == pytest.approx(attn_s, rel=1e-2)
     assert integrated.time_s[0] == pytest.approx(each.time_s.sum(), rel=3e-3)
     # and the strata do pick single members: all three averaged at every node differs
-    from dse.surrogate import _hybrid
+    from dse.models import _hybrid
 
     try:
         _hybrid.STRATA = 0
@@ -223,7 +223,7 @@ def _synthetic(use_mlp: bool, noise: float = 0.0):  # type: ignore[no-untyped-de
     cols, n = C.as_columns(cfg)
     gpu = get_gpu("h100_sxm")
     g = global_inputs(cols, base_costs(cols, n, gpu, None))
-    from dse.surrogate.level3 import design
+    from dse.models.level3 import design
 
     x_t, x_d = design(g)
     y = (x_t + x_d) @ TRUE_THETA
@@ -250,7 +250,7 @@ def test_level3_recovers_known_overheads() -> None:
         theta = model.engines_[engine].theta
         # Without kernel models, each group's model and roofline times are the same column:
         # only their sums are identified.
-        from dse.surrogate.level3 import PAIRS
+        from dse.models.level3 import PAIRS
 
         paired = {TERMS.index(t) for pair in PAIRS for t in pair}
         rest = [k for k in range(len(TERMS)) if k not in paired]

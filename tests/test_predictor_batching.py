@@ -8,11 +8,11 @@ import itertools
 import numpy as np
 import pytest
 
+from dse.models._nn import MLP
 from dse.predictor import base_costs, load_artifact
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 from dse.surrogate.level1_adapters import unique_rows
-from dse.surrogate.nn import MLP
 
 # A row's prediction in any batch equals its prediction alone within this relative tolerance:
 # the MLP layers run in float32 (about 6e-8 relative per rounding), and the kernels a CPU's BLAS

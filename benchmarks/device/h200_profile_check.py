@@ -90,8 +90,8 @@ def main() -> int:
     import numpy as np
 
     from dse.data import load
+    from dse.models.artifact import Artifact
     from dse.predictor import surrogates_dir
-    from dse.surrogate.artifact import Artifact
 
     mine = Artifact.load(surr / NAME)
     shipped = Artifact.load(surrogates_dir() / "h200_sxm")

@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dse.errors import ArtifactError
-    from dse.surrogate.artifact import Artifact, default_dir
+    from dse.models.artifact import Artifact, default_dir
     from dse.surrogate.fit import fit_artifact
 
     gpu = args.gpu.strip().lower()

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dse.errors import ArtifactError
-    from dse.surrogate.artifact import Artifact
+    from dse.models.artifact import Artifact
     from dse.surrogate.validate import format_table, validate
 
     artifacts = None

@@ -1,112 +1,18 @@
-"""Small numerical helpers shared by the Level-1 operator models (layer ops, all-reduce,
-attention, MoE): piecewise-linear bases, relative-error least squares, grouped folds, ranges.
-
-Everything here is plain numpy, deterministic, and works on arrays of any length.
+"""Fit-time helpers of the operator-model families: grouped CV folds and labels, and the
+process pool a fit spreads its tasks over. (The curves are `dse.models._curves`, the range and
+state helpers `dse.models._base`.)
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from dse.errors import ArtifactError, DataError
-
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def hat_basis(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
-    """Tent functions over `knots` (sorted, >= 2): row i interpolates x_i linearly between its two
-    neighbouring knots; x outside [knots[0], knots[-1]] is clamped to the end knot.
-
-    Shape (len(x), len(knots)); each row sums to 1, so `hat_basis(x, k) @ v` is the piecewise-linear
-    function through (k, v), constant beyond the ends.
-    """
-    x = np.asarray(x, dtype=np.float64).ravel()
-    k = np.asarray(knots, dtype=np.float64)
-    xc = np.clip(x, k[0], k[-1])
-    i = np.clip(np.searchsorted(k, xc, side="right") - 1, 0, len(k) - 2)
-    f = (xc - k[i]) / (k[i + 1] - k[i])
-    out = np.zeros((x.size, k.size))
-    rows = np.arange(x.size)
-    out[rows, i] = 1.0 - f
-    out[rows, i + 1] += f
-    return out
-
-
-def hat_eval(x: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`hat_basis(x, knots) @ values` without building the basis (fast path for prediction)."""
-    return np.interp(np.asarray(x, dtype=np.float64), knots, values)
-
-
-def nearest_knot(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
-    """Index of the knot nearest to each x (clamped): the "regime" an input falls in."""
-    k = np.asarray(knots, dtype=np.float64)
-    mid = 0.5 * (k[1:] + k[:-1])
-    return np.searchsorted(mid, np.asarray(x, dtype=np.float64)).astype(np.int64)
-
-
-def second_difference(n: int) -> np.ndarray:
-    """(n-2, n) second-difference operator: the roughness penalty of a piecewise-linear curve."""
-    if n < 3:
-        return np.zeros((0, n))
-    return np.diff(np.eye(n), 2, axis=0)
-
-
-def relative_lstsq(
-    X: np.ndarray,
-    y: np.ndarray,
-    penalty: np.ndarray | None = None,
-    weight: np.ndarray | None = None,
-    lower: np.ndarray | None = None,
-) -> np.ndarray:
-    """Coefficients c minimising sum(w * ((X c - y) / y)^2) + |penalty c|^2, optionally with
-    c >= lower (-inf = free).
-
-    Relative residuals make the fit minimise percentage error, which is what MAPE scores; the
-    penalty rows (e.g. a scaled second difference) keep sparse knots smooth; the bounds keep
-    physical terms (launch, per-wave, per-element costs) non-negative so the fit extrapolates
-    sanely when two features are nearly collinear in the training rows.
-    """
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones_like(y) if weight is None else np.sqrt(np.asarray(weight, dtype=np.float64))
-    A = X * (w / y)[:, None]
-    b = w.copy()
-    if penalty is not None and len(penalty):
-        A = np.vstack([A, penalty])
-        b = np.concatenate([b, np.zeros(len(penalty))])
-    coef, *_ = np.linalg.lstsq(A, b, rcond=None)
-    if lower is None or np.all(coef >= np.asarray(lower) - 1e-12):
-        return coef
-    lo = np.asarray(lower, dtype=np.float64)
-    if not lo.any():
-        # every coefficient >= 0: non-negative least squares (Lawson-Hanson), the same minimum
-        # several times faster than the bounded solver (the all-reduce fit refits every
-        # held-out octave to choose its smoothing weight)
-        from scipy.optimize import nnls  # fitting only; prediction never imports scipy
-
-        return nnls(A, b, maxiter=50 * A.shape[1])[0]
-    from scipy.optimize import lsq_linear
-
-    return lsq_linear(A, b, bounds=(lo, np.inf), method="bvls").x
-
-
-def ape_pct(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Absolute percentage error of each prediction (NaN where either side is not finite)."""
-    pred = np.asarray(pred, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    return 100.0 * np.abs(pred / y - 1.0)
-
-
-def mape_pct(pred: np.ndarray, y: np.ndarray) -> float:
-    """Mean absolute percentage error over finite entries (NaN for none)."""
-    e = ape_pct(pred, y)
-    e = e[np.isfinite(e)]
-    return float(e.mean()) if e.size else float("nan")
 
 
 def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndarray]:
@@ -127,60 +33,6 @@ def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndar
 def group_labels(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
     """One integer label per distinct combination of `columns` (the CV group of a row)."""
     return df.groupby(list(columns), sort=True, dropna=False).ngroup().to_numpy()
-
-
-def fitted_range(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[float, float]]:
-    """(min, max) of every numeric input array (what the artifact records as the fitted range)."""
-    out: dict[str, tuple[float, float]] = {}
-    for key, a in arrays.items():
-        v = np.asarray(a, dtype=np.float64)
-        v = v[np.isfinite(v)]
-        if v.size:
-            out[key] = (float(v.min()), float(v.max()))
-    return out
-
-
-def range_to_state(rng: Mapping[str, tuple[float, float]], prefix: str = "range/") -> dict:
-    """Fitted ranges as plain arrays: names in one string array, bounds in an (n, 2) array."""
-    names = sorted(rng)
-    return {
-        f"{prefix}names": np.array(names, dtype=str),
-        f"{prefix}bounds": np.array([rng[n] for n in names], dtype=np.float64).reshape(-1, 2),
-    }
-
-
-def range_from_state(state: Mapping[str, Any], prefix: str = "range/") -> dict:
-    names = [str(n) for n in np.asarray(state[f"{prefix}names"]).ravel()]
-    bounds = np.asarray(state[f"{prefix}bounds"], dtype=np.float64).reshape(-1, 2)
-    return {n: (float(lo), float(hi)) for n, (lo, hi) in zip(names, bounds, strict=True)}
-
-
-def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
-    """An input as a 1-d float array (scalars broadcast to n); NaN/inf is an error naming it."""
-    a = np.asarray(value, dtype=np.float64)
-    if a.ndim == 0 and n is not None:
-        a = np.full(n, float(a))
-    a = np.atleast_1d(a)
-    if not np.all(np.isfinite(a)):
-        raise DataError(f"input {name!r} must be finite numbers, got {a[~np.isfinite(a)][:3]}")
-    return a
-
-
-def batch_size_of(arrays: Mapping[str, Any]) -> int:
-    """The common length of the array inputs (scalars count as length 1)."""
-    sizes = {int(np.size(v)) for v in arrays.values() if np.ndim(v) > 0}
-    if len(sizes) > 1:
-        raise DataError(f"input arrays must have one length, got lengths {sorted(sizes)}")
-    return sizes.pop() if sizes else 1
-
-
-def need(state: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
-    """Raise ArtifactError naming the first missing array of a model's state."""
-    for k in keys:
-        if k not in state:
-            raise ArtifactError(
-                f"{what} state incomplete: array {k!r} missing; re-fit with dse fit"
-            )
 
 
 # ---------------------------------------------------------------------------- parallel fits

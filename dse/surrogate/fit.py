@@ -23,17 +23,13 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import DataError
+from dse.models.artifact import Artifact, Family, FittedModel
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import get_gpu, gpu_names, register_folder_spec
 from dse.spec.stand_ins import POWER_GPU
 from dse.surrogate import hymell_fit as HF
 from dse.surrogate import ops_models as OM
 from dse.surrogate._fitutil import map_tasks
-from dse.surrogate.artifact import (
-    Artifact,
-    Family,
-    FittedModel,
-)
 
 CV_FOLDS = 5  # GroupKFold folds over (n, k) weight shapes: the accuracy claim
 CV_FOLDS_M = 3  # GroupKFold folds over m (token counts): the second grouping, reported too
@@ -118,7 +114,7 @@ def weight_shape_groups(df: pd.DataFrame) -> np.ndarray:
 
 def power_rows(gemm: pd.DataFrame) -> pd.DataFrame:
     """GEMM rows with measured power, with the utilisations the power model takes."""
-    from dse.surrogate.gemm import gemm_work
+    from dse.models.gemm import gemm_work
 
     rows = gemm[np.isfinite(gemm["power_w"]) & (gemm["source"] == "aiconfigurator")]
     parts = []
@@ -138,7 +134,7 @@ def power_rows(gemm: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_power_family(ctx: FitContext) -> list[FittedModel]:
-    from dse.surrogate.power import PowerModel
+    from dse.models.power import PowerModel
 
     rows = power_rows(ctx.table("gemm"))
     if rows.empty:
@@ -187,7 +183,7 @@ def gemm_rows(gemm: pd.DataFrame, gpu: str) -> pd.DataFrame:
 
 
 def _roofline_baselines(rows: pd.DataFrame, gpu: str, dtype: str) -> dict[str, float | None]:
-    from dse.surrogate.gemm import gemm_work
+    from dse.models.gemm import gemm_work
 
     spec = get_gpu(gpu)
     flops, b_in, b_out = gemm_work(rows["m"], rows["n"], rows["k"], dtype)
@@ -218,7 +214,7 @@ def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str,
     }
     if np.isfinite(rows["power_w"]).any():
         out["power_mape_pct"] = mape_pct(cv["energy_j"] / cv["latency_s"], rows["power_w"])
-    from dse.surrogate.gemm import REGIMES
+    from dse.models.gemm import REGIMES
 
     reg = np.nan_to_num(cv["regime"], nan=-1).astype(int)
     out["latency_mape_pct_by_regime"] = {
@@ -243,7 +239,8 @@ def fit_gemm_family(ctx: FitContext) -> list[FittedModel]:
 def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
     """One GEMM table's model (CV by weight shape and by m, then the final fit): a task of
     `map_tasks` (its trees and bags are seeded by themselves, not from a shared generator)."""
-    from dse.surrogate.gemm import GemmModel, model_name
+    from dse.models.gemm import GemmModel
+    from dse.surrogate.gemm import model_name
 
     rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
     sel = (rows_all["engine"] == engine) & (rows_all["dtype"] == dtype)
@@ -447,7 +444,7 @@ def fit_artifact(
             f for f in keep.manifest.get("data_files", []) if f["path"] not in known
         ]
         art.manifest["carried_over"] = carried
-        from dse.surrogate.artifact import weights_id
+        from dse.models.artifact import weights_id
 
         art.manifest["artifact_id"] = weights_id(art.models)
     return art

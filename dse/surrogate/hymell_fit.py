@@ -20,12 +20,12 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ConfigError, DataError
+from dse.models.artifact import Artifact, FittedModel
+from dse.models.level3 import GlobalInputs, Level3, fit_summary
 from dse.spec import columns as C
 from dse.spec.choices import ENGINES
 from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import lenders
-from dse.surrogate.artifact import Artifact, FittedModel
-from dse.surrogate.level3 import GlobalInputs, Level3, fit_summary
 from dse.surrogate.power3 import fit_power3
 
 if TYPE_CHECKING:
@@ -296,8 +296,9 @@ def level2_rows(
 ) -> dict[str, pd.DataFrame]:
     """Per block: one row per vidur (model, tokens, tp) with the measured block time, the
     Level-1 time of the same operators and the Level-2 features."""
+    from dse.models.level2 import LEVEL2_BLOCKS, block_features
     from dse.ops import forward_ops
-    from dse.surrogate.hymell import LEVEL2_BLOCKS, HymellPricer, block_features
+    from dse.surrogate.hymell import HymellPricer
 
     d = layer_ops[layer_ops["gpu"].isin(gpus)]
     if d.empty:
@@ -360,7 +361,7 @@ def fit_level2(
     they beat Level 1 alone on held-out models (leave-one-model-out) by `min_gain_pct`."""
     from threadpoolctl import threadpool_limits
 
-    from dse.surrogate.hymell import Level2Block
+    from dse.models.level2 import Level2Block
 
     sources = lenders("level2_rows", gpu)
     tables = level2_rows(layer_ops, sources, artifact, gpu)

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from dse.models._base import RangeMiss
+from dse.models.artifact import Artifact
 from dse.ops import Op
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import GPU
-from dse.surrogate.artifact import Artifact, RangeMiss
 
 
 @dataclass
@@ -407,7 +408,7 @@ LAYER_OP_OF: dict[str, str] = {
 }
 
 
-# The inputs each vidur layer operator's time depends on (see dse.surrogate.layerops).
+# The inputs each vidur layer operator's time depends on (see dse.models.layer_ops).
 LAYER_OP_INPUTS: dict[str, tuple[str, ...]] = {
     "input_layernorm": ("num_tokens", "d_model", "tensor_parallel"),
     "post_attention_layernorm": ("num_tokens", "d_model", "tensor_parallel"),
@@ -502,7 +503,7 @@ def _layer_row_blocks(
     rng = getattr(model, "range_", {})
     if "elements" not in rng:
         return None
-    from dse.surrogate.layerops import op_geometry
+    from dse.models.layer_ops import op_geometry
 
     t, width = op_geometry(np.asarray(vidur_op), {**arrays, "gated_mlp": gated})  # one op
     e = t * width

@@ -25,34 +25,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dse.errors import ArtifactError, ConfigError, DataError
-from dse.roofline import LAUNCH_S, roofline_s
-from dse.spec.hardware import get_gpu
-from dse.spec.stand_ins import lender
-from dse.surrogate import _fitutil as U
-from dse.surrogate.allreduce import AllReduceModel, implementation_key, shape_implementation
-from dse.surrogate.artifact import Artifact, FittedModel
-from dse.surrogate.attention import (
+from dse.errors import ArtifactError, ConfigError
+from dse.models import _base
+from dse.models.allreduce import (
+    AllReduceModel,
+    CollectiveModel,
+    implementation_key,
+    shape_implementation,
+)
+from dse.models.artifact import Artifact, FittedModel
+from dse.models.attention import (
     ContextAttentionModel,
     GenerationAttentionModel,
     attention_inputs,
     attention_work,
 )
-from dse.surrogate.layerops import (
-    GEMM_OPS,
-    LAYER_OPS,
-    LLMCOMPASS_OPS,
-    LayerOpModel,
-    ReductionOpModel,
-    layer_op_inputs,
-    op_geometry,
-)
-from dse.surrogate.moe import MoEModel, moe_inputs, moe_work
+from dse.models.layer_ops import GEMM_OPS, LAYER_OPS, LayerOpModel, layer_op_inputs, op_geometry
+from dse.models.moe import MoEModel, moe_inputs, moe_work
+from dse.models.reductions import LLMCOMPASS_OPS, ReductionOpModel
+from dse.roofline import LAUNCH_S, roofline_s
+from dse.spec.hardware import get_gpu
+from dse.spec.stand_ins import lender
+from dse.surrogate import _fitutil as U
 
 # CV inside `dse fit`: 3 seeded group folds, the MLP families' CV fits capped at this many rows
 # (the shipped model itself fits on up to 30000) so that `dse fit` stays in minutes; the
@@ -63,7 +62,7 @@ MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
 
 
 def _mape(pred: Any, y: Any) -> float | None:
-    v = U.mape_pct(pred, y)
+    v = _base.mape_pct(pred, y)
     return None if not np.isfinite(v) else round(v, 3)
 
 
@@ -260,20 +259,6 @@ def predict_reduction_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
 
 
 # ---------------------------------------------------------------------------- all-reduce
-class CollectiveModel(AllReduceModel):
-    """Other NCCL collectives (all_gather, reduce_scatter, alltoall): the all-reduce form."""
-
-    kind: ClassVar[str] = "collective"  # the manifest's kind; artifact.MODEL_CLASSES
-
-    op_name = "all_reduce"
-
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> CollectiveModel:
-        ops = df["op"].astype(str).unique() if "op" in df else []
-        if len(ops) != 1:
-            raise DataError(f"collective model needs rows of one op, got {list(ops)}")
-        return super().fit(df.assign(op="all_reduce"), gpu)
-
-
 def allreduce_groups(table: pd.DataFrame, gpu: str) -> dict[str, pd.DataFrame]:
     """Model name -> single-node rows of one GPU, per implementation and collective op."""
     if table.empty:

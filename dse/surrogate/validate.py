@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
+from dse.models.artifact import Artifact, Family
 from dse.spec.stand_ins import first_lenders
-from dse.surrogate.artifact import Artifact, Family
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
 # Rows of a GPU without its own artifact are scored with the same die's (dse.spec.stand_ins
@@ -177,7 +177,8 @@ def predict_table(
 def gemm_fallback(rows: pd.DataFrame, art: Artifact) -> pd.Series:
     """Per GEMM row, the model that prices it when it is not the row's own (engine, dtype)
     table of `art` (another engine, another dtype, or the sibling chip's: `name@gpu`), else ""."""
-    from dse.surrogate.gemm import Gemm, canonical_dtype, model_name
+    from dse.models.gemm import canonical_dtype
+    from dse.surrogate.gemm import Gemm, model_name
 
     out = pd.Series("", index=rows.index, dtype=object)
     if not {"engine", "dtype"} <= set(rows.columns):
@@ -221,7 +222,7 @@ def _price_with_sibling(
 def _model_names(kind: str, rows: pd.DataFrame) -> pd.Series:
     """The model name each row of a SIBLING_KINDS kind is priced by (its table's own)."""
     if kind == "allreduce":
-        from dse.surrogate.allreduce import implementation_key
+        from dse.models.allreduce import implementation_key
         from dse.surrogate.ops_models import allreduce_model_name
 
         key = implementation_key(rows).astype(str)

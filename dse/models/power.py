@@ -12,7 +12,7 @@ Only h200_sxm has measured power behind it: `f` is fitted on the H200 GEMM rows 
 aiconfigurator (mean NVML board power while the kernel looped, idle included). On every other GPU
 the same `f` is an assumption, and artifacts record `measured_power: false` for them.
 
-    from dse.surrogate.artifact import Artifact
+    from dse.models.artifact import Artifact
     model = Artifact.load("h200_sxm").model("power")
     model.predict(0.7, 0.2, 1e-4, gpu="h100_sxm")["power_w"]   # watts
 """
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
+from dse.models._nn import MLP, fit_mlp
 from dse.spec.hardware import GPU, get_gpu
 from dse.spec.stand_ins import POWER_GPU
-from dse.surrogate.nn import MLP, fit_mlp
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,7 +57,7 @@ class PowerModel:
     idle_power_w, board_power_w.
     """
 
-    kind: ClassVar[str] = "power"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "power"  # the manifest's kind; dse.models.MODEL_CLASSES
     inputs: ClassVar[tuple[str, ...]] = ("compute_util", "memory_util", "latency_s")
 
     def __init__(self, hidden: tuple[int, ...] = (8, 8), seed: int = 0) -> None:

@@ -9,7 +9,7 @@ Work per call (per GPU, heads already divided by tensor parallelism):
               bytes = b s hd (2 h x 2 [read q, write o] + 2 kv (2 + kv_bytes) [read k, v; write cache])
   generation: FLOPs = 4 b h hd L', L' = min(kv_len + 1, w);
               bytes = 2 b L' kv hd kv_bytes [read the cache] + 4 b h hd [q in, o out]
-The time is `dse.surrogate._hybrid`'s roofline base times a residual MLP factor; where the
+The time is `dse.models._hybrid`'s roofline base times a residual MLP factor; where the
 training rows carry measured board power (H200), a second MLP predicts the power and the model
 returns energy = power x latency.
 """
@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, DataError
-from dse.spec.hardware import get_gpu
-from dse.surrogate import _fitutil as U
-from dse.surrogate._hybrid import (
+from dse.models import _base
+from dse.models._hybrid import (
     apply_residual,
     fit_power_mlp,
     fit_residual_ensemble,
@@ -32,7 +31,8 @@ from dse.surrogate._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.surrogate.nn import MLP
+from dse.models._nn import MLP
+from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -282,17 +282,17 @@ class AttentionModel:
         return "isl" if self.phase == "context" else "kv_len"
 
     def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        n = U.batch_size_of(arrays)
+        n = _base.batch_size_of(arrays)
         keys = ("batch_size", self.length_key, "num_heads", "num_kv_heads", "head_dim")
         missing = [k for k in keys if k not in arrays]
         if missing:
             raise DataError(f"{self.phase} attention needs inputs {missing}")
-        v = {k: U.as_float(k, arrays[k], n) for k in keys}
-        v["window_size"] = U.as_float("window_size", arrays.get("window_size", 0.0), n)
+        v = {k: _base.as_float(k, arrays[k], n) for k in keys}
+        v["window_size"] = _base.as_float("window_size", arrays.get("window_size", 0.0), n)
         if "kv_cache_dtype" in arrays:
             v["kv_bytes"] = kv_bytes_of(arrays["kv_cache_dtype"], n)
         else:  # the Level-1 adapters pass a 0/1 fp8 flag instead of the dtype name
-            fp8_kv = U.as_float("kv_fp8", arrays.get("kv_fp8", 0.0), n)
+            fp8_kv = _base.as_float("kv_fp8", arrays.get("kv_fp8", 0.0), n)
             v["kv_bytes"] = np.where(fp8_kv > 0, 1.0, 2.0)
         v["fp8"] = _is_fp8(arrays.get("dtype", "bfloat16"), n).astype(np.float64)
         return v
@@ -350,7 +350,7 @@ class AttentionModel:
                 "kv_bytes",
             )
         }
-        self.range_ = U.fitted_range(rng)
+        self.range_ = _base.fitted_range(rng)
         return self
 
     # ---- prediction -----------------------------------------------------------------------
@@ -401,7 +401,7 @@ class AttentionModel:
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        U.need(state, ("phase", "gpu", "engine", "roofline"), "attention")
+        _base.need(state, ("phase", "gpu", "engine", "roofline"), "attention")
         phase = str(state["phase"])
         klass = ContextAttentionModel if phase == "context" else GenerationAttentionModel
         if not issubclass(klass, cls) and cls is not AttentionModel:
@@ -419,7 +419,7 @@ class AttentionModel:
 class ContextAttentionModel(AttentionModel):
     """Prefill (causal FlashAttention) latency: see AttentionModel."""
 
-    kind: ClassVar[str] = "context_attention"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "context_attention"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     phase_default: ClassVar[str] = "context"
 
@@ -427,7 +427,7 @@ class ContextAttentionModel(AttentionModel):
 class GenerationAttentionModel(AttentionModel):
     """Decode attention over the KV cache: see AttentionModel."""
 
-    kind: ClassVar[str] = "generation_attention"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "generation_attention"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     phase_default: ClassVar[str] = "generation"
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import DataError
-from dse.surrogate import _fitutil as U
+from dse.models import _base, _curves
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,13 +118,13 @@ def _fit_curve(
     sw = np.zeros(0) if switches_log2 is None else np.asarray(switches_log2, dtype=np.float64)
     lb = np.log2(b)
     seg = _segments(lb, sw)
-    H = U.hat_basis(_clip_to_segment(lb, knots, sw), knots)
+    H = _curves.hat_basis(_clip_to_segment(lb, knots, sw), knots)
     # one floor per regime (a new kernel, or NCCL, has its own launch and synchronisation cost)
     floors = [(seg == s).astype(np.float64) for s in range(len(sw) + 1)]
     X = np.column_stack([floors[0], (b * 1e-9)[:, None] * H, *floors[1:]])
     nk = len(knots)
     pen = np.zeros((max(nk - 2, 0), X.shape[1]))
-    pen[:, 1 : 1 + nk] = U.second_difference(nk)
+    pen[:, 1 : 1 + nk] = _curves.second_difference(nk)
     if len(sw) and nk > 2:  # no smoothing across a regime switch
         seg_k = _segments(knots, sw)
         pen[seg_k[:-2] != seg_k[2:]] = 0.0
@@ -132,7 +132,7 @@ def _fit_curve(
     # tiny ridge keeps knots without data determined (the penalty extends the curve to them)
     ridge = np.zeros((nk, X.shape[1]))
     ridge[:, 1 : 1 + nk] = np.eye(nk) * 1e-6
-    return U.relative_lstsq(X, y, np.vstack([pen, ridge]), lower=np.zeros(X.shape[1]))
+    return _curves.relative_lstsq(X, y, np.vstack([pen, ridge]), lower=np.zeros(X.shape[1]))
 
 
 def _fit_shaped_curve(
@@ -147,7 +147,7 @@ def _fit_shaped_curve(
     rows of the table it borrows its shape from (b_shape, y_shape): shape rows t = a' + B c,
     own rows t = alpha + B (c + d), c smoothed as in _fit_curve, d by SHAPE_SMOOTH."""
     nk = len(knots)
-    H, Hs = U.hat_basis(np.log2(b), knots), U.hat_basis(np.log2(b_shape), knots)
+    H, Hs = _curves.hat_basis(np.log2(b), knots), _curves.hat_basis(np.log2(b_shape), knots)
     bh, bhs = (b * 1e-9)[:, None] * H, (b_shape * 1e-9)[:, None] * Hs
     # columns: alpha (own), alpha' (shape table), c (nk), d (nk)
     X = np.vstack(
@@ -159,12 +159,12 @@ def _fit_shaped_curve(
     y_all = np.concatenate([y, y_shape])
     per_table = len(y_all) / 2.0  # each smoothing weight is per row of one table, as in _fit_curve
     pen = np.zeros((2 * max(nk - 2, 0), X.shape[1]))
-    pen[: nk - 2, 2 : 2 + nk] = U.second_difference(nk) * np.sqrt(smooth * per_table)
-    pen[nk - 2 :, 2 + nk :] = U.second_difference(nk) * np.sqrt(SHAPE_SMOOTH * per_table)
+    pen[: nk - 2, 2 : 2 + nk] = _curves.second_difference(nk) * np.sqrt(smooth * per_table)
+    pen[nk - 2 :, 2 + nk :] = _curves.second_difference(nk) * np.sqrt(SHAPE_SMOOTH * per_table)
     ridge = np.zeros((2 * nk, X.shape[1]))
     ridge[:, 2:] = np.eye(2 * nk) * 1e-6
     lower = np.concatenate([np.zeros(2 + nk), np.full(nk, -np.inf)])
-    coef = U.relative_lstsq(X, y_all, np.vstack([pen, ridge]), lower=lower)
+    coef = _curves.relative_lstsq(X, y_all, np.vstack([pen, ridge]), lower=lower)
     return np.concatenate([[coef[0]], np.maximum(coef[2 : 2 + nk] + coef[2 + nk :], 0.0)])
 
 
@@ -176,7 +176,7 @@ class AllReduceModel:
     n_interpolated (GPU count not fitted: interpolated or nearest).
     """
 
-    kind: ClassVar[str] = "allreduce"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "allreduce"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     def __init__(
         self,
@@ -271,7 +271,7 @@ class AllReduceModel:
         coef = np.array(rows)
         self.alpha_s_ = coef[:, 0]
         self.c_s_per_gb_ = coef[:, 1:]
-        self.range_ = U.fitted_range({"message_bytes": b, "n_gpus": n})
+        self.range_ = _base.fitted_range({"message_bytes": b, "n_gpus": n})
         return self
 
     def _choose_smooth(
@@ -329,9 +329,9 @@ class AllReduceModel:
         return alpha, trans
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        n_rows = U.batch_size_of(arrays)
-        b = np.maximum(U.as_float("message_bytes", arrays["message_bytes"], n_rows), 1.0)
-        g = U.as_float("n_gpus", arrays["n_gpus"], n_rows)
+        n_rows = _base.batch_size_of(arrays)
+        b = np.maximum(_base.as_float("message_bytes", arrays["message_bytes"], n_rows), 1.0)
+        g = _base.as_float("n_gpus", arrays["n_gpus"], n_rows)
         fitted = self.n_gpus_
         alpha = np.empty(n_rows)
         trans = np.empty(n_rows)
@@ -362,7 +362,7 @@ class AllReduceModel:
             "alpha_s": alpha,
             "t_transfer_s": trans,
             "bw_eff_bytes_per_s": b / np.maximum(trans, 1e-12),
-            "regime": U.nearest_knot(np.log2(b), self.knots_),
+            "regime": _curves.nearest_knot(np.log2(b), self.knots_),
             "n_interpolated": ~np.isin(g, fitted),
         }
 
@@ -378,12 +378,14 @@ class AllReduceModel:
             "alpha_switch_s": self.alpha_switch_s_,
             "end_marginal": np.array(bool(self.end_marginal_)),
             "smooth": np.array(self.smooth_),
-            **U.range_to_state(self.range_),
+            **_base.range_to_state(self.range_),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        U.need(state, ("gpu", "knots_log2_bytes", "n_gpus", "alpha_s", "c_s_per_gb"), "allreduce")
+        _base.need(
+            state, ("gpu", "knots_log2_bytes", "n_gpus", "alpha_s", "c_s_per_gb"), "allreduce"
+        )
         m = cls(str(state["gpu"]), str(state.get("implementation", "nccl")))
         m.knots_ = np.asarray(state["knots_log2_bytes"], dtype=np.float64)
         m.n_gpus_ = np.asarray(state["n_gpus"], dtype=np.float64)
@@ -402,7 +404,7 @@ class AllReduceModel:
             state.get("alpha_switch_s", np.zeros((n_fit, 0))), dtype=np.float64
         ).reshape(n_fit, -1)
         m.smooth_ = float(state.get("smooth", SMOOTH))  # provenance only: c is stored
-        m.range_ = U.range_from_state(state)
+        m.range_ = _base.range_from_state(state)
         return m
 
     def fitted_range(self) -> dict[str, tuple[float, float]]:
@@ -423,3 +425,17 @@ def implementation_key(df: pd.DataFrame) -> pd.Series:
     key = eng + "." + impl + np.where(backend != "", "." + backend, "")
     dtype = df["dtype"].astype(str)
     return pd.Series(np.where(dtype == "int8", key + ".int8", key), index=df.index)
+
+
+class CollectiveModel(AllReduceModel):
+    """Other NCCL collectives (all_gather, reduce_scatter, alltoall): the all-reduce form."""
+
+    kind: ClassVar[str] = "collective"  # the manifest's kind; dse.models.MODEL_CLASSES
+
+    op_name = "all_reduce"
+
+    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> CollectiveModel:
+        ops = df["op"].astype(str).unique() if "op" in df else []
+        if len(ops) != 1:
+            raise DataError(f"collective model needs rows of one op, got {list(ops)}")
+        return super().fit(df.assign(op="all_reduce"), gpu)

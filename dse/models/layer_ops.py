@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, DataError
+from dse.models import _base, _curves
+from dse.models._base import RangeMiss, range_miss
 from dse.spec.hardware import get_gpu
-from dse.surrogate import _fitutil as U
-from dse.surrogate.artifact import RangeMiss, range_miss
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -169,7 +169,7 @@ def _features(
         unit = 1000.0
     # the regime coordinate: elements of the whole waves the grid runs (constant within a wave,
     # so more tokens in the same wave never cost less)
-    H = U.hat_basis(np.log(np.maximum(waves * unit * width, 1.0)), LOG_E_KNOTS)
+    H = _curves.hat_basis(np.log(np.maximum(waves * unit * width, 1.0)), LOG_E_KNOTS)
     cols = [np.ones_like(t), waves[:, None] * H, (waves * w_k)[:, None] * H]
     for lt in _tp_levels(tp):
         cols += [lt, lt * waves * w_k, lt * waves]
@@ -453,8 +453,8 @@ def _fit_one(
     """Best (rows_per_wave, coef, in-sample MAPE %) over the wave candidates."""
     nk = len(LOG_E_KNOTS)
     pen = np.zeros((2 * (nk - 2), 1 + 2 * nk + N_TP + N_SPLIT))
-    pen[: nk - 2, 1 : 1 + nk] = U.second_difference(nk)
-    pen[nk - 2 :, 1 + nk : 1 + 2 * nk] = U.second_difference(nk)
+    pen[: nk - 2, 1 : 1 + nk] = _curves.second_difference(nk)
+    pen[nk - 2 :, 1 + nk : 1 + 2 * nk] = _curves.second_difference(nk)
     pen *= np.sqrt(SMOOTH * len(y_us))
     best = None
     for mult in WAVE_CANDIDATES:
@@ -467,8 +467,8 @@ def _fit_one(
         lower = np.full(X.shape[1], -np.inf)
         lower[: 1 + 2 * nk] = 0.0  # launch and per-wave costs are >= 0
         lower[-1] = 0.0  # ... and so is the small kernel's per-token cost
-        coef[keep] = U.relative_lstsq(X[:, keep], y_us, pen[:, keep], lower=lower[keep])
-        err = U.mape_pct(X @ coef, y_us)
+        coef[keep] = _curves.relative_lstsq(X[:, keep], y_us, pen[:, keep], lower=lower[keep])
+        err = _base.mape_pct(X @ coef, y_us)
         if best is None or err < best[2] - 1e-9:
             best = (float(c_rows), coef, err)
     assert best is not None
@@ -490,8 +490,8 @@ def _base_items_us(
     w_k = ws * 1e-3
     unit = cr if np.isfinite(cr) else 1000.0
     le = np.log(np.maximum(wv * unit * ws, 1.0))
-    per_wave = U.hat_eval(le, LOG_E_KNOTS, c[1 : 1 + nk])
-    per_width = U.hat_eval(le, LOG_E_KNOTS, c[1 + nk : 1 + 2 * nk])
+    per_wave = _curves.hat_eval(le, LOG_E_KNOTS, c[1 : 1 + nk])
+    per_width = _curves.hat_eval(le, LOG_E_KNOTS, c[1 + nk : 1 + 2 * nk])
     la, lb = _tp_levels(ps)
     ct = c[1 + 2 * nk :]
     tp_us = la * (ct[0] + ct[1] * wv * w_k + ct[2] * wv) + lb * (
@@ -511,7 +511,7 @@ class LayerOpModel:
     regime (index of the element-count knot nearest the shape), covered (bool).
     """
 
-    kind: ClassVar[str] = "layer_op"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "layer_op"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     def __init__(self, gpu: str = "h100_sxm") -> None:
         self.gpu = gpu
@@ -574,7 +574,7 @@ class LayerOpModel:
         rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
         t_all, w_all = op_geometry(d["op"].to_numpy(), {**rng, "gated_mlp": gated_all})
         rng["elements"] = t_all * w_all
-        self.range_ = U.fitted_range(rng)
+        self.range_ = _base.fitted_range(rng)
         return self
 
     # ---- prediction -----------------------------------------------------------------------
@@ -627,9 +627,9 @@ class LayerOpModel:
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         """Itemised latency per row; ops this model does not cover get NaN and covered=False."""
-        n = U.batch_size_of(arrays)
+        n = _base.batch_size_of(arrays)
         op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
-        vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
+        vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
         t, width = op_geometry(op, {**vals, "gated_mlp": gated})
         tp = vals["tensor_parallel"]
@@ -688,7 +688,7 @@ class LayerOpModel:
         out["latency_s"] = np.maximum(total, 1e-7)
         out["residual_factor"] = factor
         out["waves"] = waves
-        out["regime"] = U.nearest_knot(np.log(np.maximum(t * width, 1.0)), LOG_E_KNOTS)
+        out["regime"] = _curves.nearest_knot(np.log(np.maximum(t * width, 1.0)), LOG_E_KNOTS)
         out["covered"] = idx >= 0
         return out
 
@@ -716,7 +716,7 @@ class LayerOpModel:
             # curves read as smooth part + wave sawtooth by a width between measured ones
             # (absent in artifacts fitted before, which read the whole curve at the element count)
             **({"curve_wave_split": np.array(True)} if self.curve_parts_ is not None else {}),
-            **U.range_to_state(self.range_),
+            **_base.range_to_state(self.range_),
         }
 
     @classmethod
@@ -725,7 +725,7 @@ class LayerOpModel:
             raise ArtifactError(
                 "layer_op state was fitted before the measured curves; re-fit with dse fit"
             )
-        U.need(
+        _base.need(
             state,
             ("gpu", "keys", "rows_per_wave", "coef", "log_e_knots", "curve_key", "curve_len"),
             "layer_op",
@@ -740,7 +740,7 @@ class LayerOpModel:
         m.keys_ = np.asarray(state["keys"], dtype=str)
         m.rows_per_wave_ = np.asarray(state["rows_per_wave"], dtype=np.float64)
         m.coef_ = np.asarray(state["coef"], dtype=np.float64)
-        m.range_ = U.range_from_state(state)
+        m.range_ = _base.range_from_state(state)
         m.curve_key_ = np.asarray(state["curve_key"], dtype=np.int64)
         m.curve_tp_ = np.asarray(state["curve_tp"], dtype=np.float64)
         m.curve_width_ = np.asarray(state["curve_width"], dtype=np.float64)
@@ -794,8 +794,8 @@ class LayerOpModel:
         Token counts and head counts are not ranges of their own: past the measured tokens a
         curve is read at its end and the base carries the rest, at elements that were measured
         (a 16k-token prefill of a 4096-wide norm is 67M elements, inside)."""
-        n = U.batch_size_of(arrays)
-        vals = {c: U.as_float(c, arrays[c], n) for c in INPUTS}
+        n = _base.batch_size_of(arrays)
+        vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(gated, dtype=bool), (n,))
         t, width = op_geometry(np.asarray(op), {**vals, "gated_mlp": gated})  # one operator
         width = np.broadcast_to(width, (n,))
@@ -836,139 +836,3 @@ def layer_op_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
         df["gated_mlp"].to_numpy(bool) if "gated_mlp" in df else np.ones(len(df), bool)
     )
     return out
-
-
-# ---------------------------------------------------------------------------- llmcompass ops
-# Softmax / LayerNorm over an (m x n) tensor and GELU over m elements: LLMCompass's A100
-# micro-benchmarks (PyTorch eager, so the floor includes the framework's dispatch).
-LLMCOMPASS_OPS: tuple[str, ...] = ("softmax", "layernorm", "gelu")
-# Regimes of the per-element cost: knots every half decade of elements, 1e5 .. 1e9.
-RED_LOG_E_KNOTS = np.log(10.0) * np.arange(5.0, 9.01, 0.5)
-RED_SMOOTH = 1e-2
-
-
-def _red_features(m: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """[1, E x tents(log E), E log2 n, m log2 n] in microseconds per million (elements)."""
-    e = m * n
-    H = U.hat_basis(np.log(np.maximum(e, 1.0)), RED_LOG_E_KNOTS)
-    depth = np.log2(n + 1)
-    return np.column_stack(
-        [np.ones_like(e), (e * 1e-6)[:, None] * H, e * depth * 1e-6, m * depth * 1e-6]
-    )
-
-
-class ReductionOpModel:
-    """Softmax, LayerNorm (row reductions over n) and GELU (n = 1) on one GPU:
-
-        t = launch + E s(log E) + (q E + r m) log2(n + 1),   E = m n elements
-
-    s the per-element cost per element-count regime (memory-bound with a fixed overhead; the
-    knots are the regimes), q and r the reduction-depth costs of rows of n (log2 n tree levels:
-    long rows need more passes per element, and each row pays its tree). For
-    the causal softmax of unfused attention over N x N scores per head: m = N x heads x batch,
-    n = N. Fitted on LLMCompass's A100 rows; other GPUs get the A100 fit with the memory term
-    scaled by the HBM bandwidth ratio (`bw_scale`, analytical: no measurements behind it).
-
-    predict(op, m, n=1) -> latency_s, launch_s, t_memory_s, t_reduce_s (sum), regime, covered.
-    """
-
-    kind: ClassVar[str] = "reduction_op"  # the manifest's kind; artifact.MODEL_CLASSES
-
-    def __init__(self, gpu: str = "a100_sxm", fitted_on: str | None = None) -> None:
-        self.gpu = gpu
-        self.fitted_on = fitted_on or gpu
-
-    def fit(self, tables: Mapping[str, pd.DataFrame], gpu: str | None = None) -> Self:
-        """`tables`: kind -> rows (softmax, layernorm, gelu) of `self.fitted_on`."""
-        if gpu is not None:
-            self.gpu = gpu
-        ops, coefs, rng_m, rng_n = [], [], [], []
-        for op in LLMCOMPASS_OPS:
-            d = tables.get(op)
-            if d is None or d.empty:
-                continue
-            d = d[d["gpu"] == self.fitted_on]
-            if len(d) < 4:
-                continue
-            m = d["m"].to_numpy(np.float64)
-            n = d["n"].to_numpy(np.float64) if "n" in d else np.ones(len(d))
-            n = np.where(np.isfinite(n), n, 1.0)
-            X = _red_features(m, n)
-            nk = len(RED_LOG_E_KNOTS)
-            pen = np.zeros((nk - 2, X.shape[1]))
-            pen[:, 1 : 1 + nk] = U.second_difference(nk)
-            pen *= np.sqrt(RED_SMOOTH * len(m))
-            keep = np.ptp(X, axis=0) > 0
-            keep[0] = True
-            c = np.zeros(X.shape[1])
-            c[keep] = U.relative_lstsq(
-                X[:, keep],
-                d["latency_s"].to_numpy() * 1e6,
-                pen[:, keep],
-                lower=np.zeros(keep.sum()),
-            )
-            ops.append(op)
-            coefs.append(c)
-            rng_m.append(m)
-            rng_n.append(n)
-        if not ops:
-            raise DataError(f"no softmax/layernorm/gelu rows for gpu {self.fitted_on!r}")
-        self.ops_ = np.array(ops, dtype=str)
-        self.coef_ = np.array(coefs)
-        g, f = get_gpu(self.gpu), get_gpu(self.fitted_on)
-        self.bw_scale_ = f.hbm_bw_bytes_per_s / g.hbm_bw_bytes_per_s
-        self.range_ = U.fitted_range({"m": np.concatenate(rng_m), "n": np.concatenate(rng_n)})
-        return self
-
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        n_rows = U.batch_size_of(arrays)
-        op = np.broadcast_to(np.asarray(arrays.get("op", "softmax"), dtype=str), (n_rows,))
-        m = U.as_float("m", arrays["m"], n_rows)
-        n = U.as_float("n", arrays.get("n", 1.0), n_rows)
-        out = {k: np.full(n_rows, np.nan) for k in ("launch_s", "t_memory_s", "t_reduce_s")}
-        nk = len(RED_LOG_E_KNOTS)
-        for i, name in enumerate(self.ops_):
-            sel = op == name
-            if not sel.any():
-                continue
-            c = self.coef_[i]
-            e = m[sel] * n[sel]
-            per_el = U.hat_eval(np.log(np.maximum(e, 1.0)), RED_LOG_E_KNOTS, c[1 : 1 + nk])
-            out["launch_s"][sel] = c[0] * 1e-6
-            out["t_memory_s"][sel] = e * 1e-6 * per_el * 1e-6 * self.bw_scale_
-            depth = np.log2(n[sel] + 1)
-            out["t_reduce_s"][sel] = (c[1 + nk] * e + c[2 + nk] * m[sel]) * depth * 1e-12
-        out["latency_s"] = out["launch_s"] + out["t_memory_s"] + out["t_reduce_s"]
-        out["regime"] = U.nearest_knot(np.log(np.maximum(m * n, 1.0)), RED_LOG_E_KNOTS)
-        out["covered"] = np.isfinite(out["latency_s"])
-        return out
-
-    def to_state(self) -> dict[str, np.ndarray]:
-        return {
-            "gpu": np.array(self.gpu),
-            "fitted_on": np.array(self.fitted_on),
-            "ops": self.ops_,
-            "coef": self.coef_,
-            "bw_scale": np.array(self.bw_scale_),
-            "log_e_knots": RED_LOG_E_KNOTS.copy(),
-            **U.range_to_state(self.range_),
-        }
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        U.need(
-            state, ("gpu", "fitted_on", "ops", "coef", "bw_scale", "log_e_knots"), "reduction_op"
-        )
-        if not np.allclose(np.asarray(state["log_e_knots"]), RED_LOG_E_KNOTS):
-            raise ArtifactError(
-                "reduction_op state was fitted with other knots; re-fit with dse fit"
-            )
-        m = cls(str(state["gpu"]), str(state["fitted_on"]))
-        m.ops_ = np.asarray(state["ops"], dtype=str)
-        m.coef_ = np.asarray(state["coef"], dtype=np.float64)
-        m.bw_scale_ = float(state["bw_scale"])
-        m.range_ = U.range_from_state(state)
-        return m
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)

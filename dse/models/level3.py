@@ -36,8 +36,8 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.surrogate.artifact import RangeMiss, range_miss
-from dse.surrogate.nn import MLP, fit_mlp
+from dse.models._base import RangeMiss, range_miss
+from dse.models._nn import MLP, fit_mlp
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
 TERMS: tuple[str, ...] = (
@@ -280,7 +280,7 @@ class EngineFit:
 class Level3:
     """End-to-end correction for every engine fitted on one GPU's measurements."""
 
-    kind: ClassVar[str] = "level3_e2e"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "level3_e2e"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     def __init__(
         self,

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.surrogate import _fitutil as U
-from dse.surrogate.nn import MLP, MeanMLP, fit_mlp, mlp_from_state
+from dse.models import _base
+from dse.models._nn import MLP, MeanMLP, fit_mlp, mlp_from_state
 
 SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
 # Strata of a stratified ensemble evaluation (`apply_residual`): the decode quadrature splits its
@@ -219,7 +219,7 @@ def hybrid_state(model: Any) -> dict[str, np.ndarray]:
     state = {
         **model.roof_.to_state(""),
         **model.mlp_.to_state("resid/"),
-        **U.range_to_state(model.range_),
+        **_base.range_to_state(model.range_),
     }
     if model.power_mlp_ is not None:
         state.update(model.power_mlp_.to_state("power/"))
@@ -231,4 +231,4 @@ def load_hybrid(model: Any, state: Mapping[str, np.ndarray]) -> None:
     model.roof_ = Roofline.from_state(state, "")
     model.mlp_ = mlp_from_state(dict(state), "resid/")
     model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
-    model.range_ = U.range_from_state(state)
+    model.range_ = _base.range_from_state(state)

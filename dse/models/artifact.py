@@ -1,4 +1,5 @@
-"""Frozen predictor artifacts and the plug-in protocol every fitted model family follows.
+"""Frozen predictor artifacts: the manifest and weights of one GPU's fitted models, and the
+protocol every fitted model class follows.
 
 One folder per GPU, `surrogates/<gpu>/`:
   manifest.json  format_version, artifact_id, gpu, created, library versions, data files used
@@ -34,6 +35,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkab
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
+from dse.models import class_path, model_class
+from dse.models._base import RangeMiss, range_misses
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,50 +71,6 @@ class SurrogateModel(Protocol):
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self: ...
 
     def fitted_range(self) -> dict[str, tuple[float, float]]: ...
-
-
-# Model kind (as a manifest records it) -> "module:Class". An explicit table: loading an artifact
-# imports the module of each kind it holds, and nothing registers itself on import. The class
-# paths manifests record are for the reader; loading goes by kind (tests/test_artifact_kinds.py).
-MODEL_CLASSES: dict[str, str] = {
-    "allreduce": "dse.surrogate.allreduce:AllReduceModel",
-    "context_attention": "dse.surrogate.attention:ContextAttentionModel",
-    "generation_attention": "dse.surrogate.attention:GenerationAttentionModel",
-    "gemm": "dse.surrogate.gemm:GemmModel",
-    "level2_block": "dse.surrogate.hymell:Level2Block",
-    "layer_op": "dse.surrogate.layerops:LayerOpModel",
-    "reduction_op": "dse.surrogate.layerops:ReductionOpModel",
-    "level3_e2e": "dse.surrogate.level3:Level3",
-    "moe": "dse.surrogate.moe:MoEModel",
-    "collective": "dse.surrogate.ops_models:CollectiveModel",
-    "power": "dse.surrogate.power:PowerModel",
-    "level3_power": "dse.surrogate.power3:Power3",
-}
-
-
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def model_class(kind: str, path: str | None = None) -> type:
-    """The class of model `kind` (MODEL_CLASSES), its module imported on first use. `path`, the
-    class a manifest recorded, is only judged when the kind is unknown (never imported)."""
-    where = MODEL_CLASSES.get(kind)
-    if where is None:
-        if path and not path.split(":", 1)[0].startswith("dse."):
-            raise ArtifactError(f"model class {path!r} is outside the dse package; refusing it")
-        raise ArtifactError(
-            f"unknown model kind {kind!r}; known kinds: {', '.join(sorted(MODEL_CLASSES))}. "
-            "Upgrade dse or re-fit the artifact with `dse fit`"
-        )
-    module, _, name = where.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        raise ArtifactError(
-            f"model kind {kind!r} needs module {module!r}, which cannot be imported ({exc}); "
-            "upgrade dse or re-fit the artifact with `dse fit`"
-        ) from None
 
 
 @dataclass
@@ -366,101 +325,6 @@ class Artifact:
         except KeyError:
             raise ArtifactError(f"artifact has no model {model_name!r}") from None
         return range_misses(rng, inputs)
-
-
-# ---------------------------------------------------------------------------- graded range
-# An input within this log distance of a bound (1%) is inside: the rounding of a bound (a width
-# rounded to a tile, a fitted minimum read back as float) is not an extrapolation.
-RANGE_TOL = 0.01
-
-
-@dataclass(frozen=True)
-class RangeMiss:
-    """How far an input lies outside a model's fitted [lo, hi], per configuration.
-
-    `excess`: signed distance in the model's coordinates, 0 inside (or within RANGE_TOL of a
-    bound), > 0 above the range, < 0 below it: log(value / bound) for a size (the models read
-    sizes in log coordinates), (value - bound) / (hi - lo) for an input a model reads linearly
-    (Level 3's KV fill) or one whose lower bound is not positive (a window size of 0).
-    `value`: the input (at the farthest quadrature node when it has a node axis), `bound`: the
-    bound it is outside of. Arrays of one shape."""
-
-    excess: np.ndarray
-    value: np.ndarray
-    bound: np.ndarray
-
-    @property
-    def degree(self) -> np.ndarray:
-        """|excess|: 0 inside, growing with the distance from the nearest bound."""
-        return np.abs(self.excess)
-
-    @property
-    def outside(self) -> np.ndarray:
-        return self.excess != 0.0
-
-    def masked(self, keep: np.ndarray) -> RangeMiss:
-        """The miss where `keep` (broadcast), inside elsewhere."""
-        return RangeMiss(np.where(keep, self.excess, 0.0), self.value, self.bound)
-
-    def worst_node(self) -> RangeMiss:
-        """A (k, n) miss over quadrature nodes reduced to (n,): each configuration's farthest."""
-        if self.excess.ndim < 2:
-            return self
-        e = self.excess.reshape(-1, self.excess.shape[-1])
-        v = np.broadcast_to(self.value, self.excess.shape).reshape(e.shape)
-        b = np.broadcast_to(self.bound, self.excess.shape).reshape(e.shape)
-        i = np.argmax(np.abs(e), axis=0)
-        cols = np.arange(e.shape[1])
-        return RangeMiss(e[i, cols], v[i, cols], b[i, cols])
-
-    def worse(self, other: RangeMiss) -> RangeMiss:
-        """Per configuration, the farther of two misses of one input (e.g. an operator run
-        twice, or priced by two tables)."""
-        a, b = self.worst_node(), other.worst_node()
-        pick = np.abs(b.excess) > np.abs(a.excess)
-        if not pick.any():
-            return a
-        return RangeMiss(
-            *(np.where(pick, y, x) for x, y in zip(_fields(a), _fields(b), strict=True))
-        )
-
-
-def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    shape = np.shape(m.excess)
-    return m.excess, np.broadcast_to(m.value, shape), np.broadcast_to(m.bound, shape)
-
-
-def range_miss(value: Any, lo: float, hi: float, linear: bool = False) -> RangeMiss:
-    """The `RangeMiss` of `value` against [lo, hi] (coordinates: see RangeMiss; `linear`:
-    the model reads this input linearly)."""
-    v = np.asarray(value, dtype=np.float64)
-    lo, hi = float(lo), float(hi)
-    span = max(hi - lo, 1e-12)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_v = np.log(np.maximum(v, 1e-300))
-        above = (v - hi) / span if linear or hi <= 0 else log_v - np.log(hi)
-        below = (v - lo) / span if linear or lo <= 0 else log_v - np.log(lo)
-    e = np.where(v > hi, above, np.where(v < lo, below, 0.0))
-    e = np.where(np.abs(e) <= RANGE_TOL, 0.0, e)
-    return RangeMiss(e, v, np.where(v < lo, lo, hi))
-
-
-def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, RangeMiss]:
-    """`range_miss` of every input with a range in `rng` (name -> (lo, hi)) that leaves it
-    somewhere; arrays broadcast together."""
-    out: dict[str, RangeMiss] = {}
-    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items() if k in rng}
-    if not arrays:
-        return out
-    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
-    for key, a in arrays.items():
-        lo, hi = rng[key]
-        if a.size and (a.min() >= lo and a.max() <= hi):  # the common case: no work
-            continue
-        miss = range_miss(np.broadcast_to(a, shape), lo, hi)
-        if miss.outside.any():
-            out[key] = miss
-    return out
 
 
 def _jsonable(obj: Any) -> Any:

@@ -8,7 +8,7 @@ Work on the measured rank (aiconfigurator times one rank of a moe_tp x moe_ep gr
   FLOPs = 2 S m H I_l  (m = 3 matrices gated: gate, up, down; 2 non-gated)
   bytes = U m H I_l w  (expert weights, w bytes each)  +  2 S (2 H + (m - 1) I_l)  (activations)
           + 2 T H E / ep  (router logits path, small)
-The time is the roofline base (`dse.surrogate._hybrid`; its per-item overhead counts the experts
+The time is the roofline base (`dse.models._hybrid`; its per-item overhead counts the experts
 touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose
 inputs include the routing skew (0 balanced; the power-law exponent otherwise, 1.01 or 1.2 in
 the tables): skew concentrates tokens on few experts, so the busiest expert sets the pace.
@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import DataError
-from dse.spec.hardware import get_gpu
-from dse.surrogate import _fitutil as U
-from dse.surrogate._hybrid import (
+from dse.models import _base
+from dse.models._hybrid import (
     apply_residual,
     fit_power_mlp,
     fit_residual_ensemble,
@@ -33,7 +32,8 @@ from dse.surrogate._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.surrogate.nn import MLP
+from dse.models._nn import MLP
+from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,7 +134,7 @@ class MoEModel:
     regime, residual_factor, flops, bytes, touched_experts; plus power_w, energy_j when fitted.
     """
 
-    kind: ClassVar[str] = "moe"  # the manifest's kind; artifact.MODEL_CLASSES
+    kind: ClassVar[str] = "moe"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     def __init__(
         self,
@@ -157,13 +157,13 @@ class MoEModel:
         return WEIGHT_BYTES.get(self.moe_dtype, 2.0)
 
     def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        n = U.batch_size_of(arrays)
+        n = _base.batch_size_of(arrays)
         missing = [k for k in INPUTS if k not in arrays]
         if missing:
             raise DataError(f"MoE model needs inputs {missing}")
-        v = {k: U.as_float(k, arrays[k], n) for k in INPUTS}
-        v["moe_tp_size"] = U.as_float("moe_tp_size", arrays.get("moe_tp_size", 1.0), n)
-        v["moe_ep_size"] = U.as_float("moe_ep_size", arrays.get("moe_ep_size", 1.0), n)
+        v = {k: _base.as_float(k, arrays[k], n) for k in INPUTS}
+        v["moe_tp_size"] = _base.as_float("moe_tp_size", arrays.get("moe_tp_size", 1.0), n)
+        v["moe_ep_size"] = _base.as_float("moe_ep_size", arrays.get("moe_ep_size", 1.0), n)
         v["skew"] = skew_of(arrays.get("distribution", "balanced"), n)
         v["gated"] = np.broadcast_to(
             np.asarray(arrays.get("gated", True), dtype=bool), (n,)
@@ -203,7 +203,7 @@ class MoEModel:
             X, y, p, max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed
         )
         rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
-        self.range_ = U.fitted_range(rng)
+        self.range_ = _base.fitted_range(rng)
         return self
 
     def design(
@@ -237,7 +237,7 @@ class MoEModel:
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        U.need(state, ("gpu", "engine", "moe_dtype", "roofline"), "moe")
+        _base.need(state, ("gpu", "engine", "moe_dtype", "roofline"), "moe")
         m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
         load_hybrid(m, state)
         return m
