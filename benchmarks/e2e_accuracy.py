@@ -36,7 +36,7 @@ from dse.data import load  # noqa: E402
 from dse.models.artifact import Artifact  # noqa: E402
 from dse.models.level3 import Level3  # noqa: E402
 from dse.models.level3_power import Power3, fit_protocol  # noqa: E402
-from dse.predictor import load_artifact, predict  # noqa: E402
+from dse.predict import load_artifact, predict  # noqa: E402
 from dse.spec.stand_ins import STAND_INS  # noqa: E402
 from dse.surrogate.hymell_fit import (  # noqa: E402
     e2e_configs,
@@ -97,7 +97,7 @@ MISSES_TEXT = [
     "(it modelled power from batch size alone) and was not applied.",
 ]
 METHOD_TEXT = [
-    "How a prediction is made (`dse.predictor.predict`): every operator of `dse.ops.forward_ops`",
+    "How a prediction is made (`dse.predict.predict`): every operator of `dse.predict.ops.forward_ops`",
     "is priced by the Level-1 model of the GPU's artifact that covers it (roofline with a launch",
     "floor where none does; `roofline_ops` names those), with power from the Level-1 power model",
     "(tabulated); Level 2 scales the attention projections and the dense FFN by block residual",

@@ -8,7 +8,7 @@ model shape held out: leave-one-shape-out) on
 - ml-energy-v2: serving, energy per request summed over GPUs (H100, A100 40GB). Energy per
   output token is energy per request / average output tokens, so its relative error is the
   same number.
-Also: the optional `dse.predictor` (HYMELL or its roofline stand-in) on the same rows, the
+Also: the optional `dse.predict` (HYMELL or its roofline stand-in) on the same rows, the
 paper's published per-request table recomputed from its printed equations, the sensitivity to
 the assumed ml-energy prompt length, and H200 kernel-level factors applied end to end.
 Writes the section "Energy estimators" of docs/accuracy.md (replacing it if present).
@@ -53,12 +53,12 @@ def _pct(x: float) -> str:
 
 
 def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
-    """`dse.predictor.predict` energy in each row's scope, or None with the reason."""
+    """`dse.predict.predict` energy in each row's scope, or None with the reason."""
     try:
-        from dse.predictor import load_artifact, predict
+        from dse.predict import load_artifact, predict
         from dse.surrogate.hymell_fit import as_measured_energy
     except Exception as exc:  # the predictor is another module's work in progress
-        return None, f"dse.predictor not importable ({type(exc).__name__})"
+        return None, f"dse.predict not importable ({type(exc).__name__})"
     out = np.full(len(cv), np.nan)
     sources = set()
     try:
@@ -88,7 +88,7 @@ def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
             sources |= set(np.asarray(pred.get("source", ["?"])).tolist())
             sources |= set(np.asarray(pred.get("artifact_id", ["?"])).tolist())
     except Exception as exc:
-        return None, f"dse.predictor failed on these rows ({type(exc).__name__}: {exc})"
+        return None, f"dse.predict failed on these rows ({type(exc).__name__}: {exc})"
     return out, ", ".join(sorted(sources))
 
 

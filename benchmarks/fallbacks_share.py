@@ -22,9 +22,9 @@ from dse.data import load
 from dse.models.artifact import Artifact
 from dse.models.gemm import gemm_work
 from dse.models.moe import moe_inputs
+from dse.predict.gemm_choice import Gemm, sibling_factor
+from dse.predict.pricing import LAUNCH_S
 from dse.spec.hardware import get_gpu
-from dse.surrogate.gemm import Gemm, sibling_factor
-from dse.surrogate.hymell import LAUNCH_S
 from dse.surrogate.ops_models import allreduce_groups
 
 

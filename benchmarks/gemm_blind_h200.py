@@ -31,7 +31,7 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
 
 
 def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
-    from dse.surrogate.gemm import Gemm
+    from dse.predict.gemm_choice import Gemm
 
     gemm = Gemm.load(gpu)
     df = pd.read_csv(csv)

@@ -2,7 +2,7 @@
 kernel launch and of an NCCL all-reduce, and the stand-in power of a roofline-priced kernel.
 
 Every model and baseline that needs `max(flops / peak, bytes / bandwidth)` calls `roofline_s`:
-the predictor's fallback for operators no fitted model covers (`dse.surrogate.hymell`), the
+the predictor's fallback for operators no fitted model covers (`dse.predict.pricing`), the
 layer-op adapter's uncovered families, the GEMM sibling-chip transfer, and the fit drivers'
 plain-roofline CV baselines. numpy only; the GPU numbers come from `dse.spec.hardware.GPU`.
 """

@@ -13,10 +13,10 @@ import pytest
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
 from dse.models.gemm import gemm_work
-from dse.ops import Op
+from dse.predict.adapters import price_gemm
+from dse.predict.gemm_choice import Gemm, sibling_factor
+from dse.predict.ops import Op
 from dse.spec.hardware import get_gpu
-from dse.surrogate.gemm import Gemm, sibling_factor
-from dse.surrogate.level1_adapters import price_gemm
 
 
 def _without(art: Artifact, *names: str) -> Artifact:
@@ -167,7 +167,8 @@ def test_predictor_names_the_borrowed_artifact() -> None:
     """An H200 fp8 prediction priced with H100's GEMM tables says so: which operators, and the
     id of the H100 artifact that priced them (provenance); bf16 borrows nothing. Like
     `roofline_ops`, the fields describe the batch predicted together."""
-    from dse.predictor import predict, surrogates_dir
+    from dse.predict import predict
+    from dse.resources import surrogates_dir
 
     root = surrogates_dir()
     if not (root / "h200_sxm").is_dir() or not (root / "h100_sxm").is_dir():

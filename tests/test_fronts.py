@@ -18,7 +18,7 @@ from sweep_results import SMALL
 
 from dse import pareto
 from dse.cli import main
-from dse.predictor import predict
+from dse.predict import predict
 from dse.report import _fronts as F
 from dse.report import load_results, write_report
 from dse.spec import columns as C

@@ -18,9 +18,9 @@ from dse.models.gemm import (
     gemm_work,
     regime_names,
 )
+from dse.predict.gemm_choice import Gemm
 from dse.spec.hardware import get_gpu, gpu_names
 from dse.surrogate.fit import mape_pct
-from dse.surrogate.gemm import Gemm
 
 
 def test_gemm_work_by_hand() -> None:

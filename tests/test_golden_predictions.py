@@ -1,4 +1,4 @@
-"""Golden predictions of the frozen predictor (issue 23): every output of `dse.predictor.predict`
+"""Golden predictions of the frozen predictor (issue 23): every output of `dse.predict.predict`
 for 2,560 configurations (5 GPUs x 2 engines x {dense, MoE} x TP {1, 2, 4, 8}, 32 each: half
 published models from the catalogue, half random shapes) plus 160 roofline-only ones.
 
@@ -122,7 +122,7 @@ def _pack(out: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]
 
 
 def golden_outputs() -> dict[str, np.ndarray]:
-    from dse.predictor import predict  # dse.predict after the move
+    from dse.predict import predict  # dse.predict after the move
 
     cfg = golden_configs()
     out = _pack(predict(cfg))

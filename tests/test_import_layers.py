@@ -180,22 +180,12 @@ CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("spec", ("dse.spec",)),
     ("roofline", ("dse.roofline",)),
-    ("ops", ("dse.ops",)),
     (
         "models-base",
         ("dse.models._base", "dse.models._nn", "dse.models._curves", "dse.models._hybrid"),
     ),
     ("models", ("dse.models",)),
-    (
-        "predict",
-        (
-            "dse.surrogate.hymell",
-            "dse.surrogate.level1_adapters",
-            "dse.surrogate.gemm",
-            "dse.predictor",
-            "dse.surrogate",
-        ),
-    ),
+    ("predict", ("dse.predict",)),
     ("estimators", ("dse.estimators",)),
     ("data", ("dse.data",)),
     (
@@ -207,6 +197,7 @@ CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.surrogate.ops_models",
             "dse.surrogate.power3",
             "dse.surrogate._fitutil",
+            "dse.surrogate",
         ),
     ),
     ("sweep", ("dse.pareto", "dse.sweep", "dse.export")),

@@ -72,7 +72,7 @@ def test_ttft_rows_attach_to_their_end_to_end_run_only() -> None:
 
 
 def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None:
-    from dse.predictor import base_costs, global_inputs
+    from dse.predict.request import base_costs, global_inputs
     from dse.spec import columns as C
     from dse.spec.hardware import get_gpu
 
@@ -117,7 +117,7 @@ def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None
 
 def test_validate_scores_fig22_ttft_rows(data_dir) -> None:  # type: ignore[no-untyped-def]
     from dse.data import load
-    from dse.predictor import load_artifact
+    from dse.predict import load_artifact
     from dse.surrogate.hymell_fit import _family_predict_rows
 
     art, _ = load_artifact("h100_sxm")
@@ -327,7 +327,7 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
 def test_gh200_is_priced_with_the_h200_artifact() -> None:
     """GH200 (the Hopper die of H100 / H200) has no measurements of its own to fit: the
     predictor and dse validate use the h200_sxm artifact, scaled to GH200's bandwidth."""
-    from dse.predictor import load_artifact
+    from dse.predict import load_artifact
     from dse.surrogate.validate import ARTIFACT_FALLBACK
 
     art, name = load_artifact("gh200")

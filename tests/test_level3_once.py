@@ -12,15 +12,8 @@ import numpy as np
 import pytest
 
 from dse.models.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
-from dse.predictor import (
-    LEVEL3_MODEL,
-    _model,
-    _registry_gpu,
-    base_costs,
-    global_inputs,
-    load_artifact,
-    predict_columns,
-)
+from dse.predict import load_artifact, predict_columns
+from dse.predict.request import LEVEL3_MODEL, _model, _registry_gpu, base_costs, global_inputs
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 

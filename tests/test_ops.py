@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.ops import forward_ops
+from dse.predict.ops import forward_ops
 from dse.spec import arch as A
 from dse.spec import columns as C
 

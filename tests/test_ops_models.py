@@ -307,7 +307,7 @@ def test_allreduce_extrapolates_past_the_largest_message_at_the_marginal_rate(h1
 def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
     # message_bytes is bytes for every table (aiconfigurator counts elements; dse.data converts):
     # the float16 and int8 NCCL models agree on the time of one large payload in bytes, and a
-    # bf16 residual stream (tokens x d_model x 2 bytes, as dse.ops sizes it) runs near NVLink rate.
+    # bf16 residual stream (tokens x d_model x 2 bytes, as dse.predict.ops sizes it) runs near NVLink rate.
     groups = O.allreduce_groups(tables["allreduce"], "h100_sxm")
     half = AllReduceModel("h100_sxm", "nccl.nccl").fit(groups["allreduce.nccl.nccl"])
     i8 = AllReduceModel("h100_sxm", "nccl.nccl.int8").fit(groups["allreduce.nccl.nccl.int8"])

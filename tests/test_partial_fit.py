@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dse.models.artifact import Artifact, FittedModel
-from dse.predictor import surrogates_dir
+from dse.resources import surrogates_dir
 from dse.surrogate.hymell_fit import level1_base
 
 

@@ -14,20 +14,13 @@ import pytest
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.level3 import TERMS, Level3
 from dse.models.level3_power import Power3
-from dse.ops import forward_ops
-from dse.predictor import (
-    BAND_KEYS,
-    OUTPUT_KEYS,
-    base_costs,
-    decode_nodes,
-    global_inputs,
-    load_artifact,
-    predict,
-    surrogates_dir,
-)
+from dse.predict import load_artifact, predict
+from dse.predict.ops import forward_ops
+from dse.predict.pricing import Pricer
+from dse.predict.request import BAND_KEYS, OUTPUT_KEYS, base_costs, decode_nodes, global_inputs
+from dse.resources import surrogates_dir
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
-from dse.surrogate.hymell import HymellPricer
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
@@ -69,7 +62,7 @@ def test_quadrature_error_at_a_kink_is_small() -> None:
 
 @pytest.mark.parametrize("segments", [1, 2, 4])
 def test_node_strata_split_the_simpson_weights_in_thirds(segments: int) -> None:
-    from dse.predictor import node_strata
+    from dse.predict.request import node_strata
 
     start = np.array([10.0, 300.0])
     steps = np.array([4.0 * segments, 1000.0])
@@ -97,7 +90,7 @@ def _decode_integral_and_steps(row: dict, art: Artifact | None) -> tuple[dict, A
     steps = row["output_tokens"] - 1
     rep = {k: np.repeat(v, steps) for k, v in cols.items()}
     kv = row["prompt_tokens"] + 1 + np.arange(steps, dtype=float)
-    each = HymellPricer(gpu, art, None, rep).price(forward_ops(rep, "decode", kv_len=kv), "decode")
+    each = Pricer(gpu, art, None, rep).price(forward_ops(rep, "decode", kv_len=kv), "decode")
     return cols, integrated, each
 
 
@@ -374,7 +367,7 @@ def test_kv_overflow_runs_in_waves() -> None:
 def test_predict_imports_no_optimiser_plotting_or_fitting_library() -> None:
     code = (
         "import sys\n"
-        "from dse.predictor import predict\n"
+        "from dse.predict import predict\n"
         "p = predict({'d_model': 4096, 'n_layers': 32, 'n_heads': 32, 'd_ff': 14336})\n"
         "assert p['latency_s'][0] > 0\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'optuna', 'plotly', 'sklearn', 'scipy', 'torch'})\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.ops import Op
+from dse.predict.ops import Op
+from dse.predict.pricing import roofline_op, transfer_factor
 from dse.roofline import (
     ACTIVE_POWER_FRACTION,
     ALLREDUCE_FLOOR_S,
@@ -15,7 +16,6 @@ from dse.roofline import (
     standin_power_w,
 )
 from dse.spec.hardware import get_gpu
-from dse.surrogate.hymell import roofline_op, transfer_factor
 
 
 def test_a_square_gemm_is_compute_bound_and_a_gemv_memory_bound_on_h100() -> None:

@@ -15,7 +15,7 @@ from sweep_results import SMALL
 from dse import pareto
 from dse.cli import main
 from dse.errors import ArtifactError, ConfigError, DSEError
-from dse.predictor import predict
+from dse.predict import predict
 from dse.spec import columns as C
 from dse.spec.space import load_space
 from dse.sweep import SweepOptions, evaluate, exact_front, run_sweep

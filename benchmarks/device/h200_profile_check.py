@@ -91,7 +91,7 @@ def main() -> int:
 
     from dse.data import load
     from dse.models.artifact import Artifact
-    from dse.predictor import surrogates_dir
+    from dse.resources import surrogates_dir
 
     mine = Artifact.load(surr / NAME)
     shipped = Artifact.load(surrogates_dir() / "h200_sxm")

@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     err, warn = check_rows_and_warnings(cols, n)
     if err[0]:
         raise ConfigError(err[0])
-    from dse.predictor import predict
+    from dse.predict import predict
 
     pred = predict(cols)
     config = {k: _plain(cols[k][0]) for k in C.CONFIG_FIELDS}
@@ -476,7 +476,7 @@ def _run_batch(given: str, out_path: str | None) -> int:
     ok = errors == ""
     pred_cols: dict[str, list[Any]] = {}
     if ok.any():
-        from dse.predictor import predict
+        from dse.predict import predict
 
         pred = predict({k: v[ok] for k, v in cols.items()})
         idx = np.nonzero(ok)[0]

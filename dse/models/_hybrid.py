@@ -27,7 +27,7 @@ from dse.models._nn import MLP, MeanMLP, fit_mlp, mlp_from_state
 
 SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
 # Strata of a stratified ensemble evaluation (`apply_residual`): the decode quadrature splits its
-# nodes into this many groups of equal weight (`dse.predictor.node_strata`), and a residual
+# nodes into this many groups of equal weight (`dse.predict.request.node_strata`), and a residual
 # ensemble of exactly this many members evaluates one member per node instead of all of them.
 STRATA = 3
 # The power MLP stays small: measured board power is noisy (the same decode shape varies by

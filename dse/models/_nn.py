@@ -196,7 +196,7 @@ class MeanMLP:
         """Row i from member member[i] alone (one member's cost per row, not the mean's).
 
         For a sum of predictions weighted so that every member carries an equal share of the
-        weight (the decode quadrature's strata, `dse.predictor.node_strata`), this is an
+        weight (the decode quadrature's strata, `dse.predict.request.node_strata`), this is an
         estimate of the mean's sum at one member's cost: the members' offsets on a
         configuration none of them saw (what averaging removes) cancel in the sum."""
         X = np.asarray(X, dtype=np.float64)

@@ -53,7 +53,7 @@ MAX_ROWS = 30000
 # all-distinct full prediction (prefill runs once per configuration). Decode: three, as many
 # as the quadrature has strata (`_hybrid.STRATA`). Decode runs at every quadrature node of
 # every configuration (~30% of a full prediction), so the predictor evaluates one member per
-# node (`dse.predictor.node_strata`: each member carries a third of the integral's weight) at
+# node (`dse.predict.request.node_strata`: each member carries a third of the integral's weight) at
 # one member's cost; a direct `predict` (e.g. `dse validate`) averages all three.
 MEMBERS = {"context": 2, "generation": 3}
 KV_BYTES = {"fp8": 1.0, "int8": 1.0, "fp8_block": 1.0}  # anything else: 2 bytes (bf16 / fp16)

@@ -14,13 +14,13 @@ from dse.models._base import RangeMiss, range_miss
 from dse.models._nn import MLP
 
 if TYPE_CHECKING:
-    from dse.ops import Op
+    from dse.predict.ops import Op
 
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
 
 
 # ---------------------------------------------------------------------------- Level 2
-# Blocks with a Level-2 residual: name -> the dse.ops operators it scales. These are the blocks
+# Blocks with a Level-2 residual: name -> the dse.predict.ops operators it scales. These are the blocks
 # whose whole-block time is measured (vidur times every operator of a layer at real model
 # shapes); attention over the KV cache and the fused MoE are measured as whole kernels already
 # and priced by their own Level-1/2 models.

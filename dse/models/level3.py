@@ -119,7 +119,7 @@ LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
 OOR_BAND_WIDEN = 2.0  # band half-widths (log) are multiplied by this outside the fitted range
 BAND_QUANTILES = (0.05, 0.95)
 # Which Level-3 kernel factor (a key of `Level3.correct`) scales an operator of each kind
-# (`dse.ops.Op.kind`), per phase; "*": every other kind. Written once: the predictor's factors
+# (`dse.predict.ops.Op.kind`), per phase; "*": every other kind. Written once: the predictor's factors
 # per operator, the GlobalInputs parts (`t_dec_attn_s`, `t_dec_comm_s`) and the design matrix's
 # column split (`rest = t_dec - attn - comm`) all follow it, so the corrected totals of
 # `correct` equal the sum of the corrected operators (tests/test_level3_once.py).

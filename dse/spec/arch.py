@@ -509,7 +509,7 @@ def prefill_flops(a: Architecture, prompt_tokens: Any, batch_size: Any = 1) -> A
     """Whole-prompt forward FLOPs under causal attention (token i sees i keys, i = 1..S).
 
     Sum over i of the attention term is 4 L H hd S(S+1)/2. Logits are computed for every prompt
-    token here (training-style); the layer operator list of `dse.ops` computes them for the last
+    token here (training-style); the layer operator list of `dse.predict.ops` computes them for the last
     token only, as serving engines do.
     """
     s = np.asarray(prompt_tokens)

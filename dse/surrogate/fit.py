@@ -240,7 +240,7 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
     """One GEMM table's model (CV by weight shape and by m, then the final fit): a task of
     `map_tasks` (its trees and bags are seeded by themselves, not from a shared generator)."""
     from dse.models.gemm import GemmModel
-    from dse.surrogate.gemm import model_name
+    from dse.predict.gemm_choice import model_name
 
     rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
     sel = (rows_all["engine"] == engine) & (rows_all["dtype"] == dtype)
@@ -304,7 +304,7 @@ def predict_gemm_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.D
     the bf16 model (same tensor-core rate and element size).
     """
     from dse.errors import ArtifactError, ConfigError
-    from dse.surrogate.gemm import Gemm
+    from dse.predict.gemm_choice import Gemm
 
     out = pd.DataFrame(
         {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float

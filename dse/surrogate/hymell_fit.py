@@ -3,7 +3,7 @@
 Level 3 of artifact X is fitted on the argonne end-to-end rows of `lenders("level3_rows", X)`
 (X itself, or the chip it shares compute with when X has no end-to-end measurements), each row
 priced by X's Level-1/2 models moved to the row's GPU by the roofline ratio
-(`dse.surrogate.hymell.transfer_factor`). vLLM and TensorRT-LLM are separate engines.
+(`dse.predict.pricing.transfer_factor`). vLLM and TensorRT-LLM are separate engines.
 Errors are held-out: leave-one-model-out inside `Level3.fit_arrays`.
 
     fitted = fit_levels("h100_sxm", "/path/to/data", artifact=level1_artifact)
@@ -29,7 +29,7 @@ from dse.spec.stand_ins import lenders
 from dse.surrogate.power3 import fit_power3
 
 if TYPE_CHECKING:
-    from dse.predictor import BaseCost
+    from dse.predict.request import BaseCost
     from dse.spec.hardware import GPU
 
 
@@ -104,11 +104,11 @@ def price_rows(
 ) -> tuple[GlobalInputs, dict[str, np.ndarray]]:
     """Level-1/2 costs of each row on its own GPU (artifact kernels moved there) as Level-3
     inputs, plus the kernels' prefill and decode energy per GPU (for the power calibration)."""
-    from dse.predictor import base_costs, global_inputs
+    from dse.predict.request import base_costs, global_inputs
 
     cols, _ = C.as_columns(cfg)
     parts: list[GlobalInputs] = []
-    from dse.predictor import ATTENTION_KINDS, COMM_KINDS
+    from dse.predict.request import ATTENTION_KINDS, COMM_KINDS
 
     keys = ("prefill_energy_j", "decode_energy_j", "decode_attn_energy_j", "decode_comm_energy_j")
     extra: dict[str, list[np.ndarray]] = {k: [] for k in keys}
@@ -171,7 +171,7 @@ def _route_as_one_sequence(
     """Reprice the decode MoE operators of rows `same` (in place) as one sequence's: every
     sequence routes to the same experts, so a step costs what a batch of one costs (the extra
     tokens' FLOPs are negligible at decode batch sizes), once per wave."""
-    from dse.predictor import base_costs
+    from dse.predict.request import base_costs
 
     idx = np.flatnonzero(same)
     one = {k: np.asarray(v)[idx] for k, v in cols.items()}
@@ -297,8 +297,8 @@ def level2_rows(
     """Per block: one row per vidur (model, tokens, tp) with the measured block time, the
     Level-1 time of the same operators and the Level-2 features."""
     from dse.models.level2 import LEVEL2_BLOCKS, block_features
-    from dse.ops import forward_ops
-    from dse.surrogate.hymell import HymellPricer
+    from dse.predict.ops import forward_ops
+    from dse.predict.pricing import Pricer
 
     d = layer_ops[layer_ops["gpu"].isin(gpus)]
     if d.empty:
@@ -332,7 +332,7 @@ def level2_rows(
         gpu = get_gpu(str(gname))
         # Level 1 only (no Level-2 models in the artifact passed here): one layer, prefill of
         # num_tokens single-token sequences = num_tokens rows through every operator.
-        pricer = HymellPricer(gpu, artifact, fitted_on or gpu, cols)
+        pricer = Pricer(gpu, artifact, fitted_on or gpu, cols)
         ops = forward_ops(cols, "prefill")
         cost = pricer.price(ops, "prefill")
         by_name = {op.name: op for op in ops}
@@ -495,7 +495,7 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
 def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
     """Predicted latency and energy of measured end-to-end rows with a frozen artifact (NaN where
     the model is not in the catalogue or the configuration is invalid)."""
-    from dse.predictor import predict
+    from dse.predict import predict
 
     out = pd.DataFrame(
         {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float

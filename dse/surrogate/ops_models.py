@@ -196,7 +196,7 @@ def predict_layer_op_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> 
         out.loc[rows.index[sel], "latency_pred_s"] = np.where(p["covered"], p["latency_s"], np.nan)
     gsel = ops.isin(GEMM_OPS).to_numpy()
     if gsel.any() and artifact.names("gemm"):
-        from dse.surrogate.gemm import Gemm
+        from dse.predict.gemm_choice import Gemm
 
         m, n, k = _vidur_gemm_shapes(rows[gsel])
         try:

@@ -31,7 +31,7 @@ def model_power_w(
     t = parts["ttft_s"] + parts["decode_s"]
     over = parts["pre_overhead_s"] + parts["dec_overhead_s"]
     idle = np.array([get_gpu(str(x)).idle_power_w for x in gpus])
-    # The same sum as dse.predictor.predict_columns before calibration.
+    # The same sum as dse.predict.predict_columns before calibration.
     dec_rest = (
         extra["decode_energy_j"] - extra["decode_attn_energy_j"] - extra["decode_comm_energy_j"]
     )

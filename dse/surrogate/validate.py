@@ -31,7 +31,7 @@ GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
 ARTIFACT_FALLBACK: dict[str, str] = first_lenders("artifact")
 # Kinds whose rows a GPU's artifact has no model for are priced with the sibling chip's artifact
 # (artifact GPU -> sibling GPU, dse.spec.stand_ins "collective_tables"), the result naming the model
-# in `fallback`. GEMMs borrow inside `dse.surrogate.gemm.Gemm.choose` ("gemm_tables").
+# in `fallback`. GEMMs borrow inside `dse.predict.gemm_choice.Gemm.choose` ("gemm_tables").
 SIBLING_KINDS: dict[str, dict[str, str]] = {"allreduce": first_lenders("collective_tables")}
 
 
@@ -159,7 +159,7 @@ def predict_table(
             out.loc[sub.index, "fallback"] = labels
             lent = sub.index[labels.str.contains("@", regex=False).to_numpy(bool)]
             if len(lent):  # borrowed tables: the sibling's fitted ranges bound their rows
-                from dse.surrogate.gemm import sibling_artifact
+                from dse.predict.artifacts import sibling_artifact
 
                 lender = sibling_artifact(art)  # the one Gemm(art) borrows from
                 if lender is not None:
@@ -178,7 +178,7 @@ def gemm_fallback(rows: pd.DataFrame, art: Artifact) -> pd.Series:
     """Per GEMM row, the model that prices it when it is not the row's own (engine, dtype)
     table of `art` (another engine, another dtype, or the sibling chip's: `name@gpu`), else ""."""
     from dse.models.gemm import canonical_dtype
-    from dse.surrogate.gemm import Gemm, model_name
+    from dse.predict.gemm_choice import Gemm, model_name
 
     out = pd.Series("", index=rows.index, dtype=object)
     if not {"engine", "dtype"} <= set(rows.columns):

@@ -107,7 +107,7 @@ def _calibration(t2wh: ModuleType) -> Any:
 
 
 def default_predictor() -> Predictor:
-    from dse.predictor import predict
+    from dse.predict import predict
 
     return predict
 

@@ -1,4 +1,4 @@
-"""Levels 1 and 2 of HYMELL as an operator pricer: each operator of `dse.ops.forward_ops` gets a
+"""Levels 1 and 2 of HYMELL as an operator pricer: each operator of `dse.predict.ops.forward_ops` gets a
 time and an energy from the GPU's frozen artifact, block residuals correct the sums.
 
 - Level 1: every operator kind is priced by the fitted model of the artifact that covers it
@@ -6,7 +6,7 @@ time and an energy from the GPU's frozen artifact, block residuals correct the s
   block; norms and elementwise ops by the layer-op models; all-reduce by the comm model). Where no
   fitted model exists (or no artifact at all) the operator falls back to a roofline with a launch
   floor, and the pricer records which model priced each operator (`PhaseCost.sources`). The
-  adapters live in `dse.surrogate.level1_adapters`; the roofline time of every operator is kept
+  adapters live in `dse.predict.adapters`; the roofline time of every operator is kept
   too (`PhaseCost.roof_s`), for Level 3 to weigh against the models.
 - Energy: power per operator from the artifact's power model when it has one (tabulated), else
   the roofline stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
@@ -31,10 +31,11 @@ import numpy as np
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, block_features
-from dse.ops import Op
+from dse.predict.adapters import ADAPTERS, L1Price
+from dse.predict.ops import Op
+from dse.predict.power_table import op_power_w
 from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
 from dse.spec.hardware import GPU
-from dse.surrogate.level1_adapters import ADAPTERS, L1Price, op_power_w
 
 
 # ---------------------------------------------------------------------------- roofline
@@ -216,7 +217,7 @@ def _reduce(
     return np.broadcast_to(x, (n,)) * (w.sum(axis=0) if wsum is None else wsum)
 
 
-class HymellPricer:
+class Pricer:
     """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
 
     def __init__(

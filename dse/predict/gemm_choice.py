@@ -6,8 +6,6 @@ ratio (`sibling_factor`). The fitted model itself is `dse.models.gemm.GemmModel`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,9 +13,9 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
 from dse.models.gemm import GemmModel, canonical_dtype
+from dse.predict.artifacts import sibling_artifact
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import get_gpu
-from dse.spec.stand_ins import lender
 
 
 def model_name(engine: str, dtype: str) -> str:
@@ -36,7 +34,7 @@ ENGINE_OWN_DTYPES: frozenset[str] = frozenset({"fp8", "fp8_block"})
 
 def sibling_factor(flops: Any, nbytes: Any, dtype: str, gpu: str, fitted_on: str) -> np.ndarray:
     """Time on `gpu` / time on `fitted_on` by the roofline with the launch floor (as
-    `dse.surrogate.hymell.transfer_factor`): 1 where compute-bound on chips of one peak, the
+    `dse.predict.pricing.transfer_factor`): 1 where compute-bound on chips of one peak, the
     bandwidth ratio where memory-bound."""
     dt = canonical_dtype(dtype)
     here, there = get_gpu(gpu), get_gpu(fitted_on)
@@ -44,30 +42,6 @@ def sibling_factor(flops: Any, nbytes: Any, dtype: str, gpu: str, fitted_on: str
     t_here = roofline_s(f, b, here.peak_flops_per_s(dt), here.hbm_bw_bytes_per_s) + LAUNCH_S
     t_there = roofline_s(f, b, there.peak_flops_per_s(dt), there.hbm_bw_bytes_per_s) + LAUNCH_S
     return t_here / t_there
-
-
-@cache
-def _sibling_at(folder: str, stamp: int) -> Artifact | None:
-    """The artifact in `folder` (None if absent or unreadable); `stamp` (the manifest's mtime)
-    keys the cache so a refitted folder is read again."""
-    try:
-        return Artifact.load(Path(folder))
-    except ArtifactError:
-        return None
-
-
-def sibling_artifact(artifact: Artifact) -> Artifact | None:
-    """The artifact of `artifact`'s sibling chip (dse.spec.stand_ins "gemm_tables") stored next to it,
-    or None."""
-    name = lender("gemm_tables", artifact.gpu)
-    if not name or artifact.path is None:
-        return None
-    folder = Path(artifact.path).parent / name
-    try:
-        stamp = (folder / "manifest.json").stat().st_mtime_ns
-    except OSError:
-        return None
-    return _sibling_at(str(folder), stamp)
 
 
 @dataclass(frozen=True)

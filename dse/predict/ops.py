@@ -74,7 +74,7 @@ def forward_ops(
     prefill: batch_size sequences of prompt_tokens new tokens (causal attention).
     decode: one new token per sequence attending to `kv_len` cached tokens (default prompt_tokens).
     `stratum`: the decode quadrature's stratum of each KV length (broadcast like kv_len;
-    `dse.predictor.node_strata`), passed to the decode-attention model with its shape.
+    `dse.predict.request.node_strata`), passed to the decode-attention model with its shape.
     """
     b = cols["batch_size"].astype(float)
     tp = cols["tensor_parallel"].astype(float)

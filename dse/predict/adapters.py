@@ -1,4 +1,4 @@
-"""Level-1 adapters: price `dse.ops.Op`s with the fitted operator models of an artifact.
+"""Level-1 adapters: price `dse.predict.ops.Op`s with the fitted operator models of an artifact.
 
 Each adapter takes (artifact, op, gpu) and returns an `L1Price` (seconds per call, optional
 board power, out-of-range flags, model name), or None when the artifact has no model for the
@@ -6,9 +6,9 @@ operator (the pricer then uses the roofline and says so). `ADAPTERS` at the end 
 maps each `Op.kind` to its adapter (an explicit table; nothing registers on import). Two things keep them fast on batches of 10^5 configurations:
 
 - shapes repeat (a sweep draws from grids): each model is evaluated once per distinct shape
-  (`unique_rows`) and the results are scattered back;
+  (`dse.predict._rows.unique_rows`) and the results are scattered back;
 - power is read from a bilinear table of the artifact's power model over the utilisations
-  (`PowerTable`), not by running its MLP once per operator call.
+  (`dse.predict.power_table.PowerTable`), not by running its MLP once per operator call.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import numpy as np
 
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
-from dse.ops import Op
+from dse.predict._rows import Groups, at_rows, column_blocks, dedupe, evaluate_rows, row_blocks
+from dse.predict.ops import Op
+from dse.predict.power_table import op_power_w, power_table
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import GPU
 
@@ -45,231 +47,6 @@ class L1Price:
 Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
-POWER_GRID = 97  # points per axis of the power table (sqrt-spaced utilisation)
-UTIL_MAX = 1.5  # the power model clips utilisations here too
-
-
-# ---------------------------------------------------------------------------- shared helpers
-# Rows per call of a kernel model: its feature matrix (~16 float64 columns) stays in cache
-# (a 5 x 10^5-row feature matrix built at once is 3x slower to write than in blocks).
-BLOCK_ROWS = 16384
-
-
-def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(flat index of one row per distinct row, inverse index) of integral columns that
-    broadcast together (e.g. (n,) and (k, n)), or None when deduplication would not pay (most
-    rows distinct) or the values are negative or do not pack into 63 bits."""
-    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
-    n = int(np.prod(shape))
-    if n < 64:
-        return None
-    arrays = [np.asarray(c) for c in cols]
-    if any(a.min() < 0 for a in arrays):
-        return None
-    import pandas as pd  # hash-based factorize: O(n), where np.unique sorts
-
-    if n > 20_000:
-        # A sample that is almost all distinct means the batch is too: skip the full pass.
-        idx = np.unravel_index(np.arange(0, n, n // 4000), shape)
-        h = np.zeros(len(idx[0]), dtype=np.uint64)
-        for i, a in enumerate(arrays):  # a multiplicative hash of each sampled row (wraps)
-            h = h * np.uint64(0x9E3779B97F4A7C15 + 2 * i) + at_rows(a, shape, idx).astype(np.uint64)
-        if len(pd.unique(h)) > 0.97 * len(h):
-            return None
-    key = np.zeros(shape, dtype=np.int64)
-    used = 0
-    for a in arrays:
-        bits = max(int(a.max()).bit_length(), 1)
-        used += bits
-        if used > 63:
-            return None
-        key <<= bits
-        key |= a.astype(np.int64, copy=False)
-    key = key.reshape(-1)
-    if used <= 20:  # small key space: direct addressing beats hashing
-        present = np.zeros(1 << used, dtype=bool)
-        present[key] = True
-        ranks = np.cumsum(present, dtype=np.int64) - 1
-        codes, n_uniq = ranks[key], int(ranks[-1]) + 1
-    else:
-        codes, uniq = pd.factorize(key, sort=False)
-        n_uniq = len(uniq)
-    if n_uniq > 0.5 * n:
-        return None
-    rep = np.empty(n_uniq, dtype=np.intp)
-    rep[codes] = np.arange(n)  # one (the last) row of each distinct key
-    return rep, codes
-
-
-def dedupe(
-    fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray, rows: bool = False
-) -> dict[str, np.ndarray]:
-    """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' (broadcast)
-    shape. With rows=True fn gets the flat row indices it evaluates first: fn(index, *cols)."""
-    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
-    u = unique_rows(*cols)
-    if u is None:
-        args = tuple(np.broadcast_to(np.asarray(c), shape).ravel() for c in cols)
-        out = fn(np.arange(int(np.prod(shape))), *args) if rows else fn(*args)
-        return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
-    rep, inverse = u
-    idx = np.unravel_index(rep, shape)
-    args = tuple(np.broadcast_to(np.asarray(c), shape)[idx] for c in cols)
-    out = fn(rep, *args) if rows else fn(*args)
-    return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
-
-
-@dataclass(frozen=True)
-class Groups:
-    """Rows with equal keys: flat index of one row per group and each row's group (both None
-    when every row is evaluated: deduplication would not pay)."""
-
-    rows: np.ndarray | None
-    inverse: np.ndarray | None
-
-    @classmethod
-    def of(cls, keys: list[np.ndarray]) -> Groups:
-        u = unique_rows(*keys)
-        return cls(None, None) if u is None else cls(u[0], u[1])
-
-
-def evaluate_rows(
-    fn: Callable[[tuple[np.ndarray, ...]], dict[str, np.ndarray]],
-    keys: list[np.ndarray] | Groups,
-    shape: tuple[int, ...],
-    block: int | None = BLOCK_ROWS,
-) -> dict[str, np.ndarray]:
-    """fn evaluated once per distinct row of the integral `keys` (each broadcastable to
-    `shape`; or their `Groups`), in blocks of `block` rows (None: all at once); fn gets the
-    rows as an index tuple into `shape` and returns 1-D arrays, which come back scattered to
-    every row, in `shape`."""
-    g = keys if isinstance(keys, Groups) else Groups.of(keys)
-    size = int(np.prod(shape))
-    m = size if g.rows is None else len(g.rows)
-    step = max(m, 1) if block is None else block
-    parts: list[dict[str, np.ndarray]] = []
-    for s in range(0, max(m, 1), step):
-        r = np.arange(s, min(s + step, m)) if g.rows is None else g.rows[s : s + step]
-        parts.append(fn(np.unravel_index(r, shape)))
-    out = {
-        k: np.concatenate([np.asarray(p[k]) for p in parts]) if len(parts) > 1 else parts[0][k]
-        for k in parts[0]
-    }
-    if g.inverse is not None:
-        out = {k: np.asarray(v)[g.inverse] for k, v in out.items()}
-    return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
-
-
-def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...]) -> np.ndarray:
-    """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy)."""
-    a = np.asarray(v)
-    if a.shape == shape:
-        return a[idx]
-    if a.ndim == 1 and len(shape) > 1 and a.shape[0] == shape[-1]:  # (n,) over (k, n)
-        return a[idx[-1]]
-    return np.broadcast_to(a, shape)[idx]
-
-
-class PowerTable:
-    """The artifact's power fraction f(compute_util, memory_util) tabulated on a grid that is
-    uniform in sqrt(utilisation) (where the model is curved), read back bilinearly."""
-
-    def __init__(self, model: Any) -> None:
-        s = np.linspace(0.0, np.sqrt(UTIL_MAX), POWER_GRID)
-        uc, um = np.meshgrid(s**2, s**2, indexing="ij")
-        self.step = s[1]
-        self.table = model.fraction(uc.ravel(), um.ravel()).reshape(uc.shape)
-        # Per grid cell, the bilinear coefficients f = c0 + c1 fy + fx (c2 + c3 fy), float32
-        # (a power fraction needs no more; half the memory traffic of the gathers).
-        t = self.table.astype(np.float32)
-        v00, v01, v10, v11 = t[:-1, :-1], t[:-1, 1:], t[1:, :-1], t[1:, 1:]
-        self.cells = tuple(
-            np.ascontiguousarray(c).ravel()
-            for c in (v00, v01 - v00, v10 - v00, v11 - v10 - v01 + v00)
-        )
-
-    def fraction(self, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
-        last = np.float32(POWER_GRID - 2)  # index of the last cell along each axis
-        inv = np.float32(1.0 / self.step)
-        # Grid coordinates in float32, in place (every step is one pass over the rows).
-        x = np.array(compute_util, dtype=np.float32)
-        y = np.array(memory_util, dtype=np.float32)
-        for a in (x, y):
-            np.clip(a, 0.0, UTIL_MAX, out=a)
-            np.sqrt(a, out=a)
-            a *= inv
-        xf = np.minimum(np.floor(x), last)
-        yf = np.minimum(np.floor(y), last)
-        x -= xf  # fractional position inside the cell
-        y -= yf
-        xf *= last + 1  # flat cell index, exact in float32 (< 2^24)
-        xf += yf
-        k = xf.astype(np.intp)
-        c0, c1, c2, c3 = self.cells
-        r = c3.take(k)
-        r *= y
-        r += c2.take(k)
-        r *= x
-        c = c1.take(k)
-        c *= y
-        r += c
-        r += c0.take(k)
-        return r.astype(np.float64)
-
-    def power_w(self, gpu: GPU, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
-        span = gpu.board_power_w - gpu.idle_power_w
-        return gpu.idle_power_w + span * self.fraction(compute_util, memory_util)
-
-
-_TABLES: dict[tuple[int, str], PowerTable | None] = {}
-
-
-def power_table(artifact: Artifact) -> PowerTable | None:
-    """The artifact's power model as a table (built once per loaded artifact), or None."""
-    key = (id(artifact), artifact.artifact_id)
-    if key not in _TABLES:
-        names = artifact.names("power")
-        _TABLES[key] = PowerTable(artifact.model(names[0])) if names else None
-    return _TABLES[key]
-
-
-def op_power_w(
-    artifact: Artifact,
-    op: Op,
-    gpu: GPU,
-    latency_s: np.ndarray,
-    peak: Any = None,
-    groups: Groups | None = None,
-) -> np.ndarray | None:
-    """Board power of an operator at the utilisations its FLOPs and bytes imply over latency_s.
-
-    `groups`: rows known to share latency_s; where FLOPs and bytes agree within every group
-    too, the table is read once per group (same numbers, a tenth of the work on a sweep)."""
-    table = power_table(artifact)
-    if table is None:
-        return None
-    peak = gpu.peak_bf16_flops_per_s if peak is None else peak
-    shape = np.shape(latency_s)
-    if groups is not None and groups.rows is not None:
-        idx = np.unravel_index(groups.rows, shape)
-        f, b = at_rows(op.flops, shape, idx), at_rows(op.bytes, shape, idx)
-        inv = groups.inverse.reshape(shape)
-        if np.array_equal(f[inv], np.broadcast_to(op.flops, shape)) and np.array_equal(
-            b[inv], np.broadcast_to(op.bytes, shape)
-        ):
-            return _power_w(table, gpu, f, b, latency_s[idx], peak)[inv]
-    return _power_w(table, gpu, op.flops, op.bytes, latency_s, peak)
-
-
-def _power_w(
-    table: PowerTable, gpu: GPU, flops: Any, nbytes: Any, latency_s: np.ndarray, peak: float
-) -> np.ndarray:
-    inv_t = 1.0 / np.maximum(latency_s, 1e-12)
-    uc = flops * inv_t
-    uc *= 1.0 / peak
-    um = nbytes * inv_t
-    um *= 1.0 / gpu.hbm_bw_bytes_per_s
-    return table.power_w(gpu, uc, um)
 
 
 # ---------------------------------------------------------------------------- GEMM
@@ -278,7 +55,7 @@ def price_gemm(
 ) -> L1Price | None:
     """GEMMs by (m, n, k, dtype) with the artifact's GEMM models (vLLM tables by default); a
     dtype the artifact has no table for is priced with the sibling chip's table where it has
-    one (`dse.surrogate.gemm.Gemm.choose`: H200 per-tensor fp8 by H100's, times moved by the
+    one (`dse.predict.gemm_choice.Gemm.choose`: H200 per-tensor fp8 by H100's, times moved by the
     roofline ratio), and the model name then carries `@<sibling gpu>`.
 
     A GEMM wider than the table's n (an LM head of Llama-3's 128,256 vocabulary against
@@ -288,7 +65,7 @@ def price_gemm(
     `row_blocks` GEMMs of equal height the same way."""
     if not artifact.names("gemm"):
         return None
-    from dse.surrogate.gemm import Gemm, borrowed
+    from dse.predict.gemm_choice import Gemm, borrowed
 
     g = Gemm(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
@@ -328,25 +105,6 @@ def price_gemm(
             oor[sel] |= miss.outside
         used.append(ch.label)
     return L1Price(lat, power, oor, "+".join(used), misses)
-
-
-# Column blocks of a GEMM wider than its table are rounded up to this many columns (a tile).
-BLOCK_COLUMNS = 128
-
-
-def column_blocks(n: np.ndarray, n_max: float) -> tuple[np.ndarray, np.ndarray]:
-    """(blocks, columns per block) pricing an (m, n, k) GEMM as `blocks` GEMMs of
-    (m, columns, k) inside a table of n <= n_max: ceil(n / n_max) equal blocks, each rounded up
-    to a multiple of BLOCK_COLUMNS (never above n_max when n_max is one); one block of n
-    columns where n <= n_max, so those GEMMs are priced exactly as before."""
-    n = np.asarray(n, dtype=float)
-    if not np.isfinite(n_max) or n_max <= 0 or not (n > n_max).any():
-        return np.ones_like(n), n
-    blocks = np.maximum(np.ceil(n / n_max), 1.0)
-    cols = np.ceil(n / blocks / BLOCK_COLUMNS) * BLOCK_COLUMNS
-    cols = np.minimum(cols, max(np.floor(n_max / BLOCK_COLUMNS) * BLOCK_COLUMNS, BLOCK_COLUMNS))
-    wide = n > n_max
-    return np.where(wide, blocks, 1.0), np.where(wide, cols, n)
 
 
 def _put_miss(
@@ -395,7 +153,7 @@ def _gemm_call(
 
 
 # ---------------------------------------------------------------------------- layer operators
-# dse.ops operator name -> vidur operator the layer-op model was fitted on.
+# dse.predict.ops operator name -> vidur operator the layer-op model was fitted on.
 LAYER_OP_OF: dict[str, str] = {
     "norm/input": "input_layernorm",
     "norm/post_attention": "post_attention_layernorm",
@@ -510,15 +268,6 @@ def _layer_row_blocks(
     if e.max() <= rng["elements"][1]:
         return None
     return row_blocks(e, rng["elements"][1])
-
-
-def row_blocks(size: np.ndarray, size_max: float) -> np.ndarray:
-    """How many equal row blocks bring `size` (tokens, or elements) inside a measured maximum:
-    ceil(size / size_max), 1 where it is inside already."""
-    size = np.asarray(size, dtype=float)
-    if not np.isfinite(size_max) or size_max <= 0:
-        return np.ones_like(size)
-    return np.maximum(np.ceil(size / size_max * (1 - 1e-12)), 1.0)
 
 
 def _any_outside(misses: Mapping[str, RangeMiss], shape: tuple[int, ...]) -> np.ndarray:
@@ -759,7 +508,7 @@ def price_allreduce(
 
 
 # Op.kind -> the adapter that prices operators of that kind from an artifact (an explicit table:
-# dse.surrogate.hymell.HymellPricer reads it; an adapter returning None leaves the roofline).
+# dse.predict.pricing.Pricer reads it; an adapter returning None leaves the roofline).
 ADAPTERS: dict[str, Level1Adapter] = {
     "gemm": price_gemm,
     "elementwise": price_layer_op,
