@@ -55,8 +55,8 @@ def _pct(x: float) -> str:
 def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
     """`dse.predict.predict` energy in each row's scope, or None with the reason."""
     try:
+        from dse.fitting.level3 import as_measured_energy
         from dse.predict import load_artifact, predict
-        from dse.surrogate.hymell_fit import as_measured_energy
     except Exception as exc:  # the predictor is another module's work in progress
         return None, f"dse.predict not importable ({type(exc).__name__})"
     out = np.full(len(cv), np.nan)

@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 
 from dse.data import load
+from dse.fitting.allreduce import allreduce_groups
 from dse.models.artifact import Artifact
 from dse.models.gemm import gemm_work
 from dse.models.moe import moe_inputs
 from dse.predict.gemm_choice import Gemm, sibling_factor
 from dse.predict.pricing import LAUNCH_S
 from dse.spec.hardware import get_gpu
-from dse.surrogate.ops_models import allreduce_groups
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:

@@ -21,14 +21,10 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dse.fitting.gemm import cross_validate_gemm, gemm_rows, weight_shape_groups
+from dse.fitting.power import fit_power_family
+from dse.fitting.run import FitContext
 from dse.models.gemm import GemmModel
-from dse.surrogate.fit import (
-    FitContext,
-    cross_validate_gemm,
-    fit_power_family,
-    gemm_rows,
-    weight_shape_groups,
-)
 
 
 def parse_variant(text: str) -> dict[str, float | int]:

@@ -29,15 +29,10 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dse.fitting.gemm import cross_validate_gemm, gemm_rows, weight_shape_groups
+from dse.fitting.power import fit_power_family, power_rows
+from dse.fitting.run import FitContext
 from dse.models.gemm import GemmModel
-from dse.surrogate.fit import (
-    FitContext,
-    cross_validate_gemm,
-    fit_power_family,
-    gemm_rows,
-    power_rows,
-    weight_shape_groups,
-)
 
 GPU = "h200_sxm"
 SHORT_S = 1e-4  # the collector loops ~0.3 s below this duration per call, ~1 s above

@@ -44,7 +44,7 @@ SECTION = "## Predictor speed"
 # the shipped h100_sxm artifact; update with the code).
 NOTES = [
     "How the predictor gets there (`dse/predict/request.py`, `dse/predict/pricing.py`,",
-    "`level1_adapters.py`, `nn.py`):",
+    "`dse/predict/adapters.py`, `dse/models/_nn.py`):",
     "",
     "- Each Level-1 model runs once per distinct operator shape over the batch and the 5",
     "  quadrature nodes (integer keys packed and hashed; a 4000-row sample decides first whether",

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import os
 
-from dse.models import _base
-
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -52,11 +50,12 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
+from dse.fitting import attention, moe
+from dse.fitting import cv as U
+from dse.models import _base
 from dse.models import moe as M
 from dse.models._hybrid import fit_residual_ensemble
 from dse.models.attention import attention_inputs
-from dse.surrogate import _fitutil as U
-from dse.surrogate import ops_models as O
 
 GPU = "h100_sxm"
 HIDDEN = (64, 64, 64)
@@ -148,7 +147,7 @@ def _moe_fold(task: tuple) -> tuple[np.ndarray, dict[str, np.ndarray]]:
                 got["one MLP per table"] + got["boosted trees"]
             )
         if mode == "moe-bag":  # 1-3 members: seeds alone, or each on 80% of the shapes too
-            shapes = U.group_labels(a, O.MOE_SHAPE_GROUP)
+            shapes = U.group_labels(a, moe.MOE_SHAPE_GROUP)
             uniq = np.unique(shapes)
             seeded, bagged = [one], []  # seed 0 on every shape: the MLP above
             for m in range(3):
@@ -186,10 +185,10 @@ def _moe_oof(
     """Out-of-fold log predictions of every variant over the rows of (gpus, dtypes)."""
     rows = _moe_rows(args.data, gpus, dtypes)
     if args.mode == "moe-pool":  # one label per layer shape: held out of every pooled table
-        shape = rows[list(O.MOE_SHAPE_GROUP)].astype(str).agg("|".join, axis=1)
+        shape = rows[list(moe.MOE_SHAPE_GROUP)].astype(str).agg("|".join, axis=1)
         labels = pd.factorize(shape, sort=True)[0]
     else:  # one table: its own labels, as benchmarks/level1_ops_cv.py
-        labels = U.group_labels(rows, O.MOE_SHAPE_GROUP)
+        labels = U.group_labels(rows, moe.MOE_SHAPE_GROUP)
     opts = {"max_iter": args.max_iter, "hidden": tuple(int(h) for h in args.hidden.split("x"))}
     tasks = [
         (args.mode, args.data, gpus, dtypes, np.flatnonzero(f), opts)
@@ -250,7 +249,7 @@ def _curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, int], np.nda
     Xa, ba, model = _moe_features(tr, GPU, dtype)
     Xb, bb, _ = _moe_features(rows[te], GPU, dtype, model)
     ya = np.log(tr["latency_s"].to_numpy(float) / ba)
-    shapes = U.group_labels(tr, O.MOE_SHAPE_GROUP)
+    shapes = U.group_labels(tr, moe.MOE_SHAPE_GROUP)
     uniq = np.unique(shapes)
     out = {(1.0, 0): np.log(bb) + _mlp(Xa, ya).predict(Xb)}
     for frac in CURVE_FRACTIONS:
@@ -306,7 +305,7 @@ def run_curve(args: argparse.Namespace) -> None:
     _curve_header(4.0)
     for dtype in args.dtypes:
         rows = _moe_rows(args.data, [GPU], [dtype])
-        labels = U.group_labels(rows, O.MOE_SHAPE_GROUP)
+        labels = U.group_labels(rows, moe.MOE_SHAPE_GROUP)
         tasks = [
             (args.data, dtype, np.flatnonzero(f))
             for f in U.group_folds(labels, args.folds, args.seed)
@@ -329,8 +328,8 @@ def _attention_curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, in
     te = np.zeros(len(rows), bool)
     te[te_idx] = True
     tr = rows[~te]
-    cls = O.ATTENTION_CLASSES[kind]
-    configs = U.group_labels(tr, O.HEAD_GROUP)
+    cls = attention.ATTENTION_CLASSES[kind]
+    configs = U.group_labels(tr, attention.HEAD_GROUP)
     uniq = np.unique(configs)
     out = {}
     for frac in (*CURVE_FRACTIONS, 1.0):
@@ -345,7 +344,7 @@ def _attention_curve_fold(task: tuple) -> tuple[np.ndarray, dict[tuple[float, in
 def run_attention_curve(args: argparse.Namespace) -> None:
     t = _table(args.data, args.kind)
     rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
-    labels = U.group_labels(rows, O.HEAD_GROUP)
+    labels = U.group_labels(rows, attention.HEAD_GROUP)
     tasks = [
         (args.data, args.kind, args.engine, np.flatnonzero(f))
         for f in U.group_folds(labels, args.folds, args.seed)
@@ -367,7 +366,7 @@ def _attention_rows_features(
 
     m = model
     if m is None:
-        m = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
+        m = attention.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine)
         m.feature_set_ = feature_set or feature_set_for(GPU, m.phase, engine)
     y = None if model else rows["latency_s"].to_numpy(float)
     out, X = m.design(m._inputs(attention_inputs(rows)), y)
@@ -405,11 +404,13 @@ def run_attention_pool(args: argparse.Namespace) -> None:
     (`U.group_folds` of the vLLM rows); one measured by TensorRT-LLM alone gets a seeded fold."""
     t = _table(args.data, args.kind)
     rows = t[t["gpu"] == GPU].reset_index(drop=True)
-    key = rows[list(O.HEAD_GROUP)].astype(str).agg("|".join, axis=1).to_numpy()
+    key = rows[list(attention.HEAD_GROUP)].astype(str).agg("|".join, axis=1).to_numpy()
     is_vllm = (rows["engine"] == "vllm").to_numpy()
     vl = rows[is_vllm].reset_index(drop=True)
     fold_of: dict[str, int] = {}
-    for f, m in enumerate(U.group_folds(U.group_labels(vl, O.HEAD_GROUP), args.folds, args.seed)):
+    for f, m in enumerate(
+        U.group_folds(U.group_labels(vl, attention.HEAD_GROUP), args.folds, args.seed)
+    ):
         fold_of.update(dict.fromkeys(np.unique(key[is_vllm][m]), f))
     rng = np.random.default_rng(args.seed + 5)
     for k in np.unique(key):
@@ -437,7 +438,7 @@ def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
     rows = t[(t["gpu"] == GPU) & (t["engine"] == engine)].reset_index(drop=True)
     te = np.zeros(len(rows), bool)
     te[te_idx] = True
-    model = O.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine, seed=0).fit(rows[~te])
+    model = attention.ATTENTION_CLASSES[kind](gpu=GPU, engine=engine, seed=0).fit(rows[~te])
     return te_idx, model.predict(**attention_inputs(rows[te]))["latency_s"]
 
 
@@ -446,14 +447,14 @@ def run_attention(args: argparse.Namespace) -> None:
     configuration's median log error is taken out (an oracle: the level no fit can know)."""
     t = _table(args.data, args.kind)
     rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
-    folds = U.group_folds(U.group_labels(rows, O.HEAD_GROUP), args.folds, args.seed)
+    folds = U.group_folds(U.group_labels(rows, attention.HEAD_GROUP), args.folds, args.seed)
     pred = np.full(len(rows), np.nan)
     tasks = [(args.data, args.kind, args.engine, np.flatnonzero(f)) for f in folds]
     with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
         for idx, p in ex.map(_attention_fold, tasks):
             pred[idx] = p
     err = np.log(pred / rows["latency_s"].to_numpy(float))
-    cfg = U.group_labels(rows, O.HEAD_GROUP)
+    cfg = U.group_labels(rows, attention.HEAD_GROUP)
     level = pd.Series(err).groupby(cfg).transform("median").to_numpy()
 
     def mape(e: np.ndarray) -> float:
@@ -538,7 +539,7 @@ def run_attention_swap(args: argparse.Namespace) -> None:
     t = _table(args.data, args.kind)
     rows = t[(t["gpu"] == GPU) & (t["engine"] == args.engine)].reset_index(drop=True)
     length = "isl" if args.kind == "context_attention" else "kv_len"
-    cols = list(O.HEAD_GROUP) if args.grouping == "shape" else ["batch_size", length]
+    cols = list(attention.HEAD_GROUP) if args.grouping == "shape" else ["batch_size", length]
     folds = U.group_folds(U.group_labels(rows, cols), args.folds, 0)
     tasks = [
         (args.data, args.kind, args.engine, np.flatnonzero(f), args.members, args.seed)
@@ -579,7 +580,9 @@ def main() -> None:
     ap.add_argument("--gpus", nargs="+", default=[GPU], help="moe-pool: tables pooled")
     ap.add_argument("--max-iter", type=int, default=300, help="moe-pool: epochs of the pool")
     ap.add_argument("--hidden", default="64x64x64", help="moe-pool: the pooled MLP's layers")
-    ap.add_argument("--kind", default="context_attention", choices=tuple(O.ATTENTION_CLASSES))
+    ap.add_argument(
+        "--kind", default="context_attention", choices=tuple(attention.ATTENTION_CLASSES)
+    )
     ap.add_argument("--engine", default="vllm")
     ap.add_argument("--pool-rows", type=int, default=60000, help="attention-pool: rows a fit")
     ap.add_argument("--folds", type=int, default=5)

@@ -63,7 +63,7 @@ NOTES = [
     "costs ~1/6 of five calls, the stacked layer-op call ~2/3 of six, results bit-identical;",
     "with the adapter work saved too, roughly 3-4 ms of the ~12), i.e. a pricing pass in",
     "`dse.predict.pricing` /",
-    "`level1_adapters` that groups operators by adapter before calling it. Those two files carry",
+    "`dse.predict.adapters` that groups operators by adapter before calling it. Those two files carry",
     "the out-of-range work of the same issue, under way in parallel; the grouping is the next",
     "step once it has landed. The 53 ms of the issue was not reproduced: the same call took",
     "12.7-14.8 ms of CPU here before this work.",

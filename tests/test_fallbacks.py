@@ -127,7 +127,7 @@ def test_sibling_borrowing_measured_on_the_share(data_dir: Path) -> None:
 def test_validate_names_the_borrowed_allreduce_model(data_dir: Path) -> None:
     """H200 all-reduce rows whose model the H200 artifact lacks are priced by H100's (same
     NVLink and NVSwitch) and the result says so; an artifact with its own model is untouched."""
-    from dse.surrogate.validate import validate
+    from dse.fitting.validate import validate
 
     h100, h200 = Artifact.load("h100_sxm"), Artifact.load("h200_sxm")
     kw = {"gpus": ["h200_sxm"], "kinds": ["allreduce"]}
@@ -150,7 +150,7 @@ def test_validate_names_the_borrowed_allreduce_model(data_dir: Path) -> None:
 def test_validate_names_a_gemm_priced_by_another_table(data_dir: Path, tmp_path: Path) -> None:
     """A surrogates folder whose H200 artifact lacks the bf16 table prices H200 bf16 GEMMs with
     the H100 table stored next to it, and `dse validate` names it."""
-    from dse.surrogate.validate import validate
+    from dse.fitting.validate import validate
 
     h100, h200 = Artifact.load("h100_sxm"), Artifact.load("h200_sxm")
     _without(h200, "gemm.vllm.bfloat16").save(tmp_path / "h200_sxm")

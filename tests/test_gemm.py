@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError, ConfigError
+from dse.fitting.cv import mape_pct
 from dse.models.artifact import Artifact
 from dse.models.gemm import (
     REGIMES,
@@ -20,7 +21,6 @@ from dse.models.gemm import (
 )
 from dse.predict.gemm_choice import Gemm
 from dse.spec.hardware import get_gpu, gpu_names
-from dse.surrogate.fit import mape_pct
 
 
 def test_gemm_work_by_hand() -> None:

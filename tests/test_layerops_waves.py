@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dse.fitting import layer_ops as O
 from dse.models import _base
 from dse.models.artifact import Artifact
 from dse.models.layer_ops import LayerOpModel, _wave_split, layer_op_inputs
-from dse.surrogate import ops_models as O
 
 # Llama-2-7B's shape (d_model 4096, the only gated 4096-wide model in vidur's H100 rows)
 LLAMA2_7B = {"d_model": 4096.0, "n_heads": 32.0, "n_kv_heads": 32.0, "d_ff": 11008.0}

@@ -53,7 +53,7 @@ def test_gqa_excess_is_zero_for_multi_head_attention() -> None:
 def test_ttft_rows_attach_to_their_end_to_end_run_only() -> None:
     import pandas as pd
 
-    from dse.surrogate.hymell_fit import ttft_of_runs
+    from dse.fitting.e2e_rows import ttft_of_runs
 
     run = dict(gpu="h100_sxm", engine="vllm", model="m", n_gpus=1)
     kept = pd.DataFrame(
@@ -117,8 +117,8 @@ def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None
 
 def test_validate_scores_fig22_ttft_rows(data_dir) -> None:  # type: ignore[no-untyped-def]
     from dse.data import load
+    from dse.fitting.level3 import _family_predict_rows
     from dse.predict import load_artifact
-    from dse.surrogate.hymell_fit import _family_predict_rows
 
     art, _ = load_artifact("h100_sxm")
     if art is None:
@@ -142,7 +142,7 @@ def test_trtllm_argonne_moe_decode_is_priced_as_one_sequence_per_step() -> None:
     sequence routes to the same experts, so a decode step reads top_k experts, not ~all."""
     import pandas as pd
 
-    from dse.surrogate.hymell_fit import e2e_configs, price_rows
+    from dse.fitting.e2e_rows import e2e_configs, price_rows
 
     rows = pd.DataFrame(
         {
@@ -301,8 +301,8 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
     end after prefill): e2e_configs drops it, and keeps the same length for a longer context."""
     import pandas as pd
 
+    from dse.fitting.e2e_rows import beyond_context, e2e_configs
     from dse.spec.catalogue import context_tokens
-    from dse.surrogate.hymell_fit import beyond_context, e2e_configs
 
     assert context_tokens("huggyllama/llama-7b") == 2048
     assert context_tokens("meta-llama/Llama-2-7b-hf") == 4096
@@ -327,8 +327,8 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
 def test_gh200_is_priced_with_the_h200_artifact() -> None:
     """GH200 (the Hopper die of H100 / H200) has no measurements of its own to fit: the
     predictor and dse validate use the h200_sxm artifact, scaled to GH200's bandwidth."""
+    from dse.fitting.validate import ARTIFACT_FALLBACK
     from dse.predict import load_artifact
-    from dse.surrogate.validate import ARTIFACT_FALLBACK
 
     art, name = load_artifact("gh200")
     if art is None:

@@ -21,7 +21,7 @@ def _argonne_configs(data_dir: Path):  # pandas frames: (configurations, rows ke
     import pandas as pd
 
     from dse.data._argonne import read_argonne
-    from dse.surrogate.hymell_fit import e2e_configs
+    from dse.fitting.e2e_rows import e2e_configs
 
     tables = read_argonne(data_dir)
     if not tables:

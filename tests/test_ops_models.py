@@ -10,6 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dse.fitting import allreduce, attention, moe, reductions
+from dse.fitting import cv as U
+from dse.fitting import layer_ops as O
+from dse.fitting.families import families
 from dse.models import _base, _curves, model_class
 from dse.models.allreduce import AllReduceModel
 from dse.models.artifact import Artifact, FittedModel
@@ -17,9 +21,6 @@ from dse.models.attention import ContextAttentionModel, GenerationAttentionModel
 from dse.models.layer_ops import KERNEL_SPLIT_TOKENS, LAYER_OPS, LayerOpModel, layer_op_inputs
 from dse.models.moe import MoEModel, moe_inputs, skew_of
 from dse.models.reductions import ReductionOpModel
-from dse.surrogate import _fitutil as U
-from dse.surrogate import ops_models as O
-from dse.surrogate.fit import families
 
 FAST = {"max_rows": 2500, "max_iter": 40}  # small MLP fits: seconds, still well above roofline
 
@@ -233,12 +234,12 @@ def test_reduction_ops_fit_and_transfer(tables):
 # ---------------------------------------------------------------------------- all-reduce
 @pytest.fixture(scope="module")
 def h100_nccl(tables) -> pd.DataFrame:
-    return O.allreduce_groups(tables["allreduce"], "h100_sxm")["allreduce.nccl.nccl"]
+    return allreduce.allreduce_groups(tables["allreduce"], "h100_sxm")["allreduce.nccl.nccl"]
 
 
 def test_allreduce_held_out_sizes_beat_roofline(h100_nccl):
     rows = h100_nccl
-    octv = O.size_octaves(rows)
+    octv = allreduce.size_octaves(rows)
     held = np.isin(octv, [14, 20, 24])
     m = AllReduceModel("h100_sxm", "nccl.nccl").fit(rows[~held])
     te = rows[held]
@@ -274,8 +275,10 @@ def test_allreduce_parts_monotone_interpolated_and_round_trip(h100_nccl):
 def test_allreduce_vllm_custom_regime_switches_held_out(tables):
     # vLLM's custom all-reduce hands messages of 8 MiB and more to NCCL (A100: 25 us at 4 MiB,
     # 90 us at 8 MiB on 2 GPUs): either size held out is read from its own side of the switch
-    rows = O.allreduce_groups(tables["allreduce"], "a100_sxm")["allreduce.vllm.custom.vllm_graph"]
-    octave = O.size_octaves(rows)
+    rows = allreduce.allreduce_groups(tables["allreduce"], "a100_sxm")[
+        "allreduce.vllm.custom.vllm_graph"
+    ]
+    octave = allreduce.size_octaves(rows)
     for held in (22, 23):
         m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows[octave != held])
         te = rows[octave == held]
@@ -296,7 +299,7 @@ def test_allreduce_vllm_custom_regime_switches_held_out(tables):
 def test_allreduce_extrapolates_past_the_largest_message_at_the_marginal_rate(h100_nccl):
     # H100 NCCL, 2-8 GPUs: 256 -> 512 MiB takes 1.91x; fitted up to 256 MiB, the 512 MiB rows
     # are predicted within 2% (the average rate at 256 MiB would give ~+4%)
-    octave = O.size_octaves(h100_nccl)
+    octave = allreduce.size_octaves(h100_nccl)
     last = octave == octave.max()
     m = AllReduceModel("h100_sxm", "nccl.nccl").fit(h100_nccl[~last])
     te = h100_nccl[last]
@@ -308,7 +311,7 @@ def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
     # message_bytes is bytes for every table (aiconfigurator counts elements; dse.data converts):
     # the float16 and int8 NCCL models agree on the time of one large payload in bytes, and a
     # bf16 residual stream (tokens x d_model x 2 bytes, as dse.predict.ops sizes it) runs near NVLink rate.
-    groups = O.allreduce_groups(tables["allreduce"], "h100_sxm")
+    groups = allreduce.allreduce_groups(tables["allreduce"], "h100_sxm")
     half = AllReduceModel("h100_sxm", "nccl.nccl").fit(groups["allreduce.nccl.nccl"])
     i8 = AllReduceModel("h100_sxm", "nccl.nccl.int8").fit(groups["allreduce.nccl.nccl.int8"])
     b = np.array([64.0, 128.0, 256.0]) * 2**20
@@ -325,7 +328,7 @@ def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
 
 # ---------------------------------------------------------------------------- attention
 def _split_heads(rows: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    groups = U.group_labels(rows, O.HEAD_GROUP)
+    groups = U.group_labels(rows, attention.HEAD_GROUP)
     held = U.group_folds(groups, 4, seed)[0]
     return rows[~held], rows[held]
 
@@ -342,7 +345,7 @@ def test_context_attention_beats_roofline_on_held_out_heads(h100_context):
     model, test = h100_context
     y = test["latency_s"].to_numpy()
     p = model.predict(**attention_inputs(test))
-    roof = O.attention_roofline_s("context_attention", test, "h100_sxm")
+    roof = attention.attention_roofline_s("context_attention", test, "h100_sxm")
     assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
     assert _base.mape_pct(p["latency_s"], y) < _base.mape_pct(p["base_s"], y)
     assert set(p["regime"].tolist()) <= {0, 1}
@@ -378,7 +381,7 @@ def test_generation_attention_with_power_gives_energy(tables):
     model = GenerationAttentionModel(gpu="h200_sxm", engine="vllm", **FAST).fit(train)
     p = model.predict(**attention_inputs(test))
     y = test["latency_s"].to_numpy()
-    roof = O.attention_roofline_s("generation_attention", test, "h200_sxm")
+    roof = attention.attention_roofline_s("generation_attention", test, "h200_sxm")
     assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
     # the power MLP beats a constant power (the training median) on held-out heads
     assert "power_w" in p
@@ -399,12 +402,12 @@ def test_moe_beats_roofline_on_held_out_layer_shapes(tables):
     t = tables["moe"]
     rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["dtype"] == "bfloat16")]
     rows = rows.reset_index(drop=True)
-    held = U.group_folds(U.group_labels(rows, O.MOE_SHAPE_GROUP), 4, 0)[0]
+    held = U.group_folds(U.group_labels(rows, moe.MOE_SHAPE_GROUP), 4, 0)[0]
     model = MoEModel("h100_sxm", "vllm", "bfloat16", **FAST).fit(rows[~held])
     te = rows[held]
     p = model.predict(**moe_inputs(te))
     y = te["latency_s"].to_numpy()
-    roof = O.moe_roofline_s(te, "h100_sxm", "bfloat16")
+    roof = moe.moe_roofline_s(te, "h100_sxm", "bfloat16")
     assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
     same_outputs(p, round_trip(model).predict(**moe_inputs(te)))
     assert {"num_tokens", "num_experts", "moe_ep_size", "skew"} <= set(model.fitted_range())
@@ -455,7 +458,7 @@ class _Ctx:
 
 def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path):
     ctx = _Ctx(tables, "h100_sxm")
-    fitted = O.fit_allreduce_family(ctx) + O.fit_reduction_family(ctx)
+    fitted = allreduce.fit_allreduce_family(ctx) + reductions.fit_reduction_family(ctx)
     names = [fm.name for fm in fitted]
     assert "allreduce.nccl.nccl" in names and "reduction.llmcompass" in names
     for fm in fitted:
@@ -466,8 +469,8 @@ def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path
     art.save(tmp_path / "a")
     back = Artifact.load(tmp_path / "a")
     rows = tables["allreduce"][tables["allreduce"]["gpu"] == "h100_sxm"]
-    got = O.predict_allreduce_rows(back, "allreduce", rows)
-    ref = O.predict_allreduce_rows(art, "allreduce", rows)
+    got = allreduce.predict_allreduce_rows(back, "allreduce", rows)
+    ref = allreduce.predict_allreduce_rows(art, "allreduce", rows)
     np.testing.assert_array_equal(got["latency_pred_s"], ref["latency_pred_s"])
     single = rows["n_nodes"].fillna(1).to_numpy() == 1
     assert np.isfinite(got["latency_pred_s"].to_numpy()[single]).all()
@@ -678,7 +681,8 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
     the same order. Runs after the other tests' multi-threaded fits in this process: spawned
     workers inherit no thread pool that could hold a lock (forked ones could deadlock)."""
     from dse.data import load
-    from dse.surrogate.fit import FitContext, fit_gemm_family
+    from dse.fitting.gemm import fit_gemm_family
+    from dse.fitting.run import FitContext
 
     gemm = load(data_dir, ["gemm"])["gemm"]
     gemm = gemm[(gemm["source"] == "aiconfigurator") & (gemm["gpu"] == "h200_sxm")]
@@ -691,9 +695,9 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
         return t[keep].reset_index(drop=True)
 
     sub = {
-        "context_attention": few(tables["context_attention"], list(O.HEAD_GROUP), 6),
-        "generation_attention": few(tables["generation_attention"], list(O.HEAD_GROUP), 6),
-        "moe": few(tables["moe"], list(O.MOE_SHAPE_GROUP), 6),
+        "context_attention": few(tables["context_attention"], list(attention.HEAD_GROUP), 6),
+        "generation_attention": few(tables["generation_attention"], list(attention.HEAD_GROUP), 6),
+        "moe": few(tables["moe"], list(moe.MOE_SHAPE_GROUP), 6),
     }
     assert all(len(t) >= 200 for t in sub.values())
     from threadpoolctl import threadpool_limits
@@ -705,7 +709,7 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
         for jobs in (1, 2):
             ctx = FitContext(tmp_path, "a100_sxm", seed=0, jobs=jobs, log=_quiet)
             ctx._tables.update({k: v.copy() for k, v in sub.items()})
-            fits[jobs] = O.fit_attention_family(ctx) + O.fit_moe_family(ctx)
+            fits[jobs] = attention.fit_attention_family(ctx) + moe.fit_moe_family(ctx)
             # GEMM: the final fits only (its CV refits every table 9 times)
             ctx = FitContext(tmp_path, "h200_sxm", seed=0, cv=False, jobs=jobs, log=_quiet)
             ctx._tables["gemm"] = gemm.copy()

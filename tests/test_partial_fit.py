@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from dse.fitting.artifacts import level1_base
 from dse.models.artifact import Artifact, FittedModel
 from dse.resources import surrogates_dir
-from dse.surrogate.hymell_fit import level1_base
 
 
 @pytest.fixture(scope="module")

@@ -416,7 +416,7 @@ def test_level3_structured_stage_on_argonne_h100(data_dir: Path) -> None:
     """Leave-one-model-out error of the structured overhead stage alone (no MLP) on the argonne
     H100 rows, priced by the roofline: a floor that the full artifact must beat."""
     from dse.data import load
-    from dse.surrogate.hymell_fit import fit_level3
+    from dse.fitting.level3 import fit_level3
 
     e2e = load(data_dir, ["e2e"])["e2e"]
     model, info = fit_level3("h100_sxm", e2e, None, use_mlp=False)

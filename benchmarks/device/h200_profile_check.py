@@ -53,7 +53,7 @@ def score(art, kind: str, rows) -> dict[str, float | int | None]:
     """MAPE of one artifact on measured rows of one kind (rows priced as the artifact's engine)."""
     import numpy as np
 
-    from dse.surrogate.fit import families
+    from dse.fitting.families import families
 
     engine = _engine_of(art, kind)
     fam = next((f for f in families() if kind in f.validates and f.predict_rows), None)

@@ -53,8 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dse.errors import ArtifactError
+    from dse.fitting.run import fit_artifact
     from dse.models.artifact import Artifact, default_dir
-    from dse.surrogate.fit import fit_artifact
 
     gpu = args.gpu.strip().lower()
     profiled = profile_spec(args.data, gpu)
@@ -117,7 +117,8 @@ def stale_levels_note(only: list[str] | None, carried: list[str]) -> str:
     """A warning when `--only` refitted Level-1 families but carried Levels 2-3 over: those were
     fitted on the previous Level-1 models (their residuals would correct errors the new models
     may no longer make)."""
-    from dse.surrogate.hymell_fit import FAMILY, LEVEL_PREFIXES
+    from dse.fitting.artifacts import LEVEL_PREFIXES
+    from dse.fitting.level3 import FAMILY
 
     if not only or FAMILY in only:
         return ""

@@ -8,10 +8,9 @@ One folder per GPU, `surrogates/<gpu>/`:
   weights.npz    plain arrays only (no pickles), key "<model name>/<array name>".
 
 A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) follows
-`SurrogateModel`, declares its `kind` (a ClassVar) and is listed by kind in `MODEL_CLASSES`. A
-model *family* is what `dse fit` runs and `dse validate` scores: a `Family(...)` in
-`dse.surrogate.fit.FAMILIES`, with a fit function `fit(ctx) -> list[FittedModel]` and a row
-predictor for the measured-data kinds it can score.
+`SurrogateModel`, declares its `kind` (a ClassVar) and is listed by kind in
+`dse.models.MODEL_CLASSES`. The model *families* that `dse fit` runs and `dse validate` scores
+are `dse.fitting.families.FAMILIES`.
 
     art = Artifact.load("h100_sxm")          # or a folder path
     gemm = art.model("gemm.vllm.bfloat16")   # instance rebuilt with from_state (cached)
@@ -26,7 +25,7 @@ import io
 import json
 import platform
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,25 +82,6 @@ class FittedModel:
     files: tuple[str, ...] = ()  # absolute paths of the data files the fit read
     info: dict[str, Any] = field(default_factory=dict)  # anything else for the manifest
     measured_power: bool = False  # True when energy is backed by measured power for this GPU
-
-
-@dataclass(frozen=True)
-class Family:
-    """A group of models fitted together by `dse fit` and scored by `dse validate`.
-
-    fit(ctx) -> list[FittedModel]: `ctx` is a `dse.surrogate.fit.FitContext` (gpu, seed,
-      `ctx.table(kind)` = `dse.data.load` rows of that kind for ALL GPUs, `ctx.fitted` = the
-      models fitted earlier in this run). Return [] when there is no data for ctx.gpu.
-    predict_rows(artifact, kind, rows) -> DataFrame aligned with rows, with float columns
-      `latency_pred_s` and `energy_pred_j` (NaN = cannot predict that row; it is counted).
-    validates: the data kinds `predict_rows` handles. order: lower fits first.
-    """
-
-    name: str
-    fit: Callable[[Any], list[FittedModel]]
-    predict_rows: Callable[[Artifact, str, pd.DataFrame], pd.DataFrame] | None = None
-    validates: tuple[str, ...] = ()
-    order: int = 100
 
 
 def library_versions() -> dict[str, str]:

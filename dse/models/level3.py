@@ -390,7 +390,7 @@ class Level3:
         return EngineFit(theta, tuple(mlps), np.zeros(2), float("nan"))
 
     def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
-        raise NotImplementedError("Level3 is fitted with fit_arrays (see dse.surrogate.hymell_fit)")
+        raise NotImplementedError("Level3 is fitted with fit_arrays (see dse.fitting.level3)")
 
     # ---- prediction -----------------------------------------------------------------------
     def correct(self, g: GlobalInputs) -> dict[str, np.ndarray]:

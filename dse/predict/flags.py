@@ -6,14 +6,11 @@ outside (`_miss_text`: `out_of_range_inputs`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dse.models._base import RangeMiss
-
-if TYPE_CHECKING:
-    pass
 
 # A part flagged without a distance (an engine Level 3 has no fit for) counts this far outside.
 FLAG_DEGREE = 1.0

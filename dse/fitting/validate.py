@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
-from dse.models.artifact import Artifact, Family
+from dse.fitting.families import Family
+from dse.models.artifact import Artifact
 from dse.spec.stand_ins import first_lenders
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
@@ -222,8 +223,8 @@ def _price_with_sibling(
 def _model_names(kind: str, rows: pd.DataFrame) -> pd.Series:
     """The model name each row of a SIBLING_KINDS kind is priced by (its table's own)."""
     if kind == "allreduce":
+        from dse.fitting.allreduce import allreduce_model_name
         from dse.models.allreduce import implementation_key
-        from dse.surrogate.ops_models import allreduce_model_name
 
         key = implementation_key(rows).astype(str)
         op = rows["op"].astype(str) if "op" in rows else pd.Series("all_reduce", rows.index)
@@ -241,7 +242,7 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
     base = "model cannot predict this row"
     if kind in E2E_KINDS and "model" in rows:
         from dse.spec.catalogue import lookup_model
-        from dse.surrogate.hymell_fit import ENGINES
+        from dse.spec.choices import ENGINES
 
         problem: dict[str, str] = {}  # model name -> why the catalogue cannot give it ("" = ok)
         for name in rows["model"].astype(str).unique():
@@ -253,7 +254,7 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
         engine = rows["engine"].astype(str) if "engine" in rows else pd.Series("", rows.index)
         model_problem = rows["model"].astype(str).map(problem)
         if {"input_tokens", "output_tokens"} <= set(rows.columns):
-            from dse.surrogate.hymell_fit import beyond_context
+            from dse.fitting.e2e_rows import beyond_context
 
             over = beyond_context(rows) & (model_problem == "").to_numpy(bool)
             model_problem = model_problem.where(
@@ -388,7 +389,7 @@ def validate(
     artifact of each GPU in the data, None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
     """
     from dse.data import load, normalise_gpu
-    from dse.surrogate.fit import families
+    from dse.fitting.families import families
 
     root = Path(data_root)
     if not root.is_dir():

@@ -1,18 +1,18 @@
-"""Fit-time helpers of the operator-model families: grouped CV folds and labels, and the
-process pool a fit spreads its tasks over. (The curves are `dse.models._curves`, the range and
-state helpers `dse.models._base`.)
+"""Cross-validation of the fits: grouped folds and labels, out-of-fold predictions, the fold
+counts and percentage errors `dse fit` reports, and the process pool a fit spreads its tasks
+over. (The curves are `dse.models._curves`, the range and state helpers `dse.models._base`.)
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
+import pandas as pd
 
-if TYPE_CHECKING:
-    import pandas as pd
+from dse.models import _base
 
 
 def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndarray]:
@@ -80,3 +80,56 @@ def map_tasks(ctx: Any, fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]]) 
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+CV_FOLDS = 5  # GroupKFold folds over (n, k) weight shapes: the accuracy claim
+CV_FOLDS_M = 3  # GroupKFold folds over m (token counts): the second grouping, reported too
+
+
+# ---------------------------------------------------------------------------- metrics
+def mape_pct(pred: Any, true: Any) -> float | None:
+    """Mean absolute percentage error over rows where both are finite and true > 0."""
+    p, t = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
+    ok = np.isfinite(p) & np.isfinite(t) & (t > 0)
+    if not ok.any():
+        return None
+    return round(float(100.0 * np.mean(np.abs(p[ok] / t[ok] - 1.0))), 3)
+
+
+def group_kfold_predict(
+    df: pd.DataFrame,
+    groups: np.ndarray,
+    n_splits: int,
+    fit_predict: Callable[[pd.DataFrame, pd.DataFrame], dict[str, np.ndarray]],
+) -> dict[str, np.ndarray]:
+    """Out-of-fold predictions: each group is predicted by a model that never saw it.
+
+    `fit_predict(train, test)` fits on train and returns arrays aligned with test.
+    """
+    from sklearn.model_selection import GroupKFold
+
+    out: dict[str, np.ndarray] = {}
+    n_splits = min(n_splits, len(np.unique(groups)))
+    if n_splits < 2:  # cross-validation switched off: all-NaN predictions, metrics None
+        return out
+    for tr, te in GroupKFold(n_splits=n_splits).split(df, groups=groups):
+        got = fit_predict(df.iloc[tr], df.iloc[te])
+        for key, v in got.items():
+            out.setdefault(key, np.full(len(df), np.nan))[te] = v
+    return out
+
+
+def _get(cv: dict[str, np.ndarray], key: str, n: int) -> np.ndarray:
+    return cv.get(key, np.full(n, np.nan))
+
+
+# CV inside `dse fit`: 3 seeded group folds, the MLP families' CV fits capped at this many rows
+# (the shipped model itself fits on up to 30000) so that `dse fit` stays in minutes; the
+# benchmark benchmarks/level1_ops_cv.py runs the full scheme (5 folds, shipped settings).
+FIT_CV_FOLDS = 3
+FIT_CV_MAX_ROWS = 8000
+
+
+def _mape(pred: Any, y: Any) -> float | None:
+    v = _base.mape_pct(pred, y)
+    return None if not np.isfinite(v) else round(v, 3)
