@@ -1,7 +1,7 @@
 """Chosen configurations of a sweep -> files other tools read: YAML / JSON for `dse predict`,
 Hugging Face `config.json` folders for transformers.
 
-    from dse.export import write_export
+    from dse.report.export import write_export
     write_export("results/dense-8b", fmt="yaml", top=5, by="knee")
 
 The YAML / JSON shape is the one `dse predict --config FILE [--entry N]` reads:
