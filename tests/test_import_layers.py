@@ -6,9 +6,8 @@ at module level AND inside functions (function-level imports are how cycles hide
 
     python tests/test_import_layers.py [ROOT]      # edges, cycles, upward imports
 
-While the tree moves, KNOWN_CYCLES and KNOWN_UPWARD list today's violations: the tests fail on
-a new one AND on a listed one that is gone (so the lists only shrink). The issue is done when
-both are empty and LAYERS is TARGET_LAYERS.
+KNOWN_CYCLES and KNOWN_UPWARD list accepted violations (both empty since issue 23's moves): the
+tests fail on a new one AND on a listed one that is gone, so the lists only shrink.
 """
 
 from __future__ import annotations
@@ -166,25 +165,18 @@ def cycle_path(comp: list[str], edges: list[Edge]) -> list[str]:
 
 
 # Layers, lowest first: a module may import its own layer or a lower one (a prefix names a
-# module or a package; the longest matching prefix decides). CURRENT_LAYERS reads today's tree;
-# TARGET_LAYERS is the house of issue 23 (docs/design.md); switch LAYERS when the moves land.
-CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "base",
-        (
-            "dse.errors",
-            "dse.resources",
-            "dse.yamlio",
-            "dse.hardware_specs",
-        ),
-    ),
-    ("spec", ("dse.spec",)),
+# module or a package; the longest matching prefix decides). The house of issue 23
+# (docs/design.md): commands -> report -> sweep -> fitting -> data / estimators -> predict ->
+# models -> roofline -> spec -> base.
+TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("dse.errors", "dse.resources", "dse.yamlio", "dse.hardware_specs")),
+    ("spec", ("dse.spec",)),  # choices < hardware < fields < arch/workload < columns < ...
     ("roofline", ("dse.roofline",)),
     (
         "models-base",
         ("dse.models._base", "dse.models._nn", "dse.models._curves", "dse.models._hybrid"),
     ),
-    ("models", ("dse.models",)),
+    ("models", ("dse.models",)),  # the classes, MODEL_CLASSES and the artifact container
     ("predict", ("dse.predict",)),
     ("estimators", ("dse.estimators",)),
     ("data", ("dse.data",)),
@@ -194,41 +186,10 @@ CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("profile", ("dse.profile",)),
     ("commands", ("dse.commands", "dse.cli", "dse.__main__")),
 ]
-TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "base",
-        (
-            "dse.errors",
-            "dse.resources",
-            "dse.yamlio",
-            "dse.hardware_specs",
-        ),
-    ),
-    ("spec", ("dse.spec",)),  # choices < hardware < fields < arch/workload < columns < ...
-    ("roofline", ("dse.roofline",)),
-    (
-        "models-base",
-        (
-            "dse.models._base",
-            "dse.models._nn",
-            "dse.models._curves",
-            "dse.models._hybrid",
-            "dse.models.artifact",
-        ),
-    ),
-    ("models", ("dse.models",)),
-    ("predict", ("dse.predict",)),
-    ("estimators", ("dse.estimators",)),
-    ("data", ("dse.data",)),
-    ("fitting", ("dse.fitting",)),
-    ("sweep", ("dse.pareto", "dse.sweep")),
-    ("report", ("dse.report", "dse.export")),
-    ("profile", ("dse.profile",)),
-    ("commands", ("dse.commands", "dse.cli", "dse.__main__")),
-]
-LAYERS = CURRENT_LAYERS
+LAYERS = TARGET_LAYERS
 
-# Violations at the guard-rail commit (2026-12-01); remove entries as fixes land.
+# Violations left (none since issue 23's moves); a new one fails the tests, a listed one that is
+# gone fails them too, so the lists only shrink.
 KNOWN_CYCLES: set[frozenset[str]] = set()
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
