@@ -1,6 +1,9 @@
 """Cross-validation by held-out (n, k) weight shape of GEMM model variants, compared row by row.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/gemm_cv_variants.py \\
+Feeds docs/accuracy.md, "Level 1: GEMM time and energy" / "Latency and energy, MAPE" (what was tried,
+sessions 2-3; moving to docs/dev/ with the accuracy rewrite).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/gemm_cv_variants.py \\
         --target h100_sxm:trtllm:bfloat16 --variant 'bags=1' --variant '' --variant 'seed=1'
 
 Each variant is a set of `GemmModel` keyword arguments (`key=value,key=value`; '' = the

@@ -1,8 +1,11 @@
 """Measure bf16 GEMM latency and board power on the GPU this runs on (a blind check set).
 
+Feeds docs/blind_h200.md (it measured benchmarks/measurements/*.csv, which
+benchmarks/gemm_blind_h200.py and tests/test_blind_h200.py read).
+
 Run on a machine with an NVIDIA GPU, PyTorch and nvidia-ml-py (the lent H200 has both):
 
-    python3 benchmarks/device/h200_gemm_measure.py --out gemm_measured.csv
+    python3 experiments/device/h200_gemm_measure.py --out gemm_measured.csv
 
 The shapes are chosen OFF the aiconfigurator lattice (real model weight shapes such as
 n = 28672, k = 4096, and token counts such as m = 20, 300, 6000) so that no row was in any fit,

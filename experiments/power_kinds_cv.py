@@ -1,6 +1,9 @@
 """Held-out check of the Level-1 power model on every H200 kernel kind with measured power.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/power_kinds_cv.py [--data ../shared/data]
+Feeds docs/accuracy.md, "Power model and which GPUs have measured power" (the variant fitted on
+other kernel kinds is not shipped; moving to docs/dev/ with the accuracy rewrite).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/power_kinds_cv.py [--data ../shared/data]
 
 The shipped `power` family (dse/models/power.py) is fitted on the H200 GEMM rows only and
 then prices every operator. This script scores it, and the same model fitted on GEMM +

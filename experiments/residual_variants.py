@@ -3,18 +3,21 @@ the error decomposition of an attention table's out-of-fold predictions. H100 on
 group folds, as `benchmarks/level1_ops_cv.py` (a row is predicted by a fit that never saw its
 layer shape / head configuration). One MLP per fit (the shipped tables average 2 or 3).
 
+Feeds docs/accuracy.md, "Attention (Level-2 inputs), held-out head configurations" and "Fused MoE,
+held-out layer shapes" (the variants tried there; moving to docs/dev/ with the accuracy rewrite).
+
     cd <repo>; export PYTHONPATH=.
-    python benchmarks/residual_variants.py moe-trees      # MLP vs boosted trees
-    python benchmarks/residual_variants.py moe-inputs     # fewer MLP inputs
-    python benchmarks/residual_variants.py moe-pool --dtypes bfloat16 fp8 fp8_block
-    python benchmarks/residual_variants.py moe-pool --dtypes fp8 --gpus h100_sxm h200_sxm
-    python benchmarks/residual_variants.py moe-bag        # members on 80% of the shapes
-    python benchmarks/residual_variants.py moe-curve      # error against layer shapes fitted
-    python benchmarks/residual_variants.py attention --kind context_attention --engine vllm
-    python benchmarks/residual_variants.py attention-curve --kind context_attention --engine vllm
-    python benchmarks/residual_variants.py attention-pool --kind context_attention
-    python benchmarks/residual_variants.py swap-check     # is b x (h, kv) priced as b/2 x (2h, 2kv)?
-    python benchmarks/residual_variants.py attention-swap --kind generation_attention --engine trtllm
+    python experiments/residual_variants.py moe-trees      # MLP vs boosted trees
+    python experiments/residual_variants.py moe-inputs     # fewer MLP inputs
+    python experiments/residual_variants.py moe-pool --dtypes bfloat16 fp8 fp8_block
+    python experiments/residual_variants.py moe-pool --dtypes fp8 --gpus h100_sxm h200_sxm
+    python experiments/residual_variants.py moe-bag        # members on 80% of the shapes
+    python experiments/residual_variants.py moe-curve      # error against layer shapes fitted
+    python experiments/residual_variants.py attention --kind context_attention --engine vllm
+    python experiments/residual_variants.py attention-curve --kind context_attention --engine vllm
+    python experiments/residual_variants.py attention-pool --kind context_attention
+    python experiments/residual_variants.py swap-check     # is b x (h, kv) priced as b/2 x (2h, 2kv)?
+    python experiments/residual_variants.py attention-swap --kind generation_attention --engine trtllm
 
 moe-pool fits one residual MLP over the tables named (a one-hot per (gpu, dtype) table, each table
 keeping its own roofline base) and, with the same folds (layer shapes held out in every pooled
@@ -38,7 +41,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
 import multiprocessing as mp
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -46,8 +48,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
 from dse.fitting import attention, moe

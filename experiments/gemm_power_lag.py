@@ -1,6 +1,9 @@
 """Does the measured H200 GEMM power carry the previous rows' power (NVML averaging lag)?
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/gemm_power_lag.py [--data ../shared/data]
+Feeds docs/accuracy.md, "Latency and energy, MAPE" (why the energy target is missed: the NVML lag;
+moving to docs/dev/ with the accuracy rewrite).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/gemm_power_lag.py [--data ../shared/data]
         [--bags 1]
 
 aiconfigurator's H200 table reads `nvmlDeviceGetPowerUsage` (a ~1 s trailing average on this

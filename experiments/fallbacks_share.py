@@ -3,7 +3,10 @@ of another, on the training share (docs/accuracy.md, "Fallbacks across engines, 
 sibling GPUs"). Every number is out of sample for the pairing (no model saw the rows' own
 engine/dtype/chip), though the shapes are the same aiconfigurator lattice.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/fallbacks_share.py --data ../shared/data  # ~15 s
+Feeds docs/accuracy.md, "Fallbacks across engines, dtypes and sibling GPUs" (the evidence behind
+`dse.spec.stand_ins`; unshipped pairings included).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/fallbacks_share.py --data ../shared/data  # ~15 s
 
 Prints markdown tables: GEMM (sibling chip with the roofline move, another dtype, another engine;
 energy with the GPU's own power), MoE (another engine; the sibling chip), all-reduce and the
@@ -24,7 +27,7 @@ from dse.models.artifact import Artifact
 from dse.models.gemm import gemm_work
 from dse.models.moe import moe_inputs
 from dse.predict.gemm_choice import Gemm, sibling_factor
-from dse.predict.pricing import LAUNCH_S
+from dse.roofline import LAUNCH_S
 from dse.spec.hardware import get_gpu
 
 
