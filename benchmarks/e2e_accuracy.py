@@ -33,25 +33,19 @@ sys.path.insert(0, str(REPO))
 from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
 
 from dse.data import load  # noqa: E402
-from dse.predictor import load_artifact, predict  # noqa: E402
-from dse.stand_ins import STAND_INS  # noqa: E402
-from dse.surrogate.artifact import Artifact  # noqa: E402
-from dse.surrogate.hymell_fit import (  # noqa: E402
-    e2e_configs,
-    identical_batch,
-    price_rows,
-    ttft_of_runs,
-)
-from dse.surrogate.level3 import Level3  # noqa: E402
-from dse.surrogate.power3 import (  # noqa: E402
-    Power3,
+from dse.fitting.e2e_rows import e2e_configs, identical_batch, price_rows, ttft_of_runs  # noqa: E402
+from dse.fitting.level3 import (  # noqa: E402
     dynamic_fraction,
-    fit_protocol,
     from_fraction,
     model_power_w,
     pair_keys,
     power_groups,
 )
+from dse.models.artifact import Artifact  # noqa: E402
+from dse.models.level3 import Level3  # noqa: E402
+from dse.models.level3_power import Power3, fit_protocol  # noqa: E402
+from dse.predict import load_artifact, predict  # noqa: E402
+from dse.spec.stand_ins import STAND_INS  # noqa: E402
 
 SECTION = "## HYMELL end to end (Levels 2-3)"
 COMMAND = "PYTHONPATH=. python benchmarks/e2e_accuracy.py"
@@ -98,7 +92,7 @@ MISSES_TEXT = [
     "(it modelled power from batch size alone) and was not applied.",
 ]
 METHOD_TEXT = [
-    "How a prediction is made (`dse.predictor.predict`): every operator of `dse.ops.forward_ops`",
+    "How a prediction is made (`dse.predict.predict`): every operator of `dse.predict.ops.forward_ops`",
     "is priced by the Level-1 model of the GPU's artifact that covers it (roofline with a launch",
     "floor where none does; `roofline_ops` names those), with power from the Level-1 power model",
     "(tabulated); Level 2 scales the attention projections and the dense FFN by block residual",
@@ -221,7 +215,7 @@ def latency_cv(
         sel = (kept["engine"] == e).to_numpy()
         kept.loc[sel, "band_lo"] = fit.band_log[0]
         kept.loc[sel, "band_hi"] = fit.band_log[1]
-    from dse.surrogate.hymell_fit import ENGINES
+    from dse.spec.choices import ENGINES
 
     dropped = rows
     other_engines = sorted(set(dropped["engine"]) - set(ENGINES))
@@ -368,7 +362,7 @@ def serving_check() -> pd.DataFrame:
     rows["measured_j_per_token"] = s["energy_per_output_token_j"].to_numpy()
     rows["measured_tpot_s"] = s["latency_s"].to_numpy()
     cfg, kept = e2e_configs(rows)
-    from dse import configs as C
+    from dse.spec import columns as C
 
     d = C.derived(*C.as_columns(cfg))
     ok = d["fits_memory"]
@@ -394,7 +388,7 @@ def report() -> str:
     else:
         lines += METHOD_TEXT
     lines += [
-        "Level 3 is refitted inside this benchmark exactly as `dse.surrogate.hymell_fit` fits the",
+        "Level 3 is refitted inside this benchmark exactly as `dse.fitting.level3` fits the",
         "shipped artifact, on top of the shipped Levels 1-2, so that every row is predicted by a",
         "model that never saw it. `lomo`: leave-one-model-out (the model's every row held out);",
         "`loso`: leave-one-shape-out ((batch, length) held out for every model). Levels 1-2 alone",
@@ -530,7 +524,7 @@ def report() -> str:
             )
         lines += [
             "",
-            "Power of independent sequences (`dse.surrogate.power3`): argonne's TensorRT-LLM rows",
+            "Power of independent sequences (`dse.fitting.level3`): argonne's TensorRT-LLM rows",
             "decode copies of one prompt, its vLLM rows independent ones; the term c log2(batch)/6",
             "added to the dynamic fraction of independent sequences is fitted on the pairs of rows",
             "measured both ways (same model and batch). Energy MAPE with c fitted otherwise (the",

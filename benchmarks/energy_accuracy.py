@@ -8,7 +8,7 @@ model shape held out: leave-one-shape-out) on
 - ml-energy-v2: serving, energy per request summed over GPUs (H100, A100 40GB). Energy per
   output token is energy per request / average output tokens, so its relative error is the
   same number.
-Also: the optional `dse.predictor` (HYMELL or its roofline stand-in) on the same rows, the
+Also: the optional `dse.predict` (HYMELL or its roofline stand-in) on the same rows, the
 paper's published per-request table recomputed from its printed equations, the sensitivity to
 the assumed ml-energy prompt length, and H200 kernel-level factors applied end to end.
 Writes the section "Energy estimators" of docs/dev/accuracy-journal.md (replacing it if present).
@@ -30,10 +30,10 @@ sys.path.insert(0, str(REPO))
 
 from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
 
-from dse.arch import Architecture, total_params  # noqa: E402
 from dse.estimators import _measured as M  # noqa: E402
 from dse.estimators import _paper, calibrate  # noqa: E402
 from dse.estimators.tokens2wh import load_calibration  # noqa: E402
+from dse.spec.arch import Architecture, total_params  # noqa: E402
 
 SECTION = "## Energy estimators"
 COMMAND = "PYTHONPATH=. python benchmarks/energy_accuracy.py"
@@ -53,12 +53,12 @@ def _pct(x: float) -> str:
 
 
 def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
-    """`dse.predictor.predict` energy in each row's scope, or None with the reason."""
+    """`dse.predict.predict` energy in each row's scope, or None with the reason."""
     try:
-        from dse.predictor import load_artifact, predict
-        from dse.surrogate.hymell_fit import as_measured_energy
+        from dse.fitting.level3 import as_measured_energy
+        from dse.predict import load_artifact, predict
     except Exception as exc:  # the predictor is another module's work in progress
-        return None, f"dse.predictor not importable ({type(exc).__name__})"
+        return None, f"dse.predict not importable ({type(exc).__name__})"
     out = np.full(len(cv), np.nan)
     sources = set()
     try:
@@ -88,13 +88,13 @@ def predictor_column(cv: pd.DataFrame) -> tuple[np.ndarray | None, str]:
             sources |= set(np.asarray(pred.get("source", ["?"])).tolist())
             sources |= set(np.asarray(pred.get("artifact_id", ["?"])).tolist())
     except Exception as exc:
-        return None, f"dse.predictor failed on these rows ({type(exc).__name__}: {exc})"
+        return None, f"dse.predict failed on these rows ({type(exc).__name__}: {exc})"
     return out, ", ".join(sorted(sources))
 
 
 def published_table() -> list[dict[str, Any]]:
     """The paper's 500/500 estimates next to its printed equations evaluated by us."""
-    from dse.models import lookup_model
+    from dse.spec.catalogue import lookup_model
 
     rows = []
     for size, n_nominal, model, est_wh, meas_wh in PUBLISHED_TABLE:

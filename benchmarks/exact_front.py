@@ -49,7 +49,7 @@ def child(name: str, workers: int) -> None:
     """Enumerate one space and print its measurements as one JSON line."""
     if hasattr(os, "sched_setaffinity") and workers == 0:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    from dse.space import load_space
+    from dse.spec.space import load_space
     from dse.sweep import _exhaustive as E
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@
         benchmarks/measurements/h200_gemm_bf16_aic_2026-11-29.csv \
         benchmarks/measurements/h200_gemm_bf16_dense_2026-11-29.csv [--data ../shared/data]
 
-The CSVs come from `benchmarks/device/h200_gemm_measure.py` run on a lent H200 (the machine file
+The CSVs come from `experiments/device/h200_gemm_measure.py` run on a lent H200 (the machine file
 beside them says which driver, torch and CUDA). Rows are in three sets: `off_lattice` (real model
 weight shapes and token counts that are not on the aiconfigurator lattice), `withheld` ((n, k)
 pairs of the lattice's own values that the training share leaves out) and `in_share` (pairs the
@@ -31,7 +31,7 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
 
 
 def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
-    from dse.surrogate.gemm import Gemm
+    from dse.predict.gemm_choice import Gemm
 
     gemm = Gemm.load(gpu)
     df = pd.read_csv(csv)

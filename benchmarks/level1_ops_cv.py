@@ -34,14 +34,16 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
-from dse.surrogate import _fitutil as U
-from dse.surrogate import attention as attention_mod
-from dse.surrogate import moe as moe_mod
-from dse.surrogate import ops_models as O
-from dse.surrogate.allreduce import AllReduceModel, shape_implementation
-from dse.surrogate.attention import attention_inputs
-from dse.surrogate.layerops import LayerOpModel, layer_op_inputs
-from dse.surrogate.moe import MoEModel, moe_inputs
+from dse.fitting import _hybrid_tables, allreduce, attention, moe, reductions
+from dse.fitting import cv as U
+from dse.fitting import layer_ops as O
+from dse.models import _base
+from dse.models import attention as attention_mod
+from dse.models import moe as moe_mod
+from dse.models.allreduce import AllReduceModel, shape_implementation
+from dse.models.attention import attention_inputs
+from dse.models.layer_ops import LayerOpModel, layer_op_inputs
+from dse.models.moe import MoEModel, moe_inputs
 
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
 PARTS = ("layer_op", "reduction", "allreduce", "attention", "moe")
@@ -55,7 +57,7 @@ MOE_GROUPINGS = {"shape": "layer shape", "model": "model shape", "workload": "to
 
 
 def _m(pred: Any, y: Any) -> float | None:
-    v = U.mape_pct(pred, y)
+    v = _base.mape_pct(pred, y)
     return None if not np.isfinite(v) else round(v, 2)
 
 
@@ -142,7 +144,7 @@ def bench_reduction(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
         def log(self, msg: str) -> None:
             pass
 
-    fitted = O.fit_reduction_family(Ctx())
+    fitted = reductions.fit_reduction_family(Ctx())
     out = []
     for fm in fitted:
         if fm.cv.get("fitted_on") != gpu:
@@ -165,7 +167,7 @@ def bench_reduction(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
 def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[dict]:
     out = []
     nv = O.get_gpu(gpu).nvlink_bw_bytes_per_s
-    groups = O.allreduce_groups(tables.get("allreduce", pd.DataFrame()), gpu)
+    groups = allreduce.allreduce_groups(tables.get("allreduce", pd.DataFrame()), gpu)
     for name, rows in groups.items():
         if not name.startswith("allreduce."):
             continue
@@ -173,9 +175,11 @@ def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
         # an int8 NCCL table borrows the float16 table's shape, at its own training octaves only
         # (the held-out octave is dropped from both)
         shape = groups.get(f"allreduce.{shape_implementation(key)}")
-        pred = O.cv_allreduce(rows, lambda key=key, shape=shape: AllReduceModel(gpu, key, shape))
+        pred = allreduce.cv_allreduce(
+            rows, lambda key=key, shape=shape: AllReduceModel(gpu, key, shape)
+        )
         y = rows["latency_s"].to_numpy(float)
-        octv = O.size_octaves(rows)
+        octv = allreduce.size_octaves(rows)
         inner = (octv > octv.min()) & (octv < octv.max())
         b, g = rows["message_bytes"].to_numpy(float), rows["n_gpus"].to_numpy(float)
         roof = 10e-6 + b * 2 * (g - 1) / g / nv
@@ -211,9 +215,9 @@ def _hybrid_rows(
     t0 = time.perf_counter()
 
     def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
-        return O._keep(make().fit(tr).predict(**inputs(te)))
+        return _hybrid_tables._keep(make().fit(tr).predict(**inputs(te)))
 
-    cv = O.grouped_cv(rows, groups, args.folds, args.seed, fp)
+    cv = _hybrid_tables.grouped_cv(rows, groups, args.folds, args.seed, fp)
     y = rows["latency_s"].to_numpy(float)
     rec = {
         "part": part,
@@ -223,7 +227,7 @@ def _hybrid_rows(
         "rows": len(rows),
         "groups": len(np.unique(groups)),
         "latency_mape_pct": _m(cv["latency_s"], y),
-        "latency_median_ape_pct": round(float(np.nanmedian(U.ape_pct(cv["latency_s"], y))), 2),
+        "latency_median_ape_pct": round(float(np.nanmedian(_base.ape_pct(cv["latency_s"], y))), 2),
         "fitted_roofline_mape_pct": _m(cv["base_s"], y),
         "roofline_mape_pct": _m(roof, y),
         "seconds": round(time.perf_counter() - t0, 1),
@@ -236,7 +240,7 @@ def _hybrid_rows(
 
 def _attention_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[tuple]:
     out = []
-    for kind in O.ATTENTION_CLASSES:
+    for kind in attention.ATTENTION_CLASSES:
         t = tables.get(kind, pd.DataFrame())
         if t.empty:
             continue
@@ -253,7 +257,7 @@ def _moe_tasks(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list[tup
         return []
     out = []
     for (engine, dtype), rows in t[t["gpu"] == gpu].groupby(["engine", "dtype"], sort=True):
-        if len(rows) < O.MIN_MOE_ROWS:
+        if len(rows) < moe.MIN_MOE_ROWS:
             continue
         for g in args.groupings:
             out.append(("moe", gpu, str(engine), str(dtype), MOE_GROUPINGS[g]))
@@ -272,11 +276,11 @@ def _run_task(task: tuple) -> dict:
     tables, args = _STATE["tables"], _STATE["args"]
     if task[0] == "attention":
         _, gpu, kind, engine, grouping = task
-        cls = O.ATTENTION_CLASSES[kind]
+        cls = attention.ATTENTION_CLASSES[kind]
         t = tables[kind]
         rows = t[(t["gpu"] == gpu) & (t["engine"] == engine)].reset_index(drop=True)
         if grouping == ATTENTION_GROUPINGS["shape"]:
-            groups = U.group_labels(rows, O.HEAD_GROUP)
+            groups = U.group_labels(rows, attention.HEAD_GROUP)
         else:
             length = "isl" if kind == "context_attention" else "kv_len"
             groups = U.group_labels(rows, ["batch_size", length])
@@ -288,7 +292,7 @@ def _run_task(task: tuple) -> dict:
             groups,
             lambda: cls(gpu=gpu, engine=engine, seed=args.seed, **_fit_kw(args)),
             attention_inputs,
-            O.attention_roofline_s(kind, rows, gpu),
+            attention.attention_roofline_s(kind, rows, gpu),
             args,
         )
     else:
@@ -297,8 +301,8 @@ def _run_task(task: tuple) -> dict:
         rows = t[(t["gpu"] == gpu) & (t["engine"] == engine) & (t["dtype"] == dtype)]
         rows = rows.reset_index(drop=True)
         cols = {
-            MOE_GROUPINGS["shape"]: O.MOE_SHAPE_GROUP,
-            MOE_GROUPINGS["model"]: O.MOE_SHAPE_GROUP[:4],
+            MOE_GROUPINGS["shape"]: moe.MOE_SHAPE_GROUP,
+            MOE_GROUPINGS["model"]: moe.MOE_SHAPE_GROUP[:4],
             MOE_GROUPINGS["workload"]: ["num_tokens"],
         }[grouping]
         rec = _hybrid_rows(
@@ -309,7 +313,7 @@ def _run_task(task: tuple) -> dict:
             U.group_labels(rows, cols),
             lambda: MoEModel(gpu, engine, dtype, seed=args.seed, **_fit_kw(args)),
             moe_inputs,
-            O.moe_roofline_s(rows, gpu, dtype),
+            moe.moe_roofline_s(rows, gpu, dtype),
             args,
         )
     rec["scheme"] += f" by {grouping}"
@@ -365,7 +369,7 @@ def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str
     t0 = time.perf_counter()
     m.predict(**kw)
     out["layer_op_per_s"] = n / (time.perf_counter() - t0)
-    ar = O.allreduce_groups(tables["allreduce"], "h100_sxm")
+    ar = allreduce.allreduce_groups(tables["allreduce"], "h100_sxm")
     a = AllReduceModel("h100_sxm").fit(ar["allreduce.nccl.nccl"])
     b = 2.0 ** rng.uniform(10, 28, n)
     g = rng.choice([2.0, 4.0, 8.0], n)
@@ -374,7 +378,7 @@ def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str
     out["allreduce_per_s"] = n / (time.perf_counter() - t0)
     # the MLP models: speed does not depend on fit quality, so a short fit will do
     if "generation_attention" in tables:
-        from dse.surrogate.attention import GenerationAttentionModel
+        from dse.models.attention import GenerationAttentionModel
 
         t = tables["generation_attention"]
         rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm")]
@@ -392,7 +396,7 @@ def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str
     if "moe" in tables:
         t = tables["moe"]
         rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["dtype"] == "bfloat16")]
-        moe = MoEModel("h100_sxm", "vllm", "bfloat16", max_rows=3000, max_iter=5).fit(rows)
+        moe_model = MoEModel("h100_sxm", "vllm", "bfloat16", max_rows=3000, max_iter=5).fit(rows)
         kw = {
             "num_tokens": rng.integers(1, 16384, n).astype(float),
             "hidden_size": np.full(n, 4096.0),
@@ -401,7 +405,7 @@ def bench_speed(tables: dict[str, pd.DataFrame], n: int = 1_000_000) -> dict[str
             "num_experts": np.full(n, 8.0),
         }
         t0 = time.perf_counter()
-        moe.predict(**kw)
+        moe_model.predict(**kw)
         out["moe_per_s"] = n / (time.perf_counter() - t0)
     return out
 

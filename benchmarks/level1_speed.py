@@ -29,7 +29,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()
 
-    from dse.surrogate.gemm import Gemm
+    from dse.predict.gemm_choice import Gemm
 
     t0 = time.perf_counter()
     gemm = Gemm.load(args.gpu)

@@ -17,8 +17,8 @@ from collections import Counter
 
 import numpy as np
 
-from dse import configs as C
-from dse.space import load_space, resolve_space_path
+from dse.spec import columns as C
+from dse.spec.space import load_space, resolve_space_path
 from dse.sweep._evaluate import evaluate
 
 SPACES = ("dense_8b", "gpu_batch", "moe", "heads_study")

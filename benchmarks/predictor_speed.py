@@ -37,14 +37,14 @@ sys.path.insert(0, str(REPO))
 
 from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
 
-from dse.predictor import load_artifact, predict  # noqa: E402
+from dse.predict import load_artifact, predict  # noqa: E402
 
 SECTION = "## Predictor speed"
 # Where the time goes (written up from cProfile / line_profiler runs of 10^5 configurations on
 # the shipped h100_sxm artifact; update with the code).
 NOTES = [
-    "How the predictor gets there (`dse/predictor.py`, `dse/surrogate/hymell.py`,",
-    "`level1_adapters.py`, `nn.py`):",
+    "How the predictor gets there (`dse/predict/request.py`, `dse/predict/pricing.py`,",
+    "`dse/predict/adapters.py`, `dse/models/_nn.py`):",
     "",
     "- Each Level-1 model runs once per distinct operator shape over the batch and the 5",
     "  quadrature nodes (integer keys packed and hashed; a 4000-row sample decides first whether",
@@ -61,7 +61,7 @@ NOTES = [
     "- Operator power from the tabulated power model in float32 (per-cell bilinear",
     "  coefficients), read once per group of rows that share time, FLOPs and bytes.",
     "- Flag names, dtype sizes and input normalisation without string sorts; no pandas import",
-    "  on the prediction path (`dse.configs`, `dse.predictor` and the model modules import it",
+    "  on the prediction path (`dse.spec.columns`, `dse.predict` and the model modules import it",
     "  only inside their fitting code, see `dse predict` below).",
     "",
     "Where the time goes now (CPU time, 10^5 all-distinct configurations, ~0.84 s, refitted",
@@ -79,7 +79,7 @@ NOTES = [
     "buys).",
     "",
     "Session 6: decode attention is the mean of 3 seeded MLPs, and the predictor runs one",
-    "member per quadrature node (`dse.predictor.node_strata`; every member carries a third of",
+    "member per quadrature node (`dse.predict.request.node_strata`; every member carries a third of",
     "the Simpson weights), so an all-distinct batch runs as many decode MLP rows as with one",
     "member. Old (one member) against new artifact, interleaved in one process, 8 runs each",
     "by CPU time on 10^5 configurations (07:05 UTC, the VM ~10% slower than at 05:32): all",
@@ -115,11 +115,11 @@ NOTES = [
     "console script: 0.34 s median of 5 (0.33-0.38 s); `python -c pass` takes 0.03 s and",
     '`python -c "import numpy"` 0.11 s on the same VM.',
     "",
-    "What remains, in process: numpy ~0.10 s, the dse modules ~0.12 s (`dse.predictor` with the",
-    "artifact, HYMELL and Level-1 adapter modules ~0.04 s; `dse.configs` ~0.03 s, of which",
-    "PyYAML, imported by `dse.hardware`, ~0.015 s), then ~0.13 s for the artifact load, the",
+    "What remains, in process: numpy ~0.10 s, the dse modules ~0.12 s (`dse.predict` with the",
+    "artifact, HYMELL and Level-1 adapter modules ~0.04 s; `dse.spec.columns` ~0.03 s, of which",
+    "PyYAML, imported by `dse.spec.hardware`, ~0.015 s), then ~0.13 s for the artifact load, the",
     "lazily imported model modules, `numpy.ma` (~0.01 s, pulled in by `np.unique` on the",
-    "GPU-name column in `dse.predictor`) and the prediction itself (a second prediction in the",
+    "GPU-name column in `dse.predict`) and the prediction itself (a second prediction in the",
     "same process takes 0.02 s). Commands:",
     "",
     "    # wall time, 5 runs",
@@ -225,7 +225,7 @@ LEVEL1_KINDS = ("gemm", "layer_op", "allreduce", "context_attention", "generatio
 def level1_rates(art: Any, n: int, repeats: int) -> list[tuple[str, float, float]]:
     """(model, best wall, best CPU) operator predictions per second of one model per kind,
     called directly on n random shapes (no deduplication: every row is evaluated)."""
-    from dse.surrogate.level1_adapters import PREFER
+    from dse.predict.adapters import PREFER
 
     rng = np.random.default_rng(1)
     out = []

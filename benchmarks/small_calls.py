@@ -7,7 +7,7 @@ Each `--code DIR` is a checkout to time (default: this one); with several, they 
 by side, interleaved round by round in one run, so that the ratio between them holds on a
 machine that other jobs load. Per checkout and round a fresh worker process (pinned to one
 core, one BLAS thread) builds 200 distinct one-row configurations (sweep-like grids, h100_sxm,
-fixed seed), makes one warm-up call, then times `dse.predictor.predict` on each (median of the
+fixed seed), makes one warm-up call, then times `dse.predict.predict` on each (median of the
 200, wall and CPU time). `--bulk N` also times N all-distinct and N sweep-like configurations
 in one batch in every round (configurations per second by CPU time, best of 3), the
 throughput the small-call work must keep. The CLI walls are subprocesses of `python -m dse predict` (interpreter start
@@ -62,14 +62,14 @@ NOTES = [
     "a phase into one `GemmModel.predict`; `--stacking` measures it: the stacked GEMM call",
     "costs ~1/6 of five calls, the stacked layer-op call ~2/3 of six, results bit-identical;",
     "with the adapter work saved too, roughly 3-4 ms of the ~12), i.e. a pricing pass in",
-    "`dse.surrogate.hymell` /",
-    "`level1_adapters` that groups operators by adapter before calling it. Those two files carry",
+    "`dse.predict.pricing` /",
+    "`dse.predict.adapters` that groups operators by adapter before calling it. Those two files carry",
     "the out-of-range work of the same issue, under way in parallel; the grouping is the next",
     "step once it has landed. The 53 ms of the issue was not reproduced: the same call took",
     "12.7-14.8 ms of CPU here before this work.",
     "",
     "`dse predict --batch` with one row: interpreter start, imports (pandas was ~0.27 s of it",
-    "until `dse.fields` read the CSV without pandas) and the artifact load (~0.19 s: 934",
+    "until `dse.spec.fields` read the CSV without pandas) and the artifact load (~0.19 s: 934",
     "compressed arrays of weights.npz, each header parsed) dominate; the first prediction, lazy",
     "model imports and tables included, takes ~0.1 s. benchmarks/cli_startup.py times start-up.",
 ]
@@ -118,7 +118,7 @@ def worker(bulk: int) -> dict[str, float]:
     """Timings of the checkout on sys.path (run in a fresh process per checkout and round)."""
     import numpy as np
 
-    from dse.predictor import predict
+    from dse.predict import predict
 
     rng = np.random.default_rng(18)
     pool = _sweep_like(CALLS, rng)
@@ -160,8 +160,8 @@ def stacking() -> list[str]:
     time per pricing, best of 5 x 300), and the largest relative difference of the results."""
     import numpy as np
 
-    from dse.predictor import load_artifact
-    from dse.surrogate.gemm import Gemm
+    from dse.predict import load_artifact
+    from dse.predict.gemm_choice import Gemm
 
     art, _ = load_artifact(GPU)
     assert art is not None
@@ -337,7 +337,7 @@ def main() -> None:
         "times are upper bounds; checkouts timed in one run are interleaved round by round, so "
         "their ratios are the comparable numbers.",
         "",
-        f"In process: `dse.predictor.predict` on a 1-row column batch, {CALLS} distinct "
+        f"In process: `dse.predict.predict` on a 1-row column batch, {CALLS} distinct "
         f"sweep-like configurations on {GPU} after one warm-up call (median over the calls, "
         f"median over {args.rounds} rounds, a fresh process per round). CLI: wall time of "
         f"`python -m dse predict` including interpreter start, median of {args.cli_runs}.",

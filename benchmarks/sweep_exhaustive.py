@@ -39,7 +39,7 @@ def main() -> None:
     import numpy as np
 
     from dse import pareto
-    from dse.space import load_space
+    from dse.spec.space import load_space
     from dse.sweep import SweepOptions, exact_front, run_sweep
     from dse.sweep._exhaustive import CHUNK
 

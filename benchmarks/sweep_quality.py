@@ -61,7 +61,7 @@ def main() -> None:
     import pandas as pd
 
     from dse import pareto
-    from dse.space import load_space
+    from dse.spec.space import load_space
     from dse.sweep import SweepOptions, exact_front, run_sweep
 
     tmp = Path(tempfile.mkdtemp(prefix="dse-quality-"))

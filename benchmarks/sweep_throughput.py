@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 def bare(space_file: str, trials: int, batch: int, storage: str | None) -> dict:
     import optuna
 
-    from dse.space import load_space
+    from dse.spec.space import load_space
     from dse.sweep._samplers import distributions
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -2,9 +2,9 @@
 kernel launch and of an NCCL all-reduce, and the stand-in power of a roofline-priced kernel.
 
 Every model and baseline that needs `max(flops / peak, bytes / bandwidth)` calls `roofline_s`:
-the predictor's fallback for operators no fitted model covers (`dse.surrogate.hymell`), the
+the predictor's fallback for operators no fitted model covers (`dse.predict.pricing`), the
 layer-op adapter's uncovered families, the GEMM sibling-chip transfer, and the fit drivers'
-plain-roofline CV baselines. numpy only; the GPU numbers come from `dse.hardware.GPU`.
+plain-roofline CV baselines. numpy only; the GPU numbers come from `dse.spec.hardware.GPU`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from dse.hardware import GPU
+    from dse.spec.hardware import GPU
 
 LAUNCH_S = 5e-6  # roofline launch floor per kernel call (CUDA-graph replay, H100-class GPU)
 ALLREDUCE_FLOOR_S = 10e-6  # roofline latency floor of one NCCL all-reduce inside a node

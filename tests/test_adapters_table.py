@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse import configs as C
-from dse.ops import forward_ops
-from dse.surrogate.level1_adapters import ADAPTERS
+from dse.predict.adapters import ADAPTERS
+from dse.predict.ops import forward_ops
+from dse.spec import columns as C
 
 
 def test_every_operator_kind_has_an_adapter() -> None:
@@ -27,5 +27,5 @@ def test_every_operator_kind_has_an_adapter() -> None:
     assert {"gemm", "attention_prefill", "attention_decode", "moe", "allreduce"} <= kinds
     assert all(callable(fn) for fn in ADAPTERS.values())
     assert np.unique([fn.__module__ for fn in ADAPTERS.values()]).tolist() == [
-        "dse.surrogate.level1_adapters"
+        "dse.predict.adapters"
     ]

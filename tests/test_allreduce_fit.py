@@ -8,9 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.surrogate import _fitutil as U
-from dse.surrogate import ops_models as O
-from dse.surrogate.allreduce import SMOOTH, SMOOTH_CHOICES, AllReduceModel, shape_implementation
+from dse.fitting import allreduce
+from dse.models import _base
+from dse.models.allreduce import (
+    SMOOTH,
+    SMOOTH_CHOICES,
+    AllReduceModel,
+    CollectiveModel,
+    shape_implementation,
+)
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +24,7 @@ def groups(data_dir) -> dict[str, dict[str, pd.DataFrame]]:
     from dse.data import load
 
     table = load(data_dir, ["allreduce"])["allreduce"]
-    return {g: O.allreduce_groups(table, g) for g in ("h100_sxm", "h200_sxm")}
+    return {g: allreduce.allreduce_groups(table, g) for g in ("h100_sxm", "h200_sxm")}
 
 
 def test_only_int8_nccl_tables_borrow_a_shape() -> None:
@@ -33,11 +39,13 @@ def test_int8_held_out_octaves_better_with_the_float16_shape(groups, gpu):
     i8, f16 = groups[gpu]["allreduce.nccl.nccl.int8"], groups[gpu]["allreduce.nccl.nccl"]
     y = i8["latency_s"].to_numpy(float)
     # one fixed smoothing weight, so that only the borrowed shape differs
-    alone = O.cv_allreduce(i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", smooth=SMOOTH))
-    shaped = O.cv_allreduce(i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", f16, smooth=SMOOTH))
+    alone = allreduce.cv_allreduce(i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", smooth=SMOOTH))
+    shaped = allreduce.cv_allreduce(
+        i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", f16, smooth=SMOOTH)
+    )
     # measured: H100 5.10 -> 4.72%, H200 5.44 -> 4.75% (docs/accuracy.md)
-    assert U.mape_pct(shaped, y) < U.mape_pct(alone, y) - 0.2
-    assert U.mape_pct(shaped, y) < 5.0
+    assert _base.mape_pct(shaped, y) < _base.mape_pct(alone, y) - 0.2
+    assert _base.mape_pct(shaped, y) < 5.0
 
 
 def test_a_size_only_the_shape_table_measured_is_not_borrowed(groups):
@@ -45,9 +53,9 @@ def test_a_size_only_the_shape_table_measured_is_not_borrowed(groups):
         groups["h100_sxm"]["allreduce.nccl.nccl.int8"],
         groups["h100_sxm"]["allreduce.nccl.nccl"],
     )
-    held = O.size_octaves(i8) == 21
+    held = allreduce.size_octaves(i8) == 21
     full = AllReduceModel("h100_sxm", "nccl.nccl.int8", f16).fit(i8[~held])
-    cut = AllReduceModel("h100_sxm", "nccl.nccl.int8", f16[O.size_octaves(f16) != 21]).fit(
+    cut = AllReduceModel("h100_sxm", "nccl.nccl.int8", f16[allreduce.size_octaves(f16) != 21]).fit(
         i8[~held]
     )
     np.testing.assert_array_equal(full.c_s_per_gb_, cut.c_s_per_gb_)
@@ -82,14 +90,14 @@ def test_shaped_model_round_trips_and_stays_positive(groups):
     fit = m.predict(
         message_bytes=i8["message_bytes"].to_numpy(float), n_gpus=i8["n_gpus"].to_numpy(float)
     )
-    assert U.mape_pct(fit["latency_s"], y) < 4.0
+    assert _base.mape_pct(fit["latency_s"], y) < 4.0
 
 
 @pytest.fixture(scope="module")
 def a100(data_dir) -> dict[str, pd.DataFrame]:
     from dse.data import load
 
-    return O.allreduce_groups(load(data_dir, ["allreduce"])["allreduce"], "a100_sxm")
+    return allreduce.allreduce_groups(load(data_dir, ["allreduce"])["allreduce"], "a100_sxm")
 
 
 def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
@@ -98,8 +106,8 @@ def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
     key = "vllm.custom.vllm_graph"
     # the choice on all rows is the weight whose own leave-one-octave-out CV scores best
     cv = {
-        w: U.mape_pct(
-            O.cv_allreduce(rows, lambda w=w: AllReduceModel("a100_sxm", key, smooth=w)), y
+        w: _base.mape_pct(
+            allreduce.cv_allreduce(rows, lambda w=w: AllReduceModel("a100_sxm", key, smooth=w)), y
         )
         for w in SMOOTH_CHOICES
     }
@@ -108,11 +116,13 @@ def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
     fixed = AllReduceModel("a100_sxm", key, smooth=chosen.smooth_).fit(rows)
     np.testing.assert_array_equal(chosen.c_s_per_gb_, fixed.c_s_per_gb_)
     # chosen inside every outer fold (never seeing the held-out octave): measured 4.59 -> 4.03%
-    nested = U.mape_pct(O.cv_allreduce(rows, lambda: AllReduceModel("a100_sxm", key)), y)
+    nested = _base.mape_pct(
+        allreduce.cv_allreduce(rows, lambda: AllReduceModel("a100_sxm", key)), y
+    )
     assert nested < cv[SMOOTH] - 0.3
 
 
 def test_other_collectives_keep_the_fixed_weight(a100):
     rows = a100["collective.all_gather.nccl.nccl"]
-    m = O.CollectiveModel("a100_sxm", "nccl.nccl").fit(rows)
+    m = CollectiveModel("a100_sxm", "nccl.nccl").fit(rows)
     assert m.smooth_ == SMOOTH

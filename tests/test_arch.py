@@ -1,4 +1,4 @@
-"""dse.arch accounting: hand-worked examples, independent closed forms, validity rules, batching.
+"""dse.spec.arch accounting: hand-worked examples, independent closed forms, validity rules, batching.
 
 The counts against Hugging Face transformers are in tests/test_hf.py; here nothing needs torch.
 """
@@ -11,12 +11,12 @@ import re
 import numpy as np
 import pytest
 
-from dse import arch as A
-from dse.arch import Architecture
 from dse.cli import main
 from dse.errors import ConfigError
-from dse.hardware import get_gpu
-from dse.models import lookup_model
+from dse.spec import arch as A
+from dse.spec.arch import Architecture
+from dse.spec.catalogue import lookup_model
+from dse.spec.hardware import get_gpu
 
 # A small dense GQA model whose every count is worked by hand below.
 TINY = Architecture(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=100)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from dse.errors import ArtifactError
-from dse.surrogate.artifact import FORMAT_VERSION, Artifact, default_dir, model_class, weights_id
-from dse.surrogate.gemm import Gemm
+from dse.models import model_class
+from dse.models.artifact import FORMAT_VERSION, Artifact, default_dir, weights_id
+from dse.predict.gemm_choice import Gemm
 
 REPO = Path(__file__).resolve().parents[1]
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
@@ -59,7 +60,7 @@ def test_round_trip_gives_identical_predictions(tmp_path: Path) -> None:
 def test_loading_and_predicting_never_imports_sklearn() -> None:
     code = (
         "import sys\n"
-        "from dse.surrogate.gemm import Gemm\n"
+        "from dse.predict.gemm_choice import Gemm\n"
         "g = Gemm.load('h200_sxm')\n"
         "out = g.predict([1, 4096], [4096, 4096], [4096, 4096], 'bfloat16')\n"
         "assert out['energy_j'].shape == (2,)\n"
@@ -134,9 +135,9 @@ def test_dse_surrogates_is_the_one_artifacts_folder(
 ) -> None:
     """DSE_SURROGATES moves every finder at once: `Artifact.load(<gpu>)` (dse validate, the GEMM
     tables), `dse fit`'s default output (`default_dir`) and `dse predict` (issue 23)."""
-    from dse import hardware
-    from dse.predictor import load_artifact
+    from dse.predict import load_artifact
     from dse.resources import surrogates_dir
+    from dse.spec import hardware
 
     shipped_id = Artifact.load("h100_sxm").artifact_id
     src = default_dir("h100_sxm")

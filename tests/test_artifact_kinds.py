@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from dse.models import MODEL_CLASSES, model_class
+from dse.models.artifact import Artifact
 from dse.resources import shipped
-from dse.surrogate.artifact import MODEL_CLASSES, Artifact, model_class
 
 
 @pytest.mark.parametrize("kind", sorted(MODEL_CLASSES))

@@ -9,7 +9,7 @@ and the project's one message form:
 - YAML:      `FILE:LINE: key.path: rule, got value`
 
 Numbers print as Python prints them (nan, 1e+30, 8.5), never as np.float64(...). The expected
-limits are written out here, not read from `dse.fields`, so that a changed limit fails a test.
+limits are written out here, not read from `dse.spec.fields`, so that a changed limit fails a test.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse import arch as A
-from dse import configs as C
-from dse import fields as F
 from dse.cli import main
 from dse.errors import ConfigError
-from dse.workload import ENGINES, Workload
+from dse.spec import arch as A
+from dse.spec import columns as C
+from dse.spec import fields as F
+from dse.spec.workload import ENGINES, Workload
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = ["--model", "llama-3-8b"]
@@ -162,7 +162,7 @@ def test_bad_choice_names_the_choices(
 
 def test_engine_choices_are_one_list_for_cli_and_yaml(tmp_path: Path) -> None:
     """--engine, a search space's workload.engine and a CSV's engine column share ENGINES."""
-    from dse.space import STR_FIELDS
+    from dse.spec.space import STR_FIELDS
 
     assert F.FIELDS["engine"].options() == ENGINES == STR_FIELDS["engine"]
 
@@ -522,7 +522,7 @@ def test_limits_keep_int64_accounting_exact_at_the_corners() -> None:
 
 def test_every_catalogue_model_is_inside_the_limits() -> None:
     """The limits reject what cannot be a model, never a published one."""
-    from dse.models import lookup_model, model_names
+    from dse.spec.catalogue import lookup_model, model_names
 
     for name in model_names():
         for field, value in lookup_model(name).to_dict().items():

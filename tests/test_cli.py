@@ -227,7 +227,7 @@ def test_predict_flags_a_run_beyond_the_model_context() -> None:
 
 
 def test_predict_warns_when_the_batch_queues_and_refuses_what_cannot_run(tmp_path: Path) -> None:
-    """dse predict uses dse.arch's memory rule: Llama-2-7B's 64 x 4096-token MHA cache cannot
+    """dse predict uses dse.spec.arch's memory rule: Llama-2-7B's 64 x 4096-token MHA cache cannot
     be resident at once on a 40 GB A100 (a warning, as the engine queues), Llama-3-70B's bf16
     weights cannot fit on one H100 (an error)."""
     base = ["--model", "llama-2-7b", "--gpu", "a100_sxm_40gb", "--batch-size", "64"]

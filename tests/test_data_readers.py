@@ -11,7 +11,7 @@ import pytest
 
 from dse import data
 from dse.errors import DataError
-from dse.hardware import gpu_names
+from dse.spec.hardware import gpu_names
 
 AIC_GEMM = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/{gpu}/gemm/{engine}/{ver}"
 

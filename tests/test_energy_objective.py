@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse import configs as C
 from dse.cli import main
 from dse.estimators.tokens2wh import estimate
+from dse.spec import columns as C
 
 SPACE = """\
 name: t2wh

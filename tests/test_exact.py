@@ -19,7 +19,7 @@ import pytest
 
 from dse import pareto
 from dse.cli import main
-from dse.space import load_space
+from dse.spec.space import load_space
 from dse.sweep import SweepOptions, run_sweep
 from dse.sweep import _exhaustive as E
 from dse.sweep._columns import space_columns

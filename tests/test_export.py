@@ -10,14 +10,14 @@ import pytest
 import yaml
 from sweep_results import no_feasible_sweep, run_sweep
 
-from dse import arch as A
-from dse import configs as C
 from dse.cli import main
 from dse.errors import ConfigError
-from dse.export import entry_architecture, entry_columns, select, write_export
-from dse.predictor import predict
+from dse.predict import predict
 from dse.report import ResultsError, load_results
 from dse.report import _info as I
+from dse.report.export import entry_architecture, entry_columns, select, write_export
+from dse.spec import arch as A
+from dse.spec import columns as C
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError
-from dse.hardware import get_gpu
-from dse.ops import Op
-from dse.surrogate.artifact import Artifact
-from dse.surrogate.gemm import Gemm, gemm_work, sibling_factor
-from dse.surrogate.level1_adapters import price_gemm
+from dse.models.artifact import Artifact
+from dse.models.gemm import gemm_work
+from dse.predict.adapters import price_gemm
+from dse.predict.gemm_choice import Gemm, sibling_factor
+from dse.predict.ops import Op
+from dse.spec.hardware import get_gpu
 
 
 def _without(art: Artifact, *names: str) -> Artifact:
@@ -126,7 +127,7 @@ def test_sibling_borrowing_measured_on_the_share(data_dir: Path) -> None:
 def test_validate_names_the_borrowed_allreduce_model(data_dir: Path) -> None:
     """H200 all-reduce rows whose model the H200 artifact lacks are priced by H100's (same
     NVLink and NVSwitch) and the result says so; an artifact with its own model is untouched."""
-    from dse.surrogate.validate import validate
+    from dse.fitting.validate import validate
 
     h100, h200 = Artifact.load("h100_sxm"), Artifact.load("h200_sxm")
     kw = {"gpus": ["h200_sxm"], "kinds": ["allreduce"]}
@@ -149,7 +150,7 @@ def test_validate_names_the_borrowed_allreduce_model(data_dir: Path) -> None:
 def test_validate_names_a_gemm_priced_by_another_table(data_dir: Path, tmp_path: Path) -> None:
     """A surrogates folder whose H200 artifact lacks the bf16 table prices H200 bf16 GEMMs with
     the H100 table stored next to it, and `dse validate` names it."""
-    from dse.surrogate.validate import validate
+    from dse.fitting.validate import validate
 
     h100, h200 = Artifact.load("h100_sxm"), Artifact.load("h200_sxm")
     _without(h200, "gemm.vllm.bfloat16").save(tmp_path / "h200_sxm")
@@ -166,7 +167,8 @@ def test_predictor_names_the_borrowed_artifact() -> None:
     """An H200 fp8 prediction priced with H100's GEMM tables says so: which operators, and the
     id of the H100 artifact that priced them (provenance); bf16 borrows nothing. Like
     `roofline_ops`, the fields describe the batch predicted together."""
-    from dse.predictor import predict, surrogates_dir
+    from dse.predict import predict
+    from dse.resources import surrogates_dir
 
     root = surrogates_dir()
     if not (root / "h200_sxm").is_dir() or not (root / "h100_sxm").is_dir():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.hardware import get_gpu
-from dse.surrogate.power3 import Power3, protocol_x
+from dse.models.level3_power import Power3, protocol_x
+from dse.spec.hardware import get_gpu
 
 
 def _power3(protocol: float) -> Power3:

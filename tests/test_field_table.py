@@ -1,21 +1,21 @@
 """One field table (issue 23): the Architecture/Workload dataclass defaults, the batch
-defaults (dse.configs) and the choice lists agree with dse.fields, field by field."""
+defaults (dse.spec.columns) and the choice lists agree with dse.spec.fields, field by field."""
 
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
-from dse import arch as A
-from dse import choices
-from dse import configs as C
-from dse.fields import FIELDS
-from dse.workload import Workload
+from dse.spec import arch as A
+from dse.spec import choices
+from dse.spec import columns as C
+from dse.spec.fields import FIELDS
+from dse.spec.workload import Workload
 
 
 def test_every_dataclass_field_is_in_the_table_with_the_same_default() -> None:
     for cls in (A.Architecture, Workload):
         for f in fields(cls):
-            assert f.name in FIELDS, f"{cls.__name__}.{f.name} has no entry in dse.fields"
+            assert f.name in FIELDS, f"{cls.__name__}.{f.name} has no entry in dse.spec.fields"
             want = None if f.default is MISSING else f.default
             assert FIELDS[f.name].default == want, f"{cls.__name__}.{f.name}"
 

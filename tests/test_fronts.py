@@ -16,14 +16,14 @@ import plotly.offline
 import pytest
 from sweep_results import SMALL
 
-from dse import configs as C
 from dse import pareto
 from dse.cli import main
-from dse.predictor import predict
-from dse.report import _fronts as F
+from dse.predict import predict
 from dse.report import load_results, write_report
-from dse.space import load_space
+from dse.spec import columns as C
+from dse.spec.space import load_space
 from dse.sweep import SweepOptions, evaluate, run_sweep, space_columns
+from dse.sweep import _fronts as F
 
 PARAMS = ["d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"]
 

@@ -9,18 +9,18 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError, ConfigError
-from dse.hardware import get_gpu, gpu_names
-from dse.surrogate.artifact import Artifact
-from dse.surrogate.fit import mape_pct
-from dse.surrogate.gemm import (
+from dse.fitting.cv import mape_pct
+from dse.models.artifact import Artifact
+from dse.models.gemm import (
     REGIMES,
-    Gemm,
     GemmModel,
     _mape_shift,
     _smooth_over_shapes,
     gemm_work,
     regime_names,
 )
+from dse.predict.gemm_choice import Gemm
+from dse.spec.hardware import get_gpu, gpu_names
 
 
 def test_gemm_work_by_hand() -> None:

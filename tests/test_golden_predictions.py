@@ -1,4 +1,4 @@
-"""Golden predictions of the frozen predictor (issue 23): every output of `dse.predictor.predict`
+"""Golden predictions of the frozen predictor (issue 23): every output of `dse.predict.predict`
 for 2,560 configurations (5 GPUs x 2 engines x {dense, MoE} x TP {1, 2, 4, 8}, 32 each: half
 published models from the catalogue, half random shapes) plus 160 roofline-only ones.
 
@@ -53,7 +53,7 @@ _VALUES = re.compile(r" \S+ [<>] \S+ \(x[^)]*\)")
 
 
 def golden_configs(seed: int = 23) -> dict[str, np.ndarray]:
-    from dse.models import lookup_model, model_names  # dse.spec.catalogue after the move
+    from dse.spec.catalogue import lookup_model, model_names  # dse.spec.catalogue after the move
 
     rng = np.random.default_rng(seed)
     cards = {m: lookup_model(m).to_dict() for m in model_names()}
@@ -97,7 +97,7 @@ def golden_configs(seed: int = 23) -> dict[str, np.ndarray]:
                         )
                         rows.append(a)
     keys = sorted({k for r in rows for k in r})
-    from dse.configs import DEFAULTS  # dse.spec.columns after the move
+    from dse.spec.columns import DEFAULTS  # dse.spec.columns after the move
 
     return {k: np.array([r.get(k, DEFAULTS.get(k)) for r in rows]) for k in keys}
 
@@ -122,7 +122,7 @@ def _pack(out: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]
 
 
 def golden_outputs() -> dict[str, np.ndarray]:
-    from dse.predictor import predict  # dse.predict after the move
+    from dse.predict import predict  # dse.predict after the move
 
     cfg = golden_configs()
     out = _pack(predict(cfg))

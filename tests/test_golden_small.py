@@ -1,6 +1,6 @@
 """The frozen predictor's numbers do not move when its per-call cost is cut (issue 18).
 
-tests/data/golden_small.npz holds every float output (less the `blocks.*` sums) of `dse.predictor.predict` for the 500
+tests/data/golden_small.npz holds every float output (less the `blocks.*` sums) of `dse.predict.predict` for the 500
 configurations of `golden_configs()`, written with the code before the small-call work
 (commit 47be5c9) by running this file: `PYTHONPATH=. python tests/test_golden_small.py`.
 Rewrite it only when a change is meant to move predictions (a new artifact), and say so.
@@ -58,7 +58,7 @@ def golden_configs(n: int = N, seed: int = 18) -> dict[str, np.ndarray]:
 
 
 def numeric_outputs() -> dict[str, np.ndarray]:
-    from dse.predictor import predict
+    from dse.predict import predict
 
     out = predict(golden_configs())
     # Floats only, less `blocks.*` (sums of the `breakdown.*` items) to keep the file small;
@@ -73,7 +73,7 @@ def numeric_outputs() -> dict[str, np.ndarray]:
 def test_predictions_match_the_golden_file() -> None:
     if not GOLDEN.is_file():
         pytest.skip(f"{GOLDEN} not found")
-    from dse.predictor import surrogates_dir
+    from dse.resources import surrogates_dir
 
     if not (surrogates_dir() / "h100_sxm" / "manifest.json").is_file():
         pytest.skip("shipped artifacts not found")

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from dse.arch import Architecture, active_params, total_params
 from dse.errors import ConfigError
-from dse.hf import from_hf_config, hf_model_type_for, import_hf_config, to_hf_config
-from dse.models import UNREPRESENTABLE, lookup_model, model_card, model_names
+from dse.spec.arch import Architecture, active_params, total_params
+from dse.spec.catalogue import UNREPRESENTABLE, lookup_model, model_card, model_names
+from dse.spec.hf import from_hf_config, hf_model_type_for, import_hf_config, to_hf_config
 
 try:  # test-only dependencies
     import torch
@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - exercised on machines without torch
 needs_hf = pytest.mark.skipif(not HAVE_HF, reason="torch and transformers are not importable")
 
 # Published config.json values (the shape-defining keys), written out here so that the test
-# does not depend on dse.models.
+# does not depend on dse.spec.catalogue.
 PUBLISHED: dict[str, dict[str, Any]] = {
     "Llama-2-7B": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
                    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,

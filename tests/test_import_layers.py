@@ -6,9 +6,8 @@ at module level AND inside functions (function-level imports are how cycles hide
 
     python tests/test_import_layers.py [ROOT]      # edges, cycles, upward imports
 
-While the tree moves, KNOWN_CYCLES and KNOWN_UPWARD list today's violations: the tests fail on
-a new one AND on a listed one that is gone (so the lists only shrink). The issue is done when
-both are empty and LAYERS is TARGET_LAYERS.
+KNOWN_CYCLES and KNOWN_UPWARD list accepted violations (both empty since issue 23's moves): the
+tests fail on a new one AND on a listed one that is gone, so the lists only shrink.
 """
 
 from __future__ import annotations
@@ -166,119 +165,33 @@ def cycle_path(comp: list[str], edges: list[Edge]) -> list[str]:
 
 
 # Layers, lowest first: a module may import its own layer or a lower one (a prefix names a
-# module or a package; the longest matching prefix decides). CURRENT_LAYERS reads today's tree;
-# TARGET_LAYERS is the house of issue 23 (docs/design.md); switch LAYERS when the moves land.
-CURRENT_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "base",
-        (
-            "dse.errors",
-            "dse.resources",
-            "dse.yamlio",
-            "dse.fields",
-            "dse.hardware_specs",
-            "dse.stand_ins",
-            "dse.choices",
-        ),
-    ),
-    (
-        "spec",
-        (
-            "dse.hardware",
-            "dse.workload",
-            "dse.arch",
-            "dse.configs",
-            "dse.models",
-            "dse.hf",
-            "dse.space",
-        ),
-    ),
-    ("roofline", ("dse.roofline",)),
-    ("ops", ("dse.ops",)),
-    ("nn", ("dse.surrogate.nn", "dse.surrogate._fitutil")),
-    (
-        "models",
-        (
-            "dse.surrogate.gemm",
-            "dse.surrogate.attention",
-            "dse.surrogate.moe",
-            "dse.surrogate.allreduce",
-            "dse.surrogate.layerops",
-            "dse.surrogate.power",
-            "dse.surrogate.power3",
-            "dse.surrogate.level3",
-            "dse.surrogate._hybrid",
-            "dse.surrogate.ops_models",
-        ),
-    ),
-    (
-        "predict",
-        (
-            "dse.surrogate.hymell",
-            "dse.surrogate.level1_adapters",
-            "dse.surrogate.artifact",
-            "dse.predictor",
-            "dse.surrogate",
-        ),
-    ),
-    ("estimators", ("dse.estimators",)),
-    ("data", ("dse.data",)),
-    ("fitting", ("dse.surrogate.hymell_fit", "dse.surrogate.fit", "dse.surrogate.validate")),
-    ("sweep", ("dse.pareto", "dse.sweep", "dse.export")),
-    ("report", ("dse.report",)),
-    ("profile", ("dse.profile",)),
-    ("commands", ("dse.commands", "dse.cli", "dse.__main__")),
-]
+# module or a package; the longest matching prefix decides). The house of issue 23
+# (docs/design.md): commands -> report -> sweep -> fitting -> data / estimators -> predict ->
+# models -> roofline -> spec -> base.
 TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "base",
-        (
-            "dse.errors",
-            "dse.resources",
-            "dse.yamlio",
-            "dse.hardware_specs",
-            "dse.stand_ins",
-            "dse.choices",
-        ),
-    ),
+    ("base", ("dse.errors", "dse.resources", "dse.yamlio", "dse.hardware_specs")),
     ("spec", ("dse.spec",)),  # choices < hardware < fields < arch/workload < columns < ...
     ("roofline", ("dse.roofline",)),
     (
         "models-base",
-        (
-            "dse.models._base",
-            "dse.models._nn",
-            "dse.models._curves",
-            "dse.models._hybrid",
-            "dse.models.artifact",
-        ),
+        ("dse.models._base", "dse.models._nn", "dse.models._curves", "dse.models._hybrid"),
     ),
-    ("models", ("dse.models",)),
+    ("models", ("dse.models",)),  # the classes, MODEL_CLASSES and the artifact container
     ("predict", ("dse.predict",)),
     ("estimators", ("dse.estimators",)),
     ("data", ("dse.data",)),
     ("fitting", ("dse.fitting",)),
     ("sweep", ("dse.pareto", "dse.sweep")),
-    ("report", ("dse.report", "dse.export")),
+    ("report", ("dse.report",)),
     ("profile", ("dse.profile",)),
     ("commands", ("dse.commands", "dse.cli", "dse.__main__")),
 ]
-LAYERS = CURRENT_LAYERS
+LAYERS = TARGET_LAYERS
 
-# Violations at the guard-rail commit (2026-12-01); remove entries as fixes land.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"dse.surrogate.hymell_fit", "dse.surrogate.power3"}),
-}
-KNOWN_UPWARD: set[tuple[str, str]] = {
-    ("dse.export", "dse.report._results"),
-    ("dse.fields", "dse.hardware"),
-    ("dse.surrogate.gemm", "dse.surrogate.artifact"),
-    ("dse.surrogate.layerops", "dse.surrogate.artifact"),
-    ("dse.surrogate.level3", "dse.surrogate.artifact"),
-    ("dse.surrogate.ops_models", "dse.surrogate.artifact"),
-    ("dse.surrogate.power3", "dse.surrogate.hymell_fit"),
-    ("dse.sweep._results", "dse.report._fronts"),
-}
+# Violations left (none since issue 23's moves); a new one fails the tests, a listed one that is
+# gone fails them too, so the lists only shrink.
+KNOWN_CYCLES: set[frozenset[str]] = set()
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def layer_of(mod: str, layers: list[tuple[str, tuple[str, ...]]] | None = None) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""Wave steps of the layer-op model at a width no curve was measured at (dse.surrogate.layerops):
+"""Wave steps of the layer-op model at a width no curve was measured at (dse.models.layer_ops):
 the smooth part of a neighbour width's curve is read at the matched element count, its wave
 sawtooth at the row's own token count, so that the steps stay where the waves start (every
 2 x SMs tokens for every width). Artifacts fitted before keep their predictions."""
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.surrogate import _fitutil as U
-from dse.surrogate import ops_models as O
-from dse.surrogate.artifact import Artifact
-from dse.surrogate.layerops import LayerOpModel, _wave_split, layer_op_inputs
+from dse.fitting import layer_ops as O
+from dse.models import _base
+from dse.models.artifact import Artifact
+from dse.models.layer_ops import LayerOpModel, _wave_split, layer_op_inputs
 
 # Llama-2-7B's shape (d_model 4096, the only gated 4096-wide model in vidur's H100 rows)
 LLAMA2_7B = {"d_model": 4096.0, "n_heads": 32.0, "n_kv_heads": 32.0, "d_ff": 11008.0}
@@ -62,7 +62,7 @@ def test_held_out_width_steps_at_its_own_wave_boundaries(h100_rows) -> None:
     assert us[3] / us[2] < 1.4
     g = h100_rows[held & (h100_rows["op"] == "input_layernorm").to_numpy()]
     pred = model.predict(**layer_op_inputs(g))["latency_s"]
-    assert U.mape_pct(pred, g["latency_s"].to_numpy()) < 10.0  # 11.1% before, 8.3% now
+    assert _base.mape_pct(pred, g["latency_s"].to_numpy()) < 10.0  # 11.1% before, 8.3% now
 
 
 def test_state_keys_the_wave_split_and_older_artifacts_read_whole_curves(h100_rows) -> None:

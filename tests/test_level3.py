@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.surrogate.level3 import TERMS, EngineFit, Level3, gqa_excess
+from dse.models.level3 import TERMS, EngineFit, Level3, gqa_excess
 
 
 def _model() -> Level3:
@@ -38,7 +38,7 @@ def test_state_with_an_unknown_term_is_refused() -> None:
 
 
 def test_gqa_excess_is_zero_for_multi_head_attention() -> None:
-    from dse.surrogate.level3 import GlobalInputs
+    from dse.models.level3 import GlobalInputs
 
     n = 3
     ones = np.ones(n)
@@ -53,7 +53,7 @@ def test_gqa_excess_is_zero_for_multi_head_attention() -> None:
 def test_ttft_rows_attach_to_their_end_to_end_run_only() -> None:
     import pandas as pd
 
-    from dse.surrogate.hymell_fit import ttft_of_runs
+    from dse.fitting.e2e_rows import ttft_of_runs
 
     run = dict(gpu="h100_sxm", engine="vllm", model="m", n_gpus=1)
     kept = pd.DataFrame(
@@ -72,9 +72,9 @@ def test_ttft_rows_attach_to_their_end_to_end_run_only() -> None:
 
 
 def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None:
-    from dse import configs as C
-    from dse.hardware import get_gpu
-    from dse.predictor import base_costs, global_inputs
+    from dse.predict.request import base_costs, global_inputs
+    from dse.spec import columns as C
+    from dse.spec.hardware import get_gpu
 
     rows = []
     groups = []
@@ -117,8 +117,8 @@ def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None
 
 def test_validate_scores_fig22_ttft_rows(data_dir) -> None:  # type: ignore[no-untyped-def]
     from dse.data import load
-    from dse.predictor import load_artifact
-    from dse.surrogate.hymell_fit import _family_predict_rows
+    from dse.fitting.level3 import _family_predict_rows
+    from dse.predict import load_artifact
 
     art, _ = load_artifact("h100_sxm")
     if art is None:
@@ -142,7 +142,7 @@ def test_trtllm_argonne_moe_decode_is_priced_as_one_sequence_per_step() -> None:
     sequence routes to the same experts, so a decode step reads top_k experts, not ~all."""
     import pandas as pd
 
-    from dse.surrogate.hymell_fit import e2e_configs, price_rows
+    from dse.fitting.e2e_rows import e2e_configs, price_rows
 
     rows = pd.DataFrame(
         {
@@ -167,7 +167,7 @@ def test_trtllm_argonne_moe_decode_is_priced_as_one_sequence_per_step() -> None:
 
 
 def test_the_residual_mlp_leaves_kv_overflow_rows_to_the_structured_stage() -> None:
-    from dse.surrogate.level3 import GlobalInputs, _structured
+    from dse.models.level3 import GlobalInputs, _structured
 
     rng = np.random.default_rng(0)
     n = 40
@@ -208,7 +208,7 @@ def test_the_residual_mlp_leaves_kv_overflow_rows_to_the_structured_stage() -> N
 
 
 def test_an_unphysical_power_calibration_falls_back_to_the_power_model() -> None:
-    from dse.surrogate.power3 import IDENTITY, Power3
+    from dse.models.level3_power import IDENTITY, Power3
 
     u = np.array([0.30, 0.35, 0.40, 0.45, 0.50, 0.55])
     batch = np.array([1.0, 16.0, 64.0, 1.0, 16.0, 64.0])
@@ -235,8 +235,8 @@ def _protocol_rows(c: float) -> tuple[np.ndarray, ...]:
 
 
 def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> None:
-    from dse.hardware import get_gpu
-    from dse.surrogate.power3 import IDENTITY, Power3, fit_protocol
+    from dse.models.level3_power import IDENTITY, Power3, fit_protocol
+    from dse.spec.hardware import get_gpu
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
     assert np.isclose(fit_protocol(y - u, batch, identical, keys), 0.2)
@@ -261,8 +261,8 @@ def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> No
 
 
 def test_power_state_without_the_protocol_term_loads_as_before() -> None:
-    from dse.hardware import get_gpu
-    from dse.surrogate.power3 import Power3
+    from dse.models.level3_power import Power3
+    from dse.spec.hardware import get_gpu
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
     pw = Power3().fit_arrays(u, batch, y, model, identical=identical, pair_keys=keys)
@@ -280,8 +280,8 @@ def test_power_state_without_the_protocol_term_loads_as_before() -> None:
 def test_as_identical_takes_the_independent_sequence_term_out_and_nothing_else() -> None:
     """dse validate prices argonne's TensorRT-LLM power rows (copies of one prompt) without the
     independent-sequence term; at batch 1 the term is zero, and a power without it is lower."""
-    from dse.hardware import get_gpu
-    from dse.surrogate.power3 import Power3, protocol_x
+    from dse.models.level3_power import Power3, protocol_x
+    from dse.spec.hardware import get_gpu
 
     gpu = get_gpu("h100_sxm")
     pw = Power3()
@@ -301,8 +301,8 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
     end after prefill): e2e_configs drops it, and keeps the same length for a longer context."""
     import pandas as pd
 
-    from dse.models import context_tokens
-    from dse.surrogate.hymell_fit import beyond_context, e2e_configs
+    from dse.fitting.e2e_rows import beyond_context, e2e_configs
+    from dse.spec.catalogue import context_tokens
 
     assert context_tokens("huggyllama/llama-7b") == 2048
     assert context_tokens("meta-llama/Llama-2-7b-hf") == 4096
@@ -327,8 +327,8 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
 def test_gh200_is_priced_with_the_h200_artifact() -> None:
     """GH200 (the Hopper die of H100 / H200) has no measurements of its own to fit: the
     predictor and dse validate use the h200_sxm artifact, scaled to GH200's bandwidth."""
-    from dse.predictor import load_artifact
-    from dse.surrogate.validate import ARTIFACT_FALLBACK
+    from dse.fitting.validate import ARTIFACT_FALLBACK
+    from dse.predict import load_artifact
 
     art, name = load_artifact("gh200")
     if art is None:
@@ -342,7 +342,7 @@ def test_gh200_is_priced_with_the_h200_artifact() -> None:
 def test_rows_dot_gives_a_row_the_same_bits_in_any_batch() -> None:
     """Level 3's linear stage sums column by column, so a row's value does not depend on how
     many rows come with it (a BLAS matrix-vector product's summation order does)."""
-    from dse.surrogate.level3 import _rows_dot
+    from dse.models.level3 import _rows_dot
 
     rng = np.random.default_rng(0)
     X = rng.lognormal(0.0, 3.0, (1000, 13))

@@ -11,25 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
-from dse.predictor import (
-    LEVEL3_MODEL,
-    _model,
-    _registry_gpu,
-    base_costs,
-    global_inputs,
-    load_artifact,
-    predict_columns,
-)
-from dse.surrogate.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
+from dse.models.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
+from dse.predict import load_artifact, predict_columns
+from dse.predict.request import LEVEL3_MODEL, _model, _registry_gpu, base_costs, global_inputs
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_golden_predictions import golden_configs
 
 
 def test_every_factor_key_is_one_that_correct_returns() -> None:
-    from dse.surrogate.level3 import TERMS, EngineFit, Level3
+    from dse.models.level3 import TERMS, EngineFit, Level3
 
     m = Level3()
     m.engines_ = {"vllm": EngineFit(np.ones(len(TERMS)), (), np.zeros(2), 1.0)}

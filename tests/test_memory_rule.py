@@ -1,4 +1,4 @@
-"""The memory rule (`dse.arch.memory_breakdown` / `fits_memory`) against what engines allocate
+"""The memory rule (`dse.spec.arch.memory_breakdown` / `fits_memory`) against what engines allocate
 and what argonne actually ran (issue 18: 55 of argonne's configurations were refused before)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse import arch as A
-from dse import configs as C
-from dse.arch import Architecture
-from dse.hardware import get_gpu
-from dse.models import lookup_model
+from dse.spec import arch as A
+from dse.spec import columns as C
+from dse.spec.arch import Architecture
+from dse.spec.catalogue import lookup_model
+from dse.spec.hardware import get_gpu
 
 GIB = 2**30
 
@@ -21,7 +21,7 @@ def _argonne_configs(data_dir: Path):  # pandas frames: (configurations, rows ke
     import pandas as pd
 
     from dse.data._argonne import read_argonne
-    from dse.surrogate.hymell_fit import e2e_configs
+    from dse.fitting.e2e_rows import e2e_configs
 
     tables = read_argonne(data_dir)
     if not tables:

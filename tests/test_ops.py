@@ -1,13 +1,13 @@
-"""The operator list agrees with the closed-form accounting of dse.arch, per phase and shard."""
+"""The operator list agrees with the closed-form accounting of dse.spec.arch, per phase and shard."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dse import arch as A
-from dse import configs as C
-from dse.ops import forward_ops
+from dse.predict.ops import forward_ops
+from dse.spec import arch as A
+from dse.spec import columns as C
 
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
 MIXTRAL = dict(

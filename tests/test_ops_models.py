@@ -1,4 +1,4 @@
-"""Level-1 operator models other than GEMM (dse.surrogate.layerops / allreduce / attention / moe
+"""Level-1 operator models other than GEMM (dse.models.layer_ops / allreduce / attention / moe
 / ops_models): held-out accuracy beats a plain roofline, exact state round trips, fitted ranges,
 vectorised shapes, analytical sanity. Real data rows (skipped without the data folder)."""
 
@@ -10,24 +10,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.surrogate import _fitutil as U
-from dse.surrogate import ops_models as O
-from dse.surrogate.allreduce import AllReduceModel
-from dse.surrogate.artifact import Artifact, FittedModel, model_class
-from dse.surrogate.attention import (
-    ContextAttentionModel,
-    GenerationAttentionModel,
-    attention_inputs,
-)
-from dse.surrogate.fit import families
-from dse.surrogate.layerops import (
-    KERNEL_SPLIT_TOKENS,
-    LAYER_OPS,
-    LayerOpModel,
-    ReductionOpModel,
-    layer_op_inputs,
-)
-from dse.surrogate.moe import MoEModel, moe_inputs, skew_of
+from dse.fitting import allreduce, attention, moe, reductions
+from dse.fitting import cv as U
+from dse.fitting import layer_ops as O
+from dse.fitting.families import families
+from dse.models import _base, _curves, model_class
+from dse.models.allreduce import AllReduceModel
+from dse.models.artifact import Artifact, FittedModel
+from dse.models.attention import ContextAttentionModel, GenerationAttentionModel, attention_inputs
+from dse.models.layer_ops import KERNEL_SPLIT_TOKENS, LAYER_OPS, LayerOpModel, layer_op_inputs
+from dse.models.moe import MoEModel, moe_inputs, skew_of
+from dse.models.reductions import ReductionOpModel
 
 FAST = {"max_rows": 2500, "max_iter": 40}  # small MLP fits: seconds, still well above roofline
 
@@ -70,19 +63,19 @@ def test_hat_basis_interpolates_and_clamps():
     knots = np.array([0.0, 1.0, 3.0])
     v = np.array([2.0, 4.0, 0.0])
     x = np.array([-1.0, 0.0, 0.5, 2.0, 3.0, 9.0])
-    B = U.hat_basis(x, knots)
+    B = _curves.hat_basis(x, knots)
     np.testing.assert_allclose(B.sum(axis=1), 1.0)
     np.testing.assert_allclose(B @ v, [2.0, 2.0, 3.0, 2.0, 0.0, 0.0])
-    np.testing.assert_allclose(U.hat_eval(x, knots, v), B @ v)
+    np.testing.assert_allclose(_curves.hat_eval(x, knots, v), B @ v)
 
 
 def test_relative_lstsq_bounds_and_exact_fit():
     x = np.linspace(1, 10, 20)
     X = np.column_stack([np.ones_like(x), x])
-    c = U.relative_lstsq(X, 3.0 + 2.0 * x)
+    c = _curves.relative_lstsq(X, 3.0 + 2.0 * x)
     np.testing.assert_allclose(c, [3.0, 2.0], rtol=1e-10)
     # a negative intercept is the unconstrained answer; the bound forces it to 0
-    c = U.relative_lstsq(X, -1.0 + 2.0 * x + 0.0 * x, lower=np.array([0.0, -np.inf]))
+    c = _curves.relative_lstsq(X, -1.0 + 2.0 * x + 0.0 * x, lower=np.array([0.0, -np.inf]))
     assert c[0] >= -1e-12
 
 
@@ -112,8 +105,8 @@ def test_layer_op_beats_roofline_on_held_out_model(layer_model_without_codellama
     model, held = layer_model_without_codellama
     y = held["latency_s"].to_numpy()
     pred = model.predict(**layer_op_inputs(held))
-    mape = U.mape_pct(pred["latency_s"], y)
-    roof = U.mape_pct(O.layer_op_roofline_s(held, "h100_sxm"), y)
+    mape = _base.mape_pct(pred["latency_s"], y)
+    roof = _base.mape_pct(O.layer_op_roofline_s(held, "h100_sxm"), y)
     assert mape < 0.5 * roof
     assert mape < 5.0  # leave-one-model-out (2.4% in docs/accuracy.md; the 1 us timer)
 
@@ -167,7 +160,7 @@ def test_layer_op_extrapolates_tokens_linearly_past_the_measured_curves(tables):
     far = rows[~fit]
     assert far["num_tokens"].max() >= 32768
     pred = model.predict(**layer_op_inputs(far))["latency_s"]
-    assert U.mape_pct(pred, far["latency_s"]) < 8.0
+    assert _base.mape_pct(pred, far["latency_s"]) < 8.0
     p = model.predict(
         op="add",
         num_tokens=[65536.0, 131072.0],
@@ -219,7 +212,7 @@ def test_layer_op_embedding_kernel_switch_and_wave_steps(tables, gpu):
             test = test[test["model"] == test["model"].iloc[0]]
             model = LayerOpModel(gpu).fit(train)
             pred = model.predict(**layer_op_inputs(test))["latency_s"]
-            assert U.mape_pct(pred, test["latency_s"]) < 15.0, (op, held)
+            assert _base.mape_pct(pred, test["latency_s"]) < 15.0, (op, held)
 
 
 def test_reduction_ops_fit_and_transfer(tables):
@@ -228,7 +221,7 @@ def test_reduction_ops_fit_and_transfer(tables):
     for op, d in t.items():
         n = d["n"].to_numpy(float) if "n" in d else 1.0
         p = a100.predict(op=op, m=d["m"].to_numpy(float), n=n)
-        assert U.mape_pct(p["latency_s"], d["latency_s"]) < 15.0
+        assert _base.mape_pct(p["latency_s"], d["latency_s"]) < 15.0
     # the H100 transfer keeps the launch floor and shrinks the memory term by the bandwidth ratio
     h100 = ReductionOpModel("h100_sxm", fitted_on="a100_sxm").fit(t)
     big = {"op": "softmax", "m": 32768.0, "n": 4096.0}
@@ -241,12 +234,12 @@ def test_reduction_ops_fit_and_transfer(tables):
 # ---------------------------------------------------------------------------- all-reduce
 @pytest.fixture(scope="module")
 def h100_nccl(tables) -> pd.DataFrame:
-    return O.allreduce_groups(tables["allreduce"], "h100_sxm")["allreduce.nccl.nccl"]
+    return allreduce.allreduce_groups(tables["allreduce"], "h100_sxm")["allreduce.nccl.nccl"]
 
 
 def test_allreduce_held_out_sizes_beat_roofline(h100_nccl):
     rows = h100_nccl
-    octv = O.size_octaves(rows)
+    octv = allreduce.size_octaves(rows)
     held = np.isin(octv, [14, 20, 24])
     m = AllReduceModel("h100_sxm", "nccl.nccl").fit(rows[~held])
     te = rows[held]
@@ -254,8 +247,8 @@ def test_allreduce_held_out_sizes_beat_roofline(h100_nccl):
     pred = m.predict(message_bytes=b, n_gpus=g)["latency_s"]
     roof = 10e-6 + b * 2 * (g - 1) / g / 450e9
     y = te["latency_s"].to_numpy()
-    assert U.mape_pct(pred, y) < 10.0
-    assert U.mape_pct(pred, y) < U.mape_pct(roof, y)
+    assert _base.mape_pct(pred, y) < 10.0
+    assert _base.mape_pct(pred, y) < _base.mape_pct(roof, y)
 
 
 def test_allreduce_parts_monotone_interpolated_and_round_trip(h100_nccl):
@@ -282,13 +275,15 @@ def test_allreduce_parts_monotone_interpolated_and_round_trip(h100_nccl):
 def test_allreduce_vllm_custom_regime_switches_held_out(tables):
     # vLLM's custom all-reduce hands messages of 8 MiB and more to NCCL (A100: 25 us at 4 MiB,
     # 90 us at 8 MiB on 2 GPUs): either size held out is read from its own side of the switch
-    rows = O.allreduce_groups(tables["allreduce"], "a100_sxm")["allreduce.vllm.custom.vllm_graph"]
-    octave = O.size_octaves(rows)
+    rows = allreduce.allreduce_groups(tables["allreduce"], "a100_sxm")[
+        "allreduce.vllm.custom.vllm_graph"
+    ]
+    octave = allreduce.size_octaves(rows)
     for held in (22, 23):
         m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows[octave != held])
         te = rows[octave == held]
         pred = m.predict(message_bytes=te["message_bytes"], n_gpus=te["n_gpus"])["latency_s"]
-        assert U.mape_pct(pred, te["latency_s"]) < 20.0, held
+        assert _base.mape_pct(pred, te["latency_s"]) < 20.0, held
     m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows)
     p = m.predict(message_bytes=[4 * 2.0**20, 8 * 2.0**20], n_gpus=2)["latency_s"]
     assert p[1] > 2.5 * p[0]
@@ -304,19 +299,19 @@ def test_allreduce_vllm_custom_regime_switches_held_out(tables):
 def test_allreduce_extrapolates_past_the_largest_message_at_the_marginal_rate(h100_nccl):
     # H100 NCCL, 2-8 GPUs: 256 -> 512 MiB takes 1.91x; fitted up to 256 MiB, the 512 MiB rows
     # are predicted within 2% (the average rate at 256 MiB would give ~+4%)
-    octave = O.size_octaves(h100_nccl)
+    octave = allreduce.size_octaves(h100_nccl)
     last = octave == octave.max()
     m = AllReduceModel("h100_sxm", "nccl.nccl").fit(h100_nccl[~last])
     te = h100_nccl[last]
     pred = m.predict(message_bytes=te["message_bytes"], n_gpus=te["n_gpus"])["latency_s"]
-    assert U.mape_pct(pred, te["latency_s"]) < 2.0
+    assert _base.mape_pct(pred, te["latency_s"]) < 2.0
 
 
 def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
     # message_bytes is bytes for every table (aiconfigurator counts elements; dse.data converts):
     # the float16 and int8 NCCL models agree on the time of one large payload in bytes, and a
-    # bf16 residual stream (tokens x d_model x 2 bytes, as dse.ops sizes it) runs near NVLink rate.
-    groups = O.allreduce_groups(tables["allreduce"], "h100_sxm")
+    # bf16 residual stream (tokens x d_model x 2 bytes, as dse.predict.ops sizes it) runs near NVLink rate.
+    groups = allreduce.allreduce_groups(tables["allreduce"], "h100_sxm")
     half = AllReduceModel("h100_sxm", "nccl.nccl").fit(groups["allreduce.nccl.nccl"])
     i8 = AllReduceModel("h100_sxm", "nccl.nccl.int8").fit(groups["allreduce.nccl.nccl.int8"])
     b = np.array([64.0, 128.0, 256.0]) * 2**20
@@ -333,7 +328,7 @@ def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
 
 # ---------------------------------------------------------------------------- attention
 def _split_heads(rows: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    groups = U.group_labels(rows, O.HEAD_GROUP)
+    groups = U.group_labels(rows, attention.HEAD_GROUP)
     held = U.group_folds(groups, 4, seed)[0]
     return rows[~held], rows[held]
 
@@ -350,9 +345,9 @@ def test_context_attention_beats_roofline_on_held_out_heads(h100_context):
     model, test = h100_context
     y = test["latency_s"].to_numpy()
     p = model.predict(**attention_inputs(test))
-    roof = O.attention_roofline_s("context_attention", test, "h100_sxm")
-    assert U.mape_pct(p["latency_s"], y) < 0.5 * U.mape_pct(roof, y)
-    assert U.mape_pct(p["latency_s"], y) < U.mape_pct(p["base_s"], y)
+    roof = attention.attention_roofline_s("context_attention", test, "h100_sxm")
+    assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
+    assert _base.mape_pct(p["latency_s"], y) < _base.mape_pct(p["base_s"], y)
     assert set(p["regime"].tolist()) <= {0, 1}
 
 
@@ -386,12 +381,12 @@ def test_generation_attention_with_power_gives_energy(tables):
     model = GenerationAttentionModel(gpu="h200_sxm", engine="vllm", **FAST).fit(train)
     p = model.predict(**attention_inputs(test))
     y = test["latency_s"].to_numpy()
-    roof = O.attention_roofline_s("generation_attention", test, "h200_sxm")
-    assert U.mape_pct(p["latency_s"], y) < 0.5 * U.mape_pct(roof, y)
+    roof = attention.attention_roofline_s("generation_attention", test, "h200_sxm")
+    assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
     # the power MLP beats a constant power (the training median) on held-out heads
     assert "power_w" in p
     const = np.full(len(test), np.median(train["power_w"]))
-    assert U.mape_pct(p["power_w"], test["power_w"]) < U.mape_pct(const, test["power_w"])
+    assert _base.mape_pct(p["power_w"], test["power_w"]) < _base.mape_pct(const, test["power_w"])
     np.testing.assert_allclose(p["energy_j"], p["power_w"] * p["latency_s"])
     assert isinstance(round_trip(model), GenerationAttentionModel)
     # longer KV cache: more time
@@ -407,13 +402,13 @@ def test_moe_beats_roofline_on_held_out_layer_shapes(tables):
     t = tables["moe"]
     rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["dtype"] == "bfloat16")]
     rows = rows.reset_index(drop=True)
-    held = U.group_folds(U.group_labels(rows, O.MOE_SHAPE_GROUP), 4, 0)[0]
+    held = U.group_folds(U.group_labels(rows, moe.MOE_SHAPE_GROUP), 4, 0)[0]
     model = MoEModel("h100_sxm", "vllm", "bfloat16", **FAST).fit(rows[~held])
     te = rows[held]
     p = model.predict(**moe_inputs(te))
     y = te["latency_s"].to_numpy()
-    roof = O.moe_roofline_s(te, "h100_sxm", "bfloat16")
-    assert U.mape_pct(p["latency_s"], y) < 0.5 * U.mape_pct(roof, y)
+    roof = moe.moe_roofline_s(te, "h100_sxm", "bfloat16")
+    assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
     same_outputs(p, round_trip(model).predict(**moe_inputs(te)))
     assert {"num_tokens", "num_experts", "moe_ep_size", "skew"} <= set(model.fitted_range())
     tok = np.array([1.0, 64.0, 4096.0])
@@ -463,7 +458,7 @@ class _Ctx:
 
 def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path):
     ctx = _Ctx(tables, "h100_sxm")
-    fitted = O.fit_allreduce_family(ctx) + O.fit_reduction_family(ctx)
+    fitted = allreduce.fit_allreduce_family(ctx) + reductions.fit_reduction_family(ctx)
     names = [fm.name for fm in fitted]
     assert "allreduce.nccl.nccl" in names and "reduction.llmcompass" in names
     for fm in fitted:
@@ -474,8 +469,8 @@ def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path
     art.save(tmp_path / "a")
     back = Artifact.load(tmp_path / "a")
     rows = tables["allreduce"][tables["allreduce"]["gpu"] == "h100_sxm"]
-    got = O.predict_allreduce_rows(back, "allreduce", rows)
-    ref = O.predict_allreduce_rows(art, "allreduce", rows)
+    got = allreduce.predict_allreduce_rows(back, "allreduce", rows)
+    ref = allreduce.predict_allreduce_rows(art, "allreduce", rows)
     np.testing.assert_array_equal(got["latency_pred_s"], ref["latency_pred_s"])
     single = rows["n_nodes"].fillna(1).to_numpy() == 1
     assert np.isfinite(got["latency_pred_s"].to_numpy()[single]).all()
@@ -484,8 +479,8 @@ def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path
 
 # ---------------------------------------------------------------------------- residual ensembles
 def test_mean_mlp_averages_members_and_round_trips():
-    from dse.surrogate._hybrid import fit_residual_ensemble
-    from dse.surrogate.nn import MeanMLP, mlp_from_state
+    from dse.models._hybrid import fit_residual_ensemble
+    from dse.models._nn import MeanMLP, mlp_from_state
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 4))
@@ -507,8 +502,8 @@ def test_mean_mlp_averages_members_and_round_trips():
 
 
 def test_mean_mlp_predict_member_takes_each_row_from_its_member():
-    from dse.surrogate._hybrid import STRATA, apply_residual, fit_residual_ensemble
-    from dse.surrogate.nn import MeanMLP
+    from dse.models._hybrid import STRATA, apply_residual, fit_residual_ensemble
+    from dse.models._nn import MeanMLP
 
     rng = np.random.default_rng(2)
     X = rng.normal(size=(900, 4))
@@ -542,7 +537,7 @@ def test_mean_mlp_predict_member_takes_each_row_from_its_member():
 
 
 def test_mlp_column_major_input_gives_the_same_numbers():
-    from dse.surrogate.nn import fit_mlp
+    from dse.models._nn import fit_mlp
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(5000, 6)) * [1.0, 10.0, 0.1, 3.0, 1.0, 100.0]
@@ -560,7 +555,7 @@ def test_mlp_column_major_input_gives_the_same_numbers():
 def test_vllm_custom_allreduce_switch_sizes_follow_its_source() -> None:
     """vLLM's custom all-reduce: one stage up to 512 KiB on 4 GPUs (256 KiB on 8), NCCL from
     8 MiB; only the vLLM tables carry switches (NCCL's come from its own tuning model)."""
-    from dse.surrogate.allreduce import switch_bytes
+    from dse.models.allreduce import switch_bytes
 
     kib, mib = 1024.0, 1024.0**2
     assert switch_bytes("vllm.custom.vllm_graph", 2) == (8 * mib,)
@@ -573,7 +568,7 @@ def test_vllm_custom_allreduce_switch_sizes_follow_its_source() -> None:
 def test_layer_op_kernel_switches_travel_with_the_state(layer_model_without_codellama):
     """The token counts where a kernel switches are stored in the artifact: a state keeps its
     own, whatever KERNEL_SPLIT_TOKENS says later; states saved before the key keep 16 tokens."""
-    from dse.surrogate.layerops import LayerOpModel
+    from dse.models.layer_ops import LayerOpModel
 
     model, held = layer_model_without_codellama
     state = model.to_state()
@@ -589,7 +584,7 @@ def test_layer_op_kernel_switches_travel_with_the_state(layer_model_without_code
 
 
 def test_attention_kernel_choice_features() -> None:
-    from dse.surrogate.attention import (
+    from dse.models.attention import (
         _features,
         _kernel_features,
         feature_set_for,
@@ -648,7 +643,7 @@ def test_trtllm_decode_inputs_are_swap_invariant() -> None:
     """Set 3 sees b sequences of (h, kv) heads exactly as b / 2 sequences of (2h, 2kv): the
     kernels' grid and work are the same, so the residual MLP prices a head configuration
     from its measured siblings."""
-    from dse.surrogate.attention import GenerationAttentionModel, _features, attention_work
+    from dse.models.attention import GenerationAttentionModel, _features, attention_work
 
     def feats(b: float, h: float, kv: float, feature_set: int) -> np.ndarray:
         m = GenerationAttentionModel(gpu="h100_sxm", engine="trtllm")
@@ -686,7 +681,8 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
     the same order. Runs after the other tests' multi-threaded fits in this process: spawned
     workers inherit no thread pool that could hold a lock (forked ones could deadlock)."""
     from dse.data import load
-    from dse.surrogate.fit import FitContext, fit_gemm_family
+    from dse.fitting.gemm import fit_gemm_family
+    from dse.fitting.run import FitContext
 
     gemm = load(data_dir, ["gemm"])["gemm"]
     gemm = gemm[(gemm["source"] == "aiconfigurator") & (gemm["gpu"] == "h200_sxm")]
@@ -699,9 +695,9 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
         return t[keep].reset_index(drop=True)
 
     sub = {
-        "context_attention": few(tables["context_attention"], list(O.HEAD_GROUP), 6),
-        "generation_attention": few(tables["generation_attention"], list(O.HEAD_GROUP), 6),
-        "moe": few(tables["moe"], list(O.MOE_SHAPE_GROUP), 6),
+        "context_attention": few(tables["context_attention"], list(attention.HEAD_GROUP), 6),
+        "generation_attention": few(tables["generation_attention"], list(attention.HEAD_GROUP), 6),
+        "moe": few(tables["moe"], list(moe.MOE_SHAPE_GROUP), 6),
     }
     assert all(len(t) >= 200 for t in sub.values())
     from threadpoolctl import threadpool_limits
@@ -713,7 +709,7 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
         for jobs in (1, 2):
             ctx = FitContext(tmp_path, "a100_sxm", seed=0, jobs=jobs, log=_quiet)
             ctx._tables.update({k: v.copy() for k, v in sub.items()})
-            fits[jobs] = O.fit_attention_family(ctx) + O.fit_moe_family(ctx)
+            fits[jobs] = attention.fit_attention_family(ctx) + moe.fit_moe_family(ctx)
             # GEMM: the final fits only (its CV refits every table 9 times)
             ctx = FitContext(tmp_path, "h200_sxm", seed=0, cv=False, jobs=jobs, log=_quiet)
             ctx._tables["gemm"] = gemm.copy()

@@ -6,13 +6,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
-from dse.ops import _gemm
-from dse.predictor import base_costs, load_artifact, predict
-from dse.surrogate import level1_adapters as L
-from dse.surrogate.artifact import RANGE_TOL, Artifact, range_miss
-from dse.surrogate.level3 import OOR_BAND_WIDEN
+from dse.models._base import RANGE_TOL, range_miss
+from dse.models.artifact import Artifact
+from dse.models.level3 import OOR_BAND_WIDEN
+from dse.predict import _rows, load_artifact, predict
+from dse.predict import adapters as L
+from dse.predict.ops import _gemm
+from dse.predict.request import base_costs
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
 WORKLOAD = dict(batch_size=8, prompt_tokens=512, output_tokens=256, tensor_parallel=1)
@@ -100,7 +102,7 @@ def test_a_tiny_excursion_past_a_bound_is_inside(h100: Artifact) -> None:
 
 # ---------------------------------------------------------------------------- block pricing
 def test_column_blocks_stay_inside_the_table() -> None:
-    blocks, cols = L.column_blocks(np.array([4096.0, 65536.0, 128256.0, 150000.0]), 65536.0)
+    blocks, cols = _rows.column_blocks(np.array([4096.0, 65536.0, 128256.0, 150000.0]), 65536.0)
     np.testing.assert_array_equal(blocks, [1, 1, 2, 3])
     np.testing.assert_array_equal(cols, [4096, 65536, 64128, 50048])
     assert (

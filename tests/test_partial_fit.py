@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dse.predictor import surrogates_dir
-from dse.surrogate.artifact import Artifact, FittedModel
-from dse.surrogate.hymell_fit import level1_base
+from dse.fitting.artifacts import level1_base
+from dse.models.artifact import Artifact, FittedModel
+from dse.resources import surrogates_dir
 
 
 @pytest.fixture(scope="module")

@@ -11,23 +11,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
-from dse.ops import forward_ops
-from dse.predictor import (
-    BAND_KEYS,
-    OUTPUT_KEYS,
-    base_costs,
-    decode_nodes,
-    global_inputs,
-    load_artifact,
-    predict,
-    surrogates_dir,
-)
-from dse.surrogate.artifact import Artifact, FittedModel
-from dse.surrogate.hymell import HymellPricer
-from dse.surrogate.level3 import TERMS, Level3
-from dse.surrogate.power3 import Power3
+from dse.models.artifact import Artifact, FittedModel
+from dse.models.level3 import TERMS, Level3
+from dse.models.level3_power import Power3
+from dse.predict import load_artifact, predict
+from dse.predict.ops import forward_ops
+from dse.predict.pricing import Pricer
+from dse.predict.request import BAND_KEYS, OUTPUT_KEYS, base_costs, decode_nodes, global_inputs
+from dse.resources import surrogates_dir
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
@@ -69,7 +62,7 @@ def test_quadrature_error_at_a_kink_is_small() -> None:
 
 @pytest.mark.parametrize("segments", [1, 2, 4])
 def test_node_strata_split_the_simpson_weights_in_thirds(segments: int) -> None:
-    from dse.predictor import node_strata
+    from dse.predict.request import node_strata
 
     start = np.array([10.0, 300.0])
     steps = np.array([4.0 * segments, 1000.0])
@@ -97,7 +90,7 @@ def _decode_integral_and_steps(row: dict, art: Artifact | None) -> tuple[dict, A
     steps = row["output_tokens"] - 1
     rep = {k: np.repeat(v, steps) for k, v in cols.items()}
     kv = row["prompt_tokens"] + 1 + np.arange(steps, dtype=float)
-    each = HymellPricer(gpu, art, None, rep).price(forward_ops(rep, "decode", kv_len=kv), "decode")
+    each = Pricer(gpu, art, None, rep).price(forward_ops(rep, "decode", kv_len=kv), "decode")
     return cols, integrated, each
 
 
@@ -138,7 +131,7 @@ def test_stratified_decode_attention_matches_the_full_ensemble_step_sum(
     member per node (`node_strata`). Against every decode step priced with all 3 members
     averaged: the decode-attention time and the whole decode time agree within the measured
     spread (docs/accuracy.md: mean 0.06-0.09%, 99th percentile ~1% over random batches)."""
-    from dse.surrogate.nn import MeanMLP
+    from dse.models._nn import MeanMLP
 
     art, _ = load_artifact("h100_sxm")
     if art is None:
@@ -159,7 +152,7 @@ def test_stratified_decode_attention_matches_the_full_ensemble_step_sum(
     assert attn_q == pytest.approx(attn_s, rel=1e-2)
     assert integrated.time_s[0] == pytest.approx(each.time_s.sum(), rel=3e-3)
     # and the strata do pick single members: all three averaged at every node differs
-    from dse.surrogate import _hybrid
+    from dse.models import _hybrid
 
     try:
         _hybrid.STRATA = 0
@@ -223,7 +216,7 @@ def _synthetic(use_mlp: bool, noise: float = 0.0):  # type: ignore[no-untyped-de
     cols, n = C.as_columns(cfg)
     gpu = get_gpu("h100_sxm")
     g = global_inputs(cols, base_costs(cols, n, gpu, None))
-    from dse.surrogate.level3 import design
+    from dse.models.level3 import design
 
     x_t, x_d = design(g)
     y = (x_t + x_d) @ TRUE_THETA
@@ -250,7 +243,7 @@ def test_level3_recovers_known_overheads() -> None:
         theta = model.engines_[engine].theta
         # Without kernel models, each group's model and roofline times are the same column:
         # only their sums are identified.
-        from dse.surrogate.level3 import PAIRS
+        from dse.models.level3 import PAIRS
 
         paired = {TERMS.index(t) for pair in PAIRS for t in pair}
         rest = [k for k in range(len(TERMS)) if k not in paired]
@@ -374,7 +367,7 @@ def test_kv_overflow_runs_in_waves() -> None:
 def test_predict_imports_no_optimiser_plotting_or_fitting_library() -> None:
     code = (
         "import sys\n"
-        "from dse.predictor import predict\n"
+        "from dse.predict import predict\n"
         "p = predict({'d_model': 4096, 'n_layers': 32, 'n_heads': 32, 'd_ff': 14336})\n"
         "assert p['latency_s'][0] > 0\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'optuna', 'plotly', 'sklearn', 'scipy', 'torch'})\n"
@@ -423,7 +416,7 @@ def test_level3_structured_stage_on_argonne_h100(data_dir: Path) -> None:
     """Leave-one-model-out error of the structured overhead stage alone (no MLP) on the argonne
     H100 rows, priced by the roofline: a floor that the full artifact must beat."""
     from dse.data import load
-    from dse.surrogate.hymell_fit import fit_level3
+    from dse.fitting.level3 import fit_level3
 
     e2e = load(data_dir, ["e2e"])["e2e"]
     model, info = fit_level3("h100_sxm", e2e, None, use_mlp=False)

@@ -8,11 +8,12 @@ import itertools
 import numpy as np
 import pytest
 
-from dse import configs as C
-from dse.hardware import get_gpu
-from dse.predictor import base_costs, load_artifact
-from dse.surrogate.level1_adapters import unique_rows
-from dse.surrogate.nn import MLP
+from dse.models._nn import MLP
+from dse.predict import load_artifact
+from dse.predict._rows import unique_rows
+from dse.predict.request import base_costs
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
 
 # A row's prediction in any batch equals its prediction alone within this relative tolerance:
 # the MLP layers run in float32 (about 6e-8 relative per rounding), and the kernels a CPU's BLAS
@@ -133,7 +134,7 @@ def test_full_prediction_of_a_row_does_not_depend_on_its_batch() -> None:
     """Levels 1-3 end to end: a batch of one gives what the same row gets inside a sweep's
     batch, to float32 round-off (a row priced with another row's operator shape, or a Level-3
     feature taken from a neighbour, would move it by percents)."""
-    from dse.predictor import predict
+    from dse.predict import predict
 
     if load_artifact("h100_sxm")[0] is None:
         pytest.skip("no shipped h100_sxm artifact")

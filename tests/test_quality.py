@@ -11,15 +11,15 @@ import re
 import numpy as np
 import pytest
 
-from dse import configs
 from dse.errors import ConfigError
 from dse.estimators import quality as Q
+from dse.spec import columns
 
 GOPHER_FLOPS = 5.76e23  # Hoffmann et al. §4 / App. F: Gopher's (and Chinchilla's) budget
 
 
 def _cols(**fields: object) -> dict[str, np.ndarray]:
-    cols, _ = configs.as_columns(fields)
+    cols, _ = columns.as_columns(fields)
     return cols
 
 

@@ -14,11 +14,11 @@ import plotly.offline
 import pytest
 from sweep_results import no_feasible_sweep, run_sweep
 
-from dse import configs as C
 from dse.cli import main
 from dse.pareto import knee_index
 from dse.report import ResultsError, fmt_quantity, load_results, unit_scale, write_report
 from dse.report import _info as I
+from dse.spec import columns as C
 
 
 # ---------------------------------------------------------------------- results folders

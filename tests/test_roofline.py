@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.hardware import get_gpu
-from dse.ops import Op
+from dse.predict.ops import Op
+from dse.predict.pricing import roofline_op, transfer_factor
 from dse.roofline import (
     ACTIVE_POWER_FRACTION,
     ALLREDUCE_FLOOR_S,
@@ -15,7 +15,7 @@ from dse.roofline import (
     roofline_s,
     standin_power_w,
 )
-from dse.surrogate.hymell import roofline_op, transfer_factor
+from dse.spec.hardware import get_gpu
 
 
 def test_a_square_gemm_is_compute_bound_and_a_gemv_memory_bound_on_h100() -> None:

@@ -13,7 +13,7 @@ import optuna
 import pandas as pd
 
 from dse import pareto
-from dse.space import load_space
+from dse.spec.space import load_space
 from dse.sweep import SweepOptions, exact_front, run_sweep
 from dse.sweep._columns import digit_columns, space_columns
 from dse.sweep._screened import ScreenedSampler, _crowding

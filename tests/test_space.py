@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse import configs as C
 from dse.errors import ConfigError
-from dse.space import bundled_spaces, count_feasible, load_space, require_feasible
+from dse.spec import columns as C
+from dse.spec.space import bundled_spaces, count_feasible, load_space, require_feasible
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = """\
@@ -66,7 +66,7 @@ def test_counts_match_a_row_by_row_check(tmp_path: Path) -> None:
     space = load_space(write(tmp_path, GOOD.replace("max: 1.0e+12", "max: 2.0e+8")))
     count = count_feasible(space)
     cols = space.enumerate()
-    from dse.arch import Architecture, active_params
+    from dse.spec.arch import Architecture, active_params
 
     by_hand = 0
     for i in range(space.size()):

@@ -15,7 +15,7 @@ import pytest
 from dse import pareto
 from dse.cli import main
 from dse.errors import ConfigError
-from dse.space import count_feasible, load_space
+from dse.spec.space import count_feasible, load_space
 from dse.sweep import SweepOptions, evaluate, run_sweep
 
 # 2 GPUs x 3 batches x 2 widths x 2 depths x 2 KV-head counts = 48 configurations, all valid:
@@ -264,7 +264,7 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         ),
         (
             BASE + "  training_tokens: -1.0e+12\n",
-            # (the rule itself is dse.fields' shared limit on the field)
+            # (the rule itself is dse.spec.fields' shared limit on the field)
             ":10: space.training_tokens: must be ",
         ),
         (

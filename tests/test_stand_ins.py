@@ -1,12 +1,12 @@
-"""Which chip stands in for which is written once, in dse/stand_ins.py (issue 23)."""
+"""Which chip stands in for which is written once, in dse/spec/stand_ins.py (issue 23)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from dse.hardware import gpu_names
-from dse.stand_ins import ANY_GPU, PURPOSES, STAND_INS, lender, lenders
+from dse.spec.hardware import gpu_names
+from dse.spec.stand_ins import ANY_GPU, PURPOSES, STAND_INS, lender, lenders
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,4 +45,4 @@ def test_no_other_module_spells_a_gpu_to_gpu_entry() -> None:
         for m in [entry.search(line)]
         if m and m.group(1) != m.group(2)  # a name mapped to itself is an alias, not a stand-in
     ]
-    assert not hits, f"GPU stand-in pairs outside dse/stand_ins.py: {hits}"
+    assert not hits, f"GPU stand-in pairs outside dse/spec/stand_ins.py: {hits}"

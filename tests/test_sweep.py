@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from sweep_results import SMALL
 
-from dse import configs as C
 from dse import pareto
 from dse.cli import main
 from dse.errors import ArtifactError, ConfigError, DSEError
-from dse.predictor import predict
-from dse.space import load_space
+from dse.predict import predict
+from dse.spec import columns as C
+from dse.spec.space import load_space
 from dse.sweep import SweepOptions, evaluate, exact_front, run_sweep
 from dse.sweep._evaluate import tokens2wh_module
 from dse.sweep._samplers import resolve

@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse.arch import Architecture, total_params
 from dse.cli import main
 from dse.errors import ArtifactError, ConfigError
 from dse.estimators import _corrected, _paper
 from dse.estimators import tokens2wh as T
 from dse.estimators._constants import load_calibration
 from dse.estimators._measured import MODELS
-from dse.workload import Workload
+from dse.spec.arch import Architecture, total_params
+from dse.spec.workload import Workload
 
 LLAMA3_8B = Architecture(
     d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256
@@ -201,7 +201,7 @@ def test_corrected_is_forward_only_two_flops_per_parameter():
     # Short prompt, batch 1: compute is ~2 FLOPs per matmul parameter per token, a third of K=6.
     cal = _cal(e_flop_pj=1.0)
     r = T.estimate(LLAMA3_8B, _wl(b=1, s=1, o=100), "h100_sxm", "corrected", 1.0, cal)
-    from dse.arch import matmul_params_per_token
+    from dse.spec.arch import matmul_params_per_token
 
     per_token = r["breakdown.compute.decode_j"] / 100 / 1e-12
     assert per_token == pytest.approx(2 * matmul_params_per_token(LLAMA3_8B), rel=0.01)
@@ -415,8 +415,8 @@ def test_calibration_reproduces_from_the_data(data_dir: Path):
 
 
 def test_local_model_table_agrees_with_catalogue():
-    models = pytest.importorskip("dse.models")
-    from dse.arch import kv_bytes_per_token, matmul_params_per_token
+    models = pytest.importorskip("dse.spec.catalogue")
+    from dse.spec.arch import kv_bytes_per_token, matmul_params_per_token
 
     for name, fields in MODELS.items():
         ours, ref = Architecture(**fields), models.lookup_model(name)
@@ -471,7 +471,7 @@ def test_cli_needs_an_architecture(capsys):
 
 
 def test_cli_model_from_catalogue(capsys):
-    pytest.importorskip("dse.models")
+    pytest.importorskip("dse.spec.catalogue")
     assert main(["energy", "--model", "Mixtral-8x7B", "--preset", "corrected", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["config"]["active_params"] < 0.3 * doc["config"]["total_params"]

@@ -163,8 +163,9 @@ def test_gpu_filter_takes_source_spellings(small_data: Path, tmp_path: Path) -> 
 
 def test_a_family_that_fails_loses_only_the_rows_of_its_file(small_data: Path) -> None:
     from dse.data import load
-    from dse.surrogate.artifact import Artifact, Family
-    from dse.surrogate.validate import predict_table
+    from dse.fitting.families import Family
+    from dse.fitting.validate import predict_table
+    from dse.models.artifact import Artifact
 
     rows = load(small_data)["gemm"]
     bad = "held-out/other_gemm_perf.parquet"

@@ -53,7 +53,7 @@ def score(art, kind: str, rows) -> dict[str, float | int | None]:
     """MAPE of one artifact on measured rows of one kind (rows priced as the artifact's engine)."""
     import numpy as np
 
-    from dse.surrogate.fit import families
+    from dse.fitting.families import families
 
     engine = _engine_of(art, kind)
     fam = next((f for f in families() if kind in f.validates and f.predict_rows), None)
@@ -90,8 +90,8 @@ def main() -> int:
     import numpy as np
 
     from dse.data import load
-    from dse.predictor import surrogates_dir
-    from dse.surrogate.artifact import Artifact
+    from dse.models.artifact import Artifact
+    from dse.resources import surrogates_dir
 
     mine = Artifact.load(surr / NAME)
     shipped = Artifact.load(surrogates_dir() / "h200_sxm")

@@ -1,6 +1,6 @@
 """Flags shared by `dse arch`, `dse energy` and `dse predict`, checked by the field table.
 
-Every numeric or choice flag is read as text and checked by `dse.fields.check` when the command
+Every numeric or choice flag is read as text and checked by `dse.spec.fields.check` when the command
 runs, so a bad value gets the project's one message form, `--batch-size: must be an integer in
 [1, 1048576], got 0`, exit code 2 and no traceback (argparse's own `type=int` would print
 "invalid int value" with no rule). Each flag overrides the field of a catalogue model or a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dse import fields as F
+from dse.spec import fields as F
 
 # Architecture fields settable by flag in every command.
 ARCH_FLAGS: tuple[str, ...] = (
@@ -56,7 +56,7 @@ def add_field_flags(
 
     `aliases` gives the option strings of a field (the first is the one messages name), e.g.
     {"tensor_parallel": ("--tp",)}; `defaults` the value when the flag is absent (default None:
-    the field is left to the model, the config or `dse.configs.DEFAULTS`).
+    the field is left to the model, the config or `dse.spec.columns.DEFAULTS`).
     """
     defaults = defaults or {}
     aliases = aliases or {}

@@ -6,12 +6,12 @@ import argparse
 import json
 from typing import Any
 
-from dse import arch as A
 from dse.commands import _flags
 from dse.commands._flags import WORKLOAD_FLAGS
 from dse.errors import ConfigError
-from dse.hardware import get_gpu
-from dse.workload import Workload
+from dse.spec import arch as A
+from dse.spec.hardware import get_gpu
+from dse.spec.workload import Workload
 
 # Architecture fields settable by flag (they override --model / --hf-config).
 ARCH_FLAGS: tuple[str, ...] = (*_flags.ARCH_FLAGS, "norm", "norms_per_layer")
@@ -105,7 +105,7 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
     notes: tuple[str, ...] = ()
     title = "custom architecture"
     if args.model:
-        from dse.models import model_card
+        from dse.spec.catalogue import model_card
 
         card = model_card(args.model)
         fields.update(card.arch.to_dict())
@@ -114,7 +114,7 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
             _approx_notes(card.exact, card.unmodelled_params, card.notes),
         )
     elif args.hf_config:
-        from dse.hf import import_hf_config
+        from dse.spec.hf import import_hf_config
 
         imp = import_hf_config(args.hf_config)
         fields.update(imp.arch.to_dict())
@@ -189,7 +189,7 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
             "name": gpu.name,
             "capacity_bytes": float(gpu.hbm_capacity_bytes),
             "usable_bytes": float(usable),
-            # runs: one sequence's KV cache fits next to the weights (dse.arch's memory rule)
+            # runs: one sequence's KV cache fits next to the weights (dse.spec.arch's memory rule)
             "fits": bool(A.fits_memory(mem["required"], gpu.hbm_capacity_bytes)),
             "fits_whole_batch": bool(A.fits_memory(mem["total"], gpu.hbm_capacity_bytes)),
             "warning": str(A.memory_messages(mem, gpu.hbm_capacity_bytes, gpu.name)[1][0]),
@@ -256,8 +256,8 @@ def _print_text(r: dict[str, Any]) -> None:
 
 
 def _list_models() -> int:
-    from dse.arch import active_params, total_params
-    from dse.models import model_card, model_names
+    from dse.spec.arch import active_params, total_params
+    from dse.spec.catalogue import model_card, model_names
 
     print(f"{'name':<30}{'total':>10}{'active':>10}  exact  Hugging Face id")
     for name in model_names():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dse.space import count_feasible, load_space, require_feasible
+from dse.spec.space import count_feasible, load_space, require_feasible
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  dse energy --model llama-3-8b --gpu a100_sxm --preset corrected --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", help="a published model from the catalogue (dse.models), if present")
+    p.add_argument(
+        "--model", help="a published model from the catalogue (dse.spec.catalogue), if present"
+    )
     arch = p.add_argument_group("architecture flags (override --model)")
     _flags.add_field_flags(arch, ARCH_FLAGS)
     arch.add_argument("--tied-embeddings", action="store_true", default=None)
@@ -70,16 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _architecture(args: argparse.Namespace, tensor_parallel: int) -> Any:
-    from dse.arch import Architecture, check_architecture
     from dse.errors import ConfigError
+    from dse.spec.arch import Architecture, check_architecture
 
     row: dict[str, Any] = {}
     if args.model:
         try:
-            from dse.models import lookup_model
+            from dse.spec.catalogue import lookup_model
         except ImportError:
             raise ConfigError(
-                "--model: no model catalogue (dse.models) in this build; give the architecture "
+                "--model: no model catalogue (dse.spec.catalogue) in this build; give the architecture "
                 "flags (--d-model, --n-layers, --n-heads, --d-ff, ...)"
             ) from None
         row.update(lookup_model(args.model).to_dict())
@@ -107,9 +109,9 @@ def _scalars(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dse.arch import active_params, total_params
     from dse.estimators import tokens2wh as T
-    from dse.workload import Workload
+    from dse.spec.arch import active_params, total_params
+    from dse.spec.workload import Workload
 
     wl = Workload(**_flags.read_flags(args, WORKLOAD_FLAGS)).validate()
     gpu = _flags.read_flag(args, "gpu")

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dse.errors import ConfigError
-    from dse.export import write_export
+    from dse.report.export import write_export
     from dse.sweep._inspect import stale_results
     from dse.sweep._storage import warn
 

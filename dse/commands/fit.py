@@ -53,8 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dse.errors import ArtifactError
-    from dse.surrogate.artifact import Artifact, default_dir
-    from dse.surrogate.fit import fit_artifact
+    from dse.fitting.run import fit_artifact
+    from dse.models.artifact import Artifact, default_dir
 
     gpu = args.gpu.strip().lower()
     profiled = profile_spec(args.data, gpu)
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         # find the GPU through it (DSE_SURROGATES pointing at the folder above)
         import shutil
 
-        from dse.hardware import SPEC_FILE
+        from dse.spec.hardware import SPEC_FILE
 
         shutil.copyfile(profiled, path / SPEC_FILE)
     carried = art.manifest.get("carried_over") or []
@@ -99,7 +99,7 @@ def profile_spec(data: str, gpu: str) -> Path | None:
     """The gpu.yaml of a `dse profile` folder when `gpu` is not a shipped registry GPU (None
     otherwise); a profile of another GPU given to --gpu is a ConfigError naming both."""
     from dse.errors import ConfigError
-    from dse.hardware import SPEC_FILE, _registry, load_spec
+    from dse.spec.hardware import SPEC_FILE, _registry, load_spec
 
     path = Path(data) / SPEC_FILE
     if not path.is_file():
@@ -117,7 +117,8 @@ def stale_levels_note(only: list[str] | None, carried: list[str]) -> str:
     """A warning when `--only` refitted Level-1 families but carried Levels 2-3 over: those were
     fitted on the previous Level-1 models (their residuals would correct errors the new models
     may no longer make)."""
-    from dse.surrogate.hymell_fit import FAMILY, LEVEL_PREFIXES
+    from dse.fitting.artifacts import LEVEL_PREFIXES
+    from dse.fitting.level3 import FAMILY
 
     if not only or FAMILY in only:
         return ""

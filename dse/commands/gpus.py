@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from dse.hardware import get_gpu, gpu_names, profiled_names
+from dse.spec.hardware import get_gpu, gpu_names, profiled_names
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from dse import configs as C
-from dse import fields as F
 from dse.commands import _flags
 from dse.commands._flags import ARCH_FLAGS
 from dse.errors import ConfigError
-from dse.hardware import get_gpu
+from dse.spec import columns as C
+from dse.spec import fields as F
+from dse.spec.hardware import get_gpu
 
 WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine")
 # Where a configuration comes from: at most one of these.
@@ -101,11 +101,11 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
         entry = _flags.read_flag(args, "entry")
         row.update(_from_config_file(Path(args.config), 0 if entry is None else entry))
     if args.model:
-        from dse.models import lookup_model
+        from dse.spec.catalogue import lookup_model
 
         row.update(lookup_model(args.model).to_dict())
     if args.hf_config:
-        from dse.hf import from_hf_config
+        from dse.spec.hf import from_hf_config
 
         imported = from_hf_config(args.hf_config).to_dict()
         for key, v in imported.items():  # a config beyond the limits names its file
@@ -164,7 +164,7 @@ def check_rows(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
 def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(error, warning) per row, '' where there is none. Errors: an unknown GPU, a broken
     architecture rule, a configuration that cannot run because one sequence does not fit
-    (`dse.arch.memory_messages`); warnings: memory near the limit or a batch that queues."""
+    (`dse.spec.arch.memory_messages`); warnings: memory near the limit or a batch that queues."""
     err = np.full(n, "", dtype=object)
     warn = np.full(n, "", dtype=object)
     for name in np.unique(cols["gpu"]):
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     err, warn = check_rows_and_warnings(cols, n)
     if err[0]:
         raise ConfigError(err[0])
-    from dse.predictor import predict
+    from dse.predict import predict
 
     pred = predict(cols)
     config = {k: _plain(cols[k][0]) for k in C.CONFIG_FIELDS}
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     if warn[0]:
         result["memory_warning"] = warn[0]
     if args.model:
-        from dse.models import context_tokens
+        from dse.spec.catalogue import context_tokens
 
         ctx = context_tokens(args.model)
         if ctx is not None and config["prompt_tokens"] + config["output_tokens"] > ctx:
@@ -476,7 +476,7 @@ def _run_batch(given: str, out_path: str | None) -> int:
     ok = errors == ""
     pred_cols: dict[str, list[Any]] = {}
     if ok.any():
-        from dse.predictor import predict
+        from dse.predict import predict
 
         pred = predict({k: v[ok] for k, v in cols.items()})
         idx = np.nonzero(ok)[0]

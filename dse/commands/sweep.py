@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dse.space import SAMPLERS
+from dse.spec.space import SAMPLERS
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -29,8 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dse.errors import ArtifactError
-    from dse.surrogate.artifact import Artifact
-    from dse.surrogate.validate import format_table, validate
+    from dse.fitting.validate import format_table, validate
+    from dse.models.artifact import Artifact
 
     artifacts = None
     if args.artifacts:

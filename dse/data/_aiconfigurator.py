@@ -16,7 +16,7 @@ import pandas as pd
 
 from dse.data import _common as c
 from dse.errors import ConfigError, DataError
-from dse.hardware import get_gpu
+from dse.spec.hardware import get_gpu
 
 SOURCE = "aiconfigurator"
 FOLDER = "aiconfigurator"
@@ -68,7 +68,7 @@ def _hbm_bw(gpu: str) -> float:
 
 
 def _profiled_names() -> tuple[str, ...]:
-    from dse.hardware import profiled_names
+    from dse.spec.hardware import profiled_names
 
     return tuple(profiled_names())
 

@@ -15,7 +15,7 @@ from dse.data._ml_energy import read_ml_energy
 from dse.data._splitwise import read_splitwise
 from dse.data._vidur import read_vidur
 from dse.errors import DataError
-from dse.hardware import register_folder_spec
+from dse.spec.hardware import register_folder_spec
 
 Reader = Callable[[Path | str], dict[str, pd.DataFrame]]
 

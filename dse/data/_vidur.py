@@ -19,7 +19,7 @@ import pandas as pd
 
 from dse.data import _common as c
 from dse.errors import ConfigError, DataError
-from dse.hardware import get_gpu
+from dse.spec.hardware import get_gpu
 
 SOURCE = "vidur"
 FOLDER = "vidur"

@@ -25,7 +25,7 @@ from typing import Any
 from dse.errors import ArtifactError
 from dse.estimators._corrected import Coefficients
 from dse.estimators._paper import PUBLISHED
-from dse.hardware import GPU, get_gpu
+from dse.spec.hardware import GPU, get_gpu
 
 CALIBRATION_FILE = "tokens2wh_calibration.json"
 CALIBRATION_FORMAT = 1

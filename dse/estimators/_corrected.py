@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dse import arch as A
+from dse.spec import arch as A
 
 # FlashAttention query tile (rows): a prefill query block re-reads the K/V of every earlier
 # block from HBM, so prefill attention reads grow like T_in^2 / (2 * tile).

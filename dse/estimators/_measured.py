@@ -7,7 +7,7 @@ Readers of three layouts in the measured-data share (units: `../shared/data/READ
   energy per request summed over GPUs;
 - aiconfigurator H200 tables: one kernel, mean board power in W, latency in ms.
 
-Architectures of the measured models come from the shared catalogue `dse.models` when it is
+Architectures of the measured models come from the shared catalogue `dse.spec.catalogue` when it is
 installed, else from the local table below (published Hugging Face `config.json` values, written
 before the catalogue existed); `tests/test_tokens2wh.py` checks that the two agree.
 """
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.arch import Architecture
 from dse.errors import DataError
+from dse.spec.arch import Architecture
 
 # Prompt length assumed for ml-energy-v2 rows, which did not record input lengths (ShareGPT
 # chat prompts and code prompts are a few hundred tokens). Both presets use the same value.
@@ -177,18 +177,18 @@ AIC_H200 = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/h200_sx
 
 
 def architecture_source() -> str:
-    """Where `architecture` takes model shapes from: 'dse.models' or 'local table'."""
+    """Where `architecture` takes model shapes from: 'dse.spec.catalogue' or 'local table'."""
     try:
-        import dse.models  # noqa: F401
+        import dse.spec.catalogue  # noqa: F401
     except ImportError:
         return "local table"
-    return "dse.models"
+    return "dse.spec.catalogue"
 
 
 def architecture(model: str) -> Architecture:
     """The Architecture of a measured model (catalogue first, local table as fallback)."""
-    if architecture_source() == "dse.models":
-        from dse.models import lookup_model
+    if architecture_source() == "dse.spec.catalogue":
+        from dse.spec.catalogue import lookup_model
 
         return lookup_model(model).resolved()
     return Architecture(**MODELS[model]).resolved()

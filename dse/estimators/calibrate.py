@@ -35,12 +35,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from dse.arch import Architecture
 from dse.estimators import _corrected as C
 from dse.estimators import _measured as M
 from dse.estimators._constants import CALIBRATION_FILE, CALIBRATION_FORMAT
 from dse.estimators.tokens2wh import estimate
-from dse.hardware import get_gpu
+from dse.spec.arch import Architecture
+from dse.spec.hardware import get_gpu
 
 E2E_GPUS = ("h100_sxm", "a100_sxm_40gb", "gh200")
 KERNEL_GPU = "h200_sxm"

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dse import arch as A
-from dse import configs
 from dse.errors import ConfigError
+from dse.spec import arch as A
+from dse.spec import columns
 
 LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe")
 
@@ -93,7 +93,7 @@ def predict_loss(
 ) -> dict[str, np.ndarray]:
     """Pretraining loss of each configuration under one published scaling law.
 
-    cols: complete configuration columns as produced by ``dse.configs.as_columns`` (arrays of
+    cols: complete configuration columns as produced by ``dse.spec.columns.as_columns`` (arrays of
     length n). training_tokens: (n,) training tokens D. law: one of ``LAWS``.
 
     Returns (n,) arrays:
@@ -107,7 +107,7 @@ def predict_loss(
     """
     if law not in LAWS:
         raise ConfigError(f"unknown scaling law {law!r}; valid laws: {', '.join(LAWS)}")
-    counts = A.param_breakdown(configs.architecture(cols))
+    counts = A.param_breakdown(columns.architecture(cols))
     active = np.atleast_1d(np.asarray(counts["active"], dtype=np.float64))
     total = np.atleast_1d(np.asarray(counts["total"], dtype=np.float64))
     n = active.shape[0]

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from dse import arch as A
 from dse.errors import ConfigError
 from dse.estimators import _corrected, _paper
 from dse.estimators._constants import (
@@ -35,8 +34,9 @@ from dse.estimators._constants import (
     paper_constants,
 )
 from dse.estimators._corrected import COMPONENTS, PHASES, Coefficients
-from dse.hardware import get_gpu
-from dse.workload import Workload
+from dse.spec import arch as A
+from dse.spec.hardware import get_gpu
+from dse.spec.workload import Workload
 
 PRESETS = ("paper", "simplified", "corrected")
 J_PER_WH = 3600.0

@@ -2,7 +2,7 @@
 the GPU spec file `gpu.yaml` that lets `dse fit`, `dse predict` and sweeps use a GPU outside
 the registry.
 
-`gpu.yaml` carries the fields of `dse.hardware.GPU` (what the predictor reads) plus a
+`gpu.yaml` carries the fields of `dse.spec.hardware.GPU` (what the predictor reads) plus a
 `measured:` block (peak GEMM FLOP rate per dtype from a large square GEMM, peak memory
 bandwidth from a device-to-device copy, idle power) and a `datasheet:` block (the registry's
 spec sheet when the device is a registry GPU; absent otherwise, e.g. on a CPU). The GPU fields
@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from dse.errors import ConfigError
-from dse.hardware import GPU, SPEC_FILE, get_gpu, gpu_names
 from dse.profile.timing import Clock, Protocol, measure
+from dse.spec.hardware import GPU, SPEC_FILE, get_gpu, gpu_names
 
 MANIFEST = "profile.json"
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -70,7 +70,7 @@ def registry_match(device_name: str) -> GPU | None:
 
 
 def _shipped() -> set[str]:
-    from dse.hardware import _registry
+    from dse.spec.hardware import _registry
 
     return set(_registry())
 

@@ -1,6 +1,6 @@
 """Catalogue models beside a study's front: `dse show --compare NAME` and the report's markers.
 
-A catalogue model (`dse.models`) fits a space when every architecture field the space fixes
+A catalogue model (`dse.spec.catalogue`) fits a space when every architecture field the space fixes
 (its YAML states one value) equals the model's. It is then evaluated exactly as the sweep
 evaluates a trial (`dse.sweep._evaluate.evaluate` with the space's workload, GPU and
 constraints), once per combination of the space's searched non-architecture fields (GPU, batch
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
 from dse.errors import DSEError
-from dse.report import _fronts as fronts
+from dse.spec import columns as C
+from dse.sweep import _fronts as fronts
 
 MAX_COMBINATIONS = 64  # workload x GPU combinations a model is placed at, at most
 # Models placed on the report's scatter unprompted: those that fit and are feasible in the
@@ -45,7 +45,7 @@ class Placed:
 
 def space_from_summary(summary: dict[str, Any]) -> Any:
     """The search space a results folder was swept over (summary.json's `space`)."""
-    from dse.space import parse_space
+    from dse.spec.space import parse_space
     from dse.yamlio import Located
 
     raw = summary.get("space")
@@ -89,7 +89,7 @@ def place_many(
     predictor: Any = None,
 ) -> list[Placed]:
     """`place` for several models in one evaluation (one predictor call for all of them)."""
-    from dse.models import lookup_model, model_card
+    from dse.spec.catalogue import lookup_model, model_card
     from dse.sweep._evaluate import evaluate
     from dse.sweep._record import evaluation_table
 
@@ -175,7 +175,7 @@ def dominated_by(
 
 def fitting(space: Any) -> list[str]:
     """Catalogue names whose architecture fits the space's fixed fields."""
-    from dse.models import lookup_model, model_names
+    from dse.spec.catalogue import lookup_model, model_names
 
     out = []
     for name in model_names():

@@ -13,10 +13,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
 from dse import pareto
 from dse.pareto import knee_index
-from dse.report import _fronts as fronts
 from dse.report._results import (
     Objective,
     Results,
@@ -25,6 +23,8 @@ from dse.report._results import (
     plain,
     unit_scale,
 )
+from dse.spec import columns as C
+from dse.sweep import _fronts as fronts
 
 # More distinct configurations than this per cloud (dominated, infeasible) are drawn as a
 # seeded random sample, and cloud points carry a short hover (no breakdown): the page's data
@@ -197,7 +197,7 @@ def _axis(obj: Objective, values: np.ndarray) -> Axis:
 
 def band(t: pd.DataFrame, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of an objective from the predictor's band columns, NaN where there are none
-    (`dse.report._fronts.band`: the same band decides which front points are indistinguishable)."""
+    (`dse.sweep._fronts.band`: the same band decides which front points are indistinguishable)."""
     return fronts.band(t, obj.name, obj.column)
 
 

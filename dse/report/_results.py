@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse import configs as C
 from dse.errors import DSEError
-from dse.report import _fronts as fronts
+from dse.spec import columns as C
+from dse.sweep import _fronts as fronts
 
 FORMAT_VERSION = 1
 # Columns every results folder of format 1 has; the rest (pred.*, t2wh.*) are optional.

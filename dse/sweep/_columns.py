@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dse.space import SearchSpace
+from dse.spec.space import SearchSpace
 
 
 def space_columns(space: SearchSpace, index: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,8 +1,8 @@
 """The objective of a sweep on arrays: configurations in, objectives, constraints and predictions out.
 
-Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.configs`) and
+Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.spec.columns`) and
 returns an `Evaluation` of arrays. Invalid configurations (an architecture that cannot exist)
-are decided first by `dse.configs.derived` and never reach the predictor: their objectives and
+are decided first by `dse.spec.columns.derived` and never reach the predictor: their objectives and
 predictions are NaN. One predictor call per batch, one tokens-to-Wh call per GPU in it.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from dse import configs as C
 from dse.errors import ConfigError
-from dse.space import SearchSpace
+from dse.spec import columns as C
+from dse.spec.space import SearchSpace
 
 SIZE_KEYS = ("total_params", "active_params", "kv_bytes_per_token", "memory_bytes")
 WORKLOAD_KEYS = ("batch_size", "prompt_tokens", "output_tokens", "tensor_parallel")
@@ -107,7 +107,7 @@ def _calibration(t2wh: ModuleType) -> Any:
 
 
 def default_predictor() -> Predictor:
-    from dse.predictor import predict
+    from dse.predict import predict
 
     return predict
 

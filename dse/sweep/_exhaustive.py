@@ -31,7 +31,7 @@ import numpy as np
 
 from dse import pareto
 from dse.errors import ConfigError
-from dse.space import SearchSpace
+from dse.spec.space import SearchSpace
 from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 

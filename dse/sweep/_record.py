@@ -32,7 +32,7 @@ from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from dse.space import SearchSpace
+from dse.spec.space import SearchSpace
 from dse.sweep._evaluate import QUALITY_COLUMNS, SIZE_KEYS, Evaluation
 
 STATES = {TrialState.COMPLETE: "COMPLETE", TrialState.FAIL: "FAIL", TrialState.PRUNED: "PRUNED"}

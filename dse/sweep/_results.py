@@ -19,8 +19,8 @@ import pandas as pd
 from optuna.trial import FrozenTrial
 
 from dse import __version__, pareto
-from dse.report import _fronts as F
-from dse.space import SearchSpace
+from dse.spec.space import SearchSpace
+from dse.sweep import _fronts as F
 from dse.sweep._evaluate import objective_unit
 from dse.sweep._exhaustive import ExactFront, evaluate_index
 from dse.sweep._record import evaluation_table, trials_table

@@ -39,7 +39,7 @@ from optuna.trial import TrialState
 
 from dse import pareto
 from dse.errors import ConfigError, DSEError
-from dse.space import SearchSpace, count_feasible, load_space, require_feasible
+from dse.spec.space import SearchSpace, count_feasible, load_space, require_feasible
 from dse.sweep import _exhaustive as E
 from dse.sweep import _samplers as S
 from dse.sweep._columns import space_columns
@@ -235,7 +235,7 @@ def settings(space: SearchSpace, opts: SweepOptions) -> StudyRecord:
 
 def space_from_record(rec: StudyRecord) -> SearchSpace:
     """Rebuild the search space a study was created from (for workers and `dse show`)."""
-    from dse.space import parse_space
+    from dse.spec.space import parse_space
 
     return parse_space(Located(Path(rec.space_file), rec.space_raw, {}))
 

@@ -17,7 +17,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial
 
 from dse.errors import ConfigError
-from dse.space import SAMPLERS, SearchSpace
+from dse.spec.space import SAMPLERS, SearchSpace
 from dse.sweep._evaluate import Predictor
 
 # `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):

@@ -31,7 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from dse import pareto
 from dse.errors import ConfigError
-from dse.space import SearchSpace
+from dse.spec.space import SearchSpace
 from dse.sweep._columns import digit_columns
 from dse.sweep._evaluate import Predictor, evaluate
 

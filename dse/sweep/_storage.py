@@ -33,7 +33,7 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalStorage
 
 from dse.errors import ConfigError, DSEError
-from dse.space import SearchSpace
+from dse.spec.space import SearchSpace
 
 ATTR_PREFIX = "dse:"
 FORMAT = 1

@@ -1,0 +1,103 @@
+"""Fitting the roofline-plus-residual-MLP tables of the attention and MoE families
+(`dse.models._hybrid`): grouped CV, the CV summary and the table fit shared by both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse.fitting import cv as U
+from dse.fitting.cv import FIT_CV_FOLDS, FIT_CV_MAX_ROWS, _mape
+from dse.models.artifact import FittedModel
+
+
+def grouped_cv(
+    rows: pd.DataFrame,
+    groups: np.ndarray,
+    n_folds: int,
+    seed: int,
+    fit_predict: Callable[[pd.DataFrame, pd.DataFrame], dict[str, np.ndarray]],
+) -> dict[str, np.ndarray]:
+    """Out-of-fold predictions over seeded group folds (no row of a held-out group is fitted)."""
+    out: dict[str, np.ndarray] = {}
+    for te in U.group_folds(groups, n_folds, seed):
+        got = fit_predict(rows[~te], rows[te])
+        for key, val in got.items():
+            out.setdefault(key, np.full(len(rows), np.nan))[te] = val
+    return out
+
+
+def hybrid_cv_summary(
+    rows: pd.DataFrame, cv: dict[str, np.ndarray], scheme: str, roof: np.ndarray
+) -> dict[str, Any]:
+    y = rows["latency_s"].to_numpy(float)
+    out: dict[str, Any] = {
+        "scheme": scheme,
+        "rows": len(rows),
+        "latency_mape_pct": _mape(cv["latency_s"], y),
+        "base_roofline_fitted_mape_pct": _mape(cv["base_s"], y),
+        "baselines": {"roofline_mape_pct": _mape(roof, y)},
+    }
+    if "energy_j" in cv and "energy_j" in rows and np.isfinite(rows["energy_j"]).any():
+        out["energy_mape_pct"] = _mape(cv["energy_j"], rows["energy_j"])
+        out["power_mape_pct"] = _mape(cv["power_w"], rows["power_w"])
+    return out
+
+
+def _fit_hybrid_table(
+    ctx: Any,
+    name: str,
+    rows: pd.DataFrame,
+    make: Callable[..., Any],
+    inputs: Callable[[pd.DataFrame], dict[str, np.ndarray]],
+    grouping: tuple[tuple[str, ...], str],
+    roof: np.ndarray,
+    info: Callable[[Any], dict[str, Any]],
+) -> FittedModel:
+    """An attention or MoE model of one table: held-out CV by `grouping` (the columns and their
+    name; fits on <= FIT_CV_MAX_ROWS rows), the final fit on every row, one log line."""
+    t0 = time.perf_counter()
+
+    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
+        return _keep(make(max_rows=FIT_CV_MAX_ROWS).fit(tr).predict(**inputs(te)))
+
+    cols, what = grouping
+    groups = U.group_labels(rows, cols)
+    cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
+    cv = hybrid_cv_summary(
+        rows,
+        cv_pred,
+        f"{FIT_CV_FOLDS} seeded group folds by {what} {cols} (CV fits on <= {FIT_CV_MAX_ROWS} rows)",
+        roof,
+    )
+    cv["groups"] = len(np.unique(groups))
+    model = make().fit(rows)
+    _log_hybrid(ctx, name, len(rows), cv, t0)
+    return FittedModel(
+        name,
+        model,
+        cv=cv,
+        files=ctx.files(rows),
+        info=info(model),
+        measured_power=model.power_mlp_ is not None,
+    )
+
+
+def _log_hybrid(ctx: Any, name: str, n_rows: int, cv: dict[str, Any], t0: float) -> None:
+    """One fit-log line for an attention or MoE model: CV error against its baselines."""
+    energy = f", energy {cv['energy_mape_pct']}%" if "energy_mape_pct" in cv else ""
+    ctx.log(
+        f"{name}: {n_rows} rows, CV latency MAPE {cv['latency_mape_pct']}% "
+        f"(fitted roofline {cv['base_roofline_fitted_mape_pct']}%, plain roofline "
+        f"{cv['baselines']['roofline_mape_pct']}%){energy} ({time.perf_counter() - t0:.0f} s)"
+    )
+
+
+def _keep(p: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    keys = ("latency_s", "base_s", "energy_j", "power_w")
+    return {k: np.asarray(p[k], dtype=float) for k in keys if k in p}

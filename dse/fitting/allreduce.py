@@ -1,0 +1,135 @@
+"""The all-reduce family: one `dse.models.allreduce.AllReduceModel` (or `CollectiveModel`) per
+implementation and collective op of a GPU's single-node rows, cross-validated by size octave,
+and its row predictor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse.fitting.cv import _mape
+from dse.models.allreduce import (
+    AllReduceModel,
+    CollectiveModel,
+    implementation_key,
+    shape_implementation,
+)
+from dse.models.artifact import Artifact, FittedModel
+from dse.spec.hardware import get_gpu
+
+
+# ---------------------------------------------------------------------------- all-reduce
+def allreduce_groups(table: pd.DataFrame, gpu: str) -> dict[str, pd.DataFrame]:
+    """Model name -> single-node rows of one GPU, per implementation and collective op."""
+    if table.empty:
+        return {}
+    d = table[table["gpu"] == gpu]
+    if "n_nodes" in d:
+        d = d[d["n_nodes"].fillna(1).to_numpy() == 1]
+    if d.empty:
+        return {}
+    d = d.assign(_key=implementation_key(d).to_numpy(), _op=d["op"].astype(str).to_numpy())
+    out = {}
+    for (key, op), g in d.groupby(["_key", "_op"], sort=True):
+        out[allreduce_model_name(str(op), str(key))] = g.drop(columns=["_key", "_op"]).reset_index(
+            drop=True
+        )
+    return out
+
+
+def allreduce_model_name(op: str, key: str) -> str:
+    """The artifact's model name of one collective op of one implementation key."""
+    return f"allreduce.{key}" if op == "all_reduce" else f"collective.{op}.{key}"
+
+
+def size_octaves(rows: pd.DataFrame) -> np.ndarray:
+    return np.floor(np.log2(rows["message_bytes"].to_numpy(float)) + 1e-9).astype(np.int64)
+
+
+def cv_allreduce(rows: pd.DataFrame, make: Callable[[], AllReduceModel]) -> np.ndarray:
+    """Leave-one-octave-out predictions (every size of an octave held out together)."""
+    pred = np.full(len(rows), np.nan)
+    octv = size_octaves(rows)
+    for o in np.unique(octv):
+        te = octv == o
+        if te.all():
+            continue
+        m = make().fit(rows[~te])
+        pred[te] = m.predict(
+            message_bytes=rows["message_bytes"].to_numpy(float)[te],
+            n_gpus=rows["n_gpus"].to_numpy(float)[te],
+        )["latency_s"]
+    return pred
+
+
+def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
+    groups = allreduce_groups(ctx.table("allreduce"), ctx.gpu)
+    if not groups:
+        ctx.log(f"allreduce: no single-node collective rows for {ctx.gpu}; skipped")
+        return []
+    out = []
+    nv = get_gpu(ctx.gpu).nvlink_bw_bytes_per_s
+    # The Level-1 adapter prices a tensor-parallel all-reduce with the first vLLM model of the
+    # artifact: put the CUDA-graph one (how engines replay decode steps) first.
+    order = sorted(groups, key=lambda n: (not n.endswith("vllm_graph"), n))
+    for name in order:
+        rows = groups[name]
+        cls = AllReduceModel if name.startswith("allreduce.") else CollectiveModel
+
+        key = name.split(".", 1)[1]
+        # an int8 NCCL table borrows the float16 table's rate-curve shape (its own octaves only)
+        shape = (
+            groups.get(f"allreduce.{shape_implementation(key)}") if cls is AllReduceModel else None
+        )
+
+        def make(cls: type = cls, key: str = key, shape: Any = shape) -> AllReduceModel:
+            return cls(ctx.gpu, key, shape)
+
+        pred = cv_allreduce(rows, make)
+        y = rows["latency_s"].to_numpy(float)
+        octv = size_octaves(rows)
+        interior = (octv > octv.min()) & (octv < octv.max())
+        b, g = rows["message_bytes"].to_numpy(float), rows["n_gpus"].to_numpy(float)
+        # ring all-reduce at the NVLink rate, plus a 10 us floor
+        roof = 10e-6 + b * 2 * (g - 1) / g / nv
+        cv = {
+            "scheme": "leave one message-size octave out (all GPU counts together)",
+            "rows": len(rows),
+            "latency_mape_pct": _mape(pred, y),
+            "latency_mape_pct_interior_sizes": _mape(pred[interior], y[interior]),
+            "by_n_gpus": {int(k): _mape(pred[g == k], y[g == k]) for k in np.unique(g)},
+            "baselines": {"roofline_mape_pct": _mape(roof, y)},
+        }
+        model = make().fit(rows)
+        info = {
+            "source": str(rows["source"].iloc[0]),
+            "engine": str(rows["engine"].iloc[0]),
+            "op": str(rows["op"].iloc[0]),
+            "message_bytes_column": "as dse.data reports it",
+        }
+        ctx.log(
+            f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
+            f"(interior sizes {cv['latency_mape_pct_interior_sizes']}%)"
+        )
+        used = rows if shape is None else pd.concat([rows, shape])
+        out.append(FittedModel(name, model, cv=cv, files=ctx.files(used), info=info))
+    return out
+
+
+def predict_allreduce_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+    out = pd.DataFrame(
+        {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
+    )
+    for gpu in rows["gpu"].unique():
+        for name, g in allreduce_groups(rows.assign(_i=rows.index), str(gpu)).items():
+            if not artifact.has(name):
+                continue
+            p = artifact.model(name).predict(
+                message_bytes=g["message_bytes"].to_numpy(float), n_gpus=g["n_gpus"].to_numpy(float)
+            )
+            out.loc[g["_i"].to_numpy(), "latency_pred_s"] = p["latency_s"]
+    return out

@@ -1,0 +1,98 @@
+"""The attention family: context and generation attention models per engine (`dse.models.attention`),
+fitted as hybrid tables with grouped CV, and their row predictor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dse.fitting import cv as U
+from dse.fitting._hybrid_tables import _fit_hybrid_table
+from dse.models.artifact import Artifact, FittedModel
+from dse.models.attention import (
+    ContextAttentionModel,
+    GenerationAttentionModel,
+    attention_inputs,
+    attention_work,
+)
+from dse.roofline import roofline_s
+from dse.spec.hardware import get_gpu
+
+# ---------------------------------------------------------------------------- attention
+ATTENTION_CLASSES = {
+    "context_attention": ContextAttentionModel,
+    "generation_attention": GenerationAttentionModel,
+}
+HEAD_GROUP = ("num_heads", "num_kv_heads", "head_dim")
+
+
+def attention_roofline_s(kind: str, rows: pd.DataFrame, gpu: str) -> np.ndarray:
+    """Plain roofline (peak FLOP/s and HBM bandwidth, no launch floor) of attention rows."""
+    cls = ATTENTION_CLASSES[kind]
+    v = cls()._inputs(attention_inputs(rows))
+    flops, bytes_ = attention_work(cls.phase_default, v)
+    g = get_gpu(gpu)
+    return roofline_s(flops, bytes_, g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s)
+
+
+def fit_attention_family(ctx: Any) -> list[FittedModel]:
+    tasks = []
+    for kind in ATTENTION_CLASSES:
+        table = ctx.table(kind)
+        if table.empty:
+            continue
+        counts = table.loc[table["gpu"] == ctx.gpu, "engine"].value_counts()
+        tasks += [(kind, str(e)) for e in sorted(counts.index) if counts[e] >= 200]
+    return U.map_tasks(ctx, _fit_attention_table, tasks)
+
+
+def _fit_attention_table(ctx: Any, kind: str, engine: str) -> FittedModel:
+    """One attention table's model (CV, then the final fit): a task of `U.map_tasks`."""
+    cls = ATTENTION_CLASSES[kind]
+    table = ctx.table(kind)
+    rows = table[(table["gpu"] == ctx.gpu) & (table["engine"] == engine)].reset_index(drop=True)
+
+    def info(model: Any) -> dict[str, Any]:
+        return {
+            "engine": engine,
+            "engine_versions": sorted(map(str, rows["engine_version"].unique())),
+            "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
+            "roofline": {
+                "launch_s": model.roof_.launch_s,
+                "eff_compute": model.roof_.eff_compute,
+                "eff_memory": model.roof_.eff_memory,
+            },
+        }
+
+    return _fit_hybrid_table(
+        ctx,
+        f"{kind}.{engine}",
+        rows,
+        lambda **kw: cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed, **kw),
+        attention_inputs,
+        (HEAD_GROUP, "head configuration"),
+        attention_roofline_s(kind, rows, ctx.gpu),
+        info,
+    )
+
+
+def predict_attention_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+    out = pd.DataFrame(
+        {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
+    )
+    names = artifact.names(kind)
+    if not names:
+        return out
+    for engine, sub in rows.groupby("engine", sort=False):
+        name = f"{kind}.{engine}" if f"{kind}.{engine}" in names else None
+        if name is None:
+            vllm = [n for n in names if n.endswith(".vllm")]
+            name = (vllm or names)[0]
+        p = artifact.model(name).predict(**attention_inputs(sub))
+        out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
+        if "energy_j" in p:
+            out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+    return out

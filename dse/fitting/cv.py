@@ -1,0 +1,135 @@
+"""Cross-validation of the fits: grouped folds and labels, out-of-fold predictions, the fold
+counts and percentage errors `dse fit` reports, and the process pool a fit spreads its tasks
+over. (The curves are `dse.models._curves`, the range and state helpers `dse.models._base`.)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from dse.models import _base
+
+
+def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndarray]:
+    """Split the unique group labels into `n_folds` seeded folds; returns the held-out row masks.
+
+    Every row of a group lands in the same fold, so a fold's rows come from shapes the fit of the
+    other folds never saw.
+    """
+    labels, inv = np.unique(np.asarray(groups), return_inverse=True)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(labels))
+    fold_of = np.empty(len(labels), dtype=np.int64)
+    fold_of[order] = np.arange(len(labels)) % max(1, min(n_folds, len(labels)))
+    row_fold = fold_of[inv]
+    return [row_fold == f for f in range(max(1, min(n_folds, len(labels))))]
+
+
+def group_labels(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """One integer label per distinct combination of `columns` (the CV group of a row)."""
+    return df.groupby(list(columns), sort=True, dropna=False).ngroup().to_numpy()
+
+
+# ---------------------------------------------------------------------------- parallel fits
+T = TypeVar("T")
+_TASK_CTX: dict[str, Any] = {}
+# BLAS / OpenMP thread counts of the worker processes (read when numpy / sklearn load there)
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _init_worker(ctx: Any) -> None:
+    _TASK_CTX["ctx"] = ctx
+
+
+def _run_task(item: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
+    fn, args = item
+    try:
+        return fn(_TASK_CTX["ctx"], *args)
+    finally:
+        sys.stdout.flush()  # the task's log line now, not when the worker exits
+
+
+def map_tasks(ctx: Any, fn: Callable[..., T], tasks: Sequence[tuple[Any, ...]]) -> list[T]:
+    """[fn(ctx, *task) for task in tasks], in `ctx.jobs` worker processes when that is above 1
+    (`dse fit --jobs`). Results come back in task order; every task is seeded by itself (its
+    fits take `ctx.seed`), so the results do not depend on the number of processes.
+
+    Workers are spawned, not forked: a process forked after OpenMP or OpenBLAS started their
+    thread pools (any earlier multi-threaded fit in the same process) can deadlock on a lock
+    those threads held. Each worker gets `ctx` (with the tables already read) once, pickled,
+    and runs one BLAS / OpenMP thread."""
+    jobs = min(ctx.jobs, len(tasks))
+    if jobs <= 1:
+        return [fn(ctx, *t) for t in tasks]
+    import multiprocessing as mp
+    import os
+
+    saved = {k: os.environ.get(k) for k in _WORKER_ENV}
+    os.environ.update(_WORKER_ENV)  # inherited by the workers as they start
+    try:
+        with mp.get_context("spawn").Pool(jobs, _init_worker, (ctx,)) as pool:
+            return pool.map(_run_task, [(fn, tuple(t)) for t in tasks], chunksize=1)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+CV_FOLDS = 5  # GroupKFold folds over (n, k) weight shapes: the accuracy claim
+CV_FOLDS_M = 3  # GroupKFold folds over m (token counts): the second grouping, reported too
+
+
+# ---------------------------------------------------------------------------- metrics
+def mape_pct(pred: Any, true: Any) -> float | None:
+    """Mean absolute percentage error over rows where both are finite and true > 0."""
+    p, t = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
+    ok = np.isfinite(p) & np.isfinite(t) & (t > 0)
+    if not ok.any():
+        return None
+    return round(float(100.0 * np.mean(np.abs(p[ok] / t[ok] - 1.0))), 3)
+
+
+def group_kfold_predict(
+    df: pd.DataFrame,
+    groups: np.ndarray,
+    n_splits: int,
+    fit_predict: Callable[[pd.DataFrame, pd.DataFrame], dict[str, np.ndarray]],
+) -> dict[str, np.ndarray]:
+    """Out-of-fold predictions: each group is predicted by a model that never saw it.
+
+    `fit_predict(train, test)` fits on train and returns arrays aligned with test.
+    """
+    from sklearn.model_selection import GroupKFold
+
+    out: dict[str, np.ndarray] = {}
+    n_splits = min(n_splits, len(np.unique(groups)))
+    if n_splits < 2:  # cross-validation switched off: all-NaN predictions, metrics None
+        return out
+    for tr, te in GroupKFold(n_splits=n_splits).split(df, groups=groups):
+        got = fit_predict(df.iloc[tr], df.iloc[te])
+        for key, v in got.items():
+            out.setdefault(key, np.full(len(df), np.nan))[te] = v
+    return out
+
+
+def _get(cv: dict[str, np.ndarray], key: str, n: int) -> np.ndarray:
+    return cv.get(key, np.full(n, np.nan))
+
+
+# CV inside `dse fit`: 3 seeded group folds, the MLP families' CV fits capped at this many rows
+# (the shipped model itself fits on up to 30000) so that `dse fit` stays in minutes; the
+# benchmark benchmarks/level1_ops_cv.py runs the full scheme (5 folds, shipped settings).
+FIT_CV_FOLDS = 3
+FIT_CV_MAX_ROWS = 8000
+
+
+def _mape(pred: Any, y: Any) -> float | None:
+    v = _base.mape_pct(pred, y)
+    return None if not np.isfinite(v) else round(v, 3)

@@ -1,0 +1,174 @@
+"""The GEMM family: one `dse.models.gemm.GemmModel` per (engine, dtype) of a GPU's aiconfigurator
+rows, cross-validated grouped by weight shape (n, k) and by m, and its row predictor for
+`dse validate`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from dse.fitting.cv import CV_FOLDS, CV_FOLDS_M, _get, group_kfold_predict, map_tasks, mape_pct
+from dse.models.artifact import Artifact, FittedModel
+from dse.roofline import LAUNCH_S, roofline_s
+from dse.spec.hardware import get_gpu
+
+if TYPE_CHECKING:
+    from dse.fitting.run import FitContext
+
+
+def weight_shape_groups(df: pd.DataFrame) -> np.ndarray:
+    """One group per (n, k) weight shape: CV never scores a row whose weight shape it fitted."""
+    return (df["n"].astype(str) + "x" + df["k"].astype(str)).to_numpy()
+
+
+# ---------------------------------------------------------------------------- GEMM family
+def gemm_rows(gemm: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """The aiconfigurator GEMM rows of one GPU (the micro-benchmarks the models fit)."""
+    return gemm[(gemm["source"] == "aiconfigurator") & (gemm["gpu"] == gpu)]
+
+
+def _roofline_baselines(rows: pd.DataFrame, gpu: str, dtype: str) -> dict[str, float | None]:
+    from dse.models.gemm import gemm_work
+
+    spec = get_gpu(gpu)
+    flops, b_in, b_out = gemm_work(rows["m"], rows["n"], rows["k"], dtype)
+    roof = roofline_s(flops, b_in + b_out, spec.peak_flops_per_s(dtype), spec.hbm_bw_bytes_per_s)
+    return {
+        "roofline_mape_pct": mape_pct(roof, rows["latency_s"]),
+        "roofline_5us_floor_mape_pct": mape_pct(np.maximum(roof, LAUNCH_S), rows["latency_s"]),
+    }
+
+
+def cross_validate_gemm(
+    rows: pd.DataFrame, make: Callable[[], Any], n_splits: int, groups: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Out-of-fold GEMM predictions (latency, energy, regime) for one model spec."""
+
+    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
+        p = make().fit(tr).predict(te["m"].to_numpy(), te["n"].to_numpy(), te["k"].to_numpy())
+        return {key: p[key].astype(float) for key in ("latency_s", "energy_j", "regime")}
+
+    return group_kfold_predict(rows, groups, n_splits, fp)
+
+
+def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str, Any]:
+    cv = {key: _get(cv, key, len(rows)) for key in ("latency_s", "energy_j", "regime")}
+    out: dict[str, Any] = {
+        "latency_mape_pct": mape_pct(cv["latency_s"], rows["latency_s"]),
+        "energy_mape_pct": mape_pct(cv["energy_j"], rows["energy_j"]),
+    }
+    if np.isfinite(rows["power_w"]).any():
+        out["power_mape_pct"] = mape_pct(cv["energy_j"] / cv["latency_s"], rows["power_w"])
+    from dse.models.gemm import REGIMES
+
+    reg = np.nan_to_num(cv["regime"], nan=-1).astype(int)
+    out["latency_mape_pct_by_regime"] = {
+        REGIMES[g]: {
+            "rows": int((reg == g).sum()),
+            "mape_pct": mape_pct(cv["latency_s"][reg == g], rows["latency_s"][reg == g]),
+        }
+        for g in range(len(REGIMES))
+    }
+    return out
+
+
+def fit_gemm_family(ctx: FitContext) -> list[FittedModel]:
+    rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
+    if rows_all.empty:
+        ctx.log(f"gemm: no aiconfigurator GEMM rows for {ctx.gpu}; skipped")
+        return []
+    keys = sorted(rows_all.groupby(["engine", "dtype"], sort=True).groups)
+    return map_tasks(ctx, _fit_gemm_table, [(str(e), str(d)) for e, d in keys])
+
+
+def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
+    """One GEMM table's model (CV by weight shape and by m, then the final fit): a task of
+    `map_tasks` (its trees and bags are seeded by themselves, not from a shared generator)."""
+    from dse.models.gemm import GemmModel
+    from dse.predict.gemm_choice import model_name
+
+    rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
+    sel = (rows_all["engine"] == engine) & (rows_all["dtype"] == dtype)
+    rows = rows_all[sel].reset_index(drop=True)
+    power = ctx.fitted.get("power")
+    power_model = power.model if power is not None else None
+    t0 = time.perf_counter()
+
+    def make() -> GemmModel:
+        return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed)
+
+    folds, folds_m = (CV_FOLDS, CV_FOLDS_M) if ctx.cv else (0, 0)
+    cv_nk = cross_validate_gemm(rows, make, folds, weight_shape_groups(rows))
+    cv_m = cross_validate_gemm(rows, make, folds_m, rows["m"].to_numpy())
+    model = make().fit(rows)
+    fitted = model.predict(rows["m"].to_numpy(), rows["n"].to_numpy(), rows["k"].to_numpy())
+    cv = {
+        "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape" if ctx.cv else "not run",
+        "rows": len(rows),
+        "groups": len(np.unique(weight_shape_groups(rows))),
+        **_gemm_cv_summary(rows, cv_nk),
+        "by_m": {
+            "scheme": f"GroupKFold({CV_FOLDS_M}) by m (token count)",
+            "latency_mape_pct": mape_pct(_get(cv_m, "latency_s", len(rows)), rows["latency_s"]),
+            "energy_mape_pct": mape_pct(_get(cv_m, "energy_j", len(rows)), rows["energy_j"]),
+        },
+        "in_sample": {
+            "latency_mape_pct": mape_pct(fitted["latency_s"], rows["latency_s"]),
+            "energy_mape_pct": mape_pct(fitted["energy_j"], rows["energy_j"]),
+        },
+        "baselines": _roofline_baselines(rows, ctx.gpu, dtype),
+    }
+    info = {
+        "engine": engine,
+        "dtype": dtype,
+        "engine_versions": sorted(rows["engine_version"].unique()),
+        "kernel_sources": sorted(rows["kernel_source"].dropna().unique()),
+        "coefficients": model.coefficients(),
+    }
+    name = model_name(engine, dtype)
+    ctx.log(
+        f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
+        f"(by m {cv['by_m']['latency_mape_pct']}%), energy {cv['energy_mape_pct']}%, "
+        f"roofline {cv['baselines']['roofline_mape_pct']}% "
+        f"({time.perf_counter() - t0:.0f} s)"
+    )
+    return FittedModel(
+        name,
+        model,
+        cv=cv,
+        files=ctx.files(rows),
+        info=info,
+        measured_power=model.measured_power,
+    )
+
+
+def predict_gemm_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """`dse validate` hook: latency and energy of every GEMM row the artifact can price.
+
+    Rows of an engine without its own model use the default engine's model; float16 rows use
+    the bf16 model (same tensor-core rate and element size).
+    """
+    from dse.errors import ArtifactError, ConfigError
+    from dse.predict.gemm_choice import Gemm
+
+    out = pd.DataFrame(
+        {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
+    )
+    try:
+        gemm = Gemm(artifact)
+        gemm.default_engine()
+    except ArtifactError:
+        return out
+    for (engine, dtype), sub in rows.groupby(["engine", "dtype"], sort=False):
+        try:
+            p = gemm.predict(sub["m"], sub["n"], sub["k"], dtype=dtype, engine=engine)
+        except (ArtifactError, ConfigError):
+            continue
+        out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
+        out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+    return out

@@ -1,0 +1,135 @@
+"""`dse fit` behind the CLI: run every registered model family for one GPU, cross-validate by
+held-out shape groups, write the frozen artifact.
+
+`FAMILIES` lists every family in fitting order, explicitly (nothing registers itself on import):
+the Level-1 families this module owns, "power" (board power vs utilisation, fitted on the H200
+rows) and "gemm" (one `GemmModel` per engine and dtype of the GPU), those of
+`dse.fitting.layer_ops` (layer ops, reductions, all-reduce, attention, MoE), and Levels 2-3
+(`dse.fitting.level3`), which must come after every Level-1 model they correct.
+
+    art = fit_artifact("/path/to/data", "h100_sxm", seed=0)
+    art.save("surrogates/h100_sxm")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dse.errors import DataError
+from dse.fitting.families import families
+from dse.models.artifact import Artifact, FittedModel
+from dse.spec.hardware import get_gpu, gpu_names, register_folder_spec
+
+
+@dataclass
+class FitContext:
+    """What a family's fit function gets: the GPU, the seed, the data and earlier results."""
+
+    data_root: Path
+    gpu: str
+    seed: int = 0
+    cv: bool = True  # False: fit the final models only (quick refits; manifests say so)
+    fitted: dict[str, FittedModel] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+    # the existing artifact whose models no family of this run refits are carried over (`dse
+    # fit --only`); families fitted on top of others (Levels 2-3) build on those models too
+    keep: Artifact | None = None
+    # processes for families that fit many independent tables (GEMM, attention, MoE; `--jobs`)
+    jobs: int = 1
+    _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+    def table(self, kind: str) -> pd.DataFrame:
+        """`dse.data.load` rows of one kind for ALL GPUs (empty frame when the data lacks it)."""
+        if kind not in self._tables:
+            from dse.data import load
+
+            self._tables[kind] = load(self.data_root, [kind]).get(kind, pd.DataFrame())
+        return self._tables[kind]
+
+    def files(self, rows: pd.DataFrame) -> tuple[str, ...]:
+        """Absolute paths of the data files `rows` came from (for the manifest's hashes)."""
+        if "file" not in rows or rows.empty:
+            return ()
+        return tuple(str(self.data_root / f) for f in sorted(rows["file"].unique()))
+
+
+# ---------------------------------------------------------------------------- driver
+def fit_artifact(
+    data_root: str | Path,
+    gpu: str,
+    seed: int = 0,
+    only: Iterable[str] | None = None,
+    keep: Artifact | None = None,
+    log: Callable[[str], None] = print,
+    threads: int = 1,
+    cv: bool = True,
+    jobs: int = 1,
+) -> Artifact:
+    """Fit every registered family (or those named in `only`) for `gpu` into an Artifact.
+
+    Models of `keep` (an existing artifact) that no family produced this run are carried over
+    unchanged and listed under manifest["carried_over"], so one family can be refitted alone.
+    `jobs`: processes for the GEMM, attention and MoE tables (each fit is seeded by itself, so
+    the artifact does not depend on it).
+    """
+    from threadpoolctl import threadpool_limits
+
+    root = Path(data_root).resolve()
+    if not root.is_dir():
+        raise DataError(f"{data_root}: data folder not found")
+    register_folder_spec(root)  # a `dse profile` folder's GPU (gpu.yaml) joins the registry
+    get_gpu(gpu)  # unknown names fail here with the list of valid ones
+    fams = families()
+    if only is not None:
+        wanted = set(only)
+        unknown = wanted - {f.name for f in fams}
+        if unknown:
+            raise DataError(
+                f"unknown model families {sorted(unknown)}; registered: "
+                f"{', '.join(f.name for f in fams)}"
+            )
+        fams = [f for f in fams if f.name in wanted]
+    if jobs < 1:
+        raise DataError(f"jobs must be at least 1, got {jobs}")
+    if jobs > 1 and threads > 1:
+        # the worker processes run one thread each (`_fitutil.map_tasks`); so does this one
+        log(
+            f"--jobs {jobs}: each process runs one BLAS/OpenMP thread (--threads {threads} ignored)"
+        )
+        threads = 1
+    ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep, jobs=jobs)
+    with threadpool_limits(threads):
+        for fam in fams:
+            np.random.seed(seed)  # families that draw from the global generator stay seeded
+            for fm in fam.fit(ctx):
+                ctx.fitted[fm.name] = fm
+    if not ctx.fitted:
+        raise DataError(
+            f"{data_root}: no rows any model family can fit for GPU {gpu!r} "
+            f"(registry GPUs: {', '.join(gpu_names())})"
+        )
+    art = Artifact.from_fitted(
+        gpu,
+        list(ctx.fitted.values()),
+        data_root=root,
+        extra={"seed": seed, "cross_validated": cv, "families": [f.name for f in fams]},
+    )
+    if keep is not None:
+        carried = [n for n in keep.models if n not in art.models]
+        for n in carried:
+            art.models[n] = keep.models[n]
+            art.manifest["models"][n] = keep.manifest["models"][n]
+        known = {f["path"] for f in art.manifest["data_files"]}
+        art.manifest["data_files"] += [
+            f for f in keep.manifest.get("data_files", []) if f["path"] not in known
+        ]
+        art.manifest["carried_over"] = carried
+        from dse.models.artifact import weights_id
+
+        art.manifest["artifact_id"] = weights_id(art.models)
+    return art

@@ -1,0 +1,177 @@
+"""What every fitted model shares: the range an input was fitted on and how a miss of it is
+reported (`RangeMiss`), state helpers (`fitted_range`, `range_to_state`, ...), input checks and
+the percentage errors a fit scores itself with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dse.errors import ArtifactError, DataError
+
+
+def ape_pct(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Absolute percentage error of each prediction (NaN where either side is not finite)."""
+    pred = np.asarray(pred, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    return 100.0 * np.abs(pred / y - 1.0)
+
+
+def mape_pct(pred: np.ndarray, y: np.ndarray) -> float:
+    """Mean absolute percentage error over finite entries (NaN for none)."""
+    e = ape_pct(pred, y)
+    e = e[np.isfinite(e)]
+    return float(e.mean()) if e.size else float("nan")
+
+
+def fitted_range(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """(min, max) of every numeric input array (what the artifact records as the fitted range)."""
+    out: dict[str, tuple[float, float]] = {}
+    for key, a in arrays.items():
+        v = np.asarray(a, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if v.size:
+            out[key] = (float(v.min()), float(v.max()))
+    return out
+
+
+def range_to_state(rng: Mapping[str, tuple[float, float]], prefix: str = "range/") -> dict:
+    """Fitted ranges as plain arrays: names in one string array, bounds in an (n, 2) array."""
+    names = sorted(rng)
+    return {
+        f"{prefix}names": np.array(names, dtype=str),
+        f"{prefix}bounds": np.array([rng[n] for n in names], dtype=np.float64).reshape(-1, 2),
+    }
+
+
+def range_from_state(state: Mapping[str, Any], prefix: str = "range/") -> dict:
+    names = [str(n) for n in np.asarray(state[f"{prefix}names"]).ravel()]
+    bounds = np.asarray(state[f"{prefix}bounds"], dtype=np.float64).reshape(-1, 2)
+    return {n: (float(lo), float(hi)) for n, (lo, hi) in zip(names, bounds, strict=True)}
+
+
+def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
+    """An input as a 1-d float array (scalars broadcast to n); NaN/inf is an error naming it."""
+    a = np.asarray(value, dtype=np.float64)
+    if a.ndim == 0 and n is not None:
+        a = np.full(n, float(a))
+    a = np.atleast_1d(a)
+    if not np.all(np.isfinite(a)):
+        raise DataError(f"input {name!r} must be finite numbers, got {a[~np.isfinite(a)][:3]}")
+    return a
+
+
+def batch_size_of(arrays: Mapping[str, Any]) -> int:
+    """The common length of the array inputs (scalars count as length 1)."""
+    sizes = {int(np.size(v)) for v in arrays.values() if np.ndim(v) > 0}
+    if len(sizes) > 1:
+        raise DataError(f"input arrays must have one length, got lengths {sorted(sizes)}")
+    return sizes.pop() if sizes else 1
+
+
+def need(state: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
+    """Raise ArtifactError naming the first missing array of a model's state."""
+    for k in keys:
+        if k not in state:
+            raise ArtifactError(
+                f"{what} state incomplete: array {k!r} missing; re-fit with dse fit"
+            )
+
+
+# ---------------------------------------------------------------------------- graded range
+# An input within this log distance of a bound (1%) is inside: the rounding of a bound (a width
+# rounded to a tile, a fitted minimum read back as float) is not an extrapolation.
+RANGE_TOL = 0.01
+
+
+@dataclass(frozen=True)
+class RangeMiss:
+    """How far an input lies outside a model's fitted [lo, hi], per configuration.
+
+    `excess`: signed distance in the model's coordinates, 0 inside (or within RANGE_TOL of a
+    bound), > 0 above the range, < 0 below it: log(value / bound) for a size (the models read
+    sizes in log coordinates), (value - bound) / (hi - lo) for an input a model reads linearly
+    (Level 3's KV fill) or one whose lower bound is not positive (a window size of 0).
+    `value`: the input (at the farthest quadrature node when it has a node axis), `bound`: the
+    bound it is outside of. Arrays of one shape."""
+
+    excess: np.ndarray
+    value: np.ndarray
+    bound: np.ndarray
+
+    @property
+    def degree(self) -> np.ndarray:
+        """|excess|: 0 inside, growing with the distance from the nearest bound."""
+        return np.abs(self.excess)
+
+    @property
+    def outside(self) -> np.ndarray:
+        return self.excess != 0.0
+
+    def masked(self, keep: np.ndarray) -> RangeMiss:
+        """The miss where `keep` (broadcast), inside elsewhere."""
+        return RangeMiss(np.where(keep, self.excess, 0.0), self.value, self.bound)
+
+    def worst_node(self) -> RangeMiss:
+        """A (k, n) miss over quadrature nodes reduced to (n,): each configuration's farthest."""
+        if self.excess.ndim < 2:
+            return self
+        e = self.excess.reshape(-1, self.excess.shape[-1])
+        v = np.broadcast_to(self.value, self.excess.shape).reshape(e.shape)
+        b = np.broadcast_to(self.bound, self.excess.shape).reshape(e.shape)
+        i = np.argmax(np.abs(e), axis=0)
+        cols = np.arange(e.shape[1])
+        return RangeMiss(e[i, cols], v[i, cols], b[i, cols])
+
+    def worse(self, other: RangeMiss) -> RangeMiss:
+        """Per configuration, the farther of two misses of one input (e.g. an operator run
+        twice, or priced by two tables)."""
+        a, b = self.worst_node(), other.worst_node()
+        pick = np.abs(b.excess) > np.abs(a.excess)
+        if not pick.any():
+            return a
+        return RangeMiss(
+            *(np.where(pick, y, x) for x, y in zip(_fields(a), _fields(b), strict=True))
+        )
+
+
+def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    shape = np.shape(m.excess)
+    return m.excess, np.broadcast_to(m.value, shape), np.broadcast_to(m.bound, shape)
+
+
+def range_miss(value: Any, lo: float, hi: float, linear: bool = False) -> RangeMiss:
+    """The `RangeMiss` of `value` against [lo, hi] (coordinates: see RangeMiss; `linear`:
+    the model reads this input linearly)."""
+    v = np.asarray(value, dtype=np.float64)
+    lo, hi = float(lo), float(hi)
+    span = max(hi - lo, 1e-12)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_v = np.log(np.maximum(v, 1e-300))
+        above = (v - hi) / span if linear or hi <= 0 else log_v - np.log(hi)
+        below = (v - lo) / span if linear or lo <= 0 else log_v - np.log(lo)
+    e = np.where(v > hi, above, np.where(v < lo, below, 0.0))
+    e = np.where(np.abs(e) <= RANGE_TOL, 0.0, e)
+    return RangeMiss(e, v, np.where(v < lo, lo, hi))
+
+
+def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, RangeMiss]:
+    """`range_miss` of every input with a range in `rng` (name -> (lo, hi)) that leaves it
+    somewhere; arrays broadcast together."""
+    out: dict[str, RangeMiss] = {}
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items() if k in rng}
+    if not arrays:
+        return out
+    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    for key, a in arrays.items():
+        lo, hi = rng[key]
+        if a.size and (a.min() >= lo and a.max() <= hi):  # the common case: no work
+            continue
+        miss = range_miss(np.broadcast_to(a, shape), lo, hi)
+        if miss.outside.any():
+            out[key] = miss
+    return out

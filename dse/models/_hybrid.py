@@ -1,0 +1,234 @@
+"""The analytical-base + residual-MLP pattern shared by the attention and MoE models.
+
+    base:     t0 = launch + n_items t_item + (t_c^P + t_m^P)^(1/P),
+              t_c = FLOPs / (peak * e_c),  t_m = bytes / (bw * e_m)
+    residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass;
+              or the mean of several seeded MLPs, `fit_residual_ensemble`)
+    power:    P_board = MLP(same features, log t)                 (only where power was measured)
+
+The base is a roofline with four fitted constants (launch floor, a per-work-item overhead for
+the model's natural work item: thread blocks, query heads, routed slots; compute and memory
+efficiencies) and a smooth maximum (P = 4), so its parts stay physical and it extrapolates
+sanely; the MLP learns the kernel-specific shape effects no formula names (tiling, wave
+quantisation, split-KV, GQA packing). Fitting is seeded and deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dse.errors import ArtifactError
+from dse.models import _base
+from dse.models._nn import MLP, MeanMLP, fit_mlp, mlp_from_state
+
+SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time
+# Strata of a stratified ensemble evaluation (`apply_residual`): the decode quadrature splits its
+# nodes into this many groups of equal weight (`dse.predict.request.node_strata`), and a residual
+# ensemble of exactly this many members evaluates one member per node instead of all of them.
+STRATA = 3
+# The power MLP stays small: measured board power is noisy (the same decode shape varies by
+# ~18% over kv lengths of identical latency); on H200 vLLM prefill / decode attention a
+# 64 x 64 x 64 power MLP scored 16.4 / 29.2% held-out power MAPE against 14.6 / 27.4% for this
+# one (3 group folds, docs/accuracy.md), at several times the fitting time.
+POWER_HIDDEN = (32, 32)
+POWER_MAX_ITER = 150
+POWER_MAX_ROWS = 15000
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Fitted base: launch floor (s) and efficiencies against the GPU's peak and bandwidth."""
+
+    launch_s: float
+    eff_compute: float
+    eff_memory: float
+    peak_flops_per_s: float
+    bw_bytes_per_s: float
+    item_s: float = 0.0
+
+    def parts(
+        self, flops: np.ndarray, bytes_: np.ndarray, items: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        t_c = flops / (self.peak_flops_per_s * self.eff_compute)
+        t_m = bytes_ / (self.bw_bytes_per_s * self.eff_memory)
+        t_i = np.zeros_like(t_c) if items is None else items * self.item_s
+        p = SMOOTH_MAX_P
+        core = (t_c**p + t_m**p) ** (1.0 / p)
+        return {
+            "t_compute_s": t_c,
+            "t_memory_s": t_m,
+            "launch_s": np.full_like(t_c, self.launch_s),
+            "t_items_s": t_i,
+            "base_s": self.launch_s + t_i + core,
+            "regime": (t_c >= t_m).astype(np.int64),  # 1 compute-bound, 0 memory-bound
+        }
+
+    def to_state(self, prefix: str) -> dict[str, np.ndarray]:
+        return {
+            f"{prefix}roofline": np.array(
+                [
+                    self.launch_s,
+                    self.eff_compute,
+                    self.eff_memory,
+                    self.peak_flops_per_s,
+                    self.bw_bytes_per_s,
+                    self.item_s,
+                ]
+            )
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray], prefix: str) -> Roofline:
+        try:
+            v = np.asarray(state[f"{prefix}roofline"], dtype=np.float64).ravel()
+        except KeyError:
+            raise ArtifactError(f"state incomplete: array {prefix}roofline missing") from None
+        return cls(*(float(x) for x in v))
+
+
+def fit_roofline(
+    flops: np.ndarray,
+    bytes_: np.ndarray,
+    y_s: np.ndarray,
+    peak: float,
+    bw: float,
+    items: np.ndarray | None = None,
+) -> Roofline:
+    """Least-squares fit (log space, robust) of the roofline constants to measured times."""
+    from scipy.optimize import least_squares  # fitting only
+
+    ly = np.log(y_s)
+    p = SMOOTH_MAX_P
+    it = np.zeros_like(y_s) if items is None else np.asarray(items, dtype=np.float64)
+
+    def resid(th: np.ndarray) -> np.ndarray:
+        t_c = flops / (peak * np.exp(th[1]))
+        t_m = bytes_ / (bw * np.exp(th[2]))
+        t_i = it * np.exp(th[3]) * 1e-9
+        return np.log(np.exp(th[0]) * 1e-6 + t_i + (t_c**p + t_m**p) ** (1 / p)) - ly
+
+    th0 = np.array(
+        [np.log(max(np.quantile(y_s, 0.01) * 1e6, 1.0)), np.log(0.5), np.log(0.7), np.log(1.0)]
+    )
+    res = least_squares(resid, th0, loss="soft_l1", f_scale=0.1, max_nfev=300)
+    th = res.x
+    item_s = float(np.exp(th[3]) * 1e-9) if items is not None else 0.0
+    return Roofline(
+        float(np.exp(th[0]) * 1e-6), float(np.exp(th[1])), float(np.exp(th[2])), peak, bw, item_s
+    )
+
+
+def fit_residual_mlp(
+    X: np.ndarray,
+    target: np.ndarray,
+    *,
+    hidden: tuple[int, ...],
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> MLP:
+    """A seeded tanh MLP on at most `max_rows` rows (a seeded subsample keeps fits to seconds)."""
+    rng = np.random.default_rng(seed)
+    idx = np.arange(len(X)) if len(X) <= max_rows else np.sort(rng.choice(len(X), max_rows, False))
+    return fit_mlp(
+        X[idx],
+        target[idx],
+        hidden=hidden,
+        activation="tanh",
+        max_iter=max_iter,
+        batch_size=min(512, len(idx)),
+        learning_rate_init=3e-3,
+        alpha=1e-5,
+        seed=seed,
+    )
+
+
+def fit_residual_ensemble(
+    X: np.ndarray,
+    target: np.ndarray,
+    *,
+    members: int,
+    hidden: tuple[int, ...],
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> MLP | MeanMLP:
+    """`members` residual MLPs from seeds seed, seed + 1, ... (each its own row subsample and
+    initial weights), averaged (`MeanMLP`); one member: that MLP alone."""
+    nets = [
+        fit_residual_mlp(X, target, hidden=hidden, max_iter=max_iter, max_rows=max_rows, seed=s)
+        for s in range(seed, seed + max(int(members), 1))
+    ]
+    return nets[0] if len(nets) == 1 else MeanMLP(tuple(nets))
+
+
+def fit_power_mlp(
+    X: np.ndarray,
+    latency_s: np.ndarray,
+    power_w: np.ndarray,
+    *,
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> MLP | None:
+    """The power MLP on the rows with measured board power (W); None below 50 such rows."""
+    ok = np.isfinite(power_w)
+    if ok.sum() < 50:
+        return None
+    return fit_residual_mlp(
+        np.column_stack([X[ok], np.log(latency_s[ok])]),
+        power_w[ok],
+        hidden=POWER_HIDDEN,
+        max_iter=min(max_iter, POWER_MAX_ITER),
+        max_rows=min(max_rows, POWER_MAX_ROWS),
+        seed=seed,
+    )
+
+
+def apply_residual(
+    out: dict[str, np.ndarray],
+    X: np.ndarray,
+    mlp: MLP | MeanMLP,
+    power_mlp: MLP | None,
+    stratum: np.ndarray | None = None,
+) -> None:
+    """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted.
+
+    `stratum` (0 .. STRATA - 1 per row, strata of equal total weight in a weighted sum the
+    caller takes, e.g. the decode quadrature): an ensemble of STRATA members then gives row i
+    the factor of member stratum[i] alone (`MeanMLP.predict_member`); any other residual
+    ignores it and every row gets the full mean."""
+    if stratum is not None and isinstance(mlp, MeanMLP) and len(mlp.members) == STRATA:
+        log_factor = mlp.predict_member(X, stratum)
+    else:
+        log_factor = mlp.predict(X)
+    factor = np.exp(log_factor)
+    out["residual_factor"] = factor
+    out["latency_s"] = out["base_s"] * factor
+    if power_mlp is not None:
+        out["power_w"] = power_mlp.predict(np.column_stack([X, np.log(out["latency_s"])]))
+        out["energy_j"] = out["power_w"] * out["latency_s"]
+
+
+def hybrid_state(model: Any) -> dict[str, np.ndarray]:
+    """Roofline, residual MLP, fitted range and (if any) power MLP of a fitted hybrid model."""
+    state = {
+        **model.roof_.to_state(""),
+        **model.mlp_.to_state("resid/"),
+        **_base.range_to_state(model.range_),
+    }
+    if model.power_mlp_ is not None:
+        state.update(model.power_mlp_.to_state("power/"))
+    return state
+
+
+def load_hybrid(model: Any, state: Mapping[str, np.ndarray]) -> None:
+    """Set what `hybrid_state` saved on a freshly constructed model."""
+    model.roof_ = Roofline.from_state(state, "")
+    model.mlp_ = mlp_from_state(dict(state), "resid/")
+    model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+    model.range_ = _base.range_from_state(state)

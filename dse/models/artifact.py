@@ -1,0 +1,322 @@
+"""Frozen predictor artifacts: the manifest and weights of one GPU's fitted models, and the
+protocol every fitted model class follows.
+
+One folder per GPU, `surrogates/<gpu>/`:
+  manifest.json  format_version, artifact_id, gpu, created, library versions, data files used
+                 (path + sha256), and per model: kind, class, fitted range of every input,
+                 cross-validated errors, measured_power.
+  weights.npz    plain arrays only (no pickles), key "<model name>/<array name>".
+
+A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) follows
+`SurrogateModel`, declares its `kind` (a ClassVar) and is listed by kind in
+`dse.models.MODEL_CLASSES`. The model *families* that `dse fit` runs and `dse validate` scores
+are `dse.fitting.families.FAMILIES`.
+
+    art = Artifact.load("h100_sxm")          # or a folder path
+    gemm = art.model("gemm.vllm.bfloat16")   # instance rebuilt with from_state (cached)
+    art.out_of_range("gemm.vllm.bfloat16", m=m, n=n, k=k)   # bool array
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import platform
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
+
+import numpy as np
+
+from dse.errors import ArtifactError, ConfigError
+from dse.models import class_path, model_class
+from dse.models._base import RangeMiss, range_misses
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+WEIGHTS = "weights.npz"
+SEP = "/"  # between model name and array name in weights.npz; model names must not contain it
+
+
+@runtime_checkable
+class SurrogateModel(Protocol):
+    """What every fitted model provides. Learned state must round-trip through plain arrays.
+
+    - `kind`: class attribute, the key of `MODEL_CLASSES` and of the manifest's `kind`.
+    - `fit(df) -> self`: learn from a tidy table (constructor stores settings only).
+    - `predict(**arrays) -> dict[str, np.ndarray]`: vectorised, itemised outputs
+      (at least `latency_s`; energy models add `energy_j`, `power_w`).
+    - `to_state() -> dict[str, np.ndarray]`, `from_state(state)` classmethod: exact round trip.
+    - `fitted_range() -> dict[str, (min, max)]` of every input the model takes.
+    """
+
+    kind: ClassVar[str]
+
+    def fit(self, df: pd.DataFrame) -> Self: ...
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]: ...
+
+    def to_state(self) -> dict[str, np.ndarray]: ...
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self: ...
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]: ...
+
+
+@dataclass
+class FittedModel:
+    """One fitted model as a family returns it to `dse fit`."""
+
+    name: str  # unique in the artifact, e.g. "gemm.vllm.bfloat16"; no "/"
+    model: Any  # a SurrogateModel
+    cv: dict[str, Any] = field(default_factory=dict)  # held-out errors + the scheme that made them
+    files: tuple[str, ...] = ()  # absolute paths of the data files the fit read
+    info: dict[str, Any] = field(default_factory=dict)  # anything else for the manifest
+    measured_power: bool = False  # True when energy is backed by measured power for this GPU
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    for mod in ("pandas", "sklearn", "dse"):
+        try:
+            out[mod] = importlib.import_module(mod).__version__
+        except Exception:  # a missing optional library is recorded, not fatal
+            out[mod] = "absent"
+    return out
+
+
+def weights_id(models: Mapping[str, Mapping[str, np.ndarray]]) -> str:
+    """Short content hash of every array (name, dtype, shape, bytes): the artifact id."""
+    h = hashlib.sha256()
+    for name in sorted(models):
+        for key in sorted(models[name]):
+            a = np.ascontiguousarray(models[name][key])
+            h.update(f"{name}{SEP}{key}|{a.dtype.str}|{a.shape}|".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()[:12]
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def default_dir(gpu: str) -> Path:
+    """The artifact folder of a GPU name: `<surrogates_dir()>/<gpu>/` (DSE_SURROGATES, else the
+    shipped `surrogates/`), the folder `dse predict` reads and `dse fit` writes by default."""
+    from dse.resources import surrogates_dir
+
+    return surrogates_dir() / gpu
+
+
+def _resolve(path_or_gpu: str | Path) -> Path:
+    p = Path(path_or_gpu)
+    if p.is_dir() or p.name == MANIFEST or SEP in str(path_or_gpu) or "\\" in str(path_or_gpu):
+        return p.parent if p.name == MANIFEST else p
+    return default_dir(str(path_or_gpu).strip().lower())
+
+
+@dataclass
+class Artifact:
+    """A frozen set of fitted models for one GPU: `models` (name -> arrays) and `manifest`."""
+
+    manifest: dict[str, Any]
+    models: dict[str, dict[str, np.ndarray]]
+    path: Path | None = None
+    _instances: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- building -------------------------------------------------------------------------
+    @classmethod
+    def from_fitted(
+        cls,
+        gpu: str,
+        fitted: list[FittedModel],
+        data_root: str | Path | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Artifact:
+        """Assemble an artifact from fitted models; hashes the data files they name."""
+        models: dict[str, dict[str, np.ndarray]] = {}
+        entries: dict[str, Any] = {}
+        files: set[str] = set()
+        for fm in fitted:
+            if SEP in fm.name or fm.name in models:
+                raise ArtifactError(f"model name {fm.name!r} contains {SEP!r} or is duplicated")
+            state = {k: np.asarray(v) for k, v in fm.model.to_state().items()}
+            for k, v in state.items():
+                if v.dtype == object:
+                    raise ArtifactError(f"{fm.name}{SEP}{k}: object arrays cannot be stored")
+            models[fm.name] = state
+            rng = {k: [float(lo), float(hi)] for k, (lo, hi) in fm.model.fitted_range().items()}
+            entries[fm.name] = {
+                "kind": type(fm.model).kind,
+                "class": class_path(type(fm.model)),
+                "fitted_range": rng,
+                "cv": _jsonable(fm.cv),
+                "measured_power": bool(fm.measured_power),
+                **_jsonable(fm.info),
+            }
+            files.update(fm.files)
+        root = Path(data_root).resolve() if data_root is not None else None
+        data_files = []
+        for f in sorted(files):
+            fp = Path(f).resolve()
+            rel = str(fp.relative_to(root)) if root and fp.is_relative_to(root) else str(fp)
+            data_files.append({"path": rel, "sha256": sha256_file(fp) if fp.exists() else None})
+        from dse.spec.hardware import get_gpu
+
+        try:
+            gpu_measured = bool(get_gpu(gpu).measured_power)
+        except ConfigError:  # an unregistered GPU name is allowed (tests)
+            gpu_measured = False
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "artifact_id": weights_id(models),
+            "gpu": gpu,
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "libraries": library_versions(),
+            "data_files": data_files,
+            "measured_power": gpu_measured,
+            "models": entries,
+            **_jsonable(dict(extra or {})),
+        }
+        return cls(manifest=manifest, models=models)
+
+    # ---- I/O ------------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        """Write manifest.json and weights.npz into `directory` (created); returns it."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        flat = {
+            f"{name}{SEP}{key}": arr for name, st in self.models.items() for key, arr in st.items()
+        }
+        self.manifest["artifact_id"] = weights_id(self.models)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **flat)
+        (d / WEIGHTS).write_bytes(buf.getvalue())
+        (d / MANIFEST).write_text(json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
+        return d  # `self.path` stays where it was loaded from (a cached artifact may be shared)
+
+    @classmethod
+    def load(cls, path_or_gpu: str | Path) -> Artifact:
+        """Load from a folder path or a GPU registry name (`surrogates/<gpu>/`)."""
+        d = _resolve(path_or_gpu)
+        fix = f"re-create it with `dse fit --data DIR --gpu {d.name}`"
+        man_p, w_p = d / MANIFEST, d / WEIGHTS
+        if not man_p.is_file() or not w_p.is_file():
+            missing = MANIFEST if not man_p.is_file() else WEIGHTS
+            raise ArtifactError(f"no frozen artifact at {d} ({missing} missing); {fix}")
+        try:
+            manifest = json.loads(man_p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ArtifactError(f"{man_p}: not valid JSON ({exc}); {fix}") from None
+        ver = manifest.get("format_version") if isinstance(manifest, dict) else None
+        if not isinstance(ver, int):
+            raise ArtifactError(f"{man_p}: format_version missing or not an integer; {fix}")
+        if ver > FORMAT_VERSION:
+            raise ArtifactError(
+                f"{man_p}: format_version {ver} is newer than this dse reads ({FORMAT_VERSION}); "
+                "upgrade dse, or " + fix
+            )
+        try:
+            with np.load(w_p, allow_pickle=False) as npz:
+                flat = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise ArtifactError(f"{w_p}: cannot read weights ({exc}); {fix}") from None
+        models: dict[str, dict[str, np.ndarray]] = {}
+        for key, arr in flat.items():
+            name, _, sub = key.partition(SEP)
+            models.setdefault(name, {})[sub] = arr
+        listed = set(manifest.get("models", {}))
+        if listed != set(models):
+            raise ArtifactError(
+                f"{d}: manifest lists models {sorted(listed)} but weights hold {sorted(models)}; "
+                + fix
+            )
+        if manifest.get("artifact_id") != weights_id(models):
+            raise ArtifactError(f"{d}: weights do not match the manifest's artifact_id; {fix}")
+        return cls(manifest=manifest, models=models, path=d)
+
+    # ---- use ------------------------------------------------------------------------------
+    @property
+    def artifact_id(self) -> str:
+        return str(self.manifest["artifact_id"])
+
+    @property
+    def gpu(self) -> str:
+        return str(self.manifest["gpu"])
+
+    def names(self, kind: str | None = None) -> list[str]:
+        """Model names, optionally only those of one kind."""
+        entries = self.manifest["models"]
+        return [n for n in entries if kind is None or entries[n]["kind"] == kind]
+
+    def has(self, name: str) -> bool:
+        return name in self.models
+
+    def model(self, name: str) -> Any:
+        """The model instance for `name` (built once with its class's from_state)."""
+        if name not in self._instances:
+            if name not in self.models:
+                raise ArtifactError(
+                    f"artifact {self.artifact_id} ({self.gpu}) has no model {name!r}; "
+                    f"it has: {', '.join(sorted(self.models))}"
+                )
+            entry = self.manifest["models"][name]
+            cls = model_class(entry["kind"], entry.get("class"))
+            self._instances[name] = cls.from_state(self.models[name])
+        return self._instances[name]
+
+    def out_of_range(self, model_name: str, **inputs: Any) -> np.ndarray:
+        """True where any given input lies outside the fitted [min, max] of `model_name`.
+
+        Inputs the model has no recorded range for are ignored; arrays broadcast together.
+        """
+        try:
+            rng = self.manifest["models"][model_name]["fitted_range"]
+        except KeyError:
+            raise ArtifactError(f"artifact has no model {model_name!r}") from None
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
+        shape = np.broadcast_shapes(*(a.shape for a in arrays.values())) if arrays else ()
+        out = np.zeros(shape, dtype=bool)
+        for key, a in arrays.items():
+            if key in rng:
+                lo, hi = rng[key]
+                out |= (a < lo) | (a > hi)
+        return out
+
+    def range_misses(self, model_name: str, **inputs: Any) -> dict[str, RangeMiss]:
+        """Input name -> its `RangeMiss` against the fitted [min, max] of `model_name`, for the
+        inputs that leave it somewhere (by more than RANGE_TOL); arrays broadcast together and
+        inputs without a recorded range are ignored (`range_miss`)."""
+        try:
+            rng = self.manifest["models"][model_name]["fitted_range"]
+        except KeyError:
+            raise ArtifactError(f"artifact has no model {model_name!r}") from None
+        return range_misses(rng, inputs)
+
+
+def _jsonable(obj: Any) -> Any:
+    """Numpy scalars/arrays -> plain JSON types (NaN -> null)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj

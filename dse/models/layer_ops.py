@@ -1,0 +1,838 @@
+"""Level-1 model of the non-GEMM layer operators (vidur's per-operator rows): RMSNorm
+(input_layernorm, post_attention_layernorm), RoPE (attn_rope), the MLP activation (mlp_act),
+the residual add and the embedding lookup (emb).
+
+Each of these kernels walks rows of a (tokens x width) tensor. Its time is a fixed launch cost,
+plus a per-wave cost (one thread block per row: `ceil(tokens / rows_per_wave)` waves, each
+costing time proportional to the row width, which dominates small batches), plus a memory term
+(elements x seconds-per-element, the inverse effective bandwidth, which depends on the regime the
+total element count falls in: launch-amortising, L2-resident, HBM-bound). Tensor-parallel size
+enters as log2(tp) interactions because vidur's runs at higher tp are measurably faster for the
+same shape (the surrounding kernels leave more of L2 warm). Per operator:
+
+    t = c0 + c1 W + c2 W w + E * s(log E) + log2(tp) (c3 + c4 W w + c5 E)
+
+with w the row width (elements), W = ceil(tokens / C) the waves, E = tokens * w, s a
+piecewise-linear curve over log E (the regimes), C chosen per operator from multiples of the SM
+count. Fitted by relative-error least squares (the percentage error MAPE scores), per GPU.
+
+That formula (the structural base, evaluated with the waves' continuous envelope max(T / C, 1))
+is then corrected by the measured curves themselves: for each measured (operator, tp, width) the
+log ratio of vidur's times to the base over tokens (shapes measured for several models averaged,
+a 3-point running mean against the 1 us timer steps, a running maximum so that more tokens never
+cost less). A row reads the curves of its tp, linearly in tokens and in log width between the two
+nearest measured widths (at the same element count, tokens x width / neighbour width), constant
+beyond either end, so the base alone carries the extrapolation. The staircase of the waves then
+comes from the measurements, and the items (launch, wave, memory, tp) are scaled to sum to it.
+Steps are not interpolated across: each curve has a wave period (a multiple of the SM count,
+chosen by how well it predicts the curve's own points from their neighbours) and a token count
+between two measured points on either side of a wave boundary reads the point on its own side;
+the same holds at a kernel switch by token count (the embedding's small-index kernel up to 16
+tokens, which also gets its own per-token line in the base). No running mean crosses either.
+A width between measured ones reads a neighbour curve with a period in two parts: its smooth
+part (the curve's mean over 2 x SMs tokens around each point) at the same element count, its
+wave sawtooth (the rest) at the row's own token count, because the waves start at the same token counts for every
+width (one block per token) while the regime follows the elements (`_wave_split`; artifacts
+fitted before read the whole curve at the element count, as they were validated).
+
+Widths per operator (per GPU after tensor parallelism, as vidur shards them):
+    input_layernorm / post_attention_layernorm / add / emb: d_model
+    attn_rope: (n_heads + n_kv_heads) / tp * head_dim   (q and k rotated; head_dim = d_model/n_heads)
+    mlp_act:   d_ff / tp, x 2/3 without a gated MLP (in SiLU-and-mul equivalents: SiLU-and-mul
+               moves 3 d_ff/tp elements per token, GELU 2 d_ff/tp)
+Models without a gated MLP (vidur: phi-2, also the only LayerNorm / parallel-block model) are a
+separate family when the training rows have one; otherwise the gated coefficients are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+import numpy as np
+
+from dse.errors import ArtifactError, DataError
+from dse.models import _base, _curves
+from dse.models._base import RangeMiss, range_miss
+from dse.spec.hardware import get_gpu
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Operators this model covers (vidur op names); the GEMM ops belong to the GEMM model.
+LAYER_OPS: tuple[str, ...] = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "attn_rope",
+    "mlp_act",
+    "add",
+    "emb",
+)
+GEMM_OPS: tuple[str, ...] = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# Rows-per-wave candidates in units of the GPU's SM count (blocks resident per SM); inf = no
+# wave term (grid-stride kernels).
+WAVE_CANDIDATES: tuple[float, ...] = (0.5, 1, 2, 3, 4, 6, 8, 16, np.inf)
+# Knots of the per-element cost curve: every half decade of total elements, 1e3 .. 1e9.
+LOG_E_KNOTS = np.log(10.0) * np.arange(3.0, 9.01, 0.5)
+SMOOTH = 1e-3  # second-difference penalty weight (per row) on the cost curve
+N_TP = 6  # tp terms after the curves: (1, W w, W) x (step 1->2, trend 2->)
+N_SPLIT = 2  # then the kernel below a token-count switch: (1, tokens) x (tokens <= switch)
+# Residual (log of measured / structural): the measured curves themselves, one per (operator,
+# tp, width) over tokens, linear in tokens and in log width between measured ones (the structural
+# formula carries what lies between or beyond). Kernel-specific bumps and the wave staircase are
+# where the formula misses most, and vidur's token grid (every 16-32 tokens) resolves both.
+CURVE_SMOOTH = 3  # running mean over this many neighbouring token counts of one curve
+CURVE_NEAR = 0.1  # ... that lie within 10% (or 16 tokens) of each other
+# A width between measured ones reads its neighbours at tokens x (width / neighbour)^this: 1 =
+# the same element count (past a few waves these kernels cost what their elements cost:
+# Llama-2-7B at T tokens ~ 70B at T / 2), 0 = the same token count (the same waves).
+CURVE_E_MATCH = 1.0
+# Operators whose width shrinks with tp (q/k heads, d_ff shards): their curves are keyed by width
+# alone (one 11008-wide SiLU runs within 3% whether it is d_ff 11008 at tp 1 or 22016 at tp 2),
+# so a held-out model finds measured widths nearby; the others (width d_model at every tp) keep
+# one set of curves per tp (the same shape runs 5-10% faster in vidur's tp > 1 runs).
+CURVES_BY_WIDTH_ONLY: tuple[str, ...] = ("attn_rope", "mlp_act")
+# Wave boundaries in the measured curves: the row kernels (RMSNorm, SiLU-and-mul, RoPE) launch
+# one block per token, so their time steps up where a new wave of blocks starts (H100: every
+# 264 = 2 x 132 SMs tokens, A100 every 216), 3-4 us on a 6-10 us kernel. A held-out token count
+# next to a step must read the measured point on its own side of the step, not a line across it.
+# The period of each curve is chosen from these multiples of the SM count (inf = no steps) by
+# how well it predicts the curve's own points from their neighbours (leave one point out).
+CURVE_PERIODS: tuple[float, ...] = (np.inf, 1.0, 2.0)
+# Kernel switches by token count: PyTorch's index_select (the embedding lookup) runs its
+# small-index kernel, each thread looping over the indices, for <= 16 indices and its
+# large-index kernel above (2, 3, 4, 7, 12 us at 1, 2, 4, 8, 16 tokens, then 4 us at 24).
+KERNEL_SPLIT_TOKENS: dict[str, float] = {"emb": 16.0}
+# what states with wave-step curves but no stored switches were built with (fixed: not the
+# constant above, which may change)
+_SPLITS_BEFORE_STORED: dict[str, float] = {"emb": 16.0}
+# A width between measured ones reads its neighbours' wave sawtooth at its own token count (see
+# _wave_split); False: the whole curve at the matched element count (artifacts fitted before)
+CURVE_WAVE_SPLIT = True
+WAVE_SPLIT_WINDOW = 2.0  # ... the smooth part: the curve's mean over this many x SMs tokens
+WIDTH_ONLY_NO_TP = True  # ... and their structural base has no tp terms either
+INPUTS = (
+    "num_tokens",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "tensor_parallel",
+)
+
+
+def op_geometry(op: np.ndarray, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, width) each operator walks, per GPU after tensor parallelism (see module doc)."""
+    t = np.asarray(arrays["num_tokens"], dtype=np.float64)
+    d = np.asarray(arrays["d_model"], dtype=np.float64)
+    h = np.asarray(arrays["n_heads"], dtype=np.float64)
+    kv = np.asarray(arrays["n_kv_heads"], dtype=np.float64)
+    ff = np.asarray(arrays["d_ff"], dtype=np.float64)
+    tp = np.asarray(arrays["tensor_parallel"], dtype=np.float64)
+    hd = d / h
+    rope_w = (h / tp + np.maximum(kv / tp, 1.0)) * hd
+    # the activation's width in SiLU-and-mul equivalents: that kernel moves 3 d_ff / tp elements
+    # per token (reads gate and up, writes one), GELU 2 d_ff / tp (reads one, writes one)
+    gated = np.asarray(arrays.get("gated_mlp", True), dtype=bool)
+    act_w = ff / tp * np.where(gated, 1.0, 2.0 / 3.0)
+    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", act_w, d))
+    return t, width
+
+
+def _waves(t: np.ndarray, rows_per_wave: float, smooth: bool = False) -> np.ndarray:
+    """Waves of a grid of t rows; `smooth`: max(t / C, 1), the staircase's continuous envelope
+    (the reference the measured curves are stored against, so that they carry the staircase)."""
+    if not np.isfinite(rows_per_wave):
+        return t / 1000.0
+    return np.maximum(t / rows_per_wave, 1.0) if smooth else np.ceil(t / rows_per_wave)
+
+
+def _features(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    rows_per_wave: float,
+    smooth: bool = False,
+    split: float = 0.0,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Design matrix (n, 1 + 2 knots + N_TP + N_SPLIT): launch, per-wave fixed and per-wave
+    per-width costs at each element-count regime, tp terms, and the fixed and per-token cost of
+    the kernel that runs up to `split` tokens (all zero without a switch). Units: microseconds,
+    thousands of elements."""
+    w_k = width * 1e-3
+    if np.isfinite(rows_per_wave):
+        waves = _waves(t, rows_per_wave, smooth)
+        unit = rows_per_wave
+    else:  # grid-stride kernel: "waves" are fractional tokens / 1000
+        waves = t / 1000.0
+        unit = 1000.0
+    # the regime coordinate: elements of the whole waves the grid runs (constant within a wave,
+    # so more tokens in the same wave never cost less)
+    H = _curves.hat_basis(np.log(np.maximum(waves * unit * width, 1.0)), LOG_E_KNOTS)
+    cols = [np.ones_like(t), waves[:, None] * H, (waves * w_k)[:, None] * H]
+    for lt in _tp_levels(tp):
+        cols += [lt, lt * waves * w_k, lt * waves]
+    small = (t <= split).astype(np.float64)
+    cols += [small, small * t]
+    return np.column_stack(cols), {"waves": waves, "w_k": w_k}
+
+
+def _tp_levels(tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log2(tp) split at 2: the step from tp 1 to 2 and the trend from 2 upwards (vidur's tp-1
+    runs differ from all others more than tp 2 differs from 8)."""
+    l2 = np.log2(np.maximum(tp, 1.0))
+    return np.minimum(l2, 1.0), np.maximum(l2 - 1.0, 0.0)
+
+
+def _segment(x: np.ndarray, period: float, split: float) -> np.ndarray:
+    """Segment id of token counts x: the wave (ceil(x / period)) and the side of a kernel switch
+    (x > split); neighbouring measured points in different segments are never averaged or
+    interpolated across."""
+    seg = np.ceil(x / period) if np.isfinite(period) else np.zeros_like(x)
+    return seg + 1e6 * (x > split) if split > 0 else seg
+
+
+def _running_mean(tok: np.ndarray, v: np.ndarray, seg: np.ndarray | None = None) -> np.ndarray:
+    """Mean of each point and its CURVE_SMOOTH // 2 neighbours on either side, counting only
+    neighbours within CURVE_NEAR of it and in its segment (a gap in the token grid, a wave step
+    or a kernel switch is not smoothed across)."""
+    acc, cnt = v.copy(), np.ones_like(v)
+    for s in range(1, CURVE_SMOOTH // 2 + 1):
+        near = (tok[s:] - tok[:-s]) <= np.maximum(CURVE_NEAR * tok[:-s], 16.0)
+        if seg is not None:
+            near &= seg[s:] == seg[:-s]
+        acc[:-s] += np.where(near, v[s:], 0.0)
+        cnt[:-s] += near
+        acc[s:] += np.where(near, v[:-s], 0.0)
+        cnt[s:] += near
+    return acc / cnt
+
+
+def _interp_seg(
+    x: np.ndarray, tok: np.ndarray, val: np.ndarray, period: float, split: float
+) -> np.ndarray:
+    """Linear in tokens between measured points, constant beyond the ends; where the two
+    neighbours lie in different segments (a wave step or a kernel switch between them), the
+    value of the neighbour in x's own segment."""
+    if len(tok) < 2 or (not np.isfinite(period) and split <= 0):
+        return np.interp(x, tok, val)
+    hi = np.searchsorted(tok, x, side="right")
+    np.clip(hi, 1, len(tok) - 1, out=hi)
+    lo = hi - 1
+    t_lo = tok[lo]
+    f = (x - t_lo) / (tok[hi] - t_lo)
+    np.clip(f, 0.0, 1.0, out=f)  # constant beyond either end
+    seg = _segment(tok, period, split)
+    cross = np.flatnonzero(seg[lo] != seg[hi])
+    if cross.size:  # across a step: the weight of the neighbour on x's side is 1
+        s_x = _segment(x[cross], period, split)
+        fc = f[cross]
+        fc = np.where(s_x == seg[hi[cross]], 1.0, np.where(s_x == seg[lo[cross]], 0.0, fc))
+        f[cross] = fc
+    v_lo = val[lo]
+    return v_lo + f * (val[hi] - v_lo)
+
+
+def _loo_period(tok: np.ndarray, v: np.ndarray, n_sms: int, split: float) -> float:
+    """The CURVE_PERIODS entry (in rows) that best predicts each interior point of a curve from
+    its two neighbours (sum of absolute log errors); no period unless one does better."""
+    if len(tok) < 4:
+        return np.inf
+    # each interior point from its two neighbours, as _interp_seg would read it held out
+    lo, mid, hi = v[:-2], v[1:-1], v[2:]
+    f = (tok[1:-1] - tok[:-2]) / (tok[2:] - tok[:-2])
+    lin = lo + f * (hi - lo)
+    best, best_err = np.inf, np.inf
+    for mult in CURVE_PERIODS:
+        period = mult * n_sms
+        seg = _segment(tok, period, split)
+        s_lo, s_x, s_hi = seg[:-2], seg[1:-1], seg[2:]
+        cross = s_lo != s_hi
+        pred = np.where(cross & (s_x == s_hi), hi, np.where(cross & (s_x == s_lo), lo, lin))
+        err = float(np.abs(pred - mid).sum())
+        if err < best_err - 1e-9:
+            best, best_err = period, err
+    return best
+
+
+def _curve_table(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    log_y: np.ndarray,
+    log_base: np.ndarray,
+    n_sms: int,
+    split: float = 0.0,
+) -> list[tuple[float, float, np.ndarray, np.ndarray, float]]:
+    """The measured curves: one (tp, width, tokens, log(measured / smooth base), period) per
+    measured (tp, width), tokens sorted and unique. Rows of one shape from several models are
+    averaged, a CURVE_SMOOTH-point running mean along tokens within a segment (wave, side of a
+    kernel switch) softens the 1 us timer staircase, and a running maximum on each side of a
+    kernel switch makes the curve monotone in tokens (more rows never take less time)."""
+    out = []
+    key = np.column_stack([tp, width])
+    for p, w in np.unique(key, axis=0):
+        sel = (tp == p) & (width == w)
+        tok, inv = np.unique(t[sel], return_inverse=True)
+        tok = tok.astype(np.float64)
+        cnt = np.bincount(inv)
+        ly = np.bincount(inv, weights=log_y[sel]) / cnt
+        lb = np.bincount(inv, weights=log_base[sel]) / cnt
+        period = _loo_period(tok, ly - lb, n_sms, split)
+        # the running mean is of log time where the smooth base misses the curve's shape (flat
+        # within a wave, not linear in tokens), but of the ratio to the base below a kernel
+        # switch, where the base is the small kernel's per-token line (1, 2, 4, 8, 16 tokens: a
+        # mean of log time there lags the steep curve)
+        seg = _segment(tok, period, split)
+        ly_mean = _running_mean(tok, ly, seg)
+        if split > 0:
+            ly_mean = np.where(tok <= split, lb + _running_mean(tok, ly - lb, seg), ly_mean)
+        ly = ly_mean
+        if split > 0:
+            lo = tok <= split
+            ly = np.concatenate([np.maximum.accumulate(ly[lo]), np.maximum.accumulate(ly[~lo])])
+        else:
+            ly = np.maximum.accumulate(ly)
+        out.append((float(p), float(w), tok, ly - lb, float(period)))
+    return out
+
+
+def _wave_split(
+    tok: np.ndarray, val: np.ndarray, period: float, split: float, window: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """A curve's log ratio split into a smooth part (its mean over `window` tokens centred on
+    each point, read as `_interp_seg` reads it: a window of whole waves averages the wave
+    sawtooth out) and the wave sawtooth (the rest), both at the curve's measured token counts.
+    A curve without a period is all smooth. A held-out width reads the smooth part at its
+    neighbour's matched element count and the sawtooth at its own token count: the waves step at
+    the same token counts for every width (one block per token), the regime (L2-resident,
+    HBM-bound) follows the elements."""
+    if not np.isfinite(period) or len(tok) < 2:
+        return val, np.zeros_like(val)
+    # the curve on a 1-token grid, integrated (trapezoids)
+    g = np.arange(np.floor(tok[0]), np.ceil(tok[-1]) + 1.0)
+    vg = _interp_seg(g, tok, val, period, split)
+    cum = np.concatenate([[0.0], np.cumsum(0.5 * (vg[1:] + vg[:-1]))])
+    lo = np.maximum(tok - 0.5 * window, g[0])
+    hi = np.minimum(tok + 0.5 * window, g[-1])
+    if split > 0:  # the window stays on the point's side of a kernel switch
+        small = tok <= split
+        hi = np.where(small, np.minimum(hi, split), hi)
+        lo = np.where(small, lo, np.maximum(lo, min(split + 1.0, g[-1])))
+    smooth = val.copy()
+    ok = hi > lo
+    smooth[ok] = (np.interp(hi[ok], g, cum) - np.interp(lo[ok], g, cum)) / (hi[ok] - lo[ok])
+    return smooth, val - smooth
+
+
+@dataclass(frozen=True)
+class CurvePrep:
+    """The measured curves of one operator family grouped by tp: the distinct tps, their log2,
+    and per tp the curve indices sorted by width with their log widths."""
+
+    tps: np.ndarray
+    l2t: np.ndarray
+    ent: list[np.ndarray]
+    lw: list[np.ndarray]
+
+
+def _curve_prep(c_tp: np.ndarray, c_width: np.ndarray) -> CurvePrep:
+    tps = np.unique(c_tp)
+    ents, lws = [], []
+    for p in tps:
+        ent = np.flatnonzero(c_tp == p)
+        ent = ent[np.argsort(c_width[ent])]
+        ents.append(ent)
+        lws.append(np.log(c_width[ent]))
+    return CurvePrep(tps, np.log2(tps), ents, lws)
+
+
+def _used(n_curves: int, *pairs: tuple[np.ndarray, np.ndarray]) -> Iterable[int]:
+    """The curves to walk, in increasing order: on a few rows the sorted distinct values of
+    idx[mask] over the (idx, mask) pairs (a Python set: most curves are read by no row); on
+    many rows every curve (the walk skips a curve no row reads, and sorting the rows' curve
+    indices would cost more than the skipped masks)."""
+    if sum(i.size for i, _ in pairs) > 64:
+        return range(n_curves)
+    return sorted({int(v) for i, m in pairs for v in i[m]})
+
+
+def _curve_eval(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    c_tp: np.ndarray,
+    c_width: np.ndarray,
+    c_tok: list[np.ndarray],
+    c_val: list[np.ndarray],
+    c_period: np.ndarray | None = None,
+    split: float = 0.0,
+    c_parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    prep: CurvePrep | None = None,
+) -> np.ndarray:
+    """Log correction per row from the measured curves of one operator: the curves of the row's
+    tp (else the nearest measured tp in log2), in tokens by `_interp_seg` (linear between
+    measured token counts of one segment), linear in log width between the two nearest measured
+    widths; constant beyond either end. With `c_parts` (each curve's `_wave_split`), a row of
+    another width than the curve's reads the smooth part at the matched element count and the
+    wave sawtooth at its own token count. `prep`: `_curve_prep(c_tp, c_width)`, when the
+    caller keeps it between calls (the same numbers, without re-sorting the curves per call)."""
+    out = np.zeros(len(t))
+    if len(c_tp) == 0:
+        return out
+    if c_period is None:
+        c_period = np.full(len(c_tp), np.inf)
+    if prep is None:
+        prep = _curve_prep(c_tp, c_width)
+    tps, l2t = prep.tps, prep.l2t
+    if len(tps) == 1:
+        near = np.zeros(len(t), dtype=np.int64)
+    else:  # nearest measured tp in log2 (midpoints between neighbours)
+        mid = 0.5 * (l2t[1:] + l2t[:-1])
+        near = np.searchsorted(mid, np.log2(np.maximum(tp, 1.0)))
+    for ip in range(len(tps)):
+        if len(tps) > 1:
+            rows = np.flatnonzero(near == ip)
+            if rows.size == 0:
+                continue
+            wr, tr = width[rows], t[rows]
+        else:
+            rows, wr, tr = slice(None), width, t
+        ent, lw = prep.ent[ip], prep.lw[ip]
+        x = np.clip(np.log(np.maximum(wr, 1.0)), lw[0], lw[-1])
+        j = np.clip(np.searchsorted(lw, x, side="right") - 1, 0, max(len(ent) - 2, 0))
+        k = np.minimum(j + 1, len(ent) - 1)
+        span = lw[k] - lw[j]
+        f = np.where(span > 0, (x - lw[j]) / np.where(span > 0, span, 1.0), 0.0)
+        v = np.zeros(len(tr))
+        # Only the curves some row reads (in increasing order, as a loop over all of them
+        # would add them): a handful of rows touch 1-2 of the operator's ~10 curves.
+        for e in _used(len(ent), (j, f < 1.0), (k, (k != j) & (f > 0.0))):
+            # rows whose lower / upper neighbour is this curve, with a non-zero weight
+            for sel, wgt in (
+                (np.flatnonzero((j == e) & (f < 1.0)), 1.0 - f),
+                (np.flatnonzero((k == e) & (k != j) & (f > 0.0)), f),
+            ):
+                if sel.size == 0:
+                    continue
+                # the same element count on the neighbour curve: past a few waves these kernels
+                # cost what their elements cost (Llama-2-7B at T tokens ~ 70B at T / 2)
+                te = tr[sel] * (wr[sel] / c_width[ent[e]]) ** CURVE_E_MATCH
+                if split > 0:  # ... on the row's own side of a kernel switch (a token count)
+                    te = np.where(
+                        tr[sel] <= split, np.minimum(te, split), np.maximum(te, split + 1e-3)
+                    )
+                ce = ent[e]
+                val = None
+                if c_parts is not None and np.isfinite(c_period[ce]):
+                    own = tr[sel]
+                    moved = np.flatnonzero(te != own)
+                    if moved.size:  # steps at the row's own token count, regime at its elements
+                        val = np.empty(len(te))
+                        same = np.flatnonzero(te == own)
+                        val[same] = _interp_seg(te[same], c_tok[ce], c_val[ce], c_period[ce], split)
+                        smooth, saw = c_parts[ce]
+                        val[moved] = _interp_seg(te[moved], c_tok[ce], smooth, np.inf, split)
+                        val[moved] += _interp_seg(own[moved], c_tok[ce], saw, c_period[ce], split)
+                if val is None:
+                    val = _interp_seg(te, c_tok[ce], c_val[ce], c_period[ce], split)
+                v[sel] += wgt[sel] * val
+        out[rows] = v
+    return out
+
+
+def _fit_one(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    y_us: np.ndarray,
+    n_sms: int,
+    split: float = 0.0,
+) -> tuple[float, np.ndarray, float]:
+    """Best (rows_per_wave, coef, in-sample MAPE %) over the wave candidates."""
+    nk = len(LOG_E_KNOTS)
+    pen = np.zeros((2 * (nk - 2), 1 + 2 * nk + N_TP + N_SPLIT))
+    pen[: nk - 2, 1 : 1 + nk] = _curves.second_difference(nk)
+    pen[nk - 2 :, 1 + nk : 1 + 2 * nk] = _curves.second_difference(nk)
+    pen *= np.sqrt(SMOOTH * len(y_us))
+    best = None
+    for mult in WAVE_CANDIDATES:
+        c_rows = mult * n_sms
+        X, _ = _features(t, width, tp, c_rows, split=split)
+        # a feature with no variation (e.g. every row tp 1) would be unidentified: drop it
+        keep = np.ptp(X, axis=0) > 0
+        keep[0] = True
+        coef = np.zeros(X.shape[1])
+        lower = np.full(X.shape[1], -np.inf)
+        lower[: 1 + 2 * nk] = 0.0  # launch and per-wave costs are >= 0
+        lower[-1] = 0.0  # ... and so is the small kernel's per-token cost
+        coef[keep] = _curves.relative_lstsq(X[:, keep], y_us, pen[:, keep], lower=lower[keep])
+        err = _base.mape_pct(X @ coef, y_us)
+        if best is None or err < best[2] - 1e-9:
+            best = (float(c_rows), coef, err)
+    assert best is not None
+    return best
+
+
+def _base_items_us(
+    c: np.ndarray,
+    cr: float,
+    ts: np.ndarray,
+    ws: np.ndarray,
+    ps: np.ndarray,
+    wv: np.ndarray,
+    split: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Structural items (launch, per-wave, per-width memory, tp terms) in us for `wv` waves;
+    the small kernel below a token-count switch counts as per-wave (per-row) work."""
+    nk = len(LOG_E_KNOTS)
+    w_k = ws * 1e-3
+    unit = cr if np.isfinite(cr) else 1000.0
+    le = np.log(np.maximum(wv * unit * ws, 1.0))
+    per_wave = _curves.hat_eval(le, LOG_E_KNOTS, c[1 : 1 + nk])
+    per_width = _curves.hat_eval(le, LOG_E_KNOTS, c[1 + nk : 1 + 2 * nk])
+    la, lb = _tp_levels(ps)
+    ct = c[1 + 2 * nk :]
+    tp_us = la * (ct[0] + ct[1] * wv * w_k + ct[2] * wv) + lb * (
+        ct[3] + ct[4] * wv * w_k + ct[5] * wv
+    )
+    wave_us = wv * per_wave
+    if split > 0 and len(ct) >= N_TP + N_SPLIT:
+        wave_us = wave_us + (ts <= split) * (ct[N_TP] + ct[N_TP + 1] * ts)
+    return np.full_like(ts, c[0]), wave_us, wv * w_k * per_width, tp_us
+
+
+class LayerOpModel:
+    """Latency of vidur's non-GEMM layer operators on one GPU (see module doc).
+
+    predict(op, num_tokens, d_model, n_heads, n_kv_heads, d_ff, tensor_parallel, gated_mlp=True)
+    -> latency_s, launch_s, t_wave_s, t_memory_s, t_tp_s (items sum to latency_s), waves,
+    regime (index of the element-count knot nearest the shape), covered (bool).
+    """
+
+    kind: ClassVar[str] = "layer_op"  # the manifest's kind; dse.models.MODEL_CLASSES
+
+    def __init__(self, gpu: str = "h100_sxm") -> None:
+        self.gpu = gpu
+        # token-count kernel switches this model's curves were built with (none in artifacts
+        # fitted before them, which then predict as before)
+        self.kernel_split_ = dict(KERNEL_SPLIT_TOKENS)
+
+    # ---- fitting --------------------------------------------------------------------------
+    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+        """Fit on layer_op rows of one GPU (rows of other GPUs and GEMM ops are ignored)."""
+        if gpu is not None:
+            self.gpu = gpu
+        n_sms = get_gpu(self.gpu).n_sms
+        d = df[(df["gpu"] == self.gpu) & df["op"].isin(LAYER_OPS)]
+        if d.empty:
+            raise DataError(f"no layer_op rows for gpu {self.gpu!r} (ops {', '.join(LAYER_OPS)})")
+        keys, rows_pw, coefs = [], [], []
+        c_key, c_tp, c_w, c_tok, c_val, c_period = [], [], [], [], [], []
+        gated_all = d["gated_mlp"].to_numpy(bool) if "gated_mlp" in d else np.ones(len(d), bool)
+        for op in LAYER_OPS:
+            for gated in (True, False):
+                sel = (d["op"].to_numpy() == op) & (gated_all == gated)
+                if sel.sum() < 8:
+                    continue
+                g = d[sel]
+                t, width = op_geometry(
+                    g["op"].to_numpy(),
+                    {**{c: g[c].to_numpy() for c in INPUTS}, "gated_mlp": np.full(len(g), gated)},
+                )
+                tp = g["tensor_parallel"].to_numpy(np.float64)
+                if op in CURVES_BY_WIDTH_ONLY and WIDTH_ONLY_NO_TP:
+                    tp = np.ones_like(tp)  # a function of (tokens, width) alone
+                y_us = g["latency_s"].to_numpy() * 1e6
+                split = KERNEL_SPLIT_TOKENS.get(op, 0.0)
+                c_rows, coef, _ = _fit_one(t, width, tp, y_us, n_sms, split)
+                X, _ = _features(t, width, tp, c_rows, smooth=True, split=split)
+                log_base = np.log(np.maximum(X @ coef, 0.1))
+                tp_c = np.ones_like(tp) if op in CURVES_BY_WIDTH_ONLY else tp
+                curves = _curve_table(t, width, tp_c, np.log(y_us), log_base, n_sms, split)
+                for p, w, tok, val, period in curves:
+                    c_period.append(period)
+                    c_key.append(len(keys))
+                    c_tp.append(p)
+                    c_w.append(w)
+                    c_tok.append(tok)
+                    c_val.append(val)
+                keys.append(op if gated else f"{op}:nongated")
+                rows_pw.append(c_rows)
+                coefs.append(coef)
+        self.keys_ = np.array(keys, dtype=str)
+        self.rows_per_wave_ = np.array(rows_pw, dtype=np.float64)
+        self.coef_ = np.array(coefs, dtype=np.float64)
+        self.curve_key_ = np.array(c_key, dtype=np.int64)
+        self.curve_tp_ = np.array(c_tp, dtype=np.float64)
+        self.curve_width_ = np.array(c_w, dtype=np.float64)
+        self.curve_period_ = np.array(c_period, dtype=np.float64)
+        self.curve_tokens_ = c_tok
+        self.curve_values_ = c_val
+        self.curve_parts_ = self._wave_parts() if CURVE_WAVE_SPLIT else None
+        rng = {c: d[c].to_numpy(np.float64) for c in INPUTS}
+        t_all, w_all = op_geometry(d["op"].to_numpy(), {**rng, "gated_mlp": gated_all})
+        rng["elements"] = t_all * w_all
+        self.range_ = _base.fitted_range(rng)
+        return self
+
+    # ---- prediction -----------------------------------------------------------------------
+    def _row_key_index(self, op: np.ndarray, gated: np.ndarray) -> np.ndarray:
+        """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
+        idx = np.full(op.shape, -1, dtype=np.int64)
+        lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
+        # one operator for the whole batch (a broadcast scalar): skip the string unique
+        names = op[:1] if op.size and op.strides == (0,) else np.unique(op)
+        for name in names:
+            sel = op == name
+            g_i = lookup.get(str(name), -1)
+            n_i = lookup.get(f"{name}:nongated", g_i)
+            idx[sel] = np.where(gated[sel], g_i if g_i >= 0 else n_i, n_i)
+        return idx
+
+    def _pack(self, key: Any, make: Callable[[], Any]) -> Any:
+        """What prediction derives from the fitted state alone (the family lookup, each
+        family's curves), made once per model: a one-row call would otherwise rebuild it. The
+        cache is keyed to the state arrays' identities, so a refit or a reloaded state
+        rebuilds it."""
+        stamp = (id(self.keys_), id(self.coef_), id(getattr(self, "curve_key_", None)))
+        packs = self.__dict__.get("_packs")
+        if packs is None or packs[0] != stamp:
+            packs = (stamp, {})
+            self.__dict__["_packs"] = packs
+        if key not in packs[1]:
+            packs[1][key] = make()
+        return packs[1][key]
+
+    def _curves_of(self, i: int) -> tuple[Any, ...]:
+        """Family i's measured curves: (indices, largest element count, by width only, kernel
+        switch, tps, widths, tokens, values, periods, wave parts, CurvePrep)."""
+        ce = np.flatnonzero(self.curve_key_ == i)
+        family = str(self.keys_[i]).split(":")[0]
+        c_tp, c_w = self.curve_tp_[ce], self.curve_width_[ce]
+        return (
+            ce,
+            max(float(self.curve_tokens_[e][-1] * self.curve_width_[e]) for e in ce),
+            family in CURVES_BY_WIDTH_ONLY,
+            self.kernel_split_.get(family, 0.0),
+            c_tp,
+            c_w,
+            [self.curve_tokens_[e] for e in ce],
+            [self.curve_values_[e] for e in ce],
+            self.curve_period_[ce],
+            None if self.curve_parts_ is None else [self.curve_parts_[e] for e in ce],
+            _curve_prep(c_tp, c_w),
+        )
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """Itemised latency per row; ops this model does not cover get NaN and covered=False."""
+        n = _base.batch_size_of(arrays)
+        op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
+        vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
+        gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
+        t, width = op_geometry(op, {**vals, "gated_mlp": gated})
+        tp = vals["tensor_parallel"]
+        idx = self._row_key_index(op, gated)
+        out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
+        waves = np.zeros(n)
+        factor = np.ones(n)
+        keys_here = np.unique(idx[idx >= 0])
+        for i in keys_here:
+            # one operator family for the whole batch: a slice, no gathers
+            sel = (
+                slice(None)
+                if len(keys_here) == 1 and idx[0] == i and (idx == i).all()
+                else idx == i
+            )
+            c = self.coef_[i]
+            cr = self.rows_per_wave_[i]
+            ts, ws, ps = t[sel], width[sel], tp[sel]
+            by_width = str(self.keys_[i]).split(":")[0] in CURVES_BY_WIDTH_ONLY
+            if by_width and WIDTH_ONLY_NO_TP:
+                ps = np.ones_like(ps)
+            # beyond the largest measured element count every item grows linearly with the
+            # tokens (the bandwidth-bound end of the measured curves; the structural base's
+            # regime curve is not trusted past its data)
+            _, e_max, _, split, c_tp, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
+                ("curves", int(i)), lambda i=i: self._curves_of(int(i))
+            )
+            t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
+            grow, ts = ts / t_fit, t_fit
+            wv = _waves(ts, cr)
+            # the measured curves are stored against the smooth-wave base (see _curve_table),
+            # whose items they scale: the staircase comes from the measurements
+            items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True), split)
+            curve = _curve_eval(
+                ts,
+                ws,
+                np.ones_like(ps) if by_width else ps,
+                c_tp,
+                c_w,
+                c_tok,
+                c_val,
+                c_per,
+                split,
+                c_parts,
+                prep,
+            )
+            factor[sel] = np.exp(curve) * grow
+            for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
+                out[k][sel] = v * 1e-6
+            waves[sel] = wv * grow
+        # the measured-curve factor scales every item, so the items still sum to the total
+        for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"):
+            out[k] *= factor
+        total = out["launch_s"] + out["t_wave_s"] + out["t_memory_s"] + out["t_tp_s"]
+        # a fitted curve may dip below zero far outside its range; never predict under 0.1 us
+        out["latency_s"] = np.maximum(total, 1e-7)
+        out["residual_factor"] = factor
+        out["waves"] = waves
+        out["regime"] = _curves.nearest_knot(np.log(np.maximum(t * width, 1.0)), LOG_E_KNOTS)
+        out["covered"] = idx >= 0
+        return out
+
+    # ---- state ----------------------------------------------------------------------------
+    def to_state(self) -> dict[str, np.ndarray]:
+        return {
+            "gpu": np.array(self.gpu),
+            "keys": self.keys_,
+            "rows_per_wave": self.rows_per_wave_,
+            "coef": self.coef_,
+            "curve_key": self.curve_key_,
+            "curve_tp": self.curve_tp_,
+            "curve_width": self.curve_width_,
+            "curve_period": self.curve_period_,
+            "curve_len": np.array([len(x) for x in self.curve_tokens_], dtype=np.int64),
+            "curve_tokens": np.concatenate(self.curve_tokens_),
+            "curve_log_ratio": np.concatenate(self.curve_values_),
+            "log_e_knots": LOG_E_KNOTS.copy(),
+            # the kernel switches the curves were built with travel with them, so that a later
+            # change of KERNEL_SPLIT_TOKENS cannot move a shipped artifact's predictions
+            "kernel_split_ops": np.array(sorted(self.kernel_split_), dtype=str),
+            "kernel_split_tokens": np.array(
+                [self.kernel_split_[k] for k in sorted(self.kernel_split_)], dtype=np.float64
+            ),
+            # curves read as smooth part + wave sawtooth by a width between measured ones
+            # (absent in artifacts fitted before, which read the whole curve at the element count)
+            **({"curve_wave_split": np.array(True)} if self.curve_parts_ is not None else {}),
+            **_base.range_to_state(self.range_),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        if "res_coef" in state and "curve_key" not in state:
+            raise ArtifactError(
+                "layer_op state was fitted before the measured curves; re-fit with dse fit"
+            )
+        _base.need(
+            state,
+            ("gpu", "keys", "rows_per_wave", "coef", "log_e_knots", "curve_key", "curve_len"),
+            "layer_op",
+        )
+        if np.shape(state["log_e_knots"]) != LOG_E_KNOTS.shape or not np.allclose(
+            state["log_e_knots"], LOG_E_KNOTS
+        ):
+            raise ArtifactError(
+                "layer_op state was fitted with other log_e_knots; re-fit with dse fit"
+            )
+        m = cls(str(state["gpu"]))
+        m.keys_ = np.asarray(state["keys"], dtype=str)
+        m.rows_per_wave_ = np.asarray(state["rows_per_wave"], dtype=np.float64)
+        m.coef_ = np.asarray(state["coef"], dtype=np.float64)
+        m.range_ = _base.range_from_state(state)
+        m.curve_key_ = np.asarray(state["curve_key"], dtype=np.int64)
+        m.curve_tp_ = np.asarray(state["curve_tp"], dtype=np.float64)
+        m.curve_width_ = np.asarray(state["curve_width"], dtype=np.float64)
+        # artifacts fitted before the wave-step curves: no periods (plain linear interpolation)
+        # and no kernel switches
+        m.curve_period_ = np.asarray(
+            state.get("curve_period", np.full(len(m.curve_key_), np.inf)), dtype=np.float64
+        )
+        if "kernel_split_ops" in state:
+            ops = np.asarray(state["kernel_split_ops"], dtype=str)
+            at = np.asarray(state["kernel_split_tokens"], dtype=np.float64)
+            m.kernel_split_ = {str(o): float(t) for o, t in zip(ops, at, strict=True)}
+        elif "curve_period" in state:
+            m.kernel_split_ = dict(_SPLITS_BEFORE_STORED)  # session-3 states before this key
+        else:
+            m.kernel_split_ = {}
+        ends = np.cumsum(np.asarray(state["curve_len"], dtype=np.int64))
+        tok = np.asarray(state["curve_tokens"], dtype=np.float64)
+        val = np.asarray(state["curve_log_ratio"], dtype=np.float64)
+        m.curve_tokens_ = np.split(tok, ends[:-1])
+        m.curve_values_ = np.split(val, ends[:-1])
+        split = bool(np.asarray(state.get("curve_wave_split", False)))
+        m.curve_parts_ = m._wave_parts() if split else None
+        return m
+
+    def _wave_parts(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`_wave_split` of every curve (derived from the stored curves, not stored)."""
+        # whole waves of every candidate period (1 and 2 x SMs: their least common multiple)
+        window = WAVE_SPLIT_WINDOW * get_gpu(self.gpu).n_sms
+        return [
+            _wave_split(
+                tok,
+                val,
+                float(self.curve_period_[e]),
+                self.kernel_split_.get(str(self.keys_[self.curve_key_[e]]).split(":")[0], 0.0),
+                window,
+            )
+            for e, (tok, val) in enumerate(zip(self.curve_tokens_, self.curve_values_, strict=True))
+        ]
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        return dict(self.range_)
+
+    def range_misses(
+        self, op: str, gated: np.ndarray, **arrays: np.ndarray
+    ) -> dict[str, RangeMiss]:
+        """How far one operator's rows lie outside what this model can price from its
+        measurements: the row width against the widths measured for the operator's family (the
+        one the row reads: gated, or the non-gated one), the element count against the elements
+        measured (the regime coordinate of the per-element cost), and the tensor-parallel size.
+        Token counts and head counts are not ranges of their own: past the measured tokens a
+        curve is read at its end and the base carries the rest, at elements that were measured
+        (a 16k-token prefill of a 4096-wide norm is 67M elements, inside)."""
+        n = _base.batch_size_of(arrays)
+        vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
+        gated = np.broadcast_to(np.asarray(gated, dtype=bool), (n,))
+        t, width = op_geometry(np.asarray(op), {**vals, "gated_mlp": gated})  # one operator
+        width = np.broadcast_to(width, (n,))
+        out: dict[str, RangeMiss] = {}
+        for name, v in (("elements", t * width), ("tensor_parallel", vals["tensor_parallel"])):
+            lo, hi = self.range_[name]
+            if v.min() >= lo and v.max() <= hi:
+                continue
+            m = range_miss(v, lo, hi)
+            if m.outside.any():
+                out[name] = m
+        # the family each row reads (as _row_key_index): its own, else the other one
+        lookup = {str(k): i for i, k in enumerate(self.keys_)}
+        g_i = lookup.get(op, -1)
+        n_i = lookup.get(f"{op}:nongated", g_i)
+        g_i = n_i if g_i < 0 else g_i
+        width_miss: RangeMiss | None = None
+        for i, rows in ((g_i, gated), (n_i, ~gated)):
+            w = self.curve_width_[self.curve_key_ == i] if i >= 0 else ()
+            if not len(w) or not rows.any():
+                continue
+            lo, hi = float(w.min()), float(w.max())
+            sub = width[rows]
+            if sub.min() >= lo and sub.max() <= hi:
+                continue
+            m = range_miss(width, lo, hi).masked(rows)
+            width_miss = m if width_miss is None else width_miss.worse(m)
+        if width_miss is not None and width_miss.outside.any():
+            out["width"] = width_miss
+        return out
+
+
+def layer_op_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The predict() keyword arrays of a layer_op table."""
+    out: dict[str, np.ndarray] = {c: df[c].to_numpy(np.float64) for c in INPUTS}
+    out["op"] = df["op"].to_numpy(str)
+    out["gated_mlp"] = (
+        df["gated_mlp"].to_numpy(bool) if "gated_mlp" in df else np.ones(len(df), bool)
+    )
+    return out

@@ -1,0 +1,160 @@
+"""Row helpers the Level-1 adapters share: price each distinct input row once (`unique_rows`,
+`dedupe`, `Groups`, `evaluate_rows`, `at_rows`) and in bounded blocks of rows and columns
+(`row_blocks`, `column_blocks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# ---------------------------------------------------------------------------- shared helpers
+# Rows per call of a kernel model: its feature matrix (~16 float64 columns) stays in cache
+# (a 5 x 10^5-row feature matrix built at once is 3x slower to write than in blocks).
+BLOCK_ROWS = 16384
+
+
+def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(flat index of one row per distinct row, inverse index) of integral columns that
+    broadcast together (e.g. (n,) and (k, n)), or None when deduplication would not pay (most
+    rows distinct) or the values are negative or do not pack into 63 bits."""
+    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
+    n = int(np.prod(shape))
+    if n < 64:
+        return None
+    arrays = [np.asarray(c) for c in cols]
+    if any(a.min() < 0 for a in arrays):
+        return None
+    import pandas as pd  # hash-based factorize: O(n), where np.unique sorts
+
+    if n > 20_000:
+        # A sample that is almost all distinct means the batch is too: skip the full pass.
+        idx = np.unravel_index(np.arange(0, n, n // 4000), shape)
+        h = np.zeros(len(idx[0]), dtype=np.uint64)
+        for i, a in enumerate(arrays):  # a multiplicative hash of each sampled row (wraps)
+            h = h * np.uint64(0x9E3779B97F4A7C15 + 2 * i) + at_rows(a, shape, idx).astype(np.uint64)
+        if len(pd.unique(h)) > 0.97 * len(h):
+            return None
+    key = np.zeros(shape, dtype=np.int64)
+    used = 0
+    for a in arrays:
+        bits = max(int(a.max()).bit_length(), 1)
+        used += bits
+        if used > 63:
+            return None
+        key <<= bits
+        key |= a.astype(np.int64, copy=False)
+    key = key.reshape(-1)
+    if used <= 20:  # small key space: direct addressing beats hashing
+        present = np.zeros(1 << used, dtype=bool)
+        present[key] = True
+        ranks = np.cumsum(present, dtype=np.int64) - 1
+        codes, n_uniq = ranks[key], int(ranks[-1]) + 1
+    else:
+        codes, uniq = pd.factorize(key, sort=False)
+        n_uniq = len(uniq)
+    if n_uniq > 0.5 * n:
+        return None
+    rep = np.empty(n_uniq, dtype=np.intp)
+    rep[codes] = np.arange(n)  # one (the last) row of each distinct key
+    return rep, codes
+
+
+def dedupe(
+    fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray, rows: bool = False
+) -> dict[str, np.ndarray]:
+    """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' (broadcast)
+    shape. With rows=True fn gets the flat row indices it evaluates first: fn(index, *cols)."""
+    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
+    u = unique_rows(*cols)
+    if u is None:
+        args = tuple(np.broadcast_to(np.asarray(c), shape).ravel() for c in cols)
+        out = fn(np.arange(int(np.prod(shape))), *args) if rows else fn(*args)
+        return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
+    rep, inverse = u
+    idx = np.unravel_index(rep, shape)
+    args = tuple(np.broadcast_to(np.asarray(c), shape)[idx] for c in cols)
+    out = fn(rep, *args) if rows else fn(*args)
+    return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Rows with equal keys: flat index of one row per group and each row's group (both None
+    when every row is evaluated: deduplication would not pay)."""
+
+    rows: np.ndarray | None
+    inverse: np.ndarray | None
+
+    @classmethod
+    def of(cls, keys: list[np.ndarray]) -> Groups:
+        u = unique_rows(*keys)
+        return cls(None, None) if u is None else cls(u[0], u[1])
+
+
+def evaluate_rows(
+    fn: Callable[[tuple[np.ndarray, ...]], dict[str, np.ndarray]],
+    keys: list[np.ndarray] | Groups,
+    shape: tuple[int, ...],
+    block: int | None = BLOCK_ROWS,
+) -> dict[str, np.ndarray]:
+    """fn evaluated once per distinct row of the integral `keys` (each broadcastable to
+    `shape`; or their `Groups`), in blocks of `block` rows (None: all at once); fn gets the
+    rows as an index tuple into `shape` and returns 1-D arrays, which come back scattered to
+    every row, in `shape`."""
+    g = keys if isinstance(keys, Groups) else Groups.of(keys)
+    size = int(np.prod(shape))
+    m = size if g.rows is None else len(g.rows)
+    step = max(m, 1) if block is None else block
+    parts: list[dict[str, np.ndarray]] = []
+    for s in range(0, max(m, 1), step):
+        r = np.arange(s, min(s + step, m)) if g.rows is None else g.rows[s : s + step]
+        parts.append(fn(np.unravel_index(r, shape)))
+    out = {
+        k: np.concatenate([np.asarray(p[k]) for p in parts]) if len(parts) > 1 else parts[0][k]
+        for k in parts[0]
+    }
+    if g.inverse is not None:
+        out = {k: np.asarray(v)[g.inverse] for k, v in out.items()}
+    return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
+
+
+def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy)."""
+    a = np.asarray(v)
+    if a.shape == shape:
+        return a[idx]
+    if a.ndim == 1 and len(shape) > 1 and a.shape[0] == shape[-1]:  # (n,) over (k, n)
+        return a[idx[-1]]
+    return np.broadcast_to(a, shape)[idx]
+
+
+# Column blocks of a GEMM wider than its table are rounded up to this many columns (a tile).
+BLOCK_COLUMNS = 128
+
+
+def column_blocks(n: np.ndarray, n_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, columns per block) pricing an (m, n, k) GEMM as `blocks` GEMMs of
+    (m, columns, k) inside a table of n <= n_max: ceil(n / n_max) equal blocks, each rounded up
+    to a multiple of BLOCK_COLUMNS (never above n_max when n_max is one); one block of n
+    columns where n <= n_max, so those GEMMs are priced exactly as before."""
+    n = np.asarray(n, dtype=float)
+    if not np.isfinite(n_max) or n_max <= 0 or not (n > n_max).any():
+        return np.ones_like(n), n
+    blocks = np.maximum(np.ceil(n / n_max), 1.0)
+    cols = np.ceil(n / blocks / BLOCK_COLUMNS) * BLOCK_COLUMNS
+    cols = np.minimum(cols, max(np.floor(n_max / BLOCK_COLUMNS) * BLOCK_COLUMNS, BLOCK_COLUMNS))
+    wide = n > n_max
+    return np.where(wide, blocks, 1.0), np.where(wide, cols, n)
+
+
+def row_blocks(size: np.ndarray, size_max: float) -> np.ndarray:
+    """How many equal row blocks bring `size` (tokens, or elements) inside a measured maximum:
+    ceil(size / size_max), 1 where it is inside already."""
+    size = np.asarray(size, dtype=float)
+    if not np.isfinite(size_max) or size_max <= 0:
+        return np.ones_like(size)
+    return np.maximum(np.ceil(size / size_max * (1 - 1e-12)), 1.0)

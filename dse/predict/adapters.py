@@ -1,0 +1,520 @@
+"""Level-1 adapters: price `dse.predict.ops.Op`s with the fitted operator models of an artifact.
+
+Each adapter takes (artifact, op, gpu) and returns an `L1Price` (seconds per call, optional
+board power, out-of-range flags, model name), or None when the artifact has no model for the
+operator (the pricer then uses the roofline and says so). `ADAPTERS` at the end of the file
+maps each `Op.kind` to its adapter (an explicit table; nothing registers on import). Two things keep them fast on batches of 10^5 configurations:
+
+- shapes repeat (a sweep draws from grids): each model is evaluated once per distinct shape
+  (`dse.predict._rows.unique_rows`) and the results are scattered back;
+- power is read from a bilinear table of the artifact's power model over the utilisations
+  (`dse.predict.power_table.PowerTable`), not by running its MLP once per operator call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dse.models._base import RangeMiss
+from dse.models.artifact import Artifact
+from dse.predict._rows import Groups, at_rows, column_blocks, dedupe, evaluate_rows, row_blocks
+from dse.predict.ops import Op
+from dse.predict.power_table import op_power_w, power_table
+from dse.roofline import LAUNCH_S, roofline_s
+from dse.spec.hardware import GPU
+
+
+@dataclass
+class L1Price:
+    """Level-1 price of one operator call: time, optional power, and where it came from."""
+
+    latency_s: np.ndarray
+    power_w: np.ndarray | None = None
+    out_of_range: np.ndarray | None = None
+    model: str = "roofline"
+    # Input name -> how far it lies outside the pricing model's fitted range (only inputs that
+    # leave it somewhere); `out_of_range` is where any of them does.
+    misses: dict[str, RangeMiss] | None = None
+
+
+# kind -> adapter(artifact, op, gpu, ctx) -> L1Price | None (None: no model covers this op).
+# ctx: "cols" (the configuration columns the operators were built from), "phase", "tokens"
+# (tokens per forward pass per GPU: batch x prompt for prefill, batch for decode).
+Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
+
+GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
+
+
+# ---------------------------------------------------------------------------- GEMM
+def price_gemm(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """GEMMs by (m, n, k, dtype) with the artifact's GEMM models (vLLM tables by default); a
+    dtype the artifact has no table for is priced with the sibling chip's table where it has
+    one (`dse.predict.gemm_choice.Gemm.choose`: H200 per-tensor fp8 by H100's, times moved by the
+    roofline ratio), and the model name then carries `@<sibling gpu>`.
+
+    A GEMM wider than the table's n (an LM head of Llama-3's 128,256 vocabulary against
+    n <= 65,536) is priced as `column_blocks` GEMMs of equal width inside the table, summed:
+    what a column-split GEMM costs, read from measured shapes instead of extrapolated. One
+    taller than the table's m (a prefill of more tokens than measured) is priced as
+    `row_blocks` GEMMs of equal height the same way."""
+    if not artifact.names("gemm"):
+        return None
+    from dse.predict.gemm_choice import Gemm, borrowed
+
+    g = Gemm(artifact)
+    m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
+    m, n, k = np.broadcast_arrays(m, n, k)
+    dtypes = np.broadcast_to(np.asarray(op.dims["dtype"]), m.shape)
+    lat = np.empty(m.shape)
+    power = np.empty(m.shape)
+    oor = np.zeros(m.shape, dtype=bool)
+    misses: dict[str, RangeMiss] = {}
+    used = []
+    kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
+    for dt in kinds:
+        sel = slice(None) if len(kinds) == 1 else dtypes == dt
+        ch = g.choose(str(dt), GEMM_ENGINE)
+        model = ch.model()
+        if ch.borrowed:  # the sibling chip's table, moved to this GPU (as Gemm.predict does)
+            host = g.power_host(str(dt), GEMM_ENGINE)
+
+            def call(a, b, c, mdl=model, ch=ch, d=str(dt), host=host):
+                return _latency_power(borrowed(mdl.predict(a, b, c), ch, d, (a, b, c), host))
+        else:
+
+            def call(a, b, c, mdl=model):
+                return _gemm_call(artifact, mdl, a, b, c)
+
+        rng = ch.artifact.manifest["models"][ch.name].get("fitted_range", {})
+        blocks, n_block = column_blocks(n[sel], rng.get("n", (0.0, np.inf))[1])
+        # more rows (tokens) than the table: row blocks of equal height inside it
+        rows = row_blocks(m[sel], rng.get("m", (0.0, np.inf))[1])
+        m_block = np.ceil(m[sel] / rows)
+        res = dedupe(call, m_block, n_block, k[sel])
+        lat[sel] = res["latency_s"] * (blocks * rows)
+        power[sel] = res["power_w"]  # every block has the same shape: the same power
+        part = ch.artifact.range_misses(ch.name, m=m_block, n=n_block, k=k[sel])
+        for key, miss in part.items():
+            _put_miss(misses, key, miss, sel, m.shape)
+            oor[sel] |= miss.outside
+        used.append(ch.label)
+    return L1Price(lat, power, oor, "+".join(used), misses)
+
+
+def _put_miss(
+    misses: dict[str, RangeMiss],
+    key: str,
+    miss: RangeMiss,
+    sel: Any,
+    shape: tuple[int, ...],
+) -> None:
+    """Write a miss computed on rows `sel` into the full-shape miss of `key` (inside elsewhere)."""
+    if isinstance(sel, slice):
+        misses[key] = miss if key not in misses else misses[key].worse(miss)
+        return
+    cur = misses.get(key) or RangeMiss(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+    e, v, b = (np.array(np.broadcast_to(a, shape)) for a in (cur.excess, cur.value, cur.bound))
+    e[sel], v[sel], b[sel] = miss.excess, miss.value, miss.bound
+    misses[key] = RangeMiss(e, v, b)
+
+
+def _latency_power(out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
+
+
+def _gemm_call(
+    artifact: Artifact, model: Any, m: np.ndarray, n: np.ndarray, k: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Latency of one GEMM model and its power from the power table (plus the model's measured
+    power residual where it has one), without running the power MLP per call."""
+    table = power_table(artifact)
+    pm = getattr(model, "power_model", None)
+    if table is not None and pm is not None:
+        model.power_model = None  # latency only; restored below
+        try:
+            out = model.predict(m, n, k)
+        finally:
+            model.power_model = pm
+        span = model.c_["board_w"] - model.c_["idle_w"]
+        # The power model's shape scaled to the GPU the model was fitted for (idle..board).
+        p = model.c_["idle_w"] + span * table.fraction(out["compute_util"], out["memory_util"])
+        ptab = getattr(model, "power_table_", None)
+        if ptab is not None:
+            p = p * np.exp(model._lookup(ptab, m, n, k))
+        return {"latency_s": out["latency_s"], "power_w": p}
+    out = model.predict(m, n, k)
+    return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
+
+
+# ---------------------------------------------------------------------------- layer operators
+# dse.predict.ops operator name -> vidur operator the layer-op model was fitted on.
+LAYER_OP_OF: dict[str, str] = {
+    "norm/input": "input_layernorm",
+    "norm/post_attention": "post_attention_layernorm",
+    "norm/final": "input_layernorm",
+    "attention/rope": "attn_rope",
+    "ffn/act": "mlp_act",
+    "residual/attention": "add",
+    "residual/ffn": "add",
+    "embedding": "emb",
+}
+
+
+# The inputs each vidur layer operator's time depends on (see dse.models.layer_ops).
+LAYER_OP_INPUTS: dict[str, tuple[str, ...]] = {
+    "input_layernorm": ("num_tokens", "d_model", "tensor_parallel"),
+    "post_attention_layernorm": ("num_tokens", "d_model", "tensor_parallel"),
+    "add": ("num_tokens", "d_model", "tensor_parallel"),
+    "emb": ("num_tokens", "d_model", "tensor_parallel"),
+    "attn_rope": ("num_tokens", "d_model", "n_heads", "n_kv_heads", "tensor_parallel"),
+    "mlp_act": ("num_tokens", "d_ff", "tensor_parallel"),
+}
+
+
+def price_layer_op(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Norms, RoPE, activation, residual adds and the embedding by the layer-op model (vidur's
+    per-operator rows), with the configuration's sizes."""
+    names = artifact.names("layer_op")
+    vidur_op = LAYER_OP_OF.get(op.name)
+    if not names or vidur_op is None or ctx is None or ctx.get("cols") is None:
+        return None
+    cols, tokens = ctx["cols"], np.asarray(ctx["tokens"], dtype=float)
+    model = artifact.model(names[0])
+    # LayerNorm models are not gated in vidur's sense either: both use the non-gated family
+    # where the model has one (phi-2), the gated one otherwise.
+    gated = cols["gated_mlp"] & (cols["norm"] == "rmsnorm")
+    arrays = {
+        "num_tokens": tokens,
+        "d_model": cols["d_model"].astype(float),
+        "n_heads": cols["n_heads"].astype(float),
+        "n_kv_heads": cols["n_kv_heads"].astype(float),
+        "d_ff": cols["d_ff"].astype(float),
+        "tensor_parallel": cols["tensor_parallel"].astype(float),
+    }
+    # More elements than the model measured (a 16k-token prefill of a 14k-wide activation):
+    # priced as row blocks of equal tokens inside the measured elements, summed.
+    blocks = _layer_row_blocks(model, vidur_op, gated, arrays)
+    if blocks is not None:
+        arrays["num_tokens"] = np.ceil(tokens / blocks)
+    # Only these inputs change this operator's time; the others are held at any row's value
+    # so that the model runs once per distinct shape of *this* operator.
+    relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
+    # Operators priced as the same vidur operator (the three norms' input_layernorm, both
+    # residual adds) share the model's times within a phase: the inputs are the same.
+    cache = ctx.get("cache")
+    hit = None if cache is None else cache.get(("layer_op", vidur_op))
+    if hit is None:
+        keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
+        groups = Groups.of(keys)
+
+        def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+            m = len(idx[0])
+            kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
+            kw.update({k: arrays[k][idx] for k in relevant})
+            res = model.predict(op=vidur_op, gated_mlp=gated[idx], **kw)
+            covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
+            return {"latency_s": np.asarray(res["latency_s"], dtype=float), "covered": covered}
+
+        # One call: the model's per-call cost (string op lookups) does not shrink with blocks.
+        hit = evaluate_rows(run, groups, tokens.shape, block=None)
+        if blocks is not None:
+            hit["latency_s"] = hit["latency_s"] * blocks
+        hit["misses"] = _layer_op_misses(artifact, names[0], model, vidur_op, gated, arrays)
+        hit["oor"] = _any_outside(hit["misses"], tokens.shape)
+        hit["groups"] = groups
+        if cache is not None:
+            cache[("layer_op", vidur_op)] = hit
+    if not hit["covered"].any():
+        return None
+    # Not covered (no such operator family in the model): the roofline, flagged below.
+    lat = hit["latency_s"]
+    if not hit["covered"].all():
+        t_roof = roofline_s(op.flops, op.bytes, gpu.peak_bf16_flops_per_s, gpu.hbm_bw_bytes_per_s)
+        lat = np.where(hit["covered"], lat, t_roof + LAUNCH_S)
+        return L1Price(lat, op_power_w(artifact, op, gpu, lat), hit["oor"], names[0], hit["misses"])
+    # The same FLOPs and bytes as the operator that filled the cache (both residual adds,
+    # input and final norm): the same power.
+    same = hit.get("power_of")
+    if same is not None and all(
+        np.array_equal(np.asarray(a), np.asarray(b))
+        for a, b in ((same[0], op.flops), (same[1], op.bytes))
+    ):
+        return L1Price(lat, same[2], hit["oor"], names[0], hit["misses"])
+    power = op_power_w(artifact, op, gpu, lat, groups=hit["groups"])
+    hit["power_of"] = (op.flops, op.bytes, power)
+    return L1Price(lat, power, hit["oor"], names[0], hit["misses"])
+
+
+def _layer_row_blocks(
+    model: Any, vidur_op: str, gated: np.ndarray, arrays: Mapping[str, np.ndarray]
+) -> np.ndarray | None:
+    """Row blocks per configuration (`row_blocks` of the elements against the most the model
+    measured), or None when every configuration fits in one."""
+    rng = getattr(model, "range_", {})
+    if "elements" not in rng:
+        return None
+    from dse.models.layer_ops import op_geometry
+
+    t, width = op_geometry(np.asarray(vidur_op), {**arrays, "gated_mlp": gated})  # one op
+    e = t * width
+    if e.max() <= rng["elements"][1]:
+        return None
+    return row_blocks(e, rng["elements"][1])
+
+
+def _any_outside(misses: Mapping[str, RangeMiss], shape: tuple[int, ...]) -> np.ndarray:
+    out = np.zeros(shape, dtype=bool)
+    for m in misses.values():
+        out |= m.outside
+    return out
+
+
+def _layer_op_misses(
+    artifact: Artifact,
+    name: str,
+    model: Any,
+    vidur_op: str,
+    gated: np.ndarray,
+    arrays: Mapping[str, np.ndarray],
+) -> dict[str, RangeMiss]:
+    """The layer-op model's own range check (width, elements, tp: `range_misses`), or the
+    per-input box of its manifest for a model class without one."""
+    if hasattr(model, "range_misses"):
+        return model.range_misses(vidur_op, gated, **arrays)
+    return artifact.range_misses(name, **{k: arrays[k] for k in LAYER_OP_INPUTS[vidur_op]})
+
+
+# ---------------------------------------------------------------------------- kernel tables
+# Attention, fused MoE and all-reduce models are fitted on aiconfigurator's kernel tables and
+# take the tables' column names as inputs (`model.predict(**arrays)`); an adapter finds the
+# model by kind and passes the columns the model's signature or fitted range names.
+KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "attention_prefill": ("context_attention", "attention_context", "attention.context"),
+    "attention_decode": ("generation_attention", "attention_generation", "attention.generation"),
+    "moe": ("moe", "fused_moe"),
+    "allreduce": ("allreduce", "all_reduce", "comm"),
+}
+
+
+# Preferred implementation of each kernel family, most preferred first (substrings of the
+# model name): the vLLM tables (the engine most end-to-end rows use), CUDA-graph all-reduce.
+PREFER: dict[str, tuple[str, ...]] = {
+    "attention_prefill": ("vllm",),
+    "attention_decode": ("vllm",),
+    "moe": ("vllm.bfloat16", "vllm"),
+    "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
+}
+
+
+def _find_model(artifact: Artifact, op_kind: str) -> str | None:
+    for kind in KIND_CANDIDATES.get(op_kind, ()):
+        names = sorted(artifact.names(kind))
+        if names:
+            for pref in PREFER.get(op_kind, ()):
+                hit = [n for n in names if pref in n]
+                if hit:
+                    return hit[0]
+            return names[0]
+    return None
+
+
+_ACCEPTS: dict[int, tuple[Any, frozenset[str] | None]] = {}
+
+
+def _accepted(model: Any) -> frozenset[str] | None:
+    """Keyword inputs model.predict accepts (None: any, it takes **kwargs); cached per model."""
+    hit = _ACCEPTS.get(id(model))
+    if hit is None or hit[0] is not model:
+        import inspect
+
+        params = inspect.signature(model.predict).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            hit = (model, None)
+        else:
+            hit = (model, frozenset(params))
+        _ACCEPTS[id(model)] = hit
+    return hit[1]
+
+
+def _kernel_price(
+    artifact: Artifact, op: Op, gpu: GPU, arrays: dict[str, np.ndarray], keys: tuple[str, ...]
+) -> L1Price | None:
+    """Price by a kernel-table model. `keys`: the integral inputs that determine every array
+    passed (the others are constants or copies of them), so the model runs once per distinct
+    row of `keys` over the batch and the quadrature nodes."""
+    name = _find_model(artifact, op.kind)
+    if name is None:
+        return None
+    model = artifact.model(name)
+    accepts = _accepted(model)
+    if accepts is not None:
+        arrays = {k: v for k, v in arrays.items() if k in accepts}
+    shape = np.broadcast_shapes(*(np.shape(v) for v in arrays.values()))
+    groups = Groups.of([np.rint(arrays[k]).astype(np.int64) for k in keys])
+
+    def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        # Constants pass as scalars (the models broadcast them), an array passed under two
+        # names (kv_len and step) is gathered once.
+        got: dict[int, np.ndarray] = {}
+        kw = {}
+        for k, v in arrays.items():
+            if np.ndim(v) == 0:
+                kw[k] = v
+            else:
+                kw[k] = (
+                    got[id(v)] if id(v) in got else got.setdefault(id(v), at_rows(v, shape, idx))
+                )
+        res = model.predict(**kw)
+        out = {"latency_s": np.asarray(res["latency_s"], dtype=float).ravel()}
+        if "power_w" in res:
+            out["power_w"] = np.asarray(res["power_w"], dtype=float).ravel()
+        return out
+
+    res = evaluate_rows(run, groups, shape)
+    lat = res["latency_s"]
+    if not np.all(np.isfinite(lat)):
+        return None
+    power = res.get("power_w")
+    if power is None or not np.all(np.isfinite(power)):
+        # Power from the table at each row's own utilisations (FLOPs and bytes may vary
+        # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
+        power = op_power_w(artifact, op, gpu, lat, groups=groups)
+    rng = artifact.manifest["models"][name].get("fitted_range", {})
+    part = artifact.range_misses(name, **{k: v for k, v in arrays.items() if k in rng})
+    misses = {
+        k: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))
+        for k, m in part.items()
+    }
+    return L1Price(lat, power, _any_outside(misses, shape), name, misses)
+
+
+def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
+    d = op.dims
+    kv_dtype = np.asarray(d["kv_dtype"])
+    kv_heads = np.asarray(d["num_kv_heads"], dtype=float)
+    return {
+        "batch_size": np.asarray(d["batch_size"], dtype=float),
+        "num_heads": np.asarray(d["num_heads"], dtype=float),
+        "num_key_value_heads": kv_heads,  # the tables' two names for one input
+        "num_kv_heads": kv_heads,
+        "head_dim": np.asarray(d["head_dim"], dtype=float),
+        "kv_fp8": (kv_dtype == "fp8").astype(float),
+    }
+
+
+def price_context_attention(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Causal prefill attention (FlashAttention) by the context-attention model."""
+    a = _attention_arrays(op)
+    a["isl"] = np.asarray(op.dims["isl"], dtype=float)
+    return _kernel_price(
+        artifact,
+        op,
+        gpu,
+        a,
+        ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim", "kv_fp8"),
+    )
+
+
+def price_generation_attention(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Decode attention over the KV cache by the generation-attention model (the KV length
+    carries the quadrature's node axis; shapes are deduplicated over nodes and rows)."""
+    a = _attention_arrays(op)
+    kv = np.asarray(op.dims["kv_len"], dtype=float)
+    a["kv_len"] = np.rint(kv)
+    a["step"] = a["kv_len"]
+    a["isl"] = np.float64(1.0)  # one new token per sequence
+    keys = ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+    if "stratum" in op.dims:  # the quadrature's strata: an ensemble member per node
+        a["stratum"] = np.asarray(op.dims["stratum"], dtype=np.int64)
+        keys += ("stratum",)
+    return _kernel_price(artifact, op, gpu, a, keys)
+
+
+def price_moe(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """The fused MoE block (router + grouped experts) by the MoE model, balanced routing."""
+    d = op.dims
+    a = {
+        "num_tokens": np.asarray(d["num_tokens"], dtype=float),
+        "hidden_size": np.asarray(d["hidden_size"], dtype=float),
+        "inter_size": np.asarray(d["inter_size"], dtype=float),
+        "topk": np.asarray(d["topk"], dtype=float),
+        "num_experts": np.asarray(d["num_experts"], dtype=float),
+        "moe_tp_size": np.asarray(d["moe_tp_size"], dtype=float),
+        "moe_ep_size": np.float64(1.0),
+    }
+    return _kernel_price(artifact, op, gpu, a, tuple(k for k in a if k != "moe_ep_size"))
+
+
+def price_allreduce(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Tensor-parallel all-reduce of the residual stream by the comm models. Engines switch
+    implementation with the message size (vLLM's custom all-reduce for small messages, NCCL
+    above), so each row takes the most preferred model whose fitted message range covers it."""
+    names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
+    if not names:
+        return None
+    ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
+    ranked = list(dict.fromkeys(ranked + names))
+    d = op.dims
+    msg = np.asarray(d["message_bytes"], dtype=float)
+    n_gpus = np.broadcast_to(np.asarray(d["n_gpus"], dtype=float), msg.shape)
+    lat = np.full(msg.shape, np.nan)
+    oor = np.zeros(msg.shape, dtype=bool)
+    misses: dict[str, RangeMiss] = {}
+    used = []
+    todo = np.ones(msg.shape, dtype=bool)
+    for i, name in enumerate(ranked):
+        rng = artifact.manifest["models"][name].get("fitted_range", {})
+        lo, hi = rng.get("message_bytes", (0.0, np.inf))
+        last = i == len(ranked) - 1
+        sel = todo & (((msg >= lo) & (msg <= hi)) | last)
+        if not sel.any():
+            continue
+        model = artifact.model(name)
+        res = dedupe(
+            lambda b, g, m=model: m.predict(message_bytes=b, n_gpus=g),
+            np.rint(msg[sel]).astype(np.int64),
+            n_gpus[sel].astype(np.int64),
+        )
+        lat[sel] = res["latency_s"]
+        part = artifact.range_misses(name, message_bytes=msg[sel], n_gpus=n_gpus[sel])
+        for key, miss in part.items():
+            _put_miss(misses, key, miss, sel, msg.shape)
+            oor[sel] |= miss.outside
+        todo &= ~sel
+        used.append(name)
+        if not todo.any():
+            break
+    if not np.all(np.isfinite(lat)):
+        return None
+    # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
+    power = op_power_w(artifact, op, gpu, lat)
+    return L1Price(lat, power, oor, "+".join(used), misses)
+
+
+# Op.kind -> the adapter that prices operators of that kind from an artifact (an explicit table:
+# dse.predict.pricing.Pricer reads it; an adapter returning None leaves the roofline).
+ADAPTERS: dict[str, Level1Adapter] = {
+    "gemm": price_gemm,
+    "elementwise": price_layer_op,
+    "embedding": price_layer_op,
+    "attention_prefill": price_context_attention,
+    "attention_decode": price_generation_attention,
+    "moe": price_moe,
+    "allreduce": price_allreduce,
+}

@@ -1,0 +1,59 @@
+"""The one artifact finder of the predictor: the frozen artifact of a GPU, or of the GPU that
+stands in for it (`dse.spec.stand_ins` "artifact"), read from `resources.surrogates_dir()`
+and cached per process; and the artifact of its sibling chip stored next to it ("gemm_tables").
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from dse.errors import ArtifactError
+from dse.models.artifact import Artifact
+from dse.resources import surrogates_dir
+from dse.spec.stand_ins import lender
+
+
+# ---------------------------------------------------------------------------- artifacts
+@cache
+def _load_cached(path: str) -> Artifact | None:
+    p = Path(path)
+    if not (p / "manifest.json").is_file():
+        return None
+    return Artifact.load(p)
+
+
+def load_artifact(gpu: str) -> tuple[Artifact | None, str]:
+    """The frozen artifact for `gpu` (or its sibling chip's) and the GPU it was fitted for;
+    (None, "") when there is none. Loaded once per process."""
+    root = surrogates_dir()
+    for name in (gpu, lender("artifact", gpu)):  # a GPU without one: the same die's
+        if name:
+            art = _load_cached(str(root / name))
+            if art is not None:
+                return art, name
+    return None, ""
+
+
+@cache
+def _sibling_at(folder: str, stamp: int) -> Artifact | None:
+    """The artifact in `folder` (None if absent or unreadable); `stamp` (the manifest's mtime)
+    keys the cache so a refitted folder is read again."""
+    try:
+        return Artifact.load(Path(folder))
+    except ArtifactError:
+        return None
+
+
+def sibling_artifact(artifact: Artifact) -> Artifact | None:
+    """The artifact of `artifact`'s sibling chip (dse.spec.stand_ins "gemm_tables") stored next to it,
+    or None."""
+    name = lender("gemm_tables", artifact.gpu)
+    if not name or artifact.path is None:
+        return None
+    folder = Path(artifact.path).parent / name
+    try:
+        stamp = (folder / "manifest.json").stat().st_mtime_ns
+    except OSError:
+        return None
+    return _sibling_at(str(folder), stamp)

@@ -1,0 +1,147 @@
+"""Range flags of a prediction: how far outside the fitted ranges a configuration lies
+(`_oor_degree`: `out_of_range`, `out_of_range_degree`) and the text that names each input
+outside (`_miss_text`: `out_of_range_inputs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dse.models._base import RangeMiss
+
+# A part flagged without a distance (an engine Level 3 has no fit for) counts this far outside.
+FLAG_DEGREE = 1.0
+
+
+def _oor_degree(
+    misses: Mapping[str, RangeMiss], flags: Mapping[str, np.ndarray], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(out of range, degree) per configuration: degree = the largest |distance| of any input
+    outside any model's fitted range (`RangeMiss.excess`, log(value / bound) for sizes), 0
+    inside; out of range where it is > 0."""
+    degree = np.zeros(n)
+    for m in misses.values():
+        np.maximum(degree, m.degree, out=degree)
+    for f in flags.values():
+        degree = np.where(f, np.maximum(degree, FLAG_DEGREE), degree)
+    return degree > 0, degree
+
+
+def _fmt(v: np.ndarray, spec: str) -> np.ndarray:
+    """Object array of the values as text: integers below 10^6 as integers, others with
+    `spec` (a format spec such as '.4g')."""
+    out = np.empty(len(v), dtype=object)
+    exact = (np.abs(v) >= 1) & (np.abs(v) < 1e6) & (v == np.round(v))
+    out[exact] = [str(x) for x in v[exact].astype(np.int64).tolist()]
+    out[~exact] = [format(x, spec) for x in v[~exact].tolist()]
+    return out
+
+
+def _miss_text(
+    misses: Mapping[str, RangeMiss], flags: Mapping[str, np.ndarray], n: int
+) -> np.ndarray:
+    """Per configuration, '; '-joined '<part>: <input> <value> > <bound> (x<value / bound>)'
+    for every input outside its model's range and the names of `flags` set ('' when none).
+    Each part's text is formatted once per distinct (value, bound) it prints, and the texts
+    are joined once per distinct combination of them over the batch (a sweep repeats them)."""
+    codes: list[np.ndarray] = []
+    tables: list[np.ndarray] = []
+    for k, m in _merged(misses).items():
+        rows = np.flatnonzero(m.outside)
+        if not len(rows):
+            continue
+        # 6 significant digits: the text prints 4, rows that print alike share one text
+        v = _round_sig(np.broadcast_to(m.value, m.excess.shape)[rows])
+        b = _round_sig(np.broadcast_to(m.bound, m.excess.shape)[rows])
+        inv, uniq = (_factorize if len(rows) < 64 else _pandas_factorize)(v + 1j * b)
+        uv, ub = np.asarray(uniq).real, np.asarray(uniq).imag
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = _fmt(np.where(ub != 0, uv / ub, np.inf), ".3g")
+        sym = np.where(uv > ub, " > ", " < ").astype(object)
+        tables.append(f"{k} " + _fmt(uv, ".4g") + sym + _fmt(ub, ".4g") + " (x" + ratio + ")")
+        code = np.zeros(n, dtype=np.int64)
+        code[rows] = np.ravel(inv) + 1
+        codes.append(code)
+    for k, f in flags.items():
+        if np.any(f):
+            tables.append(np.array([k], dtype=object))
+            codes.append(np.asarray(f, dtype=np.int64))
+    if not codes:
+        return _const_object(n, "")
+    factorize = _factorize if n < 64 else _pandas_factorize
+    group = np.zeros(n, dtype=np.int64)
+    n_groups = 1
+    for code, table in zip(codes, tables, strict=True):
+        group, uniq = factorize(group * (len(table) + 1) + code)
+        n_groups = len(uniq)
+    rep = np.empty(n_groups, dtype=np.intp)
+    rep[group] = np.arange(n)
+    text = _const_object(n_groups, "")
+    started = np.zeros(n_groups, dtype=bool)
+    for code, table in zip(codes, tables, strict=True):
+        c = code[rep]
+        sel = np.flatnonzero(c)
+        if not len(sel):
+            continue
+        part = table[c[sel] - 1]
+        more = started[sel]
+        if more.any():
+            part[more] = text[sel[more]] + "; " + part[more]
+        text[sel] = part
+        started[sel] = True
+    return text[group]
+
+
+def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) by sorting: for small arrays (no pandas import)."""
+    uniq, codes = np.unique(a, return_inverse=True)
+    return codes.reshape(a.shape), uniq
+
+
+def _pandas_factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values) by hashing: O(n), where np.unique sorts."""
+    import pandas as pd
+
+    return pd.factorize(a, sort=False)
+
+
+def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
+    """Misses of one input that are the same on every configuration (the norms, residual adds
+    and embedding of a too-wide model, prefill and decode alike) under one label:
+    '<phases> <operators>: <input>', e.g. 'prefill+decode norm/input, embedding: width'."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    first: dict[tuple[Any, ...], RangeMiss] = {}
+    for label, m in misses.items():
+        head, name = label.rsplit(": ", 1)
+        o = m.outside
+        shape = m.excess.shape
+        v = np.where(o, np.broadcast_to(m.value, shape), 0.0)
+        b = np.where(o, np.broadcast_to(m.bound, shape), 0.0)
+        key = (name, " " in head, o.tobytes(), v.tobytes(), b.tobytes())  # level3 apart
+        groups.setdefault(key, []).append(head)
+        first.setdefault(key, m)
+    out: dict[str, RangeMiss] = {}
+    for key, heads in groups.items():
+        phases = list(dict.fromkeys(h.split(" ", 1)[0] for h in heads))
+        ops = list(dict.fromkeys(h.split(" ", 1)[1] for h in heads if " " in h))
+        where = "+".join(phases) + (" " + ", ".join(ops) if ops else "")
+        out[f"{where}: {key[0]}"] = first[key]
+    return out
+
+
+def _round_sig(v: np.ndarray, digits: int = 6) -> np.ndarray:
+    v = np.asarray(v, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mag = np.where(v != 0, np.floor(np.log10(np.abs(v))), 0.0)
+    scale = 10.0 ** (digits - 1 - mag)
+    return np.round(v * scale) / scale
+
+
+def _const_object(n: int, value: str) -> np.ndarray:
+    """An object array of one repeated string (40x faster than np.full with dtype=object)."""
+    a = np.empty(n, dtype=object)
+    a.fill(value)
+    return a

@@ -1,0 +1,231 @@
+"""Which GEMM table prices an (engine, dtype) on a GPU: the artifact's own, another engine's, or
+the sibling chip's (`dse.spec.stand_ins` "gemm_tables"), a borrowed time moved by the roofline
+ratio (`sibling_factor`). The fitted model itself is `dse.models.gemm.GemmModel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dse.errors import ArtifactError
+from dse.models.artifact import Artifact
+from dse.models.gemm import GemmModel, canonical_dtype
+from dse.predict.artifacts import sibling_artifact
+from dse.roofline import LAUNCH_S, roofline_s
+from dse.spec.hardware import get_gpu
+
+
+def model_name(engine: str, dtype: str) -> str:
+    return f"gemm.{engine}.{canonical_dtype(dtype)}"
+
+
+# A GPU whose artifact has no GEMM table for an (engine, dtype) borrows the table of its sibling
+# chip's artifact (same folder; dse.spec.stand_ins "gemm_tables", where the measurements behind it
+# are cited), a borrowed time moved by the roofline ratio (`sibling_factor`).
+# dtypes whose kernels are each engine's own (vLLM's and TensorRT-LLM's fp8 GEMMs): another
+# engine's table of the same chip is far off (H100: 33-38% fp8, 58-363% fp8_block), so the
+# sibling's table of the same engine comes first. bf16 GEMMs are cuBLAS in both engines: the
+# other engine's table of the same chip (H100: 4.4-4.7%) comes before the sibling's (7.6-8.0%).
+ENGINE_OWN_DTYPES: frozenset[str] = frozenset({"fp8", "fp8_block"})
+
+
+def sibling_factor(flops: Any, nbytes: Any, dtype: str, gpu: str, fitted_on: str) -> np.ndarray:
+    """Time on `gpu` / time on `fitted_on` by the roofline with the launch floor (as
+    `dse.predict.pricing.transfer_factor`): 1 where compute-bound on chips of one peak, the
+    bandwidth ratio where memory-bound."""
+    dt = canonical_dtype(dtype)
+    here, there = get_gpu(gpu), get_gpu(fitted_on)
+    f, b = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
+    t_here = roofline_s(f, b, here.peak_flops_per_s(dt), here.hbm_bw_bytes_per_s) + LAUNCH_S
+    t_there = roofline_s(f, b, there.peak_flops_per_s(dt), there.hbm_bw_bytes_per_s) + LAUNCH_S
+    return t_here / t_there
+
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """The GEMM model that prices an (engine, dtype) on a GPU: `name` in `artifact`, which is
+    the GPU's own artifact or its sibling chip's (`borrowed`)."""
+
+    name: str
+    artifact: Artifact
+    gpu: str  # the GPU priced (the asking artifact's)
+
+    @property
+    def borrowed(self) -> bool:
+        return self.artifact.gpu != self.gpu
+
+    @property
+    def label(self) -> str:
+        """Provenance: the model name, with `@<gpu>` when it is the sibling chip's."""
+        return f"{self.name}@{self.artifact.gpu}" if self.borrowed else self.name
+
+    def model(self) -> GemmModel:
+        return self.artifact.model(self.name)
+
+
+def _engines_of(names: Any) -> list[str]:
+    """The engines of GEMM model names ("gemm.<engine>.<dtype>"), sorted."""
+    return sorted({n.split(".")[1] for n in names})
+
+
+def _preferred_engine(engines: list[str]) -> str | None:
+    """The default engine among `engines`: vLLM where present, else the first; None if none."""
+    return "vllm" if "vllm" in engines else (engines[0] if engines else None)
+
+
+class Gemm:
+    """Every GEMM model of one artifact (and of its sibling chip's), chosen by dtype and engine.
+
+    g = Gemm.load("h100_sxm")
+    g.predict(m, n, k, "bfloat16")["latency_s"]
+    """
+
+    # When no table of the asked dtype exists (own or sibling), try these in order.
+    DTYPE_FALLBACK: ClassVar[dict[str, tuple[str, ...]]] = {
+        "fp8": ("fp8_block",),
+        "fp8_block": ("fp8",),
+        "bfloat16": (),
+    }
+
+    def __init__(
+        self, artifact: Artifact, sibling: Artifact | None = None, find_sibling: bool = True
+    ) -> None:
+        """`sibling`: the sibling chip's artifact; by default (`find_sibling`) the one stored
+        next to `artifact` (its "gemm_tables" lender), if any."""
+        self.artifact = artifact
+        self.names = {n for n in artifact.names("gemm")}
+        if sibling is None and find_sibling:
+            sibling = sibling_artifact(artifact)
+        self.sibling = sibling
+
+    @classmethod
+    def load(cls, path_or_gpu: str) -> Gemm:
+        return cls(Artifact.load(path_or_gpu))
+
+    def engines(self) -> list[str]:
+        return _engines_of(self.names)
+
+    def default_engine(self) -> str:
+        default = _preferred_engine(self.engines())
+        if default is None:
+            raise ArtifactError(f"artifact {self.artifact.artifact_id} has no GEMM models")
+        return default
+
+    def resolve(self, dtype: str, engine: str | None = None) -> str:
+        """The model name in this artifact (never the sibling's) used for (dtype, engine): the
+        engine's own, else the default engine's; the dtype's own, else its fallback. Raises
+        ArtifactError if none. `choose` also looks at the sibling chip's tables."""
+        dt = canonical_dtype(dtype)
+        engines = [engine] if engine in self.engines() else []
+        engines.append(self.default_engine())
+        for eng in engines:
+            for d in (dt, *self.DTYPE_FALLBACK[dt]):
+                name = model_name(eng, d)
+                if name in self.names:
+                    return name
+        raise ArtifactError(
+            f"artifact for {self.artifact.gpu} has no GEMM model for dtype {dtype!r}; it has: "
+            f"{', '.join(sorted(self.names))}"
+        )
+
+    def candidates(self, dtype: str, engine: str | None = None) -> list[tuple[Artifact, str]]:
+        """(artifact, model name) in the order tried: per dtype (the asked one, then its
+        DTYPE_FALLBACK), the asked engine before the default one, and the sibling chip's table
+        of an engine before another engine's own table for ENGINE_OWN_DTYPES (after it for
+        the others). Names a model artifact may lack; `choose` takes the first present."""
+        dt = canonical_dtype(dtype)
+        arts = [self.artifact] + ([self.sibling] if self.sibling is not None else [])
+
+        def engines_of(art: Artifact) -> list[str]:
+            have = _engines_of(art.names("gemm"))
+            return list(dict.fromkeys([e for e in (engine, _preferred_engine(have)) if e in have]))
+
+        out: list[tuple[Artifact, str]] = []
+        for d in (dt, *self.DTYPE_FALLBACK[dt]):
+            own = [(a, model_name(e, d)) for a in arts for e in engines_of(a)]
+            if d in ENGINE_OWN_DTYPES:  # the asked engine on either chip, then the default
+                own.sort(key=lambda p: p[1].split(".")[1] != engine)
+            out.extend(own)
+        return out
+
+    def choose(self, dtype: str, engine: str | None = None) -> GemmChoice:
+        """The model pricing (dtype, engine) on this artifact's GPU, perhaps the sibling's.
+        Raises ArtifactError if none."""
+        for art, name in self.candidates(dtype, engine):
+            if art.has(name):
+                return GemmChoice(name, art, self.artifact.gpu)
+        have = sorted(self.names | set(self.sibling.names("gemm") if self.sibling else ()))
+        raise ArtifactError(
+            f"artifact for {self.artifact.gpu} has no GEMM model for dtype {dtype!r}; it has: "
+            f"{', '.join(have)}"
+        )
+
+    def model(self, dtype: str = "bfloat16", engine: str | None = None) -> GemmModel:
+        return self.choose(dtype, engine).model()
+
+    def power_host(self, dtype: str, engine: str | None = None) -> GemmModel | None:
+        """This artifact's own model whose power stands in for a borrowed table's: the one
+        `resolve` names (the same engine, a sibling dtype), else one of the default engine."""
+        try:
+            return self.artifact.model(self.resolve(dtype, engine))
+        except ArtifactError:
+            pass
+        names = sorted(self.names, key=lambda n: (n.split(".")[1] != "vllm", n))
+        return self.artifact.model(names[0]) if names else None
+
+    def predict(
+        self, m: Any, n: Any, k: Any, dtype: str = "bfloat16", engine: str | None = None
+    ) -> dict[str, np.ndarray]:
+        """Itemised prediction (see `GemmModel.predict`) plus `out_of_range`. A table borrowed
+        from the sibling chip has its times moved by `sibling_factor` and its power taken on
+        this GPU (`borrowed`)."""
+        ch = self.choose(dtype, engine)
+        out = ch.model().predict(m, n, k)
+        if ch.borrowed:
+            out = borrowed(out, ch, dtype, (m, n, k), self.power_host(dtype, engine))
+        out["out_of_range"] = ch.artifact.out_of_range(ch.name, m=m, n=n, k=k)
+        return out
+
+
+def borrowed(
+    out: dict[str, np.ndarray],
+    ch: GemmChoice,
+    dtype: str,
+    mnk: tuple[Any, Any, Any],
+    host: GemmModel | None = None,
+) -> dict[str, np.ndarray]:
+    """An itemised prediction of the sibling chip's model moved to `ch.gpu`: times by the
+    roofline ratio; power from the power model at this GPU's utilisations, idle and board power,
+    times the measured-power residual of `host` (this GPU's own table of the nearest dtype)
+    where it has one. On the share (an H200 artifact lacking one table, priced from H100's),
+    energy scores 18.5% (bf16) and 28.2% (fp8_block) this way, 23.7% and 48.5% with the
+    sibling's own power (the H200 tables' own: 3.3% and 4.2%)."""
+    f = sibling_factor(out["flops"], out["bytes"], dtype, ch.gpu, ch.artifact.gpu)
+    gpu = get_gpu(ch.gpu)
+    lat = out["latency_s"] * f
+    out = dict(out)
+    out["t_memory_s"] = out["bytes"] / gpu.hbm_bw_bytes_per_s
+    out["roofline_s"] = out["roofline_s"] * f
+    out["correction_s"] = lat - out["roofline_s"]
+    out["latency_s"] = lat
+    out["compute_util"] = out["t_compute_s"] / lat
+    out["memory_util"] = out["t_memory_s"] / lat
+    pm = host.power_model if host is not None else None
+    pm = pm if pm is not None else ch.model().power_model
+    if pm is not None:
+        power = pm.predict(
+            out["compute_util"].ravel(),
+            out["memory_util"].ravel(),
+            lat.ravel(),
+            idle_power_w=gpu.idle_power_w,
+            board_power_w=gpu.board_power_w,
+        )["power_w"]
+        if host is not None and host.power_table_ is not None:
+            m, n, k = (a.ravel() for a in np.broadcast_arrays(*(np.asarray(v, float) for v in mnk)))
+            power = power * np.exp(host._lookup(host.power_table_, m, n, k))
+        out["power_w"] = power.reshape(lat.shape)
+    out["energy_j"] = out["power_w"] * lat
+    return out

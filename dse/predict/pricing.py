@@ -1,0 +1,378 @@
+"""Levels 1 and 2 of HYMELL as an operator pricer: each operator of `dse.predict.ops.forward_ops` gets a
+time and an energy from the GPU's frozen artifact, block residuals correct the sums.
+
+- Level 1: every operator kind is priced by the fitted model of the artifact that covers it
+  (GEMM by m, n, k, dtype; attention by the context / generation attention models; the fused MoE
+  block; norms and elementwise ops by the layer-op models; all-reduce by the comm model). Where no
+  fitted model exists (or no artifact at all) the operator falls back to a roofline with a launch
+  floor, and the pricer records which model priced each operator (`PhaseCost.sources`). The
+  adapters live in `dse.predict.adapters`; the roofline time of every operator is kept
+  too (`PhaseCost.roof_s`), for Level 3 to weigh against the models.
+- Energy: power per operator from the artifact's power model when it has one (tabulated), else
+  the roofline stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
+- Level 2: residual MLPs for the blocks whose whole time is measured (vidur): the attention
+  projections (QKV, RoPE, output) and the dense FFN (gate/up, activation, down); inputs are the
+  Level-1 block time and the block's sizes; each multiplies its operators' times
+  (`Level2Block`, `LEVEL2_BLOCKS`).
+
+Decode is priced once for all quadrature nodes: an operator whose arrays have a leading node axis
+(shape (k, n), only attention over the KV length) is reduced with the node weights, every other
+operator (shape (n,)) is multiplied by the sum of the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dse.models._base import RangeMiss
+from dse.models.artifact import Artifact
+from dse.models.level2 import LEVEL2_BLOCKS, block_features
+from dse.predict.adapters import ADAPTERS, L1Price
+from dse.predict.ops import Op
+from dse.predict.power_table import op_power_w
+from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
+from dse.spec.hardware import GPU
+
+
+# ---------------------------------------------------------------------------- roofline
+def roofline_op(op: Op, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per call, utilisation in [0, 1]) of one operator on the roofline."""
+    if op.kind == "allreduce":
+        t = ring_allreduce_s(op.bytes, op.dims["n_gpus"], gpu.nvlink_bw_bytes_per_s)
+        return t, np.zeros_like(t)
+    peak = gpu.peak_bf16_flops_per_s
+    if op.kind == "gemm":
+        peak = np.where(op.dims["dtype"] == "fp8", gpu.peak_flops_per_s("fp8"), peak)
+    t_roof = roofline_s(op.flops, op.bytes, peak, gpu.hbm_bw_bytes_per_s)
+    t = t_roof + LAUNCH_S
+    return t, t_roof / t
+
+
+def transfer_factor(op: Op, gpu: GPU, fitted_on: GPU) -> np.ndarray:
+    """Time on `gpu` / time on `fitted_on` by the roofline (launch floor included): moves a
+    Level-1 time measured on one chip to a sibling with other bandwidth or peak."""
+    t_here, _ = roofline_op(op, gpu)
+    t_there, _ = roofline_op(op, fitted_on)
+    return t_here / t_there
+
+
+# ---------------------------------------------------------------------------- the pricer
+@dataclass
+class PhaseCost:
+    """One phase priced: totals per configuration (one GPU) and the itemised parts."""
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    items_s: dict[str, np.ndarray] = field(default_factory=dict)  # op name -> seconds
+    items_j: dict[str, np.ndarray] = field(default_factory=dict)  # op name -> joules
+    sources: dict[str, str] = field(default_factory=dict)  # op name -> model name | "roofline"
+    out_of_range: np.ndarray | None = None
+    kinds: dict[str, str] = field(default_factory=dict)  # op name -> Op.kind
+    blocks: dict[str, str] = field(default_factory=dict)  # op name -> Op.block
+    # Roofline seconds of every operator (whatever priced it): Level 3 may weigh the fitted
+    # kernel model against the roofline where the engine's kernels differ from the tables'.
+    roof_s: dict[str, np.ndarray] = field(default_factory=dict)
+    # Which part flagged `out_of_range` (operator or level-2 block name -> bool per config).
+    oor_by: dict[str, np.ndarray] = field(default_factory=dict)
+    # "<operator or level-2 block>: <input>" -> how far outside its model's fitted range.
+    misses: dict[str, RangeMiss] = field(default_factory=dict)
+
+    def part_s(self, *kinds: str) -> np.ndarray:
+        """Seconds spent in operators of these kinds."""
+        return self._part(self.items_s, kinds)
+
+    def roof_part_s(self, *kinds: str) -> np.ndarray:
+        """Roofline seconds of operators of these kinds (see `roof_s`)."""
+        return self._part(self.roof_s, kinds)
+
+    @property
+    def roof_time_s(self) -> np.ndarray:
+        """Roofline seconds of every operator."""
+        return sum(self.roof_s.values(), np.zeros_like(self.time_s))
+
+    def part_j(self, *kinds: str) -> np.ndarray:
+        """Joules spent in operators of these kinds."""
+        return self._part(self.items_j, kinds)
+
+    def _part(self, items: dict[str, np.ndarray], kinds: tuple[str, ...]) -> np.ndarray:
+        total = np.zeros_like(self.time_s)
+        for name, v in items.items():
+            if self.kinds.get(name) in kinds:
+                total = total + v
+        return total
+
+    def scaled(self, f: np.ndarray) -> PhaseCost:
+        """Every time and energy multiplied by f (e.g. the number of waves a batch runs in)."""
+        return PhaseCost(
+            self.time_s * f,
+            self.energy_j * f,
+            {k: v * f for k, v in self.items_s.items()},
+            {k: v * f for k, v in self.items_j.items()},
+            dict(self.sources),
+            self.out_of_range,
+            dict(self.kinds),
+            dict(self.blocks),
+            {k: v * f for k, v in self.roof_s.items()},
+            dict(self.oor_by),
+            dict(self.misses),
+        )
+
+
+# An operator that runs in fewer than this fraction of a batch's configurations (count 0: the
+# MoE block of a dense model, the all-reduce without tensor parallelism) is priced on those only.
+SUBSET_BELOW = 0.9
+
+
+class _Rows(Mapping[str, np.ndarray]):
+    """Configuration columns at some rows, gathered on first access."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> None:
+        self._cols, self._idx, self._memo = cols, idx, {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._memo:
+            self._memo[key] = np.asarray(self._cols[key])[self._idx]
+        return self._memo[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
+
+
+def _at(v: Any, idx: np.ndarray, n: int) -> Any:
+    """v at configurations idx when it is a per-configuration array (last axis n), else v."""
+    if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[-1] == n:
+        return v[..., idx]
+    return v
+
+
+def _op_rows(op: Op, idx: np.ndarray, n: int) -> Op:
+    """The operator restricted to configurations idx."""
+    dims = {k: _at(v, idx, n) for k, v in op.dims.items()}
+    return Op(op.name, op.kind, op.block, _at(op.count, idx, n), _at(op.flops, idx, n),
+              _at(op.bytes, idx, n), dims)  # fmt: skip
+
+
+def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
+    """A price of configurations idx spread over all n (latency 1 s, power 0 W elsewhere: the
+    pricer zeroes the time of configurations that do not run the operator)."""
+    shape = (*np.shape(price.latency_s)[:-1], n)
+
+    def put(v: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
+        out = np.full(shape, fill, dtype=dtype)
+        out[..., idx] = v
+        return out
+
+    return L1Price(
+        put(price.latency_s, 1.0, float),
+        None if price.power_w is None else put(price.power_w, 0.0, float),
+        None if price.out_of_range is None else put(price.out_of_range, False, bool),
+        price.model,
+        None
+        if price.misses is None
+        else {
+            k: RangeMiss(*(put(a, 0.0, float) for a in (m.excess, m.value, m.bound)))
+            for k, m in price.misses.items()
+        },
+    )
+
+
+def _tokens(cols: Mapping[str, np.ndarray] | None, phase: str) -> np.ndarray | None:
+    if cols is None:
+        return None
+    b = cols["batch_size"].astype(float)
+    return b * cols["prompt_tokens"].astype(float) if phase == "prefill" else b
+
+
+def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
+    """Add v to d[key]; v must be an array of its own (it is stored, not copied)."""
+    d[key] = d[key] + v if key in d else v
+
+
+def _node_sum(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """sum_k w[k] x[k] over the node axis, node by node: the same order for every column,
+    so a configuration's total does not depend on the batch it comes in (einsum sums a single
+    column in another order than many)."""
+    acc = w[0] * x[0]
+    for j in range(1, len(w)):
+        acc += w[j] * x[j]
+    return acc
+
+
+def _reduce(
+    x: np.ndarray, w: np.ndarray | None, n: int, wsum: np.ndarray | None = None
+) -> np.ndarray:
+    """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)
+    (`wsum`: w.sum(axis=0) when the caller has it). Always a new array."""
+    if w is None:
+        return np.broadcast_to(x, (n,)).astype(float)
+    if np.ndim(x) == 2:
+        return _node_sum(w, x)
+    return np.broadcast_to(x, (n,)) * (w.sum(axis=0) if wsum is None else wsum)
+
+
+class Pricer:
+    """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
+
+    def __init__(
+        self,
+        gpu: GPU,
+        artifact: Artifact | None = None,
+        artifact_gpu: GPU | None = None,
+        cols: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self.gpu = gpu
+        self.artifact = artifact
+        self.cols = cols  # configuration columns: some Level-1 models need sizes ops do not carry
+        # The GPU whose measurements the Level-1 models were fitted on, when it is another chip
+        # of the same compute (A100 40GB priced with the 80GB part's kernels): times move with
+        # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
+        self.artifact_gpu = artifact_gpu if artifact_gpu is not None else gpu
+
+    def price(self, ops: list[Op], phase: str, weights: np.ndarray | None = None) -> PhaseCost:
+        """Time and energy of one forward pass (prefill) or of all decode steps (with `weights`,
+        the (k, n) quadrature weights of the node axis that attention arrays carry)."""
+        n = len(np.atleast_1d(ops[0].count))
+        oor = np.zeros(n, dtype=bool)
+        per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
+        sources: dict[str, str] = {}
+        zero = np.zeros(n)
+        # "cache": adapters may share results between operators of this phase.
+        ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
+        roof: dict[str, np.ndarray] = {}
+        oor_by: dict[str, np.ndarray] = {}
+        misses: dict[str, RangeMiss] = {}
+        for op in ops:
+            runs = op.count > 0
+            if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
+                per_op.append((op, zero, zero))
+                sources.setdefault(op.name, "none")
+                continue
+            price = None
+            adapter = ADAPTERS.get(op.kind)
+            if self.artifact is not None and adapter is not None:
+                if runs.all() or runs.mean() >= SUBSET_BELOW:
+                    price = adapter(self.artifact, op, self.gpu, ctx)
+                else:  # e.g. the MoE block in a batch of mostly dense models
+                    idx = np.flatnonzero(runs)
+                    sub_ctx = {
+                        "cols": None if self.cols is None else _Rows(self.cols, idx),
+                        "phase": phase,
+                        "tokens": None if ctx["tokens"] is None else ctx["tokens"][idx],
+                    }
+                    price = adapter(self.artifact, _op_rows(op, idx, n), self.gpu, sub_ctx)
+                    price = None if price is None else _scatter(price, idx, n)
+            if price is None:
+                t_call, util = roofline_op(op, self.gpu)
+                power, src = None, "roofline"
+            else:
+                t_call, power, src = price.latency_s, price.power_w, price.model
+                if self.artifact_gpu is not self.gpu:
+                    t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
+                if price.misses is not None:  # graded: which input, how far
+                    for key, miss in price.misses.items():
+                        m = miss.masked(runs).worst_node()
+                        o = m.outside
+                        if not o.any():
+                            continue
+                        label = f"{op.name}: {key}"
+                        misses[label] = misses[label].worse(m) if label in misses else m
+                        oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
+                        oor |= o
+                elif price.out_of_range is not None:
+                    o = np.asarray(price.out_of_range) & runs
+                    o = o.any(axis=0) if o.ndim == 2 else o
+                    if o.any():
+                        oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
+                        oor |= o
+                util = None
+            if power is None:
+                if util is None:
+                    t_roof, _ = roofline_op(op, self.gpu)
+                    util = np.minimum((t_roof - LAUNCH_S) / t_call, 1.0)
+                power = self._power(op, t_call, util)
+            t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
+            t_r = t_call if src == "roofline" else roofline_op(op, self.gpu)[0]
+            roof[op.name] = t_r * op.count if runs.all() else np.where(runs, t_r * op.count, 0.0)
+            per_op.append((op, t, power))
+            prev = sources.get(op.name)
+            sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
+        self._apply_level2(per_op, oor, oor_by, misses)
+        out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
+        out.oor_by = oor_by
+        out.misses = misses
+        wsum = None if weights is None else weights.sum(axis=0)
+        out.roof_s = {k: _reduce(v, weights, n, wsum) for k, v in roof.items()}
+        out.kinds = {op.name: op.kind for op in ops}
+        out.blocks = {op.name: op.block for op in ops}
+        for op, t, p in per_op:
+            if t is zero:
+                t_r, e_r = np.zeros(n), np.zeros(n)
+            elif np.ndim(t) == 2:
+                t_r = _node_sum(weights, t)
+                e_r = _node_sum(weights, t * p)
+            else:
+                if wsum is not None:
+                    t_r = t * wsum
+                else:  # t = t_call * count is a new array of its own: stored as the item
+                    t_r = t if np.shape(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
+                e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n, wsum)
+            out.time_s += t_r
+            out.energy_j += e_r
+            _acc(out.items_s, op.name, t_r)
+            _acc(out.items_j, op.name, e_r)
+        return out
+
+    def _power(self, op: Op, t_call: np.ndarray, util: np.ndarray) -> np.ndarray:
+        """The artifact's power model at the operator's utilisations, else the stand-in."""
+        if self.artifact is not None:
+            p = op_power_w(self.artifact, op, self.gpu, t_call)
+            if p is not None:
+                return p
+        return standin_power_w(self.gpu, util)
+
+    def _apply_level2(
+        self,
+        per_op: list[tuple[Op, np.ndarray, np.ndarray]],
+        oor: np.ndarray,
+        oor_by: dict[str, np.ndarray],
+        misses: dict[str, RangeMiss],
+    ) -> None:
+        """Scale each Level-2 block's operator times by its residual factor (in place); flags
+        (and grades, in `misses`) the block sizes outside what the block was fitted on."""
+        if self.artifact is None:
+            return
+        for block, names in LEVEL2_BLOCKS.items():
+            name = f"level2.{block}"
+            if not self.artifact.has(name):
+                continue
+            idx = [i for i, (op, _, _) in enumerate(per_op) if op.name in names]
+            ops = {per_op[i][0].name: per_op[i][0] for i in idx}
+            if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
+                continue
+            count = np.maximum(ops[names[-1]].count, 1.0)
+            l1_call = sum(per_op[i][1] for i in idx) / count
+            model = self.artifact.model(name)
+            X = block_features(l1_call, ops, block)
+            if hasattr(model, "in_token_blocks"):
+                X = model.in_token_blocks(X)
+            factor = np.exp(model.log_factor(X))
+            runs = ops[names[-1]].count > 0
+            o = np.zeros(len(X), dtype=bool)
+            for key, miss in model.range_misses(X).items():
+                m = miss.masked(runs)
+                if m.outside.any():
+                    misses[f"{name}: {key}"] = m
+                    o |= m.outside
+            if o.any():
+                oor_by[name] = o
+                oor |= o
+            for i in idx:
+                op, t, p = per_op[i]
+                per_op[i] = (op, t * factor, p)

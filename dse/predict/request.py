@@ -1,0 +1,453 @@
+"""The objective function: batched latency and energy prediction for configuration columns.
+
+`predict(configs)` is what `dse predict` and every sweep call. Per GPU it loads the frozen
+HYMELL artifact (`surrogates/<gpu>/`), prices each operator of `dse.predict.ops.forward_ops` with the
+Level-1 models and the Level-2 block residuals (`dse.predict.pricing`), integrates decode over
+the growing KV cache with a quadrature, and corrects the whole request with Level 3
+(`dse.models.level3`). Without an artifact a GPU falls back to the roofline
+(`source == "roofline"`). Only numpy (and pandas for batches of 64+ rows) run here: no Optuna,
+plotly or scikit-learn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dse.errors import ConfigError
+from dse.models.artifact import Artifact
+from dse.models.level3 import FACTOR_KEYS, OOR_BAND_WIDEN, GlobalInputs, group_kinds, kind_factors
+from dse.predict.artifacts import load_artifact
+from dse.predict.flags import _const_object, _miss_text, _oor_degree
+from dse.predict.ops import forward_ops
+from dse.predict.pricing import PhaseCost, Pricer
+from dse.spec import arch as A
+from dse.spec import columns as C
+from dse.spec.hardware import GPU, get_gpu
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Decode is integrated over the KV length with composite Simpson on this many segments (even:
+# `node_strata` splits the nodes into 3 groups of equal weight).
+DECODE_SEGMENTS = 2
+LEVEL3_MODEL = "level3.e2e"
+POWER3_MODEL = "level3.power"
+# Band of a roofline-only prediction: no held-out residuals exist, so a wide factor (x0.5 .. x2).
+ROOFLINE_BAND_LOG = np.log(2.0)
+
+# Decode kernels Level 3 scales by a_attn and by a_comm (level3.KERNEL_GROUPS).
+ATTENTION_KINDS = group_kinds("decode", "dec_attn_factor")
+COMM_KINDS = group_kinds("decode", "dec_comm_factor")
+
+OUTPUT_KEYS = (
+    "ttft_s",
+    "tpot_s",
+    "latency_s",
+    "prefill_energy_j",
+    "decode_energy_j",
+    "energy_j",
+    "energy_per_output_token_j",
+    "avg_power_w",
+)
+BAND_KEYS = (
+    "ttft_lo_s",
+    "ttft_hi_s",
+    "tpot_lo_s",
+    "tpot_hi_s",
+    "latency_lo_s",
+    "latency_hi_s",
+    "energy_lo_j",
+    "energy_hi_j",
+)
+
+
+# ---------------------------------------------------------------------------- quadrature
+def decode_nodes(kv_start: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights, each (2m+1, n), so that sum_{j<steps} f(kv_start + j) ~= sum w f(x).
+
+    The step sum equals the integral of f over [kv_start - 1/2, kv_start + steps - 1/2] exactly
+    when f is linear (midpoint rule), and composite Simpson is exact on every segment where f is
+    linear or quadratic, so the only error comes from the segments holding a kink where an
+    operator changes regime (tested against the step-by-step sum in tests/test_predictor.py).
+    """
+    a = np.asarray(kv_start, dtype=float) - 0.5
+    width = np.asarray(steps, dtype=float)
+    m = 2 * DECODE_SEGMENTS
+    h = width / m
+    i = np.arange(m + 1, dtype=float)[:, None]
+    c = np.where((i == 0) | (i == m), 1.0, np.where(i % 2 == 1, 4.0, 2.0))
+    return a + i * h, c * h / 3.0
+
+
+def node_strata(k: int) -> np.ndarray:
+    """Stratum (0, 1, 2) of each of the k = 4 j + 1 nodes of `decode_nodes`, shape (k, 1), so
+    that every stratum carries a third of the Simpson weights (1, 4, 2, 4, ..., 4, 1): the even
+    nodes (1 + 2 + ... + 2 + 1 = 4 j) form stratum 0, the odd ones (4 each) alternate 1 and 2.
+
+    A decode-attention residual that is a mean of 3 MLPs then runs one member per node
+    (`_hybrid.apply_residual`): the integral weighs each member by a third, as the mean does,
+    at one member's cost (its difference from evaluating every member at every node is
+    measured in docs/accuracy.md and bounded in tests/test_predictor.py)."""
+    if k % 4 != 1:
+        raise ValueError(f"node_strata needs 4 j + 1 nodes, got {k}")
+    i = np.arange(k)
+    return np.where(i % 2 == 0, 0, 1 + (i // 2) % 2).astype(np.int64)[:, None]
+
+
+# ---------------------------------------------------------------------------- one GPU
+# Bytes Level 3's KV-fill input counts as held back besides the weights: the memory rule of the
+# artifacts' fit (before issue 18 refined `dse.spec.arch.memory_breakdown`), kept so that the shipped
+# Level-3 models see the inputs they were fitted on.
+LEVEL3_RESERVED_BYTES = 2 * 1024**3
+
+
+def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+    """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU, as
+    Level 3 was fitted: tokens not rounded to blocks, 2 GiB held back (LEVEL3_RESERVED_BYTES),
+    activations not counted. These are model inputs; whether a configuration runs is
+    `dse.spec.arch.memory_breakdown`'s rule."""
+    a = C.architecture(cols)
+    tp = cols["tensor_parallel"]
+    tokens = cols["batch_size"] * (cols["prompt_tokens"] + cols["output_tokens"])
+    need = tokens * A.kv_bytes_per_token_per_gpu(a, tp)
+    weights = A.params_per_gpu(a, tp) * A.dtype_bytes(a.weight_dtype)
+    free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - weights - LEVEL3_RESERVED_BYTES
+    return np.asarray(need, dtype=float), np.asarray(free, dtype=float)
+
+
+def kv_waves(
+    batch: np.ndarray, need: np.ndarray, free: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(KV fill, waves, sequences per wave). Fill = KV needed / KV memory left per GPU (> 1: the
+    engine must queue or preempt); a batch that does not fit runs as consecutive waves of as
+    many full-length sequences as fit (at least one)."""
+    b = batch.astype(float)
+    fill = np.where(free > 0, need / np.maximum(free, 1.0), 10.0)
+    fit = np.maximum(np.floor(np.maximum(free, 0.0) / np.maximum(need / b, 1.0)), 1.0)
+    waves = np.ceil(b / np.minimum(fit, b))
+    return fill, waves, np.ceil(b / waves)
+
+
+@dataclass
+class BaseCost:
+    """Levels 1-2 of one batch on one GPU: prefill, all decode steps, and what Level 3 needs."""
+
+    prefill: PhaseCost
+    decode: PhaseCost
+    steps: np.ndarray  # decode steps per sequence (output_tokens - 1)
+    kv_fill: np.ndarray  # KV needed / KV memory left per GPU
+    waves: np.ndarray  # consecutive waves the batch runs in (1 when its KV cache fits)
+
+
+def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInputs:
+    """The per-configuration inputs of Level 3."""
+    f = lambda k: cols[k].astype(float)  # noqa: E731
+    return GlobalInputs(
+        engine=cols["engine"].astype(str),
+        t_pre_s=base.prefill.time_s,
+        t_dec_s=base.decode.time_s,
+        t_dec_attn_s=base.decode.part_s(*ATTENTION_KINDS),
+        t_pre_roof_s=base.prefill.roof_time_s,
+        t_dec_roof_s=base.decode.roof_time_s,
+        t_dec_attn_roof_s=base.decode.roof_part_s(*ATTENTION_KINDS),
+        t_dec_comm_roof_s=base.decode.roof_part_s(*COMM_KINDS),
+        t_dec_comm_s=base.decode.part_s(*COMM_KINDS),
+        steps=base.steps,
+        batch=f("batch_size"),
+        prompt=f("prompt_tokens"),
+        output=f("output_tokens"),
+        n_layers=f("n_layers"),
+        d_model=f("d_model"),
+        tp=f("tensor_parallel"),
+        n_experts=f("n_experts"),
+        gqa=f("n_heads") / np.maximum(f("n_kv_heads"), 1.0),
+        kv_fill=base.kv_fill,
+        waves=base.waves,
+    )
+
+
+def base_costs(
+    cols: Mapping[str, np.ndarray],
+    n: int,
+    gpu: GPU,
+    artifact: Artifact | None,
+    artifact_gpu: GPU | None = None,
+) -> BaseCost:
+    """Levels 1-2: prefill and the sum of all decode steps on one GPU, and the step count.
+
+    `artifact_gpu`: the chip the artifact's kernels were measured on, when not `gpu` itself."""
+    fill, waves, per_wave = kv_waves(cols["batch_size"], *kv_memory(cols, gpu))
+    queued = waves > 1
+    if queued.any():
+        cols = dict(cols)
+        cols["batch_size"] = np.where(queued, per_wave, cols["batch_size"]).astype(np.int64)
+    pricer = Pricer(gpu, artifact, artifact_gpu, cols)
+    pre = pricer.price(forward_ops(cols, "prefill"), "prefill")
+    out_tokens = cols["output_tokens"].astype(float)
+    # The first output token comes out of prefill; the remaining output_tokens - 1 are decode
+    # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
+    steps = np.maximum(out_tokens - 1.0, 0.0)
+    nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
+    ops = forward_ops(cols, "decode", kv_len=nodes, stratum=node_strata(len(nodes)))
+    dec = pricer.price(ops, "decode", weights)
+    if queued.any():
+        pre, dec = pre.scaled(waves), dec.scaled(waves)
+    return BaseCost(pre, dec, steps, fill, waves)
+
+
+def predict_columns(
+    cols: Mapping[str, np.ndarray],
+    n: int,
+    gpu: GPU | None = None,
+    artifact: Artifact | str | None = "auto",
+) -> dict[str, np.ndarray]:
+    """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
+
+    `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline.
+    """
+    gpu = gpu or get_gpu(str(cols["gpu"][0]))
+    fitted_for = gpu.name
+    if isinstance(artifact, str):
+        artifact, fitted_for = load_artifact(gpu.name)
+    elif artifact is not None:
+        fitted_for = artifact.gpu
+    art_gpu = _registry_gpu(fitted_for, gpu)
+    base = base_costs(cols, n, gpu, artifact, art_gpu)
+    pre, dec, steps = base.prefill, base.decode, base.steps
+    has_decode = steps > 0
+    tp = cols["tensor_parallel"].astype(float)
+    out_tokens = cols["output_tokens"].astype(float)
+    g = global_inputs(cols, base)
+
+    lvl3 = _model(artifact, LEVEL3_MODEL)
+    # Which input left which model's fitted range, and how far ("<phase> <operator>: <input>",
+    # "level3: <input>"); `flags`: parts flagged without a distance (an engine Level 3 was not
+    # fitted for, an operator model that only says in or out).
+    misses = {f"prefill {k}": v for k, v in pre.misses.items()}
+    misses.update({f"decode {k}": v for k, v in dec.misses.items()})
+    flags = {
+        f"{phase} {k}: outside": v
+        for phase, cost in (("prefill", pre), ("decode", dec))
+        for k, v in cost.oor_by.items()
+        if not any(m.startswith(f"{k}: ") for m in cost.misses)
+    }
+    ones = np.ones(n)
+    if lvl3 is not None:
+        c = lvl3.correct(g)
+        misses.update({f"level3: {k}": v for k, v in lvl3.range_misses(g).items()})
+        if not c["engine_known"].all():
+            flags["level3: engine not fitted"] = ~c["engine_known"]
+        pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
+        band_lo, band_hi = c["band_lo"], c["band_hi"]
+    else:
+        c = dict.fromkeys(FACTOR_KEYS, ones)
+        pre_over = dec_over = np.zeros(n)
+        band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
+    dec_over = np.where(has_decode, dec_over, 0.0)
+    # Level-3 kernel factors per operator (level3.KERNEL_GROUPS): prefill one factor; decode
+    # one each for attention over the KV cache, all-reduces, and the rest.
+    pre_items_s, t_pre, e_pre = _scaled(pre, kind_factors("prefill", c))
+    dec_items_s, t_dec, e_dec = _scaled(dec, kind_factors("decode", c))
+
+    def decode_only(v: np.ndarray) -> np.ndarray:  # zero where there is no decode step
+        return v if every_decode else np.where(has_decode, v, 0.0)
+
+    every_decode = bool(has_decode.all())
+    t_dec = decode_only(t_dec)
+    e_dec = decode_only(e_dec)
+    t_pre = t_pre + pre_over
+    t_dec = t_dec + dec_over
+
+    # Energy of one GPU: kernels at their modelled power for their (corrected) time, and the
+    # engine's host-side overhead at idle power (the GPU waits for the next launch).
+    e_pre = e_pre + pre_over * gpu.idle_power_w
+    e_dec = e_dec + dec_over * gpu.idle_power_w
+    pw = _model(artifact, POWER3_MODEL)
+    power_scale = np.ones(n)
+    power_band = np.zeros((2, n))
+    if pw is not None:
+        power_scale, power_band = pw.scale(g, e_pre + e_dec, t_pre + t_dec, gpu)
+    e_pre = e_pre * power_scale
+    e_dec = e_dec * power_scale
+
+    oor, degree = _oor_degree(misses, flags, n)
+    # The band widens with the distance outside the range: fully (OOR_BAND_WIDEN) from a
+    # factor 2 outside a bound on, proportionally to the log distance below that.
+    widen = 1.0 + (OOR_BAND_WIDEN - 1.0) * np.minimum(degree / np.log(2.0), 1.0)
+    lo, hi = np.exp(band_lo * widen), np.exp(band_hi * widen)
+    latency = t_pre + t_dec
+    # Energy band: latency and power residuals combined in quadrature (independent errors).
+    e_lo = np.exp(-np.hypot(band_lo, power_band[0]) * widen)
+    e_hi = np.exp(np.hypot(band_hi, power_band[1]) * widen)
+    energy_one_gpu = e_pre + e_dec
+    # Every GPU of the tensor-parallel group runs its shard of every operator.
+    energy = energy_one_gpu * tp
+    tpot = np.where(has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
+    out: dict[str, np.ndarray] = {
+        "ttft_s": t_pre,
+        "tpot_s": tpot,
+        "latency_s": latency,
+        "prefill_energy_j": e_pre * tp,
+        "decode_energy_j": e_dec * tp,
+        "energy_j": energy,
+        # Per output token of the whole batch: batch_size sequences each produce output_tokens.
+        "energy_per_output_token_j": energy / (out_tokens * cols["batch_size"].astype(float)),
+        "avg_power_w": energy_one_gpu / np.maximum(latency, 1e-12),
+        "ttft_lo_s": t_pre * lo,
+        "ttft_hi_s": t_pre * hi,
+        "tpot_lo_s": tpot * lo,
+        "tpot_hi_s": tpot * hi,
+        "latency_lo_s": latency * lo,
+        "latency_hi_s": latency * hi,
+        "energy_lo_j": energy * e_lo,
+        "energy_hi_j": energy * e_hi,
+        "out_of_range": oor,
+        "out_of_range_inputs": _miss_text(misses, flags, n),
+        "out_of_range_degree": degree,
+    }
+    for phase, cost, items, over in (
+        ("prefill", pre, pre_items_s, pre_over),
+        ("decode", dec, dec_items_s, dec_over),
+    ):
+        for k, v in items.items():
+            out[f"breakdown.{phase}.{k}_s"] = v if phase == "prefill" else decode_only(v)
+        if lvl3 is not None:
+            out[f"breakdown.{phase}.system_overhead_s"] = over
+        blocks: dict[str, np.ndarray] = {}
+        for k, v in items.items():
+            b = cost.blocks.get(k, k)
+            blocks[b] = blocks[b] + v if b in blocks else v
+        if lvl3 is not None:
+            blocks["system_overhead"] = over
+        for b, v in blocks.items():
+            out[f"blocks.{phase}.{b}_s"] = v if phase == "prefill" else decode_only(v)
+    # Operators the roofline priced (no fitted model), among those this batch actually runs.
+    fallback = sorted(
+        k
+        for c in (pre, dec)
+        for k, s in c.sources.items()
+        if "roofline" in s and np.any(c.items_s[k] > 0)
+    )
+    fallback = sorted(set(fallback))
+    # Operators priced with a sibling chip's table (model name "<model>@<gpu>", e.g. H200
+    # per-tensor fp8 GEMMs by H100's): provenance names that artifact too.
+    lent = [
+        (k, s)
+        for c in (pre, dec)
+        for k, s in c.sources.items()
+        if "@" in s and np.any(c.items_s[k] > 0)
+    ]
+    borrowed = sorted({f"{k}={s}" for k, s in lent})
+    lenders = sorted({p.split("@", 1)[1] for _, s in lent for p in s.split("+") if "@" in p})
+    meta = {
+        "source": "hymell" if lvl3 is not None else "roofline",
+        "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",
+        "artifact_gpu": fitted_for if artifact is not None else "",
+        "roofline_ops": ",".join(fallback),
+        "borrowed_ops": ",".join(borrowed),
+        "borrowed_artifacts": _lenders(artifact, lenders),
+        "energy_source": _energy_source(artifact, gpu, pw is not None),
+    }
+    for k, v in meta.items():
+        out[k] = _const_object(n, v)
+    return out
+
+
+def _scaled(
+    cost: PhaseCost, factors: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Operator times scaled by the Level-3 factor of their kind ("*": every other kind):
+    (items in seconds, total seconds, total joules)."""
+    items: dict[str, np.ndarray] = {}
+    t = np.zeros_like(cost.time_s)
+    e = np.zeros_like(cost.time_s)
+    for name, v in cost.items_s.items():
+        f = factors.get(cost.kinds.get(name, ""), factors["*"])
+        items[name] = v * f
+        t += items[name]
+        e += cost.items_j[name] * f
+    return items, t, e
+
+
+def _unique(a: np.ndarray) -> np.ndarray:
+    """np.unique, with a fast path for the common all-equal column (sorting strings is slow)."""
+    if len(a) and (a == a[0]).all():
+        return a[:1]
+    return np.unique(a)
+
+
+def _registry_gpu(name: str, default: GPU) -> GPU:
+    try:
+        return get_gpu(name) if name and name != default.name else default
+    except ConfigError:  # an artifact fitted for an unregistered GPU (tests): no transfer
+        return default
+
+
+def _model(artifact: Artifact | None, name: str) -> Any:
+    if artifact is None or not artifact.has(name):
+        return None
+    return artifact.model(name)
+
+
+def _lenders(artifact: Artifact | None, gpus: list[str]) -> str:
+    """ "<gpu>:<artifact id>" of the sibling artifacts whose tables priced some operator."""
+    if not gpus or artifact is None:
+        return ""
+    from dse.predict.artifacts import sibling_artifact  # only GEMM tables are borrowed
+
+    sib = sibling_artifact(artifact)
+    return ",".join(
+        f"{g}:{sib.artifact_id if sib is not None and sib.gpu == g else 'unknown'}" for g in gpus
+    )
+
+
+def _energy_source(artifact: Artifact | None, gpu: GPU, calibrated: bool) -> str:
+    if artifact is None or not artifact.names("power"):
+        if calibrated:
+            return "roofline power stand-in, level-3 calibrated on argonne GPU-0 power"
+        return "roofline power stand-in (uncalibrated)"
+    base = (
+        f"power model fitted on measured kernel power of {gpu.name}"
+        if gpu.measured_power
+        else f"power model (no measured power for {gpu.name}; transferred from measured GPUs)"
+    )
+    return base + ("; level-3 calibrated on argonne GPU-0 power" if calibrated else "")
+
+
+# ---------------------------------------------------------------------------- public API
+def predict(
+    configs: pd.DataFrame | Mapping[str, Any],
+    artifacts: Mapping[str, Artifact | None] | None = None,
+) -> dict[str, np.ndarray]:
+    """Predict every configuration (rows may mix GPUs).
+
+    Returns arrays keyed as OUTPUT_KEYS, the band (BAND_KEYS), `out_of_range`, itemised
+    `breakdown.<phase>.<op>_s` and `blocks.<phase>.<block>_s`, and provenance strings `source`
+    ("hymell" or "roofline"), `artifact_id`, `artifact_gpu`, `roofline_ops` (operators priced by
+    the roofline fallback), `borrowed_ops` / `borrowed_artifacts` (operators priced with a sibling
+    chip's table, and that artifact's id) and `energy_source`. `artifacts` overrides the frozen artifact per GPU
+    name (None forces the roofline).
+    """
+    cols, n = C.as_columns(configs)
+    result: dict[str, np.ndarray] = {}
+    gpus = cols["gpu"]
+    for name in _unique(gpus):
+        idx = np.nonzero(gpus == name)[0]
+        part = cols if len(idx) == n else {k: v[idx] for k, v in cols.items()}
+        art: Artifact | str | None = "auto"
+        if artifacts is not None and str(name) in artifacts:
+            art = artifacts[str(name)]
+        pred = predict_columns(part, len(idx), gpu=get_gpu(str(name)), artifact=art)
+        if len(idx) == n:
+            return pred
+        for k, v in pred.items():
+            if k not in result:
+                result[k] = (
+                    np.zeros(n, dtype=v.dtype) if v.dtype != object else _const_object(n, "")
+                )
+            result[k][idx] = v
+    return result

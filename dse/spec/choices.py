@@ -1,0 +1,21 @@
+"""The closed lists a field's value is chosen from, written once (issue 23): storage dtypes
+(with their bytes per element), norms, serving engines. Pure data at the bottom of the import
+graph: `dse.spec.fields` checks values against these, `dse.spec.arch` and `dse.spec.workload` re-export them,
+and nothing here imports the rest of dse. (The GPU names are the registry's, `dse.spec.hardware`.)
+"""
+
+from __future__ import annotations
+
+# Bytes per element of each storage dtype. fp8 halves bf16's 16 bits.
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4.0,
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+}
+NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
+# The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
+# spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).
+ENGINES: tuple[str, ...] = ("vllm", "trtllm")

@@ -1,0 +1,234 @@
+"""Batches of configurations as columns: architecture + workload + GPU, and what follows from them.
+
+A configuration batch is a mapping of column name -> numpy array of length n, with one column per
+`Architecture` field, per `Workload` field, and `gpu`. Everything here is vectorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dse.errors import ConfigError
+from dse.spec import arch as A
+from dse.spec.fields import FIELDS
+from dse.spec.fields import check as check_field
+from dse.spec.hardware import get_gpu
+from dse.spec.workload import Workload
+
+if TYPE_CHECKING:  # pandas is imported only where a DataFrame or a missing value needs it
+    import pandas as pd
+
+ARCH_FIELDS: tuple[str, ...] = tuple(A.Architecture.field_names())
+WORKLOAD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Workload))
+CONFIG_FIELDS: tuple[str, ...] = (*ARCH_FIELDS, *WORKLOAD_FIELDS, "gpu")
+
+# Defaults for columns a batch may omit (None: derived from other columns).
+DEFAULTS: dict[str, Any] = {
+    **{
+        f.name: f.default
+        for f in fields(A.Architecture)
+        if f.name not in ("d_model", "n_layers", "n_heads", "d_ff")
+    },
+    **{f.name: f.default for f in fields(Workload)},
+    "gpu": "h100_sxm",
+}
+REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
+# Derived defaults: a column left out (or an empty CSV cell) takes this column's value: MHA when
+# n_kv_heads is absent, the expert width of the dense FFN. (head_dim = d_model / n_heads is
+# resolved after the checks, see `as_columns`.)
+DERIVED_FROM: dict[str, str] = {"n_kv_heads": "n_heads", "d_ff_expert": "d_ff"}
+
+
+def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
+    """Normalise a DataFrame or mapping to complete columns (defaults filled, derived resolved)."""
+    if _is_frame(configs):
+        raw = {c: configs[c].to_numpy() for c in configs.columns}
+    else:
+        raw = dict(configs)
+    n = 1
+    for v in raw.values():
+        if np.ndim(v) > 0:
+            n = len(v)
+            break
+    missing = [c for c in REQUIRED if c not in raw]
+    if missing:
+        raise ConfigError(f"configuration is missing required field(s): {', '.join(missing)}")
+    cols: dict[str, np.ndarray] = {}
+    for name in CONFIG_FIELDS:
+        v = raw.get(name, DEFAULTS.get(name))
+        if v is None or (np.ndim(v) > 0 and _all_missing(v)):
+            cols[name] = None  # type: ignore[assignment]
+            continue
+        arr = np.asarray(v)
+        if arr.ndim == 0:
+            arr = np.full(n, arr.item())
+        cols[name] = arr
+    # Derived defaults (DERIVED_FROM), and head_dim = d_model / n_heads.
+    for name, source in DERIVED_FROM.items():
+        if cols[name] is None:
+            cols[name] = cols[source].copy()
+    # head_dim defaults to d_model / n_heads; remember where it was defaulted, because only
+    # there must n_heads divide d_model (an explicit head_dim may differ, as in Mistral-Nemo).
+    if cols["head_dim"] is None:
+        cols["head_dim"] = np.full(n, FIELDS["head_dim"].min)
+        cols["head_dim_defaulted"] = np.ones(n, dtype=bool)
+    else:
+        # None / NaN entries take the default; every other entry is checked below.
+        missing_hd = _is_missing(cols["head_dim"])
+        cols["head_dim"] = np.where(missing_hd, FIELDS["head_dim"].min, cols["head_dim"])
+        cols["head_dim_defaulted"] = missing_hd
+    # Every value against the field table (dse.spec.fields): types, limits, choices. The GPU name is
+    # judged per row (`dse predict` marks the row, the sweep reports the space).
+    for name in ARCH_FIELDS + WORKLOAD_FIELDS:
+        cols[name] = check_field(name, cols[name], name)
+    default_hd = cols["d_model"] // cols["n_heads"]
+    cols["head_dim"] = np.where(cols["head_dim_defaulted"], default_hd, cols["head_dim"])
+    cols["gpu"] = cols["gpu"].astype(str)
+    return cols, n
+
+
+def _is_frame(x: Any) -> bool:
+    """A pandas DataFrame, told without importing pandas (a CLI call need not load it)."""
+    return type(x).__name__ == "DataFrame" and type(x).__module__.split(".")[0] == "pandas"
+
+
+def _is_missing(v: Any) -> np.ndarray:
+    """True where an entry of a column is missing: None or NaN."""
+    a = np.asarray(v)
+    if a.dtype.kind == "f":
+        return np.isnan(a)
+    if a.dtype.kind != "O":
+        return np.zeros(a.shape, dtype=bool)
+    return np.array([x is None or (isinstance(x, float) and x != x) for x in a], dtype=bool)
+
+
+def _all_missing(v: Any) -> bool:
+    a = np.asarray(v)
+    # Fast paths (pd.isna on 10^5 strings costs milliseconds per column): numbers, booleans and
+    # fixed-width strings hold no missing value but NaN.
+    if a.size and a.dtype.kind in "biuUS":
+        return False
+    if a.size and a.dtype.kind in "fc":
+        return bool(np.isnan(a).all())
+    import pandas as pd
+
+    try:
+        return bool(pd.isna(np.asarray(v, dtype=object)).all())
+    except (TypeError, ValueError):
+        return False
+
+
+def architecture(cols: Mapping[str, np.ndarray]) -> A.Architecture:
+    """The batched Architecture of complete columns."""
+    return A.Architecture(**{k: cols[k] for k in ARCH_FIELDS})
+
+
+def gpu_table(gpus: np.ndarray, attr: str) -> np.ndarray:
+    """Per-row GPU spec values (e.g. 'hbm_capacity_bytes') for an array of registry names."""
+    out = np.empty(len(gpus), dtype=float)
+    for name in np.unique(gpus):
+        value = getattr(get_gpu(str(name)), attr)
+        out[gpus == name] = np.nan if value is None else float(value)
+    return out
+
+
+def derived(
+    cols: Mapping[str, np.ndarray], n: int, messages: bool = False
+) -> dict[str, np.ndarray]:
+    """Validity and sizes of every configuration: the inputs of constraints and reports.
+
+    Keys: invalid (message, '' when valid), total_params, active_params, kv_bytes_per_token,
+    memory_bytes (per GPU with the whole batch resident), memory_required_bytes (per GPU with
+    one sequence's KV cache: the least the engine runs with), memory_capacity_bytes,
+    fits_memory (the required bytes fit: the configuration can run), memory_margin (usable
+    memory left with the whole batch, a fraction of the usable; < 0: sequences queue).
+    With `messages`, also memory_refusal and memory_warning, the text `dse predict` prints
+    ('' where there is none; `dse.spec.arch.memory_messages`).
+    """
+    check = {
+        k: cols[k]
+        for k in (
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "d_ff",
+            "n_kv_heads",
+            "n_experts",
+            "top_k",
+            "d_ff_expert",
+        )
+    }
+    msg = A.check_columns(
+        check | {"head_dim": cols["head_dim"]},
+        n,
+        cols["tensor_parallel"],
+        head_dim_defaulted=cols.get("head_dim_defaulted"),
+    )
+    a = architecture(cols)
+    p = A.param_breakdown(a)
+    mem = A.memory_breakdown(
+        a,
+        cols["batch_size"],
+        cols["prompt_tokens"],
+        cols["output_tokens"],
+        cols["tensor_parallel"],
+        cols["engine"],
+    )
+    cap = gpu_table(cols["gpu"], "hbm_capacity_bytes")
+    extra: dict[str, np.ndarray] = {}
+    if messages:
+        extra["memory_refusal"], extra["memory_warning"] = A.memory_messages(mem, cap, cols["gpu"])
+    return {
+        "invalid": msg,
+        "total_params": np.broadcast_to(p["total"], (n,)),
+        "active_params": np.broadcast_to(p["active"], (n,)),
+        "kv_bytes_per_token": np.broadcast_to(A.kv_bytes_per_token(a), (n,)).astype(float),
+        "memory_bytes": np.broadcast_to(mem["total"], (n,)).astype(float),
+        "memory_required_bytes": np.broadcast_to(mem["required"], (n,)).astype(float),
+        "memory_capacity_bytes": cap,
+        "fits_memory": A.fits_memory(mem["required"], cap),
+        "memory_margin": np.broadcast_to(A.memory_margin(mem, cap), (n,)),
+        **extra,
+    }
+
+
+def constraint_values(
+    d: Mapping[str, np.ndarray], constraints: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Optuna-style constraint values (<= 0 feasible) for each declared constraint.
+
+    `d` holds the metric of every constraint by its name: the sizes of `derived`, and for
+    constraints on predictions (ttft, tpot, loss, throughput...) what `dse.sweep` computed.
+    Bounds are relative (value / bound - 1 for a max, 1 - value / bound for a min) so that they
+    are comparable across constraints and units; validity is 1 for an invalid configuration, 0
+    otherwise. A metric that could not be computed (NaN) breaks its bound by 1.
+    """
+    out: dict[str, np.ndarray] = {"valid": (d["invalid"] != "").astype(float)}
+    for name, spec in constraints.items():
+        if name == "fits_memory":
+            if spec:
+                out["fits_memory"] = (
+                    d["memory_required_bytes"] / A.usable_bytes(d["memory_capacity_bytes"]) - 1.0
+                )
+            continue
+        if name not in d:
+            raise ConfigError(f"constraints.{name}: no such metric among {', '.join(d)}")
+        value = np.asarray(d[name], dtype=float)
+        if spec.get("min") is not None:
+            out[f"{name}_min"] = 1.0 - value / float(spec["min"])
+        if spec.get("max") is not None:
+            out[f"{name}_max"] = value / float(spec["max"]) - 1.0
+    return {k: np.where(np.isfinite(v), v, 1.0) for k, v in out.items()}
+
+
+def feasible(values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """True where every constraint value is <= 0."""
+    arrs = list(values.values())
+    ok = np.ones(len(arrs[0]), dtype=bool)
+    for v in arrs:
+        ok &= v <= 0
+    return ok

@@ -1,0 +1,412 @@
+"""Every numeric and choice field a user can give, declared once: kind, limits, choices, default.
+
+In the spirit of scikit-learn's `_parameter_constraints`: one table (`FIELDS`) and one
+`check(name, values, where)` serve every way a value comes in, so a rule and its message are
+the same everywhere:
+
+- CLI flags (`dse predict`, `dse energy`, `dse arch`; `dse/commands/_flags.py`),
+  `--batch-size: must be an integer in [1, 1048576], got 0`;
+- batch CSV rows (`dse predict --batch`), `in.csv: row 3: batch_size: ..., got -3`;
+- search-space YAML (`dse.spec.space._param`), `space.yaml:7: workload.batch_size: ..., got 0`;
+- every batch of configurations the predictor sees (`dse.spec.columns.as_columns`).
+
+The limits reject what cannot be a model or a workload, and they are chosen so that the
+accounting's int64 arithmetic cannot overflow anywhere inside them (tests/test_bad_inputs_cli.py
+checks the products at the corners):
+
+- parameters: n_layers x n_experts x 3 x d_model x d_ff_expert <= 2**10 * 2**12 * 3 * 2**16 *
+  2**20 < 2**60;
+- attention FLOPs per token: 4 x n_layers x n_heads x head_dim x context <= 2**2 * 2**10 *
+  2**12 * 2**12 * 2**25 = 2**61;
+- tokens in a batch x d_model: batch_size x (prompt + output tokens) x d_model <= 2**20 *
+  2**25 * 2**16 = 2**61.
+
+Relations between fields (n_kv_heads divides n_heads, top_k <= n_experts, tensor-parallel
+splits, memory) are not per-value rules; `dse.spec.arch.check_columns` and the memory rule judge
+them per configuration.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dse.errors import ConfigError
+from dse.spec.choices import DTYPE_BYTES, ENGINES, NORMS
+
+KINDS = ("int", "float", "bool", "choice")
+_TRUE = ("true", "1")
+_FALSE = ("false", "0")
+
+
+def _dtypes() -> tuple[str, ...]:
+    return tuple(DTYPE_BYTES)
+
+
+def _norms() -> tuple[str, ...]:
+    return tuple(NORMS)
+
+
+def _engines() -> tuple[str, ...]:
+    return tuple(ENGINES)
+
+
+def _gpus() -> tuple[str, ...]:
+    from dse.spec.hardware import gpu_names
+
+    return tuple(gpu_names())
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field: `kind` is int, float, bool or choice; `min`/`max` are inclusive limits."""
+
+    name: str
+    kind: str
+    min: float | None = None
+    max: float | None = None
+    default: Any = None
+    unit: str = ""
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None
+    even: bool = False  # int: a multiple of 2 (head_dim: RoPE rotates pairs)
+    power_of_two: bool = False  # int: 1, 2, 4, 8, ...
+    case_insensitive: bool = False  # choice: compared (and returned) in lower case
+    note: str = ""  # flag help after the rule: what an absent value means
+    group: str = "architecture"  # architecture | workload | hardware | training | cli
+
+    def options(self) -> tuple[str, ...]:
+        c = self.choices
+        return tuple(c() if callable(c) else (c or ()))
+
+    @property
+    def rule(self) -> str:
+        """The rule as messages state it: 'must be an integer in [1, 1048576]'."""
+        if self.kind == "bool":
+            return "must be true or false"
+        if self.kind == "choice":
+            return f"must be one of {', '.join(self.options())}"
+        if self.kind == "int":
+            what = (
+                "a power of two"
+                if self.power_of_two
+                else "an even integer"
+                if self.even
+                else "an integer"
+            )
+        else:
+            what = "a number"
+        lo, hi = _limit(self.min, self.kind), _limit(self.max, self.kind)
+        return f"must be {what} in [{lo}, {hi}]"
+
+    def describe(self, default: Any = None) -> str:
+        """Flag help: the rule without 'must be', the unit and the default."""
+        text = self.rule.removeprefix("must be ").removeprefix("one of ")
+        if self.kind == "choice":
+            text = "one of " + text
+        if self.unit:
+            text += f" {self.unit}"
+        if self.note:
+            text += f"; {self.note}"
+        shown = self.default if default is None else default
+        if shown is not None:
+            text += f" (default {show(shown)})"
+        return text
+
+    def message(self, raw: Any) -> str:
+        """'<rule>, got <value>' for a value that breaks the rule (with a hint for a choice)."""
+        hint = ""
+        if self.kind == "choice" and isinstance(raw, str | np.str_):
+            close = difflib.get_close_matches(str(raw).strip(), self.options(), n=1)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)"
+        shown = show(number_or_text(raw) if self.kind in ("int", "float") else raw)
+        return f"{self.rule}{hint}, got {shown}"
+
+    # ------------------------------------------------------------------ one value
+    def parse(self, raw: Any) -> tuple[bool, Any]:
+        """(ok, the value as a plain Python int/float/bool/str) of one raw value.
+
+        Strings (a flag's text, a CSV cell) are read as numbers for numeric fields; floats with an
+        integral value are integers ('4096.0', 4.096e3).
+        """
+        if isinstance(raw, np.generic):
+            raw = raw.item()
+        if self.kind == "choice":
+            if not isinstance(raw, str):
+                return False, raw
+            v = raw.strip().lower() if self.case_insensitive else raw.strip()
+            return v in self.options(), v
+        if self.kind == "bool":
+            if isinstance(raw, bool):
+                return True, raw
+            if isinstance(raw, int) and raw in (0, 1):
+                return True, bool(raw)
+            if isinstance(raw, str) and raw.strip().lower() in (*_TRUE, *_FALSE):
+                return True, raw.strip().lower() in _TRUE
+            return False, raw
+        x = number_or_text(raw)
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            return False, raw
+        if isinstance(x, float):
+            if not math.isfinite(x):
+                return False, x
+            if self.kind == "int":
+                if not x.is_integer():
+                    return False, x
+                x = int(x)
+        if self.kind == "float":
+            x = float(x)
+        if (self.min is not None and x < self.min) or (self.max is not None and x > self.max):
+            return False, x
+        if self.even and x % 2:
+            return False, x
+        if self.power_of_two and x & (x - 1):
+            return False, x
+        return True, x
+
+    # ------------------------------------------------------------------ many values
+    def parse_array(self, raw: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(typed values, bad mask) of an array, vectorised for numeric and string dtypes.
+
+        Typed values: int64 (int), float64 (float), bool, or str; at bad positions they are a
+        placeholder (the lower limit) that callers must not use.
+        """
+        a = np.asarray(raw)
+        if a.ndim != 1:
+            a = a.reshape(-1)
+        n = len(a)
+        if n == 1:  # one configuration (interactive use): the scalar rule is cheaper
+            ok, v = self.parse(a[0])
+            return np.array([v if ok else self._placeholder()], dtype=self._dtype()), np.array(
+                [not ok]
+            )
+        if self.kind in ("int", "float"):
+            x = a
+            if a.dtype.kind in "US":
+                try:
+                    x = a.astype(np.float64)
+                except ValueError:
+                    return self._per_element(a)
+            elif a.dtype.kind == "O":
+                return self._per_element(a)
+            elif a.dtype.kind == "b":
+                return np.full(n, self._placeholder()), np.ones(n, dtype=bool)
+            elif a.dtype.kind not in "iuf":
+                return self._per_element(a)
+            if x.dtype.kind == "u":
+                over = x > np.uint64(2**63 - 1)
+                x = np.where(over, np.uint64(2**63 - 1), x).astype(np.int64)
+            else:
+                over = np.zeros(n, dtype=bool)
+            bad = over.copy()
+            if x.dtype.kind == "f":
+                with np.errstate(invalid="ignore"):
+                    bad |= ~np.isfinite(x)
+                    if self.kind == "int":
+                        bad |= x != np.floor(x)
+            with np.errstate(invalid="ignore"):
+                if self.min is not None:
+                    bad |= x < self.min
+                if self.max is not None:
+                    bad |= x > self.max
+            if self.kind == "float":
+                return np.where(bad, self._placeholder(), x).astype(np.float64), bad
+            xi = np.where(bad, self._placeholder(), x).astype(np.int64)
+            if self.even:
+                bad |= (xi % 2) != 0
+            if self.power_of_two:
+                bad |= (xi & (xi - 1)) != 0
+            return np.where(bad, self._placeholder(), xi), bad
+        if self.kind == "bool":
+            if a.dtype.kind == "b":
+                return a.astype(bool), np.zeros(n, dtype=bool)
+            if a.dtype.kind in "iuf":
+                with np.errstate(invalid="ignore"):
+                    good = (a == 0) | (a == 1)
+                return np.where(good, a, 0).astype(bool), ~good
+            return self._per_element(a)
+        # choice
+        if a.dtype.kind in "US" and not self.case_insensitive:
+            opts = self.options()
+            s = a.astype(str)
+            same = bool(n) and bool((s == s[0]).all())  # one value: test it once
+            good = np.full(n, s[0] in opts) if same else np.isin(s, list(opts))
+            return np.where(good, s, opts[0] if opts else ""), ~good
+        return self._per_element(a)
+
+    def _dtype(self) -> Any:
+        return {"int": np.int64, "float": np.float64, "bool": bool}.get(self.kind, str)
+
+    def _placeholder(self) -> Any:
+        if self.kind == "int":
+            return int(self.min) if self.min is not None else 0
+        if self.kind == "float":
+            return float(self.min) if self.min is not None else 0.0
+        return False
+
+    def _per_element(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        parsed = [self.parse(x) for x in a.tolist()]
+        bad = np.array([not ok for ok, _ in parsed], dtype=bool)
+        ph = self._placeholder()
+        vals = [v if ok else ph for ok, v in parsed]
+        if self.kind == "int":
+            return np.array(vals, dtype=np.int64), bad
+        if self.kind == "float":
+            return np.array(vals, dtype=np.float64), bad
+        if self.kind == "bool":
+            return np.array(vals, dtype=bool), bad
+        opts = self.options()
+        vals = [v if ok else (opts[0] if opts else "") for ok, v in parsed]
+        return np.array(vals, dtype=str), bad
+
+
+# ---------------------------------------------------------------------- the table
+def _int(name: str, lo: int, hi: int, default: Any = None, unit: str = "", **kw: Any) -> Field:
+    return Field(name, "int", lo, hi, default, unit, **kw)
+
+
+FIELDS: dict[str, Field] = {
+    f.name: f
+    for f in (
+        # architecture (dse.spec.arch.Architecture)
+        _int("d_model", 1, 2**16, note="the hidden size"),
+        _int("n_layers", 1, 1024),
+        _int("n_heads", 1, 2**12),
+        _int("n_kv_heads", 1, 2**12, note="absent: n_heads (MHA)"),
+        _int("head_dim", 8, 2**12, even=True, note="absent: d_model / n_heads"),
+        _int("d_ff", 1, 2**20, note="the FFN width"),
+        Field("gated_mlp", "bool", default=True),
+        _int("vocab_size", 1, 2**22, 32000),
+        Field("tied_embeddings", "bool", default=False),
+        _int("n_experts", 1, 2**12, 1),
+        _int("top_k", 1, 2**12, 1),
+        _int("d_ff_expert", 1, 2**20, note="absent: d_ff"),
+        _int("shared_expert_d_ff", 0, 2**20, 0),
+        Field("shared_expert_gate", "bool", default=False),
+        Field("qkv_bias", "bool", default=False),
+        Field("norm", "choice", default="rmsnorm", choices=_norms),
+        Field("weight_dtype", "choice", default="bfloat16", choices=_dtypes),
+        Field("kv_dtype", "choice", default="bfloat16", choices=_dtypes),
+        _int("norms_per_layer", 1, 8, 2),
+        Field("qk_norm", "bool", default=False),
+        # workload (dse.spec.workload.Workload)
+        _int("batch_size", 1, 2**20, 1, "requests", group="workload"),
+        _int("prompt_tokens", 1, 2**24, 1024, "tokens", group="workload"),
+        _int("output_tokens", 1, 2**24, 256, "tokens", group="workload"),
+        _int("tensor_parallel", 1, 1024, 1, "GPUs", power_of_two=True, group="workload"),
+        Field("engine", "choice", default="vllm", choices=_engines, group="workload"),
+        # hardware
+        Field(
+            "gpu",
+            "choice",
+            default="h100_sxm",
+            choices=_gpus,
+            case_insensitive=True,
+            group="hardware",
+        ),
+        # training (the quality objective's token budget)
+        _int("training_tokens", 10**6, 10**15, unit="tokens", group="training"),
+        # command-line only
+        _int("context", 1, 2**25, unit="tokens", group="cli"),
+        _int("entry", 0, 2**31 - 1, 0, group="cli"),
+        Field("time_s", "float", 1e-9, 1e9, unit="s", group="cli"),
+        Field(
+            "preset", "choice", default="both", choices=("paper", "corrected", "both"), group="cli"
+        ),
+    )
+}
+
+
+def field(name: str) -> Field:
+    try:
+        return FIELDS[name]
+    except KeyError:
+        raise KeyError(f"no field {name!r} in dse.spec.fields.FIELDS") from None
+
+
+# ---------------------------------------------------------------------- checking
+Where = str | Callable[[int, str], Exception]
+
+
+def check(name: str, values: Any, where: Where = "") -> Any:
+    """Validate `values` of field `name` and return them typed; raise at the first bad value.
+
+    A scalar comes back as a plain int/float/bool/str, an array as int64/float64/bool/str.
+    `where` says where the value came from: a prefix ('--batch-size', 'workload.batch_size';
+    an array's index is appended as '[i]' when it has more than one element) or a callable
+    `(index, '<rule>, got <value>') -> Exception` to raise instead (a YAML document's located
+    error). The message is `<where>: <rule>, got <value>`.
+    """
+    f = field(name)
+    if np.ndim(values) == 0 and not isinstance(values, np.ndarray):
+        ok, v = f.parse(values)
+        if not ok:
+            raise _error(where, 0, f.message(values), None)
+        return v
+    typed, bad = f.parse_array(values)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raw = np.asarray(values).reshape(-1)
+        raise _error(where, i, f.message(raw[i]), len(raw))
+    return typed
+
+
+def violations(name: str, values: Any) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """(typed values, [(index, '<rule>, got <value>'), ...] for every bad one) of an array."""
+    f = field(name)
+    raw = np.asarray(values).reshape(-1)
+    typed, bad = f.parse_array(raw)
+    return typed, [(int(i), f.message(raw[i])) for i in np.nonzero(bad)[0]]
+
+
+def _error(where: Where, i: int, msg: str, n: int | None) -> Exception:
+    if callable(where):
+        return where(i, msg)
+    prefix = where if (n is None or n == 1 or not where) else f"{where}[{i}]"
+    return ConfigError(f"{prefix}: {msg}" if prefix else msg)
+
+
+# ---------------------------------------------------------------------- showing values
+def show(v: Any) -> str:
+    """A value as messages show it, as Python prints it: 8.5, nan, 1e+30, 4096 (an integral
+    float), 100000000000000000000000, 'fp3' (strings quoted), True; never np.float64(...)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    if isinstance(v, str | bool) or v is None:
+        return repr(v)
+    if isinstance(v, int | float):
+        return str(v)
+    return repr(v)
+
+
+def number_or_text(raw: Any) -> Any:
+    """A string that reads as a number becomes that number ('1e30' -> 1e+30, '7' -> 7, exact
+    for long integers); anything else comes back unchanged."""
+    if isinstance(raw, np.generic):
+        raw = raw.item()
+    if not isinstance(raw, str):
+        return raw
+    s = raw.strip()
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        return raw
+
+
+def _limit(x: float | None, kind: str) -> str:
+    if x is None:
+        return "..."
+    if kind == "int" or (float(x).is_integer() and abs(x) < 1e6):
+        return str(int(x))
+    return f"{x:g}"

@@ -1,0 +1,658 @@
+"""Hugging Face `config.json` <-> `Architecture`: a pure mapping of dictionaries.
+
+`from_hf_config` reads the fields every decoder-only config carries (hidden_size,
+num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+vocab_size, tie_word_embeddings, the MoE fields, biases, dtype); `to_hf_config` writes a config
+that `transformers.AutoConfig` loads and from which `AutoModelForCausalLM.from_config` builds a
+model with exactly `dse.spec.arch.total_params` parameters. Nothing here imports transformers or
+torch: they are test-only dependencies (tests/test_hf.py checks the counts on the meta device).
+
+Model types whose parameters the Architecture counts exactly: llama, mistral, mixtral, qwen2,
+qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, phi3, falcon (without biases), and the
+custom-code Llama look-alikes aquila, internlm (without biases) and qwen (Qwen-1). bloom,
+opt, gptj, phi, starcoder2 and phi3small carry biases (or learned positions) the Architecture
+has no field for: `import_hf_config` says how many parameters that leaves out, and
+`from_hf_config` accepts them only with `approximate=True`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dse.errors import ConfigError
+from dse.spec.arch import Architecture, check_architecture
+
+# torch dtype names in config.json ("dtype" since transformers 5, "torch_dtype" before).
+_TORCH_DTYPES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
+
+# Model types exported by `to_hf_config` and the class transformers instantiates for each.
+_CAUSAL_LM_CLASS = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+
+# tie_word_embeddings when config.json omits it: transformers' default for the model type.
+_TIED_DEFAULT = {
+    "gemma": True,
+    "gemma2": True,
+    "falcon": True,
+    "starcoder2": True,
+    "bloom": True,
+    "opt": True,
+    "phi3small": True,  # ties the LM head to the embedding in its custom code
+}
+
+
+@dataclass(frozen=True)
+class HFImport:
+    """An architecture read from a config.json, with what the Architecture does not capture.
+
+    `unmodelled_params` is the number of parameters the Hugging Face model has beyond
+    `total_params(arch)` (biases outside q/k/v, learned position tables, the LM-head bias);
+    `exact` is True when it is 0. `notes` also name behaviour that changes no parameter count
+    but that the accounting ignores (sliding windows, ALiBi, parallel attention blocks).
+    """
+
+    arch: Architecture
+    model_type: str
+    exact: bool
+    unmodelled_params: int
+    notes: tuple[str, ...]
+    source: str = "config"  # the file read, for messages
+
+
+def hf_model_types() -> list[str]:
+    """Every config.json model_type `import_hf_config` reads."""
+    return sorted(_IMPORTERS)
+
+
+def read_hf_config(source: Mapping[str, Any] | str | Path) -> tuple[dict[str, Any], str]:
+    """The config dict and a label for messages: a mapping as is, or a config.json path/folder."""
+    if isinstance(source, Mapping):
+        return dict(source), "config"
+    path = Path(source)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (expected a Hugging Face config.json)") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path}: must hold a JSON object, got {type(cfg).__name__}")
+    return cfg, str(path)
+
+
+def from_hf_config(
+    source: Mapping[str, Any] | str | Path, *, approximate: bool = False
+) -> Architecture:
+    """The Architecture of a Hugging Face config (a dict, a config.json path, or its folder).
+
+    Model types with parameters the Architecture cannot represent raise ConfigError unless
+    `approximate` is True (see `import_hf_config` for what is left out).
+    """
+    imp = import_hf_config(source)
+    if not imp.exact and not approximate:
+        raise ConfigError(
+            f"{imp.source}: model_type {imp.model_type!r} is only approximately representable "
+            f"({imp.unmodelled_params:,} parameters not modelled: {'; '.join(imp.notes)}); "
+            "pass approximate=True to accept it"
+        )
+    return imp.arch
+
+
+def import_hf_config(source: Mapping[str, Any] | str | Path) -> HFImport:
+    """Map a config.json onto an Architecture and say what the mapping leaves out."""
+    cfg, where = read_hf_config(source)
+    cfg = _text_config(cfg)
+    model_type = cfg.get("model_type")
+    if model_type not in _IMPORTERS:
+        raise ConfigError(
+            f"{where}: model_type: must be one of {', '.join(hf_model_types())}, got {model_type!r}"
+        )
+    r = _Reader(cfg, where, model_type)
+    kw, unmodelled, notes = _IMPORTERS[model_type](r)
+    kw.setdefault(
+        "tied_embeddings", r.flag("tie_word_embeddings", _TIED_DEFAULT.get(model_type, False))
+    )
+    kw["weight_dtype"], kw["kv_dtype"] = r.dtypes()
+    errors = check_architecture(kw)
+    if errors:
+        raise ConfigError(f"{where}: {errors[0]}")
+    arch = Architecture(**kw).resolved()
+    return HFImport(arch, model_type, unmodelled == 0, int(unmodelled), tuple(notes), where)
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a multimodal config (`text_config`), else the config."""
+    inner = cfg.get("text_config")
+    if isinstance(inner, dict) and "model_type" in inner and "hidden_size" in inner:
+        return inner
+    return cfg
+
+
+class _Reader:
+    """Typed access to config keys with messages naming the file and the key."""
+
+    def __init__(self, cfg: Mapping[str, Any], where: str, model_type: str) -> None:
+        self.cfg, self.where, self.model_type = cfg, where, model_type
+
+    def integer(self, *keys: str, default: Any = ..., minimum: int = 1) -> Any:
+        """The first of `keys` present (aliases, e.g. n_embed / hidden_size) as an int."""
+        for key in keys:
+            if key in self.cfg and self.cfg[key] is not None:
+                v = self.cfg[key]
+                ok = isinstance(v, int) and not isinstance(v, bool)
+                ok = ok or (isinstance(v, float) and v.is_integer())
+                if not ok or v < minimum:
+                    raise ConfigError(
+                        f"{self.where}: {key}: must be an integer >= {minimum}, got {v!r}"
+                    )
+                return int(v)
+        if default is ...:
+            raise ConfigError(
+                f"{self.where}: missing key {keys[0]!r} (required for model_type {self.model_type!r})"
+            )
+        return default
+
+    def flag(self, key: str, default: bool) -> bool:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise ConfigError(f"{self.where}: {key}: must be true or false, got {v!r}")
+        return v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.cfg.get(key)
+        return default if v is None else v
+
+    def dtypes(self) -> tuple[str, str]:
+        """(weight dtype, KV-cache dtype): the torch dtype, or the quantisation's weight format.
+
+        Serving engines keep the KV cache in the activation dtype unless told otherwise.
+        """
+        raw = self.cfg.get("dtype") or self.cfg.get("torch_dtype") or "bfloat16"
+        name = str(raw).removeprefix("torch.")
+        if name not in _TORCH_DTYPES:
+            key = "dtype" if self.cfg.get("dtype") else "torch_dtype"
+            raise ConfigError(
+                f"{self.where}: {key}: must be one of {', '.join(sorted(set(_TORCH_DTYPES.values())))}, got {raw!r}"
+            )
+        act = _TORCH_DTYPES[name]
+        weight = act
+        q = self.cfg.get("quantization_config")
+        if isinstance(q, Mapping):
+            if str(q.get("quant_method", "")).startswith("fp8"):
+                weight = "fp8"
+            elif q.get("bits") == 4 or q.get("load_in_4bit"):
+                weight = "int4"
+            elif q.get("bits") == 8 or q.get("load_in_8bit"):
+                weight = "int8"
+        return weight, act
+
+
+# ---------------------------------------------------------------------- per model type
+# Each importer returns (Architecture keyword arguments, parameters not modelled, notes).
+_Import = tuple[dict[str, Any], int, list[str]]
+
+
+def _llama_core(r: _Reader, *, head_dim_default: int | None = None) -> dict[str, Any]:
+    d = r.integer("hidden_size")
+    h = r.integer("num_attention_heads")
+    hd = r.integer("head_dim", default=head_dim_default if head_dim_default else d // h)
+    return {
+        "d_model": d,
+        "n_layers": r.integer("num_hidden_layers"),
+        "n_heads": h,
+        "n_kv_heads": r.integer("num_key_value_heads", default=h),
+        "head_dim": hd,
+        "d_ff": r.integer("intermediate_size"),
+        "vocab_size": r.integer("vocab_size"),
+    }
+
+
+def _window_note(r: _Reader) -> list[str]:
+    window = r.get("sliding_window")
+    use = r.get("use_sliding_window", True)
+    if isinstance(window, int) and use and window > 0:
+        return [
+            f"sliding_window={window}: attention and KV cache are counted over the full context"
+        ]
+    return []
+
+
+def _import_llama(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    L, d, ff = kw["n_layers"], kw["d_model"], kw["d_ff"]
+    unmodelled, notes = 0, []
+    if r.flag("attention_bias", False):
+        # Llama's attention_bias puts biases on q, k, v and the output projection.
+        kw["qkv_bias"] = True
+        unmodelled += L * d
+        notes.append("attention_bias: the output-projection bias is not modelled")
+    if r.flag("mlp_bias", False):
+        unmodelled += L * (2 * ff + d)
+        notes.append("mlp_bias: gate/up/down biases are not modelled")
+    return kw, unmodelled, notes + _window_note(r)
+
+
+def _import_mistral(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    return kw, 0, _window_note(r)
+
+
+def _import_mixtral(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    kw["n_experts"] = r.integer("num_local_experts")
+    kw["top_k"] = r.integer("num_experts_per_tok")
+    kw["d_ff_expert"] = kw["d_ff"]  # every Mixtral layer is MoE; intermediate_size is per expert
+    return kw, 0, _window_note(r)
+
+
+def _import_qwen2(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    kw["qkv_bias"] = True  # Qwen2 always has q, k, v biases (and none on o_proj)
+    return kw, 0, _window_note(r)
+
+
+def _check_all_layers_moe(r: _Reader) -> None:
+    if r.get("mlp_only_layers", []) or r.integer("decoder_sparse_step", default=1) != 1:
+        raise ConfigError(
+            f"{r.where}: mlp_only_layers / decoder_sparse_step: every layer must be MoE "
+            f"(a mix of dense and MoE layers is not representable), got "
+            f"mlp_only_layers={r.get('mlp_only_layers', [])}, "
+            f"decoder_sparse_step={r.get('decoder_sparse_step', 1)}"
+        )
+
+
+def _import_qwen2_moe(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    _check_all_layers_moe(r)
+    kw["n_experts"] = r.integer("num_experts")
+    kw["top_k"] = r.integer("num_experts_per_tok")
+    kw["d_ff_expert"] = r.integer("moe_intermediate_size")
+    kw["shared_expert_d_ff"] = r.integer("shared_expert_intermediate_size", default=0, minimum=0)
+    kw["shared_expert_gate"] = True  # Qwen2-MoE always builds the sigmoid gate (d_model -> 1)
+    kw["qkv_bias"] = r.flag("qkv_bias", True)
+    return kw, 0, _window_note(r)
+
+
+def _import_qwen3(r: _Reader) -> _Import:
+    kw = _llama_core(r, head_dim_default=128)  # Qwen3Config's head_dim default
+    kw["qk_norm"] = True
+    unmodelled, notes = 0, []
+    if r.flag("attention_bias", False):
+        kw["qkv_bias"] = True
+        unmodelled += kw["n_layers"] * kw["d_model"]
+        notes.append("attention_bias: the output-projection bias is not modelled")
+    return kw, unmodelled, notes + _window_note(r)
+
+
+def _import_qwen3_moe(r: _Reader) -> _Import:
+    kw, unmodelled, notes = _import_qwen3(r)
+    if "head_dim" not in r.cfg:
+        kw["head_dim"] = kw["d_model"] // kw["n_heads"]  # Qwen3-MoE has no head_dim default
+    _check_all_layers_moe(r)
+    kw["n_experts"] = r.integer("num_experts")
+    kw["top_k"] = r.integer("num_experts_per_tok")
+    kw["d_ff_expert"] = r.integer("moe_intermediate_size")
+    return kw, unmodelled, notes
+
+
+def _import_gemma(r: _Reader) -> _Import:
+    kw = _llama_core(r, head_dim_default=256)  # GemmaConfig's head_dim default
+    return kw, 0, []  # GeGLU is gated like SwiGLU: gate, up, down
+
+
+def _import_gemma2(r: _Reader) -> _Import:
+    kw = _llama_core(r, head_dim_default=256)
+    kw["norms_per_layer"] = 4  # pre- and post-norms around attention and around the FFN
+    notes = ["attention and final logits are soft-capped (no parameters)"]
+    window = r.get("sliding_window")
+    if window:
+        notes.append(
+            f"every other layer attends to a sliding_window={window}: attention and KV cache "
+            "are counted over the full context"
+        )
+    return kw, 0, notes
+
+
+def _import_phi3(r: _Reader) -> _Import:
+    kw = _llama_core(r)  # fused qkv_proj and gate_up_proj hold the same weights as Llama's
+    return kw, 0, _window_note(r)
+
+
+def _import_aquila(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    return kw, 0, ["custom code (trust_remote_code): a Llama layout"]
+
+
+def _import_internlm(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    notes = ["custom code (trust_remote_code): a Llama layout"]
+    unmodelled = 0
+    if r.flag("bias", True):  # InternLMConfig's default: biases on q, k, v and o
+        kw["qkv_bias"] = True
+        unmodelled = kw["n_layers"] * kw["d_model"]
+        notes.append("bias: the output-projection bias is not modelled")
+    return kw, unmodelled, notes
+
+
+def _import_qwen(r: _Reader) -> _Import:
+    """Qwen-1 (QWenLMHeadModel): fused c_attn with bias, w1/w2 of intermediate_size / 2 each."""
+    d = r.integer("hidden_size")
+    h = r.integer("num_attention_heads")
+    kw = {
+        "d_model": d,
+        "n_layers": r.integer("num_hidden_layers"),
+        "n_heads": h,
+        "head_dim": r.integer("kv_channels", default=d // h),
+        "d_ff": r.integer("intermediate_size") // 2,
+        "vocab_size": r.integer("vocab_size"),
+        "qkv_bias": True,
+    }
+    unmodelled, notes = 0, ["custom code (trust_remote_code)"]
+    if not r.flag("no_bias", True):
+        unmodelled = kw["n_layers"] * (d + 2 * kw["d_ff"] + d)
+        notes.append("no_bias=false: output and MLP biases are not modelled")
+    return kw, unmodelled, notes
+
+
+def _import_falcon(r: _Reader) -> _Import:
+    d = r.integer("hidden_size", "n_embed")
+    h = r.integer("num_attention_heads", "n_head")
+    new_arch = r.flag("new_decoder_architecture", False)
+    parallel = r.flag("parallel_attn", True)
+    if new_arch:
+        kv = r.integer("num_kv_heads", "n_head_kv", default=h)
+    else:
+        kv = 1 if r.flag("multi_query", True) else h
+    if not parallel:
+        n_norms = 2
+    else:
+        n_norms = r.integer("num_ln_in_parallel_attn", default=2 if new_arch else 1)
+    ff = r.integer("ffn_hidden_size", default=4 * d)
+    L = r.integer("num_hidden_layers", "n_layer")
+    kw = {
+        "d_model": d,
+        "n_layers": L,
+        "n_heads": h,
+        "n_kv_heads": kv,
+        "d_ff": ff,
+        "vocab_size": r.integer("vocab_size"),
+        "gated_mlp": False,
+        "norm": "layernorm",
+        "norms_per_layer": n_norms,
+    }
+    notes = ["parallel attention and MLP blocks"] if parallel else []
+    if r.flag("alibi", False):
+        notes.append("ALiBi position biases instead of RoPE")
+    unmodelled = 0
+    if r.flag("bias", False):
+        kw["qkv_bias"] = True
+        unmodelled = L * (d + ff + d)
+        notes.append("bias: output-projection and MLP biases are not modelled")
+    return kw, unmodelled, notes
+
+
+def _import_starcoder2(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    kw.update(gated_mlp=False, norm="layernorm")
+    unmodelled, notes = 0, []
+    if r.flag("use_bias", True):
+        kw["qkv_bias"] = True
+        unmodelled = kw["n_layers"] * (kw["d_model"] + kw["d_ff"] + kw["d_model"])
+        notes.append("use_bias: output-projection and MLP biases are not modelled")
+    return kw, unmodelled, notes + _window_note(r)
+
+
+def _import_bloom(r: _Reader) -> _Import:
+    d = r.integer("hidden_size", "n_embed")
+    L = r.integer("n_layer", "num_hidden_layers")
+    kw = {
+        "d_model": d,
+        "n_layers": L,
+        "n_heads": r.integer("n_head", "num_attention_heads"),
+        "d_ff": 4 * d,
+        "vocab_size": r.integer("vocab_size"),
+        "gated_mlp": False,
+        "norm": "layernorm",
+        "qkv_bias": True,
+    }
+    # Per layer: output-projection bias d, fc1 bias 4d, fc2 bias d; plus the embedding LayerNorm.
+    unmodelled = L * (d + 4 * d + d) + 2 * d
+    notes = [
+        "output-projection and MLP biases and the embedding LayerNorm are not modelled",
+        "ALiBi position biases instead of RoPE",
+    ]
+    return kw, unmodelled, notes
+
+
+def _import_opt(r: _Reader) -> _Import:
+    d = r.integer("hidden_size")
+    if r.integer("word_embed_proj_dim", default=d) != d:
+        raise ConfigError(
+            f"{r.where}: word_embed_proj_dim: must equal hidden_size={d} "
+            f"(projected embeddings are not representable), got {r.get('word_embed_proj_dim')}"
+        )
+    if not r.flag("do_layer_norm_before", True):
+        raise ConfigError(
+            f"{r.where}: do_layer_norm_before: must be true (post-norm OPT-350m is not "
+            "representable), got false"
+        )
+    L, ff = r.integer("num_hidden_layers"), r.integer("ffn_dim")
+    bias = r.flag("enable_bias", True)
+    kw = {
+        "d_model": d,
+        "n_layers": L,
+        "n_heads": r.integer("num_attention_heads"),
+        "d_ff": ff,
+        "vocab_size": r.integer("vocab_size"),
+        "gated_mlp": False,
+        "norm": "layernorm",
+        "qkv_bias": bias,
+    }
+    positions = (r.integer("max_position_embeddings") + 2) * d  # OPT offsets positions by 2
+    unmodelled = positions + (L * (d + ff + d) if bias else 0)
+    notes = ["learned position embeddings instead of RoPE"]
+    if bias:
+        notes.append("output-projection and MLP biases are not modelled")
+    return kw, unmodelled, notes
+
+
+def _import_gptj(r: _Reader) -> _Import:
+    d = r.integer("n_embd", "hidden_size")
+    L = r.integer("n_layer", "num_hidden_layers")
+    ff = r.integer("n_inner", default=4 * d)
+    V = r.integer("vocab_size")
+    kw = {
+        "d_model": d,
+        "n_layers": L,
+        "n_heads": r.integer("n_head", "num_attention_heads"),
+        "d_ff": ff,
+        "vocab_size": V,
+        "gated_mlp": False,
+        "norm": "layernorm",
+        "norms_per_layer": 1,
+    }
+    notes = [
+        "parallel attention and MLP blocks",
+        "MLP biases and the LM-head bias are not modelled",
+        f"rotary embedding on {r.integer('rotary_dim', default=d)} of each head's dimensions",
+    ]
+    return kw, L * (ff + d) + V, notes
+
+
+def _import_phi(r: _Reader) -> _Import:
+    kw = _llama_core(r)
+    kw.update(gated_mlp=False, norm="layernorm", norms_per_layer=1, qkv_bias=True)
+    if r.flag("qk_layernorm", False):
+        kw["qk_norm"] = True
+    L, d, ff = kw["n_layers"], kw["d_model"], kw["d_ff"]
+    notes = [
+        "parallel attention and MLP blocks",
+        "output-projection, MLP and LM-head biases are not modelled",
+    ]
+    return kw, L * (d + ff + d) + kw["vocab_size"], notes
+
+
+def _import_phi3small(r: _Reader) -> _Import:
+    d = r.integer("hidden_size")
+    L, ff = r.integer("num_hidden_layers"), r.integer("ff_intermediate_size")
+    kw = {
+        "d_model": d,
+        "n_layers": L,
+        "n_heads": r.integer("num_attention_heads"),
+        "n_kv_heads": r.integer("num_key_value_heads"),
+        "d_ff": ff,
+        "vocab_size": r.integer("vocab_size"),
+        "gated_mlp": True,  # GeGeLU: up_proj yields 2 x ff (gate and linear halves)
+        "norm": "layernorm",
+        "qkv_bias": True,
+    }
+    notes = [
+        "custom code (trust_remote_code)",
+        "output-projection and MLP biases are not modelled",
+        "block-sparse attention every other layer is counted as dense",
+    ]
+    return kw, L * (d + 2 * ff + d), notes
+
+
+_IMPORTERS = {
+    "llama": _import_llama,
+    "mistral": _import_mistral,
+    "mixtral": _import_mixtral,
+    "qwen2": _import_qwen2,
+    "qwen2_moe": _import_qwen2_moe,
+    "qwen3": _import_qwen3,
+    "qwen3_moe": _import_qwen3_moe,
+    "gemma": _import_gemma,
+    "gemma2": _import_gemma2,
+    "phi3": _import_phi3,
+    "aquila": _import_aquila,
+    "internlm": _import_internlm,
+    "qwen": _import_qwen,
+    "falcon": _import_falcon,
+    "starcoder2": _import_starcoder2,
+    "bloom": _import_bloom,
+    "opt": _import_opt,
+    "gptj": _import_gptj,
+    "phi": _import_phi,
+    "phi3small": _import_phi3small,
+}
+
+
+# ---------------------------------------------------------------------- export
+def hf_model_type_for(arch: Architecture) -> str:
+    """The model_type `to_hf_config` writes for an architecture (ConfigError when none fits).
+
+    Dense: llama, or qwen2 with q/k/v biases, or qwen3 with q/k norms. MoE: mixtral, or
+    qwen2_moe with a gated shared expert (or q/k/v biases), or qwen3_moe with q/k norms.
+    """
+    a = arch.resolved().to_dict()
+    _require_scalar(a)
+
+    def refuse(field: str, rule: str) -> ConfigError:
+        return ConfigError(f"{field}: {rule} to export a Hugging Face config, got {a[field]!r}")
+
+    if not a["gated_mlp"]:
+        raise refuse("gated_mlp", "must be true (every exported model type has a SwiGLU FFN)")
+    if a["norm"] != "rmsnorm":
+        raise refuse("norm", "must be 'rmsnorm'")
+    if a["norms_per_layer"] != 2:
+        raise refuse("norms_per_layer", "must be 2 (pre-attention and pre-FFN)")
+    if a["qk_norm"] and a["qkv_bias"]:
+        raise refuse("qkv_bias", "must be false with qk_norm (Qwen3 biases o_proj as well)")
+    moe = a["n_experts"] > 1
+    shared = a["shared_expert_d_ff"] > 0 or a["shared_expert_gate"]
+    if not moe:
+        if shared:
+            raise refuse("shared_expert_d_ff", "must be 0 for a dense model")
+        return "qwen3" if a["qk_norm"] else "qwen2" if a["qkv_bias"] else "llama"
+    if shared or a["qkv_bias"]:
+        if a["qk_norm"]:
+            raise refuse("qk_norm", "must be false with a shared expert (Qwen2-MoE)")
+        if not a["shared_expert_gate"]:
+            raise refuse(
+                "shared_expert_gate",
+                "must be true (Qwen2-MoE, the only exported type with a shared expert, gates it)",
+            )
+        return "qwen2_moe"
+    return "qwen3_moe" if a["qk_norm"] else "mixtral"
+
+
+def to_hf_config(arch: Architecture) -> dict[str, Any]:
+    """A config.json dict for `arch` that transformers loads with the same parameter count.
+
+    Carried: every field except kv_dtype, and weight_dtype only as a torch dtype (fp8/int8/int4
+    weights export as bfloat16). For Mixtral, whose layers are all MoE, d_ff is not carried:
+    importing sets it to d_ff_expert.
+    """
+    errors = check_architecture(arch.to_dict())
+    if errors:
+        raise ConfigError(f"cannot export an invalid architecture: {errors[0]}")
+    model_type = hf_model_type_for(arch)
+    a = arch.resolved().to_dict()
+    dtype = a["weight_dtype"] if a["weight_dtype"] in _TORCH_DTYPES else "bfloat16"
+    cfg: dict[str, Any] = {
+        "architectures": [_CAUSAL_LM_CLASS[model_type]],
+        "model_type": model_type,
+        "hidden_size": a["d_model"],
+        "num_hidden_layers": a["n_layers"],
+        "num_attention_heads": a["n_heads"],
+        "num_key_value_heads": a["n_kv_heads"],
+        "head_dim": a["head_dim"],
+        "intermediate_size": a["d_ff"],
+        "vocab_size": a["vocab_size"],
+        "tie_word_embeddings": bool(a["tied_embeddings"]),
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "torch_dtype": dtype,
+    }
+    if model_type == "mixtral":
+        cfg["intermediate_size"] = a["d_ff_expert"]
+        cfg["num_local_experts"] = a["n_experts"]
+        cfg["num_experts_per_tok"] = a["top_k"]
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        cfg["num_experts"] = a["n_experts"]
+        cfg["num_experts_per_tok"] = a["top_k"]
+        cfg["moe_intermediate_size"] = a["d_ff_expert"]
+        cfg["decoder_sparse_step"] = 1
+        cfg["mlp_only_layers"] = []
+        if model_type == "qwen2_moe":
+            cfg["shared_expert_intermediate_size"] = a["shared_expert_d_ff"]
+            cfg["qkv_bias"] = bool(a["qkv_bias"])
+    if model_type in ("qwen3", "qwen3_moe"):
+        cfg["attention_bias"] = False
+    return cfg
+
+
+def _require_scalar(a: Mapping[str, Any]) -> None:
+    for k, v in a.items():
+        if hasattr(v, "shape") and getattr(v, "ndim", 0) > 0:
+            raise ConfigError(f"{k}: must be a single value to export, got an array")

@@ -1,0 +1,739 @@
+"""YAML search spaces -> a typed `SearchSpace`: parameters, constraints, objectives, study settings.
+
+Schema (documented in docs/search_spaces.md):
+
+    name: dense-8b
+    hardware: h100_sxm                 # or {values: [h100_sxm, h200_sxm]}
+    workload: {batch_size: 16, prompt_tokens: 1024, output_tokens: 256, tensor_parallel: 1}
+    space:                             # Architecture fields, fixed or searched
+      d_model: {values: [3072, 4096]}
+      n_layers: {low: 24, high: 48, step: 4}
+      moe: {n_experts: {values: [1, 8]}, top_k: {values: [1, 2]}}
+      training_tokens: 1.5e+13         # training token budget (loss objective / constraint)
+    constraints:                       # static (before prediction) and predicted (after)
+      active_params: {min: 7.0e9, max: 9.0e9}
+      fits_memory: true
+      tpot: {max: 0.05}                # seconds; also ttft, latency, energy_per_output_token...
+    objectives:                        # exactly these, in this order (default: the first two)
+      latency: {metric: request}       # request | ttft | tpot
+      energy: {source: hymell}         # hymell | tokens2wh
+      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe
+      throughput: {metric: per_gpu}    # maximised
+    study: {sampler: tpe, trials: 2000, seed: 0}
+
+Every user mistake raises ConfigError as `file:line: key.path: rule, got value`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dse.errors import ConfigError
+from dse.spec import columns as C
+from dse.spec.arch import DTYPE_BYTES, NORMS
+from dse.spec.fields import FIELDS
+from dse.spec.fields import check as check_field
+from dse.spec.hardware import gpu_names
+from dse.spec.workload import ENGINES
+from dse.yamlio import NAME_RULE, KeyPath, Located, load_located, safe_name
+
+TOP_KEYS = (
+    "name",
+    "description",
+    "hardware",
+    "workload",
+    "space",
+    "constraints",
+    "objectives",
+    "study",
+)
+BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm")
+STR_FIELDS: dict[str, tuple[str, ...]] = {
+    "norm": NORMS,
+    "weight_dtype": tuple(DTYPE_BYTES),
+    "kv_dtype": tuple(DTYPE_BYTES),
+    "engine": ENGINES,
+}
+ARCH_KEYS = tuple(k for k in C.ARCH_FIELDS)
+MOE_KEYS = ("n_experts", "top_k", "d_ff_expert", "shared_expert_d_ff", "shared_expert_gate")
+WORKLOAD_KEYS = C.WORKLOAD_FIELDS
+# Fields of a configuration that are neither Architecture nor Workload fields: they travel in
+# the configuration columns (and the trials table) beside `dse.spec.columns.CONFIG_FIELDS`.
+EXTRA_FIELDS = ("training_tokens",)
+SIZE_CONSTRAINTS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
+# Constraints on what the predictor (or a scaling law) says, evaluated after prediction, with
+# their units: request latency, TTFT and TPOT in s; HYMELL energy per request and per output
+# token in J; output tokens per second per GPU; tokens per second per user (1 / TPOT); loss in
+# nats per token (the law's).
+PREDICTED_CONSTRAINTS = (
+    "latency",
+    "ttft",
+    "tpot",
+    "energy",
+    "energy_per_output_token",
+    "throughput",
+    "user_speed",
+    "loss",
+)
+CONSTRAINT_KEYS = (*SIZE_CONSTRAINTS, "fits_memory", *PREDICTED_CONSTRAINTS)
+LATENCY_METRICS = ("request", "ttft", "tpot")
+ENERGY_SOURCES = ("hymell", "tokens2wh")
+ENERGY_METRICS = ("request", "per_output_token")
+ENERGY_PRESETS = ("corrected", "paper")
+SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
+# Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
+# Besiroglu et al. 2024, and the joint MoE law of Ludziejewski et al. 2025.
+LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe")
+THROUGHPUT_METRICS = ("per_gpu",)
+USER_SPEED_METRICS = ("tokens_per_s",)
+DIRECTIONS = ("minimize", "maximize")
+# Objective kind -> (its keys, the key naming its metric, that key's choices, default metric,
+# natural direction). A kind whose metric key is None takes no choice.
+OBJECTIVE_KINDS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | None, str]] = {
+    "latency": (("metric", "direction"), "metric", LATENCY_METRICS, "request", "minimize"),
+    "energy": (
+        ("source", "metric", "direction", "preset"),
+        "source",
+        ENERGY_SOURCES,
+        "hymell",
+        "minimize",
+    ),
+    "size": (("metric", "direction"), "metric", SIZE_METRICS, "active_params", "minimize"),
+    "loss": (("source", "direction"), "source", LOSS_LAWS, None, "minimize"),
+    "throughput": (("metric", "direction"), "metric", THROUGHPUT_METRICS, "per_gpu", "maximize"),
+    "user_speed": (
+        ("metric", "direction"),
+        "metric",
+        USER_SPEED_METRICS,
+        "tokens_per_s",
+        "maximize",
+    ),
+}
+# Why a kind's direction is fixed (a size may be maximised: "the largest model that fits").
+_BETTER = {
+    "latency": "lower latency is better",
+    "energy": "lower energy is better",
+    "loss": "lower loss is better",
+    "throughput": "more tokens per second per GPU is better",
+    "user_speed": "more tokens per second per user is better",
+}
+SAMPLERS = ("auto", "exact", "screened", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive")
+# Ranges wider than this many values are treated as too large to enumerate per parameter.
+MAX_RANGE_VALUES = 1_000_000
+
+
+@dataclass(frozen=True)
+class Param:
+    """One configuration column: fixed (one value) or searched (a finite set of values)."""
+
+    name: str  # column name (Architecture / Workload field, or "gpu")
+    path: KeyPath  # where it was declared in the YAML
+    values: tuple[Any, ...]  # every allowed value, in declaration order
+    kind: str  # "fixed" | "categorical" | "int"
+    low: int | None = None
+    high: int | None = None
+    step: int | None = None
+    log: bool = False
+
+    @property
+    def searched(self) -> bool:
+        return len(self.values) > 1
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One objective: what it measures (kind and metric or source) and which way is better."""
+
+    kind: str  # latency | energy | size | loss | throughput | user_speed
+    metric: str  # latency/energy/size/throughput/user_speed metric; "loss" for a loss
+    source: str | None = None  # energy: hymell | tokens2wh; loss: the scaling law
+    direction: str = "minimize"
+    preset: str = "corrected"  # energy from tokens2wh: corrected (ours) | paper (as published)
+
+    @property
+    def name(self) -> str:
+        """The objective's column name (`obj.<name>` in the trials table)."""
+        if self.kind == "latency":
+            return f"latency_{self.metric}"
+        if self.kind == "energy":
+            return f"energy_{self.source}_{self.metric}"
+        if self.kind == "loss":
+            return f"loss_{self.source}"
+        if self.kind == "throughput":
+            return f"throughput_{self.metric}"
+        if self.kind == "user_speed":
+            return "user_tokens_per_s"
+        return self.metric  # size: active_params, total_params, ...
+
+
+DEFAULT_OBJECTIVES = (Objective("latency", "request"), Objective("energy", "request", "hymell"))
+
+
+@dataclass(frozen=True)
+class Objectives:
+    """The study's objectives in order (the YAML's), each with its direction."""
+
+    items: tuple[Objective, ...] = DEFAULT_OBJECTIVES
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.items)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """ "minimize" / "maximize" per objective, as Optuna's `create_study(directions=)`."""
+        return tuple(o.direction for o in self.items)
+
+    def of(self, kind: str) -> Objective | None:
+        """The objective of this kind, if any (a mapping holds at most one per kind)."""
+        return next((o for o in self.items if o.kind == kind), None)
+
+    # Shorthands for the kinds other modules ask about.
+    @property
+    def energy_source(self) -> str | None:
+        o = self.of("energy")
+        return o.source if o else None
+
+    @property
+    def energy_preset(self) -> str:
+        o = self.of("energy")
+        return o.preset if o else "corrected"
+
+    @property
+    def loss_law(self) -> str | None:
+        o = self.of("loss")
+        return o.source if o else None
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    sampler: str = "auto"
+    trials: int = 2000
+    seed: int = 0
+    batch_size: int = 64  # trials asked, evaluated in one predictor call, and told back together
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    source: str
+    params: tuple[Param, ...]
+    constraints: dict[str, Any] = field(default_factory=dict)
+    objectives: Objectives = field(default_factory=Objectives)
+    study: StudySettings = field(default_factory=StudySettings)
+    description: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)  # the YAML as read, for the study record
+
+    @property
+    def searched(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.searched)
+
+    @property
+    def fixed(self) -> dict[str, Any]:
+        return {p.name: p.values[0] for p in self.params if not p.searched}
+
+    @property
+    def extra_fields(self) -> tuple[str, ...]:
+        """Non-architecture, non-workload columns this space declares (training_tokens)."""
+        names = {p.name for p in self.params}
+        return tuple(k for k in EXTRA_FIELDS if k in names)
+
+    @property
+    def config_fields(self) -> tuple[str, ...]:
+        """Every configuration column of this space's batches and trials tables."""
+        return (*C.CONFIG_FIELDS, *self.extra_fields)
+
+    @property
+    def static_constraints(self) -> dict[str, Any]:
+        """Constraints decided before prediction (sizes, memory): what `dse check` counts."""
+        return {k: v for k, v in self.constraints.items() if k not in PREDICTED_CONSTRAINTS}
+
+    @property
+    def predicted_constraints(self) -> dict[str, Any]:
+        """Constraints on predicted metrics (latency, energy, throughput, loss): checked per
+        configuration during the sweep, after prediction."""
+        return {k: v for k, v in self.constraints.items() if k in PREDICTED_CONSTRAINTS}
+
+    @property
+    def loss_laws(self) -> tuple[str, ...]:
+        """Every scaling law a loss objective or constraint needs, objective's first."""
+        laws = [self.objectives.loss_law, (self.constraints.get("loss") or {}).get("source")]
+        return tuple(dict.fromkeys(law for law in laws if law))
+
+    def complete(self, cols: dict[str, Any]) -> dict[str, np.ndarray]:
+        """`dse.spec.columns.as_columns` of a batch, keeping this space's extra fields
+        (training_tokens, an integer count of tokens) that it would drop."""
+        out, n = C.as_columns(cols)
+        for k in self.extra_fields:
+            v = np.asarray(cols[k])
+            out[k] = (np.full(n, v.item()) if v.ndim == 0 else v).astype(np.int64)
+        return out
+
+    def size(self) -> int:
+        """Number of distinct configurations (product of each parameter's value count)."""
+        return int(np.prod([len(p.values) for p in self.params], dtype=object))
+
+    def enumerate(self, limit: int = 20_000_000) -> dict[str, np.ndarray]:
+        """Every configuration as complete columns (cartesian product), row-major in declaration order."""
+        n = self.size()
+        if n > limit:
+            raise ConfigError(
+                f"{self.source}: space has {n:,} configurations, more than {limit:,} to enumerate"
+            )
+        searched = self.searched
+        cols: dict[str, Any] = dict(self.fixed)
+        if searched:
+            idx = np.indices([len(p.values) for p in searched]).reshape(len(searched), -1)
+            for p, ix in zip(searched, idx, strict=True):
+                cols[p.name] = np.asarray(
+                    p.values, dtype=object if isinstance(p.values[0], str) else None
+                )[ix]
+        return self.complete(
+            {k: (np.full(n, v) if np.ndim(v) == 0 else v) for k, v in cols.items()}
+        )
+
+    def columns_from(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """Complete columns for a list of sampled searched-parameter dicts."""
+        n = len(rows)
+        cols: dict[str, Any] = {k: np.full(n, v) for k, v in self.fixed.items()}
+        for p in self.searched:
+            cols[p.name] = np.asarray([r[p.name] for r in rows])
+        return self.complete(cols)
+
+    def examples(self, k: int = 3, seed: int = 0) -> list[dict[str, Any]]:
+        """k configurations drawn uniformly (for `dse check`)."""
+        rng = np.random.default_rng(seed)
+        return [
+            {
+                **self.fixed,
+                **{p.name: p.values[int(rng.integers(len(p.values)))] for p in self.searched},
+            }
+            for _ in range(k)
+        ]
+
+
+# ---------------------------------------------------------------------- loading
+def bundled_spaces() -> list[str]:
+    """Names of the example spaces shipped with the package (search_spaces/*.yaml)."""
+    from dse.resources import shipped
+
+    return sorted(
+        e.name[:-5] for e in shipped("search_spaces").iterdir() if e.name.endswith(".yaml")
+    )
+
+
+def resolve_space_path(path: str | Path) -> Path:
+    """A path as given, or the bundled example of that name (`dense_8b`) when no such file exists."""
+    p = Path(path)
+    if p.exists():
+        return p
+    from dse.resources import shipped
+
+    stem = p.name[:-5] if p.name.endswith(".yaml") else p.name
+    if stem in bundled_spaces():
+        return Path(str(shipped("search_spaces") / f"{stem}.yaml"))
+    return p
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read and validate a search-space YAML file (or a bundled example by name)."""
+    doc = load_located(resolve_space_path(path))
+    return parse_space(doc)
+
+
+def parse_space(doc: Located) -> SearchSpace:
+    data = doc.data
+    _no_unknown(doc, (), data, TOP_KEYS)
+    for required in ("space",):
+        if required not in data:
+            raise doc.error((required,), "is required (the architecture fields to search)")
+    name = data.get("name") or doc.path.stem
+    if not isinstance(name, str):
+        raise doc.error(("name",), f"must be a string, got {name!r}")
+    if "name" in data and not safe_name(name):
+        raise doc.error(("name",), f"{NAME_RULE}, got {name!r}")
+    params: list[Param] = []
+
+    # hardware
+    hw = data.get("hardware", "h100_sxm")
+    params.append(_param(doc, ("hardware",), "gpu", hw, str_choices=tuple(gpu_names())))
+
+    # workload
+    wl = data.get("workload") or {}
+    _mapping(doc, ("workload",), wl)
+    _no_unknown(doc, ("workload",), wl, WORKLOAD_KEYS)
+    for key in WORKLOAD_KEYS:
+        if key in wl:
+            params.append(
+                _param(doc, ("workload", key), key, wl[key], str_choices=STR_FIELDS.get(key))
+            )
+
+    # architecture
+    sp = data["space"]
+    _mapping(doc, ("space",), sp)
+    _no_unknown(doc, ("space",), sp, (*ARCH_KEYS, "moe", *EXTRA_FIELDS))
+    for key in REQUIRED_ARCH:
+        if key not in sp:
+            raise doc.error(("space", key), "is required")
+    for key, spec in sp.items():
+        if key == "moe":
+            _mapping(doc, ("space", "moe"), spec)
+            _no_unknown(doc, ("space", "moe"), spec, MOE_KEYS)
+            for mk, mspec in spec.items():
+                params.append(
+                    _param(doc, ("space", "moe", mk), mk, mspec, is_bool=mk in BOOL_FIELDS)
+                )
+            continue
+        params.append(
+            _param(
+                doc,
+                ("space", key),
+                key,
+                spec,
+                is_bool=key in BOOL_FIELDS,
+                str_choices=STR_FIELDS.get(key),
+            )
+        )
+    names = [p.name for p in params]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise doc.error(("space",), f"field {sorted(dup)[0]!r} is declared twice")
+
+    objectives = _objectives(doc, data.get("objectives") or {})
+    constraints = _constraints(doc, data.get("constraints") or {}, objectives)
+    study = _study(doc, data.get("study") or {})
+    if "training_tokens" not in names:
+        for keys, needed in (
+            (("objectives", "loss"), objectives.loss_law is not None),
+            (("constraints", "loss"), "loss" in constraints),
+        ):
+            if needed:
+                raise doc.error(
+                    keys, "needs space.training_tokens (the training token budget), got none"
+                )
+    space = SearchSpace(
+        name=name,
+        source=str(doc.path),
+        params=tuple(params),
+        constraints=constraints,
+        objectives=objectives,
+        study=study,
+        description=str(data.get("description", "")),
+        raw=data,
+    )
+    _check_combinations(doc, space)
+    return space
+
+
+REQUIRED_ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
+
+
+def _mapping(doc: Located, keys: KeyPath, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise doc.error(keys, f"must be a mapping, got {type(value).__name__} {value!r}")
+
+
+def _no_unknown(
+    doc: Located, keys: KeyPath, data: dict[str, Any], allowed: tuple[str, ...]
+) -> None:
+    for k in data:
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise doc.error((*keys, str(k)), f"unknown key{hint}; valid keys: {', '.join(allowed)}")
+
+
+def _number(doc: Located, keys: KeyPath, v: Any, *, integer: bool) -> Any:
+    """Accept ints, floats and numeric strings ('7.0e9', which YAML 1.1 leaves as a string)."""
+    if isinstance(v, bool):
+        raise doc.error(keys, f"must be a number, got {v!r}")
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise doc.error(keys, f"must be a number, got {v!r}") from None
+    if not isinstance(v, int | float):
+        raise doc.error(keys, f"must be a number, got {type(v).__name__} {v!r}")
+    if integer:
+        if float(v) != int(v):
+            raise doc.error(keys, f"must be an integer, got {v!r}")
+        return int(v)
+    return float(v)
+
+
+def _param(
+    doc: Located,
+    keys: KeyPath,
+    name: str,
+    spec: Any,
+    *,
+    is_bool: bool = False,
+    str_choices: tuple[str, ...] | None = None,
+) -> Param:
+    def value(v: Any, at: KeyPath) -> Any:
+        if is_bool:
+            if not isinstance(v, bool):
+                raise doc.error(at, f"must be true or false, got {v!r}")
+            return v
+        if str_choices is not None:
+            if not isinstance(v, str) or v not in str_choices:
+                close = difflib.get_close_matches(str(v), str_choices, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise doc.error(at, f"must be one of {', '.join(str_choices)}{hint}, got {v!r}")
+            return v
+        if name in FIELDS:  # the limits every entry point shares (dse.spec.fields)
+            return check_field(name, v, lambda _i, msg: doc.error(at, msg))
+        out = _number(doc, at, v, integer=True)
+        if out < 0 or (out == 0 and name not in ("shared_expert_d_ff",)):
+            raise doc.error(at, f"must be a positive integer, got {v!r}")
+        return out
+
+    if isinstance(spec, dict):
+        allowed = (
+            ("values",) if (is_bool or str_choices) else ("values", "low", "high", "step", "log")
+        )
+        _no_unknown(doc, keys, spec, allowed)
+        if "values" in spec:
+            if len(spec) > 1:
+                raise doc.error(keys, "give either `values` or `low`/`high`[/`step`], not both")
+            vals = spec["values"]
+            if not isinstance(vals, list) or not vals:
+                raise doc.error((*keys, "values"), f"must be a non-empty list, got {vals!r}")
+            out = tuple(value(v, (*keys, "values", str(i))) for i, v in enumerate(vals))
+            if len(set(out)) != len(out):
+                raise doc.error((*keys, "values"), f"must not repeat a value, got {vals!r}")
+            return Param(name, keys, out, "categorical" if len(out) > 1 else "fixed")
+        if "low" not in spec or "high" not in spec:
+            raise doc.error(keys, "a range needs both `low` and `high` (or give `values`)")
+        low = value(spec["low"], (*keys, "low"))
+        high = value(spec["high"], (*keys, "high"))
+        step = _number(doc, (*keys, "step"), spec.get("step", 1), integer=True)
+        log = spec.get("log", False)
+        if not isinstance(log, bool):
+            raise doc.error((*keys, "log"), f"must be true or false, got {log!r}")
+        if low > high:
+            raise doc.error(keys, f"`low <= high` must hold, but got (low={low}, high={high})")
+        if step < 1:
+            raise doc.error((*keys, "step"), f"must be an integer >= 1, got {step}")
+        if log and step != 1:
+            raise doc.error(keys, "`log: true` cannot be combined with `step`")
+        if (high - low) % step:
+            raise doc.error(
+                keys,
+                f"`high - low` must be a multiple of step={step}, but got (low={low}, high={high})",
+            )
+        count = (high - low) // step + 1
+        if count > MAX_RANGE_VALUES:
+            raise doc.error(
+                keys, f"range has {count:,} values, more than {MAX_RANGE_VALUES:,}; add a `step`"
+            )
+        vals = tuple(range(low, high + 1, step))
+        return Param(name, keys, vals, "int" if len(vals) > 1 else "fixed", low, high, step, log)
+    if isinstance(spec, list):
+        raise doc.error(keys, f"a list of values must be written as {{values: {spec!r}}}")
+    return Param(name, keys, (value(spec, keys),), "fixed")
+
+
+def _choice(doc: Located, keys: KeyPath, v: Any, choices: tuple[str, ...]) -> str:
+    """`v` when it is one of `choices`, else the one-form error with a did-you-mean."""
+    if v not in choices:
+        close = difflib.get_close_matches(str(v), choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise doc.error(keys, f"must be one of {', '.join(choices)}{hint}, got {v!r}")
+    return str(v)
+
+
+def _constraints(doc: Located, data: Any, objectives: Objectives) -> dict[str, Any]:
+    _mapping(doc, ("constraints",), data)
+    _no_unknown(doc, ("constraints",), data, CONSTRAINT_KEYS)
+    out: dict[str, Any] = {}
+    for key, spec in data.items():
+        keys = ("constraints", key)
+        if key == "fits_memory":
+            if not isinstance(spec, bool):
+                raise doc.error(keys, f"must be true or false, got {spec!r}")
+            out[key] = spec
+            continue
+        _mapping(doc, keys, spec)
+        _no_unknown(doc, keys, spec, ("min", "max", "source") if key == "loss" else ("min", "max"))
+        if not (set(spec) & {"min", "max"}):
+            raise doc.error(keys, "needs `min`, `max` or both")
+        lo = _number(doc, (*keys, "min"), spec["min"], integer=False) if "min" in spec else None
+        hi = _number(doc, (*keys, "max"), spec["max"], integer=False) if "max" in spec else None
+        for bound, v in (("min", lo), ("max", hi)):
+            if v is not None and v <= 0:
+                raise doc.error((*keys, bound), f"must be > 0, got {v}")
+        if lo is not None and hi is not None and lo > hi:
+            raise doc.error(keys, f"`min <= max` must hold, but got (min={lo:g}, max={hi:g})")
+        out[key] = {"min": lo, "max": hi}
+        if key == "loss":
+            # The law: the constraint's own, else the loss objective's.
+            law = spec.get("source", objectives.loss_law)
+            if law is None:
+                raise doc.error(
+                    (*keys, "source"),
+                    f"is required when no loss objective names the law ({', '.join(LOSS_LAWS)})"
+                    ", got none",
+                )
+            out[key]["source"] = _choice(doc, (*keys, "source"), law, LOSS_LAWS)
+    return out
+
+
+def _objectives(doc: Located, data: Any) -> Objectives:
+    """The objectives exactly as listed, in their order; none listed: latency and energy of
+    the whole request. Each kind appears at most once (the keys of a mapping)."""
+    _mapping(doc, ("objectives",), data)
+    _no_unknown(doc, ("objectives",), data, tuple(OBJECTIVE_KINDS))
+    if not data:
+        return Objectives()
+    items: list[Objective] = []
+    for kind, spec in data.items():
+        keys: KeyPath = ("objectives", kind)
+        spec = {} if spec is None else spec  # `user_speed:` with nothing after it
+        _mapping(doc, keys, spec)
+        allowed, choice_key, choices, default, natural = OBJECTIVE_KINDS[kind]
+        _no_unknown(doc, keys, spec, allowed)
+        if choice_key not in spec and default is None:
+            raise doc.error(
+                (*keys, choice_key), f"is required (one of {', '.join(choices)}), got none"
+            )
+        chosen = _choice(doc, (*keys, choice_key), spec.get(choice_key, default), choices)
+        direction = _choice(doc, (*keys, "direction"), spec.get("direction", natural), DIRECTIONS)
+        if kind != "size" and direction != natural:
+            raise doc.error(
+                (*keys, "direction"), f"must be {natural} ({_BETTER[kind]}), got {direction!r}"
+            )
+        if kind == "energy":
+            metric = _choice(doc, (*keys, "metric"), spec.get("metric", "request"), ENERGY_METRICS)
+            preset = _choice(
+                doc, (*keys, "preset"), spec.get("preset", "corrected"), ENERGY_PRESETS
+            )
+            items.append(Objective(kind, metric, chosen, direction, preset))
+        elif kind == "loss":
+            items.append(Objective(kind, "loss", chosen, direction))
+        else:
+            items.append(Objective(kind, chosen, None, direction))
+    if len(items) < 2:
+        raise doc.error(
+            ("objectives",),
+            "a front needs at least two objectives (e.g. loss and energy), "
+            f"got {[o.name for o in items]}",
+        )
+    return Objectives(tuple(items))
+
+
+def _study(doc: Located, data: Any) -> StudySettings:
+    _mapping(doc, ("study",), data)
+    _no_unknown(doc, ("study",), data, ("sampler", "trials", "seed", "batch_size"))
+    sampler = data.get("sampler", "auto")
+    if sampler not in SAMPLERS:
+        close = difflib.get_close_matches(str(sampler), SAMPLERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise doc.error(
+            ("study", "sampler"), f"must be one of {', '.join(SAMPLERS)}{hint}, got {sampler!r}"
+        )
+    trials = _number(doc, ("study", "trials"), data.get("trials", 2000), integer=True)
+    if trials < 1:
+        raise doc.error(("study", "trials"), f"must be an integer >= 1, got {trials}")
+    seed = _number(doc, ("study", "seed"), data.get("seed", 0), integer=True)
+    batch = _number(doc, ("study", "batch_size"), data.get("batch_size", 64), integer=True)
+    if batch < 1:
+        raise doc.error(("study", "batch_size"), f"must be an integer >= 1, got {batch}")
+    return StudySettings(sampler=sampler, trials=trials, seed=seed, batch_size=batch)
+
+
+def _check_combinations(doc: Located, space: SearchSpace) -> None:
+    """Combinations that no configuration could satisfy, named with the values at fault."""
+    by = {p.name: p for p in space.params}
+
+    def vals(name: str, default: tuple[Any, ...]) -> tuple[Any, ...]:
+        return by[name].values if name in by else default
+
+    heads, kvs = vals("n_heads", ()), vals("n_kv_heads", ())
+    if kvs and not any(h % k == 0 for h, k in itertools.product(heads, kvs)):
+        raise doc.error(
+            by["n_kv_heads"].path, f"no value divides any n_heads {list(heads)}, got {list(kvs)}"
+        )
+    if "head_dim" not in by and not any(
+        d % h == 0 for d, h in itertools.product(vals("d_model", ()), heads)
+    ):
+        raise doc.error(
+            by["n_heads"].path,
+            f"no value divides any d_model {list(vals('d_model', ()))}, got {list(heads)}",
+        )
+    if "head_dim" not in by:
+        # A derived head_dim (d_model / n_heads) must be even and >= 8 (RoPE rotates pairs),
+        # like an explicit one: name the pairs instead of "no configuration is valid".
+        dims = sorted(
+            {d // h for d, h in itertools.product(vals("d_model", ()), heads) if d % h == 0}
+        )
+        if dims and not any(hd % 2 == 0 and hd >= 8 for hd in dims):
+            raise doc.error(
+                by["n_heads"].path,
+                "d_model / n_heads (the head_dim) must be an even integer >= 8 (RoPE rotates "
+                f"pairs) for some pair, got head_dim {dims} from d_model "
+                f"{list(vals('d_model', ()))} and n_heads {list(heads)}",
+            )
+    ks, es = vals("top_k", (1,)), vals("n_experts", (1,))
+    if not any(k <= e for k, e in itertools.product(ks, es)):
+        raise doc.error(
+            by["top_k"].path, f"must be <= n_experts {list(es)} for some value, got {list(ks)}"
+        )
+    tps = vals("tensor_parallel", (1,))
+    if not any(h % t == 0 for h, t in itertools.product(heads, tps)):
+        raise doc.error(
+            by["tensor_parallel"].path,
+            f"no value divides any n_heads {list(heads)}, got {list(tps)}",
+        )
+
+
+# ---------------------------------------------------------------------- counting
+@dataclass(frozen=True)
+class SpaceCount:
+    total: int
+    valid: int | None  # None when too large to enumerate
+    feasible: int | None
+    violations: dict[str, int]  # constraint name -> how many configurations break it
+
+
+def count_feasible(space: SearchSpace, limit: int = 5_000_000, chunk: int = 500_000) -> SpaceCount:
+    """Count valid and feasible configurations by vectorised enumeration (None if too large)."""
+    total = space.size()
+    if total > limit:
+        return SpaceCount(total, None, None, {})
+    cols = space.enumerate(limit)
+    valid = feasible = 0
+    violations: dict[str, int] = {}
+    for start in range(0, total, chunk):
+        part = {k: v[start : start + chunk] for k, v in cols.items()}
+        n = len(part["d_model"])
+        d = C.derived(part, n)
+        # Only what is known before prediction: predicted limits are checked during the sweep.
+        cv = C.constraint_values(d, space.static_constraints)
+        ok_valid = cv["valid"] <= 0
+        valid += int(ok_valid.sum())
+        feasible += int(C.feasible(cv).sum())
+        for name, v in cv.items():
+            if name != "valid":
+                violations[name] = violations.get(name, 0) + int(((v > 0) & ok_valid).sum())
+    return SpaceCount(total, valid, feasible, violations)
+
+
+def require_feasible(space: SearchSpace, count: SpaceCount) -> None:
+    """A space where no configuration satisfies the constraints is a user error."""
+    if count.feasible == 0:
+        if count.valid == 0:
+            raise ConfigError(f"{space.source}: space: no configuration is a valid architecture")
+        worst = (
+            max(count.violations.items(), key=lambda kv: kv[1]) if count.violations else ("?", 0)
+        )
+        raise ConfigError(
+            f"{space.source}: constraints: no configuration satisfies them; "
+            f"{worst[0]} alone rules out {worst[1]:,} of {count.valid:,} valid configurations"
+        )

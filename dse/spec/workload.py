@@ -1,0 +1,35 @@
+"""The inference workload: a static batch of requests, prefill then decode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from dse.spec.choices import ENGINES  # noqa: F401  (re-exported: the serving engines)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A static batch: `batch_size` requests of `prompt_tokens` in, `output_tokens` out.
+
+    `tensor_parallel` GPUs share every layer (Megatron-style sharding); `engine` selects the
+    serving framework whose overheads the end-to-end level learned (vLLM by default, the most
+    common in the measurements).
+    """
+
+    batch_size: int = 1
+    prompt_tokens: int = 1024
+    output_tokens: int = 256
+    tensor_parallel: int = 1
+    engine: str = "vllm"
+
+    def validate(self, where: str = "workload") -> Workload:
+        """Raise ConfigError with the rule and the value when the workload is impossible.
+
+        The rules are the field table's (`dse.spec.fields`): `<where>.<field>: <rule>, got <value>`.
+        """
+        from dse.spec.fields import check
+
+        values = {}
+        for f in fields(self):
+            values[f.name] = check(f.name, getattr(self, f.name), f"{where}.{f.name}")
+        return replace(self, **values)
