@@ -1,17 +1,19 @@
-"""What every fitted model shares: the range an input was fitted on and how a miss of it is
-reported (`RangeMiss`), state helpers (`fitted_range`, `range_to_state`, ...), input checks and
-the percentage errors a fit scores itself with.
+"""What every fitted model shares: the `Model` base (inert constructor, fit -> self, learned
+state ending in `_`, to_state / from_state), the range an input was fitted on and how a miss of
+it is reported (`RangeMiss`), state helpers (`fitted_range`, `range_to_state`, ...), input
+checks and the percentage errors a fit scores itself with.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from dse.errors import ArtifactError, DataError
+from dse.errors import ArtifactError, ConfigError, DataError
 
 
 def ape_pct(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -175,3 +177,88 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
         if miss.outside.any():
             out[key] = miss
     return out
+
+
+# ---------------------------------------------------------------------------- the model base
+class Model:
+    """A fitted model (issue 23). The constructor stores its arguments and nothing else (no I/O,
+    no checks); `fit(...)` learns and returns self, with a signature of its own per model (not
+    on the base); learned state ends in `_`; `to_state()` / `from_state()` round-trip it
+    through plain arrays exactly; `fitted_range()` is the box of every input it was fitted on.
+
+    `_parameter_constraints` maps a constructor parameter to what it may be: a tuple of the
+    allowed values, or a type (or tuple of types) the value must be an instance of wrapped in
+    `InstanceOf`. `_validate_params()` (called by `fit`) checks them with a ConfigError."""
+
+    kind: ClassVar[str]  # the manifest's kind: the key of dse.models.MODEL_CLASSES
+    _parameter_constraints: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        """The constructor's parameter names, from its signature."""
+        sig = inspect.signature(cls.__init__)
+        skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind not in skip]
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor arguments, as stored (`type(self)(**get_params())` is an unfitted
+        copy)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def _validate_params(self) -> None:
+        """Raise ConfigError on a constructor argument outside its `_parameter_constraints`."""
+        for name, allowed in self._parameter_constraints.items():
+            value = getattr(self, name)
+            if isinstance(allowed, InstanceOf):
+                ok, what = isinstance(value, allowed.types), allowed.describe()
+            else:
+                ok, what = value in tuple(allowed), "one of " + ", ".join(map(repr, allowed))
+            if not ok:
+                raise ConfigError(
+                    f"The {name!r} parameter of {type(self).__name__} must be {what}; "
+                    f"got {value!r}."
+                )
+
+    @property
+    def is_fitted(self) -> bool:
+        """True once `fit` or `from_state` has set learned state (an attribute ending in `_`)."""
+        return any(k.endswith("_") and not k.startswith("__") for k in vars(self))
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise ArtifactError(
+                f"{type(self).__name__} is not fitted: call fit(...) or load it from an artifact"
+            )
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """Vectorised, itemised outputs (at least `latency_s`)."""
+        raise NotImplementedError(f"{type(self).__name__}.predict")
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        """The learned state as plain arrays (what an artifact's weights.npz stores)."""
+        raise NotImplementedError(f"{type(self).__name__}.to_state")
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        """The model `to_state` wrote: `cls(**params)`, then its learned state set."""
+        raise NotImplementedError(f"{cls.__name__}.from_state")
+
+    def fitted_range(self) -> dict[str, tuple[float, float]]:
+        """(min, max) of every input the model was fitted on (its `range_`)."""
+        self._check_fitted()
+        return dict(self.range_)
+
+    def range_misses(self, **inputs: Any) -> dict[str, RangeMiss]:
+        """`range_misses` of the inputs against this model's fitted range."""
+        return range_misses(self.fitted_range(), inputs)
+
+
+@dataclass(frozen=True)
+class InstanceOf:
+    """A `_parameter_constraints` entry: the value must be an instance of `types`."""
+
+    types: type | tuple[type, ...]
+
+    def describe(self) -> str:
+        types = self.types if isinstance(self.types, tuple) else (self.types,)
+        return "an instance of " + " or ".join(t.__name__ for t in types)

@@ -307,3 +307,38 @@ def fit_mlp(
         y_scale=y_scale,
         activation=activation,
     )
+
+
+def merge_ensemble(mlps: tuple[MLP, ...]) -> MLP | None:
+    """The mean of one-hidden-layer MLPs that share their scalers, as one wider MLP (exact:
+    the output layer is linear), so the ensemble costs one forward pass. None if not mergeable."""
+    if not mlps:
+        return None
+    m0 = mlps[0]
+    ok = all(
+        len(m.coefs) == 2
+        and m.activation == m0.activation
+        and np.array_equal(m.x_mean, m0.x_mean)
+        and np.array_equal(m.x_scale, m0.x_scale)
+        and (m.y_mean, m.y_scale) == (m0.y_mean, m0.y_scale)
+        for m in mlps
+    )
+    merged = None
+    if ok:
+        k = len(mlps)
+        merged = MLP(
+            coefs=(
+                np.concatenate([m.coefs[0] for m in mlps], axis=1),
+                np.concatenate([m.coefs[1] for m in mlps], axis=0) / k,
+            ),
+            intercepts=(
+                np.concatenate([m.intercepts[0] for m in mlps]),
+                np.mean([m.intercepts[1] for m in mlps], axis=0),
+            ),
+            x_mean=m0.x_mean,
+            x_scale=m0.x_scale,
+            y_mean=m0.y_mean,
+            y_scale=m0.y_scale,
+            activation=m0.activation,
+        )
+    return merged

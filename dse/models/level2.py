@@ -66,8 +66,8 @@ class Level2Block:
         self.seed = seed
 
     def fit_arrays(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
-        from dse.models._nn import fit_mlp
-        from dse.models.level3 import RESIDUAL_MLP, merge_ensemble
+        from dse.models._nn import fit_mlp, merge_ensemble
+        from dse.models.level3 import RESIDUAL_MLP
 
         mlps = [
             fit_mlp(

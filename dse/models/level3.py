@@ -37,7 +37,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.models._base import RangeMiss, range_miss
-from dse.models._nn import MLP, fit_mlp
+from dse.models._nn import MLP, fit_mlp, merge_ensemble
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
 TERMS: tuple[str, ...] = (
@@ -563,41 +563,6 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
         "pre_overhead_s": o_step * f,
         "dec_overhead_s": g.value("steps") * o_step * f,
     }
-
-
-def merge_ensemble(mlps: tuple[MLP, ...]) -> MLP | None:
-    """The mean of one-hidden-layer MLPs that share their scalers, as one wider MLP (exact:
-    the output layer is linear), so the ensemble costs one forward pass. None if not mergeable."""
-    if not mlps:
-        return None
-    m0 = mlps[0]
-    ok = all(
-        len(m.coefs) == 2
-        and m.activation == m0.activation
-        and np.array_equal(m.x_mean, m0.x_mean)
-        and np.array_equal(m.x_scale, m0.x_scale)
-        and (m.y_mean, m.y_scale) == (m0.y_mean, m0.y_scale)
-        for m in mlps
-    )
-    merged = None
-    if ok:
-        k = len(mlps)
-        merged = MLP(
-            coefs=(
-                np.concatenate([m.coefs[0] for m in mlps], axis=1),
-                np.concatenate([m.coefs[1] for m in mlps], axis=0) / k,
-            ),
-            intercepts=(
-                np.concatenate([m.intercepts[0] for m in mlps]),
-                np.mean([m.intercepts[1] for m in mlps], axis=0),
-            ),
-            x_mean=m0.x_mean,
-            x_scale=m0.x_scale,
-            y_mean=m0.y_mean,
-            y_scale=m0.y_scale,
-            activation=m0.activation,
-        )
-    return merged
 
 
 def _factor(th: np.ndarray, term: str, roof_s: np.ndarray, model_s: np.ndarray) -> np.ndarray:
