@@ -191,10 +191,10 @@ def latency_cv(
     # held out with its model (lomo) or its shape (loso) like the latency of the same row.
     ttft = ttft_of_runs(kept, ttft_rows)
     models = kept["model"].to_numpy()
-    by_model = Level3(seed=0).fit_arrays(g, y, models, ttft)
-    structured = Level3(seed=0, use_mlp=False).fit_arrays(g, y, models, ttft)
+    by_model = Level3(seed=0).fit(g, y, models, ttft)
+    structured = Level3(seed=0, use_mlp=False).fit(g, y, models, ttft)
     shape = (kept["batch_size"].astype(str) + "x" + kept["input_tokens"].astype(str)).to_numpy()
-    by_shape = Level3(seed=0).fit_arrays(g, y, shape, ttft)
+    by_shape = Level3(seed=0).fit(g, y, shape, ttft)
     kept = kept.copy()
     kept["l12_s"] = g.t_pre_s + g.t_dec_s
     kept["l12_ttft_s"] = g.t_pre_s
@@ -246,7 +246,7 @@ def energy_cv(
     for m in kept["model"].unique():
         # Level 3 refitted without this model: its latency and its power inputs are held out.
         train = (e2e_rows["model"] != m).to_numpy()
-        lvl3 = Level3(seed=0).fit_arrays(
+        lvl3 = Level3(seed=0).fit(
             e2e_g.take(np.nonzero(train)[0]),
             e2e_rows["latency_s"].to_numpy(float)[train],
             e2e_rows["model"].to_numpy()[train],
@@ -260,7 +260,7 @@ def energy_cv(
     measured = kept["power_w"].to_numpy(float)
     groups, scheme = power_groups(kept)
     identical = identical_batch(kept)
-    pw = Power3().fit_arrays(
+    pw = Power3().fit(
         dynamic_fraction(p_model, gpus),
         g.value("batch"),
         dynamic_fraction(measured, gpus),
@@ -284,7 +284,7 @@ def _energy_with_protocol(x: pd.DataFrame, c: float | None) -> np.ndarray:
     fitted on the GPU's own rows in each held-out fold, as shipped)."""
     gpus = x["gpu"].to_numpy()
     groups, _ = power_groups(x)
-    pw = Power3().fit_arrays(
+    pw = Power3().fit(
         dynamic_fraction(x["power_model_w"].to_numpy(float), gpus),
         x["batch_size"].to_numpy(float),
         dynamic_fraction(x["power_w"].to_numpy(float), gpus),

@@ -105,8 +105,8 @@ def test_measured_ttft_moves_the_prefill_factor_and_is_scored_held_out() -> None
     # Measured TTFT twice the kernel prefill, total latency as the kernels say: only the TTFT
     # rows can tell Level 3 that prefill is slow and decode correspondingly fast.
     ttft = np.where(g.value("batch") == 16, 2.0 * g.t_pre_s, np.nan)
-    plain = Level3(use_mlp=False).fit_arrays(g, latency, groups_a)
-    with_t = Level3(use_mlp=False, ttft_weight=3.0).fit_arrays(g, latency, groups_a, ttft)
+    plain = Level3(use_mlp=False).fit(g, latency, groups_a)
+    with_t = Level3(use_mlp=False, ttft_weight=3.0).fit(g, latency, groups_a, ttft)
     p0, p1 = plain.correct(g)["ttft_s"], with_t.correct(g)["ttft_s"]
     has = np.isfinite(ttft)
     assert np.mean(np.abs(p1[has] / ttft[has] - 1)) < np.mean(np.abs(p0[has] / ttft[has] - 1))
@@ -198,7 +198,7 @@ def test_the_residual_mlp_leaves_kv_overflow_rows_to_the_structured_stage() -> N
     )
     # A residual that depends on the batch, which the structured stage cannot express.
     y = (t_pre + t_dec) * np.exp(0.2 * np.log(g.batch) / np.log(64.0))
-    m = Level3(n_ensemble=2).fit_arrays(g, y, np.array(["a", "b"] * (n // 2)))
+    m = Level3(n_ensemble=2).fit(g, y, np.array(["a", "b"] * (n // 2)))
     out = m.correct(g)
     theta = m.engines_["vllm"].theta
     ttft_s, dec_s = _structured(theta, g)
@@ -213,12 +213,12 @@ def test_an_unphysical_power_calibration_falls_back_to_the_power_model() -> None
     u = np.array([0.30, 0.35, 0.40, 0.45, 0.50, 0.55])
     batch = np.array([1.0, 16.0, 64.0, 1.0, 16.0, 64.0])
     falling = 0.9 - u  # measured power falls as the modelled power rises: not a calibration
-    pw = Power3().fit_arrays(u, batch, falling, batch)
+    pw = Power3().fit(u, batch, falling, batch)
     np.testing.assert_array_equal(pw.coef_, IDENTITY)
     assert not pw.calibrated_
     np.testing.assert_allclose(pw.held_out_, u)
     rising = 0.1 + 0.8 * u
-    pw = Power3().fit_arrays(u, batch, rising, batch)
+    pw = Power3().fit(u, batch, rising, batch)
     assert pw.calibrated_ and pw.coef_[1] > 0
     np.testing.assert_allclose(pw.held_out_, rising, atol=1e-2)
 
@@ -243,7 +243,7 @@ def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> No
     # No pair measured both ways: no term. Independent drawing less: clipped at 0.
     assert fit_protocol(y - u, batch, identical, np.arange(len(u))) == 0.0
     assert fit_protocol(u - y, batch, identical, keys) == 0.0
-    pw = Power3().fit_arrays(u, batch, y, model, identical=identical, pair_keys=keys)
+    pw = Power3().fit(u, batch, y, model, identical=identical, pair_keys=keys)
     assert np.isclose(pw.protocol_, 0.2)
     np.testing.assert_allclose(pw.coef_, IDENTITY, atol=0.1)  # ridge-shrunk identity
     # Held out by model: each model's term from the other model's pairs (both show c = 0.2).
@@ -256,7 +256,7 @@ def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> No
     assert ind[0] == ide[0] and np.all(np.diff(ind - ide) > 0)
     np.testing.assert_allclose(pw.as_identical(ind, b, gpu), ide)
     # A c given from elsewhere (another GPU's rows) is used as it is.
-    fixed = Power3().fit_arrays(u, batch, y, model, identical, keys, protocol=0.05)
+    fixed = Power3().fit(u, batch, y, model, identical, keys, protocol=0.05)
     assert fixed.protocol_ == 0.05
 
 
@@ -265,7 +265,7 @@ def test_power_state_without_the_protocol_term_loads_as_before() -> None:
     from dse.spec.hardware import get_gpu
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
-    pw = Power3().fit_arrays(u, batch, y, model, identical=identical, pair_keys=keys)
+    pw = Power3().fit(u, batch, y, model, identical=identical, pair_keys=keys)
     state = pw.to_state()
     again = Power3.from_state(state)
     assert again.protocol_ == pw.protocol_

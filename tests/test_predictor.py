@@ -221,7 +221,7 @@ def _synthetic(use_mlp: bool, noise: float = 0.0):  # type: ignore[no-untyped-de
     x_t, x_d = design(g)
     y = (x_t + x_d) @ TRUE_THETA
     y = y * (1 + noise * np.sin(np.arange(n)))
-    model = Level3(n_ensemble=2, use_mlp=use_mlp, prior_weight=0.0).fit_arrays(g, y, groups)
+    model = Level3(n_ensemble=2, use_mlp=use_mlp, prior_weight=0.0).fit(g, y, groups)
     return model, g, y
 
 
@@ -231,7 +231,7 @@ def tiny_artifact() -> Artifact:
     rng = np.random.default_rng(0)
     u = rng.uniform(0.1, 0.7, 30)
     batch = rng.choice([1.0, 16.0, 64.0], 30)
-    power = Power3().fit_arrays(u, batch, 0.05 + 0.9 * u, rng.integers(0, 3, 30))
+    power = Power3().fit(u, batch, 0.05 + 0.9 * u, rng.integers(0, 3, 30))
     power.band_log_ = np.array([-0.05, 0.05])
     fitted = [FittedModel("level3.e2e", model), FittedModel("level3.power", power)]
     return Artifact.from_fitted("h100_sxm", fitted)

@@ -38,7 +38,7 @@ def fit_level2(
                 te = groups == m
                 if te.all():
                     continue
-                mdl = Level2Block(block, seed=seed).fit_arrays(X[~te], r[~te])
+                mdl = Level2Block(block, seed=seed).fit(X[~te], r[~te])
                 held[te] = mdl.log_factor(X[te])
             ok = np.isfinite(held)
             y, l1 = rows["measured_s"].to_numpy(), rows["l1_s"].to_numpy()
@@ -57,7 +57,7 @@ def fit_level2(
             }
             if mape_l1 is None or mape_l2 is None or mape_l2 > mape_l1 - min_gain_pct:
                 continue
-            model = Level2Block(block, seed=seed).fit_arrays(X, r)
+            model = Level2Block(block, seed=seed).fit(X, r)
             out.append(
                 FittedModel(f"level2.{block}", model, cv=cv, info={"rows_from_gpus": list(sources)})
             )

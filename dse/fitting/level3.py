@@ -4,7 +4,7 @@ Level 3 of artifact X is fitted on the argonne end-to-end rows of `lenders("leve
 (X itself, or the chip it shares compute with when X has no end-to-end measurements), each row
 priced by X's Level-1/2 models moved to the row's GPU by the roofline ratio
 (`dse.predict.pricing.transfer_factor`). vLLM and TensorRT-LLM are separate engines.
-Errors are held-out: leave-one-model-out inside `Level3.fit_arrays`.
+Errors are held-out: leave-one-model-out inside `Level3.fit`.
 
     fitted = fit_levels("h100_sxm", "/path/to/data", artifact=level1_artifact)
     art = Artifact.from_fitted("h100_sxm", level1_fitted + fitted, data_root=...)
@@ -57,7 +57,7 @@ def fit_level3(
         raise DataError(f"no argonne end-to-end rows usable for {gpu} (looked for {sources})")
     g, _ = price_rows(cfg, artifact, gpu)
     ttft = ttft_of_runs(kept, ttft_rows)
-    model = Level3(seed=seed, **level3_kw).fit_arrays(
+    model = Level3(seed=seed, **level3_kw).fit(
         g, kept["latency_s"].to_numpy(float), kept["model"].to_numpy(), ttft
     )
     info = {
@@ -307,7 +307,7 @@ def fit_power3(
     p_model = model_power_w(level3.correct(g), extra, gpus)
     measured = kept["power_w"].to_numpy(float)
     groups, scheme = power_groups(kept)
-    pw = Power3().fit_arrays(
+    pw = Power3().fit(
         dynamic_fraction(p_model, gpus),
         g.value("batch"),
         dynamic_fraction(measured, gpus),

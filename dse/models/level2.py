@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import RangeMiss, range_miss
+from dse.models._base import Model, RangeMiss, range_miss
 from dse.models._nn import MLP
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def block_features(l1_call_s: np.ndarray, ops: Mapping[str, Op], block: str) -> 
     return np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in cols], axis=1)
 
 
-class Level2Block:
+class Level2Block(Model):
     """Residual MLP ensemble of one block: log(measured block time / sum of Level-1 op times),
     clipped to +-L2_CLIP."""
 
@@ -65,7 +65,9 @@ class Level2Block:
         self.n_ensemble = n_ensemble
         self.seed = seed
 
-    def fit_arrays(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
+    def fit(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
+        """Fit the ensemble on block features `X` (`block_features`) and the measured log ratio
+        of each block time to its Level-1 sum."""
         from dse.models._nn import fit_mlp, merge_ensemble
         from dse.models.level3 import RESIDUAL_MLP
 
@@ -86,9 +88,6 @@ class Level2Block:
             for i, name in enumerate(LEVEL2_FEATURES)
         }
         return self
-
-    def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
-        raise NotImplementedError("Level2Block is fitted with fit_arrays (see hymell_fit)")
 
     def log_factor(self, X: np.ndarray) -> np.ndarray:
         return np.clip(self.mlp_.predict(X), -L2_CLIP, L2_CLIP)
@@ -153,6 +152,3 @@ class Level2Block:
             for k, (lo, hi) in zip(LEVEL2_FEATURES, state["range"], strict=True)
         }
         return self
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)

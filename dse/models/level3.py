@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import RangeMiss, range_miss
+from dse.models._base import Model, RangeMiss, range_miss
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
@@ -277,7 +277,7 @@ class EngineFit:
         self.merged = merge_ensemble(self.mlps)
 
 
-class Level3:
+class Level3(Model):
     """End-to-end correction for every engine fitted on one GPU's measurements."""
 
     kind: ClassVar[str] = "level3_e2e"  # the manifest's kind; dse.models.MODEL_CLASSES
@@ -301,7 +301,7 @@ class Level3:
         self.ttft_weight = ttft_weight
 
     # ---- fitting --------------------------------------------------------------------------
-    def fit_arrays(
+    def fit(
         self,
         g: GlobalInputs,
         latency_s: np.ndarray,
@@ -388,9 +388,6 @@ class Level3:
                     )
                 )
         return EngineFit(theta, tuple(mlps), np.zeros(2), float("nan"))
-
-    def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
-        raise NotImplementedError("Level3 is fitted with fit_arrays (see dse.fitting.level3)")
 
     # ---- prediction -----------------------------------------------------------------------
     def correct(self, g: GlobalInputs) -> dict[str, np.ndarray]:
@@ -507,9 +504,6 @@ class Level3:
                 float(st[f"{e}.cv_mape_pct"]),
             )
         return self
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
 
 
 def _range(v: np.ndarray) -> tuple[float, float]:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
+from dse.models._base import Model
 from dse.spec.hardware import GPU, get_gpu
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def _phi(u: np.ndarray, batch: np.ndarray) -> np.ndarray:
     return np.stack([np.ones_like(u), u, _batch_x(batch)], axis=-1)
 
 
-class Power3:
+class Power3(Model):
     """Calibrated average power of a whole request (one GPU)."""
 
     kind: ClassVar[str] = "level3_power"  # the manifest's kind; dse.models.MODEL_CLASSES
@@ -91,7 +92,7 @@ class Power3:
     def __init__(self, ridge: float = RIDGE) -> None:
         self.ridge = ridge
 
-    def fit_arrays(
+    def fit(
         self,
         u: np.ndarray,
         batch: np.ndarray,
@@ -136,9 +137,6 @@ class Power3:
         c = fit_protocol(y - u, batch, identical, keys) if protocol is None else protocol
         y_neutral = y - c * protocol_x(batch) * ~identical
         return c, _physical(_ridge(_phi(u, batch), y_neutral, self.ridge))
-
-    def fit(self, df: Any) -> Self:  # protocol: fitting happens through fit_arrays
-        raise NotImplementedError("Power3 is fitted with fit_arrays (see fit_power3)")
 
     def power_w(
         self,
@@ -220,9 +218,6 @@ class Power3:
             for k, (a, b) in zip(state["range_names"], state["range"], strict=True)
         }
         return self
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
 
 
 def _physical(k: np.ndarray) -> np.ndarray:
