@@ -35,6 +35,15 @@ def load_artifact(gpu: str) -> tuple[Artifact | None, str]:
     return None, ""
 
 
+def resolve_artifact(gpu: str, artifact: Artifact | str | None) -> tuple[Artifact | None, str]:
+    """The artifact a prediction for `gpu` uses and the GPU it was fitted for: any string
+    ("auto") finds the frozen one (`load_artifact`), an Artifact is used as given, None is the
+    roofline (fitted for `gpu` itself)."""
+    if isinstance(artifact, str):
+        return load_artifact(gpu)
+    return artifact, artifact.gpu if artifact is not None else gpu
+
+
 @cache
 def _sibling_at(folder: str, stamp: int) -> Artifact | None:
     """The artifact in `folder` (None if absent or unreadable); `stamp` (the manifest's mtime)

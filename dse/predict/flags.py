@@ -1,19 +1,40 @@
-"""Range flags of a prediction: how far outside the fitted ranges a configuration lies
-(`_oor_degree`: `out_of_range`, `out_of_range_degree`) and the text that names each input
-outside (`_miss_text`: `out_of_range_inputs`).
+"""Range flags of a prediction: which operator inputs left their model's fitted range
+(`_range_flags`), how far outside the fitted ranges a configuration lies (`_oor_degree`:
+`out_of_range`, `out_of_range_degree`) and the text that names each input outside
+(`_miss_text`: `out_of_range_inputs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dse.models._base import RangeMiss
 
+if TYPE_CHECKING:
+    from dse.predict.pricing import PhaseCost
+
 # A part flagged without a distance (an engine Level 3 has no fit for) counts this far outside.
 FLAG_DEGREE = 1.0
+
+
+def _range_flags(
+    pre: PhaseCost, dec: PhaseCost
+) -> tuple[dict[str, RangeMiss], dict[str, np.ndarray]]:
+    """The operators' range flags of one batch: `misses`, which input left which model's fitted
+    range and how far ("<phase> <operator>: <input>"); `flags`, the operators flagged without a
+    distance (a model that only says in or out: "<phase> <operator>: outside")."""
+    misses = {f"prefill {k}": v for k, v in pre.misses.items()}
+    misses.update({f"decode {k}": v for k, v in dec.misses.items()})
+    flags = {
+        f"{phase} {k}: outside": v
+        for phase, cost in (("prefill", pre), ("decode", dec))
+        for k, v in cost.oor_by.items()
+        if not any(m.startswith(f"{k}: ") for m in cost.misses)
+    }
+    return misses, flags
 
 
 def _oor_degree(

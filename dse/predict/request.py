@@ -12,16 +12,17 @@ plotly or scikit-learn.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dse.errors import ConfigError
+from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.level3 import FACTOR_KEYS, OOR_BAND_WIDEN, GlobalInputs, group_kinds, kind_factors
-from dse.predict.artifacts import load_artifact
-from dse.predict.flags import _const_object, _miss_text, _oor_degree
+from dse.predict.artifacts import resolve_artifact
+from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import forward_ops
 from dse.predict.pricing import PhaseCost, Pricer
 from dse.spec import arch as A
@@ -210,84 +211,165 @@ def predict_columns(
     `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline.
     """
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
-    fitted_for = gpu.name
-    if isinstance(artifact, str):
-        artifact, fitted_for = load_artifact(gpu.name)
-    elif artifact is not None:
-        fitted_for = artifact.gpu
-    art_gpu = _registry_gpu(fitted_for, gpu)
-    base = base_costs(cols, n, gpu, artifact, art_gpu)
-    pre, dec, steps = base.prefill, base.decode, base.steps
-    has_decode = steps > 0
-    tp = cols["tensor_parallel"].astype(float)
-    out_tokens = cols["output_tokens"].astype(float)
+    artifact, fitted_for = resolve_artifact(gpu.name, artifact)
+    base = base_costs(cols, n, gpu, artifact, _registry_gpu(fitted_for, gpu))
     g = global_inputs(cols, base)
-
     lvl3 = _model(artifact, LEVEL3_MODEL)
-    # Which input left which model's fitted range, and how far ("<phase> <operator>: <input>",
-    # "level3: <input>"); `flags`: parts flagged without a distance (an engine Level 3 was not
-    # fitted for, an operator model that only says in or out).
-    misses = {f"prefill {k}": v for k, v in pre.misses.items()}
-    misses.update({f"decode {k}": v for k, v in dec.misses.items()})
-    flags = {
-        f"{phase} {k}: outside": v
-        for phase, cost in (("prefill", pre), ("decode", dec))
-        for k, v in cost.oor_by.items()
-        if not any(m.startswith(f"{k}: ") for m in cost.misses)
-    }
-    ones = np.ones(n)
+    misses, flags = _range_flags(base.prefill, base.decode)
+    corr = _level3_terms(lvl3, g, n, base.steps > 0)
+    misses.update(corr.misses)  # Level 3's parts come after the operators' in the text
+    flags.update(corr.flags)
+    cost = apply_level3(base, corr, gpu.idle_power_w)
+    pw = _model(artifact, POWER3_MODEL)
+    cost, power_band = _calibrated_energy(pw, g, cost, gpu, n)
+    oor, degree = _oor_degree(misses, flags, n)
+    out = _totals(cost, base.steps, cols, _bands(corr.band_lo, corr.band_hi, power_band, degree))
+    out["out_of_range"] = oor
+    out["out_of_range_inputs"] = _miss_text(misses, flags, n)
+    out["out_of_range_degree"] = degree
+    out.update(_breakdown_columns(base, cost, corr.overheads if lvl3 is not None else None))
+    out.update(_provenance(base, artifact, fitted_for, gpu, pw is not None, lvl3 is not None, n))
+    return out
+
+
+@dataclass(frozen=True)
+class Level3Correction:
+    """What Level 3 says about one batch: the kernel factors (`FACTOR_KEYS`, all 1 without a
+    Level 3), the host-side overheads per phase (decode's 0 where there is no decode step), the
+    log latency band, and the inputs outside its fitted range (`misses`, `flags`)."""
+
+    factors: Mapping[str, np.ndarray]
+    pre_overhead_s: np.ndarray
+    dec_overhead_s: np.ndarray
+    band_lo: np.ndarray
+    band_hi: np.ndarray
+    misses: dict[str, RangeMiss]
+    flags: dict[str, np.ndarray]
+
+    @property
+    def overheads(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.pre_overhead_s, self.dec_overhead_s
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """One GPU's request after Level 3 (and, once `_calibrated_energy` ran, the power
+    calibration): the scaled operator times per phase, and the phase totals."""
+
+    pre_items_s: dict[str, np.ndarray]
+    dec_items_s: dict[str, np.ndarray]
+    t_pre: np.ndarray
+    t_dec: np.ndarray
+    e_pre: np.ndarray
+    e_dec: np.ndarray
+    has_decode: np.ndarray
+    every_decode: bool  # has_decode.all(): decode_only skips the np.where on most batches
+
+    def decode_only(self, v: np.ndarray) -> np.ndarray:
+        """`v`, zero where there is no decode step."""
+        return _decode_only(v, self.has_decode, self.every_decode)
+
+
+def _level3_terms(lvl3: Any, g: GlobalInputs, n: int, has_decode: np.ndarray) -> Level3Correction:
+    """Level 3's factors, overheads and band for the batch; the roofline's (factors 1, no
+    overhead, x0.5 .. x2) without a Level 3."""
+    misses: dict[str, RangeMiss] = {}
+    flags: dict[str, np.ndarray] = {}
     if lvl3 is not None:
         c = lvl3.correct(g)
-        misses.update({f"level3: {k}": v for k, v in lvl3.range_misses(g).items()})
+        misses = {f"level3: {k}": v for k, v in lvl3.range_misses(g).items()}
         if not c["engine_known"].all():
             flags["level3: engine not fitted"] = ~c["engine_known"]
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
     else:
-        c = dict.fromkeys(FACTOR_KEYS, ones)
+        c = dict.fromkeys(FACTOR_KEYS, np.ones(n))
         pre_over = dec_over = np.zeros(n)
         band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
     dec_over = np.where(has_decode, dec_over, 0.0)
-    # Level-3 kernel factors per operator (level3.KERNEL_GROUPS): prefill one factor; decode
-    # one each for attention over the KV cache, all-reduces, and the rest.
-    pre_items_s, t_pre, e_pre = _scaled(pre, kind_factors("prefill", c))
-    dec_items_s, t_dec, e_dec = _scaled(dec, kind_factors("decode", c))
+    return Level3Correction(c, pre_over, dec_over, band_lo, band_hi, misses, flags)
 
-    def decode_only(v: np.ndarray) -> np.ndarray:  # zero where there is no decode step
-        return v if every_decode else np.where(has_decode, v, 0.0)
 
+def apply_level3(base: BaseCost, corr: Level3Correction, idle_w: float) -> RequestCost:
+    """The request's time and energy on one GPU: every operator scaled by the Level-3 factor of
+    its kind (level3.KERNEL_GROUPS: prefill one factor; decode one each for attention over the
+    KV cache, all-reduces, and the rest), plus the host-side overheads."""
+    pre_items_s, t_pre, e_pre = _scaled(base.prefill, kind_factors("prefill", corr.factors))
+    dec_items_s, t_dec, e_dec = _scaled(base.decode, kind_factors("decode", corr.factors))
+    has_decode = base.steps > 0
     every_decode = bool(has_decode.all())
-    t_dec = decode_only(t_dec)
-    e_dec = decode_only(e_dec)
-    t_pre = t_pre + pre_over
-    t_dec = t_dec + dec_over
-
+    t_dec = _decode_only(t_dec, has_decode, every_decode)
+    e_dec = _decode_only(e_dec, has_decode, every_decode)
+    pre_over, dec_over = corr.pre_overhead_s, corr.dec_overhead_s
     # Energy of one GPU: kernels at their modelled power for their (corrected) time, and the
     # engine's host-side overhead at idle power (the GPU waits for the next launch).
-    e_pre = e_pre + pre_over * gpu.idle_power_w
-    e_dec = e_dec + dec_over * gpu.idle_power_w
-    pw = _model(artifact, POWER3_MODEL)
+    return RequestCost(
+        pre_items_s,
+        dec_items_s,
+        t_pre + pre_over,
+        t_dec + dec_over,
+        e_pre + pre_over * idle_w,
+        e_dec + dec_over * idle_w,
+        has_decode,
+        every_decode,
+    )
+
+
+def _decode_only(v: np.ndarray, has_decode: np.ndarray, every_decode: bool) -> np.ndarray:
+    """`v`, zero where there is no decode step (`every_decode`: has_decode.all(), known)."""
+    return v if every_decode else np.where(has_decode, v, 0.0)
+
+
+def _calibrated_energy(
+    pw: Any, g: GlobalInputs, cost: RequestCost, gpu: GPU, n: int
+) -> tuple[RequestCost, np.ndarray]:
+    """The energies scaled by the Level-3 power calibration (1 without one) and its log band
+    (2, n): (below, above)."""
     power_scale = np.ones(n)
     power_band = np.zeros((2, n))
     if pw is not None:
-        power_scale, power_band = pw.scale(g, e_pre + e_dec, t_pre + t_dec, gpu)
-    e_pre = e_pre * power_scale
-    e_dec = e_dec * power_scale
+        power_scale, power_band = pw.scale(g, cost.e_pre + cost.e_dec, cost.t_pre + cost.t_dec, gpu)
+    return replace(cost, e_pre=cost.e_pre * power_scale, e_dec=cost.e_dec * power_scale), power_band
 
-    oor, degree = _oor_degree(misses, flags, n)
-    # The band widens with the distance outside the range: fully (OOR_BAND_WIDEN) from a
-    # factor 2 outside a bound on, proportionally to the log distance below that.
+
+@dataclass(frozen=True)
+class Bands:
+    """Multiplicative bands around the prediction: latency (`lo`, `hi`) and energy."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    e_lo: np.ndarray
+    e_hi: np.ndarray
+
+
+def _bands(
+    band_lo: np.ndarray, band_hi: np.ndarray, power_band: np.ndarray, degree: np.ndarray
+) -> Bands:
+    """The bands from Level 3's log latency band and the power calibration's, widened with the
+    distance outside the fitted ranges: fully (OOR_BAND_WIDEN) from a factor 2 outside a bound
+    on, proportionally to the log distance below that."""
     widen = 1.0 + (OOR_BAND_WIDEN - 1.0) * np.minimum(degree / np.log(2.0), 1.0)
     lo, hi = np.exp(band_lo * widen), np.exp(band_hi * widen)
-    latency = t_pre + t_dec
     # Energy band: latency and power residuals combined in quadrature (independent errors).
     e_lo = np.exp(-np.hypot(band_lo, power_band[0]) * widen)
     e_hi = np.exp(np.hypot(band_hi, power_band[1]) * widen)
+    return Bands(lo, hi, e_lo, e_hi)
+
+
+def _totals(
+    cost: RequestCost, steps: np.ndarray, cols: Mapping[str, np.ndarray], bands: Bands
+) -> dict[str, np.ndarray]:
+    """The OUTPUT_KEYS and BAND_KEYS columns of the whole tensor-parallel group."""
+    t_pre, t_dec, e_pre, e_dec = cost.t_pre, cost.t_dec, cost.e_pre, cost.e_dec
+    tp = cols["tensor_parallel"].astype(float)
+    out_tokens = cols["output_tokens"].astype(float)
+    lo, hi = bands.lo, bands.hi
+    latency = t_pre + t_dec
     energy_one_gpu = e_pre + e_dec
     # Every GPU of the tensor-parallel group runs its shard of every operator.
     energy = energy_one_gpu * tp
-    tpot = np.where(has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
-    out: dict[str, np.ndarray] = {
+    tpot = np.where(cost.has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
+    return {
         "ttft_s": t_pre,
         "tpot_s": tpot,
         "latency_s": latency,
@@ -303,28 +385,48 @@ def predict_columns(
         "tpot_hi_s": tpot * hi,
         "latency_lo_s": latency * lo,
         "latency_hi_s": latency * hi,
-        "energy_lo_j": energy * e_lo,
-        "energy_hi_j": energy * e_hi,
-        "out_of_range": oor,
-        "out_of_range_inputs": _miss_text(misses, flags, n),
-        "out_of_range_degree": degree,
+        "energy_lo_j": energy * bands.e_lo,
+        "energy_hi_j": energy * bands.e_hi,
     }
-    for phase, cost, items, over in (
-        ("prefill", pre, pre_items_s, pre_over),
-        ("decode", dec, dec_items_s, dec_over),
+
+
+def _breakdown_columns(
+    base: BaseCost, cost: RequestCost, overheads: tuple[np.ndarray, np.ndarray] | None
+) -> dict[str, np.ndarray]:
+    """`breakdown.<phase>.<op>_s` and `blocks.<phase>.<block>_s`: the scaled operator times and
+    their sums per block, with Level 3's `system_overhead` (`overheads`, None without one)."""
+    out: dict[str, np.ndarray] = {}
+    for i, (phase, phase_cost, items) in enumerate(
+        (("prefill", base.prefill, cost.pre_items_s), ("decode", base.decode, cost.dec_items_s))
     ):
+        only = (lambda v: v) if phase == "prefill" else cost.decode_only
         for k, v in items.items():
-            out[f"breakdown.{phase}.{k}_s"] = v if phase == "prefill" else decode_only(v)
-        if lvl3 is not None:
-            out[f"breakdown.{phase}.system_overhead_s"] = over
+            out[f"breakdown.{phase}.{k}_s"] = only(v)
+        if overheads is not None:
+            out[f"breakdown.{phase}.system_overhead_s"] = overheads[i]
         blocks: dict[str, np.ndarray] = {}
         for k, v in items.items():
-            b = cost.blocks.get(k, k)
+            b = phase_cost.blocks.get(k, k)
             blocks[b] = blocks[b] + v if b in blocks else v
-        if lvl3 is not None:
-            blocks["system_overhead"] = over
+        if overheads is not None:
+            blocks["system_overhead"] = overheads[i]
         for b, v in blocks.items():
-            out[f"blocks.{phase}.{b}_s"] = v if phase == "prefill" else decode_only(v)
+            out[f"blocks.{phase}.{b}_s"] = only(v)
+    return out
+
+
+def _provenance(
+    base: BaseCost,
+    artifact: Artifact | None,
+    fitted_for: str,
+    gpu: GPU,
+    calibrated: bool,
+    has_level3: bool,
+    n: int,
+) -> dict[str, np.ndarray]:
+    """Where the numbers came from, as constant string columns: source, artifact, the operators
+    the roofline priced and those priced with a sibling chip's table, the energy source."""
+    pre, dec = base.prefill, base.decode
     # Operators the roofline priced (no fitted model), among those this batch actually runs.
     fallback = sorted(
         k
@@ -344,17 +446,15 @@ def predict_columns(
     borrowed = sorted({f"{k}={s}" for k, s in lent})
     lenders = sorted({p.split("@", 1)[1] for _, s in lent for p in s.split("+") if "@" in p})
     meta = {
-        "source": "hymell" if lvl3 is not None else "roofline",
+        "source": "hymell" if has_level3 else "roofline",
         "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",
         "artifact_gpu": fitted_for if artifact is not None else "",
         "roofline_ops": ",".join(fallback),
         "borrowed_ops": ",".join(borrowed),
         "borrowed_artifacts": _lenders(artifact, lenders),
-        "energy_source": _energy_source(artifact, gpu, pw is not None),
+        "energy_source": _energy_source(artifact, gpu, calibrated),
     }
-    for k, v in meta.items():
-        out[k] = _const_object(n, v)
-    return out
+    return {k: _const_object(n, v) for k, v in meta.items()}
 
 
 def _scaled(
