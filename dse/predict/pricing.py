@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -217,6 +217,77 @@ def _reduce(
     return np.broadcast_to(x, (n,)) * (w.sum(axis=0) if wsum is None else wsum)
 
 
+class OpPrice(NamedTuple):
+    """One operator's cost per call, before its count and the node axis: seconds, watts, and
+    the model that priced it ("roofline" when none did)."""
+
+    t_call: np.ndarray
+    power: np.ndarray
+    src: str
+
+
+def _where_runs(runs: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """`t`, zero in the configurations that do not run the operator."""
+    return t if runs.all() else np.where(runs, t, 0.0)
+
+
+def _record_misses(
+    price: L1Price,
+    op: Op,
+    runs: np.ndarray,
+    misses: dict[str, RangeMiss],
+    oor_by: dict[str, np.ndarray],
+    oor: np.ndarray,
+) -> None:
+    """Add the operator's range flags to the phase's (in place), where it runs: graded misses
+    ("<op>: <input>", the worst quadrature node) when the model gives them, else its flag."""
+    if price.misses is not None:  # graded: which input, how far
+        for key, miss in price.misses.items():
+            m = miss.masked(runs).worst_node()
+            o = m.outside
+            if not o.any():
+                continue
+            label = f"{op.name}: {key}"
+            misses[label] = misses[label].worse(m) if label in misses else m
+            oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
+            oor |= o
+    elif price.out_of_range is not None:
+        o = np.asarray(price.out_of_range) & runs
+        o = o.any(axis=0) if o.ndim == 2 else o
+        if o.any():
+            oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
+            oor |= o
+
+
+def _collapse(
+    out: PhaseCost,
+    per_op: list[tuple[Op, np.ndarray, np.ndarray]],
+    weights: np.ndarray | None,
+    wsum: np.ndarray | None,
+    zero: np.ndarray,
+) -> None:
+    """Reduce each operator's seconds and joules over the node axis into `out` (in place), in
+    operator order: the items and the phase totals. `zero`: the times of operators that do not
+    run (compared by identity)."""
+    n = len(zero)
+    for op, t, p in per_op:
+        if t is zero:
+            t_r, e_r = np.zeros(n), np.zeros(n)
+        elif np.ndim(t) == 2:
+            t_r = _node_sum(weights, t)
+            e_r = _node_sum(weights, t * p)
+        else:
+            if wsum is not None:
+                t_r = t * wsum
+            else:  # t = t_call * count is a new array of its own: stored as the item
+                t_r = t if np.shape(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
+            e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n, wsum)
+        out.time_s += t_r
+        out.energy_j += e_r
+        _acc(out.items_s, op.name, t_r)
+        _acc(out.items_j, op.name, e_r)
+
+
 class Pricer:
     """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
 
@@ -254,80 +325,75 @@ class Pricer:
                 per_op.append((op, zero, zero))
                 sources.setdefault(op.name, "none")
                 continue
-            price = None
-            adapter = ADAPTERS.get(op.kind)
-            if self.artifact is not None and adapter is not None:
-                if runs.all() or runs.mean() >= SUBSET_BELOW:
-                    price = adapter(self.artifact, op, self.gpu, ctx)
-                else:  # e.g. the MoE block in a batch of mostly dense models
-                    idx = np.flatnonzero(runs)
-                    sub_ctx = {
-                        "cols": None if self.cols is None else _Rows(self.cols, idx),
-                        "phase": phase,
-                        "tokens": None if ctx["tokens"] is None else ctx["tokens"][idx],
-                    }
-                    price = adapter(self.artifact, _op_rows(op, idx, n), self.gpu, sub_ctx)
-                    price = None if price is None else _scatter(price, idx, n)
-            if price is None:
-                t_call, util = roofline_op(op, self.gpu)
-                power, src = None, "roofline"
-            else:
-                t_call, power, src = price.latency_s, price.power_w, price.model
-                if self.artifact_gpu is not self.gpu:
-                    t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
-                if price.misses is not None:  # graded: which input, how far
-                    for key, miss in price.misses.items():
-                        m = miss.masked(runs).worst_node()
-                        o = m.outside
-                        if not o.any():
-                            continue
-                        label = f"{op.name}: {key}"
-                        misses[label] = misses[label].worse(m) if label in misses else m
-                        oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
-                        oor |= o
-                elif price.out_of_range is not None:
-                    o = np.asarray(price.out_of_range) & runs
-                    o = o.any(axis=0) if o.ndim == 2 else o
-                    if o.any():
-                        oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
-                        oor |= o
-                util = None
-            if power is None:
-                if util is None:
-                    t_roof, _ = roofline_op(op, self.gpu)
-                    util = np.minimum((t_roof - LAUNCH_S) / t_call, 1.0)
-                power = self._power(op, t_call, util)
-            t = t_call * op.count if runs.all() else np.where(runs, t_call * op.count, 0.0)
-            t_r = t_call if src == "roofline" else roofline_op(op, self.gpu)[0]
-            roof[op.name] = t_r * op.count if runs.all() else np.where(runs, t_r * op.count, 0.0)
-            per_op.append((op, t, power))
+            call, price = self._price_op(op, runs, ctx, n)
+            if price is not None:
+                _record_misses(price, op, runs, misses, oor_by, oor)
+            t = _where_runs(runs, call.t_call * op.count)
+            t_r = call.t_call if call.src == "roofline" else roofline_op(op, self.gpu)[0]
+            roof[op.name] = _where_runs(runs, t_r * op.count)
+            per_op.append((op, t, call.power))
             prev = sources.get(op.name)
-            sources[op.name] = src if prev in (None, "none", src) else f"{prev}+{src}"
+            sources[op.name] = (
+                call.src if prev in (None, "none", call.src) else f"{prev}+{call.src}"
+            )
         self._apply_level2(per_op, oor, oor_by, misses)
-        out = PhaseCost(np.zeros(n), np.zeros(n), sources=sources, out_of_range=oor)
-        out.oor_by = oor_by
-        out.misses = misses
         wsum = None if weights is None else weights.sum(axis=0)
-        out.roof_s = {k: _reduce(v, weights, n, wsum) for k, v in roof.items()}
-        out.kinds = {op.name: op.kind for op in ops}
-        out.blocks = {op.name: op.block for op in ops}
-        for op, t, p in per_op:
-            if t is zero:
-                t_r, e_r = np.zeros(n), np.zeros(n)
-            elif np.ndim(t) == 2:
-                t_r = _node_sum(weights, t)
-                e_r = _node_sum(weights, t * p)
-            else:
-                if wsum is not None:
-                    t_r = t * wsum
-                else:  # t = t_call * count is a new array of its own: stored as the item
-                    t_r = t if np.shape(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
-                e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n, wsum)
-            out.time_s += t_r
-            out.energy_j += e_r
-            _acc(out.items_s, op.name, t_r)
-            _acc(out.items_j, op.name, e_r)
+        out = PhaseCost(
+            np.zeros(n),
+            np.zeros(n),
+            sources=sources,
+            out_of_range=oor,
+            kinds={op.name: op.kind for op in ops},
+            blocks={op.name: op.block for op in ops},
+            roof_s={k: _reduce(v, weights, n, wsum) for k, v in roof.items()},
+            oor_by=oor_by,
+            misses=misses,
+        )
+        _collapse(out, per_op, weights, wsum, zero)
         return out
+
+    def _price_op(
+        self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int
+    ) -> tuple[OpPrice, L1Price | None]:
+        """One operator's cost per call: its fitted model's (moved to this chip when the model
+        was fitted on a sibling), else the roofline's; and the model's price, for its flags."""
+        price = self._model_price(op, runs, ctx, n)
+        if price is None:
+            t_call, util = roofline_op(op, self.gpu)
+            return OpPrice(t_call, self._op_power(op, t_call, util), "roofline"), None
+        t_call = price.latency_s
+        if self.artifact_gpu is not self.gpu:
+            t_call = t_call * transfer_factor(op, self.gpu, self.artifact_gpu)
+        power = price.power_w
+        if power is None:
+            power = self._op_power(op, t_call, None)
+        return OpPrice(t_call, power, price.model), price
+
+    def _model_price(self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int) -> L1Price | None:
+        """The adapter's price of the operator (None: no artifact, adapter or fitted model).
+        An operator most configurations do not run is priced on the rows that run it only."""
+        adapter = ADAPTERS.get(op.kind)
+        if self.artifact is None or adapter is None:
+            return None
+        if runs.all() or runs.mean() >= SUBSET_BELOW:
+            return adapter(self.artifact, op, self.gpu, ctx)
+        # e.g. the MoE block in a batch of mostly dense models
+        idx = np.flatnonzero(runs)
+        sub_ctx = {
+            "cols": None if self.cols is None else _Rows(self.cols, idx),
+            "phase": ctx["phase"],
+            "tokens": None if ctx["tokens"] is None else ctx["tokens"][idx],
+        }
+        price = adapter(self.artifact, _op_rows(op, idx, n), self.gpu, sub_ctx)
+        return None if price is None else _scatter(price, idx, n)
+
+    def _op_power(self, op: Op, t_call: np.ndarray, util: np.ndarray | None) -> np.ndarray:
+        """Watts of one call when the model gave none; `util` None (a model's time): the
+        roofline's busy share of `t_call`."""
+        if util is None:
+            t_roof, _ = roofline_op(op, self.gpu)
+            util = np.minimum((t_roof - LAUNCH_S) / t_call, 1.0)
+        return self._power(op, t_call, util)
 
     def _power(self, op: Op, t_call: np.ndarray, util: np.ndarray) -> np.ndarray:
         """The artifact's power model at the operator's utilisations, else the stand-in."""
