@@ -32,7 +32,7 @@ def test_validate_json_structure(small_data: Path, tmp_path: Path, capsys) -> No
     rc = main(["validate", "--data", str(small_data), "--gpu", "h100_sxm", "--json", str(out)])
     assert rc == 0
     report = json.loads(out.read_text())
-    assert set(report) == {"artifacts", "results"}
+    assert set(report) == {"artifacts", "results", "implausible_rows"}
     assert set(report["artifacts"]) == {"h100_sxm"}
     assert len(report["artifacts"]["h100_sxm"]) == 12
     res = report["results"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,13 +43,22 @@ class FitContext:
     # processes for families that fit many independent tables (GEMM, attention, MoE; `--jobs`)
     jobs: int = 1
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    # per kind, the rows below their physical floor left out of `table` (`fitting.plausible`)
+    implausible: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def table(self, kind: str) -> pd.DataFrame:
-        """`dse.data.load` rows of one kind for ALL GPUs (empty frame when the data lacks it)."""
+        """`dse.data.load` rows of one kind for ALL GPUs (empty frame when the data lacks it),
+        without the rows faster than physics allows (counted, named and logged once)."""
         if kind not in self._tables:
             from dse.data import load
+            from dse.fitting import plausible
 
-            self._tables[kind] = load(self.data_root, [kind]).get(kind, pd.DataFrame())
+            rows = load(self.data_root, [kind]).get(kind, pd.DataFrame())
+            rows, report = plausible.screen(kind, rows)
+            if report["rows"]:
+                self.implausible[kind] = report
+                plausible.log_report(kind, report, self.log)
+            self._tables[kind] = rows
         return self._tables[kind]
 
     def files(self, rows: pd.DataFrame) -> tuple[str, ...]:
@@ -117,7 +127,12 @@ def fit_artifact(
         gpu,
         list(ctx.fitted.values()),
         data_root=root,
-        extra={"seed": seed, "cross_validated": cv, "families": [f.name for f in fams]},
+        extra={
+            "seed": seed,
+            "cross_validated": cv,
+            "families": [f.name for f in fams],
+            "implausible_rows": ctx.implausible,
+        },
     )
     if keep is not None:
         carried = [n for n in keep.models if n not in art.models]

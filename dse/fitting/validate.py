@@ -410,6 +410,7 @@ def validate(
     arts: dict[str, Artifact | None] = dict(artifacts or {})
     shipped = artifacts is None  # given a mapping, GPUs missing from it have no artifact
     results: list[dict[str, Any]] = []
+    implausible: dict[str, dict[str, Any]] = {}  # kind -> rows below the physical floor
     used: dict[str, str] = {}  # artifact GPU -> id, for the artifacts that scored rows
     for kind in sorted(tables):
         rows = tables[kind]
@@ -419,6 +420,7 @@ def validate(
             rows = rows[rows["gpu"].isin(wanted)]
             if rows.empty:
                 continue
+        rows = _plausible_rows(kind, rows, implausible, log)
         siblings = SIBLING_KINDS.get(kind, {}).values()
         for gpu in sorted({*rows["gpu"].unique(), *ARTIFACT_FALLBACK.values(), *siblings}):
             if gpu not in arts and not shipped:
@@ -457,7 +459,26 @@ def validate(
     return {
         "artifacts": dict(sorted(used.items())),
         "results": results,
+        "implausible_rows": implausible,
     }
+
+
+def _plausible_rows(
+    kind: str,
+    rows: pd.DataFrame,
+    implausible: dict[str, dict[str, Any]],
+    log: Callable[[str], None] | None,
+) -> pd.DataFrame:
+    """The rows of one kind not below their physical floor (`dse.fitting.plausible`); the others
+    are reported in `implausible[kind]` (counted and named) and logged, never scored."""
+    from dse.fitting import plausible
+
+    kept, report = plausible.screen(kind, rows)
+    if report["rows"]:
+        implausible[kind] = report
+        if log:
+            plausible.log_report(kind, report, log)
+    return kept
 
 
 def format_table(report: dict[str, Any]) -> str:
