@@ -175,9 +175,7 @@ def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
         # an int8 NCCL table borrows the float16 table's shape, at its own training octaves only
         # (the held-out octave is dropped from both)
         shape = groups.get(f"allreduce.{shape_implementation(key)}")
-        pred = allreduce.cv_allreduce(
-            rows, lambda key=key, shape=shape: AllReduceModel(gpu, key, shape)
-        )
+        pred = allreduce.cv_allreduce(rows, lambda key=key: AllReduceModel(gpu, key), shape)
         y = rows["latency_s"].to_numpy(float)
         octv = allreduce.size_octaves(rows)
         inner = (octv > octv.min()) & (octv < octv.max())

@@ -50,15 +50,20 @@ def size_octaves(rows: pd.DataFrame) -> np.ndarray:
     return np.floor(np.log2(rows["message_bytes"].to_numpy(float)) + 1e-9).astype(np.int64)
 
 
-def cv_allreduce(rows: pd.DataFrame, make: Callable[[], AllReduceModel]) -> np.ndarray:
-    """Leave-one-octave-out predictions (every size of an octave held out together)."""
+def cv_allreduce(
+    rows: pd.DataFrame,
+    make: Callable[[], AllReduceModel],
+    shape_rows: pd.DataFrame | None = None,
+) -> np.ndarray:
+    """Leave-one-octave-out predictions (every size of an octave held out together);
+    `shape_rows` go to every fit (`AllReduceModel.fit`)."""
     pred = np.full(len(rows), np.nan)
     octv = size_octaves(rows)
     for o in np.unique(octv):
         te = octv == o
         if te.all():
             continue
-        m = make().fit(rows[~te])
+        m = make().fit(rows[~te], shape_rows)
         pred[te] = m.predict(
             message_bytes=rows["message_bytes"].to_numpy(float)[te],
             n_gpus=rows["n_gpus"].to_numpy(float)[te],
@@ -86,10 +91,10 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
             groups.get(f"allreduce.{shape_implementation(key)}") if cls is AllReduceModel else None
         )
 
-        def make(cls: type = cls, key: str = key, shape: Any = shape) -> AllReduceModel:
-            return cls(ctx.gpu, key, shape)
+        def make(cls: type = cls, key: str = key) -> AllReduceModel:
+            return cls(ctx.gpu, key)
 
-        pred = cv_allreduce(rows, make)
+        pred = cv_allreduce(rows, make, shape)
         y = rows["latency_s"].to_numpy(float)
         octv = size_octaves(rows)
         interior = (octv > octv.min()) & (octv < octv.max())
@@ -104,7 +109,7 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
             "by_n_gpus": {int(k): _mape(pred[g == k], y[g == k]) for k in np.unique(g)},
             "baselines": {"roofline_mape_pct": _mape(roof, y)},
         }
-        model = make().fit(rows)
+        model = make().fit(rows, shape)
         info = {
             "source": str(rows["source"].iloc[0]),
             "engine": str(rows["engine"].iloc[0]),

@@ -168,7 +168,7 @@ def _fit_shaped_curve(
     return np.concatenate([[coef[0]], np.maximum(coef[2 : 2 + nk] + coef[2 + nk :], 0.0)])
 
 
-class AllReduceModel:
+class AllReduceModel(_base.Model):
     """All-reduce latency of one implementation on one GPU (see module doc).
 
     predict(message_bytes, n_gpus) -> latency_s, alpha_s, t_transfer_s (sum to latency_s),
@@ -182,20 +182,14 @@ class AllReduceModel:
         self,
         gpu: str = "h100_sxm",
         implementation: str = "nccl",
-        shape_rows: pd.DataFrame | None = None,
         smooth: float | None = None,
     ) -> None:
-        """`shape_rows`: rows of the table named by `shape_implementation(implementation)` (the
-        float16 NCCL table for an int8 one); fit then borrows their rate-curve shape, at the
-        message-size octaves and GPU counts the own rows measured only. None: fit alone.
-        `smooth`: the rate curve's smoothing weight; None chooses it from SMOOTH_CHOICES by
+        """`smooth`: the rate curve's smoothing weight; None chooses it from SMOOTH_CHOICES by
         leave-one-octave-out CV on the training rows (`smooth_` after fit; SMOOTH for a
         subclass of another kind)."""
         self.gpu = gpu
         self.implementation = implementation
-        self.shape_rows = shape_rows
         self.smooth = smooth
-        self.end_marginal_ = END_MARGINAL
 
     def _single_node(self, df: pd.DataFrame) -> pd.DataFrame:
         """Rows of this GPU, op all_reduce, one node."""
@@ -206,10 +200,12 @@ class AllReduceModel:
             d = d[d["n_nodes"].fillna(1).to_numpy() == 1]
         return d
 
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
-        """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU."""
-        if gpu is not None:
-            self.gpu = gpu
+    def fit(self, df: pd.DataFrame, shape_rows: pd.DataFrame | None = None) -> Self:
+        """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU.
+
+        `shape_rows`: rows of the table named by `shape_implementation(implementation)` (the
+        float16 NCCL table for an int8 one); the fit then borrows their rate-curve shape, at
+        the message-size octaves and GPU counts the own rows measured only. None: fit alone."""
         d = self._single_node(df)
         if d.empty:
             raise DataError(f"no single-node all_reduce rows for gpu {self.gpu!r}")
@@ -217,8 +213,8 @@ class AllReduceModel:
         y = d["latency_s"].to_numpy(np.float64)
         n = d["n_gpus"].to_numpy(np.float64)
         shape = None
-        if self.shape_rows is not None:
-            s = self._single_node(self.shape_rows)
+        if shape_rows is not None:
+            s = self._single_node(shape_rows)
             shape = tuple(
                 s[c].to_numpy(np.float64) for c in ("message_bytes", "latency_s", "n_gpus")
             )
@@ -238,6 +234,7 @@ class AllReduceModel:
         smooth: float,
     ) -> Self:
         """The fit on arrays (message bytes, latency s, GPU count; the shape table's alike)."""
+        self.end_marginal_ = END_MARGINAL
         self.smooth_ = float(smooth)
         lb = np.log2(b)
         self.knots_ = np.arange(np.floor(lb.min()), np.ceil(lb.max()) + 0.5, 1.0)
@@ -407,9 +404,6 @@ class AllReduceModel:
         m.range_ = _base.range_from_state(state)
         return m
 
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
-
 
 def implementation_key(df: pd.DataFrame) -> pd.Series:
     """The model name suffix of each all-reduce row: `<engine>.<implementation>[.<backend>]`
@@ -434,8 +428,8 @@ class CollectiveModel(AllReduceModel):
 
     op_name = "all_reduce"
 
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> CollectiveModel:
+    def fit(self, df: pd.DataFrame, shape_rows: pd.DataFrame | None = None) -> Self:
         ops = df["op"].astype(str).unique() if "op" in df else []
         if len(ops) != 1:
             raise DataError(f"collective model needs rows of one op, got {list(ops)}")
-        return super().fit(df.assign(op="all_reduce"), gpu)
+        return super().fit(df.assign(op="all_reduce"), shape_rows)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from dse.errors import ArtifactError, DataError
+from dse.errors import ArtifactError, ConfigError, DataError
 from dse.models import _base
 from dse.models._hybrid import (
     apply_residual,
@@ -244,7 +244,7 @@ def _features(
     ).T
 
 
-class AttentionModel:
+class AttentionModel(_base.Model):
     """Context or generation attention latency (and power/energy where measured) for one engine
     on one GPU. See module doc.
 
@@ -258,6 +258,7 @@ class AttentionModel:
 
     kind: ClassVar[str] = "attention"
     phase_default: ClassVar[str] = "context"
+    _parameter_constraints: ClassVar[dict[str, Any]] = {"phase": PHASES}
 
     def __init__(
         self,
@@ -268,9 +269,9 @@ class AttentionModel:
         max_rows: int = MAX_ROWS,
         max_iter: int = MAX_ITER,
     ) -> None:
+        """`phase`: "context" or "generation" (None: the class's `phase_default`); checked by
+        `fit` and `from_state`."""
         self.phase = phase or self.phase_default
-        if self.phase not in PHASES:
-            raise DataError(f"attention phase must be one of {PHASES}, got {self.phase!r}")
         self.gpu = gpu
         self.engine = engine
         self.seed = seed
@@ -298,20 +299,16 @@ class AttentionModel:
         return v
 
     def _n_sms(self) -> int:
-        if not hasattr(self, "_sms"):
-            self._sms = get_gpu(self.gpu).n_sms
-        return self._sms
+        return get_gpu(self.gpu).n_sms
 
     def _peak(self) -> tuple[float, float]:
         g = get_gpu(self.gpu)
         return g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s
 
     # ---- fitting --------------------------------------------------------------------------
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+    def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the rows of `df` for this GPU and engine (kind context_/generation_attention)."""
-        if gpu is not None:
-            self.gpu = gpu
-            self.__dict__.pop("_sms", None)  # _n_sms of the GPU fitted on
+        self._validate_params()
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         if "kind" in d:
             d = d[d["kind"] == f"{self.phase}_attention"]
@@ -407,13 +404,14 @@ class AttentionModel:
         if not issubclass(klass, cls) and cls is not AttentionModel:
             raise ArtifactError(f"state of a {phase} attention model given to {cls.__name__}")
         m = klass(phase, str(state["gpu"]), str(state["engine"]))
+        try:
+            m._validate_params()
+        except ConfigError as exc:
+            raise ArtifactError(f"attention model state: {exc}") from None
         load_hybrid(m, state)
         # artifacts saved before the kernel-choice inputs have no "feature_set": set 1
         m.feature_set_ = int(state["feature_set"]) if "feature_set" in state else 1
         return m
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
 
 
 class ContextAttentionModel(AttentionModel):

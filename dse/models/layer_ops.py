@@ -503,7 +503,7 @@ def _base_items_us(
     return np.full_like(ts, c[0]), wave_us, wv * w_k * per_width, tp_us
 
 
-class LayerOpModel:
+class LayerOpModel(_base.Model):
     """Latency of vidur's non-GEMM layer operators on one GPU (see module doc).
 
     predict(op, num_tokens, d_model, n_heads, n_kv_heads, d_ff, tensor_parallel, gated_mlp=True)
@@ -515,19 +515,17 @@ class LayerOpModel:
 
     def __init__(self, gpu: str = "h100_sxm") -> None:
         self.gpu = gpu
-        # token-count kernel switches this model's curves were built with (none in artifacts
-        # fitted before them, which then predict as before)
-        self.kernel_split_ = dict(KERNEL_SPLIT_TOKENS)
 
     # ---- fitting --------------------------------------------------------------------------
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+    def fit(self, df: pd.DataFrame) -> Self:
         """Fit on layer_op rows of one GPU (rows of other GPUs and GEMM ops are ignored)."""
-        if gpu is not None:
-            self.gpu = gpu
         n_sms = get_gpu(self.gpu).n_sms
         d = df[(df["gpu"] == self.gpu) & df["op"].isin(LAYER_OPS)]
         if d.empty:
             raise DataError(f"no layer_op rows for gpu {self.gpu!r} (ops {', '.join(LAYER_OPS)})")
+        # token-count kernel switches this model's curves are built with (none in artifacts
+        # fitted before them, which then predict as before: from_state)
+        self.kernel_split_ = dict(KERNEL_SPLIT_TOKENS)
         keys, rows_pw, coefs = [], [], []
         c_key, c_tp, c_w, c_tok, c_val, c_period = [], [], [], [], [], []
         gated_all = d["gated_mlp"].to_numpy(bool) if "gated_mlp" in d else np.ones(len(d), bool)
@@ -780,9 +778,6 @@ class LayerOpModel:
             )
             for e, (tok, val) in enumerate(zip(self.curve_tokens_, self.curve_values_, strict=True))
         ]
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
 
     def range_misses(
         self, op: str, gated: np.ndarray, **arrays: np.ndarray

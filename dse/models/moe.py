@@ -126,7 +126,7 @@ def _features(
     ).T
 
 
-class MoEModel:
+class MoEModel(_base.Model):
     """Fused-MoE latency (and power/energy where measured) for one engine and MoE dtype on one GPU.
 
     predict(num_tokens, hidden_size, inter_size, topk, num_experts, moe_tp_size=1, moe_ep_size=1,
@@ -175,10 +175,8 @@ class MoEModel:
         dt = "fp8" if self.moe_dtype in FP8_COMPUTE else "bfloat16"
         return g.peak_flops_per_s(dt), g.hbm_bw_bytes_per_s
 
-    def fit(self, df: pd.DataFrame, gpu: str | None = None) -> Self:
+    def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the moe rows of `df` for this GPU, engine and MoE dtype."""
-        if gpu is not None:
-            self.gpu = gpu
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype]
         if len(d) < 50:
@@ -241,9 +239,6 @@ class MoEModel:
         m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
         load_hybrid(m, state)
         return m
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
 
 
 def moe_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:

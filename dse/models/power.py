@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
+from dse.models._base import Model
 from dse.models._nn import MLP, fit_mlp
 from dse.spec.hardware import GPU, get_gpu
 from dse.spec.stand_ins import POWER_GPU
@@ -51,7 +52,7 @@ def _inputs(compute_util: Any, memory_util: Any, latency_s: Any) -> np.ndarray:
     return np.column_stack([c.ravel() for c in cols])
 
 
-class PowerModel:
+class PowerModel(Model):
     """f(compute_util, memory_util, latency_s) in [0, 1.05]: the fraction of the idle-to-board
     power span. fit(df) needs columns compute_util, memory_util, latency_s, power_w,
     idle_power_w, board_power_w.
@@ -124,6 +125,3 @@ class PowerModel:
             k: (float(lo), float(hi)) for k, (lo, hi) in zip(cls.inputs, rng, strict=True)
         }
         return obj
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)

@@ -35,7 +35,7 @@ def _red_features(m: np.ndarray, n: np.ndarray) -> np.ndarray:
     )
 
 
-class ReductionOpModel:
+class ReductionOpModel(_base.Model):
     """Softmax, LayerNorm (row reductions over n) and GELU (n = 1) on one GPU:
 
         t = launch + E s(log E) + (q E + r m) log2(n + 1),   E = m n elements
@@ -53,19 +53,23 @@ class ReductionOpModel:
     kind: ClassVar[str] = "reduction_op"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     def __init__(self, gpu: str = "a100_sxm", fitted_on: str | None = None) -> None:
+        """`fitted_on`: the GPU whose rows the fit reads (None: `gpu` itself)."""
         self.gpu = gpu
-        self.fitted_on = fitted_on or gpu
+        self.fitted_on = fitted_on
 
-    def fit(self, tables: Mapping[str, pd.DataFrame], gpu: str | None = None) -> Self:
-        """`tables`: kind -> rows (softmax, layernorm, gelu) of `self.fitted_on`."""
-        if gpu is not None:
-            self.gpu = gpu
+    @property
+    def source_gpu(self) -> str:
+        """The GPU the rows come from: `fitted_on`, else `gpu`."""
+        return self.fitted_on or self.gpu
+
+    def fit(self, tables: Mapping[str, pd.DataFrame]) -> Self:
+        """`tables`: kind -> rows (softmax, layernorm, gelu) of `source_gpu`."""
         ops, coefs, rng_m, rng_n = [], [], [], []
         for op in LLMCOMPASS_OPS:
             d = tables.get(op)
             if d is None or d.empty:
                 continue
-            d = d[d["gpu"] == self.fitted_on]
+            d = d[d["gpu"] == self.source_gpu]
             if len(d) < 4:
                 continue
             m = d["m"].to_numpy(np.float64)
@@ -90,10 +94,10 @@ class ReductionOpModel:
             rng_m.append(m)
             rng_n.append(n)
         if not ops:
-            raise DataError(f"no softmax/layernorm/gelu rows for gpu {self.fitted_on!r}")
+            raise DataError(f"no softmax/layernorm/gelu rows for gpu {self.source_gpu!r}")
         self.ops_ = np.array(ops, dtype=str)
         self.coef_ = np.array(coefs)
-        g, f = get_gpu(self.gpu), get_gpu(self.fitted_on)
+        g, f = get_gpu(self.gpu), get_gpu(self.source_gpu)
         self.bw_scale_ = f.hbm_bw_bytes_per_s / g.hbm_bw_bytes_per_s
         self.range_ = _base.fitted_range({"m": np.concatenate(rng_m), "n": np.concatenate(rng_n)})
         return self
@@ -124,7 +128,7 @@ class ReductionOpModel:
     def to_state(self) -> dict[str, np.ndarray]:
         return {
             "gpu": np.array(self.gpu),
-            "fitted_on": np.array(self.fitted_on),
+            "fitted_on": np.array(self.source_gpu),
             "ops": self.ops_,
             "coef": self.coef_,
             "bw_scale": np.array(self.bw_scale_),
@@ -147,6 +151,3 @@ class ReductionOpModel:
         m.bw_scale_ = float(state["bw_scale"])
         m.range_ = _base.range_from_state(state)
         return m
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
