@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, InMemoryStorage
 from optuna.trial import TrialState
@@ -302,7 +303,43 @@ def _local(
     configurations the `screened` sampler priced over the study's life; None for others)."""
     storage, backend, pstudy, rec = _journal_study(space, rec, spec, name)
     directions = list(space.objectives.directions)
-    where = str(spec.path)
+    history, done, progress = _resume_state(pstudy, rec, opts, name, directions, str(spec.path))
+    screened = int(pstudy.user_attrs.get(SCREENED_ATTR, 0))
+    kept = screened if rec.sampler == "screened" else None
+    if done >= rec.trials:  # nothing to run: no sampler, no in-memory copy
+        progress.close()
+        return history, done, kept
+    if rec.sampler == "exhaustive":
+        try:
+            done = _local_exhaustive(space, rec, pstudy, backend, done, progress, stop, opts)
+        finally:
+            backend.discard()
+            progress.close()
+        return pstudy.get_trials(deepcopy=False), done, None
+    mem, cache = _memory_copy(storage, name, directions, history)
+    # Every configuration evaluated so far, resumed runs included: a repeat is not predicted.
+    seen = ConfigCache(space)
+    seen.add(history)
+    run = _LocalRun(pstudy, backend, mem, cache, seen, persisted=len(history))
+    del history  # the journal's replay keeps the one copy of each trial
+    try:
+        done, screened = _local_loop(run, space, rec, opts, stop, progress, done, screened)
+    finally:
+        backend.discard()
+        progress.close()
+    return pstudy.get_trials(deepcopy=False), done, (screened if kept is not None else None)
+
+
+def _resume_state(
+    pstudy: optuna.Study,
+    rec: StudyRecord,
+    opts: SweepOptions,
+    name: str,
+    directions: list[str],
+    where: str,
+) -> tuple[list[optuna.trial.FrozenTrial], int, Progress]:
+    """Where a local study stands: its finished trials, how many count against the budget,
+    and the progress bar started there (with the front of the trials so far)."""
     history = pstudy.get_trials(deepcopy=False)
     unfinished = [t for t in history if not t.state.is_finished()]
     if unfinished:  # only possible when a journal was written by other means
@@ -315,19 +352,17 @@ def _local(
     progress = Progress(budget, min(done, budget), opts.quiet, len(directions), name, directions)
     for t in history:
         _progress_add(progress, t)
-    screened = int(pstudy.user_attrs.get(SCREENED_ATTR, 0))
-    kept = screened if rec.sampler == "screened" else None
-    if done >= budget:  # nothing to run: no sampler, no in-memory copy
-        progress.close()
-        return history, done, kept
-    if rec.sampler == "exhaustive":
-        try:
-            done = _local_exhaustive(space, rec, pstudy, backend, done, progress, stop, opts)
-        finally:
-            backend.discard()
-            progress.close()
-        return pstudy.get_trials(deepcopy=False), done, None
-    # The sampler works on an in-memory copy of the study (fast asks; no file I/O per trial).
+    return history, done, progress
+
+
+def _memory_copy(
+    storage: BaseStorage,
+    name: str,
+    directions: list[str],
+    history: list[optuna.trial.FrozenTrial],
+) -> tuple[optuna.Study, SamplerCache]:
+    """The in-memory copy of the journal's study the sampler works on (fast asks; no file I/O
+    per trial), holding `history` and the samplers' cache, and what carries that cache back."""
     mem_storage = InMemoryStorage()
     mem = optuna.create_study(storage=mem_storage, study_name=name, directions=directions)
     cache = SamplerCache(
@@ -339,47 +374,92 @@ def _local(
     if history:
         mem.add_trials(history)
         cache.restore()
-    # Every configuration evaluated so far, resumed runs included: a repeat is not predicted.
-    seen = ConfigCache(space)
-    seen.add(history)
-    persisted = len(history)  # trials in the journal's study (numbers 0 .. persisted - 1)
-    del history
+    return mem, cache
+
+
+@dataclass
+class _LocalRun:
+    """A local study being run: the journal's copy (durable, one flush per batch), the
+    in-memory copy the sampler asks, and the configurations evaluated so far."""
+
+    pstudy: optuna.Study
+    backend: BatchedJournalBackend
+    mem: optuna.Study
+    cache: SamplerCache
+    seen: ConfigCache
+    persisted: int  # trials in the journal's study (numbers 0 .. persisted - 1)
+
+
+def _local_loop(
+    run: _LocalRun,
+    space: SearchSpace,
+    rec: StudyRecord,
+    opts: SweepOptions,
+    stop: StopFlag,
+    progress: Progress,
+    done: int,
+    screened: int,
+) -> tuple[int, int]:
+    """Ask, evaluate and tell batches until the budget is met or a stop was requested; each
+    batch is written to the journal in one flush. Returns (done, screened)."""
+    mem, pstudy = run.mem, run.pstudy
+    budget = rec.trials
     dists = S.distributions(space)
-    try:
-        while done < budget and not stop.requested:
-            n = min(rec.batch_size, budget - done)
-            mem.sampler = S.make(
-                rec.sampler,
-                space,
-                S.batch_seed(rec.seed, done),
-                rec.batch_size,
-                predictor=opts.predictor,
-            )
-            # Asked with the space's distributions: every trial shares the same objects.
-            trials = [mem.ask(fixed_distributions=dists) for _ in range(n)]
-            rows = [t.params for t in trials]
-            told, ev = tell_cached(
-                mem, trials, rows, space, seen, opts.predictor, predictions_on_copies=True
-            )
-            pstudy.add_trials(told)
-            if rec.sampler == "screened":  # with the batch: a resumed study keeps counting
-                screened += getattr(mem.sampler, "screened", 0)
-                pstudy.set_user_attr(SCREENED_ATTR, screened)
-            cache.save()
-            backend.flush()  # the batch becomes durable here, all or nothing
-            done += sum(evaluated(t) for t in told)
-            del told  # the journal's replay keeps the one copy of each trial
-            # The journal's own copies (not `told`): the cache then holds no second copy of
-            # each trial's predictions.
-            seen.add(pstudy.get_trials(deepcopy=False)[persisted:])
-            persisted += n
-            if ev is not None:
-                progress.add(ev.objectives, ev.feasible)
-            progress.show(done)
-    finally:
-        backend.discard()
-        progress.close()
-    return pstudy.get_trials(deepcopy=False), done, (screened if kept is not None else None)
+    while done < budget and not stop.requested:
+        n = min(rec.batch_size, budget - done)
+        mem.sampler = _sampler_for(rec, space, done, opts.predictor)
+        # Asked with the space's distributions: every trial shares the same objects.
+        trials = [mem.ask(fixed_distributions=dists) for _ in range(n)]
+        rows = [t.params for t in trials]
+        told = _evaluate_batch(
+            mem, trials, rows, space, run.seen, opts.predictor, progress, predictions_on_copies=True
+        )
+        pstudy.add_trials(told)
+        if rec.sampler == "screened":  # with the batch: a resumed study keeps counting
+            screened += getattr(mem.sampler, "screened", 0)
+            pstudy.set_user_attr(SCREENED_ATTR, screened)
+        run.cache.save()
+        run.backend.flush()  # the batch becomes durable here, all or nothing
+        done += sum(evaluated(t) for t in told)
+        del told  # the journal's replay keeps the one copy of each trial
+        # The journal's own copies (not `told`): the cache then holds no second copy of
+        # each trial's predictions.
+        run.seen.add(pstudy.get_trials(deepcopy=False)[run.persisted :])
+        run.persisted += n
+        progress.show(done)
+    return done, screened
+
+
+def _sampler_for(
+    rec: StudyRecord, space: SearchSpace, done: int, predictor: Predictor | None, salt: int = 0
+) -> optuna.samplers.BaseSampler:
+    """The fresh sampler that draws the batch starting after `done` trials (`salt`: a shared
+    study's worker, so workers draw different batches)."""
+    return S.make(
+        rec.sampler,
+        space,
+        S.batch_seed(rec.seed, done, salt),
+        rec.batch_size,
+        predictor=predictor,
+    )
+
+
+def _evaluate_batch(
+    study: optuna.Study,
+    trials: list[optuna.Trial],
+    rows: list[dict[str, Any]],
+    space: SearchSpace,
+    seen: ConfigCache,
+    predictor: Predictor | None,
+    progress: Progress,
+    **tell_kw: Any,
+) -> list[optuna.trial.FrozenTrial]:
+    """Evaluate and tell one batch (`tell_cached`), and add its new configurations to the
+    progress bar's front. Returns the finished trials in trial order."""
+    told, ev = tell_cached(study, trials, rows, space, seen, predictor, **tell_kw)
+    if ev is not None:
+        progress.add(ev.objectives, ev.feasible)
+    return told
 
 
 class ConfigCache:
@@ -771,6 +851,45 @@ def _claim(
     return got
 
 
+class _MissingTrials:
+    """Watches a shared study for trials that are missing: the budget not met, and none
+    queued or running. Another process may be between failing a dead worker's trial as stale
+    and queueing its retry (two transactions), so a worker looks again for `grace_s` before it
+    gives up."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.since: float | None = None  # when trials were first seen missing, none queued
+
+    def given_up(self, missing: bool) -> bool:
+        """Whether trials have been missing for longer than the grace period (`missing`: they
+        are now)."""
+        if not missing:
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = time.monotonic()
+            return False
+        return time.monotonic() - self.since > self.grace_s
+
+
+def _suggest_claimed(
+    study: optuna.Study, ids: list[int], dists: dict[str, BaseDistribution], worker: str
+) -> tuple[list[optuna.Trial], list[dict[str, Any]]]:
+    """The claimed trials with every parameter suggested, and their parameter rows; `worker`
+    is recorded on each as the process that evaluated it."""
+    trials, rows = [], []
+    for tid in ids:
+        # A trial failed meanwhile by another worker (this one was silent past the grace
+        # period) was queued again: leave it to the queue.
+        with contextlib.suppress(UpdateFinishedTrialError):
+            trial = optuna.trial.Trial(study, tid)
+            trial.set_user_attr("worker", worker)
+            rows.append(suggest_all(trial, dists))
+            trials.append(trial)
+    return trials, rows
+
+
 def _shared_loop(
     storage: BaseStorage,
     study: optuna.Study,
@@ -792,7 +911,7 @@ def _shared_loop(
     rng = np.random.default_rng([rec.seed, salt])
     worker = f"{socket.gethostname()}:{os.getpid()}"  # user attr: who evaluated each trial
     mine = 0
-    missing_since: float | None = None  # when trials were first seen missing, none queued
+    missing = _MissingTrials(2 * heartbeat_s + 2 * POLL_S)
     done, running, waiting = _counts(storage, sid)
     progress = Progress(
         rec.trials,
@@ -820,13 +939,7 @@ def _shared_loop(
                 ids = _claim(storage, sid, waiting, want, new_allowed, rng)
                 if not ids:
                     enqueued = study.user_attrs.get(ENQUEUED_ATTR) is not None or not exhaustive
-                    if not (running == 0 and not waiting and enqueued):
-                        missing_since = None
-                    elif missing_since is None:
-                        # Another process may be between failing a dead worker's trial as stale
-                        # and queueing its retry (two transactions): look again for a while.
-                        missing_since = time.monotonic()
-                    elif time.monotonic() - missing_since > 2 * heartbeat_s + 2 * POLL_S:
+                    if missing.given_up(running == 0 and not waiting and enqueued):
                         print(
                             f"dse: study {study.study_name!r}: {rec.trials - done} trials are "
                             "missing and none is queued or running; run `dse sweep` with the "
@@ -838,22 +951,8 @@ def _shared_loop(
                     continue
                 hb.track(ids)
                 try:
-                    study.sampler = S.make(
-                        rec.sampler,
-                        space,
-                        S.batch_seed(rec.seed, done, salt),
-                        rec.batch_size,
-                        predictor=predictor,
-                    )
-                    trials, rows = [], []
-                    for tid in ids:
-                        # A trial failed meanwhile by another worker (this one was silent past
-                        # the grace period) was queued again: leave it to the queue.
-                        with contextlib.suppress(UpdateFinishedTrialError):
-                            trial = optuna.trial.Trial(study, tid)
-                            trial.set_user_attr("worker", worker)
-                            rows.append(suggest_all(trial, dists))
-                            trials.append(trial)
+                    study.sampler = _sampler_for(rec, space, done, predictor, salt)
+                    trials, rows = _suggest_claimed(study, ids, dists, worker)
                     if not trials:
                         continue
                     if (
@@ -864,15 +963,13 @@ def _shared_loop(
                         # Other workers' trials since the last look (one query per interval).
                         seen = _shared_cache(storage, sid, space)
                         refreshed = time.monotonic()
-                    told, ev = tell_cached(
-                        study, trials, rows, space, seen, predictor, skip_finished=True
+                    told = _evaluate_batch(
+                        study, trials, rows, space, seen, predictor, progress, skip_finished=True
                     )
                     seen.add(told)
                 finally:
                     hb.untrack(ids)
                 mine += len(told)
-                if ev is not None:
-                    progress.add(ev.objectives, ev.feasible)
                 progress.show(min(done + len(told), rec.trials))
     finally:
         progress.close()
