@@ -115,7 +115,7 @@ def test_counts_match_a_row_by_row_check(tmp_path: Path) -> None:
         ),
         (
             GOOD + "study: {sampler: tpee}\n",
-            "study.sampler: must be one of auto, exact, tpe, nsga2, nsga3, random, gp, exhaustive (did you mean 'tpe'?), got 'tpee'",
+            "study.sampler: must be one of auto, exact, screened, tpe, nsga2, nsga3, random, gp, exhaustive (did you mean 'tpe'?), got 'tpee'",
         ),
         (
             GOOD + "objectives: {latency: {metric: p99}}\n",

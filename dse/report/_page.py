@@ -257,6 +257,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
+IMAGE_ATTEMPTS = 3  # renders tried when kaleido's page was not ready (see write_image)
 
 
 def write_image(
@@ -290,7 +291,16 @@ def write_image(
         ) from None
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fig.write_image(p, format=fmt, width=width, height=height, scale=scale)
+        for attempt in range(IMAGE_ATTEMPTS):
+            try:
+                fig.write_image(p, format=fmt, width=width, height=height, scale=scale)
+                break
+            except Exception as exc:
+                # kaleido 1.x can run its render script before its page has defined
+                # `kaleido_scopes` (a ReferenceError from the browser; seen once in CI on a
+                # loaded 2-core machine): a fresh browser renders it; anything else is real.
+                if "kaleido_scopes is not defined" not in str(exc) or attempt + 1 == IMAGE_ATTEMPTS:
+                    raise
     except Exception as exc:  # kaleido raises its own and choreographer's error types
         raise ImageExportError(
             f"{p}: cannot write a static image: kaleido could not render it "
