@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
+from dse.models._base import Model
 from dse.models.power import PowerModel
 from dse.spec.hardware import get_gpu
 
@@ -269,9 +270,13 @@ def _mape_shift(err: np.ndarray) -> float:
     return float(e[np.searchsorted(cw, 0.5 * cw[-1])])
 
 
-class GemmModel:
+class GemmModel(Model):
     """One GPU, engine and dtype. `fit(df)` needs columns m, n, k, latency_s (+ power_w for the
-    measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays."""
+    measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays,
+    `predict_latency(m, n, k)` the same without power (no power model run).
+
+    `power_model`: the family power model (`dse.models.power`, fitted) energy is priced with;
+    None: latency only (power and energy NaN)."""
 
     kind: ClassVar[str] = "gemm"  # the manifest's kind; dse.models.MODEL_CLASSES
 
@@ -501,8 +506,31 @@ class GemmModel:
 
         latency_s = roofline_s + correction_s, roofline_s = launch_s + overlap of the
         fitted-efficiency compute and memory times; t_compute_s / t_memory_s are the spec-sheet
-        ideal times (2mnk / peak, bytes / bandwidth) and *_util = ideal / latency.
+        ideal times (2mnk / peak, bytes / bandwidth) and *_util = ideal / latency; power_w from
+        `power_model` (times the measured-power residual where fitted), energy_j = power * time.
         """
+        lat, shape, cell = self._latency(m, n, k)
+        latency = lat["latency_s"]
+        if self.power_model is not None:
+            power = self._generic_power(lat["flops"], lat["bytes"], latency)
+            if self.power_table_ is not None:
+                power = power * np.exp(_Grid.interp(self.power_table_, cell))
+        else:
+            power = np.full_like(latency, np.nan)
+        out = {"latency_s": latency, "energy_j": power * latency, "power_w": power}
+        out.update((key, v) for key, v in lat.items() if key != "latency_s")
+        return {key: v.reshape(shape) for key, v in out.items()}
+
+    def predict_latency(self, m: Any, n: Any, k: Any) -> dict[str, np.ndarray]:
+        """`predict` without power_w and energy_j: the latency items alone, the power model not
+        run (the predictor prices power from the artifact's power table instead)."""
+        lat, shape, _ = self._latency(m, n, k)
+        return {key: v.reshape(shape) for key, v in lat.items()}
+
+    def _latency(
+        self, m: Any, n: Any, k: Any
+    ) -> tuple[dict[str, np.ndarray], tuple[int, ...], Any]:
+        """(latency items on the flattened inputs, the broadcast shape, the table cells)."""
         m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (m, n, k)))
         shape = m.shape
         m, n, k = m.ravel(), n.ravel(), k.ravel()
@@ -519,16 +547,8 @@ class GemmModel:
         cell = self._cell(m, n, k)
         log_corr += _Grid.interp(self.table_, cell)
         latency = roof * np.exp(log_corr)
-        if self.power_model is not None:
-            power = self._generic_power(flops, b_in + b_out, latency)
-            if self.power_table_ is not None:
-                power = power * np.exp(_Grid.interp(self.power_table_, cell))
-        else:
-            power = np.full_like(latency, np.nan)
         out = {
             "latency_s": latency,
-            "energy_j": power * latency,
-            "power_w": power,
             "t_compute_s": tc,
             "t_memory_s": tm,
             "launch_s": np.full_like(latency, np.exp(self.theta_[0])),
@@ -540,7 +560,7 @@ class GemmModel:
             "bytes": b_in + b_out,
             "regime": regime,
         }
-        return {key: v.reshape(shape) for key, v in out.items()}
+        return out, shape, cell
 
     # ---- artifact protocol --------------------------------------------------------------
     def to_state(self) -> dict[str, np.ndarray]:
@@ -590,9 +610,6 @@ class GemmModel:
         except KeyError as exc:
             raise ArtifactError(f"GEMM model state incomplete: {exc.args[0]!r} missing") from None
         return obj
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]:
-        return dict(self.range_)
 
     @property
     def measured_power(self) -> bool:

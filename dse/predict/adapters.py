@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w, power_table
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import GPU
+
+if TYPE_CHECKING:
+    from dse.models.gemm import GemmModel
 
 
 @dataclass
@@ -67,7 +70,7 @@ def price_gemm(
         return None
     from dse.predict.gemm_choice import Gemm, borrowed
 
-    g = Gemm(artifact)
+    g = Gemm.for_artifact(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
     m, n, k = np.broadcast_arrays(m, n, k)
     dtypes = np.broadcast_to(np.asarray(op.dims["dtype"]), m.shape)
@@ -129,18 +132,14 @@ def _latency_power(out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _gemm_call(
-    artifact: Artifact, model: Any, m: np.ndarray, n: np.ndarray, k: np.ndarray
+    artifact: Artifact, model: GemmModel, m: np.ndarray, n: np.ndarray, k: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Latency of one GEMM model and its power from the power table (plus the model's measured
-    power residual where it has one), without running the power MLP per call."""
+    power residual where it has one), without running the power MLP per call. The model is the
+    artifact's cached instance, shared by every caller: it is read, never changed."""
     table = power_table(artifact)
-    pm = getattr(model, "power_model", None)
-    if table is not None and pm is not None:
-        model.power_model = None  # latency only; restored below
-        try:
-            out = model.predict(m, n, k)
-        finally:
-            model.power_model = pm
+    if table is not None and model.power_model is not None:
+        out = model.predict_latency(m, n, k)
         span = model.c_["board_w"] - model.c_["idle_w"]
         # The power model's shape scaled to the GPU the model was fitted for (idle..board).
         p = model.c_["idle_w"] + span * table.fraction(out["compute_util"], out["memory_util"])

@@ -6,6 +6,7 @@ ratio (`sibling_factor`). The fitted model itself is `dse.models.gemm.GemmModel`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -79,9 +80,12 @@ def _preferred_engine(engines: list[str]) -> str | None:
 class Gemm:
     """Every GEMM model of one artifact (and of its sibling chip's), chosen by dtype and engine.
 
-    g = Gemm.load("h100_sxm")
+    g = Gemm.load("h100_sxm")                  # or Gemm.for_artifact(artifact)
     g.predict(m, n, k, "bfloat16")["latency_s"]
-    """
+
+    The constructor stores its arguments only (no I/O). `Gemm.for_artifact(artifact)` looks the
+    sibling chip's artifact up at once; `Gemm(artifact)` looks it up on first use
+    (`find_sibling`), `Gemm(artifact, find_sibling=False)` never."""
 
     # When no table of the asked dtype exists (own or sibling), try these in order.
     DTYPE_FALLBACK: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -93,17 +97,34 @@ class Gemm:
     def __init__(
         self, artifact: Artifact, sibling: Artifact | None = None, find_sibling: bool = True
     ) -> None:
-        """`sibling`: the sibling chip's artifact; by default (`find_sibling`) the one stored
-        next to `artifact` (its "gemm_tables" lender), if any."""
+        """`sibling`: the sibling chip's artifact; None with `find_sibling`: the one stored next
+        to `artifact` (its "gemm_tables" lender, `predict.artifacts.sibling_artifact`), if any,
+        looked up when first needed."""
         self.artifact = artifact
-        self.names = {n for n in artifact.names("gemm")}
-        if sibling is None and find_sibling:
-            sibling = sibling_artifact(artifact)
         self.sibling = sibling
+        self.find_sibling = find_sibling
+
+    @classmethod
+    def for_artifact(cls, artifact: Artifact) -> Gemm:
+        """The GEMM models of `artifact` and of its sibling chip's artifact stored next to it."""
+        return cls(artifact, sibling_artifact(artifact), find_sibling=False)
 
     @classmethod
     def load(cls, path_or_gpu: str) -> Gemm:
-        return cls(Artifact.load(path_or_gpu))
+        return cls.for_artifact(Artifact.load(path_or_gpu))
+
+    @cached_property
+    def names(self) -> set[str]:
+        """The GEMM model names of this artifact (never the sibling's)."""
+        return set(self.artifact.names("gemm"))
+
+    @cached_property
+    def lender(self) -> Artifact | None:
+        """The sibling chip's artifact tables are borrowed from: `sibling`, else (with
+        `find_sibling`) the one stored next to `artifact`, else None."""
+        if self.sibling is None and self.find_sibling:
+            return sibling_artifact(self.artifact)
+        return self.sibling
 
     def engines(self) -> list[str]:
         return _engines_of(self.names)
@@ -137,7 +158,7 @@ class Gemm:
         of an engine before another engine's own table for ENGINE_OWN_DTYPES (after it for
         the others). Names a model artifact may lack; `choose` takes the first present."""
         dt = canonical_dtype(dtype)
-        arts = [self.artifact] + ([self.sibling] if self.sibling is not None else [])
+        arts = [self.artifact] + ([self.lender] if self.lender is not None else [])
 
         def engines_of(art: Artifact) -> list[str]:
             have = _engines_of(art.names("gemm"))
@@ -157,7 +178,7 @@ class Gemm:
         for art, name in self.candidates(dtype, engine):
             if art.has(name):
                 return GemmChoice(name, art, self.artifact.gpu)
-        have = sorted(self.names | set(self.sibling.names("gemm") if self.sibling else ()))
+        have = sorted(self.names | set(self.lender.names("gemm") if self.lender else ()))
         raise ArtifactError(
             f"artifact for {self.artifact.gpu} has no GEMM model for dtype {dtype!r}; it has: "
             f"{', '.join(have)}"
