@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial
 from dse.errors import ConfigError
 from dse.spec.space import SAMPLERS, SearchSpace
 from dse.sweep._evaluate import Predictor
+from dse.sweep._planned import PlannedSampler
 
 # `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):
 # about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with
@@ -224,22 +225,19 @@ def make(
     raise ConfigError(f"--sampler: unknown sampler {name!r}")
 
 
-class ExhaustiveSampler(BaseSampler):
+class ExhaustiveSampler(PlannedSampler):
     """Trial number k (+ offset) takes configuration k of `space.enumerate()` order.
 
     Used by the single-process sweep, whose trial numbers are exactly 0, 1, 2, ... because the
     journal holds whole batches. Shared storages enqueue the configurations instead.
     """
 
-    def __init__(self, space: SearchSpace, offset: int = 0) -> None:
-        self._space = space
-        self._dists = distributions(space)
-        self._offset = offset
+    name = "exhaustive"
 
-    def infer_relative_search_space(
-        self, study: optuna.Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return dict(self._dists)
+    def __init__(self, space: SearchSpace, offset: int = 0) -> None:
+        super().__init__(distributions(space))
+        self._space = space
+        self._offset = offset
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -248,12 +246,3 @@ class ExhaustiveSampler(BaseSampler):
         if index >= self._space.size():
             raise ConfigError(f"exhaustive sampler: configuration {index} is past the space")
         return config_params(self._space, index)[0]
-
-    def sample_independent(
-        self,
-        study: optuna.Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        raise ConfigError(f"exhaustive sampler: parameter {param_name!r} is not in the space")

@@ -26,14 +26,13 @@ import moocore
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from dse import pareto
-from dse.errors import ConfigError
 from dse.spec.space import SearchSpace
 from dse.sweep._columns import digit_columns
 from dse.sweep._evaluate import Predictor, evaluate
+from dse.sweep._planned import PlannedSampler
 
 # Candidates priced per trial asked: a batch of 64 trials screens 4,096 configurations, about
 # 40 ms of predictor time beside the ~0.3 s the sweep spends evaluating and recording the batch
@@ -51,9 +50,11 @@ def _key(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
-class ScreenedSampler(BaseSampler):
+class ScreenedSampler(PlannedSampler):
     """Proposes each batch of trials from a vectorised screen of many candidate configurations
     (see the module doc). Built afresh for every batch, as the other samplers are."""
+
+    name = "screened"
 
     def __init__(
         self,
@@ -63,8 +64,8 @@ class ScreenedSampler(BaseSampler):
         batch_size: int,
         predictor: Predictor | None = None,
     ) -> None:
+        super().__init__(dists)
         self._space = space
-        self._dists = dists
         self._params = list(space.searched)
         self._sizes = np.array([len(p.values) for p in self._params], dtype=np.int64)
         self._digit_of = [{_key(v): i for i, v in enumerate(p.values)} for p in self._params]
@@ -75,11 +76,6 @@ class ScreenedSampler(BaseSampler):
         self.screened = 0  # configurations priced by this sampler's screens
 
     # ---- Optuna's sampler interface -------------------------------------------------------
-    def infer_relative_search_space(
-        self, study: optuna.Study, trial: FrozenTrial
-    ) -> dict[str, BaseDistribution]:
-        return dict(self._dists)
-
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
@@ -90,15 +86,6 @@ class ScreenedSampler(BaseSampler):
             self._plan = [self._params_of(d) for d in self.plan(trials, self._batch)]
             self._plan.reverse()  # popped from the end, in plan order
         return self._plan.pop()
-
-    def sample_independent(
-        self,
-        study: optuna.Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        raise ConfigError(f"screened sampler: parameter {param_name!r} is not in the space")
 
     # ---- the plan of one batch ------------------------------------------------------------
     def plan(self, trials: Sequence[FrozenTrial], n: int) -> np.ndarray:
