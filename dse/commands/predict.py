@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -230,101 +230,203 @@ def _fmt_energy(j: float) -> str:
     return f"{j * 1e3:.3f} mJ" if j < 1 else f"{j:.3f} J"
 
 
-def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
-    arch = " ".join(
-        f"{k}={config[k]}"
-        for k in (
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "n_kv_heads",
-            "head_dim",
-            "d_ff",
-            "n_experts",
-            "top_k",
-            "vocab_size",
-        )
-    )
-    print(f"architecture: {arch}")
-    print(
-        f"workload:     batch_size={config['batch_size']} prompt_tokens={config['prompt_tokens']} "
+# The architecture line of the table (a subset of ARCH_FLAGS: the sizes, not the dtypes).
+TABLE_ARCH_FIELDS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "d_ff",
+    "n_experts",
+    "top_k",
+    "vocab_size",
+)
+PHASES = ("prefill", "decode")
+
+
+class Total(NamedTuple):
+    """One headline row: its label, the value and the band around it (None without one);
+    `unit` says how it prints: "s" (time), "J" (energy) or "W"."""
+
+    label: str
+    value: float
+    unit: str
+    lo: float | None = None
+    hi: float | None = None
+
+
+class Provenance(NamedTuple):
+    """Where a prediction came from (predict's provenance columns) and what it warns about."""
+
+    source: Any
+    artifact_id: Any
+    fitted_for: str | None  # the artifact's GPU when it is not the configuration's
+    out_of_range: bool
+    energy_source: str | None
+    roofline_ops: tuple[str, ...]
+    borrowed_ops: tuple[str, ...]
+    borrowed_artifacts: Any
+    banded: bool  # the totals carry a band
+    out_of_range_inputs: str | None  # the text of predict's column, when out of range
+
+
+class PredictionInfo(NamedTuple):
+    """What `dse predict` shows of one configuration, as data (`render_table` prints it)."""
+
+    architecture: str
+    workload: str
+    totals: list[Total]
+    # phase -> (block, % of the phase's time), largest first, blocks with time only
+    blocks: dict[str, list[tuple[str, float]]]
+    # phase -> (operator, seconds, % of the phase's time), largest first, operators with time
+    breakdown: dict[str, list[tuple[str, float, float]]]
+    provenance: Provenance
+    warnings: list[str]
+
+
+def prediction_info(config: dict[str, Any], r: dict[str, Any]) -> PredictionInfo:
+    """The table's content for one configuration (`config`: its fields, `r`: its prediction,
+    plain values, with `memory_warning` / `beyond_context` when `run` added them)."""
+    arch = " ".join(f"{k}={config[k]}" for k in TABLE_ARCH_FIELDS)
+    workload = (
+        f"batch_size={config['batch_size']} prompt_tokens={config['prompt_tokens']} "
         f"output_tokens={config['output_tokens']} tensor_parallel={config['tensor_parallel']} "
         f"engine={config['engine']} gpu={config['gpu']}"
     )
-    band = lambda key: (  # noqa: E731
-        f"  [{_fmt_time(r[key + '_lo_s'])} .. {_fmt_time(r[key + '_hi_s'])}]"
-        if f"{key}_lo_s" in r
-        else ""
-    )
-    rows = [
-        ("time to first token", _fmt_time(r["ttft_s"]) + band("ttft")),
-        ("time per output token", _fmt_time(r["tpot_s"]) + band("tpot")),
-        ("request latency", _fmt_time(r["latency_s"]) + band("latency")),
-        ("prefill energy", _fmt_energy(r["prefill_energy_j"])),
-        ("decode energy", _fmt_energy(r["decode_energy_j"])),
-        (
-            "energy",
-            _fmt_energy(r["energy_j"])
-            + (
-                f"  [{_fmt_energy(r['energy_lo_j'])} .. {_fmt_energy(r['energy_hi_j'])}]"
-                if "energy_lo_j" in r
-                else ""
-            ),
-        ),
-        ("energy per output token", _fmt_energy(r["energy_per_output_token_j"])),
-        ("average power per GPU", f"{r['avg_power_w']:.0f} W"),
-    ]
-    for name, value in rows:
-        print(f"  {name:<26}{value}")
-    for phase in ("prefill", "decode"):
-        items = {
-            k.split(".", 2)[2][:-2]: v for k, v in r.items() if k.startswith(f"breakdown.{phase}.")
-        }
+    blocks: dict[str, list[tuple[str, float]]] = {}
+    breakdown: dict[str, list[tuple[str, float, float]]] = {}
+    for phase in PHASES:
+        items = _phase_items(r, f"breakdown.{phase}.")
         total = sum(items.values()) or 1.0
-        blocks = {
-            k.split(".", 2)[2][:-2]: v for k, v in r.items() if k.startswith(f"blocks.{phase}.")
-        }
-        if blocks:
-            shares = ", ".join(
-                f"{k} {100 * v / total:.0f}%"
-                for k, v in sorted(blocks.items(), key=lambda kv: -kv[1])
+        phase_blocks = _phase_items(r, f"blocks.{phase}.")
+        if phase_blocks:
+            blocks[phase] = [
+                (k, 100 * v / total)
+                for k, v in sorted(phase_blocks.items(), key=lambda kv: -kv[1])
                 if v > 0
-            )
-            print(f"  blocks, {phase}: {shares}")
-        print(f"  breakdown, {phase}:")
-        for k, v in sorted(items.items(), key=lambda kv: -kv[1]):
-            if v > 0:
-                print(f"    {k:<24}{_fmt_time(v):>12}  {100 * v / total:5.1f}%")
-    fitted_for = r.get("artifact_gpu")
-    print(
-        f"provenance: source={r.get('source')} artifact={r.get('artifact_id')}"
-        + (f" (fitted for {fitted_for})" if fitted_for and fitted_for != config["gpu"] else "")
-        + f" out_of_range={'yes' if r.get('out_of_range') else 'no'}"
+            ]
+        breakdown[phase] = [
+            (k, v, 100 * v / total)
+            for k, v in sorted(items.items(), key=lambda kv: -kv[1])
+            if v > 0
+        ]
+    return PredictionInfo(
+        f"architecture: {arch}",
+        f"workload:     {workload}",
+        _totals(r),
+        blocks,
+        breakdown,
+        _provenance(config, r),
+        _warnings(r),
     )
-    if r.get("energy_source"):
-        print(f"  energy: {r['energy_source']}")
-    if r.get("roofline_ops"):
-        print(f"  priced by the roofline (no fitted model): {r['roofline_ops'].replace(',', ', ')}")
-    if r.get("borrowed_ops"):
-        print(
-            f"  priced with a sibling chip's table ({r.get('borrowed_artifacts')}): "
-            + r["borrowed_ops"].replace(",", ", ")
-        )
-    if "latency_lo_s" in r:
-        print("  band: held-out residual quantiles (5%..95%) of the whole stack")
+
+
+def _phase_items(r: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The `<prefix><name>_s` columns of a prediction by name."""
+    return {k.split(".", 2)[2][:-2]: v for k, v in r.items() if k.startswith(prefix)}
+
+
+def _totals(r: dict[str, Any]) -> list[Total]:
+    def timed(label: str, key: str) -> Total:
+        if f"{key}_lo_s" in r:
+            return Total(label, r[f"{key}_s"], "s", r[f"{key}_lo_s"], r[f"{key}_hi_s"])
+        return Total(label, r[f"{key}_s"], "s")
+
+    energy = Total("energy", r["energy_j"], "J")
+    if "energy_lo_j" in r:
+        energy = energy._replace(lo=r["energy_lo_j"], hi=r["energy_hi_j"])
+    return [
+        timed("time to first token", "ttft"),
+        timed("time per output token", "tpot"),
+        timed("request latency", "latency"),
+        Total("prefill energy", r["prefill_energy_j"], "J"),
+        Total("decode energy", r["decode_energy_j"], "J"),
+        energy,
+        Total("energy per output token", r["energy_per_output_token_j"], "J"),
+        Total("average power per GPU", r["avg_power_w"], "W"),
+    ]
+
+
+def _provenance(config: dict[str, Any], r: dict[str, Any]) -> Provenance:
+    fitted_for = r.get("artifact_gpu")
+    names = lambda key: tuple(r[key].split(",")) if r.get(key) else ()  # noqa: E731
+    return Provenance(
+        source=r.get("source"),
+        artifact_id=r.get("artifact_id"),
+        fitted_for=fitted_for if fitted_for and fitted_for != config["gpu"] else None,
+        out_of_range=bool(r.get("out_of_range")),
+        energy_source=r.get("energy_source") or None,
+        roofline_ops=names("roofline_ops"),
+        borrowed_ops=names("borrowed_ops"),
+        borrowed_artifacts=r.get("borrowed_artifacts"),
+        banded="latency_lo_s" in r,
+        out_of_range_inputs=(r.get("out_of_range_inputs") or None)
+        if r.get("out_of_range")
+        else None,
+    )
+
+
+def _warnings(r: dict[str, Any]) -> list[str]:
+    out = []
     if r.get("memory_warning"):
-        print(f"  warning: {r['memory_warning']}")
+        out.append(r["memory_warning"])
     if r.get("beyond_context"):
-        print(
-            f"  warning: prompt + output exceed the model's context of {r['context_tokens']} "
+        out.append(
+            f"prompt + output exceed the model's context of {r['context_tokens']} "
             "tokens; an engine would stop or refuse before the requested output"
         )
     if r.get("out_of_range"):
-        print(
-            "  warning: an input lies outside the range the artifact was fitted on; trust the band less"
+        out.append(
+            "an input lies outside the range the artifact was fitted on; trust the band less"
         )
-        if r.get("out_of_range_inputs"):
-            print(f"  outside the fitted range: {r['out_of_range_inputs'].replace(',', ', ')}")
+    return out
+
+
+def render_table(info: PredictionInfo) -> str:
+    """The text `dse predict` prints for one configuration (no trailing newline)."""
+    lines = [info.architecture, info.workload]
+    lines += [f"  {t.label:<26}{_fmt_total(t)}" for t in info.totals]
+    for phase in PHASES:
+        if phase in info.blocks:
+            shares = ", ".join(f"{k} {share:.0f}%" for k, share in info.blocks[phase])
+            lines.append(f"  blocks, {phase}: {shares}")
+        lines.append(f"  breakdown, {phase}:")
+        lines += [
+            f"    {k:<24}{_fmt_time(v):>12}  {share:5.1f}%" for k, v, share in info.breakdown[phase]
+        ]
+    p = info.provenance
+    lines.append(
+        f"provenance: source={p.source} artifact={p.artifact_id}"
+        + (f" (fitted for {p.fitted_for})" if p.fitted_for else "")
+        + f" out_of_range={'yes' if p.out_of_range else 'no'}"
+    )
+    if p.energy_source:
+        lines.append(f"  energy: {p.energy_source}")
+    if p.roofline_ops:
+        lines.append(f"  priced by the roofline (no fitted model): {', '.join(p.roofline_ops)}")
+    if p.borrowed_ops:
+        lines.append(
+            f"  priced with a sibling chip's table ({p.borrowed_artifacts}): "
+            + ", ".join(p.borrowed_ops)
+        )
+    if p.banded:
+        lines.append("  band: held-out residual quantiles (5%..95%) of the whole stack")
+    lines += [f"  warning: {w}" for w in info.warnings]
+    if p.out_of_range_inputs:
+        # every comma gets a space, as the table always printed it
+        lines.append(f"  outside the fitted range: {p.out_of_range_inputs.replace(',', ', ')}")
+    return "\n".join(lines)
+
+
+def _fmt_total(t: Total) -> str:
+    fmt = {"s": _fmt_time, "J": _fmt_energy, "W": lambda w: f"{w:.0f} W"}[t.unit]
+    band = f"  [{fmt(t.lo)} .. {fmt(t.hi)}]" if t.lo is not None else ""
+    return fmt(t.value) + band
+
+
+def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
+    print(render_table(prediction_info(config, r)))
 
 
 # ---------------------------------------------------------------------- --batch CSV
