@@ -26,6 +26,8 @@ def grouped_cv(
     """Out-of-fold predictions over seeded group folds (no row of a held-out group is fitted)."""
     out: dict[str, np.ndarray] = {}
     for te in U.group_folds(groups, n_folds, seed):
+        if te.all():  # a single layout: nothing to hold it out from (the CV reads None)
+            continue
         got = fit_predict(rows[~te], rows[te])
         for key, val in got.items():
             out.setdefault(key, np.full(len(rows), np.nan))[te] = val
@@ -36,6 +38,7 @@ def hybrid_cv_summary(
     rows: pd.DataFrame, cv: dict[str, np.ndarray], scheme: str, roof: np.ndarray
 ) -> dict[str, Any]:
     y = rows["latency_s"].to_numpy(float)
+    cv = {"latency_s": np.full(len(rows), np.nan), "base_s": np.full(len(rows), np.nan), **cv}
     out: dict[str, Any] = {
         "scheme": scheme,
         "rows": len(rows),
@@ -67,7 +70,7 @@ def _fit_hybrid_table(
         return _keep(make(max_rows=FIT_CV_MAX_ROWS).fit(tr).predict(**inputs(te)))
 
     cols, what = grouping
-    groups = U.group_labels(rows, cols)
+    groups = U.architecture_groups(rows, cols)
     cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
     cv = hybrid_cv_summary(
         rows,

@@ -26,7 +26,7 @@ ATTENTION_CLASSES = {
     "context_attention": ContextAttentionModel,
     "generation_attention": GenerationAttentionModel,
 }
-HEAD_GROUP = ("num_heads", "num_kv_heads", "head_dim")
+HEAD_GROUP = U.cv_group("attention", ("num_heads", "num_kv_heads", "head_dim"))
 
 
 def attention_roofline_s(kind: str, rows: pd.DataFrame, gpu: str) -> np.ndarray:

@@ -31,8 +31,106 @@ def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndar
 
 
 def group_labels(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
-    """One integer label per distinct combination of `columns` (the CV group of a row)."""
+    """One integer label per distinct combination of `columns` (the CV group of a row).
+    Families build their held-out groups with `architecture_groups`, which checks the columns."""
     return df.groupby(list(columns), sort=True, dropna=False).ngroup().to_numpy()
+
+
+# ---------------------------------------------------------------------------- CV groups
+# A held-out CV group is an architecture layout, what a user changes in a sweep (issue 19): a
+# fold's rows come from layouts no row of the fit has, under any parallel split, dtype or routing.
+ARCHITECTURE_FIELDS = frozenset(
+    {
+        "n",  # GEMM weight shape (n, k)
+        "k",
+        "num_heads",  # attention head layout (per GPU, as the kernel ran)
+        "num_kv_heads",
+        "head_dim",
+        "hidden_size",  # MoE layer layout
+        "inter_size",
+        "topk",
+        "num_experts",
+        "model",  # a whole model (vidur layer ops and Level 2, argonne Level 3)
+    }
+)
+# Fields that must never be in a held-out group: they describe how a layout was run, not the
+# layout, so grouping by them keeps the layout itself in training under another value.
+NOT_ARCHITECTURE_FIELDS = frozenset(
+    {
+        # parallel split
+        "moe_tp_size",
+        "moe_ep_size",
+        "tensor_parallel",
+        "n_gpus",
+        "pipeline_parallel",
+        # dtype
+        "dtype",
+        "moe_dtype",
+        "kv_cache_dtype",
+        # routing
+        "distribution",
+        # engine, GPU
+        "engine",
+        "engine_version",
+        "kernel_source",
+        "gpu",
+        "device",
+        "source",
+        # batch and tokens
+        "batch_size",
+        "max_batch_size",
+        "m",
+        "num_tokens",
+        "isl",
+        "kv_len",
+        "input_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "message_bytes",
+    }
+)
+# Held-out schemes that are not by architecture, each a diagnostic beside (or, where a table has
+# no architecture input or a single one, instead of) the claim; tests/test_cv_groups.py pins it.
+NOT_BY_ARCHITECTURE: dict[str, str] = {
+    "gemm by_m": "GroupKFold by m (token count): extrapolation in m, reported beside (n, k)",
+    "allreduce": "leave one message-size octave out (a collective has no architecture input)",
+    "reduction": "leave one row out (LLMCompass shapes)",
+    "level3.power": "leave one batch size out where the power rows hold a single model",
+}
+# family -> the architecture fields its held-out groups are built from (`cv_group`)
+CV_GROUPS: dict[str, tuple[str, ...]] = {}
+
+
+def check_architecture_fields(fields: Sequence[str]) -> tuple[str, ...]:
+    """`fields` as a tuple; a field outside ARCHITECTURE_FIELDS (or empty fields) is a
+    ValueError naming it."""
+    out = tuple(fields)
+    bad = [f for f in out if f not in ARCHITECTURE_FIELDS or f in NOT_ARCHITECTURE_FIELDS]
+    if bad or not out:
+        raise ValueError(
+            f"CV group fields {list(out)}: {bad or 'none'} not architecture fields; held-out "
+            f"groups are layouts only ({', '.join(sorted(ARCHITECTURE_FIELDS))})"
+        )
+    return out
+
+
+def cv_group(family: str, fields: Sequence[str]) -> tuple[str, ...]:
+    """Declare the architecture fields `family` holds out by (checked, recorded in CV_GROUPS)."""
+    CV_GROUPS[family] = check_architecture_fields(fields)
+    return CV_GROUPS[family]
+
+
+def architecture_groups(
+    df: pd.DataFrame, fields: Sequence[str], sep: str | None = None
+) -> np.ndarray:
+    """The held-out CV group of every row: one label per architecture layout, the distinct
+    combinations of `fields` (architecture fields only, else a ValueError). Labels are dense
+    integers in sorted order, or with `sep` the values joined by it as text (GEMM's "4096x8192":
+    GroupKFold breaks ties by label order, so the text keeps the fold draw it always had)."""
+    cols = check_architecture_fields(fields)
+    if sep is None:
+        return group_labels(df, cols)
+    return df[list(cols)].astype(str).agg(sep.join, axis=1).to_numpy()
 
 
 # ---------------------------------------------------------------------------- parallel fits

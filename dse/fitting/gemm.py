@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from dse.fitting.cv import CV_FOLDS, CV_FOLDS_M, _get, group_kfold_predict, map_tasks, mape_pct
+from dse.fitting.cv import (
+    CV_FOLDS,
+    CV_FOLDS_M,
+    _get,
+    architecture_groups,
+    cv_group,
+    group_kfold_predict,
+    map_tasks,
+    mape_pct,
+)
 from dse.models.artifact import Artifact, FittedModel
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import get_gpu
@@ -21,9 +30,12 @@ if TYPE_CHECKING:
     from dse.fitting.run import FitContext
 
 
+GEMM_GROUP = cv_group("gemm", ("n", "k"))  # the power family holds out the same shapes
+
+
 def weight_shape_groups(df: pd.DataFrame) -> np.ndarray:
     """One group per (n, k) weight shape: CV never scores a row whose weight shape it fitted."""
-    return (df["n"].astype(str) + "x" + df["k"].astype(str)).to_numpy()
+    return architecture_groups(df, GEMM_GROUP, sep="x")
 
 
 # ---------------------------------------------------------------------------- GEMM family

@@ -14,7 +14,7 @@ groups, and predicts the measured rows of its kinds for `dse validate`):
   attention  `ContextAttentionModel` / `GenerationAttentionModel` per engine; CV GroupKFold by
              head configuration (num_heads, num_kv_heads, head_dim).
   moe        `MoEModel` per engine and MoE dtype; CV GroupKFold by layer shape (hidden, inter,
-             topk, experts, moe_tp, moe_ep).
+             topk, experts; never the parallel split, dtype or routing).
 
 Model names in an artifact: layer_op.vidur, reduction.llmcompass, allreduce.<engine>.<impl>[...],
 collective.<op>.<engine>.<impl>, context_attention.<engine>, generation_attention.<engine>,
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError
-from dse.fitting.cv import _mape
+from dse.fitting.cv import _mape, architecture_groups, cv_group
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.layer_ops import GEMM_OPS, LAYER_OPS, LayerOpModel, layer_op_inputs, op_geometry
 from dse.roofline import LAUNCH_S
@@ -54,10 +54,13 @@ def layer_op_roofline_s(rows: pd.DataFrame, gpu: str) -> np.ndarray:
     return LAUNCH_S + t * w * io * 2.0 / get_gpu(gpu).hbm_bw_bytes_per_s
 
 
+LAYER_OP_GROUP = cv_group("layer_op", ("model",))  # whole vidur models, at every TP
+
+
 def cv_layer_op(rows: pd.DataFrame, gpu: str) -> np.ndarray:
     """Leave-one-model-out predictions (each vidur model predicted by a fit without it)."""
     pred = np.full(len(rows), np.nan)
-    models = rows["model"].to_numpy(str)
+    models = architecture_groups(rows, LAYER_OP_GROUP)
     for name in np.unique(models):
         te = models == name
         m = LayerOpModel(gpu).fit(rows[~te])

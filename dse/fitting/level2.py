@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dse.fitting.cv import architecture_groups, cv_group
 from dse.fitting.e2e_rows import level2_rows
 from dse.models.artifact import Artifact, FittedModel
 from dse.spec.stand_ins import lenders
+
+LEVEL2_GROUP = cv_group("level2", ("model",))  # whole vidur models, at every TP
 
 
 def fit_level2(
@@ -32,7 +35,7 @@ def fit_level2(
         for block, rows in tables.items():
             X = rows[[c for c in rows.columns if c.startswith("x")]].to_numpy(float)
             r = np.log(rows["measured_s"].to_numpy() / rows["l1_s"].to_numpy())
-            groups = rows["model"].to_numpy()
+            groups = architecture_groups(rows, LEVEL2_GROUP)
             held = np.full(len(r), np.nan)
             for m in np.unique(groups):
                 te = groups == m

@@ -21,6 +21,7 @@ import pandas as pd
 
 from dse.errors import DataError
 from dse.fitting.artifacts import LEVEL_PREFIXES, level1_base, merge, transient_artifact
+from dse.fitting.cv import architecture_groups, cv_group
 from dse.fitting.e2e_rows import (
     SERVING_PROMPT_TOKENS,
     Lookup,
@@ -37,6 +38,10 @@ from dse.models.level3_power import BAND_QUANTILES, Power3
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import lenders
+
+# whole argonne models, at every TP, batch and length; the power calibration too where the power
+# rows hold two or more models (cv.NOT_BY_ARCHITECTURE["level3.power"] otherwise)
+LEVEL3_GROUP = cv_group("level3", ("model",))
 
 
 def fit_level3(
@@ -58,7 +63,7 @@ def fit_level3(
     g, _ = price_rows(cfg, artifact, gpu)
     ttft = ttft_of_runs(kept, ttft_rows)
     model = Level3(seed=seed, **level3_kw).fit(
-        g, kept["latency_s"].to_numpy(float), kept["model"].to_numpy(), ttft
+        g, kept["latency_s"].to_numpy(float), architecture_groups(kept, LEVEL3_GROUP), ttft
     )
     info = {
         "rows_from_gpus": list(sources),
@@ -276,10 +281,9 @@ def from_fraction(y: np.ndarray, gpus: np.ndarray) -> np.ndarray:
 
 def power_groups(kept: pd.DataFrame) -> tuple[np.ndarray, str]:
     """Held-out groups: models where two or more exist, else batch sizes (held-out shapes)."""
-    models = kept["model"].to_numpy()
-    if len(np.unique(models)) > 1:
-        return models, "leave-one-model-out"
-    return kept["batch_size"].to_numpy(), "leave-one-batch-size-out"
+    if kept["model"].nunique() > 1:
+        return architecture_groups(kept, LEVEL3_GROUP), "leave-one-model-out"
+    return kept["batch_size"].to_numpy(), "leave-one-batch-size-out"  # cv.NOT_BY_ARCHITECTURE
 
 
 def pair_keys(kept: pd.DataFrame) -> np.ndarray:

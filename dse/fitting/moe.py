@@ -19,14 +19,9 @@ MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
 
 
 # ---------------------------------------------------------------------------- MoE
-MOE_SHAPE_GROUP = (
-    "hidden_size",
-    "inter_size",
-    "topk",
-    "num_experts",
-    "moe_tp_size",
-    "moe_ep_size",
-)
+# held out by layer layout alone, never by its parallel split (moe_tp_size, moe_ep_size), dtype
+# or routing (issue 19)
+MOE_SHAPE_GROUP = U.cv_group("moe", ("hidden_size", "inter_size", "topk", "num_experts"))
 # bf16 first: the Level-1 adapter takes the first vLLM MoE model when it does not say a dtype
 MOE_DTYPE_ORDER = ("bfloat16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4")
 
