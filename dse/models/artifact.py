@@ -1,5 +1,4 @@
-"""Frozen predictor artifacts: the manifest and weights of one GPU's fitted models, and the
-protocol every fitted model class follows.
+"""Frozen predictor artifacts: the manifest and weights of one GPU's fitted models.
 
 One folder per GPU, `surrogates/<gpu>/`:
   manifest.json  format_version, artifact_id, gpu, created, library versions, data files used
@@ -7,8 +6,9 @@ One folder per GPU, `surrogates/<gpu>/`:
                  cross-validated errors, measured_power.
   weights.npz    plain arrays only (no pickles), key "<model name>/<array name>".
 
-A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) follows
-`SurrogateModel`, declares its `kind` (a ClassVar) and is listed by kind in
+A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) derives
+from `dse.models._base.Model` (inert constructor, fit -> self, learned state ending in `_`,
+to_state / from_state, fitted_range), declares its `kind` (a ClassVar) and is listed by kind in
 `dse.models.MODEL_CLASSES`. The model *families* that `dse fit` runs and `dse validate` scores
 are `dse.fitting.families.FAMILIES`.
 
@@ -29,16 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
 from dse.models import class_path, model_class
-from dse.models._base import RangeMiss, range_misses
-
-if TYPE_CHECKING:
-    import pandas as pd
+from dse.models._base import Model, RangeMiss, range_misses
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -46,38 +43,12 @@ WEIGHTS = "weights.npz"
 SEP = "/"  # between model name and array name in weights.npz; model names must not contain it
 
 
-@runtime_checkable
-class SurrogateModel(Protocol):
-    """What every fitted model provides. Learned state must round-trip through plain arrays.
-
-    - `kind`: class attribute, the key of `MODEL_CLASSES` and of the manifest's `kind`.
-    - `fit(df) -> self`: learn from a tidy table (constructor stores settings only).
-    - `predict(**arrays) -> dict[str, np.ndarray]`: vectorised, itemised outputs
-      (at least `latency_s`; energy models add `energy_j`, `power_w`).
-    - `to_state() -> dict[str, np.ndarray]`, `from_state(state)` classmethod: exact round trip.
-    - `fitted_range() -> dict[str, (min, max)]` of every input the model takes.
-    """
-
-    kind: ClassVar[str]
-
-    def fit(self, df: pd.DataFrame) -> Self: ...
-
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]: ...
-
-    def to_state(self) -> dict[str, np.ndarray]: ...
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self: ...
-
-    def fitted_range(self) -> dict[str, tuple[float, float]]: ...
-
-
 @dataclass
 class FittedModel:
     """One fitted model as a family returns it to `dse fit`."""
 
     name: str  # unique in the artifact, e.g. "gemm.vllm.bfloat16"; no "/"
-    model: Any  # a SurrogateModel
+    model: Model
     cv: dict[str, Any] = field(default_factory=dict)  # held-out errors + the scheme that made them
     files: tuple[str, ...] = ()  # absolute paths of the data files the fit read
     info: dict[str, Any] = field(default_factory=dict)  # anything else for the manifest
