@@ -137,34 +137,9 @@ def predict_table(
         if art is None:
             out.loc[sub.index, "reason"] = f"no artifact for GPU {gpu!r}"
             continue
-        try:
-            parts = [(sub, _priced(fam, art, kind, sub))]
-        except Exception:  # one family failing on new rows must not lose every table:
-            parts = []  # retry file by file, so only the rows of the file it fails on are lost
-            by_file = sub.groupby("file", sort=True) if "file" in sub else [("", sub)]
-            for file, part in by_file:
-                try:
-                    parts.append((part, _priced(fam, art, kind, part)))
-                except Exception as exc:
-                    why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
-                    out.loc[part.index, "reason"] = why[:300]
-                    if log:
-                        log(f"{kind} {gpu} {file}: {why}")
-        for part, got in parts:
-            for col in ("latency_pred_s", "energy_pred_j"):
-                if col in got:
-                    out.loc[part.index, col] = got[col].reindex(part.index).to_numpy(float)
-            out.loc[part.index, "outside_fit"] = outside_fit(kind, part, art)
+        _predict_gpu_rows(fam, art, kind, str(gpu), sub, out, log)
         if kind == "gemm":
-            labels = gemm_fallback(sub, art)
-            out.loc[sub.index, "fallback"] = labels
-            lent = sub.index[labels.str.contains("@", regex=False).to_numpy(bool)]
-            if len(lent):  # borrowed tables: the sibling's fitted ranges bound their rows
-                from dse.predict.artifacts import sibling_artifact
-
-                lender = sibling_artifact(art)  # the one Gemm(art) borrows from
-                if lender is not None:
-                    out.loc[lent, "outside_fit"] = outside_fit(kind, rows.loc[lent], lender)
+            _gemm_borrowed(sub, rows, art, out)
         sibling = artifacts.get(SIBLING_KINDS.get(kind, {}).get(art.gpu, ""))
         todo = sub.index[~np.isfinite(out.loc[sub.index, "latency_pred_s"].to_numpy(float))]
         if sibling is not None and len(todo):
@@ -173,6 +148,53 @@ def predict_table(
     if missing.any():
         out.loc[missing, "reason"] = _why_unpredicted(kind, rows[missing])
     return out
+
+
+def _predict_gpu_rows(
+    fam: Family,
+    art: Artifact,
+    kind: str,
+    gpu: str,
+    sub: pd.DataFrame,
+    out: pd.DataFrame,
+    log: Callable[[str], None] | None,
+) -> None:
+    """Price one GPU's rows of a kind with its artifact into `out` (in place): predictions and
+    `outside_fit`. A family that raises is retried file by file, so only the rows of a file it
+    still fails on are lost (with the error as their `reason`)."""
+    try:
+        parts = [(sub, _priced(fam, art, kind, sub))]
+    except Exception:  # one family failing on new rows must not lose every table:
+        parts = []  # retry file by file, so only the rows of the file it fails on are lost
+        by_file = sub.groupby("file", sort=True) if "file" in sub else [("", sub)]
+        for file, part in by_file:
+            try:
+                parts.append((part, _priced(fam, art, kind, part)))
+            except Exception as exc:
+                why = f"{fam.name} failed on these rows ({type(exc).__name__}: {exc})"
+                out.loc[part.index, "reason"] = why[:300]
+                if log:
+                    log(f"{kind} {gpu} {file}: {why}")
+    for part, got in parts:
+        for col in ("latency_pred_s", "energy_pred_j"):
+            if col in got:
+                out.loc[part.index, col] = got[col].reindex(part.index).to_numpy(float)
+        out.loc[part.index, "outside_fit"] = outside_fit(kind, part, art)
+
+
+def _gemm_borrowed(sub: pd.DataFrame, rows: pd.DataFrame, art: Artifact, out: pd.DataFrame) -> None:
+    """Name the model that prices each GEMM row when it is not the row's own table
+    (`fallback`, in place); rows priced with the sibling chip's tables are bounded by that
+    artifact's fitted ranges (`outside_fit`)."""
+    labels = gemm_fallback(sub, art)
+    out.loc[sub.index, "fallback"] = labels
+    lent = sub.index[labels.str.contains("@", regex=False).to_numpy(bool)]
+    if len(lent):  # borrowed tables: the sibling's fitted ranges bound their rows
+        from dse.predict.artifacts import sibling_artifact
+
+        lender = sibling_artifact(art)  # the one Gemm(art) borrows from
+        if lender is not None:
+            out.loc[lent, "outside_fit"] = outside_fit("gemm", rows.loc[lent], lender)
 
 
 def gemm_fallback(rows: pd.DataFrame, art: Artifact) -> pd.Series:
@@ -386,24 +408,13 @@ def validate(
     """Score artifacts on every row of `data_root` (optionally only some GPUs / kinds).
 
     `artifacts` maps GPU -> Artifact; GPUs missing from it have none (default: the shipped
-    artifact of each GPU in the data, None where there is none). Returns {"artifacts": {gpu: id}, "results": [...]}.
+    artifact of each GPU in the data, None where there is none). Returns {"artifacts": {gpu:
+    id}, "results": [...], "implausible_rows": {kind: ...}}.
     """
-    from dse.data import load, normalise_gpu
+    from dse.data import normalise_gpu
     from dse.fitting.families import families
 
-    root = Path(data_root)
-    if not root.is_dir():
-        raise DataError(f"{data_root}: data folder not found")
-    tables = load(root, kinds)
-    if log and kinds is None:
-        _log_unread(root, tables, log)
-    if log and not any(len(t) for t in tables.values()):
-        from dse.data import READERS
-
-        log(
-            f"{root}: no measured rows found; a data folder holds source folders "
-            f"({', '.join(READERS)}) laid out as in ../shared/data/README.md"
-        )
+    tables = _read_tables(data_root, kinds, log)
     # the same spelling rules as the readers: --gpu H100 selects h100_sxm rows
     wanted = None if gpus is None else {normalise_gpu(g) for g in gpus}
     validators = _validators(families())
@@ -421,46 +432,107 @@ def validate(
             if rows.empty:
                 continue
         rows = _plausible_rows(kind, rows, implausible, log)
-        siblings = SIBLING_KINDS.get(kind, {}).values()
-        for gpu in sorted({*rows["gpu"].unique(), *ARTIFACT_FALLBACK.values(), *siblings}):
-            if gpu not in arts and not shipped:
-                arts[gpu] = None
-            elif gpu not in arts:
-                try:
-                    arts[gpu] = Artifact.load(gpu)
-                except ArtifactError as exc:
-                    arts[gpu] = None
-                    if log and gpu in set(rows["gpu"]):
-                        log(f"{gpu}: {exc}")
-        use = {g: a for g, a in arts.items() if a is not None}
-        for gpu, sibling in ARTIFACT_FALLBACK.items():
-            if gpu not in use and sibling in use:
-                use[gpu] = use[sibling]
-        pred = predict_table(kind, rows, use, validators, log)
-        for entry in summarise(kind, rows, pred):
-            art_gpu = entry["gpu"]
-            if arts.get(art_gpu) is None:
-                sibling = ARTIFACT_FALLBACK.get(art_gpu)
-                if sibling in use:
-                    entry["artifact_gpu"] = art_gpu = sibling
-            if art_gpu in use:
-                used[art_gpu] = use[art_gpu].artifact_id
-            results.append(entry)
+        _artifacts_for(kind, rows, arts, shipped, log)
+        use = _with_stand_ins(arts)
+        results += _score_kind(kind, rows, arts, use, validators, used, log)
     if log:
-        oor: dict[str, int] = {}
-        for r in results:
-            if r.get("out_of_range_rows"):
-                oor[r["kind"]] = oor.get(r["kind"], 0) + r["out_of_range_rows"]
-        if oor:
-            log(
-                "predicted rows outside the fitted range (extrapolations, counted in "
-                "out_of_range_rows): " + ", ".join(f"{k} {n}" for k, n in sorted(oor.items()))
-            )
+        _log_out_of_range(results, log)
     return {
         "artifacts": dict(sorted(used.items())),
         "results": results,
         "implausible_rows": implausible,
     }
+
+
+def _read_tables(
+    data_root: str | Path, kinds: Iterable[str] | None, log: Callable[[str], None] | None
+) -> dict[str, pd.DataFrame]:
+    """The measured tables of `root` by kind (`dse.data.load`); logs the data files no reader
+    read (all kinds only) and a folder without measured rows."""
+    from dse.data import load
+
+    root = Path(data_root)
+    if not root.is_dir():
+        raise DataError(f"{data_root}: data folder not found")
+    tables = load(root, kinds)
+    if log and kinds is None:
+        _log_unread(root, tables, log)
+    if log and not any(len(t) for t in tables.values()):
+        from dse.data import READERS
+
+        log(
+            f"{root}: no measured rows found; a data folder holds source folders "
+            f"({', '.join(READERS)}) laid out as in ../shared/data/README.md"
+        )
+    return tables
+
+
+def _artifacts_for(
+    kind: str,
+    rows: pd.DataFrame,
+    arts: dict[str, Artifact | None],
+    shipped: bool,
+    log: Callable[[str], None] | None,
+) -> None:
+    """Add to `arts` (in place) the artifact of every GPU a kind's rows need: their own, the
+    stand-ins' and the siblings' (the shipped ones when `shipped`, else None: not given)."""
+    siblings = SIBLING_KINDS.get(kind, {}).values()
+    for gpu in sorted({*rows["gpu"].unique(), *ARTIFACT_FALLBACK.values(), *siblings}):
+        if gpu not in arts and not shipped:
+            arts[gpu] = None
+        elif gpu not in arts:
+            try:
+                arts[gpu] = Artifact.load(gpu)
+            except ArtifactError as exc:
+                arts[gpu] = None
+                if log and gpu in set(rows["gpu"]):
+                    log(f"{gpu}: {exc}")
+
+
+def _with_stand_ins(arts: dict[str, Artifact | None]) -> dict[str, Artifact]:
+    """The artifacts to score with: each GPU's own, else its stand-in's (ARTIFACT_FALLBACK)."""
+    use = {g: a for g, a in arts.items() if a is not None}
+    for gpu, sibling in ARTIFACT_FALLBACK.items():
+        if gpu not in use and sibling in use:
+            use[gpu] = use[sibling]
+    return use
+
+
+def _score_kind(
+    kind: str,
+    rows: pd.DataFrame,
+    arts: dict[str, Artifact | None],
+    use: dict[str, Artifact],
+    validators: dict[str, Family],
+    used: dict[str, str],
+    log: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """The result entries of one kind (`summarise` of its predicted rows), each naming the
+    artifact that scored it; `used` (in place) collects those artifacts' ids by GPU."""
+    pred = predict_table(kind, rows, use, validators, log)
+    entries = summarise(kind, rows, pred)
+    for entry in entries:
+        art_gpu = entry["gpu"]
+        if arts.get(art_gpu) is None:
+            sibling = ARTIFACT_FALLBACK.get(art_gpu)
+            if sibling in use:
+                entry["artifact_gpu"] = art_gpu = sibling
+        if art_gpu in use:
+            used[art_gpu] = use[art_gpu].artifact_id
+    return entries
+
+
+def _log_out_of_range(results: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    """One log line: how many predicted rows of each kind were extrapolations."""
+    oor: dict[str, int] = {}
+    for r in results:
+        if r.get("out_of_range_rows"):
+            oor[r["kind"]] = oor.get(r["kind"], 0) + r["out_of_range_rows"]
+    if oor:
+        log(
+            "predicted rows outside the fitted range (extrapolations, counted in "
+            "out_of_range_rows): " + ", ".join(f"{k} {n}" for k, n in sorted(oor.items()))
+        )
 
 
 def _plausible_rows(
