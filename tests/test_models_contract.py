@@ -133,6 +133,10 @@ def test_a_bad_parameter_is_a_config_error_from_fit_not_the_constructor() -> Non
     assert model.phase == "decode" and not model.is_fitted
     with pytest.raises(ConfigError, match="'phase' parameter of ContextAttentionModel must be"):
         model.fit(pd.DataFrame())
+    from dse.models.level2 import Level2Block
+
+    with pytest.raises(ConfigError, match="'block' parameter of Level2Block must be one of"):
+        Level2Block("ffn_moe").fit(np.zeros((4, 4)), np.zeros(4))
 
 
 # ---------------------------------------------------------------------------- shipped state

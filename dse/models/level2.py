@@ -50,6 +50,7 @@ class Level2Block(Model):
     clipped to +-L2_CLIP."""
 
     kind: ClassVar[str] = "level2_block"  # the manifest's kind; dse.models.MODEL_CLASSES
+    _parameter_constraints: ClassVar[dict[str, Any]] = {"block": tuple(LEVEL2_BLOCKS)}
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class Level2Block(Model):
     def fit(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
         """Fit the ensemble on block features `X` (`block_features`) and the measured log ratio
         of each block time to its Level-1 sum."""
+        self._validate_params()
         from dse.models._nn import fit_mlp, merge_ensemble
         from dse.models.level3 import RESIDUAL_MLP
 
