@@ -415,7 +415,7 @@ def render_table(info: PredictionInfo) -> str:
     lines += [f"  warning: {w}" for w in info.warnings]
     if p.out_of_range_inputs:
         # every comma gets a space, as the table always printed it
-        lines.append(f"  outside the fitted range: {p.out_of_range_inputs.replace(',', ', ')}")
+        lines.append(f"  outside the fitted range: {p.out_of_range_inputs}")
     return "\n".join(lines)
 
 
