@@ -207,8 +207,12 @@ def test_shipped_models_round_trip_exactly(gpu: str, name: str) -> None:
     _same_state(again.to_state(), state)
     inputs = _sample_inputs(model)
     if inputs is not None:
+        before = dict(vars(model))
         _same_outputs(again.predict(**inputs), model.predict(**inputs))
-    for m in (model, again):  # from_state's attributes (and predict's caches) end in "_"
+        # predict reads a model (the artifact's cached instance is shared), never changes it
+        assert vars(model).keys() == before.keys()
+        assert all(vars(model)[k] is v for k, v in before.items())
+    for m in (model, again):  # from_state's attributes end in "_"
         bad = {a for a in _learned_names(m) if not a.endswith("_")}
         assert not bad, f"{name}: learned state not ending in '_': {sorted(bad)}"
     assert model.fitted_range() == again.fitted_range()

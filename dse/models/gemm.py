@@ -351,7 +351,7 @@ class GemmModel(Model):
 
         # Stage 3: boosted trees on the wide feature set, tabulated on the lattice.
         self.axes_ = (np.log2(_m_axis(m)), np.unique(np.log2(n)), np.unique(np.log2(k)))
-        self.grid_ = None  # cell lookup, built on first use
+        self.grid_ = _Grid(self.axes_)  # cell lookup (derived from the axes, not stored)
         X = _residual_features(m, n, k, c)
         shape_id = np.unique(np.column_stack([n, k]), axis=0, return_inverse=True)[1].ravel()
         # Trees bagged over weight shapes: each row's out-of-bag prediction comes from fits
@@ -487,8 +487,6 @@ class GemmModel(Model):
         ]
 
     def _cell(self, m, n, k):
-        if getattr(self, "grid_", None) is None:
-            self.grid_ = _Grid(self.axes_)
         return self.grid_.cell((m, n, k), (np.log2(m), np.log2(n), np.log2(k)))
 
     def _lookup(self, table: np.ndarray, m, n, k) -> np.ndarray:
@@ -600,6 +598,8 @@ class GemmModel(Model):
             obj.theta_ = np.asarray(state["theta"], dtype=np.float64)
             obj.coef_ = np.asarray(state["coef"], dtype=np.float64)
             obj.axes_ = tuple(np.asarray(state[f"axis_{a}"], np.float64) for a in INPUTS)
+            # built here, not on first use: predict never changes a (shared, cached) model
+            obj.grid_ = _Grid(obj.axes_)
             obj.table_ = np.asarray(state["table"], dtype=np.float64)
             pt = state.get("power_table")
             obj.power_table_ = None if pt is None else np.asarray(pt, dtype=np.float64)
