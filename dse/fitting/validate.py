@@ -24,6 +24,8 @@ import pandas as pd
 from dse.errors import ArtifactError, ConfigError, DataError
 from dse.fitting.families import Family
 from dse.models.artifact import Artifact
+from dse.roofline import board_limited_w
+from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import first_lenders
 
 GROUP_KEYS = ("source", "gpu", "engine", "kind", "dtype")
@@ -180,6 +182,23 @@ def _predict_gpu_rows(
             if col in got:
                 out.loc[part.index, col] = got[col].reindex(part.index).to_numpy(float)
         out.loc[part.index, "outside_fit"] = outside_fit(kind, part, art)
+    if kind not in E2E_KINDS:
+        _bound_kernel_energy(gpu, sub.index, out)
+
+
+def _bound_kernel_energy(gpu: str, idx: pd.Index, out: pd.DataFrame) -> None:
+    """A kernel's predicted energy with its mean power under the board limit, as the pricer
+    limits it (`dse.roofline.board_limited_w`), in place; a GPU outside the registry keeps the
+    model's."""
+    try:
+        spec = get_gpu(gpu)
+    except ConfigError:
+        return
+    lat = out.loc[idx, "latency_pred_s"].to_numpy(float)
+    energy = out.loc[idx, "energy_pred_j"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bounded = board_limited_w(spec, energy / lat) * lat
+    out.loc[idx, "energy_pred_j"] = np.where(np.isfinite(bounded), bounded, energy)
 
 
 def _gemm_borrowed(sub: pd.DataFrame, rows: pd.DataFrame, art: Artifact, out: pd.DataFrame) -> None:

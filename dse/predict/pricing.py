@@ -34,7 +34,13 @@ from dse.models.level2 import LEVEL2_BLOCKS, block_features
 from dse.predict.adapters import ADAPTERS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
-from dse.roofline import LAUNCH_S, ring_allreduce_s, roofline_s, standin_power_w
+from dse.roofline import (
+    LAUNCH_S,
+    board_limited_w,
+    ring_allreduce_s,
+    roofline_s,
+    standin_power_w,
+)
 from dse.spec.hardware import GPU
 
 
@@ -367,6 +373,9 @@ class Pricer:
         power = price.power_w
         if power is None:
             power = self._op_power(op, t_call, None)
+        # under the board limit where the operator runs (elsewhere its watts are
+        # placeholders that multiply zero seconds)
+        power = np.where(runs, board_limited_w(self.gpu, power), power)
         return OpPrice(t_call, power, price.model), price
 
     def _model_price(self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int) -> L1Price | None:
