@@ -189,6 +189,34 @@ def fit_power_mlp(
     )
 
 
+def fit_hybrid_heads(
+    X: np.ndarray,
+    latency_s: np.ndarray,
+    base_s: np.ndarray,
+    power_w: np.ndarray,
+    *,
+    members: int,
+    hidden: tuple[int, ...],
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> tuple[MLP | MeanMLP, MLP | None]:
+    """What a hybrid kernel model learns on top of its fitted roofline `base_s`: the latency
+    residual ensemble on log(measured / base) and the power MLP (None without 50 rows of
+    measured board power, W)."""
+    mlp = fit_residual_ensemble(
+        X,
+        np.log(latency_s / base_s),
+        members=members,
+        hidden=hidden,
+        max_iter=max_iter,
+        max_rows=max_rows,
+        seed=seed,
+    )
+    power = fit_power_mlp(X, latency_s, power_w, max_iter=max_iter, max_rows=max_rows, seed=seed)
+    return mlp, power
+
+
 def apply_residual(
     out: dict[str, np.ndarray],
     X: np.ndarray,

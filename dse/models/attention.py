@@ -25,13 +25,11 @@ from dse.errors import ArtifactError, ConfigError, DataError
 from dse.models import _base
 from dse.models._hybrid import (
     apply_residual,
-    fit_power_mlp,
-    fit_residual_ensemble,
+    fit_hybrid_heads,
     fit_roofline,
     hybrid_state,
     load_hybrid,
 )
-from dse.models._nn import MLP
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -321,19 +319,17 @@ class AttentionModel(_base.Model):
         y = d["latency_s"].to_numpy(np.float64)
         self.feature_set_ = feature_set_for(self.gpu, self.phase, self.engine)
         out, X = self.design(v, y)
-        base = out["base_s"]
-        self.mlp_ = fit_residual_ensemble(
+        p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
+        self.mlp_, self.power_mlp_ = fit_hybrid_heads(
             X,
-            np.log(y / base),
+            y,
+            out["base_s"],
+            p,
             members=MEMBERS[self.phase],
             hidden=HIDDEN,
             max_iter=self.max_iter,
             max_rows=self.max_rows,
             seed=self.seed,
-        )
-        p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
-        self.power_mlp_: MLP | None = fit_power_mlp(
-            X, y, p, max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed
         )
         rng = {
             k: v[k]

@@ -26,13 +26,11 @@ from dse.errors import DataError
 from dse.models import _base
 from dse.models._hybrid import (
     apply_residual,
-    fit_power_mlp,
-    fit_residual_ensemble,
+    fit_hybrid_heads,
     fit_roofline,
     hybrid_state,
     load_hybrid,
 )
-from dse.models._nn import MLP
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -186,19 +184,17 @@ class MoEModel(_base.Model):
         v = self._inputs(moe_inputs(d))
         y = d["latency_s"].to_numpy(np.float64)
         out, X = self.design(v, y)
-        base = out["base_s"]
-        self.mlp_ = fit_residual_ensemble(
+        p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
+        self.mlp_, self.power_mlp_ = fit_hybrid_heads(
             X,
-            np.log(y / base),
+            y,
+            out["base_s"],
+            p,
             members=MEMBERS,
             hidden=HIDDEN,
             max_iter=self.max_iter,
             max_rows=self.max_rows,
             seed=self.seed,
-        )
-        p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
-        self.power_mlp_: MLP | None = fit_power_mlp(
-            X, y, p, max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed
         )
         rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
         self.range_ = _base.fitted_range(rng)
