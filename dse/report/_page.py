@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -14,6 +12,7 @@ import plotly.offline
 from dse.errors import DSEError
 from dse.report import _info as I
 from dse.report import _render as R
+from dse.report._files import write_text_atomic
 from dse.report._results import Results, load_results
 
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -240,20 +239,8 @@ def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path
     res = load_results(results_dir)
     path = Path(out) if out is not None else res.path / "report.html"
     text = render_html(res)
-    _atomic_write(path, text)
+    write_text_atomic(path, text, "the report")
     return path
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DSEError(f"{path}: cannot write the report ({exc.strerror or exc})") from None
 
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
@@ -311,9 +298,3 @@ def write_image(
     if not p.is_file() or p.stat().st_size == 0:
         raise ImageExportError(f"{p}: kaleido finished but wrote no image")
     return p
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

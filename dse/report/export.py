@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +32,7 @@ import yaml
 from dse import __version__
 from dse.errors import ConfigError, DSEError
 from dse.pareto import Normalisation, knee_index
+from dse.report._files import write_text_atomic
 from dse.report._results import (
     Objective,
     Results,
@@ -214,10 +213,10 @@ def write_export(
         raise DSEError(f"{dest}: cannot create the export folder ({exc.strerror or exc})") from None
     files: list[str] = []
     if fmt == "yaml":
-        _write(dest / "configs.yaml", _yaml_text(entries, res, sel))
+        write_text_atomic(dest / "configs.yaml", _yaml_text(entries, res, sel))
         files = ["configs.yaml"] * len(entries)
     elif fmt == "json":
-        _write(dest / "configs.json", json.dumps({"configs": entries}, indent=2) + "\n")
+        write_text_atomic(dest / "configs.json", json.dumps({"configs": entries}, indent=2) + "\n")
         files = ["configs.json"] * len(entries)
     else:
         from dse.spec.hf import to_hf_config
@@ -232,9 +231,9 @@ def write_export(
                     f"config: {exc}"
                 ) from None
             (dest / name).mkdir(exist_ok=True)
-            _write(dest / name / "config.json", json.dumps(cfg, indent=2) + "\n")
+            write_text_atomic(dest / name / "config.json", json.dumps(cfg, indent=2) + "\n")
             files.append(f"{name}/config.json")
-    _write(dest / "README.md", readme_text(res, sel, entries, fmt, files))
+    write_text_atomic(dest / "README.md", readme_text(res, sel, entries, fmt, files))
     return dest
 
 
@@ -247,17 +246,6 @@ def _yaml_text(entries: list[dict[str, Any]], res: Results, sel: Selection) -> s
         "# Predict one entry again with: dse predict --config configs.yaml --entry N (N from 0)\n"
     )
     return head + yaml.safe_dump({"configs": entries}, sort_keys=False, width=100)
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DSEError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def readme_text(
@@ -313,9 +301,3 @@ def readme_text(
             + f" | {fmt_quantity(p['sizes'].get('total_params', math.nan), 'parameters')} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
