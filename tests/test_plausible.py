@@ -136,3 +136,11 @@ def test_real_data_validate_reports_them(data_dir: Path) -> None:
     scored = sum(r["rows"] for r in report["results"])
     assert scored == 260 - 23  # argonne's 260 GH200 rows less the implausible ones
     assert any("23 of 260 rows implausible" in line for line in lines)
+    # ... and the table a user reads says so, not only the log and the JSON.
+    from dse.fitting.validate import format_table
+
+    table = format_table(report)
+    assert (
+        "not scored, faster than the physical floor: e2e 23 of 260 rows "
+        "(gh200/llama.cpp 3, gh200/vllm 20;" in table
+    )

@@ -600,6 +600,12 @@ def format_table(report: dict[str, Any]) -> str:
         return "  ".join(left + right)
 
     lines = [line(head), "-" * len(line(head))] + [line(row) for row in body]
+    for kind, imp in sorted(report.get("implausible_rows", {}).items()):
+        where = ", ".join(f"{k} {v}" for k, v in sorted(imp.get("by_gpu_engine", {}).items()))
+        lines.append(
+            f"not scored, faster than the physical floor: {kind} {imp['rows']} of "
+            f"{imp['of_rows']} rows ({where}; named in the log and the JSON)"
+        )
     arts = ", ".join(f"{g}={a}" for g, a in report["artifacts"].items()) or "none"
     lines.append(f"artifacts: {arts}")
     return "\n".join(lines)
