@@ -6,6 +6,7 @@ space whose configurations cannot be numbered in 64 bits."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,31 +19,16 @@ from dse.sweep import SweepOptions, exact_front, run_sweep
 from dse.sweep._columns import digit_columns, space_columns
 from dse.sweep._screened import ScreenedSampler, _crowding
 
-# 7 x 3 x 33 x 2 x 2 x 9 = 24,948 configurations: batch size trades TPOT against energy per
-# token, so the exact front is long; 48 heads do not divide 2048 or 4096 (invalid rows).
-SPACE = """\
-name: scr
-hardware: h100_sxm
-workload:
-  batch_size: {values: [1, 2, 4, 8, 16, 32, 64]}
-  prompt_tokens: 1024
-  output_tokens: 256
-  tensor_parallel: 1
-space:
-  d_model: {values: [2048, 3072, 4096]}
-  n_layers: {low: 16, high: 48, step: 1}
-  n_heads: {values: [32, 48]}
-  n_kv_heads: {values: [2, 8]}
-  d_ff: {low: 8192, high: 16384, step: 1024}
-  vocab_size: 128256
-constraints:
-  active_params: {min: 2.0e+9, max: 15.0e+9}
-  fits_memory: true
-objectives:
-  latency: {metric: tpot}
-  energy: {source: hymell, metric: per_output_token}
-study: {sampler: screened, trials: 160, seed: 0, batch_size: 16}
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_exact import KILL_SPACE
+
+# test_exact's kill-test space (7 x 3 x 33 x 2 x 2 x 9 = 24,948 configurations: batch size
+# trades TPOT against energy per token, so the exact front is long; 48 heads do not divide
+# 2048 or 4096), as a screened study of 160 trials in batches of 16.
+SPACE = KILL_SPACE.replace("name: ex", "name: scr").replace(
+    "study: {sampler: exact, trials: 100, seed: 3}",
+    "study: {sampler: screened, trials: 160, seed: 0, batch_size: 16}",
+)
 PARAMS = ["batch_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"]
 OBJ = ["obj.latency_tpot", "obj.energy_hymell_per_output_token"]
 
