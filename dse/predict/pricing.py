@@ -373,10 +373,7 @@ class Pricer:
         power = price.power_w
         if power is None:
             power = self._op_power(op, t_call, None)
-        # under the board limit where the operator runs (elsewhere its watts are
-        # placeholders that multiply zero seconds)
-        power = np.where(runs, board_limited_w(self.gpu, power), power)
-        return OpPrice(t_call, power, price.model), price
+        return OpPrice(t_call, board_limited_w(self.gpu, power), price.model), price
 
     def _model_price(self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int) -> L1Price | None:
         """The adapter's price of the operator (None: no artifact, adapter or fitted model).
