@@ -22,7 +22,7 @@ operator (shape (n,)) is multiplied by the sum of the weights.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -34,6 +34,7 @@ from dse.models.level2 import LEVEL2_BLOCKS, block_features
 from dse.predict.adapters import ADAPTERS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
+from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
 from dse.roofline import (
     LAUNCH_S,
     board_limited_w,
@@ -297,6 +298,9 @@ def _collapse(
 class Pricer:
     """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
 
+    # Batches of at most this many configurations stack their operators (`price_phases`).
+    stack_at_most: int = STACK_AT_MOST
+
     def __init__(
         self,
         gpu: GPU,
@@ -312,9 +316,54 @@ class Pricer:
         # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
         self.artifact_gpu = artifact_gpu if artifact_gpu is not None else gpu
 
-    def price(self, ops: list[Op], phase: str, weights: np.ndarray | None = None) -> PhaseCost:
+    def price_phases(
+        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]]
+    ) -> list[PhaseCost]:
+        """`price` of each (operators, phase, weights); a batch of at most
+        `stacking.STACK_AT_MOST` configurations prices the operators of one adapter, over all
+        phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls."""
+        n = len(np.atleast_1d(phases[0][0][0].count))
+        pre: dict[int, dict[int, L1Price | None]] = {}
+        if self.artifact is not None and n <= self.stack_at_most:
+            pre = self._stacked(phases, n)
+        return [
+            self.price(ops, phase, weights, pre.get(i))
+            for i, (ops, phase, weights) in enumerate(phases)
+        ]
+
+    def _stacked(
+        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]], n: int
+    ) -> dict[int, dict[int, L1Price | None]]:
+        """Stacked Level-1 prices: phase index -> operator index -> price, for every operator
+        that runs in all configurations and whose adapter stacks with another operator's."""
+        assert self.artifact is not None
+        stacks: dict[int, tuple[StackedAdapter, list[tuple[int, int, Op, dict[str, Any]]]]] = {}
+        for p, (ops, phase, _) in enumerate(phases):
+            ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
+            for j, op in enumerate(ops):
+                adapter = STACKED.get(op.kind)
+                if adapter is None or not (np.asarray(op.count) > 0).all():
+                    continue
+                stacks.setdefault(id(adapter), (adapter, []))[1].append((p, j, op, ctx))
+        out: dict[int, dict[int, L1Price | None]] = {}
+        for adapter, items in stacks.values():
+            if len(items) < 2:
+                continue
+            prices = adapter(self.artifact, [(op, ctx) for _, _, op, ctx in items], self.gpu, n)
+            for (p, j, _, _), price in zip(items, prices, strict=True):
+                out.setdefault(p, {})[j] = price
+        return out
+
+    def price(
+        self,
+        ops: list[Op],
+        phase: str,
+        weights: np.ndarray | None = None,
+        priced: Mapping[int, L1Price | None] | None = None,
+    ) -> PhaseCost:
         """Time and energy of one forward pass (prefill) or of all decode steps (with `weights`,
-        the (k, n) quadrature weights of the node axis that attention arrays carry)."""
+        the (k, n) quadrature weights of the node axis that attention arrays carry). `priced`:
+        Level-1 prices already made for some operators (index in `ops`), see `price_phases`."""
         n = len(np.atleast_1d(ops[0].count))
         oor = np.zeros(n, dtype=bool)
         per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
@@ -325,13 +374,16 @@ class Pricer:
         roof: dict[str, np.ndarray] = {}
         oor_by: dict[str, np.ndarray] = {}
         misses: dict[str, RangeMiss] = {}
-        for op in ops:
+        for j, op in enumerate(ops):
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
                 per_op.append((op, zero, zero))
                 sources.setdefault(op.name, "none")
                 continue
-            call, price = self._price_op(op, runs, ctx, n)
+            if priced is not None and j in priced:
+                call, price = self._from_price(op, priced[j])
+            else:
+                call, price = self._price_op(op, runs, ctx, n)
             if price is not None:
                 _record_misses(price, op, runs, misses, oor_by, oor)
             t = _where_runs(runs, call.t_call * op.count)
@@ -363,7 +415,10 @@ class Pricer:
     ) -> tuple[OpPrice, L1Price | None]:
         """One operator's cost per call: its fitted model's (moved to this chip when the model
         was fitted on a sibling), else the roofline's; and the model's price, for its flags."""
-        price = self._model_price(op, runs, ctx, n)
+        return self._from_price(op, self._model_price(op, runs, ctx, n))
+
+    def _from_price(self, op: Op, price: L1Price | None) -> tuple[OpPrice, L1Price | None]:
+        """The operator's cost per call from its model's price (None: the roofline's)."""
         if price is None:
             t_call, util = roofline_op(op, self.gpu)
             return OpPrice(t_call, self._op_power(op, t_call, util), "roofline"), None

@@ -187,14 +187,15 @@ def base_costs(
         cols = dict(cols)
         cols["batch_size"] = np.where(queued, per_wave, cols["batch_size"]).astype(np.int64)
     pricer = Pricer(gpu, artifact, artifact_gpu, cols)
-    pre = pricer.price(forward_ops(cols, "prefill"), "prefill")
     out_tokens = cols["output_tokens"].astype(float)
     # The first output token comes out of prefill; the remaining output_tokens - 1 are decode
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
     steps = np.maximum(out_tokens - 1.0, 0.0)
     nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
     ops = forward_ops(cols, "decode", kv_len=nodes, stratum=node_strata(len(nodes)))
-    dec = pricer.price(ops, "decode", weights)
+    pre, dec = pricer.price_phases(
+        [(forward_ops(cols, "prefill"), "prefill", None), (ops, "decode", weights)]
+    )
     if queued.any():
         pre, dec = pre.scaled(waves), dec.scaled(waves)
     return BaseCost(pre, dec, steps, fill, waves)
