@@ -167,3 +167,27 @@ def test_a_long_prefill_is_priced_in_row_blocks_inside_the_tables(h100: Artifact
         without_blocks(mp)
         q = predict(df, artifacts={"h100_sxm": h100})
     assert "prefill ffn/act: elements" in q["out_of_range_inputs"][0]
+
+
+def test_few_row_texts_equal_the_grouped_batch_texts() -> None:
+    """A batch of a few configurations writes its out-of-range texts row by row in plain
+    Python (dse.predict.flags.FEW_ROWS); they must be the grouped path's texts, digit for
+    digit: integers, 4 significant digits, ratios to 3, both directions, a zero bound."""
+    from dse.models._base import RangeMiss
+    from dse.predict import flags as F
+
+    rng = np.random.default_rng(7)
+    for n in range(1, F.FEW_ROWS + 1):
+        merged = {}
+        for i, label in enumerate(
+            ("prefill gemm: n", "decode norm/input: width", "level3: prompt")
+        ):
+            value = rng.choice([4096.0, 1024.5, 3.0e7, 0.001234567, 131072.0, 7.0], n)
+            bound = rng.choice([8192.0, 2560.0, 0.0, 1.5, 999999.5], n)
+            excess = np.where(rng.random(n) < 0.6, np.log(np.maximum(value, 1e-9) / 3.0), 0.0)
+            merged[label] = RangeMiss(excess, value, bound if i else bound[0])
+        flags = {"level3: engine": rng.random(n) < 0.5}
+        got = F._miss_text_rows(merged, flags, n)
+        want = F._miss_text_grouped(merged, flags, n)
+        assert got.tolist() == want.tolist()
+        assert any(got.tolist()) or n < 3

@@ -780,19 +780,21 @@ class LayerOpModel(_base.Model):
         ]
 
     def range_misses(
-        self, op: str, gated: np.ndarray, **arrays: np.ndarray
+        self, op: str | np.ndarray, gated: np.ndarray, **arrays: np.ndarray
     ) -> dict[str, RangeMiss]:
-        """How far one operator's rows lie outside what this model can price from its
-        measurements: the row width against the widths measured for the operator's family (the
-        one the row reads: gated, or the non-gated one), the element count against the elements
-        measured (the regime coordinate of the per-element cost), and the tensor-parallel size.
-        Token counts and head counts are not ranges of their own: past the measured tokens a
-        curve is read at its end and the base carries the rest, at elements that were measured
-        (a 16k-token prefill of a 4096-wide norm is 67M elements, inside)."""
+        """How far operator rows lie outside what this model can price from its measurements:
+        the row width against the widths measured for the operator's family (the one the row
+        reads: gated, or the non-gated one), the element count against the elements measured
+        (the regime coordinate of the per-element cost), and the tensor-parallel size. `op`:
+        one operator name, or one per row. Token counts and head counts are not ranges of their
+        own: past the measured tokens a curve is read at its end and the base carries the rest,
+        at elements that were measured (a 16k-token prefill of a 4096-wide norm is 67M
+        elements, inside)."""
         n = _base.batch_size_of(arrays)
         vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
         gated = np.broadcast_to(np.asarray(gated, dtype=bool), (n,))
-        t, width = op_geometry(np.asarray(op), {**vals, "gated_mlp": gated})  # one operator
+        ops = np.asarray(op)
+        t, width = op_geometry(ops, {**vals, "gated_mlp": gated})
         width = np.broadcast_to(width, (n,))
         out: dict[str, RangeMiss] = {}
         for name, v in (("elements", t * width), ("tensor_parallel", vals["tensor_parallel"])):
@@ -803,24 +805,30 @@ class LayerOpModel(_base.Model):
             if m.outside.any():
                 out[name] = m
         # the family each row reads (as _row_key_index): its own, else the other one
-        lookup = {str(k): i for i, k in enumerate(self.keys_)}
-        g_i = lookup.get(op, -1)
-        n_i = lookup.get(f"{op}:nongated", g_i)
-        g_i = n_i if g_i < 0 else g_i
+        lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
         width_miss: RangeMiss | None = None
-        for i, rows in ((g_i, gated), (n_i, ~gated)):
-            w = self.curve_width_[self.curve_key_ == i] if i >= 0 else ()
-            if not len(w) or not rows.any():
-                continue
-            lo, hi = float(w.min()), float(w.max())
-            sub = width[rows]
-            if sub.min() >= lo and sub.max() <= hi:
-                continue
-            m = range_miss(width, lo, hi).masked(rows)
-            width_miss = m if width_miss is None else width_miss.worse(m)
+        for name in [str(ops)] if ops.ndim == 0 else dict.fromkeys(ops.tolist()):
+            of_op = True if ops.ndim == 0 else ops == name
+            g_i = lookup.get(name, -1)
+            n_i = lookup.get(f"{name}:nongated", g_i)
+            g_i = n_i if g_i < 0 else g_i
+            for i, rows in ((g_i, gated & of_op), (n_i, ~gated & of_op)):
+                if i < 0 or not rows.any():
+                    continue
+                lo, hi = self._pack(("widths", i), lambda i=i: self._width_range(i))
+                sub = width[rows]
+                if lo > hi or (sub.min() >= lo and sub.max() <= hi):
+                    continue
+                m = range_miss(width, lo, hi).masked(rows)
+                width_miss = m if width_miss is None else width_miss.worse(m)
         if width_miss is not None and width_miss.outside.any():
             out["width"] = width_miss
         return out
+
+    def _width_range(self, i: int) -> tuple[float, float]:
+        """(narrowest, widest) width measured for family i; (inf, -inf) when none was."""
+        w = self.curve_width_[self.curve_key_ == i]
+        return (float(w.min()), float(w.max())) if len(w) else (np.inf, -np.inf)
 
 
 def layer_op_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:

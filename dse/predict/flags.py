@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -68,9 +69,19 @@ def _miss_text(
     for every input outside its model's range and the names of `flags` set ('' when none).
     Each part's text is formatted once per distinct (value, bound) it prints, and the texts
     are joined once per distinct combination of them over the batch (a sweep repeats them)."""
+    merged = _merged(misses)
+    if n <= FEW_ROWS:
+        return _miss_text_rows(merged, flags, n)
+    return _miss_text_grouped(merged, flags, n)
+
+
+def _miss_text_grouped(
+    merged: Mapping[str, RangeMiss], flags: Mapping[str, np.ndarray], n: int
+) -> np.ndarray:
+    """`_miss_text` of a batch: each text formatted once per distinct value (see there)."""
     codes: list[np.ndarray] = []
     tables: list[np.ndarray] = []
-    for k, m in _merged(misses).items():
+    for k, m in merged.items():
         rows = np.flatnonzero(m.outside)
         if not len(rows):
             continue
@@ -114,6 +125,57 @@ def _miss_text(
         text[sel] = part
         started[sel] = True
     return text[group]
+
+
+# Batches of at most this many configurations build their texts row by row: the grouping
+# below pays off only when a sweep's rows repeat texts.
+FEW_ROWS = 8
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    """`_round_sig` of one number."""
+    if x == 0.0 or not math.isfinite(x):
+        return x
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(abs(x))))
+    return round(x * scale) / scale
+
+
+def _fmt_one(x: float, spec: str) -> str:
+    """`_fmt` of one number."""
+    if 1.0 <= abs(x) < 1e6 and x == round(x):
+        return str(int(x))
+    return format(x, spec)
+
+
+def _miss_parts(m: RangeMiss, rows: np.ndarray) -> list[str]:
+    """'<value> > <bound> (x<ratio>)' of a miss at `rows` (values to 6 significant digits),
+    as `_miss_text` writes them, in plain Python: a few rows cost less than numpy's calls."""
+    values = np.broadcast_to(m.value, m.excess.shape)[rows].tolist()
+    bounds = np.broadcast_to(m.bound, m.excess.shape)[rows].tolist()
+    out = []
+    for x, y in zip(values, bounds, strict=True):
+        v, b = _sig(float(x)), _sig(float(y))
+        ratio = v / b if b != 0 else math.inf
+        sym = " > " if v > b else " < "
+        out.append(f"{_fmt_one(v, '.4g')}{sym}{_fmt_one(b, '.4g')} (x{_fmt_one(ratio, '.3g')})")
+    return out
+
+
+def _miss_text_rows(
+    merged: Mapping[str, RangeMiss], flags: Mapping[str, np.ndarray], n: int
+) -> np.ndarray:
+    """`_miss_text` of a few configurations, row by row (the same texts)."""
+    parts: list[list[str]] = [[] for _ in range(n)]
+    for k, m in merged.items():
+        rows = np.flatnonzero(m.outside)
+        for r, text in zip(rows.tolist(), _miss_parts(m, rows), strict=True):
+            parts[r].append(f"{k} {text}")
+    for k, f in flags.items():
+        for r in np.flatnonzero(np.broadcast_to(f, (n,))).tolist():
+            parts[r].append(k)
+    out = np.empty(n, dtype=object)
+    out[:] = ["; ".join(p) for p in parts]
+    return out
 
 
 def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

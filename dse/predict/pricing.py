@@ -218,10 +218,12 @@ def _reduce(
     """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)
     (`wsum`: w.sum(axis=0) when the caller has it). Always a new array."""
     if w is None:
-        return np.broadcast_to(x, (n,)).astype(float)
+        return (x if np.shape(x) == (n,) else np.broadcast_to(x, (n,))).astype(float)
     if np.ndim(x) == 2:
         return _node_sum(w, x)
-    return np.broadcast_to(x, (n,)) * (w.sum(axis=0) if wsum is None else wsum)
+    return (x if np.shape(x) == (n,) else np.broadcast_to(x, (n,))) * (
+        w.sum(axis=0) if wsum is None else wsum
+    )
 
 
 class OpPrice(NamedTuple):

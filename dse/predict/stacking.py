@@ -26,10 +26,10 @@ from dse.models.artifact import Artifact
 from dse.predict.adapters import (
     LAYER_OP_OF,
     L1Price,
-    _layer_op_misses,
     _layer_row_blocks,
     price_allreduce,
     price_gemm,
+    price_layer_op,
     price_moe,
 )
 from dse.predict.ops import Op
@@ -48,6 +48,12 @@ StackedAdapter = Callable[
 ]
 
 
+def as_rows(v: Any, n: int) -> np.ndarray:
+    """v as n rows (a view when it has to be broadcast; itself when it already is)."""
+    a = np.asarray(v)
+    return a if a.shape == (n,) else np.broadcast_to(a, (n,))
+
+
 def stack_ops(ops: Sequence[Op], n: int) -> Op | None:
     """Operators as one of len(ops) x n rows (operator i at rows i n .. (i + 1) n), or None
     when their dims differ in name."""
@@ -56,7 +62,7 @@ def stack_ops(ops: Sequence[Op], n: int) -> Op | None:
         return None
 
     def cat(values: Sequence[Any]) -> np.ndarray:
-        return np.concatenate([np.broadcast_to(np.asarray(v), (n,)) for v in values])
+        return np.concatenate([as_rows(v, n) for v in values])
 
     return Op(
         ops[0].name,
@@ -132,12 +138,14 @@ def price_layer_ops(
     if not names or not live:
         return out
     model = artifact.model(names[0])
+    if not hasattr(model, "range_misses"):  # a model class without its own range check
+        return [price_layer_op(artifact, op, gpu, ctx) for op, ctx in items]
     cols = items[live[0]][1]["cols"]  # one Pricer: the same configurations in every phase
     k = len(live)
     vops = [LAYER_OP_OF[items[i][0].name] for i in live]
     vop = np.repeat(np.array(vops), n)
     tokens = np.concatenate(
-        [np.broadcast_to(np.asarray(items[i][1]["tokens"], dtype=float), (n,)) for i in live]
+        [as_rows(np.asarray(items[i][1]["tokens"], dtype=float), n) for i in live]
     )
 
     def tile(c: str) -> np.ndarray:
@@ -156,31 +164,27 @@ def price_layer_ops(
     if blocks is not None:
         lat = lat * blocks
     covered = np.asarray(res.get("covered", np.ones(k * n, bool)), dtype=bool)
-    # The range check per vidur operator over all of its rows; rank r of an operator's rows
-    # is the r-th stacked operator priced as it.
-    misses_of: dict[str, dict[str, RangeMiss]] = {}
-    for v in dict.fromkeys(vops):
-        sel = vop == v
-        misses_of[v] = _layer_op_misses(
-            artifact, names[0], model, v, gated[sel], {a: arrays[a][sel] for a in arrays}
-        )
+    all_misses = model.range_misses(vop, gated, **arrays)
+    shape = (k * n,)
+    all_misses = {
+        key: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))
+        for key, m in all_misses.items()
+    }
     power = op_power_w(
         artifact,
         Op("layer_ops", "elementwise", "", np.ones(k * n),
-           np.concatenate([np.broadcast_to(items[i][0].flops, (n,)) for i in live]),
-           np.concatenate([np.broadcast_to(items[i][0].bytes, (n,)) for i in live])),
+           np.concatenate([as_rows(items[i][0].flops, n) for i in live]),
+           np.concatenate([as_rows(items[i][0].bytes, n) for i in live])),
         gpu,
         lat,
     )  # fmt: skip
-    rank: dict[str, int] = {}
     for p, i in enumerate(live):
-        op, v = items[i][0], vops[p]
-        r = rank[v] = rank.get(v, -1) + 1
-        sl, own = slice(p * n, (p + 1) * n), slice(r * n, (r + 1) * n)
-        rows_v = (vops.count(v) * n,)
+        op = items[i][0]
+        sl = slice(p * n, (p + 1) * n)
         misses = {
-            key: RangeMiss(*(np.broadcast_to(a, rows_v)[own] for a in (m.excess, m.value, m.bound)))
-            for key, m in misses_of[v].items()
+            key: RangeMiss(m.excess[sl], m.value[sl], m.bound[sl])
+            for key, m in all_misses.items()
+            if m.outside[sl].any()
         }
         oor = np.zeros(n, dtype=bool)
         for m in misses.values():
