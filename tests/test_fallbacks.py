@@ -165,8 +165,8 @@ def test_validate_names_a_gemm_priced_by_another_table(data_dir: Path, tmp_path:
 
 def test_predictor_names_the_borrowed_artifact() -> None:
     """An H200 fp8 prediction priced with H100's GEMM tables says so: which operators, and the
-    id of the H100 artifact that priced them (provenance); bf16 borrows nothing. Like
-    `roofline_ops`, the fields describe the batch predicted together."""
+    id of the H100 artifact that priced them (provenance); bf16 borrows nothing, in a batch of
+    its own or beside fp8 rows (like `roofline_ops`, the fields describe each row)."""
     from dse.predict import predict
     from dse.resources import surrogates_dir
 
@@ -192,3 +192,7 @@ def test_predictor_names_the_borrowed_artifact() -> None:
     assert fp8["artifact_gpu"][0] == "h200_sxm"
     bf16 = predict({**cfg, "weight_dtype": ["bfloat16"]})
     assert bf16["borrowed_ops"][0] == "" and bf16["borrowed_artifacts"][0] == ""
+    both = predict({**{k: v * 2 for k, v in cfg.items()}, "weight_dtype": ["bfloat16", "fp8"]})
+    assert both["borrowed_ops"][0] == "" and both["borrowed_artifacts"][0] == ""
+    assert both["borrowed_ops"][1] == fp8["borrowed_ops"][0]
+    assert both["borrowed_artifacts"][1] == f"h100_sxm:{h100_id}"

@@ -42,6 +42,9 @@ class L1Price:
     # Input name -> how far it lies outside the pricing model's fitted range (only inputs that
     # leave it somewhere); `out_of_range` is where any of them does.
     misses: dict[str, RangeMiss] | None = None
+    # Which of the models in `model` ("a+b") priced each row: an index into model.split("+"),
+    # per row of latency_s's last axis; None when `model` is one name, or every row used all.
+    model_rows: np.ndarray | None = None
 
 
 # kind -> adapter(artifact, op, gpu, ctx) -> L1Price | None (None: no model covers this op).
@@ -79,9 +82,11 @@ def price_gemm(
     oor = np.zeros(m.shape, dtype=bool)
     misses: dict[str, RangeMiss] = {}
     used = []
+    which = np.zeros(m.shape, dtype=np.int8)
     kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
     for dt in kinds:
         sel = slice(None) if len(kinds) == 1 else dtypes == dt
+        which[sel] = len(used)
         ch = g.choose(str(dt), GEMM_ENGINE)
         model = ch.model()
         if ch.borrowed:  # the sibling chip's table, moved to this GPU (as Gemm.predict does)
@@ -107,7 +112,7 @@ def price_gemm(
             _put_miss(misses, key, miss, sel, m.shape)
             oor[sel] |= miss.outside
         used.append(ch.label)
-    return L1Price(lat, power, oor, "+".join(used), misses)
+    return L1Price(lat, power, oor, "+".join(used), misses, which if len(used) > 1 else None)
 
 
 def _put_miss(
@@ -238,7 +243,14 @@ def price_layer_op(
     if not hit["covered"].all():
         t_roof = roofline_s(op.flops, op.bytes, gpu.peak_bf16_flops_per_s, gpu.hbm_bw_bytes_per_s)
         lat = np.where(hit["covered"], lat, t_roof + LAUNCH_S)
-        return L1Price(lat, op_power_w(artifact, op, gpu, lat), hit["oor"], names[0], hit["misses"])
+        return L1Price(
+            lat,
+            op_power_w(artifact, op, gpu, lat),
+            hit["oor"],
+            f"{names[0]}+roofline",
+            hit["misses"],
+            (~hit["covered"]).astype(np.int8),
+        )
     # The same FLOPs and bytes as the operator that filled the cache (both residual adds,
     # input and final norm): the same power.
     same = hit.get("power_of")
@@ -476,6 +488,7 @@ def price_allreduce(
     oor = np.zeros(msg.shape, dtype=bool)
     misses: dict[str, RangeMiss] = {}
     used = []
+    which = np.zeros(msg.shape, dtype=np.int8)
     todo = np.ones(msg.shape, dtype=bool)
     for i, name in enumerate(ranked):
         rng = artifact.manifest["models"][name].get("fitted_range", {})
@@ -491,6 +504,7 @@ def price_allreduce(
             n_gpus[sel].astype(np.int64),
         )
         lat[sel] = res["latency_s"]
+        which[sel] = len(used)
         part = artifact.range_misses(name, message_bytes=msg[sel], n_gpus=n_gpus[sel])
         for key, miss in part.items():
             _put_miss(misses, key, miss, sel, msg.shape)
@@ -503,7 +517,7 @@ def price_allreduce(
         return None
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
-    return L1Price(lat, power, oor, "+".join(used), misses)
+    return L1Price(lat, power, oor, "+".join(used), misses, which if len(used) > 1 else None)
 
 
 # Op.kind -> the adapter that prices operators of that kind from an artifact (an explicit table:

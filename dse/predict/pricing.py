@@ -87,6 +87,10 @@ class PhaseCost:
     oor_by: dict[str, np.ndarray] = field(default_factory=dict)
     # "<operator or level-2 block>: <input>" -> how far outside its model's fitted range.
     misses: dict[str, RangeMiss] = field(default_factory=dict)
+    # op name -> per configuration, the index into sources[op].split("+") of the model that
+    # priced it, for operators priced by several (GEMMs of two dtypes, a layer op the model
+    # covers on some rows only); absent: sources[op] describes every configuration.
+    source_rows: dict[str, np.ndarray] = field(default_factory=dict)
 
     def part_s(self, *kinds: str) -> np.ndarray:
         """Seconds spent in operators of these kinds."""
@@ -126,6 +130,7 @@ class PhaseCost:
             {k: v * f for k, v in self.roof_s.items()},
             dict(self.oor_by),
             dict(self.misses),
+            dict(self.source_rows),
         )
 
 
@@ -187,6 +192,7 @@ def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
             k: RangeMiss(*(put(a, 0.0, float) for a in (m.excess, m.value, m.bound)))
             for k, m in price.misses.items()
         },
+        None if price.model_rows is None else put(price.model_rows, 0, np.int8),
     )
 
 
@@ -376,6 +382,7 @@ class Pricer:
         roof: dict[str, np.ndarray] = {}
         oor_by: dict[str, np.ndarray] = {}
         misses: dict[str, RangeMiss] = {}
+        source_rows: dict[str, np.ndarray] = {}
         for j, op in enumerate(ops):
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
@@ -393,6 +400,11 @@ class Pricer:
             roof[op.name] = _where_runs(runs, t_r * op.count)
             per_op.append((op, t, call.power))
             prev = sources.get(op.name)
+            if prev in (None, "none"):
+                if price is not None and price.model_rows is not None:
+                    source_rows[op.name] = price.model_rows
+            else:  # an operator name priced twice: described batch-wide
+                source_rows.pop(op.name, None)
             sources[op.name] = (
                 call.src if prev in (None, "none", call.src) else f"{prev}+{call.src}"
             )
@@ -408,6 +420,7 @@ class Pricer:
             roof_s={k: _reduce(v, weights, n, wsum) for k, v in roof.items()},
             oor_by=oor_by,
             misses=misses,
+            source_rows=source_rows,
         )
         _collapse(out, per_op, weights, wsum, zero)
         return out

@@ -425,37 +425,64 @@ def _provenance(
     has_level3: bool,
     n: int,
 ) -> dict[str, np.ndarray]:
-    """Where the numbers came from, as constant string columns: source, artifact, the operators
-    the roofline priced and those priced with a sibling chip's table, the energy source."""
-    pre, dec = base.prefill, base.decode
-    # Operators the roofline priced (no fitted model), among those this batch actually runs.
-    fallback = sorted(
-        k
-        for c in (pre, dec)
-        for k, s in c.sources.items()
-        if "roofline" in s and np.any(c.items_s[k] > 0)
-    )
-    fallback = sorted(set(fallback))
-    # Operators priced with a sibling chip's table (model name "<model>@<gpu>", e.g. H200
-    # per-tensor fp8 GEMMs by H100's): provenance names that artifact too.
-    lent = [
-        (k, s)
-        for c in (pre, dec)
-        for k, s in c.sources.items()
-        if "@" in s and np.any(c.items_s[k] > 0)
-    ]
-    borrowed = sorted({f"{k}={s}" for k, s in lent})
-    lenders = sorted({p.split("@", 1)[1] for _, s in lent for p in s.split("+") if "@" in p})
+    """Where the numbers came from, as string columns: source, artifact and energy source (one
+    per batch: one GPU's artifact), and per configuration the operators the roofline priced and
+    those priced with a sibling chip's table (`_row_sources`)."""
+    roofline, borrowed, lenders = _row_sources(base, n)
     meta = {
         "source": "hymell" if has_level3 else "roofline",
         "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",
         "artifact_gpu": fitted_for if artifact is not None else "",
-        "roofline_ops": ",".join(fallback),
-        "borrowed_ops": ",".join(borrowed),
-        "borrowed_artifacts": _lenders(artifact, lenders),
         "energy_source": _energy_source(artifact, gpu, calibrated),
     }
-    return {k: _const_object(n, v) for k, v in meta.items()}
+    out = {k: _const_object(n, v) for k, v in meta.items()}
+    out["roofline_ops"] = roofline
+    out["borrowed_ops"] = borrowed
+    texts = {t: _lenders(artifact, t.split(",") if t else []) for t in set(lenders.tolist())}
+    out["borrowed_artifacts"] = np.array([texts[t] for t in lenders.tolist()], dtype=object)
+    return out
+
+
+def _row_sources(base: BaseCost, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per configuration: the operators the roofline priced (no fitted model), those priced
+    with a sibling chip's table ("<op>=<model>@<gpu>", e.g. H200 per-tensor fp8 GEMMs by
+    H100's) and those sibling GPUs, each a sorted comma-joined text over the operators the
+    configuration runs. A configuration's text does not depend on the batch it comes in."""
+    # (label, text it adds to roofline_ops / borrowed_ops) per model name, and per entry the
+    # rows where each label applies
+    entries: list[tuple[str, str, np.ndarray]] = []  # (op, label, rows)
+    for c in (base.prefill, base.decode):
+        for k, s in c.sources.items():
+            runs = c.items_s[k] > 0
+            if not runs.any():
+                continue
+            rows = c.source_rows.get(k)
+            if rows is None:
+                entries.append((k, s, runs))
+                continue
+            for i, label in enumerate(s.split("+")):
+                here = runs & (rows == i)
+                if here.any():
+                    entries.append((k, label, here))
+    roof = [(k, m) for k, s, m in entries if "roofline" in s.split("+")]
+    lent = [(f"{k}={s}", m) for k, s, m in entries if "@" in s]
+    gpus = [(p.split("@", 1)[1], m) for _, s, m in entries for p in s.split("+") if "@" in p]
+    return _joined(roof, n), _joined(lent, n), _joined(gpus, n)
+
+
+def _joined(parts: list[tuple[str, np.ndarray]], n: int) -> np.ndarray:
+    """Per row, the sorted distinct texts of the parts whose mask holds there, comma-joined;
+    one join per distinct combination of masks."""
+    if not parts:
+        return _const_object(n, "")
+    if all(m.all() for _, m in parts):
+        return _const_object(n, ",".join(sorted({t for t, _ in parts})))
+    masks = np.stack([m for _, m in parts], axis=1)
+    combos, inverse = np.unique(masks, axis=0, return_inverse=True)
+    texts = np.empty(len(combos), dtype=object)
+    for j, combo in enumerate(combos):
+        texts[j] = ",".join(sorted({parts[i][0] for i in np.flatnonzero(combo)}))
+    return texts[np.ravel(inverse)]
 
 
 def _scaled(

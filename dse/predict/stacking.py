@@ -103,6 +103,7 @@ def split_price(price: L1Price | None, k: int, n: int) -> list[L1Price | None]:
                     key: RangeMiss(m.excess[sl], m.value[sl], m.bound[sl])
                     for key, m in misses.items()
                 },
+                None if price.model_rows is None else price.model_rows[sl],
             )
         )
     return out
@@ -200,6 +201,8 @@ def price_layer_ops(
             )
             t = np.where(cov, t, t_roof + LAUNCH_S)
             p_w = op_power_w(artifact, op, gpu, t)
+            out[i] = L1Price(t, p_w, oor, f"{names[0]}+roofline", misses, (~cov).astype(np.int8))
+            continue
         out[i] = L1Price(t, p_w, oor, names[0], misses)
     return out
 
