@@ -46,6 +46,8 @@ separate family when the training rows have one; otherwise the gated coefficient
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -112,6 +114,10 @@ _SPLITS_BEFORE_STORED: dict[str, float] = {"emb": 16.0}
 CURVE_WAVE_SPLIT = True
 WAVE_SPLIT_WINDOW = 2.0  # ... the smooth part: the curve's mean over this many x SMs tokens
 WIDTH_ONLY_NO_TP = True  # ... and their structural base has no tp terms either
+# Calls of at most this many rows walk them one by one in plain Python (`_predict_rows`): a
+# one-configuration prediction prices ~16 layer-op rows, where the vectorised walk costs
+# ~0.15 ms per operator family whatever its rows. The same numbers to round-off.
+FEW_ROWS = 32
 INPUTS = (
     "num_tokens",
     "d_model",
@@ -503,6 +509,51 @@ def _base_items_us(
     return np.full_like(ts, c[0]), wave_us, wv * w_k * per_width, tp_us
 
 
+def _segment1(x: float, period: float, split: float) -> float:
+    """`_segment` of one token count."""
+    seg = math.ceil(x / period) if math.isfinite(period) else 0.0
+    return seg + 1e6 * (x > split) if split > 0 else seg
+
+
+def _interp_seg1(
+    x: float, tok: list[float], tok_a: np.ndarray, val: np.ndarray, period: float, split: float
+) -> float:
+    """`_interp_seg` of one token count (`tok`: the curve's tokens as a list, `tok_a` as an
+    array)."""
+    if len(tok) < 2 or (not math.isfinite(period) and split <= 0):
+        return float(np.interp(x, tok_a, val))
+    hi = min(max(bisect_right(tok, x), 1), len(tok) - 1)
+    lo = hi - 1
+    t_lo = tok[lo]
+    f = min(max((x - t_lo) / (tok[hi] - t_lo), 0.0), 1.0)
+    s_lo, s_hi = _segment1(tok[lo], period, split), _segment1(tok[hi], period, split)
+    if s_lo != s_hi:  # across a step: the weight of the neighbour on x's side is 1
+        s_x = _segment1(x, period, split)
+        f = 1.0 if s_x == s_hi else (0.0 if s_x == s_lo else f)
+    v_lo = float(val[lo])
+    return v_lo + f * (float(val[hi]) - v_lo)
+
+
+@dataclass(frozen=True)
+class _RowFamily:
+    """One operator family's fitted state as Python numbers, for `_predict_rows`."""
+
+    c: list[float]
+    c_a: np.ndarray
+    cr: float
+    e_max: float
+    by_width: bool
+    split: float
+    mids: list[float] | None  # midpoints between the measured tps in log2; None: one tp
+    groups: list[tuple[list[int], list[float]]]  # per tp: curve indices by width, log widths
+    c_w: list[float]
+    tok: list[list[float]]
+    tok_a: list[np.ndarray]
+    val: list[np.ndarray]
+    per: list[float]
+    parts: list[tuple[np.ndarray, np.ndarray]] | None
+
+
 class LayerOpModel(_base.Model):
     """Latency of vidur's non-GEMM layer operators on one GPU (see module doc).
 
@@ -623,6 +674,108 @@ class LayerOpModel(_base.Model):
             _curve_prep(c_tp, c_w),
         )
 
+    def _row_family(self, i: int) -> _RowFamily:
+        _, e_max, by_width, split, _, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
+            ("curves", i), lambda: self._curves_of(i)
+        )
+        l2t = prep.l2t
+        return _RowFamily(
+            c=self.coef_[i].tolist(),
+            c_a=np.asarray(self.coef_[i], dtype=np.float64),
+            cr=float(self.rows_per_wave_[i]),
+            e_max=float(e_max),
+            by_width=bool(by_width),
+            split=float(split),
+            mids=None if len(prep.tps) <= 1 else (0.5 * (l2t[1:] + l2t[:-1])).tolist(),
+            groups=[(e.tolist(), w.tolist()) for e, w in zip(prep.ent, prep.lw, strict=True)],
+            c_w=np.asarray(c_w, dtype=np.float64).tolist(),
+            tok=[np.asarray(x, dtype=np.float64).tolist() for x in c_tok],
+            tok_a=[np.asarray(x, dtype=np.float64) for x in c_tok],
+            val=[np.asarray(x, dtype=np.float64) for x in c_val],
+            per=np.asarray(c_per, dtype=np.float64).tolist(),
+            parts=c_parts,
+        )
+
+    def _curve_row(self, fam: _RowFamily, t: float, w: float, tp: float) -> float:
+        """`_curve_eval` of one row."""
+        if not fam.groups:
+            return 0.0
+        ip = 0 if fam.mids is None else bisect_left(fam.mids, math.log2(max(tp, 1.0)))
+        ent, lw = fam.groups[ip]
+        x = min(max(math.log(max(w, 1.0)), lw[0]), lw[-1])
+        j = min(max(bisect_right(lw, x) - 1, 0), max(len(ent) - 2, 0))
+        k = min(j + 1, len(ent) - 1)
+        span = lw[k] - lw[j]
+        f = (x - lw[j]) / span if span > 0 else 0.0
+        split = fam.split
+        v = 0.0
+        for e, wgt, use in ((j, 1.0 - f, f < 1.0), (k, f, k != j and f > 0.0)):
+            if not use:
+                continue
+            ce = ent[e]
+            te = t * (w / fam.c_w[ce]) ** CURVE_E_MATCH
+            if split > 0:
+                te = min(te, split) if t <= split else max(te, split + 1e-3)
+            tok, tok_a, per = fam.tok[ce], fam.tok_a[ce], fam.per[ce]
+            if fam.parts is not None and math.isfinite(per) and te != t:
+                smooth, saw = fam.parts[ce]
+                val = _interp_seg1(te, tok, tok_a, smooth, math.inf, split)
+                val += _interp_seg1(t, tok, tok_a, saw, per, split)
+            else:
+                val = _interp_seg1(te, tok, tok_a, fam.val[ce], per, split)
+            v += wgt * val
+        return v
+
+    def _predict_rows(
+        self, idx: np.ndarray, t: np.ndarray, width: np.ndarray, tp: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """The items, factor and waves of `predict`, row by row in plain Python (few rows)."""
+        n = len(idx)
+        nk = len(LOG_E_KNOTS)
+        items = np.full((4, n), np.nan)
+        waves = np.zeros(n)
+        factor = np.ones(n)
+        for r, (i, t_r, w, p) in enumerate(
+            zip(idx.tolist(), t.tolist(), width.tolist(), tp.tolist(), strict=True)
+        ):
+            if i < 0:
+                continue
+            fam = self._pack(("row", i), lambda i=i: self._row_family(i))
+            if fam.by_width and WIDTH_ONLY_NO_TP:
+                p = 1.0
+            t_fit = min(t_r, max(fam.e_max / w, 1.0))
+            grow = t_r / t_fit
+            cr, c, split = fam.cr, fam.c, fam.split
+            if math.isfinite(cr):
+                wv, wvs, unit = float(math.ceil(t_fit / cr)), max(t_fit / cr, 1.0), cr
+            else:
+                wv = wvs = t_fit / 1000.0
+                unit = 1000.0
+            # _base_items_us at the smooth waves
+            w_k = w * 1e-3
+            le = math.log(max(wvs * unit * w, 1.0))
+            per_wave = float(np.interp(le, LOG_E_KNOTS, fam.c_a[1 : 1 + nk]))
+            per_width = float(np.interp(le, LOG_E_KNOTS, fam.c_a[1 + nk : 1 + 2 * nk]))
+            l2 = math.log2(max(p, 1.0))
+            la, lb = min(l2, 1.0), max(l2 - 1.0, 0.0)
+            ct = c[1 + 2 * nk :]
+            tp_us = la * (ct[0] + ct[1] * wvs * w_k + ct[2] * wvs) + lb * (
+                ct[3] + ct[4] * wvs * w_k + ct[5] * wvs
+            )
+            wave_us = wvs * per_wave
+            if split > 0 and len(ct) >= N_TP + N_SPLIT:
+                wave_us = wave_us + (1.0 if t_fit <= split else 0.0) * (
+                    ct[N_TP] + ct[N_TP + 1] * t_fit
+                )
+            curve = self._curve_row(fam, t_fit, w, 1.0 if fam.by_width else p)
+            f = math.exp(curve) * grow
+            for row, v in enumerate((c[0], wave_us, wvs * w_k * per_width, tp_us)):
+                items[row, r] = v * 1e-6 * f
+            factor[r] = f
+            waves[r] = wv * grow
+        keys = ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")
+        return {**dict(zip(keys, items, strict=True)), "factor": factor, "waves": waves}
+
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         """Itemised latency per row; ops this model does not cover get NaN and covered=False."""
         n = _base.batch_size_of(arrays)
@@ -632,6 +785,11 @@ class LayerOpModel(_base.Model):
         t, width = op_geometry(op, {**vals, "gated_mlp": gated})
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
+        if n <= FEW_ROWS:
+            rows = self._predict_rows(
+                idx, np.broadcast_to(t, (n,)), np.broadcast_to(width, (n,)), tp
+            )
+            return self._outputs(rows, rows.pop("factor"), rows.pop("waves"), t, width, idx)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
         waves = np.zeros(n)
         factor = np.ones(n)
@@ -681,6 +839,18 @@ class LayerOpModel(_base.Model):
         # the measured-curve factor scales every item, so the items still sum to the total
         for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"):
             out[k] *= factor
+        return self._outputs(out, factor, waves, t, width, idx)
+
+    @staticmethod
+    def _outputs(
+        out: dict[str, np.ndarray],
+        factor: np.ndarray,
+        waves: np.ndarray,
+        t: np.ndarray,
+        width: np.ndarray,
+        idx: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """predict()'s outputs from the scaled items."""
         total = out["launch_s"] + out["t_wave_s"] + out["t_memory_s"] + out["t_tp_s"]
         # a fitted curve may dip below zero far outside its range; never predict under 0.1 us
         out["latency_s"] = np.maximum(total, 1e-7)
