@@ -243,7 +243,7 @@ def test_import_approximate_types() -> None:
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        ({"model_type": "gpt2", "n_embd": 768}, "config: model_type: must be one of aquila, bloom,"),
+        ({"model_type": "gpt2", "n_embd": 768}, "config: model_type: must be one of aquila, bamba, bloom,"),
         ({"model_type": "llama", "hidden_size": 4096}, "config: missing key 'num_attention_heads'"),
         ({**PUBLISHED["Llama-3-8B"], "num_hidden_layers": "32"}, "num_hidden_layers: must be an integer >= 1, got '32'"),
         ({**PUBLISHED["Llama-3-8B"], "num_key_value_heads": 5}, "config: n_kv_heads: must divide n_heads=32, got 5"),

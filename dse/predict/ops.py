@@ -8,12 +8,13 @@ The predictor's levels price these operators; the totals are sums of the items.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from dse.spec.arch import dtype_bytes
+from dse.spec.arch import LINEAR_CHUNK_TOKENS, LINEAR_STATE_FLOPS, dtype_bytes, sliding_keys_sum
+from dse.spec.pattern import layer_counts
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
 
@@ -153,9 +154,11 @@ def forward_ops(
     The order is part of the result: the pricer sums the operators in this order.
     """
     sh = LayerShapes.of(cols, phase, kv_len)
+    fam = _Families.of(cols, sh)
     return [
         *_embedding_ops(sh),
-        *_attention_ops(sh, cols, stratum),
+        *_attention_ops(sh, cols, stratum, fam),
+        *_family_ops(sh, cols, fam),
         *_dense_ffn_ops(sh, cols),
         *_moe_ops(sh, cols),
         _elementwise("residual/ffn", "norm", sh.L, sh.tokens * sh.d, 2, 1, 1),
@@ -180,23 +183,72 @@ def _embedding_ops(sh: LayerShapes) -> list[Op]:
     ]
 
 
-def _attention_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any) -> list[Op]:
+@dataclass(frozen=True)
+class _Families:
+    """How many layers of each attention family each configuration has (issue 21), as floats:
+    `gqa` the full + sliding layers priced by the GQA operators, `core` those whose attention
+    sees the whole context (full layers, and sliding ones whose window covers every token of
+    the phase: they price exactly as full attention), `sliding` the rest of the sliding layers,
+    `mla` the attention layers of MLA models, `linear` the linear-attention layers. For a
+    model of full GQA layers only, gqa = core = n_layers and the others are 0."""
+
+    gqa: np.ndarray
+    core: np.ndarray
+    sliding: np.ndarray
+    window: np.ndarray
+    mla: np.ndarray
+    linear: np.ndarray
+
+    @classmethod
+    def of(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
+        full, sliding, linear = (
+            np.asarray(x, dtype=float)
+            for x in layer_counts(cols["attention_pattern"], cols["n_layers"])
+        )
+        window = cols["sliding_window"].astype(float)
+        # The longest context of the phase: the prompt in prefill, prompt + output in decode.
+        longest = cols["prompt_tokens"].astype(float)
+        if sh.phase == "decode":
+            longest = longest + cols["output_tokens"].astype(float)
+        covered = window >= longest
+        is_mla = cols["kv_lora_rank"] > 0
+        attn = full + sliding
+        core = np.where(is_mla, 0.0, full + np.where(covered, sliding, 0.0))
+        return cls(
+            gqa=np.where(is_mla, 0.0, attn),
+            core=core,
+            sliding=np.where(is_mla | covered, 0.0, sliding),
+            window=window,
+            mla=np.where(is_mla, attn, 0.0),
+            linear=linear,
+        )
+
+
+def _attention_ops(
+    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families
+) -> list[Op]:
     """The attention block with the norms around it: input norm to post-attention norm."""
     L, tokens, d, hd = sh.L, sh.tokens, sh.d, sh.hd
     h_tp, kv_tp, wb, gemm_dtype = sh.h_tp, sh.kv_tp, sh.wb, sh.gemm_dtype
+    La = fam.gqa  # GQA attention layers (L for a model of full GQA layers)
     # Most models have 2 norms per layer (input, post-attention); Gemma-2 has 4, Falcon-7B 1.
     half_norms = L * cols["norms_per_layer"].astype(float) / 2
     # Qwen3's RMSNorm over each query and key head before RoPE.
-    qk_count = L * cols["qk_norm"].astype(float)
+    qk_count = La * cols["qk_norm"].astype(float)
+    # Qwen3-Next's output gate doubles the query projection.
+    q_tp = h_tp * np.where(cols["attn_output_gate"], 2.0, 1.0)
+    core = _attention_core(sh, cols, stratum)
+    core.count = fam.core
     return [
         _elementwise("norm/input", "norm", half_norms, tokens * d, 1, 1, 4),
-        _gemm("attention/qkv", "attention", L, tokens, (h_tp + 2 * kv_tp) * hd, d, wb, gemm_dtype),
+        _gemm("attention/qkv", "attention", La, tokens, (q_tp + 2 * kv_tp) * hd, d, wb, gemm_dtype),
         _elementwise(
             "attention/qk_norm", "attention", qk_count, tokens * (h_tp + kv_tp) * hd, 1, 1, 4
         ),
-        _elementwise("attention/rope", "attention", L, tokens * (h_tp + kv_tp) * hd, 1, 1, 6),
-        _attention_core(sh, cols, stratum),
-        _gemm("attention/out", "attention", L, tokens, d, h_tp * hd, wb, gemm_dtype),
+        _elementwise("attention/rope", "attention", La, tokens * (h_tp + kv_tp) * hd, 1, 1, 6),
+        core,
+        *_sliding_core(sh, cols, stratum, fam),
+        _gemm("attention/out", "attention", La, tokens, d, h_tp * hd, wb, gemm_dtype),
         _elementwise("residual/attention", "norm", L, tokens * d, 2, 1, 1),
         _elementwise("norm/post_attention", "norm", half_norms, tokens * d, 1, 1, 4),
     ]
@@ -251,12 +303,108 @@ def _attention_core(sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: An
     )
 
 
+def _sliding_core(
+    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families
+) -> list[Op]:
+    """Sliding-window attention of the layers whose window is shorter than the phase's
+    context, by the same attention models at the bounded length (none when the batch has no
+    such layer). Decode: each query scores min(kv_len, window) keys. Prefill: the causal
+    kernel at isl = min(prompt, window), run sliding_keys_sum / (isl (isl + 1) / 2) times,
+    the keys a window of that length scores against those of the whole banded prompt."""
+    if not (fam.sliding > 0).any():
+        return []
+    w = np.maximum(fam.window, 1.0)
+    if sh.phase == "prefill":
+        m = np.minimum(sh.s, w)
+        ratio = sliding_keys_sum(sh.s, w) / (m * (m + 1) / 2)
+        bounded = replace(sh, s=m, tokens=sh.b * m)
+        op = _attention_core(bounded, cols, stratum)
+        op.count = fam.sliding * ratio
+    else:
+        op = _attention_core(replace(sh, s=np.minimum(sh.s, w)), cols, stratum)
+        op.count = fam.sliding
+    op.name = "attention/core_sliding"
+    return [op]
+
+
+def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+    """MLA and linear-attention layers (issue 21); none when the batch has neither.
+
+    MLA: its projections as GEMMs (measured models): the query (through the q latent when
+    q_lora_rank > 0), the KV down-projection to the latent + RoPE key (replicated on every
+    GPU) and the up-projection to the heads' K (nope) and V, and the output. Its attention over
+    the latent has no measured table: kind `attention_mla`, priced on the roofline (flagged in
+    `roofline_ops`) with FlashAttention-style FLOPs in prefill (heads of qk_nope + qk_rope and
+    v_head_dim) and the absorbed form in decode (scores and values over the latent of
+    kv_lora_rank + qk_rope_head_dim per key, read once for all heads).
+    Linear layers: in_proj and out_proj as GEMMs, and the mixer (conv + chunked scan in
+    prefill, one recurrent step in decode) as kind `linear_scan`, on the roofline: its FLOPs
+    (`dse.spec.arch.linear_flops_per_token`) and its state traffic (the state read and written
+    once per sequence per forward pass, the conv window, q/k/v in and the output out)."""
+    ops: list[Op] = []
+    tokens, d, tp, wb, gd = sh.tokens, sh.d, sh.tp, sh.wb, sh.gemm_dtype
+    if (fam.mla > 0).any():
+        h_tp = sh.h_tp
+        r = cols["kv_lora_rank"].astype(float)
+        qr = cols["q_lora_rank"].astype(float)
+        rope = cols["qk_rope_head_dim"].astype(float)
+        nope = np.where(cols["qk_nope_head_dim"] > 0, cols["qk_nope_head_dim"], sh.hd - rope)
+        vd = np.where(cols["v_head_dim"] > 0, cols["v_head_dim"], sh.hd).astype(float)
+        nope = nope.astype(float)
+        q_in = np.where(qr > 0, qr, d)
+        c = fam.mla
+        ops += [
+            _gemm("attention/mla_q_down", "attention", np.where(qr > 0, c, 0.0), tokens,
+                  np.maximum(qr, 1.0), d, wb, gd),
+            _gemm("attention/mla_q", "attention", c, tokens, h_tp * (nope + rope), q_in, wb, gd),
+            _gemm("attention/mla_kv_down", "attention", c, tokens, r + rope, d, wb, gd),
+            _gemm("attention/mla_kv_up", "attention", c, tokens, h_tp * (nope + vd), r, wb, gd),
+        ]  # fmt: skip
+        b, s, kvb = sh.b, sh.s, sh.kvb
+        latent = (r + rope) * kvb  # bytes per cached token, all heads
+        if sh.phase == "prefill":
+            flops = b * h_tp * s * s * (nope + rope + vd)  # causal: half of 2 (qk + v) s^2
+            traffic = b * s * (h_tp * (nope + rope + vd) * 2 * ACT_BYTES + latent)
+        else:
+            flops = b * h_tp * 2 * (2 * r + rope) * s  # absorbed: scores over r + rope, values r
+            traffic = b * s * latent + b * h_tp * (2 * r + rope) * ACT_BYTES
+        ops.append(Op("attention/mla_core", "attention_mla", "attention", c, flops, traffic,
+                      {"batch_size": b, "kv_len": s}))  # fmt: skip
+        ops.append(_gemm("attention/mla_out", "attention", c, tokens, d, h_tp * vd, wb, gd))
+    if (fam.linear > 0).any():
+        nv = np.where(cols["linear_n_heads"] > 0, cols["linear_n_heads"], cols["n_heads"])
+        dv = np.where(cols["linear_head_dim"] > 0, cols["linear_head_dim"], cols["head_dim"])
+        ng = np.where(cols["linear_n_groups"] > 0, cols["linear_n_groups"], nv)
+        ds = np.where(cols["linear_state_dim"] > 0, cols["linear_state_dim"], dv)
+        nv, dv, ng, ds = (np.asarray(x, dtype=float) for x in (nv, dv, ng, ds))
+        nv_tp, ng_tp = np.maximum(nv / tp, 1.0), np.maximum(ng / tp, 1.0)
+        conv = 2 * ng_tp * ds + nv_tp * dv  # channels per GPU
+        extra = np.where(cols["linear_kind"] == "mamba2", 1.0, 2.0)
+        c = fam.linear
+        cw = cols["linear_conv_width"].astype(float)
+        prefill = sh.phase == "prefill"
+        per_token = LINEAR_STATE_FLOPS * nv_tp * ds * dv + 2 * cw * conv
+        if prefill:
+            per_token = per_token + LINEAR_CHUNK_TOKENS * nv_tp * (ds + dv)
+        state = nv_tp * ds * dv * sh.kvb + (cw - 1) * conv * sh.kvb  # per sequence
+        traffic = 2 * sh.b * state + tokens * (conv + 2 * nv_tp * dv) * ACT_BYTES
+        n_in = conv + nv_tp * dv + extra * nv_tp
+        ops += [
+            _gemm("linear/in_proj", "attention", c, tokens, n_in, d, wb, gd),
+            Op("linear/scan", "linear_scan", "attention", c, tokens * per_token, traffic,
+               {"tokens": tokens}),
+            _gemm("linear/out", "attention", c, tokens, d, nv_tp * dv, wb, gd),
+        ]  # fmt: skip
+    return ops
+
+
 def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
     """The dense FFN (gate+up fused, activation, down); its count is 0 in MoE layers."""
     tokens, d, wb, gemm_dtype = sh.tokens, sh.d, sh.wb, sh.gemm_dtype
     dff = cols["d_ff"].astype(float) / sh.tp
     n_up = np.where(sh.gated, 2.0, 1.0)
-    dense_count = np.where(sh.moe, 0.0, sh.L)
+    # MoE models keep a dense FFN in their first n_dense_layers (DeepSeek).
+    dense_count = np.where(sh.moe, cols["n_dense_layers"].astype(float), sh.L)
     act = _elementwise("ffn/act", "ffn", dense_count, tokens * dff, np.nan, 1, 4)
     act.bytes = tokens * dff * (n_up + 1) * ACT_BYTES  # reads gate and up (gated) or up alone
     return [
@@ -270,7 +418,7 @@ def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
     """The MoE FFN (router + grouped experts) and its shared expert; counts are 0 in dense layers."""
     tokens, d, e, topk, tp = sh.tokens, sh.d, sh.e, sh.topk, sh.tp
     wb, gemm_dtype, L = sh.wb, sh.gemm_dtype, sh.L
-    moe_count = np.where(sh.moe, L, 0.0)
+    moe_count = np.where(sh.moe, L - cols["n_dense_layers"].astype(float), 0.0)
     dffe = cols["d_ff_expert"].astype(float) / tp
     n_mats = np.where(sh.gated, 3.0, 2.0)
     routed = tokens * topk
@@ -284,7 +432,7 @@ def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
     )
     n_up = np.where(sh.gated, 2.0, 1.0)
     sff = cols["shared_expert_d_ff"].astype(float) / tp
-    shared_count = np.where(sh.moe & (sff > 0), L, 0.0)
+    shared_count = np.where(sh.moe & (sff > 0), moe_count, 0.0)
     return [
         Op(
             "ffn/moe",

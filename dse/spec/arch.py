@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.spec.choices import DTYPE_BYTES, NORMS
+from dse.spec import pattern as P
+from dse.spec.choices import DTYPE_BYTES, LINEAR_KINDS, NORMS
 
 
 def dtype_bytes(dtype: Any) -> Any:
@@ -74,6 +75,30 @@ class Architecture:
     qk_norm: Any = (
         False  # per-head norm of q and k (Qwen3, Gemma-3): 2 x head_dim weights per layer
     )
+    # ---- attention beyond GQA (issue 21, docs/architecture.md "Attention families"). Defaults:
+    # every layer full GQA attention, so an architecture that sets none of these is unchanged.
+    # Layer kinds repeated over the layers (`dse.spec.pattern`): full | sliding | linear.
+    attention_pattern: Any = "full"
+    sliding_window: Any = 0  # tokens a sliding layer attends to (and caches); 0: none
+    attn_output_gate: Any = False  # Qwen3-Next: q_proj also yields a sigmoid gate per head dim
+    # MLA (DeepSeek-V2/V3, Kimi K2): K and V are projected up from a cached latent of
+    # kv_lora_rank, plus one shared RoPE key of qk_rope_head_dim; 0: no MLA.
+    kv_lora_rank: Any = 0
+    q_lora_rank: Any = 0  # queries through a latent of this rank (0: projected directly)
+    qk_rope_head_dim: Any = 0
+    qk_nope_head_dim: Any = 0  # 0: head_dim - qk_rope_head_dim
+    v_head_dim: Any = 0  # 0: head_dim
+    # Linear-attention / SSM layers (pattern kind "linear"): value heads x head dim, and key
+    # heads (Gated DeltaNet) or B/C groups (Mamba-2) x state dim; the recurrent state of one
+    # head is state_dim x head_dim. 0: n_heads, head_dim, linear_n_heads, linear_head_dim.
+    linear_kind: Any = "gated_deltanet"
+    linear_n_heads: Any = 0
+    linear_head_dim: Any = 0
+    linear_n_groups: Any = 0
+    linear_state_dim: Any = 0
+    linear_conv_width: Any = 4  # causal depthwise conv before the mixer (tokens)
+    # MoE models whose first layers keep a dense FFN of d_ff (DeepSeek's first_k_dense_replace).
+    n_dense_layers: Any = 0
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -96,6 +121,10 @@ class Architecture:
         for k, v in data.items():
             if v is None:
                 continue
+            if k == "attention_pattern" and not isinstance(v, str):
+                from dse.spec.pattern import canonical
+
+                v = canonical(v) or v  # a YAML list -> its text; a bad one is reported as given
             if isinstance(v, float) and k not in _BOOL_FIELDS and v.is_integer():
                 v = int(v)
             kw[k] = v
@@ -176,7 +205,14 @@ def _default_where_zero(v: Any, default: Any) -> Any:
 # configuration) and `check_columns` (the first broken rule of each row), so their verdicts and
 # messages agree by construction. Messages have the form '<field>: <rule>, got <value>'.
 _INT_MIN1 = ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "n_experts", "top_k")
-_BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "shared_expert_gate", "qkv_bias", "qk_norm")
+_BOOL_FIELDS = (
+    "gated_mlp",
+    "tied_embeddings",
+    "shared_expert_gate",
+    "qkv_bias",
+    "qk_norm",
+    "attn_output_gate",
+)
 _DEFAULTS: dict[str, Any] = {
     f.name: f.default
     for f in fields(Architecture)
@@ -186,12 +222,19 @@ _DEFAULTS: dict[str, Any] = {
 
 def check_architecture(a: Mapping[str, Any], tensor_parallel: Any = 1) -> list[str]:
     """Every rule broken by one scalar architecture, as messages '<field>: <rule>, got <value>'."""
-    cols = {k: np.array([v], dtype=object) for k, v in a.items()}
+    cols = {k: _one(v) for k, v in a.items()}
     return [
         text(0)
         for mask, text in _rules(cols, 1, np.array([tensor_parallel], dtype=object), None)
         if mask[0]
     ]
+
+
+def _one(v: Any) -> np.ndarray:
+    """A one-element object column holding v whole (a pattern list stays one element)."""
+    out = np.empty(1, dtype=object)
+    out[0] = v
+    return out
 
 
 def check_columns(
@@ -353,7 +396,12 @@ def _rules(
         else:
             good = np.array([_is_flag(x) for x in r], dtype=bool)
         yield ~good, lambda i, name=name, r=r: f"{name}: must be true or false, got {_fmt(r[i])}"
-    for name, valid in (("weight_dtype", DTYPE_BYTES), ("kv_dtype", DTYPE_BYTES), ("norm", NORMS)):
+    for name, valid in (
+        ("weight_dtype", DTYPE_BYTES),
+        ("kv_dtype", DTYPE_BYTES),
+        ("norm", NORMS),
+        ("linear_kind", LINEAR_KINDS),
+    ):
         r = raw(name)
         good = (
             np.array([isinstance(x, str | np.str_) and str(x) in valid for x in r])
@@ -400,15 +448,188 @@ def _rules(
             f"shared_expert_d_ff: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(sff[i])}"
         ),
     )
+    yield from _attention_rules(raw, num, ok, tp, split, hd)
+
+
+def _attention_rules(
+    raw: Callable[[str], np.ndarray],
+    num: Mapping[str, np.ndarray],
+    ok: np.ndarray,
+    tp: np.ndarray,
+    split: np.ndarray,
+    hd: np.ndarray,
+) -> Iterator[tuple[np.ndarray, Callable[[int], str]]]:
+    """7. The attention families (issue 21): the pattern, sliding windows, MLA, linear layers."""
+    L, h = num["n_layers"], num["n_heads"]
+    r_pat = raw("attention_pattern")
+    text = _pattern_texts(r_pat)
+    known = text != ""
+    yield (
+        ~known,
+        lambda i: f"attention_pattern: {P.RULE}, got {_fmt(r_pat[i])}",
+    )
+    per = np.asarray(P.period(np.where(known, text, P.FULL)), dtype=float)
+    yield (
+        ok & known & (_mod(L, per) != 0),
+        lambda i: (
+            f"attention_pattern: its length ({_fmt(per[i])} layers) must divide "
+            f"n_layers={_fmt(L[i])}, got {_fmt(text[i])}"
+        ),
+    )
+    win = _int_col(raw("sliding_window"))
+    sliding = known & np.asarray(P.has_kind(np.where(known, text, P.FULL), "sliding"))
+    yield (
+        sliding & ~(win >= 1),
+        lambda i: (
+            "sliding_window: must be an integer >= 1 when attention_pattern has sliding "
+            f"layers, got {_fmt(raw('sliding_window')[i])}"
+        ),
+    )
+    # MLA: K and V come up from the latent; a latent at least as wide as what it compresses
+    # saves nothing (and the ranks below are per model, not per head).
+    r = _int_col(raw("kv_lora_rank"))
+    mla = r >= 1
+    rope = _int_col(raw("qk_rope_head_dim"))
+    nope_raw, v_raw = _int_col(raw("qk_nope_head_dim")), _int_col(raw("v_head_dim"))
+    qr = _int_col(raw("q_lora_rank"))
+    for name, col in (
+        ("q_lora_rank", qr),
+        ("qk_rope_head_dim", rope),
+        ("qk_nope_head_dim", nope_raw),
+        ("v_head_dim", v_raw),
+    ):
+        yield (
+            ~mla & (col > 0),
+            lambda i, name=name, col=col: (
+                f"{name}: needs kv_lora_rank >= 1 (multi-head latent attention), got {_fmt(col[i])}"
+            ),
+        )
+    implied = mla & (nope_raw == 0)
+    yield (
+        ok & implied & ~(rope < hd),
+        lambda i: (
+            f"qk_rope_head_dim: must be < head_dim={_fmt(hd[i])} (the rest of each query/key "
+            f"head is qk_nope_head_dim) with MLA, got {_fmt(rope[i])}"
+        ),
+    )
+    nope = np.where(nope_raw > 0, nope_raw, hd - rope)
+    vd = np.where(v_raw > 0, v_raw, hd)
+    kv_full = h * (nope + vd)
+    yield (
+        ok & mla & (r > kv_full),
+        lambda i: (
+            f"kv_lora_rank: must be <= n_heads x (qk_nope_head_dim + v_head_dim) = "
+            f"{_fmt(kv_full[i])} (the keys and values it compresses), got {_fmt(r[i])}"
+        ),
+    )
+    q_full = h * (nope + rope)
+    yield (
+        ok & mla & (qr > q_full),
+        lambda i: (
+            f"q_lora_rank: must be <= n_heads x (qk_nope_head_dim + qk_rope_head_dim) = "
+            f"{_fmt(q_full[i])} (the queries it compresses), got {_fmt(qr[i])}"
+        ),
+    )
+    for name in ("qkv_bias", "attn_output_gate"):
+        flag = raw(name)
+        on = (
+            flag.astype(bool)
+            if flag.dtype.kind in "biuf"
+            else np.array([bool(x) if _is_flag(x) else False for x in flag], dtype=bool)
+        )
+        yield (
+            mla & on,
+            lambda i, name=name: f"{name}: must be false with kv_lora_rank (MLA), got True",
+        )
+    # Linear layers: key heads (B/C groups) are shared by whole groups of value heads.
+    linear = known & np.asarray(P.has_kind(np.where(known, text, P.FULL), "linear"))
+    nv = _int_col(raw("linear_n_heads"))
+    nv = np.where(nv > 0, nv, h)
+    ng = _int_col(raw("linear_n_groups"))
+    ng = np.where(ng > 0, ng, nv)
+    yield (
+        ok & linear & (_mod(nv, ng) != 0),
+        lambda i: f"linear_n_groups: must divide linear_n_heads={_fmt(nv[i])}, got {_fmt(ng[i])}",
+    )
+    yield (
+        ok & linear & split & (_mod(nv, tp) != 0),
+        lambda i: (
+            f"linear_n_heads: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(nv[i])}"
+        ),
+    )
+    nd = _int_col(raw("n_dense_layers"))
+    yield (
+        ok & (nd >= L),
+        lambda i: (
+            f"n_dense_layers: must be < n_layers={_fmt(L[i])} (the rest are MoE), got {_fmt(nd[i])}"
+        ),
+    )
+
+
+def _int_col(r: np.ndarray) -> np.ndarray:
+    """A count column as floats, 0 where missing (None) or not a number (the field table
+    reports those)."""
+    x = _num(r)
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def _pattern_texts(r: np.ndarray) -> np.ndarray:
+    """Canonical text of each row's pattern, '' where it is not one."""
+    if r.dtype.kind in "US":
+        first = r[0] if len(r) else P.FULL
+        if (r == first).all():
+            return np.full(len(r), P.canonical(str(first)) or "")
+        uniq, inv = np.unique(r, return_inverse=True)
+        return np.array([P.canonical(str(u)) or "" for u in uniq])[inv]
+    return np.array([P.FULL if x is None else (P.canonical(x) or "") for x in r.tolist()])
 
 
 # ---------------------------------------------------------------------- parameter counts
+def layer_kinds(a: Architecture) -> tuple[Any, Any, Any]:
+    """(full, sliding, linear) layer counts of the pattern (`dse.spec.pattern`)."""
+    return P.layer_counts(a.attention_pattern, a.n_layers)
+
+
+def mla_dims(a: Architecture) -> tuple[Any, Any, Any, Any]:
+    """(is MLA, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), the defaults resolved:
+    nope = head_dim - rope, v = head_dim. For a GQA model (no MLA) nope = head_dim, rope = 0,
+    v = head_dim: the same query/key and value widths as its heads."""
+    a = a.resolved()
+    hd = np.asarray(a.head_dim)
+    mla = np.asarray(a.kv_lora_rank) > 0
+    rope = np.where(mla, np.asarray(a.qk_rope_head_dim), 0)
+    nope_raw, v_raw = np.asarray(a.qk_nope_head_dim), np.asarray(a.v_head_dim)
+    nope = np.where(mla & (nope_raw > 0), nope_raw, hd - rope)
+    v = np.where(mla & (v_raw > 0), v_raw, hd)
+    return mla, nope, rope, v
+
+
+def linear_dims(a: Architecture) -> tuple[Any, Any, Any, Any, Any]:
+    """(value heads, head dim, key heads / groups, state dim, conv channels) of a linear layer,
+    defaults resolved. conv channels = 2 groups x state (keys/queries, or B and C) + the
+    values: what the causal conv filters (Gated DeltaNet: q, k, v; Mamba-2: x, B, C)."""
+    a = a.resolved()
+    nv = _or(a.linear_n_heads, a.n_heads)
+    dv = _or(a.linear_head_dim, a.head_dim)
+    ng = _or(a.linear_n_groups, nv)
+    ds = _or(a.linear_state_dim, dv)
+    return nv, dv, ng, ds, 2 * ng * ds + nv * dv
+
+
+def _or(v: Any, default: Any) -> Any:
+    v = np.asarray(v)
+    return np.where(v > 0, v, np.asarray(default))
+
+
 def param_breakdown(a: Architecture) -> dict[str, Any]:
     """Itemised parameter count (nanoGPT style); `total` and `active` are sums of the items.
 
     Keys: embedding, lm_head, final_norm, and per-model totals over layers of attention/qkv
-    (with the q, k, v biases), attention/out, attention/qk_norm, norms, mlp (dense), or
-    moe/router, moe/experts, moe/shared (shared expert and its gate) for MoE.
+    (with the q, k, v biases; MLA: the query and KV down/up projections), attention/out,
+    attention/qk_norm, attention/latent_norm (MLA's norms of the q and KV latents), norms,
+    the linear-attention layers' linear/in_proj, linear/conv, linear/heads (per-head decay,
+    step and skip scalars), linear/norm, linear/out, and mlp (dense), or moe/router,
+    moe/experts, moe/shared (shared expert and its gate) for MoE (`n_dense_layers` dense).
     `active/moe/experts` counts only the experts a token uses (top_k of n_experts); `active` is
     `total` with that item in place of moe/experts.
     """
@@ -420,9 +641,24 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
     n_mats = np.where(np.asarray(a.gated_mlp), 3, 2)  # SwiGLU: gate, up, down
     norm_factor = np.where(np.asarray(a.norm) == "layernorm", 2, 1)  # weight (+ bias)
     norm_w = norm_factor * d
+    Lf, Ls, Ll = layer_kinds(a)
+    La = Lf + Ls  # attention layers (full or sliding); L itself when the pattern is "full"
+    nd = np.where(moe, np.asarray(a.n_dense_layers), 0)  # dense-FFN layers of an MoE model
 
-    qkv = d * (h + 2 * kv) * hd + np.where(np.asarray(a.qkv_bias), (h + 2 * kv) * hd, 0)
+    # q (doubled by Qwen3-Next's output gate), k, v and their biases
+    q_w = h * np.where(np.asarray(a.attn_output_gate), 2, 1)
+    qkv = d * (q_w + 2 * kv) * hd + np.where(np.asarray(a.qkv_bias), (q_w + 2 * kv) * hd, 0)
     out = h * hd * d
+    # MLA: q = [d -> q_lora -> h (nope + rope)] or d -> h (nope + rope); the KV latent and the
+    # shared RoPE key d -> kv_lora + rope; K (nope) and V up from the latent kv_lora -> h (nope
+    # + v); the output h v -> d.
+    mla, nope, rope, vd = mla_dims(a)
+    r, qr = np.asarray(a.kv_lora_rank), np.asarray(a.q_lora_rank)
+    q_mla = np.where(qr > 0, d * qr + qr * h * (nope + rope), d * h * (nope + rope))
+    kv_mla = d * (r + rope) + r * h * (nope + vd)
+    qkv = np.where(mla, q_mla + kv_mla, qkv)
+    out = np.where(mla, h * vd * d, out)
+    latent_norm = np.where(mla, norm_factor * (r + np.where(qr > 0, qr, 0)), 0)
     qk_norm = np.where(np.asarray(a.qk_norm), 2 * norm_factor * hd, 0)  # one norm for q, one for k
     dense_ffn = n_mats * d * np.asarray(a.d_ff)
     expert = n_mats * d * np.asarray(a.d_ff_expert)
@@ -431,23 +667,41 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
         np.asarray(a.shared_expert_gate), d, 0
     )
     router = d * e  # one logit per expert, no bias
+    # Linear layers: in_proj makes queries/keys (or C/B), values, the output gate z and the
+    # per-head scalars (Gated DeltaNet: beta and the decay a; Mamba-2: dt); the causal conv
+    # (Mamba-2 with a bias); per head A_log and dt_bias (+ Mamba-2's skip D); the gated RMSNorm
+    # (Gated DeltaNet: one head_dim weight shared by the heads; Mamba-2: the whole width).
+    nv, dv, _, _, conv_ch = linear_dims(a)
+    mamba = np.asarray(a.linear_kind) == "mamba2"
+    cw = np.asarray(a.linear_conv_width)
+    lin_in = d * (conv_ch + nv * dv + np.where(mamba, 1, 2) * nv)
+    lin_conv = conv_ch * cw + np.where(mamba, conv_ch, 0)
+    lin_heads = np.where(mamba, 3, 2) * nv
+    lin_norm = np.where(mamba, nv * dv, dv)
+    lin_out = nv * dv * d
 
     items = {
         "embedding": V * d,
         "lm_head": np.where(np.asarray(a.tied_embeddings), 0, V * d),
         "final_norm": norm_w,
-        "attention/qkv": L * qkv,
-        "attention/out": L * out,
-        "attention/qk_norm": L * qk_norm,
+        "attention/qkv": La * qkv,
+        "attention/out": La * out,
+        "attention/qk_norm": La * qk_norm,
+        "attention/latent_norm": La * latent_norm,
+        "linear/in_proj": Ll * lin_in,
+        "linear/conv": Ll * lin_conv,
+        "linear/heads": Ll * lin_heads,
+        "linear/norm": Ll * lin_norm,
+        "linear/out": Ll * lin_out,
         "norms": L * np.asarray(a.norms_per_layer) * norm_w,
-        "mlp": L * np.where(moe, 0, dense_ffn),
-        "moe/router": L * np.where(moe, router, 0),
-        "moe/experts": L * np.where(moe, e * expert, 0),
-        "moe/shared": L * np.where(moe, shared, 0),
+        "mlp": np.where(moe, nd * dense_ffn, L * dense_ffn),
+        "moe/router": (L - nd) * np.where(moe, router, 0),
+        "moe/experts": (L - nd) * np.where(moe, e * expert, 0),
+        "moe/shared": (L - nd) * np.where(moe, shared, 0),
     }
     items = {key: _as_int(v) for key, v in items.items()}
     items["total"] = _as_int(sum(items.values()))
-    items["active/moe/experts"] = _as_int(L * np.where(moe, k * expert, 0))
+    items["active/moe/experts"] = _as_int((L - nd) * np.where(moe, k * expert, 0))
     items["active"] = _as_int(items["total"] - items["moe/experts"] + items["active/moe/experts"])
     return items
 
@@ -471,33 +725,78 @@ def matmul_params_per_token(a: Architecture) -> Any:
     """Active parameters that take part in a matrix multiply for one token.
 
     The embedding lookup is a gather (no FLOPs), norm weights and biases are elementwise, so all
-    are excluded; a tied LM head multiplies by the embedding matrix, so it is counted once.
+    are excluded; a tied LM head multiplies by the embedding matrix, so it is counted once. A
+    linear layer's depthwise conv weights count (2 FLOPs per weight and token, as a matmul);
+    its per-head scalars, norm and conv bias do not.
     """
     a = a.resolved()
     p = param_breakdown(a)
     V, d = np.asarray(a.vocab_size), np.asarray(a.d_model)
-    L, h, kv, hd = (np.asarray(x) for x in (a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim))
+    h, kv, hd = (np.asarray(x) for x in (a.n_heads, a.n_kv_heads, a.head_dim))
+    Lf, Ls, Ll = layer_kinds(a)
+    mla = mla_dims(a)[0]
     lm = V * d  # the LM head multiply happens whether or not it is tied
-    bias = L * np.where(np.asarray(a.qkv_bias), (h + 2 * kv) * hd, 0)
-    elementwise = p["final_norm"] + p["norms"] + p["attention/qk_norm"] + bias
+    q_w = h * np.where(np.asarray(a.attn_output_gate), 2, 1)
+    bias = (Lf + Ls) * np.where(np.asarray(a.qkv_bias) & ~mla, (q_w + 2 * kv) * hd, 0)
+    conv_bias = Ll * np.where(np.asarray(a.linear_kind) == "mamba2", linear_dims(a)[4], 0)
+    elementwise = (
+        p["final_norm"]
+        + p["norms"]
+        + p["attention/qk_norm"]
+        + bias
+        + p["attention/latent_norm"]
+        + p["linear/heads"]
+        + p["linear/norm"]
+        + conv_bias
+    )
     return _as_int(p["active"] - p["embedding"] - p["lm_head"] + lm - elementwise)
 
 
 # ---------------------------------------------------------------------- FLOPs and bytes
+# A linear-attention / SSM layer's recurrent step costs about this many FLOPs per state element
+# (state_dim x head_dim per head) and token: decay and rank-1 update of the state (~4: Gated
+# DeltaNet's delta rule reads S^T k, then writes S + beta k (v - S^T k)^T; Mamba-2's
+# exp(dt A) h + dt B x^T) and the read-out S^T q / C h (2).
+LINEAR_STATE_FLOPS = 6
+# Prefill runs the chunked form (flash-linear-attention's chunk_gated_delta_rule, Mamba-2's SSD)
+# in chunks of this many tokens: within a chunk each token attends causally to C / 2 tokens on
+# average, QK^T and PV at 2 (state_dim + head_dim) FLOPs per key: C (state_dim + head_dim).
+LINEAR_CHUNK_TOKENS = 64
+
+
+def linear_flops_per_token(a: Architecture, prefill: bool = False) -> Any:
+    """Mixer FLOPs of ONE linear layer for one token, past the projections and the conv:
+    the state step (LINEAR_STATE_FLOPS per state element) and, in chunked prefill, the
+    intra-chunk attention (LINEAR_CHUNK_TOKENS (state_dim + head_dim) per head)."""
+    nv, dv, _, ds, _ = linear_dims(a)
+    step = LINEAR_STATE_FLOPS * nv * ds * dv
+    return step + (LINEAR_CHUNK_TOKENS * nv * (ds + dv) if prefill else 0)
+
+
+def _per_key_flops(a: Architecture) -> tuple[Any, Any]:
+    """(is MLA, QK^T + PV FLOPs per (layer, query, key)) of an MLA model, as FlashAttention
+    runs it on the up-projected heads: 2 h (qk_nope + qk_rope) + 2 h v_head_dim."""
+    mla, nope, rope, vd = mla_dims(a)
+    return mla, 2 * np.asarray(a.n_heads) * (nope + rope + vd)
+
+
 def attention_flops_per_token(a: Architecture, context_len: Any) -> Any:
     """Score and weighted-sum FLOPs for one query token over `context_len` keys, whole model.
 
     QK^T and PV each cost 2 * head_dim FLOPs per (head, key): 4 * n_layers * n_heads * head_dim
-    * context_len.
+    * context_len over full layers; a sliding layer sees min(context_len, sliding_window) keys;
+    MLA heads are (qk_nope + qk_rope) wide for QK^T and v_head_dim for PV; a linear layer
+    costs its state step (`linear_flops_per_token`), whatever the context.
     """
     a = a.resolved()
-    return (
-        4
-        * np.asarray(a.n_layers)
-        * np.asarray(a.n_heads)
-        * np.asarray(a.head_dim)
-        * np.asarray(context_len)
-    )
+    Lf, Ls, Ll = layer_kinds(a)
+    h, hd = np.asarray(a.n_heads), np.asarray(a.head_dim)
+    c = np.asarray(context_len)
+    mla, per_key = _per_key_flops(a)
+    full = np.where(mla, Lf * per_key * c, 4 * Lf * h * hd * c)
+    window = np.minimum(c, np.asarray(a.sliding_window))
+    sliding = Ls * np.where(mla, per_key, 4 * h * hd) * window
+    return full + sliding + Ll * linear_flops_per_token(a)
 
 
 def forward_flops_per_token(a: Architecture, context_len: Any) -> Any:
@@ -505,37 +804,59 @@ def forward_flops_per_token(a: Architecture, context_len: Any) -> Any:
     return 2 * matmul_params_per_token(a) + attention_flops_per_token(a, context_len)
 
 
+def sliding_keys_sum(s: Any, window: Any) -> Any:
+    """sum over i = 1..s of min(i, window): the keys a causal sliding layer scores over a prompt
+    of s tokens (s (s + 1) / 2 while s <= window)."""
+    s, w = np.asarray(s), np.asarray(window)
+    return np.where(s <= w, s * (s + 1) / 2, w * (w + 1) / 2 + (s - w) * w)
+
+
 def prefill_flops(a: Architecture, prompt_tokens: Any, batch_size: Any = 1) -> Any:
     """Whole-prompt forward FLOPs under causal attention (token i sees i keys, i = 1..S).
 
-    Sum over i of the attention term is 4 L H hd S(S+1)/2. Logits are computed for every prompt
-    token here (training-style); the layer operator list of `dse.predict.ops` computes them for the last
-    token only, as serving engines do.
+    Sum over i of the attention term is 4 L H hd S(S+1)/2 for full layers; a sliding layer's is
+    `sliding_keys_sum`; a linear layer costs S chunked-scan steps (`linear_flops_per_token`).
+    Logits are computed for every prompt token here (training-style); the layer operator list of
+    `dse.predict.ops` computes them for the last token only, as serving engines do.
     """
     s = np.asarray(prompt_tokens)
     a = a.resolved()
-    attn = (
-        4
-        * np.asarray(a.n_layers)
-        * np.asarray(a.n_heads)
-        * np.asarray(a.head_dim)
-        * s
-        * (s + 1)
-        / 2
-    )
+    Lf, Ls, Ll = layer_kinds(a)
+    h, hd = np.asarray(a.n_heads), np.asarray(a.head_dim)
+    mla, per_key = _per_key_flops(a)
+    attn = np.where(mla, Lf * per_key * s * (s + 1) / 2, 4 * Lf * h * hd * s * (s + 1) / 2)
+    keys = sliding_keys_sum(s, np.asarray(a.sliding_window))
+    attn = attn + Ls * np.where(mla, per_key, 4 * h * hd) * keys
+    attn = attn + Ll * s * linear_flops_per_token(a, prefill=True)
     return np.asarray(batch_size) * (2 * matmul_params_per_token(a) * s + attn)
 
 
+def _kv_layer_bytes(a: Architecture, kv_heads: Any) -> Any:
+    """KV-cache bytes one token adds to ONE attention layer holding `kv_heads` heads: K and V
+    of head_dim each, or MLA's latent + RoPE key (kv_lora_rank + qk_rope_head_dim, shared by
+    every head, so never split across GPUs)."""
+    mla, _, rope, _ = mla_dims(a)
+    kvb = dtype_bytes(a.kv_dtype)
+    latent = (np.asarray(a.kv_lora_rank) + rope) * kvb
+    return np.where(mla, latent, 2 * np.asarray(kv_heads) * np.asarray(a.head_dim) * kvb)
+
+
 def kv_bytes_per_token(a: Architecture) -> Any:
-    """KV-cache bytes one token adds, whole model: K and V, n_kv_heads x head_dim each, per layer."""
+    """KV-cache bytes one token adds, whole model, while the context is shorter than any window:
+    K and V, n_kv_heads x head_dim each, per attention layer (full and sliding); MLA's latent.
+    Linear layers add none (a constant state, `state_bytes`); `kv_cache_bytes` is the cache
+    of a sequence, sliding layers capped at their window."""
     a = a.resolved()
-    return (
+    Lf, Ls, _ = layer_kinds(a)
+    mla = mla_dims(a)[0]
+    gqa = (
         2
-        * np.asarray(a.n_layers)
+        * np.asarray(Lf + Ls)
         * np.asarray(a.n_kv_heads)
         * np.asarray(a.head_dim)
         * dtype_bytes(a.kv_dtype)
     )
+    return np.where(mla, (Lf + Ls) * _kv_layer_bytes(a, a.n_kv_heads), gqa)
 
 
 def weight_bytes(a: Architecture) -> Any:
@@ -549,21 +870,49 @@ def kv_heads_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
     return np.maximum(np.asarray(a.n_kv_heads) // np.asarray(tensor_parallel), 1)
 
 
+def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
+    """Bytes of one sequence's constant state in the linear layers, per GPU: the recurrent state
+    (value heads x state_dim x head_dim) and the conv's last conv_width - 1 inputs (conv
+    channels), both in kv_dtype (vLLM keeps Mamba / Gated DeltaNet caches in the model dtype by
+    default), heads split across GPUs like attention heads (a replica when fewer)."""
+    a = a.resolved()
+    _, _, Ll = layer_kinds(a)
+    nv, dv, ng, ds, _ = linear_dims(a)
+    tp = np.asarray(tensor_parallel)
+    nv_gpu, ng_gpu = np.maximum(nv // tp, 1), np.maximum(ng // tp, 1)
+    conv_gpu = 2 * ng_gpu * ds + nv_gpu * dv
+    per_layer = nv_gpu * ds * dv + (np.asarray(a.linear_conv_width) - 1) * conv_gpu
+    return Ll * per_layer * dtype_bytes(a.kv_dtype)
+
+
 def params_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
     """Parameters one GPU stores under Megatron-style tensor parallelism, as vLLM shards them.
 
     Split tp ways: embedding and LM head (by vocabulary), q heads, the output projection, FFN and
-    expert widths, the shared expert. Replicated: norms, router, shared-expert gate, and K/V
-    projections when n_kv_heads < tp (each GPU keeps one KV head). Equals total_params at tp = 1.
+    expert widths, the shared expert, MLA's q and KV up-projections, the linear layers' heads.
+    Replicated: norms, router, shared-expert gate, K/V projections when n_kv_heads < tp (each
+    GPU keeps one KV head), MLA's KV down-projection (the latent every head reads) and the
+    Gated DeltaNet norm (one head_dim weight). Equals total_params at tp = 1.
     """
     a = a.resolved()
     p = param_breakdown(a)
     tp = np.asarray(tensor_parallel)
-    d, L, h, hd = (np.asarray(x) for x in (a.d_model, a.n_layers, a.n_heads, a.head_dim))
+    d, h, hd = (np.asarray(x) for x in (a.d_model, a.n_heads, a.head_dim))
+    Lf, Ls, _ = layer_kinds(a)
     kv_gpu = kv_heads_per_gpu(a, tp)
     bias = np.where(np.asarray(a.qkv_bias), 1, 0)
-    qkv_gpu = L * (d + bias) * (h / tp + 2 * kv_gpu) * hd
-    gate = L * np.where(a.is_moe & np.asarray(a.shared_expert_gate), d, 0)
+    q_w = h * np.where(np.asarray(a.attn_output_gate), 2, 1)
+    qkv_gpu = (Lf + Ls) * (d + bias) * (q_w / tp + 2 * kv_gpu) * hd
+    # MLA: the KV down-projection d -> kv_lora + rope (and q's d -> q_lora) on every GPU.
+    mla, _, rope, _ = mla_dims(a)
+    r, qr = np.asarray(a.kv_lora_rank), np.asarray(a.q_lora_rank)
+    down = (Lf + Ls) * (d * (r + rope) + np.where(qr > 0, d * qr, 0))
+    qkv_gpu = np.where(mla, (p["attention/qkv"] - down) / tp + down, qkv_gpu)
+    moe_layers = np.asarray(a.n_layers) - np.where(a.is_moe, np.asarray(a.n_dense_layers), 0)
+    gate = moe_layers * np.where(a.is_moe & np.asarray(a.shared_expert_gate), d, 0)
+    mamba = np.asarray(a.linear_kind) == "mamba2"
+    lin_norm_split = np.where(mamba, p["linear/norm"], 0)
+    linear = p["linear/in_proj"] + p["linear/conv"] + p["linear/heads"] + p["linear/out"]
     split = (
         p["embedding"]
         + p["lm_head"]
@@ -572,8 +921,18 @@ def params_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
         + p["moe/experts"]
         + p["moe/shared"]
         - gate
+        + linear
+        + lin_norm_split
     )
-    replicated = p["final_norm"] + p["norms"] + p["attention/qk_norm"] + p["moe/router"] + gate
+    replicated = (
+        p["final_norm"]
+        + p["norms"]
+        + p["attention/qk_norm"]
+        + p["moe/router"]
+        + gate
+        + p["attention/latent_norm"]
+        + (p["linear/norm"] - lin_norm_split)
+    )
     return split / tp + qkv_gpu + replicated
 
 
@@ -603,15 +962,36 @@ MEMORY_WARN_MARGIN = 0.05
 
 
 def kv_bytes_per_token_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
-    """KV-cache bytes one token adds on each GPU: K and V of the GPU's KV heads, every layer."""
+    """KV-cache bytes one token adds on each GPU while the context is within every window: K
+    and V of the GPU's KV heads (MLA: the whole latent), every attention layer."""
+    full, sliding = kv_rates_per_gpu(a, tensor_parallel)
+    return full + sliding
+
+
+def kv_rates_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> tuple[Any, Any]:
+    """(bytes per token of the full layers, of the sliding layers) on each GPU."""
     a = a.resolved()
-    return (
-        2
-        * np.asarray(a.n_layers)
-        * kv_heads_per_gpu(a, tensor_parallel)
-        * np.asarray(a.head_dim)
-        * dtype_bytes(a.kv_dtype)
-    )
+    Lf, Ls, _ = layer_kinds(a)
+    heads = kv_heads_per_gpu(a, tensor_parallel)
+    mla = mla_dims(a)[0]
+    full = 2 * np.asarray(Lf) * heads * np.asarray(a.head_dim) * dtype_bytes(a.kv_dtype)
+    one = _kv_layer_bytes(a, heads)
+    return np.where(mla, Lf * one, full), Ls * one
+
+
+def kv_cache_bytes_per_gpu(
+    a: Architecture, tokens: Any, tensor_parallel: Any = 1, engine: Any = None
+) -> Any:
+    """One sequence's KV cache and state on each GPU at `tokens` tokens: full layers hold every
+    token, sliding layers at most sliding_window, linear layers their constant `state_bytes`.
+    With `engine`, token slots are whole blocks (`kv_tokens_held`), the window's too."""
+    a = a.resolved()
+    full, sliding = kv_rates_per_gpu(a, tensor_parallel)
+    t = np.asarray(tokens)
+    in_window = np.minimum(t, np.asarray(a.sliding_window))
+    if engine is not None:
+        t, in_window = kv_tokens_held(t, engine), kv_tokens_held(in_window, engine)
+    return t * full + in_window * sliding + state_bytes(a, tensor_parallel)
 
 
 def kv_block_tokens(engine: Any = "vllm") -> Any:
@@ -653,7 +1033,10 @@ def memory_breakdown(
     w = params_per_gpu(a, tp) * dtype_bytes(a.weight_dtype)
     prompt, out = np.asarray(prompt_tokens), np.asarray(output_tokens)
     batch = np.asarray(batch_size)
-    per_seq = kv_tokens_held(prompt + out, engine) * kv_bytes_per_token_per_gpu(a, tp)
+    # Full layers hold every token (in whole blocks), sliding layers their window, linear
+    # layers a constant state (`kv_cache_bytes_per_gpu`); for a model of full layers only the
+    # two last terms are 0.
+    per_seq = kv_cache_bytes_per_gpu(a, prompt + out, tp, engine)
     kv = batch * per_seq
     # The largest step: up to max(prompt + output, 2048) tokens (never more than the batch's
     # prompts) through one layer at a time. Live at its peak, in 16-bit: the residual stream and

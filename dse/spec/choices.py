@@ -19,3 +19,6 @@ NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
 # The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
 # spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).
 ENGINES: tuple[str, ...] = ("vllm", "trtllm")
+# Linear-attention / state-space layer families (`attention_pattern` kind "linear"): Gated
+# DeltaNet (Qwen3-Next) and Mamba-2 (Bamba, Nemotron-H); they differ in parameters only.
+LINEAR_KINDS: tuple[str, ...] = ("gated_deltanet", "mamba2")

@@ -14,7 +14,7 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import arch as A
-from dse.spec.fields import FIELDS
+from dse.spec.fields import FIELDS, is_one_pattern, object_array
 from dse.spec.fields import check as check_field
 from dse.spec.hardware import get_gpu
 from dse.spec.workload import Workload
@@ -37,10 +37,29 @@ DEFAULTS: dict[str, Any] = {
     "gpu": "h100_sxm",
 }
 REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
+# Columns of layer patterns (`dse.spec.pattern`): a list is one value, not a column.
+PATTERN_FIELDS: tuple[str, ...] = tuple(k for k, f in FIELDS.items() if f.kind == "pattern")
 # Derived defaults: a column left out (or an empty CSV cell) takes this column's value: MHA when
 # n_kv_heads is absent, the expert width of the dense FFN. (head_dim = d_model / n_heads is
 # resolved after the checks, see `as_columns`.)
 DERIVED_FROM: dict[str, str] = {"n_kv_heads": "n_heads", "d_ff_expert": "d_ff"}
+
+
+# The fields of the attention families' validity rules (`dse.spec.arch._attention_rules`).
+ATTENTION_FIELDS: tuple[str, ...] = (
+    "attention_pattern",
+    "sliding_window",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "qkv_bias",
+    "attn_output_gate",
+    "linear_n_heads",
+    "linear_n_groups",
+    "n_dense_layers",
+)
 
 
 def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -50,7 +69,9 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     else:
         raw = dict(configs)
     n = 1
-    for v in raw.values():
+    for k, v in raw.items():
+        if k in PATTERN_FIELDS and not isinstance(v, np.ndarray):
+            continue  # a list here is one pattern ([sliding, full]), not a column's length
         if np.ndim(v) > 0:
             n = len(v)
             break
@@ -63,7 +84,15 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
         if v is None or (np.ndim(v) > 0 and _all_missing(v)):
             cols[name] = None  # type: ignore[assignment]
             continue
-        arr = np.asarray(v)
+        if name in PATTERN_FIELDS and not isinstance(v, np.ndarray):
+            # One pattern for every row ([sliding, full] from YAML), or one per row: a list of
+            # the batch's length of texts or of lists (like every other column).
+            per_row = n > 1 and len(v) == n and not isinstance(v, str)
+            per_row = per_row and all(isinstance(x, str | list | tuple) for x in v)
+            v = [v] * n if is_one_pattern(v) and not per_row else v
+            arr = object_array(v) if any(not isinstance(x, str) for x in v) else np.asarray(v)
+        else:
+            arr = np.asarray(v)
         if arr.ndim == 0:
             arr = np.full(n, arr.item())
         cols[name] = arr
@@ -160,6 +189,7 @@ def derived(
             "n_experts",
             "top_k",
             "d_ff_expert",
+            *ATTENTION_FIELDS,
         )
     }
     msg = A.check_columns(

@@ -37,9 +37,11 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.spec.choices import DTYPE_BYTES, ENGINES, NORMS
+from dse.spec.choices import DTYPE_BYTES, ENGINES, LINEAR_KINDS, NORMS
+from dse.spec.pattern import RULE as pattern_rule
+from dse.spec.pattern import canonical as canonical_pattern
 
-KINDS = ("int", "float", "bool", "choice")
+KINDS = ("int", "float", "bool", "choice", "pattern")
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
@@ -50,6 +52,10 @@ def _dtypes() -> tuple[str, ...]:
 
 def _norms() -> tuple[str, ...]:
     return tuple(NORMS)
+
+
+def _linear_kinds() -> tuple[str, ...]:
+    return tuple(LINEAR_KINDS)
 
 
 def _engines() -> tuple[str, ...]:
@@ -64,7 +70,8 @@ def _gpus() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Field:
-    """One field: `kind` is int, float, bool or choice; `min`/`max` are inclusive limits."""
+    """One field: `kind` is int, float, bool, choice or pattern (a list of layer kinds,
+    `dse.spec.pattern`, carried as its canonical text); `min`/`max` are inclusive limits."""
 
     name: str
     kind: str
@@ -88,6 +95,8 @@ class Field:
         """The rule as messages state it: 'must be an integer in [1, 1048576]'."""
         if self.kind == "bool":
             return "must be true or false"
+        if self.kind == "pattern":
+            return pattern_rule
         if self.kind == "choice":
             return f"must be one of {', '.join(self.options())}"
         if self.kind == "int":
@@ -106,7 +115,9 @@ class Field:
     def describe(self, default: Any = None) -> str:
         """Flag help: the rule without 'must be', the unit and the default."""
         text = self.rule.removeprefix("must be ").removeprefix("one of ")
-        if self.kind == "choice":
+        if self.kind == "pattern":
+            text = "comma-separated " + text.removeprefix("a list of ")
+        elif self.kind == "choice":
             text = "one of " + text
         if self.unit:
             text += f" {self.unit}"
@@ -136,6 +147,9 @@ class Field:
         """
         if isinstance(raw, np.generic):
             raw = raw.item()
+        if self.kind == "pattern":
+            text = canonical_pattern(raw)
+            return (True, text) if text is not None else (False, raw)
         if self.kind == "choice":
             if not isinstance(raw, str):
                 return False, raw
@@ -176,6 +190,8 @@ class Field:
         Typed values: int64 (int), float64 (float), bool, or str; at bad positions they are a
         placeholder (the lower limit) that callers must not use.
         """
+        if self.kind == "pattern":
+            return self._parse_patterns(raw)
         a = np.asarray(raw)
         if a.ndim != 1:
             a = a.reshape(-1)
@@ -239,6 +255,20 @@ class Field:
             return np.where(good, s, opts[0] if opts else ""), ~good
         return self._per_element(a)
 
+    def _parse_patterns(self, raw: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Patterns: each distinct text parsed once (a sweep holds a few). A sequence is one
+        pattern per element (each a text or a list of kinds)."""
+        a = raw.reshape(-1) if isinstance(raw, np.ndarray) else object_array(raw)
+        if a.dtype.kind in "US":
+            uniq, inv = np.unique(a, return_inverse=True)
+            parsed = [canonical_pattern(str(u)) for u in uniq]
+        else:
+            inv = np.arange(len(a))
+            parsed = [canonical_pattern(x) for x in a.tolist()]
+        bad = np.array([p is None for p in parsed], dtype=bool)
+        text = np.array([p or "full" for p in parsed], dtype=str)
+        return text[inv], bad[inv]
+
     def _dtype(self) -> Any:
         return {"int": np.int64, "float": np.float64, "bool": bool}.get(self.kind, str)
 
@@ -263,6 +293,24 @@ class Field:
         opts = self.options()
         vals = [v if ok else (opts[0] if opts else "") for ok, v in parsed]
         return np.array(vals, dtype=str), bad
+
+
+def object_array(values: Any) -> np.ndarray:
+    """A 1-d object array of the elements of a sequence, kept whole (lists stay lists)."""
+    seq = list(values) if isinstance(values, list | tuple) else [values]
+    out = np.empty(len(seq), dtype=object)
+    for i, v in enumerate(seq):
+        out[i] = v
+    return out
+
+
+def is_one_pattern(values: Any) -> bool:
+    """A value that is one pattern, not a column of them: a text or a flat list (of kinds)."""
+    if isinstance(values, str):
+        return True
+    return isinstance(values, list | tuple) and not any(
+        isinstance(v, list | tuple | np.ndarray) for v in values
+    )
 
 
 # ---------------------------------------------------------------------- the table
@@ -294,6 +342,23 @@ FIELDS: dict[str, Field] = {
         Field("kv_dtype", "choice", default="bfloat16", choices=_dtypes),
         _int("norms_per_layer", 1, 8, 2),
         Field("qk_norm", "bool", default=False),
+        # attention beyond GQA (issue 21; docs/architecture.md "Attention families"). Every
+        # default is a plain full-attention GQA model, so existing architectures do not move.
+        Field("attention_pattern", "pattern", default="full", note="repeated over the layers"),
+        _int("sliding_window", 0, 2**25, 0, "tokens", note="the window of sliding layers"),
+        Field("attn_output_gate", "bool", default=False),
+        _int("kv_lora_rank", 0, 2**16, 0, note="MLA's KV latent; 0: no MLA"),
+        _int("q_lora_rank", 0, 2**16, 0, note="MLA's query latent; 0: q projected directly"),
+        _int("qk_rope_head_dim", 0, 2**12, 0, even=True, note="MLA's decoupled RoPE part"),
+        _int("qk_nope_head_dim", 0, 2**12, 0, note="0: head_dim - qk_rope_head_dim"),
+        _int("v_head_dim", 0, 2**12, 0, note="0: head_dim"),
+        Field("linear_kind", "choice", default="gated_deltanet", choices=_linear_kinds),
+        _int("linear_n_heads", 0, 2**12, 0, note="value heads of linear layers; 0: n_heads"),
+        _int("linear_head_dim", 0, 2**12, 0, note="0: head_dim"),
+        _int("linear_n_groups", 0, 2**12, 0, note="key heads / B,C groups; 0: linear_n_heads"),
+        _int("linear_state_dim", 0, 2**12, 0, note="key dim / d_state; 0: linear_head_dim"),
+        _int("linear_conv_width", 1, 64, 4, note="causal conv kernel of linear layers"),
+        _int("n_dense_layers", 0, 1024, 0, note="MoE: first layers with a dense FFN of d_ff"),
         # workload (dse.spec.workload.Workload)
         _int("batch_size", 1, 2**20, 1, "requests", group="workload"),
         _int("prompt_tokens", 1, 2**24, 1024, "tokens", group="workload"),
@@ -343,7 +408,8 @@ def check(name: str, values: Any, where: Where = "") -> Any:
     error). The message is `<where>: <rule>, got <value>`.
     """
     f = field(name)
-    if np.ndim(values) == 0 and not isinstance(values, np.ndarray):
+    one = f.kind == "pattern" and is_one_pattern(values)
+    if one or (np.ndim(values) == 0 and not isinstance(values, np.ndarray)):
         ok, v = f.parse(values)
         if not ok:
             raise _error(where, 0, f.message(values), None)

@@ -25,6 +25,8 @@ from typing import Any
 
 from dse.errors import ConfigError
 from dse.spec.arch import Architecture, check_architecture
+from dse.spec.pattern import HF_LAYER_TYPES, from_layer_types
+from dse.spec.pattern import canonical as canonical_pattern
 
 # torch dtype names in config.json ("dtype" since transformers 5, "torch_dtype" before).
 _TORCH_DTYPES = {
@@ -52,11 +54,22 @@ _CAUSAL_LM_CLASS = {
 _TIED_DEFAULT = {
     "gemma": True,
     "gemma2": True,
+    "gemma3_text": True,
     "falcon": True,
     "starcoder2": True,
     "bloom": True,
     "opt": True,
     "phi3small": True,  # ties the LM head to the embedding in its custom code
+}
+
+
+# Model types of the attention families whose layers the Architecture cannot hold, and why.
+UNREPRESENTABLE_TYPES: dict[str, str] = {
+    "nemotron_h": "its layers are each one of Mamba-2, attention or an FFN "
+    "(hybrid_override_pattern); every Architecture layer has a mixer and an FFN",
+    "jamba": "its Mamba layers are Mamba-1 (x_proj, dt_proj: no linear_kind) and only every "
+    "expert_layer_period-th layer is MoE",
+    "falcon_h1": "each layer runs Mamba-2 and attention in parallel",
 }
 
 
@@ -130,6 +143,11 @@ def import_hf_config(source: Mapping[str, Any] | str | Path) -> HFImport:
     cfg, where = read_hf_config(source)
     cfg = _text_config(cfg)
     model_type = cfg.get("model_type")
+    if model_type in UNREPRESENTABLE_TYPES:
+        raise ConfigError(
+            f"{where}: model_type {model_type!r} is not representable: "
+            f"{UNREPRESENTABLE_TYPES[model_type]}"
+        )
     if model_type not in _IMPORTERS:
         raise ConfigError(
             f"{where}: model_type: must be one of {', '.join(hf_model_types())}, got {model_type!r}"
@@ -237,12 +255,37 @@ def _llama_core(r: _Reader, *, head_dim_default: int | None = None) -> dict[str,
 
 
 def _window_note(r: _Reader) -> list[str]:
+    """Kept for model types whose window is not imported (none at present)."""
+    return []
+
+
+def _sliding(r: _Reader, kw: dict[str, Any], every_layer: bool = True) -> list[str]:
+    """Import the attention pattern: `layer_types` when the config lists them (transformers 5
+    writes them), else every layer sliding when the model type applies `sliding_window` to all
+    layers (Mistral, Mixtral, Phi-3, StarCoder2) and it is set. Qwen2-style configs only slide
+    with use_sliding_window, from layer max_window_layers on."""
     window = r.get("sliding_window")
-    use = r.get("use_sliding_window", True)
-    if isinstance(window, int) and use and window > 0:
-        return [
-            f"sliding_window={window}: attention and KV cache are counted over the full context"
-        ]
+    types = r.get("layer_types")
+    if types is not None:
+        text = from_layer_types(types)
+        if text is None or len(types) != kw["n_layers"]:
+            raise ConfigError(
+                f"{r.where}: layer_types: must list num_hidden_layers={kw['n_layers']} of "
+                f"{', '.join(HF_LAYER_TYPES)}, got {types!r}"
+            )
+    elif not (isinstance(window, int) and window > 0):
+        return []
+    elif "use_sliding_window" in r.cfg or not every_layer:
+        if not r.flag("use_sliding_window", False):
+            return []
+        first = r.integer("max_window_layers", default=kw["n_layers"], minimum=0)
+        kinds = ["full"] * min(first, kw["n_layers"]) + ["sliding"] * max(kw["n_layers"] - first, 0)
+        text = canonical_pattern(kinds)
+    else:
+        text = "sliding"
+    if text != "full":
+        kw["attention_pattern"] = text
+        kw["sliding_window"] = r.integer("sliding_window")
     return []
 
 
@@ -263,7 +306,7 @@ def _import_llama(r: _Reader) -> _Import:
 
 def _import_mistral(r: _Reader) -> _Import:
     kw = _llama_core(r)
-    return kw, 0, _window_note(r)
+    return kw, 0, _sliding(r, kw)
 
 
 def _import_mixtral(r: _Reader) -> _Import:
@@ -271,13 +314,13 @@ def _import_mixtral(r: _Reader) -> _Import:
     kw["n_experts"] = r.integer("num_local_experts")
     kw["top_k"] = r.integer("num_experts_per_tok")
     kw["d_ff_expert"] = kw["d_ff"]  # every Mixtral layer is MoE; intermediate_size is per expert
-    return kw, 0, _window_note(r)
+    return kw, 0, _sliding(r, kw)
 
 
 def _import_qwen2(r: _Reader) -> _Import:
     kw = _llama_core(r)
     kw["qkv_bias"] = True  # Qwen2 always has q, k, v biases (and none on o_proj)
-    return kw, 0, _window_note(r)
+    return kw, 0, _sliding(r, kw, every_layer=False)
 
 
 def _check_all_layers_moe(r: _Reader) -> None:
@@ -299,7 +342,7 @@ def _import_qwen2_moe(r: _Reader) -> _Import:
     kw["shared_expert_d_ff"] = r.integer("shared_expert_intermediate_size", default=0, minimum=0)
     kw["shared_expert_gate"] = True  # Qwen2-MoE always builds the sigmoid gate (d_model -> 1)
     kw["qkv_bias"] = r.flag("qkv_bias", True)
-    return kw, 0, _window_note(r)
+    return kw, 0, _sliding(r, kw, every_layer=False)
 
 
 def _import_qwen3(r: _Reader) -> _Import:
@@ -310,7 +353,7 @@ def _import_qwen3(r: _Reader) -> _Import:
         kw["qkv_bias"] = True
         unmodelled += kw["n_layers"] * kw["d_model"]
         notes.append("attention_bias: the output-projection bias is not modelled")
-    return kw, unmodelled, notes + _window_note(r)
+    return kw, unmodelled, notes + _sliding(r, kw, every_layer=False)
 
 
 def _import_qwen3_moe(r: _Reader) -> _Import:
@@ -333,18 +376,156 @@ def _import_gemma2(r: _Reader) -> _Import:
     kw = _llama_core(r, head_dim_default=256)
     kw["norms_per_layer"] = 4  # pre- and post-norms around attention and around the FFN
     notes = ["attention and final logits are soft-capped (no parameters)"]
-    window = r.get("sliding_window")
-    if window:
-        notes.append(
-            f"every other layer attends to a sliding_window={window}: attention and KV cache "
-            "are counted over the full context"
-        )
+    if r.get("sliding_window") and r.get("layer_types") is None:
+        # Gemma 2 alternates: even layers (0, 2, ...) slide, odd ones attend to everything.
+        kw["attention_pattern"] = "sliding,full"
+        kw["sliding_window"] = r.integer("sliding_window")
+    else:
+        _sliding(r, kw)
     return kw, 0, notes
+
+
+def _import_gemma3(r: _Reader) -> _Import:
+    """Gemma 3's language model: Gemma 2's sandwich norms, q/k norms, and every
+    sliding_window_pattern-th layer full (5 sliding : 1 full)."""
+    kw = _llama_core(r, head_dim_default=256)
+    kw["norms_per_layer"] = 4
+    kw["qk_norm"] = True
+    if r.get("layer_types") is None:
+        every = r.integer("sliding_window_pattern", default=6)
+        kinds = ["full" if (i + 1) % every == 0 else "sliding" for i in range(kw["n_layers"])]
+        kw["attention_pattern"] = canonical_pattern(kinds)
+        kw["sliding_window"] = r.integer("sliding_window", default=4096)
+    else:
+        _sliding(r, kw)
+    return kw, 0, []
+
+
+def _import_gpt_oss(r: _Reader) -> _Import:
+    """gpt-oss: MoE on every layer, alternating sliding (128 tokens) and full attention, q/k/v
+    biases; the output-projection, router and expert biases and the per-head attention sinks
+    have no field (counted as unmodelled)."""
+    kw = _llama_core(r, head_dim_default=64)
+    kw["qkv_bias"] = True
+    kw["n_experts"] = r.integer("num_local_experts")
+    kw["top_k"] = r.integer("num_experts_per_tok", "experts_per_token")
+    kw["d_ff_expert"] = kw["d_ff"]
+    if r.get("layer_types") is None:
+        kinds = ["sliding" if i % 2 == 0 else "full" for i in range(kw["n_layers"])]
+        kw["attention_pattern"] = canonical_pattern(kinds)
+        kw["sliding_window"] = r.integer("sliding_window", default=128)
+    else:
+        _sliding(r, kw)
+    L, d, e, ff, h = kw["n_layers"], kw["d_model"], kw["n_experts"], kw["d_ff"], kw["n_heads"]
+    unmodelled = L * (d + h + e + e * (2 * ff + d))
+    notes = [
+        "output-projection, router and expert biases and the attention sinks are not modelled",
+        "the experts' clamped SwiGLU is counted as SwiGLU",
+    ]
+    return kw, unmodelled, notes
+
+
+def _import_deepseek_v3(r: _Reader) -> _Import:
+    """DeepSeek-V3 (and Kimi K2's layout): multi-head latent attention, the first
+    first_k_dense_replace layers dense, then routed + shared experts (no shared gate)."""
+    d = r.integer("hidden_size")
+    h = r.integer("num_attention_heads")
+    rope = r.integer("qk_rope_head_dim")
+    nope = r.integer("qk_nope_head_dim")
+    q_rank = r.get("q_lora_rank")
+    kw: dict[str, Any] = {
+        "d_model": d,
+        "n_layers": r.integer("num_hidden_layers"),
+        "n_heads": h,
+        "n_kv_heads": h,  # every head gets its own K and V up from the shared latent
+        "head_dim": nope + rope,
+        "d_ff": r.integer("intermediate_size"),
+        "vocab_size": r.integer("vocab_size"),
+        "kv_lora_rank": r.integer("kv_lora_rank"),
+        "q_lora_rank": 0 if q_rank is None else r.integer("q_lora_rank"),
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": r.integer("v_head_dim"),
+        "n_experts": r.integer("n_routed_experts"),
+        "top_k": r.integer("num_experts_per_tok"),
+        "d_ff_expert": r.integer("moe_intermediate_size"),
+        "shared_expert_d_ff": r.integer("n_shared_experts", default=0, minimum=0)
+        * r.integer("moe_intermediate_size"),
+        "n_dense_layers": r.integer("first_k_dense_replace", default=0, minimum=0),
+    }
+    if r.integer("moe_layer_freq", default=1) != 1:
+        raise ConfigError(
+            f"{r.where}: moe_layer_freq: must be 1 (every layer after the dense ones MoE), "
+            f"got {r.get('moe_layer_freq')}"
+        )
+    if r.flag("attention_bias", False):
+        raise ConfigError(
+            f"{r.where}: attention_bias: must be false (MLA has no biases here), got true"
+        )
+    return kw, 0, ["the router's score-correction bias is a buffer (no parameters)"]
+
+
+def _import_qwen3_next(r: _Reader) -> _Import:
+    """Qwen3-Next: 3 Gated DeltaNet layers to 1 gated full-attention layer
+    (full_attention_interval), q/k norms, MoE with a gated shared expert on every layer."""
+    kw = _llama_core(r, head_dim_default=256)
+    kw["qk_norm"] = True
+    kw["attn_output_gate"] = True
+    if r.get("layer_types") is None:
+        every = r.integer("full_attention_interval", default=4)
+        kinds = ["full" if (i + 1) % every == 0 else "linear" for i in range(kw["n_layers"])]
+        kw["attention_pattern"] = canonical_pattern(kinds)
+    else:
+        _sliding(r, kw)
+    _check_all_layers_moe(r)
+    kw["n_experts"] = r.integer("num_experts")
+    kw["top_k"] = r.integer("num_experts_per_tok")
+    kw["d_ff_expert"] = r.integer("moe_intermediate_size")
+    kw["shared_expert_d_ff"] = r.integer("shared_expert_intermediate_size", default=0, minimum=0)
+    kw["shared_expert_gate"] = True
+    kw["linear_kind"] = "gated_deltanet"
+    kw["linear_n_heads"] = r.integer("linear_num_value_heads")
+    kw["linear_head_dim"] = r.integer("linear_value_head_dim")
+    kw["linear_n_groups"] = r.integer("linear_num_key_heads")
+    kw["linear_state_dim"] = r.integer("linear_key_head_dim")
+    kw["linear_conv_width"] = r.integer("linear_conv_kernel_dim", default=4)
+    if r.flag("attention_bias", False):
+        raise ConfigError(f"{r.where}: attention_bias: must be false, got true")
+    return kw, 0, []
+
+
+def _import_bamba(r: _Reader) -> _Import:
+    """Bamba: Mamba-2 layers with a few attention layers (attn_layer_indices), a SwiGLU FFN
+    after every mixer."""
+    kw = _llama_core(r)
+    L, d = kw["n_layers"], kw["d_model"]
+    attn = set(r.get("attn_layer_indices") or [])
+    if r.get("layer_types") is None:
+        kw["attention_pattern"] = canonical_pattern(
+            ["full" if i in attn else "linear" for i in range(L)]
+        )
+    else:
+        _sliding(r, kw)
+    heads = r.integer("mamba_n_heads", default=128)
+    inner = r.integer("mamba_expand", default=2) * d
+    d_head = r.get("mamba_d_head", "auto")
+    kw["linear_kind"] = "mamba2"
+    kw["linear_n_heads"] = heads
+    kw["linear_head_dim"] = inner // heads if d_head == "auto" else r.integer("mamba_d_head")
+    kw["linear_n_groups"] = r.integer("mamba_n_groups", default=1)
+    kw["linear_state_dim"] = r.integer("mamba_d_state", default=256)
+    kw["linear_conv_width"] = r.integer("mamba_d_conv", default=4)
+    if not r.flag("mamba_conv_bias", True) or r.flag("mamba_proj_bias", False):
+        raise ConfigError(
+            f"{r.where}: mamba_conv_bias / mamba_proj_bias: must be true / false (Mamba-2's "
+            f"defaults), got {r.get('mamba_conv_bias')} / {r.get('mamba_proj_bias')}"
+        )
+    return kw, 0, []
 
 
 def _import_phi3(r: _Reader) -> _Import:
     kw = _llama_core(r)  # fused qkv_proj and gate_up_proj hold the same weights as Llama's
-    return kw, 0, _window_note(r)
+    return kw, 0, _sliding(r, kw)
 
 
 def _import_aquila(r: _Reader) -> _Import:
@@ -428,7 +609,7 @@ def _import_starcoder2(r: _Reader) -> _Import:
         kw["qkv_bias"] = True
         unmodelled = kw["n_layers"] * (kw["d_model"] + kw["d_ff"] + kw["d_model"])
         notes.append("use_bias: output-projection and MLP biases are not modelled")
-    return kw, unmodelled, notes + _window_note(r)
+    return kw, unmodelled, notes + _sliding(r, kw)
 
 
 def _import_bloom(r: _Reader) -> _Import:
@@ -553,6 +734,11 @@ _IMPORTERS = {
     "qwen3_moe": _import_qwen3_moe,
     "gemma": _import_gemma,
     "gemma2": _import_gemma2,
+    "gemma3_text": _import_gemma3,
+    "gpt_oss": _import_gpt_oss,
+    "deepseek_v3": _import_deepseek_v3,
+    "qwen3_next": _import_qwen3_next,
+    "bamba": _import_bamba,
     "phi3": _import_phi3,
     "aquila": _import_aquila,
     "internlm": _import_internlm,

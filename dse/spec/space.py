@@ -36,7 +36,9 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import columns as C
+from dse.spec import pattern as P
 from dse.spec.arch import DTYPE_BYTES, NORMS
+from dse.spec.choices import LINEAR_KINDS
 from dse.spec.fields import FIELDS
 from dse.spec.fields import check as check_field
 from dse.spec.hardware import gpu_names
@@ -53,13 +55,24 @@ TOP_KEYS = (
     "objectives",
     "study",
 )
-BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "qkv_bias", "shared_expert_gate", "qk_norm")
+BOOL_FIELDS = (
+    "gated_mlp",
+    "tied_embeddings",
+    "qkv_bias",
+    "shared_expert_gate",
+    "qk_norm",
+    "attn_output_gate",
+)
 STR_FIELDS: dict[str, tuple[str, ...]] = {
     "norm": NORMS,
     "weight_dtype": tuple(DTYPE_BYTES),
     "kv_dtype": tuple(DTYPE_BYTES),
     "engine": ENGINES,
+    "linear_kind": LINEAR_KINDS,
 }
+# Fields whose one value is a list (a layer pattern: `attention_pattern: [sliding, full]`);
+# searched as `{values: [[full], [sliding, sliding, sliding, full]]}`.
+LIST_FIELDS = tuple(k for k, f in FIELDS.items() if f.kind == "pattern")
 ARCH_KEYS = tuple(k for k in C.ARCH_FIELDS)
 MOE_KEYS = ("n_experts", "top_k", "d_ff_expert", "shared_expert_d_ff", "shared_expert_gate")
 WORKLOAD_KEYS = C.WORKLOAD_FIELDS
@@ -535,7 +548,7 @@ def _param(
             )
         vals = tuple(range(low, high + 1, step))
         return Param(name, keys, vals, "int" if len(vals) > 1 else "fixed", low, high, step, log)
-    if isinstance(spec, list):
+    if isinstance(spec, list) and name not in LIST_FIELDS:
         raise doc.error(keys, f"a list of values must be written as {{values: {spec!r}}}")
     return Param(name, keys, (value(spec, keys),), "fixed")
 
@@ -685,11 +698,46 @@ def _check_combinations(doc: Located, space: SearchSpace) -> None:
         raise doc.error(
             by["top_k"].path, f"must be <= n_experts {list(es)} for some value, got {list(ks)}"
         )
+    _check_attention(doc, by, vals)
     tps = vals("tensor_parallel", (1,))
     if not any(h % t == 0 for h, t in itertools.product(heads, tps)):
         raise doc.error(
             by["tensor_parallel"].path,
             f"no value divides any n_heads {list(heads)}, got {list(tps)}",
+        )
+
+
+def _check_attention(doc: Located, by: dict[str, Param], vals: Any) -> None:
+    """The attention families' combinations: some pattern must repeat evenly over some
+    n_layers, and a sliding window must be shorter than some workload's context (a window of
+    at least prompt + output tokens makes the sliding layers full attention)."""
+    if "attention_pattern" not in by:
+        return
+    patterns = vals("attention_pattern", (P.FULL,))
+    layers = vals("n_layers", ())
+    if not any(n % P.period(p) == 0 for p, n in itertools.product(patterns, layers)):
+        raise doc.error(
+            by["attention_pattern"].path,
+            f"its length must divide n_layers {list(layers)} for some value, got patterns "
+            f"{list(patterns)} of {sorted({P.period(p) for p in patterns})} layers",
+        )
+    sliding = [p for p in patterns if P.has_kind(p, "sliding")]
+    if not sliding:
+        return
+    windows = vals("sliding_window", (0,))
+    context = max(p + o for p, o in itertools.product(
+        vals("prompt_tokens", (C.DEFAULTS["prompt_tokens"],)),
+        vals("output_tokens", (C.DEFAULTS["output_tokens"],)),
+    ))  # fmt: skip
+    if not any(0 < w < context for w in windows):
+        where = (
+            by["sliding_window"].path if "sliding_window" in by else by["attention_pattern"].path
+        )
+        raise doc.error(
+            where,
+            f"a sliding layer needs a window shorter than the context (prompt + output = "
+            f"{context} tokens at most) to differ from a full one, got sliding_window "
+            f"{list(windows)}",
         )
 
 
