@@ -52,3 +52,30 @@ def test_mixed_batches_price_each_row_as_alone() -> None:
     for i, r in enumerate(rows):
         alone = predict(r)
         assert both["latency_s"][i] == pytest.approx(alone["latency_s"][0], rel=1e-9)
+
+
+def test_level3_kv_fill_counts_windows_and_states() -> None:
+    """Level 3's memory input (the batch's KV bytes at full length, which also decides the
+    waves a batch queues in) holds a sliding layer's window, not the sequence, and a linear
+    layer's constant state: the closed form per GPU."""
+    from dse.predict.request import kv_memory
+    from dse.spec import arch as A
+    from dse.spec import columns as C
+    from dse.spec.hardware import get_gpu
+
+    base = {**BASE, "batch_size": 4, "prompt_tokens": 8192, "output_tokens": 64}
+    sliding = {**base, "attention_pattern": "sliding*3,full", "sliding_window": 512}
+    linear = {**base, "attention_pattern": "linear*3,full"}
+    gpu = get_gpu("h100_sxm")
+    need = {}
+    for name, cfg in (("full", base), ("sliding", sliding), ("linear", linear)):
+        cols, _ = C.as_columns({k: np.array([v]) for k, v in cfg.items()})
+        need[name] = float(kv_memory(cols, gpu)[0][0])
+    per_layer = 2 * 8 * 128 * 2  # K and V, 8 KV heads x 128, bf16
+    t = 8192 + 64
+    assert need["full"] == pytest.approx(4 * t * 32 * per_layer, rel=1e-12)
+    assert need["sliding"] == pytest.approx(4 * (8 * t + 24 * 512) * per_layer, rel=1e-12)
+    a = C.architecture(C.as_columns({k: np.array([v]) for k, v in linear.items()})[0])
+    state = float(np.asarray(A.state_bytes(a, 1)).ravel()[0])
+    assert state > 0
+    assert need["linear"] == pytest.approx(4 * (8 * t * per_layer + state), rel=1e-12)

@@ -200,6 +200,11 @@ def test_exported_large_model_count(tmp_path: Path) -> None:
         ({"qk_norm": True, "qkv_bias": True}, "qkv_bias: must be false with qk_norm"),
         ({"n_kv_heads": 5}, "cannot export an invalid architecture: n_kv_heads: must divide n_heads=32, got 5"),
         ({"n_experts": 8, "top_k": 2, "shared_expert_d_ff": 1024}, "shared_expert_gate: must be true"),
+        # attention families the exported model types cannot hold (issue 21): refused, not
+        # exported as full attention
+        ({"attention_pattern": "sliding*1,full", "sliding_window": 512}, "attention_pattern: must be 'full'"),
+        ({"kv_lora_rank": 64, "qk_rope_head_dim": 64}, "kv_lora_rank: must be 0"),
+        ({"attn_output_gate": True}, "attn_output_gate: must be False"),
     ],
 )  # fmt: skip
 def test_export_refuses_what_no_model_type_holds(change: dict, message: str) -> None:

@@ -113,8 +113,10 @@ def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.
     `dse.spec.arch.memory_breakdown`'s rule."""
     a = C.architecture(cols)
     tp = cols["tensor_parallel"]
-    tokens = cols["batch_size"] * (cols["prompt_tokens"] + cols["output_tokens"])
-    need = tokens * A.kv_bytes_per_token_per_gpu(a, tp)
+    # each sequence at its full length: sliding layers hold at most their window, linear
+    # layers a constant state (for plain GQA: tokens x KV bytes per token, as fitted)
+    seq = A.kv_cache_bytes_per_gpu(a, cols["prompt_tokens"] + cols["output_tokens"], tp)
+    need = cols["batch_size"] * seq
     weights = A.params_per_gpu(a, tp) * A.dtype_bytes(a.weight_dtype)
     free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - weights - LEVEL3_RESERVED_BYTES
     return np.asarray(need, dtype=float), np.asarray(free, dtype=float)

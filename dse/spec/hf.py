@@ -754,6 +754,15 @@ _IMPORTERS = {
 
 
 # ---------------------------------------------------------------------- export
+# Fields of the attention families (issue 21) at their plain full-attention values.
+_PLAIN_ATTENTION: dict[str, Any] = {
+    "attention_pattern": "full",
+    "kv_lora_rank": 0,
+    "attn_output_gate": False,
+    "n_dense_layers": 0,
+}
+
+
 def hf_model_type_for(arch: Architecture) -> str:
     """The model_type `to_hf_config` writes for an architecture (ConfigError when none fits).
 
@@ -766,6 +775,11 @@ def hf_model_type_for(arch: Architecture) -> str:
     def refuse(field: str, rule: str) -> ConfigError:
         return ConfigError(f"{field}: {rule} to export a Hugging Face config, got {a[field]!r}")
 
+    # The exported model types are full-attention GQA models: a field of another attention
+    # family would be dropped, and the export would describe another model.
+    for field, plain in _PLAIN_ATTENTION.items():
+        if a[field] != plain:
+            raise refuse(field, f"must be {plain!r} (exported model types have full GQA attention)")
     if not a["gated_mlp"]:
         raise refuse("gated_mlp", "must be true (every exported model type has a SwiGLU FFN)")
     if a["norm"] != "rmsnorm":
