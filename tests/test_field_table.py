@@ -38,3 +38,25 @@ def test_choice_fields_read_the_one_list() -> None:
     assert of("norm") == choices.NORMS
     assert of("engine") == choices.ENGINES
     assert A.DTYPE_BYTES is choices.DTYPE_BYTES
+
+
+def test_a_constant_column_is_judged_as_its_value_and_as_a_varied_one() -> None:
+    """A column holding one value (a field left at its default) is judged once: the same
+    verdict and typed value as a column that varies, for good and bad values alike."""
+    import numpy as np
+
+    cases = [
+        ("n_layers", [32, 0, 1.5, 2**40, 7], True),
+        ("sliding_window", [0, 4096, -1], True),
+        ("qk_rope_head_dim", [64, 63], True),
+        ("tied_embeddings", [True, False], True),
+        ("prompt_tokens", [1.0, 4096.0, 0.5, float("inf")], True),
+    ]
+    for name, values, _ in cases:
+        f = FIELDS[name]
+        for v in values:
+            const, bad_c = f.parse_array(np.full(5, v))
+            varied, bad_v = f.parse_array(np.array([v] * 5 + [values[0]]))
+            assert (bad_c == bad_v[:5]).all(), (name, v)
+            if not bad_c.any():
+                assert (const == varied[:5]).all() and const.dtype == varied.dtype, (name, v)

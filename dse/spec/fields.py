@@ -201,6 +201,16 @@ class Field:
             return np.array([v if ok else self._placeholder()], dtype=self._dtype()), np.array(
                 [not ok]
             )
+        numeric = self.kind in ("int", "float") and a.dtype.kind in "iuf"
+        if n and (numeric or (self.kind == "bool" and a.dtype.kind == "b")) and (
+            a[0] == a[-1] and bool((a == a[0]).all())
+        ):
+            # one value over the batch (a field left at its default): its rule once
+            ok, v = self.parse(a[0].item())
+            return (
+                np.full(n, v if ok else self._placeholder(), dtype=self._dtype()),
+                np.full(n, not ok),
+            )
         if self.kind in ("int", "float"):
             x = a
             if a.dtype.kind in "US":
