@@ -1,4 +1,4 @@
-"""The fused-MoE physics (issue 19): routing statistics against independent closed forms and a
+"""The fused-MoE physics of the issue-19 candidate (dse.models.moe_physics): routing statistics against independent closed forms and a
 brute-force replica of aiconfigurator's balanced routing, gating from metadata, a residual
 without raw layout coordinates, power under the board limit."""
 
@@ -13,7 +13,7 @@ import pytest
 from dse.data._aiconfigurator import NON_GATED_MOE_LAYOUTS, moe_gated
 from dse.errors import DataError
 from dse.models import _moe_routing as R
-from dse.models import moe as M
+from dse.models import moe_physics as M
 
 
 def _balanced_brute(T: int, k: int, E: int, ep: int) -> tuple[int, int]:

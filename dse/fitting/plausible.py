@@ -131,34 +131,24 @@ def attention_floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
 
 def moe_floor_s(rows: pd.DataFrame) -> np.ndarray:
     """Fused MoE on one rank: the routed token slots' expert GEMM FLOPs, and each expert weight
-    the rank's slots touch read once. Gating from the rows' `gated` metadata (`dse.data`; two
-    weight matrices, the lower bound, where a table does not say). Slots and experts touched:
-    exact for balanced (round-robin) routing (`dse.models._moe_routing`); under a power law
-    the measured rank is the busiest one, so it holds at least the mean T k / ep slots, and at
-    least ceil(slots / T) experts (an expert takes each token once); any other routing, one
-    expert and no FLOPs."""
-    from dse.models._moe_routing import POWER_LAW, ROUND_ROBIN, routing_of, routing_stats
+    the rank's slots touch read once. Lower bounds where the table does not say: two weight
+    matrices per expert (non-gated) unless the kernel name says gated; at least one local expert
+    touched by skewed routing, min(local experts, slots) by balanced (round-robin) routing."""
     from dse.models.moe import WEIGHT_BYTES
 
     T, H, inter = _num(rows, "num_tokens"), _num(rows, "hidden_size"), _num(rows, "inter_size")
     k, E = _num(rows, "topk"), _num(rows, "num_experts")
     tp, ep = _num(rows, "moe_tp_size", 1.0), _num(rows, "moe_ep_size", 1.0)
-    gated = rows["gated"].to_numpy(bool) if "gated" in rows else np.zeros(len(rows), bool)
-    mats = np.where(gated, 3.0, 2.0)
-    dist = rows.get("distribution", pd.Series("", index=rows.index)).astype(str)
-    code, alpha = routing_of(dist.where(dist != "", "uniform").to_numpy(), len(rows))
-    slots = np.zeros(len(rows))
-    touched = np.ones(len(rows))
-    rr = code == ROUND_ROBIN
-    if rr.any():
-        st = routing_stats(T[rr], k[rr], E[rr], ep[rr], code[rr], alpha[rr])
-        slots[rr], touched[rr] = st["slots"], st["touched"]
-    pl = code == POWER_LAW
-    slots[pl] = T[pl] * k[pl] / ep[pl]
-    touched[pl] = np.maximum(np.ceil(slots[pl] / T[pl]), 1.0)
+    src = rows.get("kernel_source", pd.Series("", index=rows.index)).astype(str)
+    gated = src.str.startswith("moe_torch_flow") & ~src.str.contains("nongated")
+    mats = np.where(gated.to_numpy(bool), 3.0, 2.0)
+    balanced = rows.get("distribution", pd.Series("", index=rows.index)).astype(str) == "balanced"
+    slots = T * k / ep
+    e_local = E / ep
+    touched = np.where(balanced.to_numpy(bool), np.minimum(e_local, np.ceil(slots)), 1.0)
     # bytes per weight element; 0.5 (4 bits, the smallest format any table holds) when unknown
     wbytes = rows["dtype"].astype(str).map(lambda d: WEIGHT_BYTES.get(d, 0.5)).to_numpy(float)
-    flops = 2.0 * slots * mats * H * inter / tp
+    flops = 2.0 * np.where(balanced.to_numpy(bool), slots, 0.0) * mats * H * inter / tp
     nbytes = touched * mats * H * inter / tp * wbytes
     return roofline_s(flops, nbytes, _peak(rows), _hbm(rows))
 

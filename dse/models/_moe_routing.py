@@ -42,6 +42,9 @@ def routing_of(distribution: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     elsewhere) from names ('uniform', 'balanced' / 'round_robin', 'power_law_<alpha>') or
     numbers (a power-law exponent; 0 = uniform)."""
     a = np.asarray(distribution)
+    if a.ndim == 0 and a.dtype.kind not in "fiu":  # one routing for the batch: parse it once
+        c, al = routing_of(a.reshape(1), 1)
+        return np.full(n, c[0], dtype=np.int64), np.full(n, al[0])
     if a.dtype.kind in "fiu":
         alpha = np.broadcast_to(a.astype(np.float64), (n,)).copy()
         return np.where(alpha > 0, POWER_LAW, UNIFORM).astype(np.int64), alpha
@@ -74,11 +77,14 @@ def uniform_stats(T: np.ndarray, k: np.ndarray, E: np.ndarray, ep: np.ndarray) -
     """Expected rank statistics under uniform routing (closed form)."""
     e_l = E / ep
     p = np.minimum(k / E, 1.0)
-    touched = np.maximum(e_l * (1.0 - np.power(1.0 - p, T)), np.minimum(T * k / ep, 1.0))
+    # (1 - p)^T as exp(T log(1 - p)): the same number, cheaper than a power of arrays
+    with np.errstate(divide="ignore"):
+        miss = np.exp(T * np.log1p(-p))
     slots = T * k / ep
+    touched = np.maximum(e_l * (1.0 - miss), np.minimum(slots, 1.0))
     load = slots / touched  # tokens per touched expert
     # a Binomial(T, k/E) load's tiles average about load / BM + 1/2 once it spans tiles
-    tiles = touched * np.maximum(1.0, load / M_TILE + 0.5 * (1.0 - np.exp(-load / M_TILE)))
+    tiles = touched * np.maximum(1.0, load * (1.0 / M_TILE) + 0.5)
     return {"slots": slots, "touched": touched, "tiles": tiles, "max_load": load}
 
 

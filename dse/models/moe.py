@@ -1,28 +1,18 @@
 """Level-1 (Level-2 input) model of the fused MoE block (router + grouped expert GEMMs) per GPU,
 engine and weight dtype, over num_tokens, hidden_size, inter_size, topk, num_experts, the
-expert-tensor-parallel and expert-parallel sizes, the routing and the gating.
+expert-tensor-parallel and expert-parallel sizes, and the routing skew.
 
-Physics first, on the measured rank (aiconfigurator times one rank of a moe_tp x moe_ep group):
-  local experts E_l = E / ep, local width I_l = I / tp;
-  the routing (`dse.models._moe_routing`: uniform, round robin = the tables' "balanced", or the
-  collector's power law) gives the rank's routed slots S, experts touched U and M tiles (each
-  touched expert's slots rounded up to the grouped GEMM's M tile);
-  m = 3 matrices gated (gate, up, down: SwiGLU), 2 non-gated (up, down: ReLU^2), from metadata
-  (the `gated` input: the architecture's gated_mlp, or the table's layout metadata), not from a
-  kernel name;
-  FLOPs = 2 x (M tiles x BM) x m H I_l   (the padded rows run on the tensor cores too)
-  bytes = U m H I_l w                      (each touched expert's weights, w bytes each)
-          + 2 S (3 H + 2 m I_l)            (bf16 activations: x gathered, the m - 1 wide
-                                            intermediate written and read, the activation's
-                                            output written and read, expert outputs written and
-                                            summed) + 2 T (H + E)    (output, router logits)
+Work on the measured rank (aiconfigurator times one rank of a moe_tp x moe_ep group):
+  local experts E_l = E / ep, local width I_l = I / tp, routed slots on the rank S = T k / ep;
+  experts touched (tokens landing uniformly) U = E_l (1 - (1 - k / E)^T);
+  FLOPs = 2 S m H I_l  (m = 3 matrices gated: gate, up, down; 2 non-gated)
+  bytes = U m H I_l w  (expert weights, w bytes each)  +  2 S (2 H + (m - 1) I_l)  (activations)
+          + 2 T H E / ep  (router logits path, small)
 The time is the roofline base (`dse.models._hybrid`; its per-item overhead counts the experts
-touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose inputs are
-layout-agnostic (`FEATURES`: tokens per touched expert, fraction of local experts touched, tile
-padding, arithmetic intensity, regime, log base time, ...), never raw log(hidden) or
-log(experts) coordinates, so an unseen layout is priced by its physics.
-Where the rows carry measured board power (H200), a power MLP gives energy = power x latency,
-with the power held under the GPU's board limit.
+touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose
+inputs include the routing skew (0 balanced; the power-law exponent otherwise, 1.01 or 1.2 in
+the tables): skew concentrates tokens on few experts, so the busiest expert sets the pace.
+Where the rows carry measured board power (H200), a power MLP gives energy = power x latency.
 """
 
 from __future__ import annotations
@@ -41,7 +31,6 @@ from dse.models._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -71,44 +60,27 @@ WEIGHT_BYTES = {
 }
 FP8_COMPUTE = ("fp8", "fp8_block")  # run on the fp8 tensor cores
 INPUTS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts")
-ACT_BYTES = 2.0  # activations stay bf16 between the grouped GEMMs (fp8 kernels quantise inside)
-N_TILE = 128.0  # columns of a grouped-GEMM N tile: a local width off it leaves lanes idle
-# The compute time counts the M-padded rows (`_moe_routing.M_TILE`): the tensor cores run them.
-PAD_COMPUTE = True
-# Residual-MLP inputs, in order: physics only, no raw layout coordinate (issue 19). Held out by
-# layout (5 seeded folds) these beat the raw log(hidden, inter, experts, top-k) inputs: see
-# docs/dev/accuracy-journal.md, "MoE from physics first".
-FEATURES = (
-    "log_tokens",  # workload: router, sort and align kernels scale with T
-    "log_tokens_per_expert",  # S / U: the M of each expert's GEMM
-    "touched_fraction",  # U / E_l
-    "log_pad",  # padded / real rows: the tile-padding waste
-    "log_imbalance",  # busiest expert / mean: skewed routing
-    "n_fill",  # I_l / (N tiles x BN): lanes a narrow local width leaves idle
-    "log_ctas",  # M tiles x N tiles of the first GEMM against the SM count: waves
-    "log_intensity",  # FLOPs / byte
-    "log_compute_memory",  # t_c / t_m: the regime, continuous
-    "gated",
-    "round_robin",
-    "power_law_alpha",
-    "log_base",
-)
-
-
-# Raw layout coordinates, for the experiments that measure what they add held out (never in the
-# shipped FEATURES: an unseen layout is then priced by its log-coordinates, not its physics).
-LAYOUT_FEATURES: dict[str, Any] = {
-    "log_hidden": lambda v, w: v["hidden_size"],
-    "log_inter_local": lambda v, w: w["i_local"],
-    "log_topk": lambda v, w: v["topk"],
-    "log_experts_local": lambda v, w: w["e_local"],
-}
 
 
 def skew_of(distribution: Any, n: int) -> np.ndarray:
-    """The power-law exponent of each row's routing, 0 for uniform or round robin
-    ('balanced'); numbers pass as exponents (`_moe_routing.routing_of`)."""
-    return routing_of(distribution, n)[1]
+    """Routing skew per row: 0 for 'balanced' (or uniform), the exponent of 'power_law_<a>', or a
+    number passed directly."""
+    a = np.asarray(distribution)
+    if a.dtype.kind in "fiu":
+        return np.broadcast_to(a.astype(np.float64), (n,)).copy()
+    names = np.broadcast_to(a.astype(str), (n,))
+    out = np.zeros(n)
+    for name in np.unique(names):
+        if name.startswith("power_law_"):
+            try:
+                out[names == name] = float(name.removeprefix("power_law_"))
+            except ValueError:
+                raise DataError(f"MoE distribution {name!r}: cannot read the exponent") from None
+        elif name not in ("balanced", "uniform", ""):
+            raise DataError(
+                f"MoE distribution must be 'balanced' or 'power_law_<exponent>', got {name!r}"
+            )
+    return out
 
 
 def moe_work(v: Mapping[str, np.ndarray], weight_bytes: float) -> dict[str, np.ndarray]:
@@ -117,64 +89,47 @@ def moe_work(v: Mapping[str, np.ndarray], weight_bytes: float) -> dict[str, np.n
     tp, ep, gated = v["moe_tp_size"], v["moe_ep_size"], v["gated"]
     m = np.where(gated > 0, 3.0, 2.0)
     i_l = I_ / tp
-    r = routing_stats(T, k, E, ep, v["routing"], v["skew"])
-    slots, touched = r["slots"], r["touched"]
-    rows = r["tiles"] * M_TILE if PAD_COMPUTE else slots
-    flops = 2.0 * rows * m * H * i_l
-    bytes_ = touched * m * H * i_l * weight_bytes
-    bytes_ = bytes_ + ACT_BYTES * (slots * (3.0 * H + 2.0 * m * i_l) + T * (H + E))
-    return {
-        "flops": flops,
-        "flops_real": 2.0 * slots * m * H * i_l,
-        "bytes": bytes_,
-        "slots": slots,
-        "touched": touched,
-        "tiles": r["tiles"],
-        "max_load": r["max_load"],
-        "i_local": i_l,
-        "e_local": E / ep,
-    }
+    e_l = E / ep
+    slots = T * k / ep
+    touched = e_l * (1.0 - np.power(1.0 - np.minimum(k / E, 1.0), T))
+    flops = 2.0 * slots * m * H * i_l
+    bytes_ = touched * m * H * i_l * weight_bytes + 2.0 * slots * (2.0 * H + (m - 1.0) * i_l)
+    bytes_ = bytes_ + 2.0 * T * H * e_l
+    return {"flops": flops, "bytes": bytes_, "slots": slots, "touched": touched, "i_local": i_l}
 
 
 def _features(
-    v: Mapping[str, np.ndarray],
-    w: Mapping[str, np.ndarray],
-    out: Mapping[str, np.ndarray],
-    n_sms: float,
+    v: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray], log_t0: np.ndarray
 ) -> np.ndarray:
     # features as rows, returned transposed (column-major n x k): a cheap stack, and the MLP
     # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
-    touched = np.maximum(w["touched"], 1e-3)
-    per_expert = np.maximum(w["slots"], 1e-3) / touched
-    n_tiles = np.ceil(w["i_local"] * np.where(v["gated"] > 0, 2.0, 1.0) / N_TILE)
-    cols = {
-        "log_tokens": np.log(v["num_tokens"]),
-        "log_tokens_per_expert": np.log(per_expert),
-        "touched_fraction": touched / w["e_local"],
-        "log_pad": np.log(np.maximum(w["tiles"] * M_TILE, 1e-3) / np.maximum(w["slots"], 1e-3)),
-        "log_imbalance": np.log(np.maximum(w["max_load"], 1e-3) / per_expert),
-        "n_fill": w["i_local"] / (np.ceil(w["i_local"] / N_TILE) * N_TILE),
-        "log_ctas": np.log(np.maximum(w["tiles"], 1.0) * n_tiles / n_sms),
-        "log_intensity": np.log(w["flops"] / w["bytes"]),
-        "log_compute_memory": np.log(out["t_compute_s"] / out["t_memory_s"]),
-        "gated": v["gated"],
-        "round_robin": (v["routing"] == ROUND_ROBIN).astype(np.float64),
-        "power_law_alpha": v["skew"],
-        "log_base": np.log(out["base_s"]),
-    }
-    for name in set(LAYOUT_FEATURES).intersection(FEATURES):  # experiments only (not shipped)
-        cols[name] = np.log(LAYOUT_FEATURES[name](v, w))
-    return np.stack([cols[f] for f in FEATURES]).T
+    return np.stack(
+        [
+            np.log(v["num_tokens"]),
+            np.log(v["hidden_size"]),
+            np.log(w["i_local"]),
+            np.log(v["topk"]),
+            np.log(v["num_experts"]),
+            np.log(v["num_experts"] / v["moe_ep_size"]),
+            np.log(v["moe_tp_size"]),
+            np.log(v["moe_ep_size"]),
+            v["skew"],
+            v["gated"],
+            np.log(np.maximum(w["slots"], 1e-3)),
+            np.log(np.maximum(w["touched"], 1e-3)),
+            np.log(w["flops"]),
+            np.log(w["bytes"]),
+            log_t0,
+        ]
+    ).T
 
 
 class MoEModel(_base.Model):
     """Fused-MoE latency (and power/energy where measured) for one engine and MoE dtype on one GPU.
 
     predict(num_tokens, hidden_size, inter_size, topk, num_experts, moe_tp_size=1, moe_ep_size=1,
-    distribution="uniform", gated=True) -> latency_s, base_s, t_compute_s, t_memory_s, launch_s,
-    regime, residual_factor, flops, bytes, touched_experts, routed_slots; plus power_w, energy_j
-    when fitted. `distribution`: "uniform" (a user's default: independent tokens), "balanced" /
-    "round_robin" (aiconfigurator's deterministic round robin) or "power_law_<alpha>".
+    distribution="balanced", gated=True) -> latency_s, base_s, t_compute_s, t_memory_s, launch_s,
+    regime, residual_factor, flops, bytes, touched_experts; plus power_w, energy_j when fitted.
     """
 
     kind: ClassVar[str] = "moe"  # the manifest's kind; dse.models.MODEL_CLASSES
@@ -207,8 +162,7 @@ class MoEModel(_base.Model):
         v = {k: _base.as_float(k, arrays[k], n) for k in INPUTS}
         v["moe_tp_size"] = _base.as_float("moe_tp_size", arrays.get("moe_tp_size", 1.0), n)
         v["moe_ep_size"] = _base.as_float("moe_ep_size", arrays.get("moe_ep_size", 1.0), n)
-        code, alpha = routing_of(arrays.get("distribution", "uniform"), n)
-        v["routing"], v["skew"] = code, alpha
+        v["skew"] = skew_of(arrays.get("distribution", "balanced"), n)
         v["gated"] = np.broadcast_to(
             np.asarray(arrays.get("gated", True), dtype=bool), (n,)
         ).astype(np.float64)
@@ -243,7 +197,7 @@ class MoEModel(_base.Model):
             seed=self.seed,
         )
         rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
-        self.range_ = _base.fitted_range({**rng, **combination_inputs(v)})
+        self.range_ = _base.fitted_range(rng)
         return self
 
     def design(
@@ -256,19 +210,15 @@ class MoEModel(_base.Model):
             peak, bw = self._peak()
             self.roof_ = fit_roofline(w["flops"], w["bytes"], y, peak, bw, w["touched"])
         out = self.roof_.parts(w["flops"], w["bytes"], w["touched"])
-        X = _features(v, w, out, float(get_gpu(self.gpu).n_sms))
+        X = _features(v, w, np.log(out["base_s"]))
         out["flops"] = w["flops"]
         out["bytes"] = w["bytes"]
         out["touched_experts"] = w["touched"]
-        out["routed_slots"] = w["slots"]
         return out, X
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         out, X = self.design(self._inputs(arrays))
         apply_residual(out, X, self.mlp_, self.power_mlp_)
-        if "power_w" in out:  # the board's power management holds a kernel's mean under it
-            out["power_w"] = np.minimum(out["power_w"], get_gpu(self.gpu).board_power_w)
-            out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
 
     def to_state(self) -> dict[str, np.ndarray]:
@@ -287,22 +237,11 @@ class MoEModel(_base.Model):
         return m
 
 
-def combination_inputs(v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The combinations of inputs whose fitted range matters beyond each input's own (issue 19):
-    experts per top-k (how sparse the layer is: 51 at most in some tables, 128 in a user's
-    layout) and routed tokens per expert T k / E (how full each expert's GEMM is)."""
-    return {
-        "experts_per_topk": v["num_experts"] / v["topk"],
-        "tokens_per_expert": v["num_tokens"] * v["topk"] / v["num_experts"],
-    }
-
-
 def moe_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
-    """predict() keyword arrays of a moe table; gating from the rows' `gated` column (the
-    layout's metadata, `dse.data`), gated where a table does not say."""
+    """predict() keyword arrays of a moe table (gated from the kernel name: '*nongated*' = no)."""
     out: dict[str, np.ndarray] = {
         c: df[c].to_numpy() for c in (*INPUTS, "moe_tp_size", "moe_ep_size", "distribution")
     }
-    if "gated" in df:
-        out["gated"] = df["gated"].to_numpy(bool)
+    if "kernel_source" in df:
+        out["gated"] = ~df["kernel_source"].astype(str).str.contains("nongated").to_numpy()
     return out

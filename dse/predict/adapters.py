@@ -21,7 +21,6 @@ import numpy as np
 
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
-from dse.models.moe import combination_inputs
 from dse.predict._rows import Groups, at_rows, column_blocks, dedupe, evaluate_rows, row_blocks
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w, power_table
@@ -445,8 +444,7 @@ def price_generation_attention(
 def price_moe(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
-    """The fused MoE block (router + grouped experts) by the MoE model: independent tokens
-    (uniform routing, the model's default), gating from the architecture (gated_mlp)."""
+    """The fused MoE block (router + grouped experts) by the MoE model, balanced routing."""
     d = op.dims
     a = {
         "num_tokens": np.asarray(d["num_tokens"], dtype=float),
@@ -455,14 +453,9 @@ def price_moe(
         "topk": np.asarray(d["topk"], dtype=float),
         "num_experts": np.asarray(d["num_experts"], dtype=float),
         "moe_tp_size": np.asarray(d["moe_tp_size"], dtype=float),
-        "gated": np.asarray(d.get("gated", True), dtype=float),
         "moe_ep_size": np.float64(1.0),
-        "distribution": np.str_("uniform"),
     }
-    keys = tuple(k for k in a if k not in ("moe_ep_size", "distribution"))
-    # the combinations the MoE model's fitted range also records (checked, not model inputs)
-    a.update(combination_inputs(a))
-    return _kernel_price(artifact, op, gpu, a, keys)
+    return _kernel_price(artifact, op, gpu, a, tuple(k for k in a if k != "moe_ep_size"))
 
 
 def price_allreduce(

@@ -300,7 +300,6 @@ def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
                 "topk": topk,
                 "num_experts": e,
                 "moe_tp_size": tp,
-                "gated": sh.gated,
                 "dtype": gemm_dtype,
             },
         ),
