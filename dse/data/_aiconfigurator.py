@@ -251,6 +251,36 @@ def _generation_attention(
     return df
 
 
+# Layouts (hidden_size, inter_size, topk, num_experts) of MoE models whose experts are not gated
+# (ReLU^2: up and down, no gate matrix). The tables do not say: the collector builds the layer
+# from the model's config, and its case files (collector/cases/models/NemotronHForCausalLM_cases
+# .yaml at aiconfigurator 095f58a) list these Nemotron-3 / Nemotron-H shapes, whose
+# activation is relu2 (vLLM: `mlp_hidden_act` + "_no_mul"; TRT-LLM: NON_GATED_MOE_MODELS,
+# kernel_source "moe_torch_flow_nongated"). vLLM 0.24's kernel names carry no such mark.
+NON_GATED_MOE_LAYOUTS = frozenset(
+    {
+        (1024, 2688, 22, 512),  # Nemotron-3 Super (vLLM latent geometry)
+        (2048, 5120, 22, 512),  # Nemotron-3 Ultra (vLLM latent geometry)
+        (4096, 2688, 22, 512),  # Nemotron-3 Super
+        (8192, 5120, 22, 512),  # Nemotron-3 Ultra
+        (2688, 1856, 6, 128),  # Nemotron-3 Nano / 3.5 Lightning
+    }
+)
+
+
+def moe_gated(df: pd.DataFrame) -> np.ndarray:
+    """Whether each MoE row's experts are gated (SwiGLU, 3 matrices): not for the layouts of
+    NON_GATED_MOE_LAYOUTS, nor where the kernel name says non-gated."""
+    keys = zip(
+        *(df[c].to_numpy(np.int64) for c in ("hidden_size", "inter_size", "topk", "num_experts")),
+        strict=True,
+    )
+    non = np.fromiter((key in NON_GATED_MOE_LAYOUTS for key in keys), bool, len(df))
+    if "kernel_source" in df:
+        non |= df["kernel_source"].astype(str).str.contains("nongated").to_numpy(bool)
+    return ~non
+
+
 def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataFrame:
     _ints(
         raw,
@@ -269,6 +299,7 @@ def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataF
     c.require_columns(raw, ["distribution"], file)
     df["distribution"] = raw["distribution"].astype("str")
     df["moe_dtype"] = raw["moe_dtype"].astype("str")
+    df["gated"] = moe_gated(df)
     # gated experts: gate+up (2 x inter) and down (inter) GEMMs, split over TP x EP ranks
     t, k = df["num_tokens"].to_numpy(float), df["topk"].to_numpy(float)
     hsz, isz = df["hidden_size"].to_numpy(float), df["inter_size"].to_numpy(float)
