@@ -79,7 +79,7 @@ def test_missing_artifact_says_how_to_make_one(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match=r"manifest\.json missing.*dse fit --data DIR --gpu"):
         Artifact.load(tmp_path / "nowhere")
     with pytest.raises(ArtifactError, match="dse fit"):
-        Artifact.load("gh200")  # registry GPU without a shipped artifact
+        Artifact.load("a100_sxm_40gb")  # registry GPU without a shipped artifact
 
 
 def _copy(tmp_path: Path) -> Path:

@@ -324,19 +324,41 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
     assert len(cfg) == 2
 
 
-def test_gh200_is_priced_with_the_h200_artifact() -> None:
-    """GH200 (the Hopper die of H100 / H200) has no measurements of its own to fit: the
-    predictor and dse validate use the h200_sxm artifact, scaled to GH200's bandwidth."""
-    from dse.fitting.validate import ARTIFACT_FALLBACK
+def test_gh200_has_its_own_level3_over_h200_kernels() -> None:
+    """GH200 has end-to-end rows but no kernel tables: its artifact carries H200's Level-1 and
+    Level-2 models (manifest level1_gpu, times moved to GH200's bandwidth by the roofline)
+    under a Level 3 fitted on GH200's own rows, and the power calibration H200 uses (H100's
+    rows). Its Levels 1-2 price a configuration exactly as the h200_sxm artifact does."""
+    import pytest
+
     from dse.predict import load_artifact
+    from dse.predict.request import base_costs
+    from dse.spec import columns as C
+    from dse.spec.hardware import get_gpu
 
-    art, name = load_artifact("gh200")
-    if art is None:
-        import pytest
-
-        pytest.skip("no shipped h200_sxm artifact")
-    assert name == "h200_sxm"
-    assert ARTIFACT_FALLBACK["gh200"] == "h200_sxm"
+    art, level1 = load_artifact("gh200")
+    h200, _ = load_artifact("h200_sxm")
+    if art is None or h200 is None or art.gpu != "gh200":
+        pytest.skip("no shipped gh200 / h200_sxm artifact")
+    assert level1 == art.level1_gpu == "h200_sxm"
+    assert art.manifest["models"]["level3.e2e"]["rows_from_gpus"] == ["gh200"]
+    assert art.manifest["models"]["level3.power"]["rows_from_gpus"] == ["h100_sxm"]
+    for name in h200.names():
+        if not name.startswith("level3."):
+            assert name in art.names(), name
+    cfg = {"d_model": [4096], "n_layers": [32], "n_heads": [32], "n_kv_heads": [8],
+           "d_ff": [14336], "batch_size": [16], "prompt_tokens": [1024],
+           "output_tokens": [128], "gpu": ["gh200"]}  # fmt: skip
+    cols, n = C.as_columns(cfg)
+    gh = get_gpu("gh200")
+    own = base_costs(cols, n, gh, art, get_gpu(level1))
+    lent = base_costs(cols, n, gh, h200, get_gpu("h200_sxm"))
+    for phase in ("prefill", "decode"):
+        a, b = getattr(own, phase), getattr(lent, phase)
+        np.testing.assert_allclose(a.time_s, b.time_s, rtol=1e-9)
+    # ... and not as if H200's kernels ran at H200's bandwidth on GH200
+    unmoved = base_costs(cols, n, gh, art, gh)
+    assert unmoved.decode.time_s[0] < 0.95 * own.decode.time_s[0]
 
 
 def test_rows_dot_gives_a_row_the_same_bits_in_any_batch() -> None:

@@ -57,3 +57,18 @@ def test_dse_fit_warns_when_levels_2_3_are_carried_over_a_refitted_level1() -> N
     assert stale_levels_note(["layer_op", "hymell-levels-2-3"], ["gemm.vllm.bfloat16"]) == ""
     assert stale_levels_note(None, []) == ""  # a whole fit carries nothing over
     assert stale_levels_note(["gemm"], ["layer_op.vidur"]) == ""  # no Levels 2-3 to go stale
+
+
+def test_refitting_level1_over_another_chips_kernels_is_refused(data_dir, tmp_path) -> None:
+    """An artifact whose Level-1 models came from another chip (GH200's, from H200) refits its
+    Levels 2-3 only: a Level-1 family fitted for it on top would mix two chips' kernels."""
+    from dse.errors import DataError
+    from dse.fitting.run import fit_artifact
+
+    gh200 = surrogates_dir() / "gh200"
+    if not (gh200 / "manifest.json").is_file():
+        pytest.skip("no shipped gh200 artifact")
+    keep = Artifact.load(gh200)
+    assert keep.level1_gpu == "h200_sxm" and keep.gpu == "gh200"
+    with pytest.raises(DataError, match="would mix two chips' kernels"):
+        fit_artifact(data_dir, "gh200", only=["reduction"], keep=keep, log=lambda _: None)

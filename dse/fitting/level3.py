@@ -44,6 +44,11 @@ from dse.spec.stand_ins import lenders
 LEVEL3_GROUP = cv_group("level3", ("model",))
 
 
+def _level1_gpu(artifact: Artifact | None, gpu: str) -> str:
+    """The GPU the Level-1 models pricing the rows were fitted on (`gpu` for the roofline)."""
+    return artifact.level1_gpu if artifact is not None else gpu
+
+
 def fit_level3(
     gpu: str,
     e2e: pd.DataFrame,
@@ -60,7 +65,7 @@ def fit_level3(
     cfg, kept = e2e_configs(rows, lookup)
     if not len(cfg):
         raise DataError(f"no argonne end-to-end rows usable for {gpu} (looked for {sources})")
-    g, _ = price_rows(cfg, artifact, gpu)
+    g, _ = price_rows(cfg, artifact, _level1_gpu(artifact, gpu))
     ttft = ttft_of_runs(kept, ttft_rows)
     model = Level3(seed=seed, **level3_kw).fit(
         g, kept["latency_s"].to_numpy(float), architecture_groups(kept, LEVEL3_GROUP), ttft
@@ -215,7 +220,7 @@ def _as_measured_latency(
         return latency_s
     out = np.array(latency_s, dtype=float)
     sub = cfg[same].reset_index(drop=True)
-    g, _ = price_rows(sub, artifact, str(artifact.gpu))
+    g, _ = price_rows(sub, artifact, artifact.level1_gpu)
     c = artifact.model("level3.e2e").correct(g)
     out[same] = c["ttft_s"] + c["decode_s"]
     return out
@@ -300,13 +305,14 @@ def fit_power3(
     level3: Level3,
     lookup: Any = None,
 ) -> tuple[Power3 | None, dict[str, Any]]:
-    """Fit the power calibration of artifact `gpu` on the argonne power rows of its chip."""
-    sources = lenders("level3_rows", gpu)
+    """Fit the power calibration of artifact `gpu` on the argonne power rows of its
+    "level3_power_rows" lenders (else those of its Level 3)."""
+    sources = lenders("level3_power_rows", gpu) or lenders("level3_rows", gpu)
     rows = energy_rows[energy_rows["gpu"].isin(sources)]
     cfg, kept = e2e_configs(rows, lookup)
     if len(cfg) < 3:
         return None, {"cv": {}}
-    g, extra = price_rows(cfg, artifact, gpu)
+    g, extra = price_rows(cfg, artifact, _level1_gpu(artifact, gpu))
     gpus = cfg["gpu"].to_numpy()
     p_model = model_power_w(level3.correct(g), extra, gpus)
     measured = kept["power_w"].to_numpy(float)

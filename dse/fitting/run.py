@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import DataError
+from dse.fitting.artifacts import LEVEL_PREFIXES
 from dse.fitting.families import families
 from dse.models.artifact import Artifact, FittedModel
 from dse.spec.hardware import get_gpu, gpu_names, register_folder_spec
@@ -144,6 +145,18 @@ def fit_artifact(
             f for f in keep.manifest.get("data_files", []) if f["path"] not in known
         ]
         art.manifest["carried_over"] = carried
+        if keep.level1_gpu != gpu:
+            # Level-1 models measured on another chip (GH200 with H200's kernel models): the
+            # artifact says so, and predictions move their times to `gpu` by the roofline.
+            refit = [n for n in ctx.fitted if not n.startswith(LEVEL_PREFIXES)]
+            if refit:
+                raise DataError(
+                    f"{gpu}: the artifact at the output holds Level-1 models of "
+                    f"{keep.level1_gpu}; refitting {refit[0]} for {gpu} would mix two chips' "
+                    "kernels (fit every Level-1 family into an empty folder, or only "
+                    "hymell-levels-2-3)"
+                )
+            art.manifest["level1_gpu"] = keep.level1_gpu
         from dse.models.artifact import weights_id
 
         art.manifest["artifact_id"] = weights_id(art.models)

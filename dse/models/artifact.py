@@ -228,6 +228,14 @@ class Artifact:
     def gpu(self) -> str:
         return str(self.manifest["gpu"])
 
+    @property
+    def level1_gpu(self) -> str:
+        """The GPU whose measurements the Level-1 (and Level-2) models were fitted on: `gpu`,
+        or the chip they were carried over from (manifest "level1_gpu": a GH200 artifact with
+        H200's kernel models and a Level 3 of its own). Predictions move Level-1 times from it
+        to the GPU predicted (`dse.predict.pricing.transfer_factor`)."""
+        return str(self.manifest.get("level1_gpu", self.manifest["gpu"]))
+
     def names(self, kind: str | None = None) -> list[str]:
         """Model names, optionally only those of one kind."""
         entries = self.manifest["models"]

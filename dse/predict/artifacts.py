@@ -24,14 +24,14 @@ def _load_cached(path: str) -> Artifact | None:
 
 
 def load_artifact(gpu: str) -> tuple[Artifact | None, str]:
-    """The frozen artifact for `gpu` (or its sibling chip's) and the GPU it was fitted for;
-    (None, "") when there is none. Loaded once per process."""
+    """The frozen artifact for `gpu` (or its sibling chip's) and the GPU its Level-1 models were
+    fitted on (`Artifact.level1_gpu`); (None, "") when there is none. Loaded once per process."""
     root = surrogates_dir()
     for name in (gpu, lender("artifact", gpu)):  # a GPU without one: the same die's
         if name:
             art = _load_cached(str(root / name))
             if art is not None:
-                return art, name
+                return art, art.level1_gpu
     return None, ""
 
 
@@ -41,7 +41,7 @@ def resolve_artifact(gpu: str, artifact: Artifact | str | None) -> tuple[Artifac
     roofline (fitted for `gpu` itself)."""
     if isinstance(artifact, str):
         return load_artifact(gpu)
-    return artifact, artifact.gpu if artifact is not None else gpu
+    return artifact, artifact.level1_gpu if artifact is not None else gpu
 
 
 @cache

@@ -5,7 +5,9 @@ maps a GPU to the GPUs that lend to it (`lenders(purpose, gpu)`); why each pair 
 in docs/accuracy.md ("Fallbacks across engines, dtypes and sibling GPUs").
 
 - `artifact`: a GPU without an artifact of its own is predicted and validated with the artifact
-  of the same die (A100 40GB -> A100 80GB; GH200 -> H200, scaled to its bandwidth).
+  of the same die (A100 40GB -> A100 80GB). GH200 has its own artifact: H200's Level-1 and
+  Level-2 models (its manifest's `level1_gpu`, times moved to GH200's bandwidth by the
+  roofline) under a Level 3 fitted on GH200's own end-to-end rows.
 - `gemm_tables`: GEMM tables an artifact lacks for an (engine, dtype) come from the sibling chip's
   artifact stored next to it, the time moved by the roofline ratio. H200 is the H100's Hopper die
   (132 SMs, same clocks and tensor rates) with 4.8 instead of 3.35 TB/s of HBM: H100 tables priced
@@ -20,6 +22,9 @@ in docs/accuracy.md ("Fallbacks across engines, dtypes and sibling GPUs").
 - `level2_rows` / `level3_rows`: the vidur rows (Level 2) and argonne end-to-end rows (Level 3,
   and its power calibration) an artifact's levels are fitted on. argonne's A100s are the 40GB
   part (ALCF Polaris); H200 has no end-to-end rows of its own. A GPU not listed uses its own rows.
+- `level3_power_rows`: the argonne power rows Level 3's power calibration is fitted on, where
+  not those of `level3_rows`: GH200 has 8 power rows of its own, which calibrate worse (16.7%
+  held out) than H100's rows do for it (12.0%), so it keeps the calibration H200 uses.
 - `power_rows`: the Level-1 power model is fitted on the only GPU with measured kernel power in
   the training share, for every GPU.
 """
@@ -33,6 +38,7 @@ PURPOSES: tuple[str, ...] = (
     "layer_op_rows",
     "level2_rows",
     "level3_rows",
+    "level3_power_rows",
     "power_rows",
 )
 # Purposes whose unlisted GPU lends to itself (its own rows); the others answer ().
@@ -40,7 +46,7 @@ OWN_BY_DEFAULT: frozenset[str] = frozenset({"level2_rows", "level3_rows"})
 ANY_GPU = "*"
 
 STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
-    "artifact": {"a100_sxm_40gb": ("a100_sxm",), "gh200": ("h200_sxm",)},
+    "artifact": {"a100_sxm_40gb": ("a100_sxm",)},
     "gemm_tables": {"h200_sxm": ("h100_sxm",)},
     "collective_tables": {"h200_sxm": ("h100_sxm",)},
     "layer_op_rows": {
@@ -61,6 +67,7 @@ STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
         "a100_sxm_40gb": ("a100_sxm_40gb",),
         "gh200": ("gh200",),
     },
+    "level3_power_rows": {"gh200": ("h100_sxm",)},
     "power_rows": {ANY_GPU: ("h200_sxm",)},
 }
 POWER_GPU = STAND_INS["power_rows"][ANY_GPU][0]  # the only GPU with measured kernel power
