@@ -139,3 +139,18 @@ def test_attention_flops_per_key_splits_attention_flops_per_token() -> None:
         for c in (1, 700, 5000, 40000):
             expect = full * c + slid * min(c, a.sliding_window) + lin
             assert A.attention_flops_per_token(a, c) == expect
+
+
+def test_a_batch_mixing_the_families_equals_scalar_calls() -> None:
+    """The sweep prices columns of mixed patterns in one call (Architecture.from_columns)."""
+    rows = [FULL, SLIDING, replace(SLIDING, sliding_window=40000), MLA, LINEAR]
+    cols = {
+        name: [getattr(r.resolved(), name) for r in rows] for name in A.Architecture.field_names()
+    }
+    batch = A.Architecture.from_columns(cols, len(rows))
+    wl = {"batch_size": 2, "prompt_tokens": 8192, "output_tokens": 128, "tensor_parallel": 2}
+    got = T.estimate(batch, wl, "h100_sxm", "corrected")
+    for i, row in enumerate(rows):
+        one = T.estimate(row, wl, "h100_sxm", "corrected")
+        for key in [*KEYS, "time_s"]:
+            assert got[key][i] == pytest.approx(float(one[key]), rel=1e-12), (i, key)
