@@ -556,3 +556,91 @@ def test_hf_config_beyond_the_limits_names_its_file(
     )
     msg = refused(capsys, ["predict", "--hf-config", str(path)])
     assert msg == f"{path}: d_model: must be an integer in [1, 65536], got 131072"
+
+
+# ---------------------------------------------------------------------- attention-family flags
+# field -> (low, high) of the integer flags of the attention families (issue 21), every command
+ATTENTION_INT_LIMITS: dict[str, tuple[int, int]] = {
+    "sliding_window": (0, 33554432),
+    "kv_lora_rank": (0, 65536),
+    "q_lora_rank": (0, 65536),
+    "qk_nope_head_dim": (0, 4096),
+    "v_head_dim": (0, 4096),
+    "linear_n_heads": (0, 4096),
+    "linear_head_dim": (0, 4096),
+    "linear_n_groups": (0, 4096),
+    "linear_state_dim": (0, 4096),
+    "linear_conv_width": (1, 64),
+    "n_dense_layers": (0, 1024),
+}
+PATTERN_RULE = "must be a list of full, sliding, linear (each optionally kind*count)"
+
+
+def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
+    """(command, argv after the model, expected message) for every attention-family flag."""
+    cases = []
+    for cmd in ("predict", "energy", "arch"):
+        for name, (lo, hi) in ATTENTION_INT_LIMITS.items():
+            flag = f"--{name.replace('_', '-')}"
+            values = [("-1", "-1"), ("abc", "'abc'"), ("8.5", "8.5"), ("nan", "nan"),
+                      (str(hi + 1), str(hi + 1))]  # fmt: skip
+            if lo == 1:
+                values.append(("0", "0"))
+            for typed, shown in values:
+                cases.append(
+                    (cmd, [flag, typed], f"{flag}: {_int_rule(name, lo, hi)}, got {shown}")
+                )
+        for typed, shown in [("-2", "-2"), ("7", "7"), ("4098", "4098"), ("abc", "'abc'")]:
+            cases.append(
+                (cmd, ["--qk-rope-head-dim", typed],
+                 f"--qk-rope-head-dim: must be an even integer in [0, 4096], got {shown}")
+            )  # fmt: skip
+        for typed in ["slide", "sliding*0", "sliding*x", "full,", "", "full*2000", "3"]:
+            cases.append(
+                (cmd, ["--attention-pattern", typed],
+                 f"--attention-pattern: {PATTERN_RULE}, got {typed!r}")
+            )  # fmt: skip
+        cases.append(
+            (cmd, ["--linear-kind", "mamba"],
+             "--linear-kind: must be one of gated_deltanet, mamba2 (did you mean 'mamba2'?), "
+             "got 'mamba'")
+        )  # fmt: skip
+        # Values each valid, a rule between fields broken (Llama-3-8B: 32 layers, 32 heads of 128).
+        cases += [
+            (cmd, ["--attention-pattern", "sliding*3,full"],
+             "sliding_window: must be an integer >= 1 when attention_pattern has sliding layers, got 0"),
+            (cmd, ["--attention-pattern", "sliding,sliding,full", "--sliding-window", "512"],
+             "attention_pattern: its length (3 layers) must divide n_layers=32, got 'sliding*2,full'"),
+            (cmd, ["--q-lora-rank", "64"],
+             "q_lora_rank: needs kv_lora_rank >= 1 (multi-head latent attention), got 64"),
+            (cmd, ["--kv-lora-rank", "9000"],
+             "kv_lora_rank: must be <= n_heads x (qk_nope_head_dim + v_head_dim) = 8192 (the "
+             "keys and values it compresses), got 9000"),
+            (cmd, ["--kv-lora-rank", "512", "--qk-rope-head-dim", "128"],
+             "qk_rope_head_dim: must be < head_dim=128 (the rest of each query/key head is "
+             "qk_nope_head_dim) with MLA, got 128"),
+            (cmd, ["--attention-pattern", "linear*3,full", "--linear-n-groups", "5"],
+             "linear_n_groups: must divide linear_n_heads=32, got 5"),
+            (cmd, ["--n-dense-layers", "32"],
+             "n_dense_layers: must be < n_layers=32 (the rest are MoE), got 32"),
+        ]  # fmt: skip
+    return cases
+
+
+@pytest.mark.parametrize(("cmd", "argv", "message"), _attention_flag_cases())
+def test_attention_family_flag_is_refused_with_rule_and_value(
+    capsys: pytest.CaptureFixture[str], cmd: str, argv: list[str], message: str
+) -> None:
+    assert refused(capsys, [cmd, *MODEL, *argv]) == message
+
+
+@pytest.mark.parametrize("cmd", ["predict", "energy", "arch"])
+def test_attention_family_flags_are_the_field_tables(cmd: str) -> None:
+    """Every attention-family field is a flag of every command, with the field's own rule."""
+    from dse.commands import _flags
+
+    for name in (*ATTENTION_INT_LIMITS, "qk_rope_head_dim", "attention_pattern", "linear_kind"):
+        assert name in _flags.ARCH_FLAGS
+    assert F.FIELDS["attention_pattern"].rule == PATTERN_RULE
+    for name, (lo, hi) in ATTENTION_INT_LIMITS.items():
+        assert (F.FIELDS[name].min, F.FIELDS[name].max) == (lo, hi), name

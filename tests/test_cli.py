@@ -189,7 +189,8 @@ def test_unknown_flag_names_the_subcommand_and_the_closest_flag() -> None:
     assert r.returncode == 2
     assert "usage: dse predict" in r.stderr  # the subcommand's usage, not the top-level one
     assert "unrecognized arguments: --layers 32 --ffn=14336" in r.stderr
-    assert "--layers: did you mean --n-layers?" in r.stderr
+    # the closest flag first (--n-dense-layers, an attention-family flag, comes second)
+    assert "--layers: did you mean --n-layers or --n-dense-layers?" in r.stderr
     assert "--ffn: did you mean --d-ff?" in r.stderr
     assert "Traceback" not in r.stderr
     r = dse("predcit", "--model", "llama-3-8b")

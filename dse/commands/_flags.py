@@ -29,6 +29,22 @@ ARCH_FLAGS: tuple[str, ...] = (
     "shared_expert_d_ff",
     "weight_dtype",
     "kv_dtype",
+    # attention families (docs/architecture.md "Attention families"); the pattern as its text,
+    # `--attention-pattern sliding*3,full`
+    "attention_pattern",
+    "sliding_window",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "linear_kind",
+    "linear_n_heads",
+    "linear_head_dim",
+    "linear_n_groups",
+    "linear_state_dim",
+    "linear_conv_width",
+    "n_dense_layers",
 )
 WORKLOAD_FLAGS: tuple[str, ...] = (
     "batch_size",
@@ -81,6 +97,8 @@ def add_field_flags(
 def _metavar(f: F.Field) -> str:
     if f.kind == "choice":
         return "NAME"
+    if f.kind == "pattern":
+        return "KINDS"
     return "N" if f.kind == "int" else "X"
 
 

@@ -22,6 +22,7 @@ BOOL_FLAGS: dict[str, tuple[str, str]] = {
     "qkv_bias": ("--qkv-bias", "--no-qkv-bias"),
     "qk_norm": ("--qk-norm", "--no-qk-norm"),
     "shared_expert_gate": ("--shared-expert-gate", "--no-shared-expert-gate"),
+    "attn_output_gate": ("--attn-output-gate", "--no-attn-output-gate"),
 }
 
 
@@ -178,6 +179,7 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
             "decode_attention": int(A.attention_flops_per_token(a, float(context))),
         },
         "kv_bytes_per_token": float(A.kv_bytes_per_token(a)),
+        "attention": attention_summary(a, context),
         "workload": {
             "batch_size": wl.batch_size,
             "prompt_tokens": wl.prompt_tokens,
@@ -197,6 +199,123 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
     }
 
 
+def attention_summary(a: A.Architecture, context: int) -> dict[str, Any]:
+    """The attention families of an architecture (docs/architecture.md "Attention families"),
+    whole model, one GPU's worth at tensor_parallel 1: layers of each kind, the MLA and linear
+    sizes, and the KV cache and state one sequence holds at `context` tokens (sliding layers
+    at most their window, linear layers a constant state)."""
+    a = a.resolved()
+    full, sliding, linear = (int(x) for x in A.layer_kinds(a))
+    rate_full, rate_sliding = (float(x) for x in A.kv_rates_per_gpu(a, 1))
+    mla, nope, rope, vd = (x.item() if hasattr(x, "item") else x for x in A.mla_dims(a))
+    out: dict[str, Any] = {
+        "pattern": str(a.attention_pattern),
+        "layers": {"full": full, "sliding": sliding, "linear": linear},
+        "sliding_window": int(a.sliding_window) if sliding else None,
+        "mla": {
+            "kv_lora_rank": int(a.kv_lora_rank),
+            "q_lora_rank": int(a.q_lora_rank),
+            "qk_rope_head_dim": int(rope),
+            "qk_nope_head_dim": int(nope),
+            "v_head_dim": int(vd),
+        }
+        if bool(mla)
+        else None,
+        "linear": None,
+        "n_dense_layers": int(a.n_dense_layers) if bool(a.is_moe) else 0,
+        "kv_bytes_per_token_full_layers": rate_full,
+        "kv_bytes_per_token_sliding_layers": rate_sliding,
+        "state_bytes_per_sequence": float(A.state_bytes(a, 1)),
+        "context": int(context),
+        "kv_cache_bytes_per_sequence": float(A.kv_cache_bytes_per_gpu(a, float(context), 1)),
+        # what the same sequence would hold if every attention or linear layer were full
+        "kv_cache_bytes_per_sequence_all_full": float(
+            A.kv_bytes_per_token(
+                A.Architecture.from_mapping(
+                    {**a.to_dict(), "attention_pattern": "full", "head_dim": a.head_dim}
+                )
+            )
+        )
+        * context,
+    }
+    if linear:
+        nv, dv, ng, ds, _ = (int(x) for x in A.linear_dims(a))
+        out["linear"] = {
+            "kind": str(a.linear_kind),
+            "n_heads": nv,
+            "head_dim": dv,
+            "n_groups": ng,
+            "state_dim": ds,
+            "conv_width": int(a.linear_conv_width),
+        }
+    return out
+
+
+def _is_plain(at: dict[str, Any]) -> bool:
+    """Every layer full GQA attention: `dse arch` prints what it always printed."""
+    return at["layers"]["sliding"] == 0 and at["layers"]["linear"] == 0 and at["mla"] is None
+
+
+def _print_attention(at: dict[str, Any]) -> None:
+    n = at["layers"]
+    kinds = [f"{n['full']} full"]
+    if n["sliding"]:
+        kinds.append(f"{n['sliding']} sliding (window {at['sliding_window']:,} tokens)")
+    if n["linear"]:
+        lin = at["linear"]
+        kinds.append(
+            f"{n['linear']} linear ({lin['kind']}: {lin['n_heads']} heads x {lin['head_dim']}, "
+            f"{lin['n_groups']} groups x state {lin['state_dim']}, conv {lin['conv_width']})"
+        )
+    pattern = at["pattern"]
+    if len(pattern) > 48:  # Gemma 3's 62 layers are one period: the start says enough
+        pattern = pattern[: pattern.rfind(",", 0, 48)] + ", ..."
+    print(f"  attention: {' + '.join(kinds)} layers; pattern {pattern}")
+    if at["mla"]:
+        m = at["mla"]
+        print(
+            f"  MLA: kv_lora_rank={m['kv_lora_rank']} q_lora_rank={m['q_lora_rank']} "
+            f"qk_rope_head_dim={m['qk_rope_head_dim']} qk_nope_head_dim={m['qk_nope_head_dim']} "
+            f"v_head_dim={m['v_head_dim']}"
+        )
+    if at["n_dense_layers"]:
+        print(f"  first {at['n_dense_layers']} layers dense (FFN of d_ff), the rest MoE")
+
+
+def _print_kv(kv: float, at: dict[str, Any]) -> None:
+    if _is_plain(at):
+        print(f"\nKV cache: {kv:,.0f} bytes per token ({kv / 2**10:,.1f} KiB)")
+        return
+    n = at["layers"]
+    print(f"\nKV cache (whole model): {kv:,.0f} bytes per token ({kv / 2**10:,.1f} KiB)")
+    what = "MLA latent" if at["mla"] else "K and V"
+    if n["full"]:
+        print(
+            f"  {n['full']} full layers: {at['kv_bytes_per_token_full_layers']:,.0f} ({what}) every token"
+        )
+    if n["sliding"]:
+        print(
+            f"  {n['sliding']} sliding layers: {at['kv_bytes_per_token_sliding_layers']:,.0f} "
+            f"({what}) per token, at most {at['sliding_window']:,} tokens"
+        )
+    if at["mla"]:
+        m = at["mla"]
+        print(
+            f"  MLA caches kv_lora_rank + qk_rope_head_dim = {m['kv_lora_rank'] + m['qk_rope_head_dim']} "
+            "values per token and layer, whole on every GPU"
+        )
+    if n["linear"]:
+        st = at["state_bytes_per_sequence"]
+        print(
+            f"  {n['linear']} linear layers: a constant state of {st / 2**20:,.1f} MiB per sequence"
+        )
+    one, all_full = at["kv_cache_bytes_per_sequence"], at["kv_cache_bytes_per_sequence_all_full"]
+    line = f"  one sequence at context {at['context']:,}: {one / 2**30:,.2f} GiB"
+    if n["sliding"] or n["linear"]:
+        line += f" ({all_full / 2**30:,.2f} GiB if every layer were full attention)"
+    print(line)
+
+
 def _print_text(r: dict[str, Any]) -> None:
     a, p = r["architecture"], r["params"]
     print(r["model"])
@@ -209,10 +328,13 @@ def _print_text(r: dict[str, Any]) -> None:
     )
     if a["shared_expert_d_ff"]:
         extra.append(f"shared_expert_d_ff={a['shared_expert_d_ff']}")
-    flags = [k for k in ("gated_mlp", "tied_embeddings", "qkv_bias", "qk_norm") if a[k]]
+    shown = ("gated_mlp", "tied_embeddings", "qkv_bias", "qk_norm", "attn_output_gate")
+    flags = [k for k in shown if a[k]]
     extra.append(f"{a['norms_per_layer']} {a['norm']} per layer")
     extra.append(f"weights={a['weight_dtype']} kv={a['kv_dtype']}")
     print("  " + " ".join(extra + flags))
+    if not _is_plain(r["attention"]):
+        _print_attention(r["attention"])
     for note in r["notes"]:
         print(f"  note: {note}")
     print("\nparameters")
@@ -231,8 +353,7 @@ def _print_text(r: dict[str, Any]) -> None:
         f"  decode at context {f['decode_context']}: {f['decode'] / 1e9:,.2f} GFLOP "
         f"(attention {f['decode_attention'] / 1e9:,.2f})"
     )
-    kv = r["kv_bytes_per_token"]
-    print(f"\nKV cache: {kv:,.0f} bytes per token ({kv / 2**10:,.1f} KiB)")
+    _print_kv(r["kv_bytes_per_token"], r["attention"])
     w, m, g = r["workload"], r["memory_per_gpu_bytes"], r["gpu"]
     print(
         f"\nmemory per GPU: batch {w['batch_size']} x ({w['prompt_tokens']} + {w['output_tokens']}) "

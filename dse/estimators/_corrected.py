@@ -5,6 +5,13 @@ What changes from the paper (`_paper.py`), each with its reason:
   plus attention's 4 * n_layers * n_heads * head_dim FLOPs per (query, key) pair; MoE layers
   count their top_k active experts only; logits are computed for the last prompt token only.
 - KV bytes use n_kv_heads x head_dim (GQA / MQA) and the KV dtype; weight bytes the weight dtype.
+- Attention families (docs/architecture.md "Attention families"), through the dse.spec.arch
+  helpers: a sliding layer scores and reads at most sliding_window keys per query (a window
+  covering the whole sequence counts exactly as full attention); MLA caches and reads its latent
+  (kv_lora_rank + qk_rope_head_dim per token and layer, held whole on every GPU); a linear layer
+  has no growing KV but reads and writes its constant state once per sequence and forward pass,
+  and its scan's FLOPs count as attention FLOPs. A model of full GQA layers only gets exactly
+  the numbers of the GQA formulas.
 - Weights are read once per forward pass and shared by every token in it: a prefill pass reads
   them once for the whole batch, each decode step once for its B tokens. For MoE the experts
   read are those touched by at least one token of the pass, E * (1 - (1 - k/E)^n) per layer
@@ -93,14 +100,34 @@ def counts(
     pb = A.param_breakdown(a)
     p_mm = _f(A.matmul_params_per_token(a))  # active matmul params incl. the LM head
     lm = v * d
-    attn_per_pair = 4.0 * L * h * hd  # QK^T and PV FLOPs per (query, key), whole model
+    # QK^T and PV FLOPs per (query, key), summed over the full layers (4 L h hd for a model of
+    # full GQA layers) and over the sliding ones, which see at most `win` keys.
+    full_pair, slid_pair = (_f(x) for x in A.attention_flops_per_key(a))
+    win = _f(a.sliding_window)
+    # Linear layers: the state step per token (decode) and with the chunked scan (prefill).
+    n_linear = _f(A.layer_kinds(a)[2])
+    lin_dec = n_linear * _f(A.linear_flops_per_token(a))
+    lin_pre = n_linear * _f(A.linear_flops_per_token(a, prefill=True))
+    # Decode token t = 1..T_out sees T_in + t keys; a sliding layer min(T_in + t, win), summed
+    # over t by the prefix sums of min(i, win). When the window covers the whole sequence the
+    # sliding layers are affine in t like the full ones (and count exactly as full attention);
+    # else the decode roofline takes their mean per step.
+    covered = win >= s + o
+    slid_keys_dec = _f(A.sliding_keys_sum(s + o, win)) - _f(A.sliding_keys_sum(s, win))
 
     # ---- FLOPs. Prefill: logits for the last prompt token only; token i sees i keys.
     flops_lin_pre = b * (2.0 * (p_mm - lm) * s + 2.0 * lm)
-    flops_attn_pre = b * attn_per_pair * s * (s + 1.0) / 2.0
-    # Decode token t = 1..T_out sees T_in + t keys (the cache plus itself).
+    flops_attn_pre = (
+        b * full_pair * s * (s + 1.0) / 2.0
+        + b * slid_pair * _f(A.sliding_keys_sum(s, win))
+        + b * s * lin_pre
+    )
     flops_lin_dec = b * o * 2.0 * p_mm
-    flops_attn_dec = b * attn_per_pair * (o * s + o * (o + 1.0) / 2.0)
+    flops_attn_dec = (
+        b * full_pair * (o * s + o * (o + 1.0) / 2.0)
+        + b * slid_pair * slid_keys_dec
+        + b * o * lin_dec
+    )
 
     # ---- Weight bytes per forward pass of n tokens.
     wb = _f(A.dtype_bytes(a.weight_dtype))
@@ -117,15 +144,30 @@ def counts(
     w_step = pass_weight_bytes(b)  # one decode step for B tokens
     w_dec = o * w_step
 
-    # ---- KV cache: GQA-aware, replicated across GPUs when n_kv_heads < tp.
-    kv_tok = _f(A.kv_bytes_per_token(a)) * tp * _f(A.kv_heads_per_gpu(a, tp)) / kv
-    kv_w_pre = b * s * kv_tok
-    kv_w_dec = b * o * kv_tok
-    # Decode token t reads the T_in + t - 1 cached tokens before it.
-    kv_r_dec = b * kv_tok * (o * s + o * (o - 1.0) / 2.0)
-    # Prefill (FlashAttention): query block j re-reads key blocks 1..j.
+    # ---- KV cache, bytes per token summed over GPUs: GQA-aware, replicated across GPUs when
+    # n_kv_heads < tp (MLA's latent on every GPU); full layers' and sliding layers' apart.
+    full_tok, slid_tok = (_f(x) * tp for x in A.kv_rates_per_gpu(a, tp))
+    kv_tok = full_tok + slid_tok
+    # Linear layers' state of one sequence, summed over GPUs; read and written once per
+    # sequence and forward pass (a prefill pass starts from zero: written only).
+    state = _f(A.state_bytes(a, tp)) * tp
+    # Every token's K and V are written, a sliding layer's too (its window then drops them).
+    kv_w_pre = b * s * kv_tok + b * state
+    kv_w_dec = b * o * kv_tok + b * o * state
+    # Decode token t reads the T_in + t - 1 cached tokens before it (a sliding layer at most
+    # win of them: the prefix sums of min(i, win) from i = T_in to T_in + T_out - 1).
+    slid_read_dec = _f(A.sliding_keys_sum(s + o - 1.0, win)) - _f(A.sliding_keys_sum(s - 1.0, win))
+    kv_r_dec = (
+        b * full_tok * (o * s + o * (o - 1.0) / 2.0) + b * slid_tok * slid_read_dec + b * o * state
+    )
+    # Prefill (FlashAttention): query block j re-reads key blocks 1..j, s / n_blocks tokens
+    # each; a sliding layer's query block reads at most the ceil(win / tile) + 1 blocks its
+    # window spans: sum over j of min(j, that), the same prefix sum.
     n_blocks = np.ceil(s / FLASH_QUERY_TILE)
-    kv_r_pre = b * kv_tok * s * (n_blocks + 1.0) / 2.0
+    win_blocks = np.ceil(win / FLASH_QUERY_TILE) + 1.0
+    kv_r_pre = b * full_tok * s * (n_blocks + 1.0) / 2.0 + b * slid_tok * s / n_blocks * _f(
+        A.sliding_keys_sum(n_blocks, win_blocks)
+    )
 
     # ---- Activations written and read between kernels, per token per layer, in elements:
     # norms, QKV, attention output, o-proj, residual adds (13 d), the FFN's inner width.
@@ -156,12 +198,20 @@ def counts(
         "act_bytes_decode": act_dec,
         "allreduce_bytes_prefill": ar_pre,
         "allreduce_bytes_decode": ar_dec,
-        # Decode step t (1-based): FLOPs = f0 + f1 * t, bytes = m0 + m1 * t.
-        "step_flops0": b * (2.0 * p_mm + attn_per_pair * s),
-        "step_flops1": b * attn_per_pair,
-        # Step t writes one KV entry per sequence and reads the T_in + t - 1 before it.
-        "step_bytes0": w_step + b * kv_tok * s + b * act_tok,
-        "step_bytes1": b * kv_tok,
+        # Decode step t (1-based): FLOPs = f0 + f1 * t, bytes = m0 + m1 * t. Sliding layers
+        # whose window is shorter than the sequence enter with their mean per step.
+        "step_flops0": b * (2.0 * p_mm + full_pair * s)
+        + b * slid_pair * np.where(covered, s, slid_keys_dec / o)
+        + b * lin_dec,
+        "step_flops1": b * full_pair + b * np.where(covered, slid_pair, 0.0),
+        # Step t writes one KV entry per sequence and reads the T_in + t - 1 before it; the
+        # linear layers read and write their state.
+        "step_bytes0": w_step
+        + b * full_tok * s
+        + b * act_tok
+        + b * slid_tok * np.where(covered, s, slid_read_dec / o + 1.0)
+        + 2.0 * b * state,
+        "step_bytes1": b * full_tok + b * np.where(covered, slid_tok, 0.0),
         "step_allreduce_msg_bytes": b * d * ACT_BYTES,
         "prefill_allreduce_msg_bytes": b * s * d * ACT_BYTES,
         "n_layers": L,

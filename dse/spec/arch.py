@@ -780,6 +780,19 @@ def _per_key_flops(a: Architecture) -> tuple[Any, Any]:
     return mla, 2 * np.asarray(a.n_heads) * (nope + rope + vd)
 
 
+def attention_flops_per_key(a: Architecture) -> tuple[Any, Any]:
+    """(full layers', sliding layers') QK^T + PV FLOPs per (query, key), summed over the
+    layers of each kind: 4 n_heads head_dim per layer (MLA: 2 n_heads (qk_nope + qk_rope +
+    v_head_dim)). A query at context c costs full x c + sliding x min(c, sliding_window) plus
+    the linear layers' state step (`attention_flops_per_token`)."""
+    a = a.resolved()
+    Lf, Ls, _ = layer_kinds(a)
+    h, hd = np.asarray(a.n_heads), np.asarray(a.head_dim)
+    mla, per_key = _per_key_flops(a)
+    per_layer = np.where(mla, per_key, 4 * h * hd)
+    return Lf * per_layer, Ls * per_layer
+
+
 def attention_flops_per_token(a: Architecture, context_len: Any) -> Any:
     """Score and weighted-sum FLOPs for one query token over `context_len` keys, whole model.
 

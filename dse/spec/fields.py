@@ -202,8 +202,10 @@ class Field:
                 [not ok]
             )
         numeric = self.kind in ("int", "float") and a.dtype.kind in "iuf"
-        if n and (numeric or (self.kind == "bool" and a.dtype.kind == "b")) and (
-            a[0] == a[-1] and bool((a == a[0]).all())
+        if (
+            n
+            and (numeric or (self.kind == "bool" and a.dtype.kind == "b"))
+            and (a[0] == a[-1] and bool((a == a[0]).all()))
         ):
             # one value over the batch (a field left at its default): its rule once
             ok, v = self.parse(a[0].item())

@@ -44,7 +44,14 @@ def expand(raw: Any) -> list[str] | None:
     else:
         return None
     out: list[str] = []
-    for item in items:
+    # A list item may itself be a text of several kinds ('sliding*3,full'): a one-row column
+    # of a pattern's text ([text], as `dse predict` builds its one configuration) is that text.
+    parts = [
+        p
+        for item in items
+        for p in (item.replace(" ", "").split(",") if isinstance(item, str) else [item])
+    ]
+    for item in parts:
         if not isinstance(item, str):
             return None
         kind, _, count = item.strip().partition("*")
