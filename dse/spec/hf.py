@@ -8,11 +8,16 @@ model with exactly `dse.spec.arch.total_params` parameters. Nothing here imports
 torch: they are test-only dependencies (tests/test_hf.py checks the counts on the meta device).
 
 Model types whose parameters the Architecture counts exactly: llama, mistral, mixtral, qwen2,
-qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, phi3, falcon (without biases), and the
-custom-code Llama look-alikes aquila, internlm (without biases) and qwen (Qwen-1). bloom,
-opt, gptj, phi, starcoder2 and phi3small carry biases (or learned positions) the Architecture
-has no field for: `import_hf_config` says how many parameters that leaves out, and
-`from_hf_config` accepts them only with `approximate=True`.
+qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, phi3, falcon (without biases), the attention
+families of issue 21 (gemma3_text's sliding:full pattern, deepseek_v3's latent attention and
+dense first layers, qwen3_next's Gated DeltaNet layers, bamba's Mamba-2 layers; sliding
+windows of mistral, mixtral, phi3, starcoder2 and gemma2 via `layer_types` / `sliding_window`),
+and the custom-code Llama look-alikes aquila, internlm (without biases) and qwen (Qwen-1).
+bloom, opt, gptj, phi, starcoder2, phi3small and gpt_oss carry biases (or learned positions,
+attention sinks) the Architecture has no field for: `import_hf_config` says how many
+parameters that leaves out, and `from_hf_config` accepts them only with `approximate=True`.
+nemotron_h, jamba and falcon_h1 are refused with the reason (`UNREPRESENTABLE_TYPES`).
+`to_hf_config` exports full-attention GQA models only.
 """
 
 from __future__ import annotations
