@@ -60,3 +60,17 @@ def test_a_constant_column_is_judged_as_its_value_and_as_a_varied_one() -> None:
             assert (bad_c == bad_v[:5]).all(), (name, v)
             if not bad_c.any():
                 assert (const == varied[:5]).all() and const.dtype == varied.dtype, (name, v)
+
+
+def test_every_default_passes_its_own_rule() -> None:
+    """`as_columns` fills a column left out with its default unchecked: each default must be a
+    value its field accepts, typed as the check types it."""
+    import numpy as np
+
+    for name, default in C.DEFAULTS.items():
+        if default is None or name in C.PATTERN_FIELDS:
+            continue
+        filled = np.full(3, np.asarray(default).item())
+        typed = FIELDS[name].parse_array(filled)
+        assert not typed[1].any(), (name, default)
+        assert typed[0].dtype == filled.dtype, (name, typed[0].dtype, filled.dtype)

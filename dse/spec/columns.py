@@ -79,7 +79,10 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     if missing:
         raise ConfigError(f"configuration is missing required field(s): {', '.join(missing)}")
     cols: dict[str, np.ndarray] = {}
+    defaulted: set[str] = set()  # filled from the field table's default: valid as declared
     for name in CONFIG_FIELDS:
+        if name not in raw and DEFAULTS.get(name) is not None and name not in PATTERN_FIELDS:
+            defaulted.add(name)
         v = raw.get(name, DEFAULTS.get(name))
         if v is None or (np.ndim(v) > 0 and _all_missing(v)):
             cols[name] = None  # type: ignore[assignment]
@@ -113,7 +116,8 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     # Every value against the field table (dse.spec.fields): types, limits, choices. The GPU name is
     # judged per row (`dse predict` marks the row, the sweep reports the space).
     for name in ARCH_FIELDS + WORKLOAD_FIELDS:
-        cols[name] = check_field(name, cols[name], name)
+        if name not in defaulted:
+            cols[name] = check_field(name, cols[name], name)
     default_hd = cols["d_model"] // cols["n_heads"]
     cols["head_dim"] = np.where(cols["head_dim_defaulted"], default_hd, cols["head_dim"])
     cols["gpu"] = cols["gpu"].astype(str)
