@@ -136,7 +136,7 @@ def test_a_bad_parameter_is_a_config_error_from_fit_not_the_constructor() -> Non
     from dse.models.level2 import Level2Block
 
     with pytest.raises(ConfigError, match="'block' parameter of Level2Block must be one of"):
-        Level2Block("ffn_moe").fit(np.zeros((4, 4)), np.zeros(4))
+        Level2Block("ffn_moe").fit(np.zeros((4, 6)), np.zeros(4), np.zeros((4, 11)))
 
 
 # ---------------------------------------------------------------------------- shipped state
@@ -185,8 +185,7 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
             "n": span("n"),
         }
     if kind == "level2_block":
-        X = np.column_stack([np.linspace(*rng[k], 7) for k in rng])
-        return {"X": X + 0.5}  # partly beyond the range
+        return {"X": _level2_x(np.random.default_rng(1), 7, extra=1.0)}  # partly beyond the range
     if kind == "level3_power":
         return {
             "p_model_w": np.linspace(100.0, 700.0, 7),
@@ -194,6 +193,20 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
             "gpu": "h100_sxm",
         }
     return None
+
+
+def _level2_x(rng: np.random.Generator, n: int, extra: float = 0.0) -> np.ndarray:
+    """Raw Level-2 block inputs (`dse.models.level2.LEVEL2_FEATURES`) of H100-like calls."""
+    return np.column_stack(
+        [
+            rng.normal(-10, 1, (3, n)).T,
+            rng.uniform(0, 12 + extra, n),
+            rng.uniform(10, 14 + extra, (4, n)).T,
+            np.full(n, np.log(989e12)),
+            np.full(n, np.log(3.35e12)),
+            np.full(n, 132.0),
+        ]
+    )
 
 
 @pytest.mark.parametrize(("gpu", "name"), SHIPPED_MODELS)
@@ -298,8 +311,11 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
     if kind == "power":
         return cls(seed=0), lambda m: m.fit(_power_rows())
     if kind == "level2_block":
-        X = np.column_stack([rng.normal(-9, 1, 80), *(rng.uniform(8, 14, (3, 80)))])
-        return cls("ffn_dense", n_ensemble=2), lambda m: m.fit(X, 0.1 * np.sin(X[:, 1]))
+        from dse.models.level2 import gemm_inputs
+
+        X = _level2_x(rng, 80)
+        G = np.concatenate(gemm_inputs(X))
+        return cls("ffn_dense", n_ensemble=2), lambda m: m.fit(G, 0.1 * np.sin(G[:, 0]), X)
     if kind == "level3_e2e":
         return cls(n_ensemble=1), lambda m: m.fit(*_synthetic_level3())
     if kind == "level3_power":

@@ -23,7 +23,8 @@ def test_every_entry_names_registered_gpus() -> None:
 def test_lenders_keep_the_old_defaults() -> None:
     # Row purposes answer the GPU's own rows when it is not listed; the others answer none.
     assert lenders("level3_rows", "some_new_gpu") == ("some_new_gpu",)
-    assert lenders("level2_rows", "gh200") == ("gh200",)
+    assert lenders("level2_rows", "some_new_gpu") == ("some_new_gpu",)
+    assert lenders("level2_rows", "gh200") == ("h100_sxm",)  # as H200, whose kernels it carries
     assert lenders("artifact", "h100_sxm") == ()
     assert lender("gemm_tables", "h100_sxm") is None
     assert lenders("power_rows", "a100_sxm") == ("h200_sxm",)

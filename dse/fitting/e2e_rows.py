@@ -215,8 +215,9 @@ VIDUR_BLOCK_OPS: dict[str, tuple[str, ...]] = {
 def level2_rows(
     layer_ops: pd.DataFrame, gpus: tuple[str, ...], artifact: Artifact | None, artifact_gpu: str
 ) -> dict[str, pd.DataFrame]:
-    """Per block: one row per vidur (model, tokens, tp) with the measured block time, the
-    Level-1 time of the same operators and the Level-2 features."""
+    """Per block: one row per vidur (model, tokens, tp) with the measured block time and the
+    measured time of its two GEMMs, the Level-1 time of the same operators and the Level-2
+    inputs (`dse.models.level2.block_features`)."""
     from dse.models.level2 import LEVEL2_BLOCKS, block_features
     from dse.predict.ops import forward_ops
     from dse.predict.pricing import Pricer
@@ -260,9 +261,13 @@ def level2_rows(
         for block, names in LEVEL2_BLOCKS.items():
             measured = w[list(VIDUR_BLOCK_OPS[block])].sum(axis=1, min_count=3).to_numpy()
             l1 = sum(cost.items_s[k] for k in names)
-            X = block_features(l1, by_name, block)
+            # one layer: each operator's Level-1 time is that of one call
+            X = block_features({k: cost.items_s[k] for k in names}, by_name, block, gpu)
             rows = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
             rows["measured_s"] = measured
+            first, _, last = VIDUR_BLOCK_OPS[block]
+            rows["measured_gemm1_s"] = w[first].to_numpy()
+            rows["measured_gemm2_s"] = w[last].to_numpy()
             rows["l1_s"] = l1
             rows["model"] = w["model"].to_numpy()
             rows["gpu"] = gname

@@ -1,5 +1,7 @@
-"""Level 2 of HYMELL: residual MLPs that correct the Level-1 sum of a whole block (attention
-projections, dense FFN) that vidur measured, on the block's shape features (`Level2Block`).
+"""Level 2 of HYMELL: the blocks vidur measured (attention projections, dense FFN), corrected
+by a PyTorch-eager calibration of their GEMMs' Level-1 times, a residual MLP on each GEMM's
+regime (arithmetic intensity, Level-1 time over the roofline, wave fill, size) fitted on every
+projection GEMM vidur timed on the chip (`Level2Block`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dse.models._nn import MLP
 
 if TYPE_CHECKING:
     from dse.predict.ops import Op
+    from dse.spec.hardware import GPU
 
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
 
@@ -28,26 +31,104 @@ LEVEL2_BLOCKS: dict[str, tuple[str, ...]] = {
     "attention_proj": ("attention/qkv", "attention/rope", "attention/out"),
     "ffn_dense": ("ffn/gate_up", "ffn/act", "ffn/down"),
 }
-LEVEL2_FEATURES: tuple[str, ...] = ("log_l1_s", "log2_tokens", "log2_d_model", "log2_width")
+# The two projection GEMMs of each block (the op between them, RoPE / the activation, is kept at
+# its Level-1 time: the layer-op models are fitted on vidur's own rows).
+LEVEL2_GEMMS: dict[str, tuple[str, str]] = {
+    "attention_proj": ("attention/qkv", "attention/out"),
+    "ffn_dense": ("ffn/gate_up", "ffn/down"),
+}
+# Raw inputs of a block call: Level-1 seconds of its three operators, the GEMM sizes, and the
+# chip's roofline (peak, bandwidth, SMs), from which `gemm_inputs` derives each GEMM's regime.
+LEVEL2_FEATURES: tuple[str, ...] = (
+    "log_t_gemm1",
+    "log_t_mid",
+    "log_t_gemm2",
+    "log2_m",
+    "log2_n1",
+    "log2_k1",
+    "log2_n2",
+    "log2_k2",
+    "log_peak_flops",
+    "log_hbm_bw",
+    "n_sms",
+)
+# Inputs of the eager GEMM calibration, per GEMM: its size, arithmetic intensity, Level-1 time
+# over the roofline floor (the regime Level 1 prices it in) and the fill of its last wave.
+GEMM_FEATURES: tuple[str, ...] = (
+    "log2_m",
+    "log2_n",
+    "log2_k",
+    "log_intensity",
+    "log_l1_over_roof",
+    "wave_fill",
+)
+RANGE_FEATURES: tuple[str, ...] = ("log2_tokens", "log2_d_model", "log2_width")
+WAVE_TILE = 128  # a CTA tile edge: waves = ceil(m / 128) ceil(n / 128) / SMs
 
 
-def block_features(l1_call_s: np.ndarray, ops: Mapping[str, Op], block: str) -> np.ndarray:
-    """(n, 4) inputs of a block residual: log Level-1 time of one call of the block, log2 of
-    tokens, d_model and the block's per-GPU width (QKV width or d_ff / tp)."""
-    if block == "attention_proj":  # x[tokens, d_model] @ W_qkv[width, d_model]^T
-        g = ops["attention/qkv"]
-        tokens, d, width = g.dims["m"], g.dims["k"], g.dims["n"]
-    else:  # down projection: x[tokens, d_ff / tp] @ W[d_model, d_ff / tp]^T
-        g = ops["ffn/down"]
-        tokens, d, width = g.dims["m"], g.dims["n"], g.dims["k"]
-    cols = [np.log(np.maximum(l1_call_s, 1e-9)), np.log2(tokens), np.log2(d), np.log2(width)]
-    n = np.shape(l1_call_s)[0]
+def block_features(
+    times_s: Mapping[str, np.ndarray], ops: Mapping[str, Op], block: str, gpu: GPU
+) -> np.ndarray:
+    """(n, 11) raw inputs of a block call (`LEVEL2_FEATURES`): the Level-1 seconds of one call
+    of each of the block's operators (`times_s`, by operator name), the two GEMMs' sizes and
+    `gpu`'s roofline."""
+    g1, mid, g2 = LEVEL2_BLOCKS[block]
+    a, b = ops[g1], ops[g2]
+    cols = [
+        *(np.log(np.maximum(np.asarray(times_s[k], dtype=float), 1e-12)) for k in (g1, mid, g2)),
+        np.log2(a.dims["m"]),
+        np.log2(a.dims["n"]),
+        np.log2(a.dims["k"]),
+        np.log2(b.dims["n"]),
+        np.log2(b.dims["k"]),
+        np.log(gpu.peak_bf16_flops_per_s),
+        np.log(gpu.hbm_bw_bytes_per_s),
+        float(gpu.n_sms),
+    ]
+    n = max(np.size(c) for c in cols)
     return np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in cols], axis=1)
 
 
+def gemm_inputs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The `GEMM_FEATURES` of the block's first and second GEMM from its raw inputs."""
+    m = np.exp2(X[:, 3])
+    peak, bw, sms = np.exp(X[:, 8]), np.exp(X[:, 9]), X[:, 10]
+    out = []
+    for t_col, n_col, k_col in ((0, 4, 5), (2, 6, 7)):
+        n, k = np.exp2(X[:, n_col]), np.exp2(X[:, k_col])
+        flops, byts = 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n)
+        roof = np.maximum(flops / peak, byts / bw)
+        waves = np.ceil(m / WAVE_TILE - 1e-9) * np.ceil(n / WAVE_TILE - 1e-9) / sms
+        fill = waves / np.maximum(np.ceil(waves - 1e-9), 1.0)
+        out.append(
+            np.stack(
+                [
+                    X[:, 3],
+                    X[:, n_col],
+                    X[:, k_col],
+                    np.log(flops / byts),
+                    X[:, t_col] - np.log(roof),
+                    fill,
+                ],
+                axis=1,
+            )
+        )
+    return out[0], out[1]
+
+
+def block_sizes(X: np.ndarray, block: str) -> np.ndarray:
+    """(n, 3) log2 tokens, d_model and the block's per-GPU width (QKV width or d_ff / tp)."""
+    if block == "attention_proj":  # x[tokens, d_model] @ W_qkv[width, d_model]^T
+        return X[:, [3, 5, 4]]
+    return X[:, [3, 6, 7]]  # down projection: x[tokens, d_ff / tp] @ W[d_model, d_ff / tp]^T
+
+
 class Level2Block(Model):
-    """Residual MLP ensemble of one block: log(measured block time / sum of Level-1 op times),
-    clipped to +-L2_CLIP."""
+    """PyTorch eager's own GEMM calibration, as the residual of a block (vidur's harness is not
+    the engine whose kernels the Level-1 GEMM tables hold): a residual MLP ensemble of
+    log(measured GEMM time / Level-1 GEMM time) on the GEMM's regime (`GEMM_FEATURES`), fitted
+    on the projection GEMMs of every vidur model of the chip and applied to the block's two
+    GEMMs; each factor is clipped to +-L2_CLIP. The op between them keeps its Level-1 time."""
 
     kind: ClassVar[str] = "level2_block"  # the manifest's kind; dse.models.MODEL_CLASSES
     _parameter_constraints: ClassVar[dict[str, Any]] = {"block": tuple(LEVEL2_BLOCKS)}
@@ -66,16 +147,17 @@ class Level2Block(Model):
         self.n_ensemble = n_ensemble
         self.seed = seed
 
-    def fit(self, X: np.ndarray, log_ratio: np.ndarray) -> Self:
-        """Fit the ensemble on block features `X` (`block_features`) and the measured log ratio
-        of each block time to its Level-1 sum."""
+    def fit(self, G: np.ndarray, log_ratio: np.ndarray, X: np.ndarray) -> Self:
+        """Fit the ensemble on per-GEMM inputs `G` (`gemm_inputs` rows of any blocks) and each
+        GEMM's measured log ratio to its Level-1 time; `X` (the block's raw inputs,
+        `block_features`) sets the block sizes the model answers for."""
         self._validate_params()
         from dse.models._nn import fit_mlp, merge_ensemble
         from dse.models.level3 import RESIDUAL_MLP
 
         mlps = [
             fit_mlp(
-                X,
+                G,
                 log_ratio,
                 hidden=self.hidden,
                 alpha=self.alpha,
@@ -85,36 +167,47 @@ class Level2Block(Model):
             for k in range(self.n_ensemble)
         ]
         self.mlp_ = merge_ensemble(tuple(mlps)) or mlps[0]
+        sizes = block_sizes(X, self.block)
         self.range_ = {
-            name: (float(X[:, i].min()), float(X[:, i].max()))
-            for i, name in enumerate(LEVEL2_FEATURES)
+            name: (float(sizes[:, i].min()), float(sizes[:, i].max()))
+            for i, name in enumerate(RANGE_FEATURES)
         }
         return self
 
+    def gemm_log_factors(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Clipped log factors of the block's first and second GEMM."""
+        g1, g2 = gemm_inputs(X)
+        both = np.clip(self.mlp_.predict(np.concatenate([g1, g2])), -L2_CLIP, L2_CLIP)
+        return both[: len(X)], both[len(X) :]
+
     def log_factor(self, X: np.ndarray) -> np.ndarray:
-        return np.clip(self.mlp_.predict(X), -L2_CLIP, L2_CLIP)
+        """Log of the block's calibrated time over its Level-1 time."""
+        f1, f2 = self.gemm_log_factors(X)
+        t1, tm, t2 = np.exp(X[:, 0]), np.exp(X[:, 1]), np.exp(X[:, 2])
+        return np.log((t1 * np.exp(f1) + tm + t2 * np.exp(f2)) / (t1 + tm + t2))
 
     def in_token_blocks(self, X: np.ndarray) -> np.ndarray:
-        """The features of a block call with more tokens than the block was fitted on, read as
+        """The inputs of a block call with more tokens than the block was fitted on, read as
         ceil(tokens / most fitted) equal row blocks inside the range: each with its share of
-        the tokens and of the Level-1 time (the factor of one applies to all of them, as the
+        the tokens and of the Level-1 times (the factors of one apply to all of them, as the
         Level-1 GEMM tables price a tall GEMM as row blocks)."""
         hi = self.range_["log2_tokens"][1]
-        if not (X[:, 1] > hi + 1e-9).any():
+        if not (X[:, 3] > hi + 1e-9).any():
             return X
-        blocks = np.maximum(np.ceil(np.exp2(X[:, 1] - hi) * (1 - 1e-12)), 1.0)
+        blocks = np.maximum(np.ceil(np.exp2(X[:, 3] - hi) * (1 - 1e-12)), 1.0)
         X = X.copy()
-        X[:, 0] -= np.log(blocks)
-        X[:, 1] -= np.log2(blocks)
+        X[:, :3] -= np.log(blocks)[:, None]
+        X[:, 3] -= np.log2(blocks)
         return X
 
     def range_misses(self, X: np.ndarray) -> dict[str, RangeMiss]:
-        """Block size -> its `RangeMiss` (tokens, d_model, width: the log2 features read back
-        as sizes); the Level-1 time itself is not a range (as in `out_of_range`)."""
+        """Block size -> its `RangeMiss` (tokens, d_model, width read back as sizes); the
+        Level-1 times are not ranges (as in `out_of_range`)."""
         out: dict[str, RangeMiss] = {}
-        for j, name in enumerate(LEVEL2_FEATURES[1:], start=1):
+        sizes = block_sizes(X, self.block)
+        for j, name in enumerate(RANGE_FEATURES):
             lo, hi = self.range_[name]
-            x = X[:, j]
+            x = sizes[:, j]
             if x.min() >= lo - 1e-9 and x.max() <= hi + 1e-9:
                 continue
             miss = range_miss(np.exp2(x), 2.0**lo, 2.0**hi)
@@ -123,13 +216,12 @@ class Level2Block(Model):
         return out
 
     def out_of_range(self, X: np.ndarray) -> np.ndarray:
-        lo = np.array([v[0] for v in self.range_.values()])
-        hi = np.array([v[1] for v in self.range_.values()])
-        # The Level-1 time itself may go beyond what the blocks measured; the sizes may not.
-        # Column by column: a (n, 3) comparison would run numpy's loop once per row.
+        # The Level-1 times may go beyond what the blocks measured; the sizes may not.
+        sizes = block_sizes(X, self.block)
         out = np.zeros(X.shape[0], dtype=bool)
-        for j in range(1, X.shape[1]):
-            out |= (X[:, j] < lo[j] - 1e-9) | (X[:, j] > hi[j] + 1e-9)
+        for j, name in enumerate(RANGE_FEATURES):
+            lo, hi = self.range_[name]
+            out |= (sizes[:, j] < lo - 1e-9) | (sizes[:, j] > hi + 1e-9)
         return out
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
@@ -140,17 +232,21 @@ class Level2Block(Model):
             **self.mlp_.to_state("mlp/"),
             "block": np.array(self.block),
             "features": np.array(LEVEL2_FEATURES),
+            "gemm_features": np.array(GEMM_FEATURES),
             "range": np.array(list(self.range_.values()), dtype=float),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        if tuple(str(f) for f in state["features"]) != LEVEL2_FEATURES:
+        if (
+            tuple(str(f) for f in state["features"]) != LEVEL2_FEATURES
+            or tuple(str(f) for f in state.get("gemm_features", ())) != GEMM_FEATURES
+        ):
             raise ArtifactError("level-2 block model has other features; re-fit with `dse fit`")
         self = cls(block=str(state["block"]))
         self.mlp_ = MLP.from_state(dict(state), "mlp/")
         self.range_ = {
             k: (float(lo), float(hi))
-            for k, (lo, hi) in zip(LEVEL2_FEATURES, state["range"], strict=True)
+            for k, (lo, hi) in zip(RANGE_FEATURES, state["range"], strict=True)
         }
         return self

@@ -1,5 +1,5 @@
 """Levels 1 and 2 of HYMELL as an operator pricer: each operator of `dse.predict.ops.forward_ops` gets a
-time and an energy from the GPU's frozen artifact, block residuals correct the sums.
+time and an energy from the GPU's frozen artifact, Level 2 calibrates the measured blocks' GEMMs.
 
 - Level 1: every operator kind is priced by the fitted model of the artifact that covers it
   (GEMM by m, n, k, dtype; attention by the context / generation attention models; the fused MoE
@@ -10,10 +10,11 @@ time and an energy from the GPU's frozen artifact, block residuals correct the s
   too (`PhaseCost.roof_s`), for Level 3 to weigh against the models.
 - Energy: power per operator from the artifact's power model when it has one (tabulated), else
   the roofline stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
-- Level 2: residual MLPs for the blocks whose whole time is measured (vidur): the attention
-  projections (QKV, RoPE, output) and the dense FFN (gate/up, activation, down); inputs are the
-  Level-1 block time and the block's sizes; each multiplies its operators' times
-  (`Level2Block`, `LEVEL2_BLOCKS`).
+- Level 2: an eager-GEMM calibration for the blocks whose whole time is measured (vidur,
+  PyTorch eager): the attention projections (QKV, RoPE, output) and the dense FFN (gate/up,
+  activation, down); a small network of each GEMM's regime (tokens, arithmetic intensity,
+  Level-1 time over the roofline, wave fill) scales the block's two GEMMs, the operator between
+  them keeps its Level-1 time (`Level2Block`, `LEVEL2_BLOCKS`, `LEVEL2_GEMMS`).
 
 Decode is priced once for all quadrature nodes: an operator whose arrays have a leading node axis
 (shape (k, n), only attention over the KV length) is reduced with the node weights, every other
@@ -30,7 +31,7 @@ import numpy as np
 
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
-from dse.models.level2 import LEVEL2_BLOCKS, block_features
+from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict.adapters import ADAPTERS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
@@ -486,8 +487,9 @@ class Pricer:
         oor_by: dict[str, np.ndarray],
         misses: dict[str, RangeMiss],
     ) -> None:
-        """Scale each Level-2 block's operator times by its residual factor (in place); flags
-        (and grades, in `misses`) the block sizes outside what the block was fitted on."""
+        """Scale each Level-2 block's two GEMM times by their eager calibration factors (in
+        place); flags (and grades, in `misses`) the block sizes outside what the block was
+        fitted on."""
         if self.artifact is None:
             return
         for block, names in LEVEL2_BLOCKS.items():
@@ -499,12 +501,14 @@ class Pricer:
             if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
                 continue
             count = np.maximum(ops[names[-1]].count, 1.0)
-            l1_call = sum(per_op[i][1] for i in idx) / count
+            call_s = {per_op[i][0].name: per_op[i][1] / count for i in idx}
             model = self.artifact.model(name)
-            X = block_features(l1_call, ops, block)
+            X = block_features(call_s, ops, block, self.gpu)
             if hasattr(model, "in_token_blocks"):
                 X = model.in_token_blocks(X)
-            factor = np.exp(model.log_factor(X))
+            f1, f2 = model.gemm_log_factors(X)
+            gemm1, gemm2 = LEVEL2_GEMMS[block]
+            factors = {gemm1: np.exp(f1), gemm2: np.exp(f2)}
             runs = ops[names[-1]].count > 0
             o = np.zeros(len(X), dtype=bool)
             for key, miss in model.range_misses(X).items():
@@ -517,4 +521,5 @@ class Pricer:
                 oor |= o
             for i in idx:
                 op, t, p = per_op[i]
-                per_op[i] = (op, t * factor, p)
+                if op.name in factors:  # the op between the GEMMs keeps its Level-1 time
+                    per_op[i] = (op, t * factors[op.name], p)

@@ -57,6 +57,7 @@ STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
     "level2_rows": {
         "h100_sxm": ("h100_sxm",),
         "h200_sxm": ("h100_sxm",),
+        "gh200": ("h100_sxm",),
         "a100_sxm": ("a100_sxm",),
         "a100_sxm_40gb": ("a100_sxm",),
     },
