@@ -215,6 +215,9 @@ def stacking() -> list[str]:
 def _env(code: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DSE_SURROGATES"}
     env["PYTHONPATH"] = str(code)
+    # each checkout with its own artifacts (an editable install maps `dse.surrogates` to one)
+    if (code / "surrogates").is_dir():
+        env["DSE_SURROGATES"] = str(code / "surrogates")
     return env
 
 

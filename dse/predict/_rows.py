@@ -63,6 +63,30 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return rep, codes
 
 
+def unique_float_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(index of one row per distinct row, inverse index) of a 2-D float array, rows equal bit
+    for bit; None when deduplication would not pay (few rows, or most distinct). Rows are
+    hashed, then every row is checked against its representative, so a hash collision only
+    costs the deduplication, never a wrong row."""
+    n = len(X)
+    if n < 64 or X.ndim != 2:
+        return None
+    import pandas as pd  # hash-based factorize: O(n)
+
+    bits = np.ascontiguousarray(X, dtype=np.float64).view(np.uint64)
+    h = np.zeros(n, dtype=np.uint64)
+    for j in range(bits.shape[1]):  # a multiplicative hash of each row (wraps)
+        h = h * np.uint64(0x9E3779B97F4A7C15 + 2 * j) + bits[:, j]
+    codes, uniq = pd.factorize(h, sort=False)
+    if len(uniq) > 0.5 * n:
+        return None
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[codes] = np.arange(n)
+    if not np.array_equal(bits[rep][codes], bits):
+        return None
+    return rep, codes
+
+
 def dedupe(
     fn: Callable[..., dict[str, np.ndarray]], *cols: np.ndarray, rows: bool = False
 ) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ import numpy as np
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
+from dse.predict._rows import unique_float_rows
 from dse.predict.adapters import ADAPTERS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
@@ -506,7 +507,12 @@ class Pricer:
             X = block_features(call_s, ops, block, self.gpu)
             if hasattr(model, "in_token_blocks"):
                 X = model.in_token_blocks(X)
-            f1, f2 = model.gemm_log_factors(X)
+            # a sweep's blocks repeat their shapes: the calibration once per distinct row
+            u = unique_float_rows(X)
+            if u is None:
+                f1, f2 = model.gemm_log_factors(X)
+            else:
+                f1, f2 = (f[u[1]] for f in model.gemm_log_factors(X[u[0]]))
             gemm1, gemm2 = LEVEL2_GEMMS[block]
             factors = {gemm1: np.exp(f1), gemm2: np.exp(f2)}
             runs = ops[names[-1]].count > 0

@@ -81,11 +81,14 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     cols: dict[str, np.ndarray] = {}
     defaulted: set[str] = set()  # filled from the field table's default: valid as declared
     for name in CONFIG_FIELDS:
-        if name not in raw and DEFAULTS.get(name) is not None and name not in PATTERN_FIELDS:
+        if name not in raw and DEFAULTS.get(name) is not None:
             defaulted.add(name)
         v = raw.get(name, DEFAULTS.get(name))
         if v is None or (np.ndim(v) > 0 and _all_missing(v)):
             cols[name] = None  # type: ignore[assignment]
+            continue
+        if name in defaulted:  # one value for every row (a pattern's default is its text)
+            cols[name] = np.full(n, v)
             continue
         if name in PATTERN_FIELDS and not isinstance(v, np.ndarray):
             # One pattern for every row ([sliding, full] from YAML), or one per row: a list of
