@@ -46,35 +46,24 @@ from dse.models._hybrid import (
     load_hybrid,
 )
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
+
+# the shipped model's residual size, epochs, rows, members, weight bytes and fp8 dtypes: the
+# two are compared on equal terms
+from dse.models.moe import (
+    FP8_COMPUTE,
+    HIDDEN,
+    INPUTS,
+    MAX_ITER,
+    MAX_ROWS,
+    MEMBERS,
+    WEIGHT_BYTES,
+)
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# Residual MLP 64 x 64 x 64, 300 epochs, <= 30000 rows a fit (as attention). Held-out error on
-# H100 (5 group folds by layer shape), vLLM bf16 / fp8 / fp8_block and TRT-LLM fp8_block:
-# 32 x 32 / 150 / 15000 rows 6.4 / 6.8 / 6.8 / 4.0%, this 5.5 / 4.7 / 5.3 / 3.3% (docs/accuracy.md).
-HIDDEN = (64, 64, 64)
-MAX_ITER = 300
-MAX_ROWS = 30000
-# Residual MLPs from consecutive seeds, averaged (_hybrid.fit_residual_ensemble): H100 vLLM held
-# out (5 group folds by layer shape) bf16 / fp8 / fp8_block 5.50 / 4.75 / 5.26% with one member,
-# 5.16 / 4.53 / 4.67% with two, 4.93 / 4.40 / 4.44% with three (docs/accuracy.md). Two: a member
-# costs ~4% of an all-distinct full prediction (see attention.MEMBERS).
-MEMBERS = 2
-# bytes per expert weight by MoE dtype; unknown names count as 2 (bf16)
-WEIGHT_BYTES = {
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "fp8": 1.0,
-    "fp8_block": 1.0,
-    "int8": 1.0,
-    "int4_wo": 0.5,
-    "w4a16_mxfp4": 0.5,
-    "mxfp4": 0.5,
-}
-FP8_COMPUTE = ("fp8", "fp8_block")  # run on the fp8 tensor cores
-INPUTS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts")
+
 ACT_BYTES = 2.0  # activations stay bf16 between the grouped GEMMs (fp8 kernels quantise inside)
 N_TILE = 128.0  # columns of a grouped-GEMM N tile: a local width off it leaves lanes idle
 # The compute time counts the M-padded rows (`_moe_routing.M_TILE`): the tensor cores run them.
