@@ -140,3 +140,22 @@ def test_a_one_row_column_of_a_pattern_text_is_that_pattern() -> None:
     assert P.canonical(["linear*3,full"]) == P.canonical("linear*3,full") == "linear*3,full"
     assert P.canonical(["sliding*3,full", "full"]) == "sliding*3,full*2"
     assert P.canonical(["slide,full"]) is None
+
+
+def test_predict_reads_an_approximate_hf_config_and_says_so(tmp_path, capsys) -> None:
+    """gpt-oss's config (output / router / expert biases and attention sinks have no field):
+    `dse predict --hf-config` prices it as `--model` does and says what is not modelled."""
+    from dse.spec.catalogue import model_card
+
+    card = model_card("gpt-oss-20b")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(card.config)))
+    rc = main(["predict", "--hf-config", str(path), "--gpu", "h100_sxm"])
+    got = capsys.readouterr()
+    assert rc == 0, got.err
+    assert "model_type 'gpt_oss' is approximate" in got.err
+    assert f"{card.unmodelled_params:,} parameters are not modelled" in got.err
+    rc = main(["predict", "--model", "gpt-oss-20b", "--gpu", "h100_sxm"])
+    same = capsys.readouterr().out
+    assert rc == 0
+    assert got.out.splitlines()[2:6] == same.splitlines()[2:6]  # the same predictions

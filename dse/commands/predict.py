@@ -105,9 +105,16 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
 
         row.update(lookup_model(args.model).to_dict())
     if args.hf_config:
-        from dse.spec.hf import from_hf_config
+        from dse.spec.hf import import_hf_config
 
-        imported = from_hf_config(args.hf_config).to_dict()
+        imp = import_hf_config(args.hf_config)
+        if not imp.exact:  # priced as `dse arch` counts it, and said so (as --model does)
+            print(
+                f"note: {args.hf_config}: model_type {imp.model_type!r} is approximate: "
+                f"{imp.unmodelled_params:,} parameters are not modelled ({'; '.join(imp.notes)})",
+                file=sys.stderr,
+            )
+        imported = imp.arch.to_dict()
         for key, v in imported.items():  # a config beyond the limits names its file
             if v is not None and key in F.FIELDS:
                 F.check(key, v, f"{args.hf_config}: {key}")
