@@ -57,18 +57,21 @@ _STATE: dict[str, Any] = {}
 def _module(args: Any) -> Any:
     name = "dse.models.moe" if args.model == "old" else "dse.models.moe_physics"
     mod = importlib.import_module(name)
+    # the candidate fits with the shipped model's fit: its size constants live there
+    shipped = importlib.import_module("dse.models.moe")
     for kv in args.set or ():
         key, val = kv.split("=", 1)
-        cur = getattr(mod, key)
+        owner = mod if hasattr(mod, key) else shipped
+        cur = getattr(owner, key)
         if isinstance(cur, tuple):
             new: Any = tuple(x for x in val.split(",") if x)
         elif isinstance(cur, bool):
             new = val not in ("0", "false", "False")
         else:
             new = type(cur)(val)
-        setattr(mod, key, new)
+        setattr(owner, key, new)
     if args.members:
-        mod.MEMBERS = args.members
+        shipped.MEMBERS = args.members
     return mod
 
 

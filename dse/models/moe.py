@@ -181,7 +181,7 @@ class MoEModel(_base.Model):
             raise DataError(
                 f"moe {self.gpu}/{self.engine}/{self.moe_dtype}: {len(d)} rows, need >= 50"
             )
-        v = self._inputs(moe_inputs(d))
+        v = self._inputs(self._table_inputs(d))
         y = d["latency_s"].to_numpy(np.float64)
         out, X = self.design(v, y)
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
@@ -196,9 +196,16 @@ class MoEModel(_base.Model):
             max_rows=self.max_rows,
             seed=self.seed,
         )
-        rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
-        self.range_ = _base.fitted_range(rng)
+        self.range_ = _base.fitted_range(self._range_inputs(v))
         return self
+
+    def _table_inputs(self, d: pd.DataFrame) -> dict[str, np.ndarray]:
+        """predict() keyword arrays of this model's table rows."""
+        return moe_inputs(d)
+
+    def _range_inputs(self, v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inputs whose fitted range the model records (`range_`)."""
+        return {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
 
     def design(
         self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None

@@ -32,32 +32,16 @@ with the power held under the GPU's board limit.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from dse.errors import DataError
 from dse.models import _base
-from dse.models._hybrid import (
-    apply_residual,
-    fit_hybrid_heads,
-    fit_roofline,
-    hybrid_state,
-    load_hybrid,
-)
+from dse.models import moe as shipped  # the constructor, fit and state: compared on equal terms
+from dse.models._hybrid import apply_residual, fit_roofline
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
-
-# the shipped model's residual size, epochs, rows, members, weight bytes and fp8 dtypes: the
-# two are compared on equal terms
-from dse.models.moe import (
-    FP8_COMPUTE,
-    HIDDEN,
-    INPUTS,
-    MAX_ITER,
-    MAX_ROWS,
-    MEMBERS,
-    WEIGHT_BYTES,
-)
+from dse.models.moe import INPUTS
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -164,8 +148,10 @@ def _features(
     return np.stack([cols[f] for f in FEATURES]).T
 
 
-class MoEModel(_base.Model):
-    """Fused-MoE latency (and power/energy where measured) for one engine and MoE dtype on one GPU.
+class MoEModel(shipped.MoEModel):
+    """Fused-MoE latency (and power/energy where measured) for one engine and MoE dtype on one GPU:
+    the shipped model (`dse.models.moe.MoEModel`: constructor, fit, state) with this module's
+    routing, work, features, a bounded residual and power under the board limit.
 
     predict(num_tokens, hidden_size, inter_size, topk, num_experts, moe_tp_size=1, moe_ep_size=1,
     distribution="uniform", gated=True) -> latency_s, base_s, t_compute_s, t_memory_s, launch_s,
@@ -175,26 +161,6 @@ class MoEModel(_base.Model):
     """
 
     kind: ClassVar[str] = "moe_physics"  # not in dse.models.MODEL_CLASSES: a candidate
-
-    def __init__(
-        self,
-        gpu: str = "h100_sxm",
-        engine: str = "vllm",
-        moe_dtype: str = "bfloat16",
-        seed: int = 0,
-        max_rows: int = MAX_ROWS,
-        max_iter: int = MAX_ITER,
-    ) -> None:
-        self.gpu = gpu
-        self.engine = engine
-        self.moe_dtype = moe_dtype
-        self.seed = seed
-        self.max_rows = max_rows
-        self.max_iter = max_iter
-
-    @property
-    def weight_bytes(self) -> float:
-        return WEIGHT_BYTES.get(self.moe_dtype, 2.0)
 
     def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         n = _base.batch_size_of(arrays)
@@ -211,37 +177,11 @@ class MoEModel(_base.Model):
         ).astype(np.float64)
         return v
 
-    def _peak(self) -> tuple[float, float]:
-        g = get_gpu(self.gpu)
-        dt = "fp8" if self.moe_dtype in FP8_COMPUTE else "bfloat16"
-        return g.peak_flops_per_s(dt), g.hbm_bw_bytes_per_s
+    def _table_inputs(self, d: pd.DataFrame) -> dict[str, np.ndarray]:
+        return moe_inputs(d)
 
-    def fit(self, df: pd.DataFrame) -> Self:
-        """Fit on the moe rows of `df` for this GPU, engine and MoE dtype."""
-        d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
-        d = d[d["dtype"].astype(str) == self.moe_dtype]
-        if len(d) < 50:
-            raise DataError(
-                f"moe {self.gpu}/{self.engine}/{self.moe_dtype}: {len(d)} rows, need >= 50"
-            )
-        v = self._inputs(moe_inputs(d))
-        y = d["latency_s"].to_numpy(np.float64)
-        out, X = self.design(v, y)
-        p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
-        self.mlp_, self.power_mlp_ = fit_hybrid_heads(
-            X,
-            y,
-            out["base_s"],
-            p,
-            members=MEMBERS,
-            hidden=HIDDEN,
-            max_iter=self.max_iter,
-            max_rows=self.max_rows,
-            seed=self.seed,
-        )
-        rng = {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
-        self.range_ = _base.fitted_range({**rng, **combination_inputs(v)})
-        return self
+    def _range_inputs(self, v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {**super()._range_inputs(v), **combination_inputs(v)}
 
     def design(
         self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None
@@ -272,21 +212,6 @@ class MoEModel(_base.Model):
             out["power_w"] = np.minimum(out["power_w"], get_gpu(self.gpu).board_power_w)
             out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
-
-    def to_state(self) -> dict[str, np.ndarray]:
-        return {
-            "gpu": np.array(self.gpu),
-            "engine": np.array(self.engine),
-            "moe_dtype": np.array(self.moe_dtype),
-            **hybrid_state(self),
-        }
-
-    @classmethod
-    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        _base.need(state, ("gpu", "engine", "moe_dtype", "roofline"), "moe")
-        m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
-        load_hybrid(m, state)
-        return m
 
 
 def combination_inputs(v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
