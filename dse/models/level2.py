@@ -81,12 +81,15 @@ def block_features(
         np.log2(a.dims["k"]),
         np.log2(b.dims["n"]),
         np.log2(b.dims["k"]),
-        np.log(gpu.peak_bf16_flops_per_s),
-        np.log(gpu.hbm_bw_bytes_per_s),
-        float(gpu.n_sms),
     ]
     n = max(np.size(c) for c in cols)
-    return np.stack([np.broadcast_to(np.asarray(c, dtype=float), (n,)) for c in cols], axis=1)
+    X = np.empty((n, len(LEVEL2_FEATURES)))
+    for j, c in enumerate(cols):  # each column broadcast by assignment (scalars too)
+        X[:, j] = c
+    X[:, len(cols)] = np.log(gpu.peak_bf16_flops_per_s)
+    X[:, len(cols) + 1] = np.log(gpu.hbm_bw_bytes_per_s)
+    X[:, len(cols) + 2] = float(gpu.n_sms)
+    return X
 
 
 def gemm_inputs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

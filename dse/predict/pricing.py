@@ -305,6 +305,54 @@ def _collapse(
         _acc(out.items_j, op.name, e_r)
 
 
+@dataclass
+class _Draft:
+    """One phase priced by Level 1, before Level 2 and the node axis: per operator (op,
+    seconds, watts) unreduced, and what `PhaseCost` records about them."""
+
+    oor: np.ndarray  # (n,) bool: some part outside its fitted range
+    zero: np.ndarray  # (n,) the times of operators that do not run (compared by identity)
+    per_op: list[tuple[Op, np.ndarray, np.ndarray]] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    roof: dict[str, np.ndarray] = field(default_factory=dict)
+    oor_by: dict[str, np.ndarray] = field(default_factory=dict)
+    misses: dict[str, RangeMiss] = field(default_factory=dict)
+    source_rows: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _block_part(
+    d: _Draft, names: Sequence[str]
+) -> tuple[_Draft, list[int], dict[str, Op], dict[str, np.ndarray]] | None:
+    """A Level-2 block in one phase: (draft, indices of its operators in `per_op`, operators by
+    name, seconds of one call by name); None when the phase does not run the whole block."""
+    idx = [i for i, (op, _, _) in enumerate(d.per_op) if op.name in names]
+    ops = {d.per_op[i][0].name: d.per_op[i][0] for i in idx}
+    if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
+        return None
+    count = np.maximum(ops[names[-1]].count, 1.0)
+    return d, idx, ops, {d.per_op[i][0].name: d.per_op[i][1] / count for i in idx}
+
+
+def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
+    """The phase's `PhaseCost`: the node axis reduced with the quadrature `weights`."""
+    n = len(d.zero)
+    wsum = None if weights is None else weights.sum(axis=0)
+    out = PhaseCost(
+        np.zeros(n),
+        np.zeros(n),
+        sources=d.sources,
+        out_of_range=d.oor,
+        kinds={op.name: op.kind for op in ops},
+        blocks={op.name: op.block for op in ops},
+        roof_s={k: _reduce(v, weights, n, wsum) for k, v in d.roof.items()},
+        oor_by=d.oor_by,
+        misses=d.misses,
+        source_rows=d.source_rows,
+    )
+    _collapse(out, d.per_op, weights, wsum, d.zero)
+    return out
+
+
 class Pricer:
     """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
 
@@ -331,14 +379,16 @@ class Pricer:
     ) -> list[PhaseCost]:
         """`price` of each (operators, phase, weights); a batch of at most
         `stacking.STACK_AT_MOST` configurations prices the operators of one adapter, over all
-        phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls."""
+        phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls.
+        Level 2 calibrates each block over all phases in one call."""
         n = len(np.atleast_1d(phases[0][0][0].count))
         pre: dict[int, dict[int, L1Price | None]] = {}
         if self.artifact is not None and n <= self.stack_at_most:
             pre = self._stacked(phases, n)
+        drafts = [self._level1(ops, phase, pre.get(i)) for i, (ops, phase, _) in enumerate(phases)]
+        self._apply_level2(drafts)
         return [
-            self.price(ops, phase, weights, pre.get(i))
-            for i, (ops, phase, weights) in enumerate(phases)
+            _finish(d, ops, weights) for d, (ops, _, weights) in zip(drafts, phases, strict=True)
         ]
 
     def _stacked(
@@ -374,21 +424,23 @@ class Pricer:
         """Time and energy of one forward pass (prefill) or of all decode steps (with `weights`,
         the (k, n) quadrature weights of the node axis that attention arrays carry). `priced`:
         Level-1 prices already made for some operators (index in `ops`), see `price_phases`."""
+        draft = self._level1(ops, phase, priced)
+        self._apply_level2([draft])
+        return _finish(draft, ops, weights)
+
+    def _level1(
+        self, ops: list[Op], phase: str, priced: Mapping[int, L1Price | None] | None
+    ) -> _Draft:
+        """Every operator of one phase priced by Level 1 (`priced`: prices already made)."""
         n = len(np.atleast_1d(ops[0].count))
-        oor = np.zeros(n, dtype=bool)
-        per_op: list[tuple[Op, np.ndarray, np.ndarray]] = []  # (op, seconds, watts) unreduced
-        sources: dict[str, str] = {}
-        zero = np.zeros(n)
+        d = _Draft(np.zeros(n, dtype=bool), np.zeros(n))
         # "cache": adapters may share results between operators of this phase.
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
-        roof: dict[str, np.ndarray] = {}
-        oor_by: dict[str, np.ndarray] = {}
-        misses: dict[str, RangeMiss] = {}
-        source_rows: dict[str, np.ndarray] = {}
+        sources, source_rows = d.sources, d.source_rows
         for j, op in enumerate(ops):
             runs = op.count > 0
             if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
-                per_op.append((op, zero, zero))
+                d.per_op.append((op, d.zero, d.zero))
                 sources.setdefault(op.name, "none")
                 continue
             if priced is not None and j in priced:
@@ -396,11 +448,11 @@ class Pricer:
             else:
                 call, price = self._price_op(op, runs, ctx, n)
             if price is not None:
-                _record_misses(price, op, runs, misses, oor_by, oor)
+                _record_misses(price, op, runs, d.misses, d.oor_by, d.oor)
             t = _where_runs(runs, call.t_call * op.count)
             t_r = call.t_call if call.src == "roofline" else roofline_op(op, self.gpu)[0]
-            roof[op.name] = _where_runs(runs, t_r * op.count)
-            per_op.append((op, t, call.power))
+            d.roof[op.name] = _where_runs(runs, t_r * op.count)
+            d.per_op.append((op, t, call.power))
             prev = sources.get(op.name)
             if prev in (None, "none"):
                 if price is not None and price.model_rows is not None:
@@ -410,22 +462,7 @@ class Pricer:
             sources[op.name] = (
                 call.src if prev in (None, "none", call.src) else f"{prev}+{call.src}"
             )
-        self._apply_level2(per_op, oor, oor_by, misses)
-        wsum = None if weights is None else weights.sum(axis=0)
-        out = PhaseCost(
-            np.zeros(n),
-            np.zeros(n),
-            sources=sources,
-            out_of_range=oor,
-            kinds={op.name: op.kind for op in ops},
-            blocks={op.name: op.block for op in ops},
-            roof_s={k: _reduce(v, weights, n, wsum) for k, v in roof.items()},
-            oor_by=oor_by,
-            misses=misses,
-            source_rows=source_rows,
-        )
-        _collapse(out, per_op, weights, wsum, zero)
-        return out
+        return d
 
     def _price_op(
         self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int
@@ -481,30 +518,22 @@ class Pricer:
                 return p
         return standin_power_w(self.gpu, util)
 
-    def _apply_level2(
-        self,
-        per_op: list[tuple[Op, np.ndarray, np.ndarray]],
-        oor: np.ndarray,
-        oor_by: dict[str, np.ndarray],
-        misses: dict[str, RangeMiss],
-    ) -> None:
+    def _apply_level2(self, drafts: Sequence[_Draft]) -> None:
         """Scale each Level-2 block's two GEMM times by their eager calibration factors (in
-        place); flags (and grades, in `misses`) the block sizes outside what the block was
-        fitted on."""
+        place), the phases' rows of a block in one call; flags (and grades, in `misses`) the
+        block sizes outside what the block was fitted on."""
         if self.artifact is None:
             return
         for block, names in LEVEL2_BLOCKS.items():
             name = f"level2.{block}"
             if not self.artifact.has(name):
                 continue
-            idx = [i for i, (op, _, _) in enumerate(per_op) if op.name in names]
-            ops = {per_op[i][0].name: per_op[i][0] for i in idx}
-            if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
+            parts = [p for p in (_block_part(d, names) for d in drafts) if p is not None]
+            if not parts:
                 continue
-            count = np.maximum(ops[names[-1]].count, 1.0)
-            call_s = {per_op[i][0].name: per_op[i][1] / count for i in idx}
             model = self.artifact.model(name)
-            X = block_features(call_s, ops, block, self.gpu)
+            Xs = [block_features(call_s, ops, block, self.gpu) for _, _, ops, call_s in parts]
+            X = Xs[0] if len(Xs) == 1 else np.concatenate(Xs)
             if hasattr(model, "in_token_blocks"):
                 X = model.in_token_blocks(X)
             # a sweep's blocks repeat their shapes: the calibration once per distinct row
@@ -514,18 +543,25 @@ class Pricer:
             else:
                 f1, f2 = (f[u[1]] for f in model.gemm_log_factors(X[u[0]]))
             gemm1, gemm2 = LEVEL2_GEMMS[block]
-            factors = {gemm1: np.exp(f1), gemm2: np.exp(f2)}
-            runs = ops[names[-1]].count > 0
-            o = np.zeros(len(X), dtype=bool)
-            for key, miss in model.range_misses(X).items():
-                m = miss.masked(runs)
-                if m.outside.any():
-                    misses[f"{name}: {key}"] = m
-                    o |= m.outside
-            if o.any():
-                oor_by[name] = o
-                oor |= o
-            for i in idx:
-                op, t, p = per_op[i]
-                if op.name in factors:  # the op between the GEMMs keeps its Level-1 time
-                    per_op[i] = (op, t * factors[op.name], p)
+            e1, e2 = np.exp(f1), np.exp(f2)
+            block_misses = model.range_misses(X)
+            start = 0
+            for (d, idx, ops, _), Xp in zip(parts, Xs, strict=True):
+                rows = slice(start, start + len(Xp))
+                start += len(Xp)
+                factors = {gemm1: e1[rows], gemm2: e2[rows]}
+                runs = ops[names[-1]].count > 0
+                o = np.zeros(len(Xp), dtype=bool)
+                for key, miss in block_misses.items():
+                    m = RangeMiss(miss.excess[rows], miss.value[rows], miss.bound[rows])
+                    m = m.masked(runs)
+                    if m.outside.any():
+                        d.misses[f"{name}: {key}"] = m
+                        o |= m.outside
+                if o.any():
+                    d.oor_by[name] = o
+                    d.oor |= o
+                for i in idx:
+                    op, t, p = d.per_op[i]
+                    if op.name in factors:  # the op between the GEMMs keeps its Level-1 time
+                        d.per_op[i] = (op, t * factors[op.name], p)
