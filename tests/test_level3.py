@@ -361,15 +361,17 @@ def test_gh200_has_its_own_level3_over_h200_kernels() -> None:
     assert unmoved.decode.time_s[0] < 0.95 * own.decode.time_s[0]
 
 
-def test_rows_dot_gives_a_row_the_same_bits_in_any_batch() -> None:
-    """Level 3's linear stage sums column by column, so a row's value does not depend on how
-    many rows come with it (a BLAS matrix-vector product's summation order does)."""
+def test_rows_dot_gives_a_row_its_value_in_any_batch() -> None:
+    """Level 3's linear stage sums each row on its own, so a row's value does not depend on how
+    many rows come with it (to rounding: 1e-13 relative, where a wrong column or weight moves
+    it by far more)."""
     from dse.models.level3 import _rows_dot
 
     rng = np.random.default_rng(0)
     X = rng.lognormal(0.0, 3.0, (1000, 13))
     w = rng.normal(0.0, 1.0, 13)
     whole = _rows_dot(X, w)
+    scale = np.abs(X) @ np.abs(w)  # the size of the terms: a sum may cancel to near 0
     for i in (0, 1, 499, 999):
-        assert _rows_dot(X[i : i + 1], w)[0] == whole[i]
-    np.testing.assert_allclose(whole, X @ w, rtol=1e-12)
+        assert abs(_rows_dot(X[i : i + 1], w)[0] - whole[i]) <= 1e-13 * scale[i]
+    np.testing.assert_allclose(whole, X @ w, rtol=1e-9, atol=1e-12 * scale.max())

@@ -515,13 +515,25 @@ def _segment1(x: float, period: float, split: float) -> float:
     return seg + 1e6 * (x > split) if split > 0 else seg
 
 
+def _interp1(x: float, xs: list[float], ys: list[float]) -> float:
+    """np.interp of one number over increasing `xs`, in plain Python (the same formula)."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    j = bisect_right(xs, x) - 1
+    return (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (x - xs[j]) + ys[j]
+
+
+_KNOTS = LOG_E_KNOTS.tolist()
+
+
 def _interp_seg1(
-    x: float, tok: list[float], tok_a: np.ndarray, val: np.ndarray, period: float, split: float
+    x: float, tok: list[float], val: list[float], period: float, split: float
 ) -> float:
-    """`_interp_seg` of one token count (`tok`: the curve's tokens as a list, `tok_a` as an
-    array)."""
+    """`_interp_seg` of one token count, over lists (a few rows: plain Python)."""
     if len(tok) < 2 or (not math.isfinite(period) and split <= 0):
-        return float(np.interp(x, tok_a, val))
+        return _interp1(x, tok, val) if tok else float("nan")
     hi = min(max(bisect_right(tok, x), 1), len(tok) - 1)
     lo = hi - 1
     t_lo = tok[lo]
@@ -530,8 +542,8 @@ def _interp_seg1(
     if s_lo != s_hi:  # across a step: the weight of the neighbour on x's side is 1
         s_x = _segment1(x, period, split)
         f = 1.0 if s_x == s_hi else (0.0 if s_x == s_lo else f)
-    v_lo = float(val[lo])
-    return v_lo + f * (float(val[hi]) - v_lo)
+    v_lo = val[lo]
+    return v_lo + f * (val[hi] - v_lo)
 
 
 @dataclass(frozen=True)
@@ -539,7 +551,6 @@ class _RowFamily:
     """One operator family's fitted state as Python numbers, for `_predict_rows`."""
 
     c: list[float]
-    c_a: np.ndarray
     cr: float
     e_max: float
     by_width: bool
@@ -548,10 +559,9 @@ class _RowFamily:
     groups: list[tuple[list[int], list[float]]]  # per tp: curve indices by width, log widths
     c_w: list[float]
     tok: list[list[float]]
-    tok_a: list[np.ndarray]
-    val: list[np.ndarray]
+    val: list[list[float]]
     per: list[float]
-    parts: list[tuple[np.ndarray, np.ndarray]] | None
+    parts: list[tuple[list[float], list[float]]] | None
 
 
 class LayerOpModel(_base.Model):
@@ -681,7 +691,6 @@ class LayerOpModel(_base.Model):
         l2t = prep.l2t
         return _RowFamily(
             c=self.coef_[i].tolist(),
-            c_a=np.asarray(self.coef_[i], dtype=np.float64),
             cr=float(self.rows_per_wave_[i]),
             e_max=float(e_max),
             by_width=bool(by_width),
@@ -690,10 +699,14 @@ class LayerOpModel(_base.Model):
             groups=[(e.tolist(), w.tolist()) for e, w in zip(prep.ent, prep.lw, strict=True)],
             c_w=np.asarray(c_w, dtype=np.float64).tolist(),
             tok=[np.asarray(x, dtype=np.float64).tolist() for x in c_tok],
-            tok_a=[np.asarray(x, dtype=np.float64) for x in c_tok],
-            val=[np.asarray(x, dtype=np.float64) for x in c_val],
+            val=[np.asarray(x, dtype=np.float64).tolist() for x in c_val],
             per=np.asarray(c_per, dtype=np.float64).tolist(),
-            parts=c_parts,
+            parts=None
+            if c_parts is None
+            else [
+                (np.asarray(a, dtype=np.float64).tolist(), np.asarray(b, dtype=np.float64).tolist())
+                for a, b in c_parts
+            ],
         )
 
     def _curve_row(self, fam: _RowFamily, t: float, w: float, tp: float) -> float:
@@ -716,13 +729,13 @@ class LayerOpModel(_base.Model):
             te = t * (w / fam.c_w[ce]) ** CURVE_E_MATCH
             if split > 0:
                 te = min(te, split) if t <= split else max(te, split + 1e-3)
-            tok, tok_a, per = fam.tok[ce], fam.tok_a[ce], fam.per[ce]
+            tok, per = fam.tok[ce], fam.per[ce]
             if fam.parts is not None and math.isfinite(per) and te != t:
                 smooth, saw = fam.parts[ce]
-                val = _interp_seg1(te, tok, tok_a, smooth, math.inf, split)
-                val += _interp_seg1(t, tok, tok_a, saw, per, split)
+                val = _interp_seg1(te, tok, smooth, math.inf, split)
+                val += _interp_seg1(t, tok, saw, per, split)
             else:
-                val = _interp_seg1(te, tok, tok_a, fam.val[ce], per, split)
+                val = _interp_seg1(te, tok, fam.val[ce], per, split)
             v += wgt * val
         return v
 
@@ -754,8 +767,8 @@ class LayerOpModel(_base.Model):
             # _base_items_us at the smooth waves
             w_k = w * 1e-3
             le = math.log(max(wvs * unit * w, 1.0))
-            per_wave = float(np.interp(le, LOG_E_KNOTS, fam.c_a[1 : 1 + nk]))
-            per_width = float(np.interp(le, LOG_E_KNOTS, fam.c_a[1 + nk : 1 + 2 * nk]))
+            per_wave = _interp1(le, _KNOTS, c[1 : 1 + nk])
+            per_width = _interp1(le, _KNOTS, c[1 + nk : 1 + 2 * nk])
             l2 = math.log2(max(p, 1.0))
             la, lb = min(l2, 1.0), max(l2 - 1.0, 0.0)
             ct = c[1 + 2 * nk :]

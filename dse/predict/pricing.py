@@ -243,11 +243,6 @@ class OpPrice(NamedTuple):
     src: str
 
 
-def _where_runs(runs: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """`t`, zero in the configurations that do not run the operator."""
-    return t if runs.all() else np.where(runs, t, 0.0)
-
-
 def _record_misses(
     price: L1Price,
     op: Op,
@@ -439,7 +434,8 @@ class Pricer:
         sources, source_rows = d.sources, d.source_rows
         for j, op in enumerate(ops):
             runs = op.count > 0
-            if not runs.any():  # e.g. the MoE operators of a dense model: nothing to price
+            every = bool(runs.all())
+            if not every and not runs.any():  # e.g. the MoE operators of a dense model
                 d.per_op.append((op, d.zero, d.zero))
                 sources.setdefault(op.name, "none")
                 continue
@@ -449,9 +445,11 @@ class Pricer:
                 call, price = self._price_op(op, runs, ctx, n)
             if price is not None:
                 _record_misses(price, op, runs, d.misses, d.oor_by, d.oor)
-            t = _where_runs(runs, call.t_call * op.count)
             t_r = call.t_call if call.src == "roofline" else roofline_op(op, self.gpu)[0]
-            d.roof[op.name] = _where_runs(runs, t_r * op.count)
+            t, roof = call.t_call * op.count, t_r * op.count
+            if not every:  # zero where the configuration does not run the operator
+                t, roof = np.where(runs, t, 0.0), np.where(runs, roof, 0.0)
+            d.roof[op.name] = roof
             d.per_op.append((op, t, call.power))
             prev = sources.get(op.name)
             if prev in (None, "none"):

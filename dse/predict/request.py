@@ -111,7 +111,7 @@ def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.
     Level 3 was fitted: tokens not rounded to blocks, 2 GiB held back (LEVEL3_RESERVED_BYTES),
     activations not counted. These are model inputs; whether a configuration runs is
     `dse.spec.arch.memory_breakdown`'s rule."""
-    a = C.architecture(cols)
+    a = C.architecture(cols).resolved()  # once: the accounting below shares it
     tp = cols["tensor_parallel"]
     # each sequence at its full length: sliding layers hold at most their window, linear
     # layers a constant state (for plain GQA: tokens x KV bytes per token, as fitted)

@@ -585,9 +585,20 @@ def _pattern_texts(r: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- parameter counts
+def _memo(a: Architecture, key: str, make: Callable[[], Any]) -> Any:
+    """make(), kept on a resolved architecture (frozen: its fields cannot change), so that the
+    accounting functions that each need it derive it once per architecture."""
+    if not a.__dict__.get("_resolved"):
+        return make()
+    memo = a.__dict__.setdefault("_memo", {})
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
 def layer_kinds(a: Architecture) -> tuple[Any, Any, Any]:
     """(full, sliding, linear) layer counts of the pattern (`dse.spec.pattern`)."""
-    return P.layer_counts(a.attention_pattern, a.n_layers)
+    return _memo(a, "layer_kinds", lambda: P.layer_counts(a.attention_pattern, a.n_layers))
 
 
 def mla_dims(a: Architecture) -> tuple[Any, Any, Any, Any]:
@@ -595,6 +606,10 @@ def mla_dims(a: Architecture) -> tuple[Any, Any, Any, Any]:
     nope = head_dim - rope, v = head_dim. For a GQA model (no MLA) nope = head_dim, rope = 0,
     v = head_dim: the same query/key and value widths as its heads."""
     a = a.resolved()
+    return _memo(a, "mla_dims", lambda: _mla_dims(a))
+
+
+def _mla_dims(a: Architecture) -> tuple[Any, Any, Any, Any]:
     hd = np.asarray(a.head_dim)
     mla = np.asarray(a.kv_lora_rank) > 0
     rope = np.where(mla, np.asarray(a.qk_rope_head_dim), 0)
@@ -609,6 +624,10 @@ def linear_dims(a: Architecture) -> tuple[Any, Any, Any, Any, Any]:
     defaults resolved. conv channels = 2 groups x state (keys/queries, or B and C) + the
     values: what the causal conv filters (Gated DeltaNet: q, k, v; Mamba-2: x, B, C)."""
     a = a.resolved()
+    return _memo(a, "linear_dims", lambda: _linear_dims(a))
+
+
+def _linear_dims(a: Architecture) -> tuple[Any, Any, Any, Any, Any]:
     nv = _or(a.linear_n_heads, a.n_heads)
     dv = _or(a.linear_head_dim, a.head_dim)
     ng = _or(a.linear_n_groups, nv)
