@@ -69,7 +69,13 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
 
 def batch_size_of(arrays: Mapping[str, Any]) -> int:
     """The common length of the array inputs (scalars count as length 1)."""
-    sizes = {int(np.size(v)) for v in arrays.values() if np.ndim(v) > 0}
+    sizes = set()
+    for v in arrays.values():
+        if isinstance(v, np.ndarray):  # the common case, without numpy's dispatch per value
+            if v.ndim:
+                sizes.add(v.size)
+        elif np.ndim(v) > 0:
+            sizes.add(int(np.size(v)))
     if len(sizes) > 1:
         raise DataError(f"input arrays must have one length, got lengths {sorted(sizes)}")
     return sizes.pop() if sizes else 1

@@ -989,6 +989,8 @@ class LayerOpModel(_base.Model):
                 out[name] = m
         # the family each row reads (as _row_key_index): its own, else the other one
         lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
+        if n <= FEW_ROWS and self._widths_inside(ops, gated, width, lookup):
+            return out
         width_miss: RangeMiss | None = None
         for name in [str(ops)] if ops.ndim == 0 else dict.fromkeys(ops.tolist()):
             of_op = True if ops.ndim == 0 else ops == name
@@ -1007,6 +1009,23 @@ class LayerOpModel(_base.Model):
         if width_miss is not None and width_miss.outside.any():
             out["width"] = width_miss
         return out
+
+    def _widths_inside(
+        self, ops: np.ndarray, gated: np.ndarray, width: np.ndarray, lookup: dict[str, int]
+    ) -> bool:
+        """Whether every row's width lies inside its family's measured widths (as
+        `range_misses` reads them), row by row in plain Python: a few rows cost less so."""
+        names = [str(ops)] * len(width) if ops.ndim == 0 else ops.tolist()
+        for name, g, w in zip(names, gated.tolist(), width.tolist(), strict=True):
+            g_i = lookup.get(name, -1)
+            n_i = lookup.get(f"{name}:nongated", g_i)
+            i = (n_i if g_i < 0 else g_i) if g else n_i
+            if i < 0:
+                continue
+            lo, hi = self._pack(("widths", i), lambda i=i: self._width_range(i))
+            if lo <= hi and not lo <= w <= hi:
+                return False
+        return True
 
     def _width_range(self, i: int) -> tuple[float, float]:
         """(narrowest, widest) width measured for family i; (inf, -inf) when none was."""

@@ -200,9 +200,8 @@ def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
     for label, m in misses.items():
         head, name = label.rsplit(": ", 1)
         o = m.outside
-        shape = m.excess.shape
-        v = np.where(o, np.broadcast_to(m.value, shape), 0.0)
-        b = np.where(o, np.broadcast_to(m.bound, shape), 0.0)
+        v = np.where(o, m.value, 0.0)  # of o's shape: value and bound broadcast to it
+        b = np.where(o, m.bound, 0.0)
         key = (name, " " in head, o.tobytes(), v.tobytes(), b.tobytes())  # level3 apart
         groups.setdefault(key, []).append(head)
         first.setdefault(key, m)
