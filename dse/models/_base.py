@@ -58,6 +58,12 @@ def range_from_state(state: Mapping[str, Any], prefix: str = "range/") -> dict:
 
 def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
     """An input as a 1-d float array (scalars broadcast to n); NaN/inf is an error naming it."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == 1:
+        # the common case (the adapters pass float columns): no conversion, one finite check
+        if not np.isfinite(value).all():
+            bad = value[~np.isfinite(value)][:3]
+            raise DataError(f"input {name!r} must be finite numbers, got {bad}")
+        return value
     a = np.asarray(value, dtype=np.float64)
     if a.ndim == 0 and n is not None:
         a = np.full(n, float(a))

@@ -237,9 +237,19 @@ class Artifact:
         return str(self.manifest.get("level1_gpu", self.manifest["gpu"]))
 
     def names(self, kind: str | None = None) -> list[str]:
-        """Model names, optionally only those of one kind."""
+        """Model names, optionally only those of one kind (a new list: callers may change it).
+        Kept per kind while the manifest's model table is the same one of the same size
+        (the pricer asks for them many times per prediction)."""
         entries = self.manifest["models"]
-        return [n for n in entries if kind is None or entries[n]["kind"] == kind]
+        stamp = (id(entries), len(entries))
+        memo = self.__dict__.get("_names")
+        if memo is None or memo[0] != stamp:
+            memo = (stamp, {})
+            self.__dict__["_names"] = memo
+        hit = memo[1].get(kind)
+        if hit is None:
+            hit = memo[1][kind] = [n for n in entries if kind is None or entries[n]["kind"] == kind]
+        return list(hit)
 
     def has(self, name: str) -> bool:
         return name in self.models
