@@ -244,7 +244,8 @@ class _StackedMembers:
                 np.maximum(h, np.float32(0.0), out=h)
             else:
                 np.tanh(h, out=h)
-        y = (h[:n] @ self.w_out).astype(np.float64)
+        # the output layer on the padded rows too: a GEMM of fewer rows sums in another order
+        y = (h @ self.w_out)[:n].astype(np.float64)
         y += self.b_out
         y *= self.y_scale
         y += self.y_mean

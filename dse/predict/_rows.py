@@ -15,6 +15,8 @@ import numpy as np
 # Rows per call of a kernel model: its feature matrix (~16 float64 columns) stays in cache
 # (a 5 x 10^5-row feature matrix built at once is 3x slower to write than in blocks).
 BLOCK_ROWS = 16384
+# Fewer rows than this are evaluated as they come: finding the distinct ones would not pay.
+DEDUPE_MIN_ROWS = 64
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -23,7 +25,7 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     rows distinct) or the values are negative or do not pack into 63 bits."""
     shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
     n = int(np.prod(shape))
-    if n < 64:
+    if n < DEDUPE_MIN_ROWS:
         return None
     arrays = [np.asarray(c) for c in cols]
     if any(a.min() < 0 for a in arrays):
@@ -69,7 +71,7 @@ def unique_float_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     hashed, then every row is checked against its representative, so a hash collision only
     costs the deduplication, never a wrong row."""
     n = len(X)
-    if n < 64 or X.ndim != 2:
+    if n < DEDUPE_MIN_ROWS or X.ndim != 2:
         return None
     import pandas as pd  # hash-based factorize: O(n)
 

@@ -13,6 +13,7 @@ maps each `Op.kind` to its adapter (an explicit table; nothing registers on impo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,15 @@ import numpy as np
 
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
-from dse.predict._rows import Groups, at_rows, column_blocks, dedupe, evaluate_rows, row_blocks
+from dse.predict._rows import (
+    DEDUPE_MIN_ROWS,
+    Groups,
+    at_rows,
+    column_blocks,
+    dedupe,
+    evaluate_rows,
+    row_blocks,
+)
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w, power_table
 from dse.roofline import LAUNCH_S, roofline_s
@@ -369,7 +378,10 @@ def _kernel_price(
     if accepts is not None:
         arrays = {k: v for k, v in arrays.items() if k in accepts}
     shape = np.broadcast_shapes(*(np.shape(v) for v in arrays.values()))
-    groups = Groups.of([np.rint(arrays[k]).astype(np.int64) for k in keys])
+    if math.prod(shape) < DEDUPE_MIN_ROWS:  # a few rows: priced as they come
+        groups = Groups(None, None)
+    else:
+        groups = Groups.of([np.rint(arrays[k]).astype(np.int64) for k in keys])
 
     def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         # Constants pass as scalars (the models broadcast them), an array passed under two

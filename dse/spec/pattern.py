@@ -107,25 +107,31 @@ def layer_counts(pattern: Any, n_layers: Any) -> tuple[Any, Any, Any]:
     period. Scalars for a scalar pattern, else arrays; a pattern whose period does not divide
     n_layers (reported by the validity rules) is floored."""
     L = np.asarray(n_layers)
-    p = _per_pattern(pattern, 0)
+    p, *kinds = _counts(pattern)
     reps = L // np.maximum(p, 1)
-    return tuple(reps * _per_pattern(pattern, i) for i in (1, 2, 3))  # type: ignore[return-value]
+    return tuple(reps * c for c in kinds)  # type: ignore[return-value]
 
 
 def _per_pattern(pattern: Any, i: int) -> Any:
+    return _counts(pattern)[i]
+
+
+def _counts(pattern: Any) -> tuple[Any, ...]:
+    """(period, full, sliding, linear) of a pattern, or of each element of an array of them."""
     if pattern is None:
-        return (1, 1, 0, 0)[i]
+        return (1, 1, 0, 0)
     if isinstance(pattern, str):
-        return _counts_of(pattern)[i]
+        return _counts_of(pattern)
     arr = np.asarray(pattern)
     if arr.ndim == 0:
-        return _counts_of(str(arr.item()))[i]
+        return _counts_of(str(arr.item()))
     first = arr.flat[0] if arr.size else FULL
     if arr.size and (arr == first).all():  # one pattern for the whole batch (a sweep's usual)
-        return np.full(arr.shape, _counts_of(str(first))[i], dtype=np.int64)
+        return tuple(np.full(arr.shape, c, dtype=np.int64) for c in _counts_of(str(first)))
     uniq, inv = np.unique(arr.astype(str), return_inverse=True)
-    table = np.array([_counts_of(str(u))[i] for u in uniq], dtype=np.int64)
-    return table[inv.reshape(arr.shape)]
+    table = np.array([_counts_of(str(u)) for u in uniq], dtype=np.int64)
+    rows = inv.reshape(arr.shape)
+    return tuple(table[rows, i] for i in range(table.shape[1]))
 
 
 def has_kind(pattern: Any, kind: str) -> Any:
