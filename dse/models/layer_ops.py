@@ -748,10 +748,17 @@ class LayerOpModel(_base.Model):
         items = np.full((4, n), np.nan)
         waves = np.zeros(n)
         factor = np.ones(n)
+        seen: dict[tuple[int, float, float, float], int] = {}
         for r, (i, t_r, w, p) in enumerate(
             zip(idx.tolist(), t.tolist(), width.tolist(), tp.tolist(), strict=True)
         ):
             if i < 0:
+                continue
+            # a row like an earlier one (the input and final norm, the two residual adds)
+            same = seen.setdefault((i, t_r, w, p), r)
+            if same != r:
+                items[:, r] = items[:, same]
+                factor[r], waves[r] = factor[same], waves[same]
                 continue
             fam = self._pack(("row", i), lambda i=i: self._row_family(i))
             if fam.by_width and WIDTH_ONLY_NO_TP:

@@ -335,6 +335,19 @@ PREFER: dict[str, tuple[str, ...]] = {
 
 
 def _find_model(artifact: Artifact, op_kind: str) -> str | None:
+    """The artifact's model for an operator kind (PREFER's first match), found once per
+    artifact and kind."""
+    # an artifact being built gains models: the key holds how many it has
+    key = (id(artifact), artifact.artifact_id, len(artifact.manifest["models"]), op_kind)
+    if key not in _FOUND:
+        _FOUND[key] = _search_model(artifact, op_kind)
+    return _FOUND[key]
+
+
+_FOUND: dict[tuple[int, str, int, str], str | None] = {}
+
+
+def _search_model(artifact: Artifact, op_kind: str) -> str | None:
     for kind in KIND_CANDIDATES.get(op_kind, ()):
         names = sorted(artifact.names(kind))
         if names:

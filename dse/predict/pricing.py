@@ -61,6 +61,42 @@ def roofline_op(op: Op, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     return t, t_roof / t
 
 
+def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
+    """`roofline_op`'s seconds per call of each operator. In a batch of at most STACK_AT_MOST
+    configurations, the operators whose work is one value per configuration in one numpy pass
+    (the same numbers: each row's division by its peak, as one operator's); a larger batch
+    operator by operator (no copies of its arrays)."""
+    out: list[np.ndarray | None] = [None] * len(ops)
+    flat = [
+        j
+        for j, op in enumerate(ops)
+        if op.kind != "allreduce" and np.ndim(op.flops) == 1 and np.ndim(op.bytes) == 1
+    ]
+    n = len(np.atleast_1d(ops[0].count)) if ops else 0
+    flat = [j for j in flat if len(ops[j].flops) == n and len(ops[j].bytes) == n]
+    if len(flat) > 1 and n <= STACK_AT_MOST:
+        bf16, fp8 = gpu.peak_bf16_flops_per_s, gpu.peak_flops_per_s("fp8")
+        peaks = [
+            np.where(ops[j].dims["dtype"] == "fp8", fp8, bf16)
+            if ops[j].kind == "gemm"
+            else np.full(n, bf16)
+            for j in flat
+        ]
+        t = roofline_s(
+            np.concatenate([ops[j].flops for j in flat]),
+            np.concatenate([ops[j].bytes for j in flat]),
+            np.concatenate(peaks),
+            gpu.hbm_bw_bytes_per_s,
+        )
+        t += LAUNCH_S
+        for i, j in enumerate(flat):
+            out[j] = t[i * n : (i + 1) * n]
+    for j, op in enumerate(ops):
+        if out[j] is None:
+            out[j] = roofline_op(op, gpu)[0]
+    return out  # type: ignore[return-value]
+
+
 def transfer_factor(op: Op, gpu: GPU, fitted_on: GPU) -> np.ndarray:
     """Time on `gpu` / time on `fitted_on` by the roofline (launch floor included): moves a
     Level-1 time measured on one chip to a sibling with other bandwidth or peak."""
@@ -211,13 +247,10 @@ def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
 
 
 def _node_sum(w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """sum_k w[k] x[k] over the node axis, node by node: the same order for every column,
-    so a configuration's total does not depend on the batch it comes in (einsum sums a single
-    column in another order than many)."""
-    acc = w[0] * x[0]
-    for j in range(1, len(w)):
-        acc += w[j] * x[j]
-    return acc
+    """sum_k w[k] x[k] over the node axis: numpy adds the rows of a (k, n) array in order,
+    the same order for every column, so a configuration's total does not depend on the batch
+    it comes in (einsum sums a single column in another order than many)."""
+    return (w * x).sum(axis=0)
 
 
 def _reduce(
@@ -432,6 +465,7 @@ class Pricer:
         # "cache": adapters may share results between operators of this phase.
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
         sources, source_rows = d.sources, d.source_rows
+        roofs = roofline_times(ops, self.gpu)
         for j, op in enumerate(ops):
             runs = op.count > 0
             every = bool(runs.all())
@@ -445,7 +479,7 @@ class Pricer:
                 call, price = self._price_op(op, runs, ctx, n)
             if price is not None:
                 _record_misses(price, op, runs, d.misses, d.oor_by, d.oor)
-            t_r = call.t_call if call.src == "roofline" else roofline_op(op, self.gpu)[0]
+            t_r = call.t_call if call.src == "roofline" else roofs[j]
             t, roof = call.t_call * op.count, t_r * op.count
             if not every:  # zero where the configuration does not run the operator
                 t, roof = np.where(runs, t, 0.0), np.where(runs, roof, 0.0)

@@ -455,6 +455,8 @@ def _row_sources(base: BaseCost, n: int) -> tuple[np.ndarray, np.ndarray, np.nda
     entries: list[tuple[str, str, np.ndarray]] = []  # (op, label, rows)
     for c in (base.prefill, base.decode):
         for k, s in c.sources.items():
+            if "roofline" not in s and "@" not in s:  # a fitted model of this chip alone
+                continue
             runs = c.items_s[k] > 0
             if not runs.any():
                 continue
