@@ -75,17 +75,20 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
     n = len(np.atleast_1d(ops[0].count)) if ops else 0
     flat = [j for j in flat if len(ops[j].flops) == n and len(ops[j].bytes) == n]
     if len(flat) > 1 and n <= STACK_AT_MOST:
-        bf16, fp8 = gpu.peak_bf16_flops_per_s, gpu.peak_flops_per_s("fp8")
-        peaks = [
-            np.where(ops[j].dims["dtype"] == "fp8", fp8, bf16)
-            if ops[j].kind == "gemm"
-            else np.full(n, bf16)
-            for j in flat
-        ]
+        peak = np.full(len(flat) * n, gpu.peak_bf16_flops_per_s)
+        fp8_rows: dict[int, np.ndarray] = {}  # the GEMMs of a pass share one dtype column
+        for i, j in enumerate(flat):
+            if ops[j].kind == "gemm":
+                dt = ops[j].dims["dtype"]
+                if id(dt) not in fp8_rows:
+                    fp8_rows[id(dt)] = np.broadcast_to(np.asarray(dt) == "fp8", (n,))
+                if fp8_rows[id(dt)].any():
+                    part = peak[i * n : (i + 1) * n]
+                    part[fp8_rows[id(dt)]] = gpu.peak_flops_per_s("fp8")
         t = roofline_s(
             np.concatenate([ops[j].flops for j in flat]),
             np.concatenate([ops[j].bytes for j in flat]),
-            np.concatenate(peaks),
+            peak,
             gpu.hbm_bw_bytes_per_s,
         )
         t += LAUNCH_S
@@ -465,11 +468,13 @@ class Pricer:
         # "cache": adapters may share results between operators of this phase.
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
         sources, source_rows = d.sources, d.source_rows
-        roofs = roofline_times(ops, self.gpu)
+        runs_of = [op.count > 0 for op in ops]
+        every_of = [bool(r.all()) for r in runs_of]
+        live = [j for j, r in enumerate(runs_of) if every_of[j] or r.any()]
+        roofs = dict(zip(live, roofline_times([ops[j] for j in live], self.gpu), strict=True))
         for j, op in enumerate(ops):
-            runs = op.count > 0
-            every = bool(runs.all())
-            if not every and not runs.any():  # e.g. the MoE operators of a dense model
+            runs, every = runs_of[j], every_of[j]
+            if j not in roofs:  # runs nowhere, e.g. the MoE operators of a dense model
                 d.per_op.append((op, d.zero, d.zero))
                 sources.setdefault(op.name, "none")
                 continue
