@@ -233,7 +233,7 @@ class _StackedMembers:
         k = len(self.b_out)
         m = max(-(-n // MIN_GEMM_ROWS) * MIN_GEMM_ROWS, MIN_GEMM_ROWS)
         z = np.zeros((m, k * self.n_in), dtype=np.float32)
-        zs = np.tile(X, (1, k)) - self.means
+        zs = np.concatenate([X] * k, axis=1) - self.means  # each member's copy of X
         zs *= self.inv_scales
         z[:n] = zs
         h = z

@@ -149,13 +149,16 @@ def price_layer_ops(
         [as_rows(np.asarray(items[i][1]["tokens"], dtype=float), n) for i in live]
     )
 
-    def tile(c: str) -> np.ndarray:
-        return np.tile(np.asarray(cols[c]).astype(float), k)
+    def tile(a: np.ndarray) -> np.ndarray:  # np.tile of a column, as one C call
+        return np.concatenate([a] * k)
 
-    gated = np.tile(np.asarray(cols["gated_mlp"]) & (np.asarray(cols["norm"]) == "rmsnorm"), k)
+    gated = tile(np.asarray(cols["gated_mlp"]) & (np.asarray(cols["norm"]) == "rmsnorm"))
     arrays = {
         "num_tokens": tokens,
-        **{c: tile(c) for c in ("d_model", "n_heads", "n_kv_heads", "d_ff", "tensor_parallel")},
+        **{
+            c: tile(np.asarray(cols[c]).astype(float))
+            for c in ("d_model", "n_heads", "n_kv_heads", "d_ff", "tensor_parallel")
+        },
     }
     blocks = _layer_row_blocks(model, vop, gated, arrays)
     if blocks is not None:
@@ -179,6 +182,8 @@ def price_layer_ops(
         gpu,
         lat,
     )  # fmt: skip
+    every_covered = bool(covered.all())
+    inside = np.zeros(n, dtype=bool)  # shared by the operators without a miss (never written)
     for p, i in enumerate(live):
         op = items[i][0]
         sl = slice(p * n, (p + 1) * n)
@@ -187,10 +192,16 @@ def price_layer_ops(
             for key, m in all_misses.items()
             if m.outside[sl].any()
         }
-        oor = np.zeros(n, dtype=bool)
-        for m in misses.values():
-            oor |= m.outside
-        cov, t = covered[sl], lat[sl]
+        oor = inside
+        if misses:
+            oor = np.zeros(n, dtype=bool)
+            for m in misses.values():
+                oor |= m.outside
+        t = lat[sl]
+        if every_covered:
+            out[i] = L1Price(t, None if power is None else power[sl], oor, names[0], misses)
+            continue
+        cov = covered[sl]
         if not cov.any():
             continue
         if cov.all():
