@@ -524,8 +524,18 @@ class GemmModel(Model):
     def predict_latency(self, m: Any, n: Any, k: Any) -> dict[str, np.ndarray]:
         """`predict` without power_w and energy_j: the latency items alone, the power model not
         run (the predictor prices power from the artifact's power table instead)."""
-        lat, shape, _ = self._latency(m, n, k)
-        return {key: v.reshape(shape) for key, v in lat.items()}
+        return self.latency_and_power_residual(m, n, k)[0]
+
+    def latency_and_power_residual(
+        self, m: Any, n: Any, k: Any
+    ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """(`predict_latency`, the log measured-power residual at the same shapes, None without
+        one): the table cell found once for both."""
+        lat, shape, cell = self._latency(m, n, k)
+        out = {key: v.reshape(shape) for key, v in lat.items()}
+        if self.power_table_ is None:
+            return out, None
+        return out, _Grid.interp(self.power_table_, cell).reshape(shape)
 
     def _latency(
         self, m: Any, n: Any, k: Any

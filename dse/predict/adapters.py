@@ -153,13 +153,12 @@ def _gemm_call(
     artifact's cached instance, shared by every caller: it is read, never changed."""
     table = power_table(artifact)
     if table is not None and model.power_model is not None:
-        out = model.predict_latency(m, n, k)
+        out, log_power_residual = model.latency_and_power_residual(m, n, k)
         span = model.c_["board_w"] - model.c_["idle_w"]
         # The power model's shape scaled to the GPU the model was fitted for (idle..board).
         p = model.c_["idle_w"] + span * table.fraction(out["compute_util"], out["memory_util"])
-        ptab = getattr(model, "power_table_", None)
-        if ptab is not None:
-            p = p * np.exp(model._lookup(ptab, m, n, k))
+        if log_power_residual is not None:
+            p = p * np.exp(log_power_residual)
         return {"latency_s": out["latency_s"], "power_w": p}
     out = model.predict(m, n, k)
     return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
