@@ -468,7 +468,8 @@ def _attention_rules(
     split: np.ndarray,
     hd: np.ndarray,
 ) -> Iterator[tuple[np.ndarray, Callable[[int], str]]]:
-    """7. The attention families (issue 21): the pattern, sliding windows, MLA, linear layers."""
+    """7. The attention families (issue 21): the pattern, sliding windows, MLA, linear layers,
+    the FFN pattern."""
     L, h = num["n_layers"], num["n_heads"]
     r_pat = raw("attention_pattern")
     text = _pattern_texts(r_pat)
@@ -556,7 +557,7 @@ def _attention_rules(
     nv = np.where(nv > 0, nv, h)
     ng = _int_col(raw("linear_n_groups"))
     ng = np.where(ng > 0, ng, nv)
-    grouped = _text_col(raw("linear_kind")) != "mamba1"  # Mamba-1's B and C are not grouped
+    grouped = raw("linear_kind") != "mamba1"  # Mamba-1's B and C are not grouped
     yield (
         ok & linear & grouped & (_mod(nv, ng) != 0),
         lambda i: f"linear_n_groups: must divide linear_n_heads={_fmt(nv[i])}, got {_fmt(ng[i])}",
@@ -597,36 +598,24 @@ def _attention_rules(
             f"layers are dense), got {_fmt(nd[i])}"
         ),
     )
-    both = known & ffn_known
-    mixers = np.where(both, text, P.FULL)
-    empty = _empty_layers(mixers, ffn_text)
+    empty = _empty_layers(text, ffn_text)  # an unknown pattern ('') counts as the default
     yield (
-        both & (empty >= 0),
+        known & ffn_known & (empty >= 0),
         lambda i: (
             f"ffn_pattern: layer {int(empty[i])} has neither a mixer (attention_pattern "
-            f"{_fmt(mixers[i])}) nor an FFN, got {_fmt(ffn_text[i])}"
+            f"{_fmt(text[i])}) nor an FFN, got {_fmt(ffn_text[i])}"
         ),
     )
 
 
 def _empty_layers(mixers: np.ndarray, ffns: np.ndarray) -> np.ndarray:
-    """The first layer without a mixer and an FFN of each row, -1 where there is none (each
-    distinct pair of patterns looked at once; none at all unless both hold `none`)."""
-    n = len(mixers)
-    has_none = np.char.find(mixers.astype(str), "none") >= 0
-    has_none &= np.char.find(ffns.astype(str), "none") >= 0
-    out = np.full(n, -1, dtype=np.int64)
-    for i in np.flatnonzero(has_none):
+    """The first layer without a mixer and an FFN of each row, -1 where there is none (looked
+    at only where both patterns have `none` layers, each distinct pair once)."""
+    out = np.full(len(mixers), -1, dtype=np.int64)
+    for i in np.flatnonzero(P.has_none(mixers) & P.has_none(ffns, P.FFNS)):
         layer = P.empty_layer(str(mixers[i]), str(ffns[i]))
         out[i] = -1 if layer is None else layer
     return out
-
-
-def _text_col(r: np.ndarray) -> np.ndarray:
-    """A choice column as text ('' where missing)."""
-    if r.dtype.kind in "US":
-        return r.astype(str)
-    return np.array(["" if x is None else str(x) for x in r.tolist()])
 
 
 def _int_col(r: np.ndarray) -> np.ndarray:

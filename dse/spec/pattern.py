@@ -206,7 +206,8 @@ def _columns(pattern: Any, counts: Callable[[str], tuple[int, ...]]) -> tuple[An
         return counts(str(arr.item()))
     first = arr.flat[0] if arr.size else ""
     if arr.size and (arr == first).all():  # one pattern for the whole batch (a sweep's usual)
-        return tuple(np.full(arr.shape, c, dtype=np.int64) for c in counts(str(first)))
+        # read-only views of one value each: nothing allocated per row
+        return tuple(np.broadcast_to(np.int64(c), arr.shape) for c in counts(str(first)))
     uniq, inv = np.unique(arr.astype(str), return_inverse=True)
     table = np.array([counts(str(u)) for u in uniq], dtype=np.int64)[inv.reshape(-1)]
     return tuple(table[:, j].reshape(arr.shape) for j in range(table.shape[1]))
@@ -217,6 +218,15 @@ def has_kind(pattern: Any, kind: str) -> Any:
     sliding or linear; a parallel layer has two)."""
     i = 1 + ("full", "sliding", "linear").index(kind)
     return np.asarray(_columns(pattern, _counts_of)[i]) > 0
+
+
+def has_none(pattern: Any, kinds: Kinds = MIXERS) -> Any:
+    """True where the pattern has `none` layers (no mixer, or no FFN)."""
+    if kinds is MIXERS:
+        c = _columns(pattern, _counts_of)
+        return np.asarray(c[0] - c[4]) > 0
+    c = _columns(pattern, _ffn_counts_of)
+    return np.asarray(c[0] - c[1] - c[2]) > 0
 
 
 @lru_cache(maxsize=256)
