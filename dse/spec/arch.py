@@ -591,6 +591,13 @@ def _attention_rules(
             f"n_layers={_fmt(L[i])}, got {_fmt(ffn_text[i])}"
         ),
     )
+    yield (  # one spelling per model: a dense model's every FFN is its `ffn`
+        ok & ~moe & ffn_known & P.has_dense(ffn_text),
+        lambda i: (
+            "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
+            f"dense FFN: write ffn), got {_fmt(ffn_text[i])}"
+        ),
+    )
     yield (
         ok & moe & (nd > 0) & ffn_known & (ffn_text != P.FFNS.default),
         lambda i: (

@@ -220,6 +220,11 @@ def has_kind(pattern: Any, kind: str) -> Any:
     return np.asarray(_columns(pattern, _counts_of)[i]) > 0
 
 
+def has_dense(pattern: Any) -> Any:
+    """True where the ffn_pattern has `dense` layers."""
+    return np.asarray(_columns(pattern, _ffn_counts_of)[2]) > 0
+
+
 def has_none(pattern: Any, kinds: Kinds = MIXERS) -> Any:
     """True where the pattern has `none` layers (no mixer, or no FFN)."""
     if kinds is MIXERS:
