@@ -643,6 +643,9 @@ def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
                    "--n-dense-layers", "1"],
              "n_dense_layers: must be 0 when ffn_pattern is not 'ffn' (the pattern says which "
              "layers are dense), got 1"),
+            (cmd, ["--ffn-pattern", "dense,ffn"],
+             "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
+             "dense FFN: write ffn), got 'dense,ffn'"),
             (cmd, ["--attention-pattern", "linear,none", "--ffn-pattern", "ffn,none"],
              "ffn_pattern: layer 1 has neither a mixer (attention_pattern 'linear,none') nor an "
              "FFN, got 'ffn,none'"),

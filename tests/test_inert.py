@@ -153,6 +153,15 @@ def test_the_example_space_has_12_configurations_not_24(tmp_path: Path) -> None:
                            by_number.loc[t, obj].to_numpy(float), rtol=0, atol=0)  # fmt: skip
 
 
+def test_check_counts_the_distinct_configurations(capsys: pytest.CaptureFixture[str]) -> None:
+    from dse.cli import main
+
+    assert main(["check", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "  configurations:      24\n" in out
+    assert "  distinct:            12 (12 differ from another only in fields they ignore" in out
+
+
 def test_the_exact_front_holds_no_repeated_configuration() -> None:
     space = load_space(EXAMPLE)
     front = exact_front(space)

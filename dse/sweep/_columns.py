@@ -50,15 +50,23 @@ def canonical_digits(space: SearchSpace, digits: np.ndarray) -> np.ndarray:
     inert = [(name, pos[name]) for name in INERT_FIELDS if name in pos]
     if not inert or not len(digits):
         return digits
-    cols: dict[str, Any] = {}
-    for name in DECIDING_FIELDS:
-        if name in pos:
-            values = searched[pos[name]].values
+    # The masks depend on the deciding fields only: judged once per distinct combination of
+    # their values (a handful), then spread over the rows.
+    deciding = [(name, pos[name]) for name in DECIDING_FIELDS if name in pos]
+    sizes = [len(searched[j].values) for _, j in deciding]
+    combo = (
+        np.ravel_multi_index(tuple(digits[:, j] for _, j in deciding), sizes)
+        if deciding
+        else np.zeros(len(digits), dtype=np.int64)
+    )
+    uniq, inv = np.unique(combo, return_inverse=True)
+    cols: dict[str, Any] = {k: v for k, v in space.fixed.items() if k in DECIDING_FIELDS}
+    if deciding:
+        for (name, j), d in zip(deciding, np.unravel_index(uniq, sizes), strict=True):
+            values = searched[j].values
             typ = object if isinstance(values[0], str) else None
-            cols[name] = np.asarray(values, dtype=typ)[digits[:, pos[name]]]
-        elif name in space.fixed:
-            cols[name] = space.fixed[name]
-    masks = inert_masks(cols, len(digits))
+            cols[name] = np.asarray(values, dtype=typ)[d]
+    masks = {k: v[inv.reshape(-1)] for k, v in inert_masks(cols, len(uniq)).items()}
     out = digits.copy()
     for name, j in inert:
         out[masks[name], j] = 0
