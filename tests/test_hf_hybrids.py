@@ -343,3 +343,11 @@ def test_arch_names_the_layers_of_each_kind(
     at = json.loads(capsys.readouterr().out)["attention"]
     assert at["ffn_layers"] == {"dense": 16, "moe": 16, "none": 0}
     assert at["linear"]["kind"] == "mamba1" and at["linear"]["n_groups"] is None
+
+
+def test_export_refuses_a_hybrid_pattern() -> None:
+    from dse.spec.hf import to_hf_config
+
+    a = A.Architecture(d_model=64, n_layers=2, n_heads=4, d_ff=96, ffn_pattern="ffn,none")
+    with pytest.raises(ConfigError, match="ffn_pattern: must be 'ffn' \\(exported model types"):
+        to_hf_config(a)

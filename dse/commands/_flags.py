@@ -102,6 +102,8 @@ def _metavar(f: F.Field) -> str:
         return "NAME"
     if f.kind == "pattern":
         return "KINDS"
+    if f.kind == "bool":
+        return "BOOL"
     return "N" if f.kind == "int" else "X"
 
 

@@ -478,16 +478,17 @@ def _attention_rules(
         ~known,
         lambda i: f"attention_pattern: {P.RULE}, got {_fmt(r_pat[i])}",
     )
-    per = np.asarray(P.period(np.where(known, text, P.FULL)), dtype=float)
+    shape = P.counts(text)  # (period, full, sliding, linear, mixers); '' counts as full
+    per = np.asarray(shape[0], dtype=float)
     yield (
-        ok & known & (_mod(L, per) != 0),
+        ok & known & ~_divides(L, per),
         lambda i: (
             f"attention_pattern: its length ({_fmt(per[i])} layers) must divide "
             f"n_layers={_fmt(L[i])}, got {_fmt(text[i])}"
         ),
     )
     win = _int_col(raw("sliding_window"))
-    sliding = known & np.asarray(P.has_kind(np.where(known, text, P.FULL), "sliding"))
+    sliding = known & (np.asarray(shape[2]) > 0)
     yield (
         sliding & ~(win >= 1),
         lambda i: (
@@ -552,7 +553,7 @@ def _attention_rules(
             lambda i, name=name: f"{name}: must be false with kv_lora_rank (MLA), got True",
         )
     # Linear layers: key heads (B/C groups) are shared by whole groups of value heads.
-    linear = known & np.asarray(P.has_kind(np.where(known, text, P.FULL), "linear"))
+    linear = known & (np.asarray(shape[3]) > 0)
     nv = _int_col(raw("linear_n_heads"))
     nv = np.where(nv > 0, nv, h)
     ng = _int_col(raw("linear_n_groups"))
@@ -582,30 +583,31 @@ def _attention_rules(
     ffn_text = _pattern_texts(r_ffn, P.FFNS)
     ffn_known = ffn_text != ""
     yield ~ffn_known, lambda i: f"ffn_pattern: {P.FFNS.rule}, got {_fmt(r_ffn[i])}"
-    ffn_text = np.where(ffn_known, ffn_text, P.FFNS.default)
-    ffn_per = np.asarray(P.period(ffn_text, P.FFNS), dtype=float)
+    f_per, f_own, f_dense = (np.asarray(x) for x in P.counts(ffn_text, P.FFNS))
+    ffn_per = f_per.astype(float)
     yield (
-        ok & ffn_known & (_mod(L, ffn_per) != 0),
+        ok & ffn_known & ~_divides(L, ffn_per),
         lambda i: (
             f"ffn_pattern: its length ({_fmt(ffn_per[i])} layers) must divide "
             f"n_layers={_fmt(L[i])}, got {_fmt(ffn_text[i])}"
         ),
     )
     yield (  # one spelling per model: a dense model's every FFN is its `ffn`
-        ok & ~moe & ffn_known & P.has_dense(ffn_text),
+        ok & ~moe & ffn_known & (f_dense > 0),
         lambda i: (
             "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
             f"dense FFN: write ffn), got {_fmt(ffn_text[i])}"
         ),
     )
     yield (
-        ok & moe & (nd > 0) & ffn_known & (ffn_text != P.FFNS.default),
+        ok & moe & (nd > 0) & ffn_known & (f_own != f_per),
         lambda i: (
             f"n_dense_layers: must be 0 when ffn_pattern is not 'ffn' (the pattern says which "
             f"layers are dense), got {_fmt(nd[i])}"
         ),
     )
-    empty = _empty_layers(text, ffn_text)  # an unknown pattern ('') counts as the default
+    both_none = (np.asarray(shape[0]) > np.asarray(shape[4])) & (f_per > f_own + f_dense)
+    empty = _empty_layers(text, ffn_text, both_none)
     yield (
         known & ffn_known & (empty >= 0),
         lambda i: (
@@ -615,11 +617,18 @@ def _attention_rules(
     )
 
 
-def _empty_layers(mixers: np.ndarray, ffns: np.ndarray) -> np.ndarray:
+def _divides(L: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """True where the period divides n_layers (a batch of one-layer periods: all of it)."""
+    if period.size and period.min() == period.max() == 1:
+        return np.ones(period.shape, dtype=bool)
+    return _mod(L, period) == 0
+
+
+def _empty_layers(mixers: np.ndarray, ffns: np.ndarray, both_none: np.ndarray) -> np.ndarray:
     """The first layer without a mixer and an FFN of each row, -1 where there is none (looked
     at only where both patterns have `none` layers, each distinct pair once)."""
     out = np.full(len(mixers), -1, dtype=np.int64)
-    for i in np.flatnonzero(P.has_none(mixers) & P.has_none(ffns, P.FFNS)):
+    for i in np.flatnonzero(both_none):
         layer = P.empty_layer(str(mixers[i]), str(ffns[i]))
         out[i] = -1 if layer is None else layer
     return out

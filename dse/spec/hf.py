@@ -985,6 +985,7 @@ _IMPORTERS = {
 # Fields of the attention families (issue 21) at their plain full-attention values.
 _PLAIN_ATTENTION: dict[str, Any] = {
     "attention_pattern": "full",
+    "ffn_pattern": "ffn",
     "kv_lora_rank": 0,
     "attn_output_gate": False,
     "n_dense_layers": 0,

@@ -194,6 +194,13 @@ def ffn_counts(pattern: Any, n_layers: Any) -> tuple[Any, Any]:
     return reps * c[1], reps * c[2]
 
 
+def counts(pattern: Any, kinds: Kinds = MIXERS) -> tuple[Any, ...]:
+    """Per pattern (scalar or column, read once), what one period holds: for an
+    attention_pattern (period, full, sliding, linear, layers with a mixer), for an ffn_pattern
+    (period, ffn, dense); an unknown text ('') counts as the default."""
+    return _columns(pattern, _counts_of if kinds is MIXERS else _ffn_counts_of)
+
+
 def _columns(pattern: Any, counts: Callable[[str], tuple[int, ...]]) -> tuple[Any, ...]:
     """`counts` of a pattern (scalars), or of each element of a column of them (int64 arrays,
     each distinct text counted once)."""
@@ -218,20 +225,6 @@ def has_kind(pattern: Any, kind: str) -> Any:
     sliding or linear; a parallel layer has two)."""
     i = 1 + ("full", "sliding", "linear").index(kind)
     return np.asarray(_columns(pattern, _counts_of)[i]) > 0
-
-
-def has_dense(pattern: Any) -> Any:
-    """True where the ffn_pattern has `dense` layers."""
-    return np.asarray(_columns(pattern, _ffn_counts_of)[2]) > 0
-
-
-def has_none(pattern: Any, kinds: Kinds = MIXERS) -> Any:
-    """True where the pattern has `none` layers (no mixer, or no FFN)."""
-    if kinds is MIXERS:
-        c = _columns(pattern, _counts_of)
-        return np.asarray(c[0] - c[4]) > 0
-    c = _columns(pattern, _ffn_counts_of)
-    return np.asarray(c[0] - c[1] - c[2]) > 0
 
 
 @lru_cache(maxsize=256)
