@@ -351,3 +351,19 @@ def test_export_refuses_a_hybrid_pattern() -> None:
     a = A.Architecture(d_model=64, n_layers=2, n_heads=4, d_ff=96, ffn_pattern="ffn,none")
     with pytest.raises(ConfigError, match="ffn_pattern: must be 'ffn' \\(exported model types"):
         to_hf_config(a)
+
+
+def test_the_hybrids_example_sweeps_to_a_front_of_hybrids(tmp_path: Path) -> None:
+    """examples/mamba_hybrids_8b.yaml: YAML lists of both patterns, every linear kind."""
+    from dse.sweep import SweepOptions, run_sweep
+
+    space = REPO / "examples" / "mamba_hybrids_8b.yaml"
+    out = tmp_path / "r"
+    assert not run_sweep(SweepOptions(space_file=space, out=out, quiet=True)).interrupted
+    counts = json.loads((out / "summary.json").read_text())["counts"]
+    assert counts["trials"] == 64 and counts["distinct_configurations"] == 52
+    import pandas as pd
+
+    front = pd.read_csv(out / "front.csv")
+    assert len(front) and (front["attention_pattern"] != "full").all()
+    assert set(front["ffn_pattern"]) <= {"ffn", "none,ffn"}
