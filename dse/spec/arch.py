@@ -473,12 +473,14 @@ def _attention_rules(
     L, h = num["n_layers"], num["n_heads"]
     r_pat = raw("attention_pattern")
     text = _pattern_texts(r_pat)
+    n = len(text)
     known = text != ""
     yield (
         ~known,
         lambda i: f"attention_pattern: {P.RULE}, got {_fmt(r_pat[i])}",
     )
-    shape = P.counts(text)  # (period, full, sliding, linear, mixers); '' counts as full
+    # (period, full, sliding, linear, mixers) per row; '' counts as full
+    shape = tuple(np.broadcast_to(np.asarray(x), (n,)) for x in P.counts(text))
     per = np.asarray(shape[0], dtype=float)
     yield (
         ok & known & ~_divides(L, per),
@@ -583,7 +585,9 @@ def _attention_rules(
     ffn_text = _pattern_texts(r_ffn, P.FFNS)
     ffn_known = ffn_text != ""
     yield ~ffn_known, lambda i: f"ffn_pattern: {P.FFNS.rule}, got {_fmt(r_ffn[i])}"
-    f_per, f_own, f_dense = (np.asarray(x) for x in P.counts(ffn_text, P.FFNS))
+    f_per, f_own, f_dense = (
+        np.broadcast_to(np.asarray(x), (n,)) for x in P.counts(ffn_text, P.FFNS)
+    )
     ffn_per = f_per.astype(float)
     yield (
         ok & ffn_known & ~_divides(L, ffn_per),
@@ -847,7 +851,8 @@ def matmul_params_per_token(a: Architecture) -> Any:
     lm = V * d  # the LM head multiply happens whether or not it is tied
     q_w = h * np.where(np.asarray(a.attn_output_gate), 2, 1)
     bias = (Lf + Ls) * np.where(np.asarray(a.qkv_bias) & ~mla, (q_w + 2 * kv) * hd, 0)
-    conv_bias = Ll * np.where(np.isin(a.linear_kind, ("mamba2", "mamba1")), linear_dims(a)[4], 0)
+    kind = np.asarray(a.linear_kind)
+    conv_bias = Ll * np.where((kind == "mamba2") | (kind == "mamba1"), linear_dims(a)[4], 0)
     elementwise = (
         p["final_norm"]
         + p["norms"]

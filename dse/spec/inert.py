@@ -56,8 +56,8 @@ def inert_masks(cols: Mapping[str, Any], n: int) -> dict[str, np.ndarray]:
     takes its field's default."""
     mla = _number(cols.get("kv_lora_rank"), 0.0, n) > 0
     pattern = _text(cols.get("attention_pattern"), P.FULL, n)
-    no_sliding = ~np.asarray(P.has_kind(pattern, "sliding"), dtype=bool)
-    no_linear = ~np.asarray(P.has_kind(pattern, "linear"), dtype=bool)
+    no_sliding = ~np.broadcast_to(P.has_kind(pattern, "sliding"), (n,))
+    no_linear = ~np.broadcast_to(P.has_kind(pattern, "linear"), (n,))
     mamba1 = _text(cols.get("linear_kind"), "", n) == "mamba1"
     dense = ~(_number(cols.get("n_experts"), 1.0, n) > 1)
     out = {"n_kv_heads": mla, "sliding_window": no_sliding}

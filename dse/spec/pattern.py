@@ -197,13 +197,15 @@ def ffn_counts(pattern: Any, n_layers: Any) -> tuple[Any, Any]:
 def counts(pattern: Any, kinds: Kinds = MIXERS) -> tuple[Any, ...]:
     """Per pattern (scalar or column, read once), what one period holds: for an
     attention_pattern (period, full, sliding, linear, layers with a mixer), for an ffn_pattern
-    (period, ffn, dense); an unknown text ('') counts as the default."""
+    (period, ffn, dense); an unknown text ('') counts as the default. Scalars where the column
+    holds one pattern (`_columns`)."""
     return _columns(pattern, _counts_of if kinds is MIXERS else _ffn_counts_of)
 
 
 def _columns(pattern: Any, counts: Callable[[str], tuple[int, ...]]) -> tuple[Any, ...]:
     """`counts` of a pattern (scalars), or of each element of a column of them (int64 arrays,
-    each distinct text counted once)."""
+    each distinct text counted once; scalars when the column holds one pattern: they broadcast
+    against the column's other arrays, and a one-row call creates no array for them)."""
     if pattern is None:
         return counts("")
     if isinstance(pattern, str):
@@ -213,8 +215,7 @@ def _columns(pattern: Any, counts: Callable[[str], tuple[int, ...]]) -> tuple[An
         return counts(str(arr.item()))
     first = arr.flat[0] if arr.size else ""
     if arr.size and (arr == first).all():  # one pattern for the whole batch (a sweep's usual)
-        # read-only views of one value each: nothing allocated per row
-        return tuple(np.broadcast_to(np.int64(c), arr.shape) for c in counts(str(first)))
+        return counts(str(first))
     uniq, inv = np.unique(arr.astype(str), return_inverse=True)
     table = np.array([counts(str(u)) for u in uniq], dtype=np.int64)[inv.reshape(-1)]
     return tuple(table[:, j].reshape(arr.shape) for j in range(table.shape[1]))
