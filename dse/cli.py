@@ -62,6 +62,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=help_text)
             continue
         importlib.import_module(module).register(sub)
+    # No abbreviated flags: with them a new flag changes what an old command line means
+    # (`--ffn=14336` became `--ffn-pattern` when that flag came); a typo gets the closest flags.
+    parser.allow_abbrev = False
+    for p in sub.choices.values():
+        p.allow_abbrev = False
     return parser
 
 

@@ -76,7 +76,10 @@ def test_a_bad_pattern_names_the_rule(bad: object) -> None:
             {"attention_pattern": "linear*3,full", "linear_n_heads": 32, "linear_n_groups": 5},
             "linear_n_groups: must divide linear_n_heads=32, got 5",
         ),
-        ({"n_dense_layers": 32}, "n_dense_layers: must be < n_layers=32"),
+        (
+            {"n_experts": 8, "top_k": 2, "n_dense_layers": 32},
+            "n_dense_layers: must be < n_layers=32",
+        ),
     ],
 )
 def test_bad_combinations_get_the_rule_and_the_values(change: dict, message: str) -> None:

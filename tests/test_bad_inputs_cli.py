@@ -566,14 +566,18 @@ ATTENTION_INT_LIMITS: dict[str, tuple[int, int]] = {
     "q_lora_rank": (0, 65536),
     "qk_nope_head_dim": (0, 4096),
     "v_head_dim": (0, 4096),
-    "linear_n_heads": (0, 4096),
+    "linear_n_heads": (0, 65536),
     "linear_head_dim": (0, 4096),
     "linear_n_groups": (0, 4096),
     "linear_state_dim": (0, 4096),
     "linear_conv_width": (1, 64),
     "n_dense_layers": (0, 1024),
 }
-PATTERN_RULE = "must be a list of full, sliding, linear (each optionally kind*count)"
+PATTERN_RULE = (
+    "must be a list of full, sliding, linear, none, full+linear, sliding+linear "
+    "(each optionally kind*count)"
+)
+FFN_PATTERN_RULE = "must be a list of ffn, dense, none (each optionally kind*count)"
 
 
 def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
@@ -595,15 +599,23 @@ def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
                 (cmd, ["--qk-rope-head-dim", typed],
                  f"--qk-rope-head-dim: must be an even integer in [0, 4096], got {shown}")
             )  # fmt: skip
-        for typed in ["slide", "sliding*0", "sliding*x", "full,", "", "full*2000", "3"]:
+        for typed in ["slide", "sliding*0", "sliding*x", "full,", "", "full*2000", "3",
+                      "full+sliding", "linear+full"]:  # fmt: skip
             cases.append(
                 (cmd, ["--attention-pattern", typed],
                  f"--attention-pattern: {PATTERN_RULE}, got {typed!r}")
             )  # fmt: skip
+        for typed in ["moe", "ffn*0", "", "full", "dense,"]:
+            cases.append(
+                (cmd, ["--ffn-pattern", typed], f"--ffn-pattern: {FFN_PATTERN_RULE}, got {typed!r}")
+            )
+        cases.append(
+            (cmd, ["--linear-norm", "maybe"], "--linear-norm: must be true or false, got 'maybe'")
+        )
         cases.append(
             (cmd, ["--linear-kind", "mamba"],
-             "--linear-kind: must be one of gated_deltanet, mamba2 (did you mean 'mamba2'?), "
-             "got 'mamba'")
+             "--linear-kind: must be one of gated_deltanet, mamba2, mamba1 (did you mean "
+             "'mamba2'?), got 'mamba'")
         )  # fmt: skip
         # Values each valid, a rule between fields broken (Llama-3-8B: 32 layers, 32 heads of 128).
         cases += [
@@ -621,8 +633,22 @@ def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
              "qk_nope_head_dim) with MLA, got 128"),
             (cmd, ["--attention-pattern", "linear*3,full", "--linear-n-groups", "5"],
              "linear_n_groups: must divide linear_n_heads=32, got 5"),
-            (cmd, ["--n-dense-layers", "32"],
+            (cmd, ["--n-experts", "8", "--top-k", "2", "--n-dense-layers", "32"],
              "n_dense_layers: must be < n_layers=32 (the rest are MoE), got 32"),
+            # hybrids: the FFN pattern's length, dense first layers beside a pattern, and a
+            # layer with neither a mixer nor an FFN
+            (cmd, ["--ffn-pattern", "ffn,ffn,dense"],
+             "ffn_pattern: its length (3 layers) must divide n_layers=32, got 'ffn*2,dense'"),
+            (cmd, ["--n-experts", "8", "--top-k", "2", "--ffn-pattern", "dense,ffn",
+                   "--n-dense-layers", "1"],
+             "n_dense_layers: must be 0 when ffn_pattern is not 'ffn' (the pattern says which "
+             "layers are dense), got 1"),
+            (cmd, ["--ffn-pattern", "dense,ffn"],
+             "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
+             "dense FFN: write ffn), got 'dense,ffn'"),
+            (cmd, ["--attention-pattern", "linear,none", "--ffn-pattern", "ffn,none"],
+             "ffn_pattern: layer 1 has neither a mixer (attention_pattern 'linear,none') nor an "
+             "FFN, got 'ffn,none'"),
         ]  # fmt: skip
     return cases
 
@@ -639,8 +665,10 @@ def test_attention_family_flags_are_the_field_tables(cmd: str) -> None:
     """Every attention-family field is a flag of every command, with the field's own rule."""
     from dse.commands import _flags
 
-    for name in (*ATTENTION_INT_LIMITS, "qk_rope_head_dim", "attention_pattern", "linear_kind"):
+    for name in (*ATTENTION_INT_LIMITS, "qk_rope_head_dim", "attention_pattern", "linear_kind",
+                 "ffn_pattern", "linear_norm"):  # fmt: skip
         assert name in _flags.ARCH_FLAGS
     assert F.FIELDS["attention_pattern"].rule == PATTERN_RULE
+    assert F.FIELDS["ffn_pattern"].rule == FFN_PATTERN_RULE
     for name, (lo, hi) in ATTENTION_INT_LIMITS.items():
         assert (F.FIELDS[name].min, F.FIELDS[name].max) == (lo, hi), name

@@ -45,6 +45,9 @@ ARCH_FLAGS: tuple[str, ...] = (
     "linear_state_dim",
     "linear_conv_width",
     "n_dense_layers",
+    # hybrids: `--ffn-pattern none,ffn` (Nemotron-H), `--linear-norm false` (Falcon-H1)
+    "ffn_pattern",
+    "linear_norm",
 )
 WORKLOAD_FLAGS: tuple[str, ...] = (
     "batch_size",
@@ -99,6 +102,8 @@ def _metavar(f: F.Field) -> str:
         return "NAME"
     if f.kind == "pattern":
         return "KINDS"
+    if f.kind == "bool":
+        return "BOOL"
     return "N" if f.kind == "int" else "X"
 
 

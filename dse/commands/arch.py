@@ -206,11 +206,18 @@ def attention_summary(a: A.Architecture, context: int) -> dict[str, Any]:
     at most their window, linear layers a constant state)."""
     a = a.resolved()
     full, sliding, linear = (int(x) for x in A.layer_kinds(a))
+    mixers, n_layers = int(A.mixer_layers(a)), int(a.n_layers)
+    dense, moe = (int(x) for x in A.ffn_layers(a))
     rate_full, rate_sliding = (float(x) for x in A.kv_rates_per_gpu(a, 1))
     mla, nope, rope, vd = (x.item() if hasattr(x, "item") else x for x in A.mla_dims(a))
     out: dict[str, Any] = {
         "pattern": str(a.attention_pattern),
         "layers": {"full": full, "sliding": sliding, "linear": linear},
+        # layers with no mixer, and with an attention and a linear layer side by side
+        "no_mixer_layers": n_layers - mixers,
+        "parallel_layers": full + sliding + linear - mixers,
+        "ffn_pattern": str(a.ffn_pattern),
+        "ffn_layers": {"dense": dense, "moe": moe, "none": n_layers - dense - moe},
         "sliding_window": int(a.sliding_window) if sliding else None,
         "mla": {
             "kv_lora_rank": int(a.kv_lora_rank),
@@ -244,16 +251,31 @@ def attention_summary(a: A.Architecture, context: int) -> dict[str, Any]:
             "kind": str(a.linear_kind),
             "n_heads": nv,
             "head_dim": dv,
-            "n_groups": ng,
+            "n_groups": None if str(a.linear_kind) == "mamba1" else ng,  # Mamba-1: no groups
             "state_dim": ds,
             "conv_width": int(a.linear_conv_width),
+            "norm": bool(a.linear_norm),
         }
     return out
 
 
 def _is_plain(at: dict[str, Any]) -> bool:
-    """Every layer full GQA attention: `dse arch` prints what it always printed."""
-    return at["layers"]["sliding"] == 0 and at["layers"]["linear"] == 0 and at["mla"] is None
+    """Every layer full GQA attention and the model's FFN: `dse arch` prints what it always
+    printed."""
+    return (
+        at["layers"]["sliding"] == 0
+        and at["layers"]["linear"] == 0
+        and at["mla"] is None
+        and at["no_mixer_layers"] == 0
+        and at["ffn_layers"]["none"] == 0
+        and at["ffn_pattern"] == "ffn"
+    )
+
+
+def _short(pattern: str) -> str:
+    """A pattern as `dse arch` prints it: Gemma 3's 62 layers are one period, the start says
+    enough."""
+    return pattern if len(pattern) <= 48 else pattern[: pattern.rfind(",", 0, 48)] + ", ..."
 
 
 def _print_attention(at: dict[str, Any]) -> None:
@@ -263,14 +285,25 @@ def _print_attention(at: dict[str, Any]) -> None:
         kinds.append(f"{n['sliding']} sliding (window {at['sliding_window']:,} tokens)")
     if n["linear"]:
         lin = at["linear"]
+        groups = "" if lin["n_groups"] is None else f"{lin['n_groups']} groups x "
         kinds.append(
             f"{n['linear']} linear ({lin['kind']}: {lin['n_heads']} heads x {lin['head_dim']}, "
-            f"{lin['n_groups']} groups x state {lin['state_dim']}, conv {lin['conv_width']})"
+            f"{groups}state {lin['state_dim']}, conv {lin['conv_width']}"
+            f"{'' if lin['norm'] else ', no norm'})"
         )
-    pattern = at["pattern"]
-    if len(pattern) > 48:  # Gemma 3's 62 layers are one period: the start says enough
-        pattern = pattern[: pattern.rfind(",", 0, 48)] + ", ..."
-    print(f"  attention: {' + '.join(kinds)} layers; pattern {pattern}")
+    if at["no_mixer_layers"]:
+        kinds.append(f"{at['no_mixer_layers']} without a mixer")
+    both = (
+        f" ({at['parallel_layers']} attention + linear in parallel)"
+        if at["parallel_layers"]
+        else ""
+    )
+    print(f"  attention: {' + '.join(kinds)} layers{both}; pattern {_short(at['pattern'])}")
+    f = at["ffn_layers"]
+    if f["none"] or at["ffn_pattern"] != "ffn":
+        parts = [f"{f['dense']} dense (d_ff)"] + ([f"{f['moe']} MoE"] if f["moe"] else [])
+        parts += [f"{f['none']} without an FFN"] if f["none"] else []
+        print(f"  FFN: {' + '.join(parts)} layers; pattern {_short(at['ffn_pattern'])}")
     if at["mla"]:
         m = at["mla"]
         print(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from dse.spec.space import count_feasible, load_space, require_feasible
+from dse.sweep._columns import canonical_index
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +33,15 @@ def run(args: argparse.Namespace) -> int:
     searched = ", ".join(f"{p.name} ({len(p.values)})" for p in space.searched) or "none"
     print(f"  searched parameters: {searched}")
     print(f"  configurations:      {count.total:,}")
+    if count.valid is not None:
+        # rows that differ from an earlier one only in fields they ignore (`dse.spec.inert`)
+        idx = np.arange(count.total, dtype=np.int64)
+        repeats = int((canonical_index(space, idx) != idx).sum())
+        if repeats:
+            print(
+                f"  distinct:            {count.total - repeats:,} ({repeats:,} differ from "
+                "another only in fields they ignore: a sweep counts them once)"
+            )
     if count.valid is None:
         print("  feasible:            not counted (too many to enumerate)")
     else:

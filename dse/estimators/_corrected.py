@@ -94,7 +94,7 @@ def counts(
     a = a.resolved()
     b, s, o, tp = _f(batch_size), _f(prompt_tokens), _f(output_tokens), _f(tensor_parallel)
     L, d, h = _f(a.n_layers), _f(a.d_model), _f(a.n_heads)
-    kv, hd, v = _f(a.n_kv_heads), _f(a.head_dim), _f(a.vocab_size)
+    hd, v = _f(a.head_dim), _f(a.vocab_size)
     e, k = _f(a.n_experts), _f(a.top_k)
 
     pb = A.param_breakdown(a)
@@ -173,7 +173,16 @@ def counts(
     # norms, QKV, attention output, o-proj, residual adds (13 d), the FFN's inner width.
     ff = np.where(e > 1, k * _f(a.d_ff_expert) + _f(a.shared_expert_d_ff), _f(a.d_ff))
     ff_passes = np.where(np.asarray(a.gated_mlp), 6.0, 4.0)
-    act_tok = ACT_BYTES * L * (13.0 * d + 2.0 * (h + 2.0 * kv) * hd + 2.0 * h * hd + ff_passes * ff)
+    # The QKV and output terms count on the layers with a mixer (every layer but Nemotron-H's
+    # MLP-only ones; a linear layer stands in with the same widths), the FFN's on the layers
+    # with an FFN; MLA's QKV is its queries, latent and up-projected K and V.
+    qkv = _f(A.qkv_width_per_gpu(a, 1))
+    ffn_layers = sum(_f(x) for x in A.ffn_layers(a))
+    act_tok = ACT_BYTES * (
+        L * 13.0 * d
+        + _f(A.mixer_layers(a)) * (2.0 * qkv + 2.0 * h * hd)
+        + ffn_layers * ff_passes * ff
+    )
     act_pre = b * s * act_tok
     act_dec = b * o * act_tok
 

@@ -13,8 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from dse.spec.arch import LINEAR_CHUNK_TOKENS, LINEAR_STATE_FLOPS, dtype_bytes, sliding_keys_sum
-from dse.spec.pattern import layer_counts
+from dse.spec.arch import (
+    LINEAR_CHUNK_TOKENS,
+    LINEAR_STATE_FLOPS,
+    MAMBA1_DT_RANK_DIVISOR,
+    dtype_bytes,
+    sliding_keys_sum,
+)
+from dse.spec.pattern import ffn_counts, mixer_counts
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
 
@@ -159,10 +165,10 @@ def forward_ops(
         *_embedding_ops(sh),
         *_attention_ops(sh, cols, stratum, fam),
         *_family_ops(sh, cols, fam),
-        *_dense_ffn_ops(sh, cols),
-        *_moe_ops(sh, cols),
-        _elementwise("residual/ffn", "norm", sh.L, sh.tokens * sh.d, 2, 1, 1),
-        *_allreduce_ops(sh),
+        *_dense_ffn_ops(sh, cols, fam),
+        *_moe_ops(sh, cols, fam),
+        _elementwise("residual/ffn", "norm", fam.dense + fam.moe, sh.tokens * sh.d, 2, 1, 1),
+        *_allreduce_ops(sh, fam),
         *_head_ops(sh),
     ]
 
@@ -189,8 +195,10 @@ class _Families:
     `gqa` the full + sliding layers priced by the GQA operators, `core` those whose attention
     sees the whole context (full layers, and sliding ones whose window covers every token of
     the phase: they price exactly as full attention), `sliding` the rest of the sliding layers,
-    `mla` the attention layers of MLA models, `linear` the linear-attention layers. For a
-    model of full GQA layers only, gqa = core = n_layers and the others are 0."""
+    `mla` the attention layers of MLA models, `linear` the linear-attention layers, `mixers`
+    the layers with a mixer (a parallel attention + linear layer is one), `dense` and `moe`
+    the layers with a dense or an MoE FFN. For a model of full GQA layers only, gqa = core =
+    mixers = n_layers, dense or moe = n_layers (less the dense first layers) and the others 0."""
 
     gqa: np.ndarray
     core: np.ndarray
@@ -198,13 +206,20 @@ class _Families:
     window: np.ndarray
     mla: np.ndarray
     linear: np.ndarray
+    mixers: np.ndarray
+    dense: np.ndarray
+    moe: np.ndarray
 
     @classmethod
     def of(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
-        full, sliding, linear = (
+        full, sliding, linear, mixers = (
             np.asarray(x, dtype=float)
-            for x in layer_counts(cols["attention_pattern"], cols["n_layers"])
+            for x in mixer_counts(cols["attention_pattern"], cols["n_layers"])
         )
+        # FFNs (`dse.spec.arch.ffn_layers`): the pattern's `ffn` layers are the model's FFN
+        # (MoE but for the dense first ones), its `dense` layers dense.
+        own, dense = (np.asarray(x, dtype=float) for x in ffn_counts(cols["ffn_pattern"], sh.L))
+        nd = np.minimum(np.where(sh.moe, cols["n_dense_layers"].astype(float), 0.0), own)
         window = cols["sliding_window"].astype(float)
         # The longest context of the phase: the prompt in prefill, prompt + output in decode.
         longest = cols["prompt_tokens"].astype(float)
@@ -221,6 +236,9 @@ class _Families:
             window=window,
             mla=np.where(is_mla, attn, 0.0),
             linear=linear,
+            mixers=mixers,
+            dense=dense + np.where(sh.moe, nd, own),
+            moe=np.where(sh.moe, own - nd, 0.0),
         )
 
 
@@ -249,7 +267,7 @@ def _attention_ops(
         core,
         *_sliding_core(sh, cols, stratum, fam),
         _gemm("attention/out", "attention", La, tokens, d, h_tp * hd, wb, gemm_dtype),
-        _elementwise("residual/attention", "norm", L, tokens * d, 2, 1, 1),
+        _elementwise("residual/attention", "norm", fam.mixers, tokens * d, 2, 1, 1),
         _elementwise("norm/post_attention", "norm", half_norms, tokens * d, 1, 1, 4),
     ]
 
@@ -378,19 +396,22 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
         ds = np.where(cols["linear_state_dim"] > 0, cols["linear_state_dim"], dv)
         nv, dv, ng, ds = (np.asarray(x, dtype=float) for x in (nv, dv, ng, ds))
         nv_tp, ng_tp = np.maximum(nv / tp, 1.0), np.maximum(ng / tp, 1.0)
-        conv = 2 * ng_tp * ds + nv_tp * dv  # channels per GPU
-        extra = np.where(cols["linear_kind"] == "mamba2", 1.0, 2.0)
+        # Mamba-1 convolves x alone and makes dt, B, C after the conv (x_proj, dt_proj below).
+        mamba1 = cols["linear_kind"] == "mamba1"
+        conv = np.where(mamba1, 0.0, 2 * ng_tp * ds) + nv_tp * dv  # channels per GPU
+        extra = np.select([cols["linear_kind"] == "mamba2", mamba1], [1.0, 0.0], 2.0)
         c = fam.linear
         cw = cols["linear_conv_width"].astype(float)
         prefill = sh.phase == "prefill"
         per_token = LINEAR_STATE_FLOPS * nv_tp * ds * dv + 2 * cw * conv
-        if prefill:
-            per_token = per_token + LINEAR_CHUNK_TOKENS * nv_tp * (ds + dv)
+        if prefill:  # the chunked form; Mamba-1's selective scan has no chunks
+            per_token = per_token + np.where(mamba1, 0.0, LINEAR_CHUNK_TOKENS * nv_tp * (ds + dv))
         state = nv_tp * ds * dv * sh.kvb + (cw - 1) * conv * sh.kvb  # per sequence
         traffic = 2 * sh.b * state + tokens * (conv + 2 * nv_tp * dv) * ACT_BYTES
         n_in = conv + nv_tp * dv + extra * nv_tp
         ops += [
             _gemm("linear/in_proj", "attention", c, tokens, n_in, d, wb, gd),
+            *_mamba1_ops(sh, fam, mamba1, nv_tp * dv, ds),
             Op("linear/scan", "linear_scan", "attention", c, tokens * per_token, traffic,
                {"tokens": tokens}),
             _gemm("linear/out", "attention", c, tokens, d, nv_tp * dv, wb, gd),
@@ -398,13 +419,31 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
     return ops
 
 
-def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
-    """The dense FFN (gate+up fused, activation, down); its count is 0 in MoE layers."""
+def _mamba1_ops(
+    sh: LayerShapes, fam: _Families, mamba1: np.ndarray, inner_tp: np.ndarray, ds: np.ndarray
+) -> list[Op]:
+    """Mamba-1's input-dependent dt, B, C (none when the batch has no Mamba-1 layer): x_proj,
+    this GPU's channels -> dt_rank + 2 state_dim (row-parallel), and dt_proj, dt_rank -> the
+    channels, GEMMs priced by the fitted models like in_proj."""
+    if not mamba1.any():
+        return []
+    c = np.where(mamba1, fam.linear, 0.0)
+    rank = np.ceil(sh.d / MAMBA1_DT_RANK_DIVISOR)
+    tokens, wb, gd = sh.tokens, sh.wb, sh.gemm_dtype
+    return [
+        _gemm("linear/x_proj", "attention", c, tokens, rank + 2 * ds, inner_tp, wb, gd),
+        _gemm("linear/dt_proj", "attention", c, tokens, inner_tp, rank, wb, gd),
+    ]
+
+
+def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+    """The dense FFN (gate+up fused, activation, down) of the dense-FFN layers: every layer of a
+    dense model, the first n_dense_layers (DeepSeek) or the ffn_pattern's `dense` layers
+    (Jamba) of an MoE model, none where the pattern has no FFN (Nemotron-H's mixer layers)."""
     tokens, d, wb, gemm_dtype = sh.tokens, sh.d, sh.wb, sh.gemm_dtype
     dff = cols["d_ff"].astype(float) / sh.tp
     n_up = np.where(sh.gated, 2.0, 1.0)
-    # MoE models keep a dense FFN in their first n_dense_layers (DeepSeek).
-    dense_count = np.where(sh.moe, cols["n_dense_layers"].astype(float), sh.L)
+    dense_count = fam.dense
     act = _elementwise("ffn/act", "ffn", dense_count, tokens * dff, np.nan, 1, 4)
     act.bytes = tokens * dff * (n_up + 1) * ACT_BYTES  # reads gate and up (gated) or up alone
     return [
@@ -414,11 +453,11 @@ def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
     ]
 
 
-def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
+def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
     """The MoE FFN (router + grouped experts) and its shared expert; counts are 0 in dense layers."""
     tokens, d, e, topk, tp = sh.tokens, sh.d, sh.e, sh.topk, sh.tp
-    wb, gemm_dtype, L = sh.wb, sh.gemm_dtype, sh.L
-    moe_count = np.where(sh.moe, L - cols["n_dense_layers"].astype(float), 0.0)
+    wb, gemm_dtype = sh.wb, sh.gemm_dtype
+    moe_count = fam.moe
     dffe = cols["d_ff_expert"].astype(float) / tp
     n_mats = np.where(sh.gated, 3.0, 2.0)
     routed = tokens * topk
@@ -458,9 +497,12 @@ def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray]) -> list[Op]:
     ]
 
 
-def _allreduce_ops(sh: LayerShapes) -> list[Op]:
-    """Tensor parallelism: one all-reduce of the residual stream after attention and after the FFN."""
-    ar_count = np.where(sh.tp > 1, 2 * sh.L, 0.0)
+def _allreduce_ops(sh: LayerShapes, fam: _Families) -> list[Op]:
+    """Tensor parallelism: one all-reduce of the residual stream after each row-parallel block:
+    the attention, the linear layer (both in a parallel layer) and the FFN of every layer
+    that has them (2 per layer for a model of attention + FFN layers)."""
+    blocks = fam.gqa + fam.mla + fam.linear + fam.dense + fam.moe
+    ar_count = np.where(sh.tp > 1, blocks, 0.0)
     msg = sh.tokens * sh.d * ACT_BYTES
     return [
         Op(

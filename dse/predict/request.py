@@ -167,7 +167,11 @@ def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInput
         d_model=f("d_model"),
         tp=f("tensor_parallel"),
         n_experts=f("n_experts"),
-        gqa=f("n_heads") / np.maximum(f("n_kv_heads"), 1.0),
+        # query heads per KV head; MLA: 1, every head gets its own K and V up from the latent
+        # (the importer's n_kv_heads = n_heads: n_kv_heads plays no part, `dse.spec.inert`)
+        gqa=np.where(
+            cols["kv_lora_rank"] > 0, 1.0, f("n_heads") / np.maximum(f("n_kv_heads"), 1.0)
+        ),
         kv_fill=base.kv_fill,
         waves=base.waves,
     )

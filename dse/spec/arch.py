@@ -99,6 +99,14 @@ class Architecture:
     linear_conv_width: Any = 4  # causal depthwise conv before the mixer (tokens)
     # MoE models whose first layers keep a dense FFN of d_ff (DeepSeek's first_k_dense_replace).
     n_dense_layers: Any = 0
+    # ---- hybrids (docs/architecture.md "Attention families"). The FFN of each layer, repeated
+    # over the layers like attention_pattern (`dse.spec.pattern`): ffn (the model's: experts
+    # when n_experts > 1, else dense) | dense (d_ff, also in an MoE model: Jamba) | none (the
+    # layer is its mixer: Nemotron-H). Default: every layer the model's FFN.
+    ffn_pattern: Any = "ffn"
+    # The linear layers' norms: the gated RMSNorm of Gated DeltaNet / Mamba-2, Jamba's RMSNorms
+    # of Mamba-1's dt, B and C; false: none (Falcon-H1's mamba_rms_norm=false, plain Mamba-1).
+    linear_norm: Any = True
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -121,10 +129,9 @@ class Architecture:
         for k, v in data.items():
             if v is None:
                 continue
-            if k == "attention_pattern" and not isinstance(v, str):
-                from dse.spec.pattern import canonical
-
-                v = canonical(v) or v  # a YAML list -> its text; a bad one is reported as given
+            if k in P.KINDS_OF and not isinstance(v, str):
+                # a YAML list -> its text; a bad one is reported as given
+                v = P.canonical(v, P.KINDS_OF[k]) or v
             if isinstance(v, float) and k not in _BOOL_FIELDS and v.is_integer():
                 v = int(v)
             kw[k] = v
@@ -212,6 +219,7 @@ _BOOL_FIELDS = (
     "qkv_bias",
     "qk_norm",
     "attn_output_gate",
+    "linear_norm",
 )
 _DEFAULTS: dict[str, Any] = {
     f.name: f.default
@@ -335,13 +343,14 @@ def _rules(
     d, h, ff = num["d_model"], num["n_heads"], num["d_ff"]
     e, k = num["n_experts"], num["top_k"]
 
-    # 2. KV heads (None or 0: MHA).
+    # 2. KV heads (None or 0: MHA). MLA's heads all read one latent: n_kv_heads plays no part
+    # there (`dse.spec.inert`), so the rules between it and other fields skip MLA rows.
     r_kv = raw("n_kv_heads")
     kv = _num(r_kv)
     kv = np.where(_is_missing(r_kv) | (kv == 0), h, kv)
     kv_ok = _integral(kv) & (kv >= 1)
     yield ok & ~kv_ok, lambda i: f"n_kv_heads: must be an integer >= 1, got {_fmt(r_kv[i])}"
-    kv_ok &= ok
+    kv_ok &= ok & ~(_int_col(raw("kv_lora_rank")) >= 1)
     yield (
         kv_ok & (_mod(h, kv) != 0),
         lambda i: f"n_kv_heads: must divide n_heads={_fmt(h[i])}, got {_fmt(kv[i])}",
@@ -459,25 +468,29 @@ def _attention_rules(
     split: np.ndarray,
     hd: np.ndarray,
 ) -> Iterator[tuple[np.ndarray, Callable[[int], str]]]:
-    """7. The attention families (issue 21): the pattern, sliding windows, MLA, linear layers."""
+    """7. The attention families (issue 21): the pattern, sliding windows, MLA, linear layers,
+    the FFN pattern."""
     L, h = num["n_layers"], num["n_heads"]
     r_pat = raw("attention_pattern")
     text = _pattern_texts(r_pat)
+    n = len(text)
     known = text != ""
     yield (
         ~known,
         lambda i: f"attention_pattern: {P.RULE}, got {_fmt(r_pat[i])}",
     )
-    per = np.asarray(P.period(np.where(known, text, P.FULL)), dtype=float)
+    # (period, full, sliding, linear, mixers) per row; '' counts as full
+    shape = tuple(np.broadcast_to(np.asarray(x), (n,)) for x in P.counts(text))
+    per = np.asarray(shape[0], dtype=float)
     yield (
-        ok & known & (_mod(L, per) != 0),
+        ok & known & ~_divides(L, per),
         lambda i: (
             f"attention_pattern: its length ({_fmt(per[i])} layers) must divide "
             f"n_layers={_fmt(L[i])}, got {_fmt(text[i])}"
         ),
     )
     win = _int_col(raw("sliding_window"))
-    sliding = known & np.asarray(P.has_kind(np.where(known, text, P.FULL), "sliding"))
+    sliding = known & (np.asarray(shape[2]) > 0)
     yield (
         sliding & ~(win >= 1),
         lambda i: (
@@ -542,13 +555,14 @@ def _attention_rules(
             lambda i, name=name: f"{name}: must be false with kv_lora_rank (MLA), got True",
         )
     # Linear layers: key heads (B/C groups) are shared by whole groups of value heads.
-    linear = known & np.asarray(P.has_kind(np.where(known, text, P.FULL), "linear"))
+    linear = known & (np.asarray(shape[3]) > 0)
     nv = _int_col(raw("linear_n_heads"))
     nv = np.where(nv > 0, nv, h)
     ng = _int_col(raw("linear_n_groups"))
     ng = np.where(ng > 0, ng, nv)
+    grouped = raw("linear_kind") != "mamba1"  # Mamba-1's B and C are not grouped
     yield (
-        ok & linear & (_mod(nv, ng) != 0),
+        ok & linear & grouped & (_mod(nv, ng) != 0),
         lambda i: f"linear_n_groups: must divide linear_n_heads={_fmt(nv[i])}, got {_fmt(ng[i])}",
     )
     yield (
@@ -557,13 +571,71 @@ def _attention_rules(
             f"linear_n_heads: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(nv[i])}"
         ),
     )
+    # FFNs: the pattern's kinds and length, the dense first layers of an MoE model (a dense
+    # model ignores n_dense_layers), and no layer without a mixer and an FFN.
+    moe = num["n_experts"] > 1
     nd = _int_col(raw("n_dense_layers"))
     yield (
-        ok & (nd >= L),
+        ok & moe & (nd >= L),
         lambda i: (
             f"n_dense_layers: must be < n_layers={_fmt(L[i])} (the rest are MoE), got {_fmt(nd[i])}"
         ),
     )
+    r_ffn = raw("ffn_pattern")
+    ffn_text = _pattern_texts(r_ffn, P.FFNS)
+    ffn_known = ffn_text != ""
+    yield ~ffn_known, lambda i: f"ffn_pattern: {P.FFNS.rule}, got {_fmt(r_ffn[i])}"
+    f_per, f_own, f_dense = (
+        np.broadcast_to(np.asarray(x), (n,)) for x in P.counts(ffn_text, P.FFNS)
+    )
+    ffn_per = f_per.astype(float)
+    yield (
+        ok & ffn_known & ~_divides(L, ffn_per),
+        lambda i: (
+            f"ffn_pattern: its length ({_fmt(ffn_per[i])} layers) must divide "
+            f"n_layers={_fmt(L[i])}, got {_fmt(ffn_text[i])}"
+        ),
+    )
+    yield (  # one spelling per model: a dense model's every FFN is its `ffn`
+        ok & ~moe & ffn_known & (f_dense > 0),
+        lambda i: (
+            "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
+            f"dense FFN: write ffn), got {_fmt(ffn_text[i])}"
+        ),
+    )
+    yield (
+        ok & moe & (nd > 0) & ffn_known & (f_own != f_per),
+        lambda i: (
+            f"n_dense_layers: must be 0 when ffn_pattern is not 'ffn' (the pattern says which "
+            f"layers are dense), got {_fmt(nd[i])}"
+        ),
+    )
+    both_none = (np.asarray(shape[0]) > np.asarray(shape[4])) & (f_per > f_own + f_dense)
+    empty = _empty_layers(text, ffn_text, both_none)
+    yield (
+        known & ffn_known & (empty >= 0),
+        lambda i: (
+            f"ffn_pattern: layer {int(empty[i])} has neither a mixer (attention_pattern "
+            f"{_fmt(text[i])}) nor an FFN, got {_fmt(ffn_text[i])}"
+        ),
+    )
+
+
+def _divides(L: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """True where the period divides n_layers (a batch of one-layer periods: all of it)."""
+    if period.size and period.min() == period.max() == 1:
+        return np.ones(period.shape, dtype=bool)
+    return _mod(L, period) == 0
+
+
+def _empty_layers(mixers: np.ndarray, ffns: np.ndarray, both_none: np.ndarray) -> np.ndarray:
+    """The first layer without a mixer and an FFN of each row, -1 where there is none (looked
+    at only where both patterns have `none` layers, each distinct pair once)."""
+    out = np.full(len(mixers), -1, dtype=np.int64)
+    for i in np.flatnonzero(both_none):
+        layer = P.empty_layer(str(mixers[i]), str(ffns[i]))
+        out[i] = -1 if layer is None else layer
+    return out
 
 
 def _int_col(r: np.ndarray) -> np.ndarray:
@@ -573,15 +645,17 @@ def _int_col(r: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(x), x, 0.0)
 
 
-def _pattern_texts(r: np.ndarray) -> np.ndarray:
+def _pattern_texts(r: np.ndarray, kinds: P.Kinds = P.MIXERS) -> np.ndarray:
     """Canonical text of each row's pattern, '' where it is not one."""
     if r.dtype.kind in "US":
-        first = r[0] if len(r) else P.FULL
+        first = r[0] if len(r) else kinds.default
         if (r == first).all():
-            return np.full(len(r), P.canonical(str(first)) or "")
+            return np.full(len(r), P.canonical(str(first), kinds) or "")
         uniq, inv = np.unique(r, return_inverse=True)
-        return np.array([P.canonical(str(u)) or "" for u in uniq])[inv]
-    return np.array([P.FULL if x is None else (P.canonical(x) or "") for x in r.tolist()])
+        return np.array([P.canonical(str(u), kinds) or "" for u in uniq])[inv]
+    return np.array(
+        [kinds.default if x is None else (P.canonical(x, kinds) or "") for x in r.tolist()]
+    )
 
 
 # ---------------------------------------------------------------------- parameter counts
@@ -597,8 +671,35 @@ def _memo(a: Architecture, key: str, make: Callable[[], Any]) -> Any:
 
 
 def layer_kinds(a: Architecture) -> tuple[Any, Any, Any]:
-    """(full, sliding, linear) layer counts of the pattern (`dse.spec.pattern`)."""
+    """(full, sliding, linear) mixer counts of the pattern (`dse.spec.pattern`); a parallel
+    full+linear layer counts in two of them, a `none` layer in none."""
     return _memo(a, "layer_kinds", lambda: P.layer_counts(a.attention_pattern, a.n_layers))
+
+
+def mixer_layers(a: Architecture) -> Any:
+    """Layers with a mixer: n_layers but the attention_pattern's `none` layers."""
+    return P.mixer_layers(a.attention_pattern, a.n_layers)
+
+
+def ffn_layers(a: Architecture) -> tuple[Any, Any]:
+    """(dense-FFN layers, MoE layers). The ffn_pattern's `ffn` layers have the model's FFN (MoE
+    when n_experts > 1, the first n_dense_layers of them dense), its `dense` layers a dense FFN
+    of d_ff, its `none` layers none. A model of the default pattern: (n_layers, 0) dense,
+    (n_dense_layers, n_layers - n_dense_layers) MoE."""
+    f, dense = P.ffn_counts(a.ffn_pattern, a.n_layers)
+    moe = np.asarray(a.n_experts) > 1
+    nd = np.minimum(np.where(moe, np.asarray(a.n_dense_layers), 0), f)
+    return dense + np.where(moe, nd, f), np.where(moe, f - nd, 0)
+
+
+# Mamba-1's dt is projected through a rank of ceil(d_model / MAMBA1_DT_RANK_DIVISOR) (mamba_ssm
+# and transformers' dt_rank="auto"; Jamba's configs use it).
+MAMBA1_DT_RANK_DIVISOR = 16
+
+
+def mamba1_dt_rank(a: Architecture) -> Any:
+    """The rank of Mamba-1's dt projection: ceil(d_model / 16)."""
+    return -(-np.asarray(a.d_model) // MAMBA1_DT_RANK_DIVISOR)
 
 
 def mla_dims(a: Architecture) -> tuple[Any, Any, Any, Any]:
@@ -622,7 +723,8 @@ def _mla_dims(a: Architecture) -> tuple[Any, Any, Any, Any]:
 def linear_dims(a: Architecture) -> tuple[Any, Any, Any, Any, Any]:
     """(value heads, head dim, key heads / groups, state dim, conv channels) of a linear layer,
     defaults resolved. conv channels = 2 groups x state (keys/queries, or B and C) + the
-    values: what the causal conv filters (Gated DeltaNet: q, k, v; Mamba-2: x, B, C)."""
+    values: what the causal conv filters (Gated DeltaNet: q, k, v; Mamba-2: x, B, C; Mamba-1:
+    x alone, its B and C come after the conv)."""
     a = a.resolved()
     return _memo(a, "linear_dims", lambda: _linear_dims(a))
 
@@ -632,7 +734,8 @@ def _linear_dims(a: Architecture) -> tuple[Any, Any, Any, Any, Any]:
     dv = _or(a.linear_head_dim, a.head_dim)
     ng = _or(a.linear_n_groups, nv)
     ds = _or(a.linear_state_dim, dv)
-    return nv, dv, ng, ds, 2 * ng * ds + nv * dv
+    conv = np.where(np.asarray(a.linear_kind) == "mamba1", 0, 2 * ng * ds) + nv * dv
+    return nv, dv, ng, ds, conv
 
 
 def _or(v: Any, default: Any) -> Any:
@@ -662,7 +765,7 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
     norm_w = norm_factor * d
     Lf, Ls, Ll = layer_kinds(a)
     La = Lf + Ls  # attention layers (full or sliding); L itself when the pattern is "full"
-    nd = np.where(moe, np.asarray(a.n_dense_layers), 0)  # dense-FFN layers of an MoE model
+    Ld, Lm = ffn_layers(a)  # dense-FFN and MoE layers (L and 0 for a dense model)
 
     # q (doubled by Qwen3-Next's output gate), k, v and their biases
     q_w = h * np.where(np.asarray(a.attn_output_gate), 2, 1)
@@ -688,16 +791,26 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
     router = d * e  # one logit per expert, no bias
     # Linear layers: in_proj makes queries/keys (or C/B), values, the output gate z and the
     # per-head scalars (Gated DeltaNet: beta and the decay a; Mamba-2: dt); the causal conv
-    # (Mamba-2 with a bias); per head A_log and dt_bias (+ Mamba-2's skip D); the gated RMSNorm
+    # (Mamba with a bias); per head A_log and dt_bias (+ Mamba-2's skip D); the gated RMSNorm
     # (Gated DeltaNet: one head_dim weight shared by the heads; Mamba-2: the whole width).
-    nv, dv, _, _, conv_ch = linear_dims(a)
-    mamba = np.asarray(a.linear_kind) == "mamba2"
+    # Mamba-1 (inner = nv x dv channels, each its own head): in_proj d -> x, z; x_proj
+    # inner -> dt (rank R), B, C; dt_proj R -> inner (its bias with the heads); per channel
+    # A_log (one per state element), D and the dt bias; Jamba's norms of dt, B and C.
+    nv, dv, _, ds, conv_ch = linear_dims(a)
+    kind = np.asarray(a.linear_kind)
+    mamba, mamba1 = kind == "mamba2", kind == "mamba1"
+    inner, R = nv * dv, mamba1_dt_rank(a)
     cw = np.asarray(a.linear_conv_width)
-    lin_in = d * (conv_ch + nv * dv + np.where(mamba, 1, 2) * nv)
-    lin_conv = conv_ch * cw + np.where(mamba, conv_ch, 0)
-    lin_heads = np.where(mamba, 3, 2) * nv
-    lin_norm = np.where(mamba, nv * dv, dv)
-    lin_out = nv * dv * d
+    lin_in = np.where(
+        mamba1,
+        d * 2 * inner + inner * (R + 2 * ds) + R * inner,
+        d * (conv_ch + inner + np.where(mamba, 1, 2) * nv),
+    )
+    lin_conv = conv_ch * cw + np.where(mamba | mamba1, conv_ch, 0)
+    lin_heads = np.where(mamba1, inner * (ds + 2), np.where(mamba, 3, 2) * nv)
+    lin_norm = np.where(mamba1, R + 2 * ds, np.where(mamba, inner, dv))
+    lin_norm = np.where(np.asarray(a.linear_norm), lin_norm, 0)
+    lin_out = inner * d
 
     items = {
         "embedding": V * d,
@@ -713,14 +826,14 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
         "linear/norm": Ll * lin_norm,
         "linear/out": Ll * lin_out,
         "norms": L * np.asarray(a.norms_per_layer) * norm_w,
-        "mlp": np.where(moe, nd * dense_ffn, L * dense_ffn),
-        "moe/router": (L - nd) * np.where(moe, router, 0),
-        "moe/experts": (L - nd) * np.where(moe, e * expert, 0),
-        "moe/shared": (L - nd) * np.where(moe, shared, 0),
+        "mlp": Ld * dense_ffn,
+        "moe/router": Lm * np.where(moe, router, 0),
+        "moe/experts": Lm * np.where(moe, e * expert, 0),
+        "moe/shared": Lm * np.where(moe, shared, 0),
     }
     items = {key: _as_int(v) for key, v in items.items()}
     items["total"] = _as_int(sum(items.values()))
-    items["active/moe/experts"] = _as_int((L - nd) * np.where(moe, k * expert, 0))
+    items["active/moe/experts"] = _as_int(Lm * np.where(moe, k * expert, 0))
     items["active"] = _as_int(items["total"] - items["moe/experts"] + items["active/moe/experts"])
     return items
 
@@ -757,7 +870,8 @@ def matmul_params_per_token(a: Architecture) -> Any:
     lm = V * d  # the LM head multiply happens whether or not it is tied
     q_w = h * np.where(np.asarray(a.attn_output_gate), 2, 1)
     bias = (Lf + Ls) * np.where(np.asarray(a.qkv_bias) & ~mla, (q_w + 2 * kv) * hd, 0)
-    conv_bias = Ll * np.where(np.asarray(a.linear_kind) == "mamba2", linear_dims(a)[4], 0)
+    kind = np.asarray(a.linear_kind)
+    conv_bias = Ll * np.where((kind == "mamba2") | (kind == "mamba1"), linear_dims(a)[4], 0)
     elementwise = (
         p["final_norm"]
         + p["norms"]
@@ -786,10 +900,14 @@ LINEAR_CHUNK_TOKENS = 64
 def linear_flops_per_token(a: Architecture, prefill: bool = False) -> Any:
     """Mixer FLOPs of ONE linear layer for one token, past the projections and the conv:
     the state step (LINEAR_STATE_FLOPS per state element) and, in chunked prefill, the
-    intra-chunk attention (LINEAR_CHUNK_TOKENS (state_dim + head_dim) per head)."""
+    intra-chunk attention (LINEAR_CHUNK_TOKENS (state_dim + head_dim) per head). Mamba-1's
+    prefill is a parallel scan of the same steps (selective_scan: no chunks, no attention)."""
     nv, dv, _, ds, _ = linear_dims(a)
     step = LINEAR_STATE_FLOPS * nv * ds * dv
-    return step + (LINEAR_CHUNK_TOKENS * nv * (ds + dv) if prefill else 0)
+    if not prefill:
+        return step
+    chunked = np.asarray(a.linear_kind) != "mamba1"
+    return step + np.where(chunked, LINEAR_CHUNK_TOKENS * nv * (ds + dv), 0)
 
 
 def _per_key_flops(a: Architecture) -> tuple[Any, Any]:
@@ -904,15 +1022,16 @@ def kv_heads_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
 
 def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     """Bytes of one sequence's constant state in the linear layers, per GPU: the recurrent state
-    (value heads x state_dim x head_dim) and the conv's last conv_width - 1 inputs (conv
-    channels), both in kv_dtype (vLLM keeps Mamba / Gated DeltaNet caches in the model dtype by
+    (value heads x state_dim x head_dim; Mamba-1: inner channels x state_dim) and the conv's
+    last conv_width - 1 inputs (conv channels), both in kv_dtype (vLLM keeps Mamba / Gated DeltaNet caches in the model dtype by
     default), heads split across GPUs like attention heads (a replica when fewer)."""
     a = a.resolved()
     _, _, Ll = layer_kinds(a)
     nv, dv, ng, ds, _ = linear_dims(a)
     tp = np.asarray(tensor_parallel)
     nv_gpu, ng_gpu = np.maximum(nv // tp, 1), np.maximum(ng // tp, 1)
-    conv_gpu = 2 * ng_gpu * ds + nv_gpu * dv
+    grouped = np.asarray(a.linear_kind) != "mamba1"  # Mamba-1 convolves x alone
+    conv_gpu = np.where(grouped, 2 * ng_gpu * ds, 0) + nv_gpu * dv
     per_layer = nv_gpu * ds * dv + (np.asarray(a.linear_conv_width) - 1) * conv_gpu
     return Ll * per_layer * dtype_bytes(a.kv_dtype)
 
@@ -940,7 +1059,7 @@ def params_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
     r, qr = np.asarray(a.kv_lora_rank), np.asarray(a.q_lora_rank)
     down = (Lf + Ls) * (d * (r + rope) + np.where(qr > 0, d * qr, 0))
     qkv_gpu = np.where(mla, (p["attention/qkv"] - down) / tp + down, qkv_gpu)
-    moe_layers = np.asarray(a.n_layers) - np.where(a.is_moe, np.asarray(a.n_dense_layers), 0)
+    moe_layers = ffn_layers(a)[1]
     gate = moe_layers * np.where(a.is_moe & np.asarray(a.shared_expert_gate), d, 0)
     mamba = np.asarray(a.linear_kind) == "mamba2"
     lin_norm_split = np.where(mamba, p["linear/norm"], 0)
@@ -1037,6 +1156,19 @@ def kv_block_tokens(engine: Any = "vllm") -> Any:
     return out
 
 
+def qkv_width_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
+    """Elements per token one attention layer's QKV projection writes on each GPU: this GPU's
+    query heads and KV heads (a replica when fewer than GPUs) x head_dim; MLA: its queries and
+    up-projected K and V heads, and the latent + RoPE key whole (n_kv_heads plays no part)."""
+    a = a.resolved()
+    tp = np.asarray(tensor_parallel)
+    h = np.asarray(a.n_heads)
+    gqa = (h / tp + 2 * kv_heads_per_gpu(a, tp)) * np.asarray(a.head_dim)
+    mla, nope, rope, vd = mla_dims(a)
+    latent = h / tp * (2 * nope + rope + vd) + np.asarray(a.kv_lora_rank) + rope
+    return np.where(mla, latent, gqa)
+
+
 def kv_tokens_held(tokens: Any, engine: Any = "vllm") -> Any:
     """Token slots a sequence of `tokens` holds: rounded up to whole blocks of the engine."""
     block = kv_block_tokens(engine)
@@ -1078,8 +1210,7 @@ def memory_breakdown(
     seqs = np.minimum(batch, MAX_STEP_SEQS)
     d = np.asarray(a.d_model)
     width = np.where(a.is_moe, np.asarray(a.top_k) * np.asarray(a.d_ff_expert), np.asarray(a.d_ff))
-    kv_gpu = kv_heads_per_gpu(a, tp)
-    qkv_w = (np.asarray(a.n_heads) / tp + 2 * kv_gpu) * np.asarray(a.head_dim)
+    qkv_w = qkv_width_per_gpu(a, tp)
     act = 2.0 * step * (2 * d + qkv_w + 2 * width / tp) + 4.0 * seqs * np.asarray(a.vocab_size) / tp
     fixed = w + act + RESERVED_BYTES
     total = fixed + kv

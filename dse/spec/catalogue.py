@@ -270,6 +270,14 @@ _ENTRIES: tuple[tuple[str, str, dict[str, Any], tuple[str, ...], str], ...] = (
       "attn_layer_indices": [9, 18, 27], "mamba_n_heads": 128, "mamba_d_head": 64,
       "mamba_n_groups": 1, "mamba_d_state": 128, "mamba_d_conv": 4, "mamba_expand": 2,
       "vocab_size": 128256}, (), ""),
+    # transformers' JambaConfig defaults are this checkpoint's config (its auto_docstring's)
+    ("Jamba-v0.1", "ai21labs/Jamba-v0.1",
+     {"model_type": "jamba", "hidden_size": 4096, "intermediate_size": 14336,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+      "num_experts": 16, "num_experts_per_tok": 2, "expert_layer_period": 2,
+      "expert_layer_offset": 1, "attn_layer_period": 8, "attn_layer_offset": 4,
+      "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 256,
+      "vocab_size": 65536}, (), ""),
     # ---- Microsoft Phi
     ("Phi-2", "microsoft/phi-2",
      {"model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240,

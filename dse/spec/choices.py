@@ -20,5 +20,6 @@ NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
 # spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).
 ENGINES: tuple[str, ...] = ("vllm", "trtllm")
 # Linear-attention / state-space layer families (`attention_pattern` kind "linear"): Gated
-# DeltaNet (Qwen3-Next) and Mamba-2 (Bamba, Nemotron-H); they differ in parameters only.
-LINEAR_KINDS: tuple[str, ...] = ("gated_deltanet", "mamba2")
+# DeltaNet (Qwen3-Next), Mamba-2 (Bamba, Nemotron-H, Falcon-H1) and Mamba-1 (Jamba); they
+# differ in parameters and in the layout of their state (docs/architecture.md).
+LINEAR_KINDS: tuple[str, ...] = ("gated_deltanet", "mamba2", "mamba1")

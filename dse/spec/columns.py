@@ -56,9 +56,11 @@ ATTENTION_FIELDS: tuple[str, ...] = (
     "v_head_dim",
     "qkv_bias",
     "attn_output_gate",
+    "linear_kind",
     "linear_n_heads",
     "linear_n_groups",
     "n_dense_layers",
+    "ffn_pattern",
 )
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec.choices import DTYPE_BYTES, ENGINES, LINEAR_KINDS, NORMS
-from dse.spec.pattern import RULE as pattern_rule
+from dse.spec.pattern import KINDS_OF, Kinds
 from dse.spec.pattern import canonical as canonical_pattern
 
 KINDS = ("int", "float", "bool", "choice", "pattern")
@@ -96,7 +96,7 @@ class Field:
         if self.kind == "bool":
             return "must be true or false"
         if self.kind == "pattern":
-            return pattern_rule
+            return self.pattern_kinds.rule
         if self.kind == "choice":
             return f"must be one of {', '.join(self.options())}"
         if self.kind == "int":
@@ -138,6 +138,11 @@ class Field:
         shown = show(number_or_text(raw) if self.kind in ("int", "float") else raw)
         return f"{self.rule}{hint}, got {shown}"
 
+    @property
+    def pattern_kinds(self) -> Kinds:
+        """The layer kinds of a pattern field (`dse.spec.pattern`)."""
+        return KINDS_OF[self.name]
+
     # ------------------------------------------------------------------ one value
     def parse(self, raw: Any) -> tuple[bool, Any]:
         """(ok, the value as a plain Python int/float/bool/str) of one raw value.
@@ -148,7 +153,7 @@ class Field:
         if isinstance(raw, np.generic):
             raw = raw.item()
         if self.kind == "pattern":
-            text = canonical_pattern(raw)
+            text = canonical_pattern(raw, self.pattern_kinds)
             return (True, text) if text is not None else (False, raw)
         if self.kind == "choice":
             if not isinstance(raw, str):
@@ -271,14 +276,15 @@ class Field:
         """Patterns: each distinct text parsed once (a sweep holds a few). A sequence is one
         pattern per element (each a text or a list of kinds)."""
         a = raw.reshape(-1) if isinstance(raw, np.ndarray) else object_array(raw)
+        kinds = self.pattern_kinds
         if a.dtype.kind in "US":
             uniq, inv = np.unique(a, return_inverse=True)
-            parsed = [canonical_pattern(str(u)) for u in uniq]
+            parsed = [canonical_pattern(str(u), kinds) for u in uniq]
         else:
             inv = np.arange(len(a))
-            parsed = [canonical_pattern(x) for x in a.tolist()]
+            parsed = [canonical_pattern(x, kinds) for x in a.tolist()]
         bad = np.array([p is None for p in parsed], dtype=bool)
-        text = np.array([p or "full" for p in parsed], dtype=str)
+        text = np.array([p or kinds.default for p in parsed], dtype=str)
         return text[inv], bad[inv]
 
     def _dtype(self) -> Any:
@@ -356,7 +362,8 @@ FIELDS: dict[str, Field] = {
         Field("qk_norm", "bool", default=False),
         # attention beyond GQA (issue 21; docs/architecture.md "Attention families"). Every
         # default is a plain full-attention GQA model, so existing architectures do not move.
-        Field("attention_pattern", "pattern", default="full", note="repeated over the layers"),
+        Field("attention_pattern", "pattern", default="full", note="the mixer of each layer"),
+        Field("ffn_pattern", "pattern", default="ffn", note="the FFN of each layer"),
         _int("sliding_window", 0, 2**25, 0, "tokens", note="the window of sliding layers"),
         Field("attn_output_gate", "bool", default=False),
         _int("kv_lora_rank", 0, 2**16, 0, note="MLA's KV latent; 0: no MLA"),
@@ -365,11 +372,13 @@ FIELDS: dict[str, Field] = {
         _int("qk_nope_head_dim", 0, 2**12, 0, note="0: head_dim - qk_rope_head_dim"),
         _int("v_head_dim", 0, 2**12, 0, note="0: head_dim"),
         Field("linear_kind", "choice", default="gated_deltanet", choices=_linear_kinds),
-        _int("linear_n_heads", 0, 2**12, 0, note="value heads of linear layers; 0: n_heads"),
+        # up to d_model: Mamba-1 has one head of width 1 per inner channel (2 d_model of them)
+        _int("linear_n_heads", 0, 2**16, 0, note="value heads of linear layers; 0: n_heads"),
         _int("linear_head_dim", 0, 2**12, 0, note="0: head_dim"),
         _int("linear_n_groups", 0, 2**12, 0, note="key heads / B,C groups; 0: linear_n_heads"),
         _int("linear_state_dim", 0, 2**12, 0, note="key dim / d_state; 0: linear_head_dim"),
         _int("linear_conv_width", 1, 64, 4, note="causal conv kernel of linear layers"),
+        Field("linear_norm", "bool", default=True),
         _int("n_dense_layers", 0, 1024, 0, note="MoE: first layers with a dense FFN of d_ff"),
         # workload (dse.spec.workload.Workload)
         _int("batch_size", 1, 2**20, 1, "requests", group="workload"),

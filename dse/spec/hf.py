@@ -12,12 +12,14 @@ qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, phi3, falcon (without biases), the a
 families of issue 21 (gemma3_text's sliding:full pattern, deepseek_v3's latent attention and
 dense first layers, qwen3_next's Gated DeltaNet layers, bamba's Mamba-2 layers; sliding
 windows of mistral, mixtral, phi3, starcoder2 and gemma2 via `layer_types` / `sliding_window`),
-and the custom-code Llama look-alikes aquila, internlm (without biases) and qwen (Qwen-1).
-bloom, opt, gptj, phi, starcoder2, phi3small and gpt_oss carry biases (or learned positions,
-attention sinks) the Architecture has no field for: `import_hf_config` says how many
-parameters that leaves out, and `from_hf_config` accepts them only with `approximate=True`.
-nemotron_h, jamba and falcon_h1 are refused with the reason (`UNREPRESENTABLE_TYPES`).
-`to_hf_config` exports full-attention GQA models only.
+the Mamba hybrids (nemotron_h's one-block-per-layer Mamba-2 / attention / MLP / MoE pattern,
+jamba's Mamba-1 layers with periodic attention and MoE, falcon_h1's parallel attention +
+Mamba-2 layers: `attention_pattern` and `ffn_pattern`), and the custom-code Llama look-alikes
+aquila, internlm (without biases) and qwen (Qwen-1). bloom, opt, gptj, phi, starcoder2,
+phi3small and gpt_oss carry biases (or learned positions, attention sinks) the Architecture has
+no field for: `import_hf_config` says how many parameters that leaves out, and `from_hf_config`
+accepts them only with `approximate=True`. `to_hf_config` exports full-attention GQA models
+only.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 from dse.errors import ConfigError
 from dse.spec.arch import Architecture, check_architecture
-from dse.spec.pattern import HF_LAYER_TYPES, from_layer_types
+from dse.spec.pattern import FFNS, HF_LAYER_TYPES, from_layer_types
 from dse.spec.pattern import canonical as canonical_pattern
 
 # torch dtype names in config.json ("dtype" since transformers 5, "torch_dtype" before).
@@ -68,14 +70,9 @@ _TIED_DEFAULT = {
 }
 
 
-# Model types of the attention families whose layers the Architecture cannot hold, and why.
-UNREPRESENTABLE_TYPES: dict[str, str] = {
-    "nemotron_h": "its layers are each one of Mamba-2, attention or an FFN "
-    "(hybrid_override_pattern); every Architecture layer has a mixer and an FFN",
-    "jamba": "its Mamba layers are Mamba-1 (x_proj, dt_proj: no linear_kind) and only every "
-    "expert_layer_period-th layer is MoE",
-    "falcon_h1": "each layer runs Mamba-2 and attention in parallel",
-}
+# Model types whose layers the Architecture cannot hold, and why (none at present: Nemotron-H,
+# Jamba and Falcon-H1, refused before, are read since the hybrid patterns).
+UNREPRESENTABLE_TYPES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -528,6 +525,229 @@ def _import_bamba(r: _Reader) -> _Import:
     return kw, 0, []
 
 
+# Nemotron-H's block letters (hybrid_override_pattern) and its layers_block_type names ->
+# (mixer, FFN) of the layer: each block is exactly one of a Mamba-2 mixer, an attention mixer,
+# an MLP or an MoE FFN ("mlp" is the model's FFN in a dense model, a dense one beside experts).
+_NEMOTRON_BLOCKS: dict[str, tuple[str, str]] = {
+    "linear_attention": ("linear", "none"),
+    "full_attention": ("full", "none"),
+    "mlp": ("none", "dense"),
+    "moe": ("none", "ffn"),
+}
+_NEMOTRON_LETTERS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_blocks(r: _Reader) -> list[str]:
+    """The block types of a Nemotron-H config: layers_block_type, else hybrid_override_pattern
+    (M Mamba-2, * attention, - MLP, E MoE), else NemotronHConfig's default."""
+    types = r.get("layers_block_type")
+    if types is None:
+        text = r.get("hybrid_override_pattern")
+        if text is None:
+            return ["linear_attention", "moe", "full_attention", "mlp"]
+        if not isinstance(text, str) or not text or set(text) - set(_NEMOTRON_LETTERS):
+            raise ConfigError(
+                f"{r.where}: hybrid_override_pattern: must be a text of the letters M, *, -, E "
+                f"(Mamba-2, attention, MLP, MoE), got {text!r}"
+            )
+        return [_NEMOTRON_LETTERS[c] for c in text]
+    if not isinstance(types, list) or not types or any(t not in _NEMOTRON_BLOCKS for t in types):
+        raise ConfigError(
+            f"{r.where}: layers_block_type: must be a list of {', '.join(_NEMOTRON_BLOCKS)}, "
+            f"got {types!r}"
+        )
+    return list(types)
+
+
+def _import_nemotron_h(r: _Reader) -> _Import:
+    """Nemotron-H (Nemotron-H-8B/47B, Nemotron-Nano-v2, Nemotron-3-Nano): each block is one of
+    a Mamba-2 mixer, a GQA attention mixer (no RoPE, no biases), a plain MLP (up, relu^2, down)
+    or an MoE FFN of plain experts with a shared one; one RMSNorm per block."""
+    blocks = _nemotron_blocks(r)
+    moe = "moe" in blocks
+    mixers = [_NEMOTRON_BLOCKS[b][0] for b in blocks]
+    ffns = [_NEMOTRON_BLOCKS[b][1] for b in blocks]
+    if not moe:  # a dense model's MLP layers have its one FFN
+        ffns = ["ffn" if f == "dense" else f for f in ffns]
+    d = r.integer("hidden_size")
+    h = r.integer("num_attention_heads")
+    heads = r.integer("mamba_num_heads", default=128)
+    kw: dict[str, Any] = {
+        "d_model": d,
+        "n_layers": len(blocks),
+        "n_heads": h,
+        "n_kv_heads": r.integer("num_key_value_heads", default=8),
+        "head_dim": r.integer("head_dim", default=128),  # NemotronHConfig's default
+        "d_ff": r.integer("intermediate_size", default=21504),
+        "gated_mlp": False,
+        "vocab_size": r.integer("vocab_size", default=131072),
+        # transformers' NemotronH keeps the LM head apart whatever tie_word_embeddings says
+        "tied_embeddings": False,
+        "norms_per_layer": 1,
+        "attention_pattern": canonical_pattern(mixers),
+        "ffn_pattern": canonical_pattern(ffns, FFNS),
+        "linear_kind": "mamba2",
+        "linear_n_heads": heads,
+        "linear_head_dim": r.integer("mamba_head_dim", default=64),
+        "linear_n_groups": r.integer("n_groups", "mamba_n_groups", default=8),
+        "linear_state_dim": r.integer("ssm_state_size", default=128),
+        "linear_conv_width": r.integer("conv_kernel", "mamba_d_conv", default=4),
+    }
+    if moe:
+        if r.get("moe_latent_size") is not None:
+            raise ConfigError(
+                f"{r.where}: moe_latent_size: must be null (experts on a latent projection of "
+                f"the hidden state are not representable), got {r.get('moe_latent_size')!r}"
+            )
+        kw["n_experts"] = r.integer("n_routed_experts", "num_local_experts", default=8)
+        kw["top_k"] = r.integer("num_experts_per_tok", default=2)
+        kw["d_ff_expert"] = r.integer("moe_intermediate_size", default=7688)
+        kw["shared_expert_d_ff"] = r.integer(
+            "moe_shared_expert_intermediate_size", default=7688, minimum=0
+        )
+    conv_bias = r.cfg.get("use_conv_bias", r.cfg.get("mamba_conv_bias", True))
+    if conv_bias is not True:
+        raise ConfigError(
+            f"{r.where}: use_conv_bias: must be true (Mamba-2's conv has a bias), got {conv_bias!r}"
+        )
+    L_lin = mixers.count("linear")
+    unmodelled, notes = 0, ["attention layers without position encoding (no RoPE)"]
+    if r.flag("use_bias", False):  # Mamba-2's in_proj and out_proj biases
+        inner, ng, ds = heads * kw["linear_head_dim"], kw["linear_n_groups"], kw["linear_state_dim"]
+        unmodelled += L_lin * (2 * inner + 2 * ng * ds + heads + d)
+        notes.append("use_bias: the Mamba-2 in_proj and out_proj biases are not modelled")
+    if r.flag("mlp_bias", False):  # up and down biases of the MLPs and the shared experts
+        unmodelled += blocks.count("mlp") * (kw["d_ff"] + d)
+        unmodelled += blocks.count("moe") * (kw.get("shared_expert_d_ff", 0) + d)
+        notes.append("mlp_bias: the MLP and shared-expert biases are not modelled")
+    if r.flag("tie_word_embeddings", False):
+        notes.append("tie_word_embeddings is ignored: transformers' NemotronH has its own LM head")
+    if r.integer("num_nextn_predict_layers", default=0, minimum=0):
+        notes.append("the multi-token-prediction layers are not part of the served model")
+    return kw, unmodelled, notes
+
+
+def _import_jamba(r: _Reader) -> _Import:
+    """Jamba: Mamba-1 layers with an attention layer every attn_layer_period-th (from
+    attn_layer_offset), an MoE FFN every expert_layer_period-th (from expert_layer_offset) and
+    a dense SwiGLU FFN of intermediate_size on the others; attention without RoPE."""
+    d = r.integer("hidden_size")
+    h = r.integer("num_attention_heads")
+    L = r.integer("num_hidden_layers", default=32)
+    a_per = r.integer("attn_layer_period", default=8)
+    a_off = r.integer("attn_layer_offset", default=4, minimum=0)
+    e_per = r.integer("expert_layer_period", default=2)
+    e_off = r.integer("expert_layer_offset", default=1, minimum=0)
+    for key, off, per in (
+        ("attn_layer_offset", a_off, a_per),
+        ("expert_layer_offset", e_off, e_per),
+    ):
+        if off >= per:
+            raise ConfigError(
+                f"{r.where}: {key}: must be < its period {per} (transformers refuses it), got {off}"
+            )
+    experts = r.integer("num_experts", "num_local_experts", default=16)
+    inner = r.integer("mamba_expand", default=2) * d
+    kw: dict[str, Any] = {
+        "d_model": d,
+        "n_layers": L,
+        "n_heads": h,
+        "n_kv_heads": r.integer("num_key_value_heads", default=8),  # JambaConfig's default
+        "head_dim": r.integer("head_dim", default=d // h),
+        "d_ff": r.integer("intermediate_size", default=14336),
+        "vocab_size": r.integer("vocab_size", default=65536),
+        "attention_pattern": canonical_pattern(
+            ["full" if i % a_per == a_off else "linear" for i in range(L)]
+        ),
+        # Mamba-1: inner = expand x d_model channels, each its own head (width 1) with a
+        # d_state-element state; its norms of dt, B and C are linear_norm.
+        "linear_kind": "mamba1",
+        "linear_n_heads": inner,
+        "linear_head_dim": 1,
+        "linear_state_dim": r.integer("mamba_d_state", default=16),
+        "linear_conv_width": r.integer("mamba_d_conv", default=4),
+    }
+    if experts > 1:
+        kw["n_experts"] = experts
+        kw["top_k"] = r.integer("num_experts_per_tok", default=2)
+        kw["d_ff_expert"] = kw["d_ff"]
+        kw["ffn_pattern"] = canonical_pattern(
+            ["ffn" if i % e_per == e_off else "dense" for i in range(L)], FFNS
+        )
+    rank = r.get("mamba_dt_rank", "auto")
+    if rank != "auto" and r.integer("mamba_dt_rank") != -(-d // 16):
+        raise ConfigError(
+            f"{r.where}: mamba_dt_rank: must be 'auto' or ceil(hidden_size / 16) = {-(-d // 16)} "
+            f"(the rank the accounting uses), got {rank!r}"
+        )
+    if not r.flag("mamba_conv_bias", True):
+        raise ConfigError(
+            f"{r.where}: mamba_conv_bias: must be true (Mamba's conv has a bias), got false"
+        )
+    unmodelled, notes = 0, ["attention layers without position encoding (no RoPE)"]
+    if r.flag("mamba_proj_bias", False):
+        n_mamba = L - sum(i % a_per == a_off for i in range(L))
+        unmodelled += n_mamba * (2 * inner + d)
+        notes.append("mamba_proj_bias: the Mamba in_proj and out_proj biases are not modelled")
+    return kw, unmodelled, notes
+
+
+def _import_falcon_h1(r: _Reader) -> _Import:
+    """Falcon-H1: every layer runs GQA attention and a Mamba-2 mixer side by side on the same
+    normed input (their outputs summed), then a SwiGLU FFN; muP multipliers scale activations
+    (no parameters)."""
+    kw = _llama_core(r)
+    if "num_key_value_heads" not in r.cfg:
+        kw["n_kv_heads"] = 8  # FalconH1Config's default
+    d = kw["d_model"]
+    # The Mamba width: mamba_d_ssm (FalconH1Config's default 1024), or expand x d when null.
+    if "mamba_d_ssm" in r.cfg and r.cfg["mamba_d_ssm"] is None:
+        inner = r.integer("mamba_expand", default=2) * d
+    else:
+        inner = r.integer("mamba_d_ssm", default=1024)
+    heads = r.integer("mamba_n_heads", default=128)
+    d_head = r.get("mamba_d_head", "auto")
+    d_head = inner // heads if d_head == "auto" else r.integer("mamba_d_head")
+    if heads * d_head != inner:
+        raise ConfigError(
+            f"{r.where}: mamba_n_heads x mamba_d_head: must equal the Mamba width {inner} "
+            f"(mamba_d_ssm, or mamba_expand x hidden_size), got {heads} x {d_head}"
+        )
+    kw.update(
+        attention_pattern="full+linear",
+        linear_kind="mamba2",
+        linear_n_heads=heads,
+        linear_head_dim=d_head,
+        linear_n_groups=r.integer("mamba_n_groups", default=1),
+        linear_state_dim=r.integer("mamba_d_state", default=256),
+        linear_conv_width=r.integer("mamba_d_conv", default=4),
+        linear_norm=r.flag("mamba_rms_norm", False),
+    )
+    if not r.flag("mamba_conv_bias", True):
+        raise ConfigError(
+            f"{r.where}: mamba_conv_bias: must be true (Mamba-2's conv has a bias), got false"
+        )
+    L = kw["n_layers"]
+    unmodelled, notes = (
+        0,
+        ["muP multipliers scale the embedding, attention, SSM, MLP and LM head (no parameters)"],
+    )
+    if r.flag("attention_bias", False):
+        kw["qkv_bias"] = True
+        unmodelled += L * d
+        notes.append("attention_bias: the output-projection bias is not modelled")
+    if r.flag("mlp_bias", False):
+        unmodelled += L * (2 * kw["d_ff"] + d)
+        notes.append("mlp_bias: gate/up/down biases are not modelled")
+    if r.flag("mamba_proj_bias", False):
+        unmodelled += L * (2 * inner + 2 * kw["linear_n_groups"] * kw["linear_state_dim"] + heads)
+        notes.append("mamba_proj_bias: the Mamba-2 in_proj bias is not modelled")
+    if r.flag("projectors_bias", False):
+        unmodelled += L * d
+        notes.append("projectors_bias: the Mamba-2 out_proj bias is not modelled")
+    return kw, unmodelled, notes
+
+
 def _import_phi3(r: _Reader) -> _Import:
     kw = _llama_core(r)  # fused qkv_proj and gate_up_proj hold the same weights as Llama's
     return kw, 0, _sliding(r, kw)
@@ -744,6 +964,9 @@ _IMPORTERS = {
     "deepseek_v3": _import_deepseek_v3,
     "qwen3_next": _import_qwen3_next,
     "bamba": _import_bamba,
+    "nemotron_h": _import_nemotron_h,
+    "jamba": _import_jamba,
+    "falcon_h1": _import_falcon_h1,
     "phi3": _import_phi3,
     "aquila": _import_aquila,
     "internlm": _import_internlm,
@@ -762,6 +985,7 @@ _IMPORTERS = {
 # Fields of the attention families (issue 21) at their plain full-attention values.
 _PLAIN_ATTENTION: dict[str, Any] = {
     "attention_pattern": "full",
+    "ffn_pattern": "ffn",
     "kv_lora_rank": 0,
     "attn_output_gate": False,
     "n_dense_layers": 0,

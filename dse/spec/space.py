@@ -62,6 +62,7 @@ BOOL_FIELDS = (
     "shared_expert_gate",
     "qk_norm",
     "attn_output_gate",
+    "linear_norm",
 )
 STR_FIELDS: dict[str, tuple[str, ...]] = {
     "norm": NORMS,
@@ -710,11 +711,20 @@ def _check_combinations(doc: Located, space: SearchSpace) -> None:
 def _check_attention(doc: Located, by: dict[str, Param], vals: Any) -> None:
     """The attention families' combinations: some pattern must repeat evenly over some
     n_layers, and a sliding window must be shorter than some workload's context (a window of
-    at least prompt + output tokens makes the sliding layers full attention)."""
+    at least prompt + output tokens makes the sliding layers full attention); an ffn_pattern
+    too must repeat evenly over some n_layers."""
+    layers = vals("n_layers", ())
+    if "ffn_pattern" in by:
+        ffns = vals("ffn_pattern", (P.FFNS.default,))
+        if not any(n % P.period(p, P.FFNS) == 0 for p, n in itertools.product(ffns, layers)):
+            raise doc.error(
+                by["ffn_pattern"].path,
+                f"its length must divide n_layers {list(layers)} for some value, got patterns "
+                f"{list(ffns)} of {sorted({P.period(p, P.FFNS) for p in ffns})} layers",
+            )
     if "attention_pattern" not in by:
         return
     patterns = vals("attention_pattern", (P.FULL,))
-    layers = vals("n_layers", ())
     if not any(n % P.period(p) == 0 for p, n in itertools.product(patterns, layers)):
         raise doc.error(
             by["attention_pattern"].path,

@@ -3,13 +3,17 @@
 Configuration k of a space is the mixed-radix number whose digits index the values of its
 searched parameters (in `space.searched` order); `space_columns` decodes indices (the
 enumeration of `exact` and `exhaustive`), `digit_columns` digit rows (the `screened` sampler,
-on spaces of any size).
+on spaces of any size). `canonical_digits` / `canonical_index` map a configuration to the first
+one in enumeration order that differs from it only in fields it ignores (`dse.spec.inert`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from dse.spec.inert import DECIDING_FIELDS, INERT_FIELDS, inert_masks
 from dse.spec.space import SearchSpace
 
 
@@ -34,3 +38,67 @@ def digit_columns(space: SearchSpace, digits: np.ndarray) -> dict[str, np.ndarra
         values = np.asarray(p.values, dtype=object if isinstance(p.values[0], str) else None)
         cols[p.name] = values[digits[:, j]]
     return space.complete(cols)  # as_columns, keeping training_tokens
+
+
+def canonical_digits(space: SearchSpace, digits: np.ndarray) -> np.ndarray:
+    """The digits with every inert searched field's digit set to 0 (`dse.spec.inert`: the
+    fields a configuration ignores). Configurations that differ only in inert fields get the
+    same digits: those of the first of them in enumeration order, the one a sweep keeps."""
+    digits = np.asarray(digits, dtype=np.int64)
+    searched = space.searched
+    pos = {p.name: j for j, p in enumerate(searched)}
+    inert = [(name, pos[name]) for name in INERT_FIELDS if name in pos]
+    if not inert or not len(digits):
+        return digits
+    # The masks depend on the deciding fields only: judged once per distinct combination of
+    # their values (a handful), then spread over the rows.
+    deciding = [(name, pos[name]) for name in DECIDING_FIELDS if name in pos]
+    sizes = [len(searched[j].values) for _, j in deciding]
+    combo = (
+        np.ravel_multi_index(tuple(digits[:, j] for _, j in deciding), sizes)
+        if deciding
+        else np.zeros(len(digits), dtype=np.int64)
+    )
+    uniq, inv = np.unique(combo, return_inverse=True)
+    cols: dict[str, Any] = {k: v for k, v in space.fixed.items() if k in DECIDING_FIELDS}
+    if deciding:
+        for (name, j), d in zip(deciding, np.unravel_index(uniq, sizes), strict=True):
+            values = searched[j].values
+            typ = object if isinstance(values[0], str) else None
+            cols[name] = np.asarray(values, dtype=typ)[d]
+    masks = {k: v[inv.reshape(-1)] for k, v in inert_masks(cols, len(uniq)).items()}
+    out = digits.copy()
+    for name, j in inert:
+        out[masks[name], j] = 0
+    return out
+
+
+def canonical_index(space: SearchSpace, index: np.ndarray) -> np.ndarray:
+    """Per enumeration index, the index of the first configuration equal to it but for inert
+    fields (itself where it is that first one)."""
+    idx = np.asarray(index, dtype=np.int64)
+    searched = space.searched
+    if not searched:
+        return idx
+    sizes = [len(p.values) for p in searched]
+    digits = np.column_stack(np.unravel_index(idx, sizes))
+    return np.ravel_multi_index(tuple(canonical_digits(space, digits).T), sizes).astype(np.int64)
+
+
+def param_digits(space: SearchSpace, rows: list[dict[str, Any]]) -> list[tuple[int, ...] | None]:
+    """The digits of configurations given as searched-parameter dicts (None for a row that
+    lacks a parameter or holds a value the space does not list)."""
+    lookup = [{_plain(v): i for i, v in enumerate(p.values)} for p in space.searched]
+    names = [p.name for p in space.searched]
+    out: list[tuple[int, ...] | None] = []
+    for r in rows:
+        try:
+            out.append(tuple(lookup[j][_plain(r[k])] for j, k in enumerate(names)))
+        except (KeyError, TypeError):
+            out.append(None)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    """A parameter value as a hashable Python scalar (numpy scalars compare by value)."""
+    return v.item() if hasattr(v, "item") else v

@@ -32,7 +32,7 @@ import numpy as np
 from dse import pareto
 from dse.errors import ConfigError
 from dse.spec.space import SearchSpace
-from dse.sweep._columns import space_columns
+from dse.sweep._columns import canonical_index, space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
@@ -86,7 +86,7 @@ def exact_front(
         ev = evaluate(space, cols, predictor=predictor, with_tokens2wh=False)
         valid += int(ev.valid.sum())
         feasible += int(ev.feasible.sum())
-        ok = ev.feasible & np.isfinite(ev.objectives).all(axis=1)
+        ok = _front_candidates(space, idx, ev)
         # Earlier chunks first, so among equal points the lowest index stays.
         cand_idx = np.concatenate([front_idx, idx[ok]])
         cand_obj = np.vstack([front_obj, ev.objectives[ok]])
@@ -107,6 +107,14 @@ def exact_front(
         elapsed_s=time.perf_counter() - t0,
         directions=space.objectives.directions,
     )
+
+
+def _front_candidates(space: SearchSpace, idx: np.ndarray, ev: Evaluation) -> np.ndarray:
+    """Rows that may be on the front: feasible, finite, and the first of the configurations
+    equal to them but for fields they ignore (`dse.spec.inert`: the others are the same
+    configuration again, counted in the enumeration but never on the front)."""
+    ok = ev.feasible & np.isfinite(ev.objectives).all(axis=1)
+    return ok & (canonical_index(space, idx) == idx)
 
 
 def evaluate_index(
@@ -139,7 +147,7 @@ def evaluate_chunk(
     start = chunk * chunk_size
     idx = np.arange(start, min(start + chunk_size, size), dtype=np.int64)
     ev = evaluate(space, space_columns(space, idx), predictor=predictor, with_tokens2wh=False)
-    ok = ev.feasible & np.isfinite(ev.objectives).all(axis=1)
+    ok = _front_candidates(space, idx, ev)
     keep = pareto.nondominated(ev.objectives[ok], directions=space.objectives.directions)
     return ChunkResult(
         chunk=chunk,

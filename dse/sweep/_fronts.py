@@ -4,9 +4,10 @@ front neighbours the predictor's error band cannot tell apart.
 Pure pandas / numpy (no Optuna, no plotly), shared by the sweep's results writer, `dse show`,
 the report and `dse export`, so every view of a study agrees on what its front is.
 
-Distinctness is the configuration (every configuration field of the trials table), never float
-equality of objectives: the same configuration predicted in two batches can differ by ~1e-9
-(batch-dependent float order), and neither copy would dominate the other.
+Distinctness is the configuration (every configuration field of the trials table, less the
+fields it ignores: `dse.spec.inert`), never float equality of objectives: the same
+configuration predicted in two batches can differ by ~1e-9 (batch-dependent float order), and
+neither copy would dominate the other.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 
 from dse import pareto
 from dse.spec import columns as C
+from dse.spec.inert import DECIDING_FIELDS, inert_masks
 
 # Prediction column behind each objective, so that the predictor's error band can be found
 # (`pred.<q>_s` has its band in `pred.<q>_lo_s` / `pred.<q>_hi_s`).
@@ -52,8 +54,14 @@ def config_fields(table: pd.DataFrame) -> list[str]:
     return [c for c in C.CONFIG_FIELDS if c in table.columns]
 
 
+INERT = "(inert)"  # the key of a field a configuration ignores
+
+
 def config_ids(table: pd.DataFrame, fields: Sequence[str] | None = None) -> np.ndarray:
-    """An integer per row, equal for rows with the same configuration (order of first sight)."""
+    """An integer per row, equal for rows with the same configuration (order of first sight).
+
+    Fields a row ignores (`dse.spec.inert`: n_kv_heads with MLA, sliding_window without
+    sliding layers, ...) do not tell rows apart: their values are one key there."""
     if not len(table):
         return np.empty(0, dtype=np.int64)
     cols = list(fields) if fields is not None else config_fields(table)
@@ -62,6 +70,10 @@ def config_ids(table: pd.DataFrame, fields: Sequence[str] | None = None) -> np.n
     # As text: a CSV read back may hold 4096 and 4096.0 in one column; str() of the same
     # value read the same way is equal, and NaN / None become one 'nan' group.
     keys = table[cols].astype(str)
+    masks = inert_masks({c: table[c].to_numpy() for c in DECIDING_FIELDS if c in table}, len(table))
+    for name, mask in masks.items():
+        if name in keys and mask.any():
+            keys.loc[mask, name] = INERT
     return keys.groupby(cols, sort=False, dropna=False).ngroup().to_numpy(dtype=np.int64)
 
 

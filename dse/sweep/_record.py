@@ -323,11 +323,16 @@ def evaluation_table(
 
 
 def created_trials(
-    dists: dict[str, BaseDistribution], params: list[dict[str, Any]], ev: Evaluation
+    dists: dict[str, BaseDistribution],
+    params: list[dict[str, Any]],
+    ev: Evaluation,
+    repeat_of: Sequence[int | None] | None = None,
 ) -> list[FrozenTrial]:
     """Finished trials built directly (`optuna.trial.create_trial`), with the same parameters,
     constraints, attributes and state `tell_batch` records: for the exhaustive sweep, whose
-    configurations need no sampler (about ten times faster than ask/suggest/tell)."""
+    configurations need no sampler (about ten times faster than ask/suggest/tell).
+    `repeat_of`: per trial, the number of the trial whose configuration it repeats (None: it
+    is the first), stored as the user attribute `repeat_of`."""
     n = len(params)
     pred = _rows(ev.pred, n)
     t2wh = _rows(ev.t2wh, n)
@@ -352,6 +357,8 @@ def created_trials(
                 attrs["quality"] = quality[i]
         else:
             attrs["invalid_reason"] = str(ev.invalid_reason[i])
+        if repeat_of is not None and repeat_of[i] is not None:
+            attrs["repeat_of"] = repeat_of[i]
         out.append(
             optuna.trial.create_trial(
                 state=TrialState.COMPLETE if valid else TrialState.FAIL,

@@ -43,7 +43,7 @@ from dse.errors import ConfigError, DSEError
 from dse.spec.space import SearchSpace, count_feasible, load_space, require_feasible
 from dse.sweep import _exhaustive as E
 from dse.sweep import _samplers as S
-from dse.sweep._columns import space_columns
+from dse.sweep._columns import canonical_digits, canonical_index, param_digits, space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, check_predictor, evaluate
 from dse.sweep._exhaustive import ExactFront, exact_front
 from dse.sweep._record import created_trials, evaluated, suggest_all, tell_batch
@@ -464,28 +464,43 @@ def _evaluate_batch(
 
 class ConfigCache:
     """The first evaluated trial of each configuration of a study, by its searched-parameter
-    values (the fixed fields are the space's, so these values are the whole configuration).
+    values (the fixed fields are the space's, so these values are the whole configuration),
+    the values of fields a configuration ignores left out (`dse.spec.inert`: n_kv_heads with
+    MLA, sliding_window without sliding layers, ...).
 
     A trial whose configuration is here is told the stored objectives, constraints and user
     attributes instead of calling the predictor again: a sampler that proposes the same point
     twice spends no prediction on it, and results show one row per configuration."""
 
     def __init__(self, space: SearchSpace) -> None:
+        self._space = space
         self._names = [p.name for p in space.searched]
         self._seen: dict[tuple[Any, ...], optuna.trial.FrozenTrial] = {}
         self.known = 0  # evaluated trials looked at (the shared loop refreshes past it)
 
     def key(self, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        if not all(k in params for k in self._names):
-            return None  # a trial killed before it drew every parameter
-        return tuple(params[k] for k in self._names)
+        return self.keys([params])[0]
+
+    def keys(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...] | None]:
+        """The key of each row: its canonical digits (`canonical_digits`), or its values where
+        they are not the space's; None for a trial killed before it drew every parameter."""
+        full = [all(k in r for k in self._names) for r in rows]
+        digits = param_digits(self._space, rows)
+        listed = [i for i, d in enumerate(digits) if d is not None]
+        out: list[tuple[Any, ...] | None] = [
+            None if not ok else ("values", *(r[k] for k in self._names))
+            for r, ok in zip(rows, full, strict=True)
+        ]
+        if listed:
+            canon = canonical_digits(self._space, np.asarray([digits[i] for i in listed]))
+            for i, d in zip(listed, canon.tolist(), strict=True):
+                out[i] = tuple(d)
+        return out
 
     def add(self, trials: Any) -> None:
-        for t in trials:
-            if not evaluated(t):
-                continue
-            self.known += 1
-            k = self.key(t.params)
+        done = [t for t in trials if evaluated(t)]
+        self.known += len(done)
+        for t, k in zip(done, self.keys([t.params for t in done]), strict=True):
             if k is not None:
                 self._seen.setdefault(k, t)
 
@@ -555,7 +570,7 @@ def tell_cached(
     """Evaluate the configurations of a batch not evaluated before (each once, in one
     predictor call), tell every trial, and return (finished trials in trial order, the
     evaluation of the new configurations, None when all were repeats)."""
-    keys = [seen.key(r) for r in rows]
+    keys = seen.keys(rows)
     # A trial without a full configuration (cannot happen from suggest_all) is its own key.
     ukeys = [k if k is not None else ("#", i) for i, k in enumerate(keys)]
     new = [i for i, k in enumerate(keys) if seen.get(k) is None]
@@ -630,19 +645,58 @@ def _local_exhaustive(
     opts: SweepOptions,
 ) -> int:
     """Every configuration from index `done` on, in enumeration order, as finished trials
-    written straight to the journal (no sampler to consult): trial k is configuration k."""
+    written straight to the journal (no sampler to consult): trial k is configuration k. One
+    that differs from an earlier one only in fields it ignores (`dse.spec.inert`) is that
+    configuration again: it is not predicted, its trial is told the earlier one's outcome and
+    carries `repeat_of` (its number), as a repeat that another sampler proposes."""
     dists = S.distributions(space)
     step = max(rec.batch_size, S.EXHAUSTIVE_BATCH)
     while done < rec.trials and not stop.requested:
         idx = np.arange(done, min(done + step, rec.trials), dtype=np.int64)
-        cols = space_columns(space, idx)
-        ev = evaluate(space, cols, predictor=opts.predictor)
-        pstudy.add_trials(created_trials(dists, S.config_params(space, idx), ev))
+        twin = canonical_index(space, idx)  # the first configuration equal to each
+        new = twin == idx
+        params = S.config_params(space, idx)
+        here = np.isin(twin, idx[new])  # the first one is in this batch: copy its evaluation
+        made: list[optuna.trial.FrozenTrial] = []
+        if new.any():
+            ev = evaluate(space, space_columns(space, idx[new]), predictor=opts.predictor)
+            pos = {int(k): j for j, k in enumerate(idx[new].tolist())}
+            rows = np.flatnonzero(here)
+            made = created_trials(
+                dists,
+                [params[i] for i in rows],
+                _take(ev, [pos[int(twin[i])] for i in rows]),
+                repeat_of=[None if new[i] else int(twin[i]) for i in rows],
+            )
+            progress.add(ev.objectives, ev.feasible)
+        earlier = {t.number: t for t in pstudy.get_trials(deepcopy=False)} if not here.all() else {}
+        copied = iter(made)
+        pstudy.add_trials(
+            [
+                next(copied) if here[i] else _repeat_trial(earlier[int(twin[i])], params[i], dists)
+                for i in range(len(idx))
+            ]
+        )
         backend.flush()  # the batch becomes durable here, all or nothing
         done += len(idx)
-        progress.add(ev.objectives, ev.feasible)
         progress.show(done)
     return done
+
+
+def _repeat_trial(
+    src: optuna.trial.FrozenTrial, params: dict[str, Any], dists: dict[str, Any]
+) -> optuna.trial.FrozenTrial:
+    """A finished trial of `params` told the outcome stored on `src` (the same configuration
+    but for fields it ignores), without a prediction."""
+    attrs = {k: v for k, v in src.user_attrs.items() if k not in ("worker", REPEAT_ATTR)}
+    return optuna.trial.create_trial(
+        state=src.state,
+        values=src.values if src.state == TrialState.COMPLETE else None,
+        params=params,
+        distributions=dists,
+        user_attrs={**attrs, REPEAT_ATTR: src.number},
+        constraints=src.constraints,
+    )
 
 
 def _progress_add(progress: Progress, t: optuna.trial.FrozenTrial) -> None:

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from dse import pareto
 from dse.spec.space import SearchSpace
-from dse.sweep._columns import digit_columns
+from dse.sweep._columns import canonical_digits, digit_columns
 from dse.sweep._evaluate import Predictor, evaluate
 from dse.sweep._planned import PlannedSampler
 
@@ -117,13 +117,13 @@ class ScreenedSampler(PlannedSampler):
     ) -> tuple[set[tuple[int, ...]], tuple[np.ndarray, np.ndarray]]:
         """(digits of every trial's configuration, (digits, signed objectives) of the current
         feasible front of the completed trials)."""
-        seen: set[tuple[int, ...]] = set()
+        every: list[tuple[int, ...]] = []
         rows, objs = [], []
         for t in trials:
             d = self._digits_of(t.params)
             if d is None:
                 continue
-            seen.add(d)
+            every.append(d)
             if (
                 t.state == TrialState.COMPLETE
                 and t.values is not None
@@ -131,6 +131,10 @@ class ScreenedSampler(PlannedSampler):
             ):
                 rows.append(d)
                 objs.append(t.values)
+        # as canonical digits, like the candidates (`_unseen`)
+        seen: set[tuple[int, ...]] = set()
+        if every:
+            seen = {tuple(r) for r in canonical_digits(self._space, np.asarray(every)).tolist()}
         m = len(self._space.objectives.names)
         if not rows:
             return seen, (np.empty((0, len(self._params)), np.int64), np.empty((0, m)))
@@ -185,9 +189,11 @@ class ScreenedSampler(PlannedSampler):
 
     def _unseen(self, cand: np.ndarray, seen: set[tuple[int, ...]]) -> np.ndarray:
         """The distinct rows of cand that are no trial's configuration yet (first occurrence
-        order kept, so the plan does not depend on how np.unique sorts)."""
+        order kept, so the plan does not depend on how np.unique sorts), each as its canonical
+        digits (the fields it ignores at their first value: `canonical_digits`)."""
         if len(cand) == 0:
             return cand
+        cand = canonical_digits(self._space, cand)
         _, first = np.unique(cand, axis=0, return_index=True)
         cand = cand[np.sort(first)]
         if not seen:
