@@ -612,6 +612,7 @@ def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
         cases.append(
             (cmd, ["--linear-norm", "maybe"], "--linear-norm: must be true or false, got 'maybe'")
         )
+        cases.append((cmd, ["--rope", "maybe"], "--rope: must be true or false, got 'maybe'"))
         cases.append(
             (cmd, ["--linear-kind", "mamba"],
              "--linear-kind: must be one of gated_deltanet, mamba2, mamba1 (did you mean "
@@ -666,7 +667,7 @@ def test_attention_family_flags_are_the_field_tables(cmd: str) -> None:
     from dse.commands import _flags
 
     for name in (*ATTENTION_INT_LIMITS, "qk_rope_head_dim", "attention_pattern", "linear_kind",
-                 "ffn_pattern", "linear_norm"):  # fmt: skip
+                 "ffn_pattern", "linear_norm", "rope"):  # fmt: skip
         assert name in _flags.ARCH_FLAGS
     assert F.FIELDS["attention_pattern"].rule == PATTERN_RULE
     assert F.FIELDS["ffn_pattern"].rule == FFN_PATTERN_RULE

@@ -43,6 +43,9 @@ CASES: list[tuple[dict[str, Any], str, Any, Any]] = [
     ({}, "shared_expert_d_ff", 0, 2048),
     ({}, "shared_expert_gate", False, True),
     ({"tensor_parallel": 2}, "n_dense_layers", 0, 3),
+    (MLA, "rope", True, False),
+    ({"attention_pattern": "linear", "linear_kind": "mamba2", "linear_n_groups": 4}, "rope", True,
+     False),
 ]  # fmt: skip
 
 
@@ -106,6 +109,7 @@ def test_the_fields_that_decide_are_not_inert() -> None:
     assert list(m["sliding_window"]) == [False, True]
     assert list(m["linear_n_heads"]) == [True, False]
     assert list(m["d_ff_expert"]) == [True, False]
+    assert not m["rope"].any()  # both have attention layers
     assert set(m) == set(INERT_FIELDS)
 
 
@@ -119,6 +123,7 @@ def test_inert_masks_read_a_table_as_written_back() -> None:
     assert list(m["n_kv_heads"]) == [True, False, False]
     assert list(m["sliding_window"]) == [True, False, True]
     assert list(m["d_ff_expert"]) == [True, False, False]
+    assert list(m["rope"]) == [True, False, False]  # MLA; GQA layers in the other two
 
 
 # ---------------------------------------------------------------------- the sweep

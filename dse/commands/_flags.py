@@ -45,9 +45,11 @@ ARCH_FLAGS: tuple[str, ...] = (
     "linear_state_dim",
     "linear_conv_width",
     "n_dense_layers",
-    # hybrids: `--ffn-pattern none,ffn` (Nemotron-H), `--linear-norm false` (Falcon-H1)
+    # hybrids: `--ffn-pattern none,ffn` (Nemotron-H), `--linear-norm false` (Falcon-H1),
+    # `--rope false` (attention without position encoding: Nemotron-H, Jamba)
     "ffn_pattern",
     "linear_norm",
+    "rope",
 )
 WORKLOAD_FLAGS: tuple[str, ...] = (
     "batch_size",

@@ -362,7 +362,7 @@ def _print_text(r: dict[str, Any]) -> None:
     if a["shared_expert_d_ff"]:
         extra.append(f"shared_expert_d_ff={a['shared_expert_d_ff']}")
     shown = ("gated_mlp", "tied_embeddings", "qkv_bias", "qk_norm", "attn_output_gate")
-    flags = [k for k in shown if a[k]]
+    flags = [k for k in shown if a[k]] + ([] if a["rope"] else ["rope=false"])
     extra.append(f"{a['norms_per_layer']} {a['norm']} per layer")
     extra.append(f"weights={a['weight_dtype']} kv={a['kv_dtype']}")
     print("  " + " ".join(extra + flags))

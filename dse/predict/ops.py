@@ -255,6 +255,8 @@ def _attention_ops(
     qk_count = La * cols["qk_norm"].astype(float)
     # Qwen3-Next's output gate doubles the query projection.
     q_tp = h_tp * np.where(cols["attn_output_gate"], 2.0, 1.0)
+    # RoPE of q and k, on none of the layers of a model without it (NoPE: Nemotron-H, Jamba).
+    rope_count = La * cols["rope"].astype(float)
     core = _attention_core(sh, cols, stratum)
     core.count = fam.core
     return [
@@ -263,7 +265,9 @@ def _attention_ops(
         _elementwise(
             "attention/qk_norm", "attention", qk_count, tokens * (h_tp + kv_tp) * hd, 1, 1, 4
         ),
-        _elementwise("attention/rope", "attention", La, tokens * (h_tp + kv_tp) * hd, 1, 1, 6),
+        _elementwise(
+            "attention/rope", "attention", rope_count, tokens * (h_tp + kv_tp) * hd, 1, 1, 6
+        ),
         core,
         *_sliding_core(sh, cols, stratum, fam),
         _gemm("attention/out", "attention", La, tokens, d, h_tp * hd, wb, gemm_dtype),

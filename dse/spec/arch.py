@@ -107,6 +107,10 @@ class Architecture:
     # The linear layers' norms: the gated RMSNorm of Gated DeltaNet / Mamba-2, Jamba's RMSNorms
     # of Mamba-1's dt, B and C; false: none (Falcon-H1's mamba_rms_norm=false, plain Mamba-1).
     linear_norm: Any = True
+    # RoPE on the q and k of the GQA attention layers (full and sliding); false: no position
+    # encoding there (NoPE: Nemotron-H, Jamba; ALiBi, learned positions). MLA's decoupled RoPE
+    # part is qk_rope_head_dim. No parameters: only the pricing's `attention/rope` follows it.
+    rope: Any = True
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -220,6 +224,7 @@ _BOOL_FIELDS = (
     "qk_norm",
     "attn_output_gate",
     "linear_norm",
+    "rope",
 )
 _DEFAULTS: dict[str, Any] = {
     f.name: f.default

@@ -366,6 +366,7 @@ FIELDS: dict[str, Field] = {
         Field("ffn_pattern", "pattern", default="ffn", note="the FFN of each layer"),
         _int("sliding_window", 0, 2**25, 0, "tokens", note="the window of sliding layers"),
         Field("attn_output_gate", "bool", default=False),
+        Field("rope", "bool", default=True, note="false: attention layers without RoPE (NoPE)"),
         _int("kv_lora_rank", 0, 2**16, 0, note="MLA's KV latent; 0: no MLA"),
         _int("q_lora_rank", 0, 2**16, 0, note="MLA's query latent; 0: q projected directly"),
         _int("qk_rope_head_dim", 0, 2**12, 0, even=True, note="MLA's decoupled RoPE part"),

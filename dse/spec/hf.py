@@ -561,8 +561,8 @@ def _nemotron_blocks(r: _Reader) -> list[str]:
 
 def _import_nemotron_h(r: _Reader) -> _Import:
     """Nemotron-H (Nemotron-H-8B/47B, Nemotron-Nano-v2, Nemotron-3-Nano): each block is one of
-    a Mamba-2 mixer, a GQA attention mixer (no RoPE, no biases), a plain MLP (up, relu^2, down)
-    or an MoE FFN of plain experts with a shared one; one RMSNorm per block."""
+    a Mamba-2 mixer, a GQA attention mixer (no RoPE: rope false; no biases), a plain MLP (up,
+    relu^2, down) or an MoE FFN of plain experts with a shared one; one RMSNorm per block."""
     blocks = _nemotron_blocks(r)
     moe = "moe" in blocks
     mixers = [_NEMOTRON_BLOCKS[b][0] for b in blocks]
@@ -592,6 +592,7 @@ def _import_nemotron_h(r: _Reader) -> _Import:
         "linear_n_groups": r.integer("n_groups", "mamba_n_groups", default=8),
         "linear_state_dim": r.integer("ssm_state_size", default=128),
         "linear_conv_width": r.integer("conv_kernel", "mamba_d_conv", default=4),
+        "rope": False,  # NemotronHAttention applies no position encoding
     }
     if moe:
         if r.get("moe_latent_size") is not None:
@@ -611,7 +612,7 @@ def _import_nemotron_h(r: _Reader) -> _Import:
             f"{r.where}: use_conv_bias: must be true (Mamba-2's conv has a bias), got {conv_bias!r}"
         )
     L_lin = mixers.count("linear")
-    unmodelled, notes = 0, ["attention layers without position encoding (no RoPE)"]
+    unmodelled, notes = 0, []
     if r.flag("use_bias", False):  # Mamba-2's in_proj and out_proj biases
         inner, ng, ds = heads * kw["linear_head_dim"], kw["linear_n_groups"], kw["linear_state_dim"]
         unmodelled += L_lin * (2 * inner + 2 * ng * ds + heads + d)
@@ -630,7 +631,7 @@ def _import_nemotron_h(r: _Reader) -> _Import:
 def _import_jamba(r: _Reader) -> _Import:
     """Jamba: Mamba-1 layers with an attention layer every attn_layer_period-th (from
     attn_layer_offset), an MoE FFN every expert_layer_period-th (from expert_layer_offset) and
-    a dense SwiGLU FFN of intermediate_size on the others; attention without RoPE."""
+    a dense SwiGLU FFN of intermediate_size on the others; attention without RoPE (rope false)."""
     d = r.integer("hidden_size")
     h = r.integer("num_attention_heads")
     L = r.integer("num_hidden_layers", default=32)
@@ -666,6 +667,7 @@ def _import_jamba(r: _Reader) -> _Import:
         "linear_head_dim": 1,
         "linear_state_dim": r.integer("mamba_d_state", default=16),
         "linear_conv_width": r.integer("mamba_d_conv", default=4),
+        "rope": False,  # JambaAttention applies no position encoding
     }
     if experts > 1:
         kw["n_experts"] = experts
@@ -684,7 +686,7 @@ def _import_jamba(r: _Reader) -> _Import:
         raise ConfigError(
             f"{r.where}: mamba_conv_bias: must be true (Mamba's conv has a bias), got false"
         )
-    unmodelled, notes = 0, ["attention layers without position encoding (no RoPE)"]
+    unmodelled, notes = 0, []
     if r.flag("mamba_proj_bias", False):
         n_mamba = L - sum(i % a_per == a_off for i in range(L))
         unmodelled += n_mamba * (2 * inner + d)
@@ -817,6 +819,7 @@ def _import_falcon(r: _Reader) -> _Import:
     }
     notes = ["parallel attention and MLP blocks"] if parallel else []
     if r.flag("alibi", False):
+        kw["rope"] = False
         notes.append("ALiBi position biases instead of RoPE")
     unmodelled = 0
     if r.flag("bias", False):
@@ -849,6 +852,7 @@ def _import_bloom(r: _Reader) -> _Import:
         "gated_mlp": False,
         "norm": "layernorm",
         "qkv_bias": True,
+        "rope": False,  # ALiBi
     }
     # Per layer: output-projection bias d, fc1 bias 4d, fc2 bias d; plus the embedding LayerNorm.
     unmodelled = L * (d + 4 * d + d) + 2 * d
@@ -882,6 +886,7 @@ def _import_opt(r: _Reader) -> _Import:
         "gated_mlp": False,
         "norm": "layernorm",
         "qkv_bias": bias,
+        "rope": False,  # learned position embeddings
     }
     positions = (r.integer("max_position_embeddings") + 2) * d  # OPT offsets positions by 2
     unmodelled = positions + (L * (d + ff + d) if bias else 0)
@@ -1009,6 +1014,8 @@ def hf_model_type_for(arch: Architecture) -> str:
     for field, plain in _PLAIN_ATTENTION.items():
         if a[field] != plain:
             raise refuse(field, f"must be {plain!r} (exported model types have full GQA attention)")
+    if not a["rope"]:
+        raise refuse("rope", "must be true (every exported model type applies RoPE)")
     if not a["gated_mlp"]:
         raise refuse("gated_mlp", "must be true (every exported model type has a SwiGLU FFN)")
     if a["norm"] != "rmsnorm":

@@ -10,7 +10,9 @@ FLOPs, memory, every prediction and estimate) depends on its value there:
   `linear_n_groups`, `linear_state_dim`, `linear_conv_width`, `linear_norm`) when it has no
   linear layer, and `linear_n_groups` for Mamba-1 (its B and C are not grouped);
 - the expert fields of a dense model (`n_experts` 1): `d_ff_expert`, `shared_expert_d_ff`,
-  `shared_expert_gate`, `n_dense_layers`.
+  `shared_expert_gate`, `n_dense_layers`;
+- `rope` when it has no GQA attention layer: no full or sliding layer (every mixer linear or
+  none), or MLA (its decoupled RoPE part is `qk_rope_head_dim`).
 
 Whether a field is inert depends only on fields that are not inert in that configuration, so
 the configurations that differ from one another only in inert fields are all the combinations
@@ -44,7 +46,13 @@ EXPERT_FIELDS: tuple[str, ...] = (
     "n_dense_layers",
 )
 # Every field that can be inert, and the fields that decide whether it is.
-INERT_FIELDS: tuple[str, ...] = ("n_kv_heads", "sliding_window", *LINEAR_FIELDS, *EXPERT_FIELDS)
+INERT_FIELDS: tuple[str, ...] = (
+    "n_kv_heads",
+    "sliding_window",
+    *LINEAR_FIELDS,
+    *EXPERT_FIELDS,
+    "rope",
+)
 DECIDING_FIELDS: tuple[str, ...] = ("kv_lora_rank", "attention_pattern", "linear_kind", "n_experts")
 
 
@@ -56,14 +64,15 @@ def inert_masks(cols: Mapping[str, Any], n: int) -> dict[str, np.ndarray]:
     takes its field's default."""
     mla = _number(cols.get("kv_lora_rank"), 0.0, n) > 0
     pattern = _text(cols.get("attention_pattern"), P.FULL, n)
-    no_sliding = ~np.broadcast_to(P.has_kind(pattern, "sliding"), (n,))
-    no_linear = ~np.broadcast_to(P.has_kind(pattern, "linear"), (n,))
+    _, full, sliding, linear, _ = (np.broadcast_to(c, (n,)) for c in P.counts(pattern))
+    no_sliding, no_linear = sliding == 0, linear == 0
     mamba1 = _text(cols.get("linear_kind"), "", n) == "mamba1"
     dense = ~(_number(cols.get("n_experts"), 1.0, n) > 1)
     out = {"n_kv_heads": mla, "sliding_window": no_sliding}
     out.update({name: no_linear for name in LINEAR_FIELDS})
     out["linear_n_groups"] = no_linear | mamba1
     out.update({name: dense for name in EXPERT_FIELDS})
+    out["rope"] = mla | ((full + sliding) == 0)  # no GQA attention layer
     return out
 
 

@@ -63,6 +63,7 @@ BOOL_FIELDS = (
     "qk_norm",
     "attn_output_gate",
     "linear_norm",
+    "rope",
 )
 STR_FIELDS: dict[str, tuple[str, ...]] = {
     "norm": NORMS,
