@@ -130,8 +130,7 @@ def golden_configs(seed: int = 23) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     # The catalogue as it was when the file was written, every layer full attention (issue 21
     # added models and gave Mistral-7B-v0.1, Gemma-2, Phi-3 and StarCoder2 their sliding
-    # windows, and BLOOM and OPT `rope: false`): the same configurations, whatever the
-    # catalogue holds now.
+    # windows, and the `rope` field): the same configurations, whatever the catalogue holds now.
     names = [m for m in model_names() if m in GOLDEN_MODELS]
     assert len(names) == len(GOLDEN_MODELS), "a golden model left the catalogue"
     cards = {m: {**lookup_model(m).to_dict(), **FULL_ATTENTION} for m in names}

@@ -70,6 +70,13 @@ _TIED_DEFAULT = {
 }
 
 
+# `rope: false` means no position encoding at all (NoPE: nemotron_h, jamba). Models with ALiBi
+# (bloom, falcon with `alibi`) or learned position embeddings (opt) keep `rope: true`: the
+# RoPE-sized elementwise pass stands in for their positional work (ALiBi's bias over the
+# scores, the position-embedding add), and the shipped Level 3 was fitted on argonne's BLOOM
+# and OPT rows priced so.
+
+
 # Model types whose layers the Architecture cannot hold, and why (none at present: Nemotron-H,
 # Jamba and Falcon-H1, refused before, are read since the hybrid patterns).
 UNREPRESENTABLE_TYPES: dict[str, str] = {}
@@ -818,9 +825,8 @@ def _import_falcon(r: _Reader) -> _Import:
         "norms_per_layer": n_norms,
     }
     notes = ["parallel attention and MLP blocks"] if parallel else []
-    if r.flag("alibi", False):
-        kw["rope"] = False
-        notes.append("ALiBi position biases instead of RoPE")
+    if r.flag("alibi", False):  # priced as RoPE (see the note on `rope` above)
+        notes.append("ALiBi position biases instead of RoPE (priced as a RoPE-sized pass)")
     unmodelled = 0
     if r.flag("bias", False):
         kw["qkv_bias"] = True
@@ -851,8 +857,7 @@ def _import_bloom(r: _Reader) -> _Import:
         "vocab_size": r.integer("vocab_size"),
         "gated_mlp": False,
         "norm": "layernorm",
-        "qkv_bias": True,
-        "rope": False,  # ALiBi
+        "qkv_bias": True,  # ALiBi: priced as RoPE (the note on `rope`)
     }
     # Per layer: output-projection bias d, fc1 bias 4d, fc2 bias d; plus the embedding LayerNorm.
     unmodelled = L * (d + 4 * d + d) + 2 * d
@@ -885,8 +890,7 @@ def _import_opt(r: _Reader) -> _Import:
         "vocab_size": r.integer("vocab_size"),
         "gated_mlp": False,
         "norm": "layernorm",
-        "qkv_bias": bias,
-        "rope": False,  # learned position embeddings
+        "qkv_bias": bias,  # learned positions: priced as RoPE
     }
     positions = (r.integer("max_position_embeddings") + 2) * d  # OPT offsets positions by 2
     unmodelled = positions + (L * (d + ff + d) if bias else 0)
