@@ -134,7 +134,13 @@ def _family_fit(ctx: Any) -> list[FittedModel]:
     layer_ops = ctx.table("layer_op")
     # Level 2 is a residual over fitted Level-1 models: none without them (as in `main`).
     if level1 is not None and layer_ops is not None and not layer_ops.empty:
-        out += fit_level2(gpu, layer_ops, level1, seed=int(getattr(ctx, "seed", 0)))
+        out += fit_level2(
+            gpu,
+            layer_ops,
+            level1,
+            seed=int(getattr(ctx, "seed", 0)),
+            band_coverage=bool(getattr(ctx, "band_coverage", False)),
+        )
     if earlier or level1 is None:
         base = transient_artifact(gpu, earlier + out) if (earlier or out) else None
     else:
