@@ -92,6 +92,7 @@ def test_nested_never_uses_the_scored_groups_residuals() -> None:
     got = bands.nested_coverage(_table(y, groups, fp))
     assert got["coverage"] == pytest.approx(0.8)
     assert got["above"] == pytest.approx(0.2)  # exactly the fifth group's rows
+    assert got["cross_fold"]["coverage"] == pytest.approx(0.8)  # no own residual there either
     # what leaking would give: the quantiles of every row, the scored group's included
     leaky = Band.from_residuals(log_residuals(y, np.ones(len(y))))
     lo, hi = np.full(len(y), leaky.log_lo), np.full(len(y), leaky.log_hi)

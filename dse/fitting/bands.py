@@ -34,6 +34,13 @@ NESTED_SCHEME = (
     "fold rule on the other folds' groups alone"
 )
 
+# A diagnostic beside the nested number: no refit, and the band's fits as large as the scored
+# fit (the nested inner fits have a fold fewer of layouts), but those fits saw the scored layout.
+CROSS_SCHEME = (
+    "cross-fold: each outer fold's band from the other outer folds' CV residuals (no residual "
+    "of the scored layout; fits that saw it)"
+)
+
 
 @dataclass
 class BandTable:
@@ -98,8 +105,14 @@ def nested_coverage(
     pred = np.asarray(oof.get("latency_s", np.full(n, np.nan)), dtype=float)
     degree = np.nan_to_num(np.asarray(oof.get("degree", np.zeros(n)), dtype=float), nan=0.0)
     log_lo, log_hi = np.full(n, np.nan), np.full(n, np.nan)
+    cross_lo, cross_hi = np.full(n, np.nan), np.full(n, np.nan)
     fold_bands = []
     for te in table.folds(table.groups):
+        # diagnostic: the band of the other outer folds' CV residuals (fits of the same size
+        # as the scored one's, some of which saw the scored layout; none of its residuals)
+        c = Band.from_residuals(log_residuals(table.y[~te], pred[~te]))
+        if c is not None:
+            cross_lo[te], cross_hi[te] = c.log_lo, c.log_hi
         inner = held_out_predict(
             table.groups, table.folds, table.fit_predict, among=~te, cache=cache
         )
@@ -109,6 +122,10 @@ def nested_coverage(
             log_lo[te], log_hi[te] = b.log_lo, b.log_hi
             fold_bands.append([b.log_lo, b.log_hi])
     out = coverage_summary(table.y, pred, log_lo, log_hi, degree, table.strata)
+    out["cross_fold"] = {
+        "scheme": CROSS_SCHEME,
+        "coverage": coverage_summary(table.y, pred, cross_lo, cross_hi, degree)["coverage"],
+    }
     names = table.groups if table.names is None else table.names
     out["worst_groups"] = worst_groups(table.y, pred, log_lo, log_hi, degree, names)
     out.update(
