@@ -175,8 +175,12 @@ def predict_allreduce_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
         for name, g in allreduce_groups(rows.assign(_i=rows.index), str(gpu)).items():
             if not artifact.has(name):
                 continue
-            p = artifact.model(name).predict(
-                message_bytes=g["message_bytes"].to_numpy(float), n_gpus=g["n_gpus"].to_numpy(float)
-            )
-            out.loc[g["_i"].to_numpy(), "latency_pred_s"] = p["latency_s"]
+            ins = {
+                "message_bytes": g["message_bytes"].to_numpy(float),
+                "n_gpus": g["n_gpus"].to_numpy(float),
+            }
+            p = artifact.model(name).predict(**ins)
+            idx = pd.Index(g["_i"].to_numpy())
+            out.loc[idx, "latency_pred_s"] = p["latency_s"]
+            bands.put_band(out, idx, artifact, name, p["latency_s"], **ins)
     return out

@@ -115,8 +115,20 @@ def predict_attention_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
         if name is None:
             vllm = [n for n in names if n.endswith(".vllm")]
             name = (vllm or names)[0]
-        p = artifact.model(name).predict(**attention_inputs(sub))
+        ins = attention_inputs(sub)
+        p = artifact.model(name).predict(**ins)
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+        for dtype, part in sub.groupby("dtype", sort=False) if "dtype" in sub else [("", sub)]:
+            at = sub.index.get_indexer(part.index)
+            bands.put_band(
+                out,
+                part.index,
+                artifact,
+                name,
+                np.asarray(p["latency_s"])[at],
+                strata={"dtype": dtype},
+                **{k: np.asarray(v)[at] for k, v in ins.items()},
+            )
     return out

@@ -83,8 +83,9 @@ def calibrate_artifact(
     if only is not None:
         wanted = set(only)
         fams = [f for f in fams if f.name in wanted]
-    for kind in BAND_KINDS:
-        ctx.table(kind)  # read once here: the worker processes get the tables with `ctx`
+    if jobs > 1:
+        for kind in BAND_KINDS:
+            ctx.table(kind)  # read once here: the worker processes get the tables with `ctx`
     out: dict[str, dict[str, Any]] = {}
     tasks: list[tuple[str, int, bool]] = []
     for fam in sorted(fams, key=_cost_rank):

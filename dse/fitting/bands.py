@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from dse.fitting.cv import FitPredict, FoldRule, held_out_predict
+from dse.models.artifact import Artifact
 from dse.models.band import Band, log_residuals, widen
 
 NESTED_SCHEME = (
@@ -227,3 +229,37 @@ def coverage_summary(
     if by:
         out["by"] = by
     return out
+
+
+# ---------------------------------------------------------------------------- dse validate
+BAND_COLUMNS = ("latency_lo_s", "latency_hi_s", "band_model", "band_held_out")
+
+
+def put_band(
+    out: pd.DataFrame,
+    idx: pd.Index,
+    artifact: Artifact,
+    name: str,
+    latency_s: Any,
+    strata: Mapping[str, Any] | None = None,
+    degree: Any = None,
+    label: str | None = None,
+    **inputs: Any,
+) -> None:
+    """Write into `out` (in place, rows `idx`) the band model `name` of `artifact` puts around
+    its predicted `latency_s` (`Artifact.band_bounds`: widened by `degree`, else by the rows'
+    `inputs` outside the fitted range), the model it is (`label`, default `name`) and its
+    coverage on held-out layouts (of the stratum `strata`, e.g. {"dtype": "fp8"}; NaN: not
+    measured). A model without a band leaves the rows without one."""
+    for col in BAND_COLUMNS:
+        if col not in out:
+            out[col] = "" if col == "band_model" else np.nan
+    bounds = artifact.band_bounds(name, latency_s, degree=degree, **inputs)
+    if bounds is None:
+        return
+    band = artifact.band(name)
+    cov = band.held_out_coverage(strata) if band is not None else None
+    out.loc[idx, "latency_lo_s"] = bounds[0]
+    out.loc[idx, "latency_hi_s"] = bounds[1]
+    out.loc[idx, "band_model"] = label or name
+    out.loc[idx, "band_held_out"] = np.nan if cov is None else cov

@@ -231,8 +231,11 @@ def predict_gemm_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.D
     for (engine, dtype), sub in rows.groupby(["engine", "dtype"], sort=False):
         try:
             p = gemm.predict(sub["m"], sub["n"], sub["k"], dtype=dtype, engine=engine)
+            ch = gemm.choose(dtype, engine)
         except (ArtifactError, ConfigError):
             continue
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+        mnk = {c: sub[c].to_numpy(float) for c in ("m", "n", "k")}
+        bands.put_band(out, sub.index, ch.artifact, ch.name, p["latency_s"], label=ch.label, **mnk)
     return out

@@ -218,16 +218,30 @@ def predict_layer_op_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> 
     ops = rows["op"].astype(str)
     sel = ops.isin(LAYER_OPS).to_numpy()
     if names and sel.any():
-        p = artifact.model(names[0]).predict(**layer_op_inputs(rows[sel]))
-        out.loc[rows.index[sel], "latency_pred_s"] = np.where(p["covered"], p["latency_s"], np.nan)
+        model = artifact.model(names[0])
+        ins = layer_op_inputs(rows[sel])
+        p = model.predict(**ins)
+        lat = np.where(p["covered"], p["latency_s"], np.nan)
+        out.loc[rows.index[sel], "latency_pred_s"] = lat
+        miss = model.range_misses(ins["op"], ins["gated_mlp"], **{c: ins[c] for c in INPUTS})
+        deg = degree_of(miss, len(lat))
+        for op in np.unique(ins["op"]):  # the band's held-out coverage is measured per operator
+            at = ins["op"] == op
+            idx = rows.index[sel][at]
+            bands.put_band(out, idx, artifact, names[0], lat[at], {"op": op}, degree=deg[at])
     gsel = ops.isin(GEMM_OPS).to_numpy()
     if gsel.any() and artifact.names("gemm"):
         from dse.predict.gemm_choice import Gemm
 
         m, n, k = _vidur_gemm_shapes(rows[gsel])
         try:
-            p = Gemm(artifact).predict(m, n, k, dtype="float16")
-            out.loc[rows.index[gsel], "latency_pred_s"] = p["latency_s"]
+            gemm = Gemm(artifact)
+            p = gemm.predict(m, n, k, dtype="float16")
+            ch = gemm.choose("float16")
+            idx = rows.index[gsel]
+            out.loc[idx, "latency_pred_s"] = p["latency_s"]
+            lat = p["latency_s"]
+            bands.put_band(out, idx, ch.artifact, ch.name, lat, label=ch.label, m=m, n=n, k=k)
         except (ArtifactError, ConfigError):
             pass
     return out

@@ -171,6 +171,7 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             p = predict(cfg, artifacts=arts)
             idx = rows.index[kept["_row"].to_numpy()]
             out.loc[idx, "latency_pred_s"] = p["ttft_s"]
+            _put_level3_band(out, idx, p, "ttft", p["ttft_s"])
     elif kind in ("e2e", "e2e_energy"):
         r = rows.reset_index(drop=True)
         cfg, kept = e2e_configs(r.assign(_row=np.arange(len(r))))
@@ -178,7 +179,9 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             arts = {str(g): artifact for g in cfg["gpu"].unique()}
             p = predict(cfg, artifacts=arts)
             idx = rows.index[kept["_row"].to_numpy()]
-            out.loc[idx, "latency_pred_s"] = _as_measured_latency(cfg, p["latency_s"], artifact)
+            lat = _as_measured_latency(cfg, p["latency_s"], artifact)
+            out.loc[idx, "latency_pred_s"] = lat
+            _put_level3_band(out, idx, p, "latency", lat)
             # argonne power rows: GPU 0 of the tensor-parallel group.
             out.loc[idx, "energy_pred_j"] = as_measured_energy(
                 cfg, p["energy_j"] / cfg["tensor_parallel"].to_numpy(), p["latency_s"], artifact
@@ -208,11 +211,27 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             p = predict(cfg, artifacts=arts)
             idx = rows.index[kept["_row"].to_numpy()]
             out.loc[idx, "latency_pred_s"] = p["tpot_s"]  # the serving rows' latency is TPOT
+            _put_level3_band(out, idx, p, "tpot", p["tpot_s"])
             per_req = (
                 p["energy_per_output_token_j"] * r["avg_output_tokens"].to_numpy()[kept["_row"]]
             )
             out.loc[idx, "energy_pred_j"] = per_req
     return out
+
+
+def _put_level3_band(
+    out: pd.DataFrame, idx: pd.Index, p: Mapping[str, Any], key: str, latency_s: Any
+) -> None:
+    """The prediction's own band (`dse.predict`: Level 3's, `<key>_lo_s` / `<key>_hi_s`) as
+    factors around `latency_s` (in place); its held-out coverage is not measured nested."""
+    lat = np.asarray(latency_s, dtype=float)
+    base = np.asarray(p[f"{key}_s"], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out.loc[idx, "latency_lo_s"] = lat * np.asarray(p[f"{key}_lo_s"], dtype=float) / base
+        out.loc[idx, "latency_hi_s"] = lat * np.asarray(p[f"{key}_hi_s"], dtype=float) / base
+    if "band_model" not in out:
+        out["band_model"] = ""
+    out.loc[idx, "band_model"] = "level3.e2e"
 
 
 def _as_measured_latency(

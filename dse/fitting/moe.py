@@ -120,8 +120,10 @@ def predict_moe_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.Da
         name = f"moe.{engine}.{dtype}"
         if name not in names:
             continue
-        p = artifact.model(name).predict(**moe_inputs(sub))
+        ins = moe_inputs(sub)
+        p = artifact.model(name).predict(**ins)
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+        bands.put_band(out, sub.index, artifact, name, p["latency_s"], **ins)
     return out

@@ -114,6 +114,8 @@ def predict_reduction_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
         return out
     n = rows["n"].to_numpy(float) if "n" in rows else np.ones(len(rows))
     n = np.where(np.isfinite(n), n, 1.0)
-    p = artifact.model(names[0]).predict(op=kind, m=rows["m"].to_numpy(float), n=n)
+    m = rows["m"].to_numpy(float)
+    p = artifact.model(names[0]).predict(op=kind, m=m, n=n)
     out["latency_pred_s"] = p["latency_s"]
+    bands.put_band(out, rows.index, artifact, names[0], p["latency_s"], {"op": kind}, m=m, n=n)
     return out
