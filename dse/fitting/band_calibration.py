@@ -103,14 +103,14 @@ def calibrate_artifact(
 
 def apply_bands(artifact: Artifact, entries: Mapping[str, Mapping[str, Any] | None]) -> None:
     """Record the bands in the artifact's manifest (in place); None removes a model's band."""
-    models = artifact.manifest["models"]
+    recorded = artifact.manifest["models"]
     for name, entry in entries.items():
-        if name not in models:
+        if name not in recorded:
             continue
         if entry is None:
-            models[name].pop("band", None)
+            recorded[name].pop("band", None)
         else:
-            models[name]["band"] = dict(entry)
+            recorded[name]["band"] = dict(entry)
 
 
 def _cost_rank(fam: Family) -> tuple[int, str]:

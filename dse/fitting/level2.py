@@ -58,11 +58,11 @@ def level2_band_table(
 
     rows = tables[block]
     X, l1 = _x(rows), rows["l1_s"].to_numpy(float)
-    models = rows["model"].to_numpy()
+    model_of_row = rows["model"].to_numpy()
     models_of = {b: t["model"].to_numpy() for b, t in tables.items()}
 
     def fp(train: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
-        left_out = np.setdiff1d(np.unique(models), np.unique(models[train]))
+        left_out = np.setdiff1d(np.unique(model_of_row), np.unique(model_of_row[train]))
         G, r = _gemm_rows(tables, {b: ~np.isin(m, left_out) for b, m in models_of.items()})
         mdl = Level2Block(block, seed=seed).fit(G, r, X[train])
         lf = mdl.log_factor(X[test])
@@ -79,7 +79,7 @@ def level2_band_table(
         leave_one_group_out,
         fp,
         LOMO_SCHEME,
-        names=models.astype(str),
+        names=model_of_row.astype(str),
     )
 
 

@@ -414,10 +414,10 @@ def band_summary(pred: pd.DataFrame, y: np.ndarray) -> dict[str, Any]:
     scored = has & np.isfinite(y) & (y > 0)
     with np.errstate(invalid="ignore"):
         inside = (y >= lo) & (y <= hi)
-    models = pred["band_model"][has]
+    priced_by = pred["band_model"][has]
     return {
         "band_coverage": round(float(np.mean(held)), 4) if np.isfinite(held).all() else None,
-        "band_model": str(models.value_counts().index[0]),
+        "band_model": str(priced_by.value_counts().index[0]),
         "band_rows": int(has.sum()),
         "band_scored_coverage": round(float(inside[scored].mean()), 4) if scored.any() else None,
     }
