@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from _docsection import replace_between  # noqa: E402  (benchmarks/, the script's folder)
 
 from dse.fitting.band_calibration import apply_bands, calibrate_artifact  # noqa: E402
+from dse.fitting.level3 import level3_band_coverage  # noqa: E402
 from dse.models.artifact import Artifact  # noqa: E402
 
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm", "gh200")
@@ -48,6 +49,7 @@ FAMILY_LABEL = {
     "level2": "Level 2 block",
     "allreduce": "all-reduce",
     "collective": "other collectives",
+    "level3": "Level 3 end to end",
 }
 # Families whose groups are not architecture layouts (dse.fitting.cv.NOT_BY_ARCHITECTURE):
 # their tables are summarised per GPU, apart from the layout table.
@@ -95,13 +97,51 @@ def table_rows(gpu: str, entries: dict[str, dict[str, Any] | None]) -> list[dict
     return out
 
 
+def level3_coverage(data: str, art: Artifact) -> dict[str, dict[str, Any]]:
+    """Level 3's held-out band coverage per engine (nested leave-one-model-out), recorded in
+    the manifest (`models.level3.e2e.engines.<engine>.band_held_out`, in place)."""
+    if not art.has("level3.e2e"):
+        return {}
+    from dse.data import load
+
+    t = load(data, ["e2e", "e2e_ttft"])
+    seed = int(art.manifest.get("seed", 0) or 0)
+    got = level3_band_coverage(art.gpu, t["e2e"], art, t.get("e2e_ttft"), seed=seed)
+    engines = art.manifest["models"]["level3.e2e"].setdefault("engines", {})
+    for engine, summary in got.items():
+        engines.setdefault(engine, {})["band_held_out"] = summary
+    return got
+
+
+def level3_rows(gpu: str, got: dict[str, dict[str, Any]], art: Artifact) -> list[dict[str, Any]]:
+    """Table records of Level 3's band (the shipped one, per engine)."""
+    out = []
+    for engine, ho in sorted(got.items()):
+        lo, hi = ho["shipped_log_band"]
+        entry = {"factor_lo": float(np.exp(lo)), "factor_hi": float(np.exp(hi)), "held_out": ho}
+        out.append(
+            {
+                "gpu": gpu,
+                "model": f"level3.e2e.{engine}",
+                "family": "level3",
+                "engine": engine,
+                "dtype": "fp16",
+                "entry": entry,
+                "rows": ho["rows"],
+                "coverage": ho["coverage"],
+            }
+        )
+    return out
+
+
 def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The generated block of docs/accuracy.md: the coverage table and where it misses."""
     lines = [
         f"Measured {meta['date']} on {meta['machine']}, commit {meta['commit']} "
         f"(`{meta['command']}`, {meta['minutes']:.0f} min); artifacts "
         + ", ".join(f"{g} `{a}`" for g, a in meta["artifacts"].items())
-        + ". Band: the shipped factors around a prediction inside the fitted range; held-out "
+        + ". Band: the shipped factors around a prediction inside the fitted range (Level 3: "
+        "its end-to-end band, per engine, whole models held out); held-out "
         "coverage: rows of held-out layouts inside their band (nested, widened outside the "
         "outer fit's range as a prediction is); out of range: rows outside that fit's range, "
         "and the coverage among them; cross-fold: the diagnostic band of the other outer folds' "
@@ -129,7 +169,8 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"| {r['gpu']} | {FAMILY_LABEL.get(r['family'], r['family'])} | {r['engine']} | "
             f"{r['dtype']} | {ho['groups']} | {r['rows']:,} | {_band(e)} | "
             f"{_pct(r['coverage'])} | {ho['rows_out_of_range']:,} "
-            f"({_pct(ho['coverage_out_of_range'])}) | {_pct(ho['cross_fold']['coverage'])} |"
+            f"({_pct(ho['coverage_out_of_range'])}) | "
+            f"{_pct((ho.get('cross_fold') or {}).get('coverage'))} |"
         )
         if r["coverage"] is not None and not TARGET[0] <= r["coverage"] <= TARGET[1]:
             misses.append(r)
@@ -162,10 +203,11 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                 f"(median miss x{np.exp(w['median_log_residual']):.2f})"
                 for w in ho.get("worst_groups", [])[:3]
             )
+            worst = f"; least covered groups: {worst}" if worst else ""
             lines.append(
                 f"- {r['gpu']} {r['model']}{' ' + r['dtype'] if r['dtype'] else ''}: "
                 f"{_pct(r['coverage'])} ({_pct(ho['below'])} of rows under the band, "
-                f"{_pct(ho['above'])} over it; least covered groups: {worst})."
+                f"{_pct(ho['above'])} over it{worst})."
             )
     return "\n".join(lines)
 
@@ -191,6 +233,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="tables calibrated at once")
     ap.add_argument("--out", default=str(REPO / "results" / "band_coverage.json"))
     ap.add_argument("--no-write", action="store_true", help="leave manifests and docs alone")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the bands a previous run measured into the manifests (same weights)",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     report: dict[str, Any] = {
@@ -206,14 +253,18 @@ def main() -> None:
     for gpu in args.gpus:
         folder = Path(args.artifacts) / gpu
         art = Artifact.load(folder)
-        reuse = done.get(art.level1_gpu) if art.level1_gpu != gpu else None
-        if reuse is None and art.level1_gpu != gpu and (folder.parent / art.level1_gpu).is_dir():
-            reuse = Artifact.load(folder.parent / art.level1_gpu)
+        reuse = [art] if args.resume else []
+        if art.level1_gpu != gpu:  # a GH200-style artifact: H200's Level-1 models
+            lender = done.get(art.level1_gpu)
+            if lender is None and (folder.parent / art.level1_gpu).is_dir():
+                lender = Artifact.load(folder.parent / art.level1_gpu)
+            reuse += [lender] if lender is not None else []
         t1 = time.perf_counter()
         entries = calibrate_artifact(
             args.data, art, only=args.only, jobs=args.jobs, log=print, reuse=reuse
         )
         apply_bands(art, entries)
+        e2e = level3_coverage(args.data, art) if args.only is None else {}
         if not args.no_write:
             art.save_manifest(folder)
         done[gpu] = art
@@ -221,8 +272,9 @@ def main() -> None:
             "artifact": art.artifact_id,
             "minutes": round((time.perf_counter() - t1) / 60, 1),
             "bands": entries,
+            "level3": e2e,
         }
-        records += table_rows(gpu, entries)
+        records += table_rows(gpu, entries) + level3_rows(gpu, e2e, art)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")  # survives a stop
     report["minutes"] = round((time.perf_counter() - t0) / 60, 1)

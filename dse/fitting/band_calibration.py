@@ -16,7 +16,8 @@ rows, and `reuse` (an artifact holding the same models) hands over bands already
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +74,13 @@ def calibrate_artifact(
     nested: bool = True,
     jobs: int = 1,
     log: Callable[[str], None] = print,
-    reuse: Artifact | None = None,
+    reuse: Artifact | Sequence[Artifact] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Model name -> band entry (`Band.to_entry`, with the held-out coverage when `nested`)
     for every model of `artifact` a family has a band table for (`only`: those families).
-    Models `reuse` holds identically and has a band for take that band as it is."""
+    Models an artifact of `reuse` holds identically, with a band measured as asked (held-out
+    coverage when `nested`), take that band as it is (`artifact` itself: resume a run)."""
+    lenders = [reuse] if isinstance(reuse, Artifact) else list(reuse or [])
     ctx = band_context(data_root, artifact, jobs, log)
     fams = [f for f in families() if f.band_tables is not None]
     if only is not None:
@@ -90,15 +93,21 @@ def calibrate_artifact(
     tasks: list[tuple[str, int, bool]] = []
     for fam in sorted(fams, key=_cost_rank):
         for i, table in enumerate(_tables(fam, ctx)):
-            borrowed = reuse.band(table.name) if reuse is not None else None
-            if borrowed is not None and same_model(artifact, reuse, table.name):
-                out[table.name] = dict(reuse.manifest["models"][table.name]["band"])
-                log(f"{table.name}: band of {reuse.gpu}'s identical model ({reuse.artifact_id})")
+            lender = next((a for a in lenders if _reusable(a, artifact, table.name, nested)), None)
+            if lender is not None:
+                out[table.name] = dict(lender.manifest["models"][table.name]["band"])
+                log(f"{table.name}: band of {lender.gpu}'s identical model ({lender.artifact_id})")
             else:
                 tasks.append((fam.name, i, nested))
     for name, entry in map_tasks(ctx, _calibrate_task, tasks):
         out[name] = entry
     return out
+
+
+def _reusable(lender: Artifact, artifact: Artifact, name: str, nested: bool) -> bool:
+    band = lender.band(name)
+    ok = band is not None and (band.held_out is not None or not nested)
+    return ok and same_model(artifact, lender, name)
 
 
 def apply_bands(artifact: Artifact, entries: Mapping[str, Mapping[str, Any] | None]) -> None:
@@ -134,7 +143,12 @@ def _calibrate_task(
     with threadpool_limits(1):  # small fits: BLAS threads only contend
         band = bands.calibrate(table, nested=nested)
     ctx.log(f"{table.name}: {describe(band)} ({time.perf_counter() - t0:.0f} s)")
-    return table.name, None if band is None else band.to_entry()
+    if band is None:
+        return table.name, None
+    entry = band.to_entry()
+    if entry["held_out"] is not None:
+        entry["held_out"]["measured_on"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    return table.name, entry
 
 
 def describe(band: Any) -> str:
