@@ -136,9 +136,13 @@ def level3_rows(gpu: str, got: dict[str, dict[str, Any]], art: Artifact) -> list
 
 def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The generated block of docs/accuracy.md: the coverage table and where it misses."""
+    runs = "; then ".join(
+        f"{r['date']} on {r['machine']}, commit {r['commit']} (`{r['command']}`, "
+        f"{r['minutes']:.0f} min)"
+        for r in meta["runs"]
+    )
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}, commit {meta['commit']} "
-        f"(`{meta['command']}`, {meta['minutes']:.0f} min); artifacts "
+        f"Measured {runs}; artifacts "
         + ", ".join(f"{g} `{a}`" for g, a in meta["artifacts"].items())
         + ". Band: the shipped factors around a prediction inside the fitted range (Level 3: "
         "its end-to-end band, per engine, whole models held out); held-out "
@@ -240,6 +244,11 @@ def main() -> None:
     )
     args = ap.parse_args()
     t0 = time.perf_counter()
+    previous_runs: list[dict[str, Any]] = []
+    if args.resume and Path(args.out).is_file():
+        old = json.loads(Path(args.out).read_text())
+        keys = ("command", "date", "machine", "commit", "minutes")
+        previous_runs = old.get("runs") or [{k: old.get(k, "?") for k in keys}]
     report: dict[str, Any] = {
         "command": "PYTHONPATH=. python benchmarks/band_coverage.py " + " ".join(sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
@@ -278,9 +287,12 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")  # survives a stop
     report["minutes"] = round((time.perf_counter() - t0) / 60, 1)
+    # a resumed run lists the run(s) whose bands it kept first
+    keys = ("command", "date", "machine", "commit", "minutes")
+    report["runs"] = [*previous_runs, {k: report[k] for k in keys}]
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     meta = {
-        **{k: report[k] for k in ("command", "date", "machine", "commit", "minutes")},
+        "runs": report["runs"],
         "artifacts": {g: v["artifact"] for g, v in report["gpus"].items()},
     }
     text = markdown(records, meta)
