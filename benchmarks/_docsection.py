@@ -20,3 +20,16 @@ def replace_section(doc: Path, heading: str, text: str, title: str) -> None:
     else:
         new = old.rstrip() + "\n\n" + text.rstrip() + "\n"
     doc.write_text(new)
+
+
+def replace_between(doc: Path, mark: str, text: str) -> None:
+    """Replace what lies between the lines `<!-- mark:start -->` and `<!-- mark:end -->` of a
+    docs page by `text` (a generated block inside a hand-written section); the page must hold
+    both markers."""
+    start, end = f"<!-- {mark}:start -->", f"<!-- {mark}:end -->"
+    old = doc.read_text()
+    if start not in old or end not in old:
+        raise SystemExit(f"{doc}: markers {start} / {end} not found")
+    head, rest = old.split(start, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(head + start + "\n" + text.rstrip() + "\n" + end + tail)

@@ -43,6 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "itself; e.g. --jobs 2 on a 2-core machine)",
     )
     p.add_argument(
+        "--band-coverage",
+        action="store_true",
+        help="also measure each kernel band's coverage on held-out layouts (nested CV: about "
+        "folds x the CV's fits again; docs/accuracy.md, 'The band')",
+    )
+    p.add_argument(
+        "--bands-only",
+        action="store_true",
+        help="refit nothing: calibrate the kernel bands of the artifact at --out (default: the "
+        "shipped one) by rerunning each family's CV, measure their held-out coverage, and "
+        "rewrite its manifest.json only (weights and artifact id unchanged); --only limits the "
+        "families",
+    )
+    p.add_argument(
         "--no-cv",
         dest="cv",
         action="store_false",
@@ -57,9 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from dse.models.artifact import Artifact, default_dir
 
     gpu = args.gpu.strip().lower()
-    profiled = profile_spec(args.data, gpu)
     # default: $DSE_SURROGATES/<gpu> (else the shipped folder), where `dse predict` looks
     out = Path(args.out) if args.out else default_dir(gpu)
+    if args.bands_only:
+        return bands_only(args, out)
+    profiled = profile_spec(args.data, gpu)
     keep = None
     if (out / "manifest.json").is_file():
         try:
@@ -75,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         cv=args.cv,
         jobs=args.jobs,
+        band_coverage=args.band_coverage,
     )
     path = art.save(out)
     if profiled is not None:
@@ -92,6 +109,30 @@ def run(args: argparse.Namespace) -> int:
     stale = stale_levels_note(args.only, carried)
     if stale:
         print(stale)
+    return 0
+
+
+def bands_only(args: argparse.Namespace, out: Path) -> int:
+    """`dse fit --bands-only`: the bands of the artifact at `out`, calibrated and measured on
+    held-out layouts, written into its manifest; a GH200-style artifact reuses the bands of the
+    identical Level-1 models of its `level1_gpu` artifact beside it."""
+    from dse.errors import ArtifactError
+    from dse.fitting.band_calibration import apply_bands, calibrate_artifact
+    from dse.models.artifact import Artifact
+
+    art = Artifact.load(out)
+    reuse = None
+    if art.level1_gpu != art.gpu and (out.parent / art.level1_gpu / "manifest.json").is_file():
+        try:
+            reuse = Artifact.load(out.parent / art.level1_gpu)
+        except ArtifactError as exc:
+            print(f"dse fit: {art.level1_gpu} artifact not reused ({exc})")
+    entries = calibrate_artifact(
+        args.data, art, only=args.only, jobs=args.jobs, log=print, reuse=reuse
+    )
+    apply_bands(art, entries)
+    path = art.save_manifest(out)
+    print(f"wrote the bands of {len(entries)} models into {path} (artifact {art.artifact_id})")
     return 0
 
 

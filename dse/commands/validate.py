@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Predict every measured row found in DIR with the frozen artifacts and print "
         "MAPE per (source, gpu, engine, kind, dtype), with row counts and the rows that could "
         "not be predicted. Rows the fit saw score in-sample; the accuracy claim is the "
-        "cross-validated error in each artifact's manifest (docs/accuracy.md).\n\n"
+        "cross-validated error in each artifact's manifest (docs/accuracy.md). band%: how often "
+        "the band of the model that priced the table held on layouts it was not calibrated on "
+        "(`dse fit --bands-only`; - where not measured); in band%: the share of this table's "
+        "rows inside their band (in-sample for rows the fit saw).\n\n"
         "example: dse validate --data ../shared/data --gpu h100_sxm --json accuracy.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

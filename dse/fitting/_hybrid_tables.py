@@ -11,9 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dse.fitting import bands
 from dse.fitting import cv as U
 from dse.fitting.cv import FIT_CV_FOLDS, FIT_CV_MAX_ROWS, _mape
+from dse.models import _base
 from dse.models.artifact import FittedModel
+from dse.models.band import degree_of
 
 
 def grouped_cv(
@@ -52,6 +55,38 @@ def hybrid_cv_summary(
     return out
 
 
+def hybrid_band_table(
+    name: str,
+    rows: pd.DataFrame,
+    make: Callable[..., Any],
+    inputs: Callable[[pd.DataFrame], dict[str, np.ndarray]],
+    grouping: tuple[tuple[str, ...], str],
+    seed: int,
+) -> bands.BandTable:
+    """The held-out CV of an attention or MoE table as `dse fit` runs it (FIT_CV_FOLDS seeded
+    folds by `grouping`, fits on <= FIT_CV_MAX_ROWS rows): its band's calibration table."""
+
+    def fp(train: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        ins = inputs(rows.iloc[test])
+        model = make(max_rows=FIT_CV_MAX_ROWS).fit(rows.iloc[train])
+        out = _keep(model.predict(**ins))
+        out["degree"] = degree_of(_base.range_misses(model.fitted_range(), ins), len(test))
+        return out
+
+    cols, what = grouping
+    strata = {"dtype": rows["dtype"].astype(str).to_numpy()} if "dtype" in rows else {}
+    return bands.BandTable(
+        name,
+        rows["latency_s"].to_numpy(float),
+        U.architecture_groups(rows, cols),
+        U.seeded_group_folds(FIT_CV_FOLDS, seed),
+        fp,
+        f"{FIT_CV_FOLDS} seeded group folds by {what} {cols} (CV fits on <= {FIT_CV_MAX_ROWS} rows)",
+        strata,
+        U.architecture_groups(rows, cols, sep="x"),
+    )
+
+
 def _fit_hybrid_table(
     ctx: Any,
     name: str,
@@ -65,20 +100,11 @@ def _fit_hybrid_table(
     """An attention or MoE model of one table: held-out CV by `grouping` (the columns and their
     name; fits on <= FIT_CV_MAX_ROWS rows), the final fit on every row, one log line."""
     t0 = time.perf_counter()
-
-    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
-        return _keep(make(max_rows=FIT_CV_MAX_ROWS).fit(tr).predict(**inputs(te)))
-
-    cols, what = grouping
-    groups = U.architecture_groups(rows, cols)
-    cv_pred = grouped_cv(rows, groups, FIT_CV_FOLDS, ctx.seed, fp)
-    cv = hybrid_cv_summary(
-        rows,
-        cv_pred,
-        f"{FIT_CV_FOLDS} seeded group folds by {what} {cols} (CV fits on <= {FIT_CV_MAX_ROWS} rows)",
-        roof,
-    )
-    cv["groups"] = len(np.unique(groups))
+    table = hybrid_band_table(name, rows, make, inputs, grouping, ctx.seed)
+    cv_pred = bands.held_out(table)  # run whatever ctx.cv says, as it always was here
+    band = bands.calibrate(table, cv_pred, nested=ctx.band_coverage)
+    cv = hybrid_cv_summary(rows, cv_pred, table.scheme, roof)
+    cv["groups"] = len(np.unique(table.groups))
     model = make().fit(rows)
     _log_hybrid(ctx, name, len(rows), cv, t0)
     return FittedModel(
@@ -88,6 +114,7 @@ def _fit_hybrid_table(
         files=ctx.files(rows),
         info=info(model),
         measured_power=model.power_mlp_ is not None,
+        band=band,
     )
 
 

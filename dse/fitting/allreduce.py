@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.fitting.cv import _mape
+from dse.fitting import bands
+from dse.fitting.cv import _mape, held_out_predict, leave_one_group_out
+from dse.models import _base
 from dse.models.allreduce import (
     AllReduceModel,
     CollectiveModel,
@@ -19,6 +21,7 @@ from dse.models.allreduce import (
     shape_implementation,
 )
 from dse.models.artifact import Artifact, FittedModel
+from dse.models.band import degree_of
 from dse.spec.hardware import get_gpu
 
 
@@ -50,6 +53,34 @@ def size_octaves(rows: pd.DataFrame) -> np.ndarray:
     return np.floor(np.log2(rows["message_bytes"].to_numpy(float)) + 1e-9).astype(np.int64)
 
 
+OCTAVE_SCHEME = "leave one message-size octave out (all GPU counts together)"
+
+
+def allreduce_band_table(
+    name: str,
+    rows: pd.DataFrame,
+    make: Callable[[], AllReduceModel],
+    shape_rows: pd.DataFrame | None = None,
+) -> bands.BandTable:
+    """Leave one message-size octave out (every size of an octave held out together; a
+    collective has no architecture input): the CV of one collective table and its band's
+    calibration table. `shape_rows` go to every fit (`AllReduceModel.fit`)."""
+
+    def fp(train: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        te = rows.iloc[test]
+        ins = {
+            "message_bytes": te["message_bytes"].to_numpy(float),
+            "n_gpus": te["n_gpus"].to_numpy(float),
+        }
+        m = make().fit(rows.iloc[train], shape_rows)
+        miss = _base.range_misses(m.fitted_range(), ins)
+        return {"latency_s": m.predict(**ins)["latency_s"], "degree": degree_of(miss, len(te))}
+
+    y, octv = rows["latency_s"].to_numpy(float), size_octaves(rows)
+    names = np.char.add("2^", octv.astype(str)) if len(octv) else None  # bytes
+    return bands.BandTable(name, y, octv, leave_one_group_out, fp, OCTAVE_SCHEME, names=names)
+
+
 def cv_allreduce(
     rows: pd.DataFrame,
     make: Callable[[], AllReduceModel],
@@ -57,34 +88,20 @@ def cv_allreduce(
 ) -> np.ndarray:
     """Leave-one-octave-out predictions (every size of an octave held out together);
     `shape_rows` go to every fit (`AllReduceModel.fit`)."""
-    pred = np.full(len(rows), np.nan)
-    octv = size_octaves(rows)
-    for o in np.unique(octv):
-        te = octv == o
-        if te.all():
-            continue
-        m = make().fit(rows[~te], shape_rows)
-        pred[te] = m.predict(
-            message_bytes=rows["message_bytes"].to_numpy(float)[te],
-            n_gpus=rows["n_gpus"].to_numpy(float)[te],
-        )["latency_s"]
-    return pred
+    t = allreduce_band_table("", rows, make, shape_rows)
+    out = held_out_predict(t.groups, t.folds, t.fit_predict)
+    return out.get("latency_s", np.full(len(rows), np.nan))
 
 
-def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
-    groups = allreduce_groups(ctx.table("allreduce"), ctx.gpu)
-    if not groups:
-        ctx.log(f"allreduce: no single-node collective rows for {ctx.gpu}; skipped")
-        return []
+def _allreduce_specs(
+    ctx: Any, groups: dict[str, pd.DataFrame]
+) -> list[tuple[str, pd.DataFrame, Callable[[], AllReduceModel], pd.DataFrame | None]]:
+    """(model name, rows, constructor, shape rows) of every collective table, the CUDA-graph
+    vLLM all-reduce first (the Level-1 adapter prices a tensor-parallel all-reduce with the
+    first vLLM model of the artifact: how engines replay decode steps)."""
     out = []
-    nv = get_gpu(ctx.gpu).nvlink_bw_bytes_per_s
-    # The Level-1 adapter prices a tensor-parallel all-reduce with the first vLLM model of the
-    # artifact: put the CUDA-graph one (how engines replay decode steps) first.
-    order = sorted(groups, key=lambda n: (not n.endswith("vllm_graph"), n))
-    for name in order:
-        rows = groups[name]
+    for name in sorted(groups, key=lambda n: (not n.endswith("vllm_graph"), n)):
         cls = AllReduceModel if name.startswith("allreduce.") else CollectiveModel
-
         key = name.split(".", 1)[1]
         # an int8 NCCL table borrows the float16 table's rate-curve shape (its own octaves only)
         shape = (
@@ -94,7 +111,32 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
         def make(cls: type = cls, key: str = key) -> AllReduceModel:
             return cls(ctx.gpu, key)
 
-        pred = cv_allreduce(rows, make, shape)
+        out.append((name, groups[name], make, shape))
+    return out
+
+
+def allreduce_band_tables(ctx: Any) -> list[bands.BandTable]:
+    """`dse fit --bands-only`: the octave-held-out CV table of every collective of `ctx.keep`."""
+    groups = allreduce_groups(ctx.table("allreduce"), ctx.gpu)
+    return [
+        allreduce_band_table(name, rows, make, shape)
+        for name, rows, make, shape in _allreduce_specs(ctx, groups)
+        if ctx.keep is not None and ctx.keep.has(name)
+    ]
+
+
+def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
+    groups = allreduce_groups(ctx.table("allreduce"), ctx.gpu)
+    if not groups:
+        ctx.log(f"allreduce: no single-node collective rows for {ctx.gpu}; skipped")
+        return []
+    out = []
+    nv = get_gpu(ctx.gpu).nvlink_bw_bytes_per_s
+    for name, rows, make, shape in _allreduce_specs(ctx, groups):
+        table = allreduce_band_table(name, rows, make, shape)
+        oof = bands.held_out(table)
+        pred = oof.get("latency_s", np.full(len(rows), np.nan))
+        band = bands.calibrate(table, oof, nested=getattr(ctx, "band_coverage", False))
         y = rows["latency_s"].to_numpy(float)
         octv = size_octaves(rows)
         interior = (octv > octv.min()) & (octv < octv.max())
@@ -102,7 +144,7 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
         # ring all-reduce at the NVLink rate, plus a 10 us floor
         roof = 10e-6 + b * 2 * (g - 1) / g / nv
         cv = {
-            "scheme": "leave one message-size octave out (all GPU counts together)",
+            "scheme": OCTAVE_SCHEME,
             "rows": len(rows),
             "latency_mape_pct": _mape(pred, y),
             "latency_mape_pct_interior_sizes": _mape(pred[interior], y[interior]),
@@ -121,7 +163,7 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
             f"(interior sizes {cv['latency_mape_pct_interior_sizes']}%)"
         )
         used = rows if shape is None else pd.concat([rows, shape])
-        out.append(FittedModel(name, model, cv=cv, files=ctx.files(used), info=info))
+        out.append(FittedModel(name, model, cv=cv, files=ctx.files(used), info=info, band=band))
     return out
 
 
@@ -133,8 +175,12 @@ def predict_allreduce_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
         for name, g in allreduce_groups(rows.assign(_i=rows.index), str(gpu)).items():
             if not artifact.has(name):
                 continue
-            p = artifact.model(name).predict(
-                message_bytes=g["message_bytes"].to_numpy(float), n_gpus=g["n_gpus"].to_numpy(float)
-            )
-            out.loc[g["_i"].to_numpy(), "latency_pred_s"] = p["latency_s"]
+            ins = {
+                "message_bytes": g["message_bytes"].to_numpy(float),
+                "n_gpus": g["n_gpus"].to_numpy(float),
+            }
+            p = artifact.model(name).predict(**ins)
+            idx = pd.Index(g["_i"].to_numpy())
+            out.loc[idx, "latency_pred_s"] = p["latency_s"]
+            bands.put_band(out, idx, artifact, name, p["latency_s"], **ins)
     return out

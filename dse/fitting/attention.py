@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dse.fitting import bands
 from dse.fitting import cv as U
-from dse.fitting._hybrid_tables import _fit_hybrid_table
+from dse.fitting._hybrid_tables import _fit_hybrid_table, hybrid_band_table
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.attention import (
     ContextAttentionModel,
@@ -38,7 +39,8 @@ def attention_roofline_s(kind: str, rows: pd.DataFrame, gpu: str) -> np.ndarray:
     return roofline_s(flops, bytes_, g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s)
 
 
-def fit_attention_family(ctx: Any) -> list[FittedModel]:
+def _attention_tasks(ctx: Any) -> list[tuple[str, str]]:
+    """(kind, engine) of every attention table of `ctx.gpu` with enough rows to fit."""
     tasks = []
     for kind in ATTENTION_CLASSES:
         table = ctx.table(kind)
@@ -46,14 +48,36 @@ def fit_attention_family(ctx: Any) -> list[FittedModel]:
             continue
         counts = table.loc[table["gpu"] == ctx.gpu, "engine"].value_counts()
         tasks += [(kind, str(e)) for e in sorted(counts.index) if counts[e] >= 200]
-    return U.map_tasks(ctx, _fit_attention_table, tasks)
+    return tasks
+
+
+def fit_attention_family(ctx: Any) -> list[FittedModel]:
+    return U.map_tasks(ctx, _fit_attention_table, _attention_tasks(ctx))
+
+
+def _attention_spec(ctx: Any, kind: str, engine: str) -> tuple[pd.DataFrame, Any]:
+    """The rows of one attention table and its model's constructor (keywords: fit settings)."""
+    cls = ATTENTION_CLASSES[kind]
+    table = ctx.table(kind)
+    rows = table[(table["gpu"] == ctx.gpu) & (table["engine"] == engine)].reset_index(drop=True)
+    return rows, lambda **kw: cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed, **kw)
+
+
+def attention_band_tables(ctx: Any) -> list[bands.BandTable]:
+    """`dse fit --bands-only`: the held-out CV table of every attention model of `ctx.keep`."""
+    out = []
+    for kind, engine in _attention_tasks(ctx):
+        name = f"{kind}.{engine}"
+        if ctx.keep is not None and ctx.keep.has(name):
+            rows, make = _attention_spec(ctx, kind, engine)
+            grouping = (HEAD_GROUP, "head configuration")
+            out.append(hybrid_band_table(name, rows, make, attention_inputs, grouping, ctx.seed))
+    return out
 
 
 def _fit_attention_table(ctx: Any, kind: str, engine: str) -> FittedModel:
     """One attention table's model (CV, then the final fit): a task of `U.map_tasks`."""
-    cls = ATTENTION_CLASSES[kind]
-    table = ctx.table(kind)
-    rows = table[(table["gpu"] == ctx.gpu) & (table["engine"] == engine)].reset_index(drop=True)
+    rows, make = _attention_spec(ctx, kind, engine)
 
     def info(model: Any) -> dict[str, Any]:
         return {
@@ -71,7 +95,7 @@ def _fit_attention_table(ctx: Any, kind: str, engine: str) -> FittedModel:
         ctx,
         f"{kind}.{engine}",
         rows,
-        lambda **kw: cls(gpu=ctx.gpu, engine=engine, seed=ctx.seed, **kw),
+        make,
         attention_inputs,
         (HEAD_GROUP, "head configuration"),
         attention_roofline_s(kind, rows, ctx.gpu),
@@ -91,8 +115,20 @@ def predict_attention_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) ->
         if name is None:
             vllm = [n for n in names if n.endswith(".vllm")]
             name = (vllm or names)[0]
-        p = artifact.model(name).predict(**attention_inputs(sub))
+        ins = attention_inputs(sub)
+        p = artifact.model(name).predict(**ins)
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+        for dtype, part in sub.groupby("dtype", sort=False) if "dtype" in sub else [("", sub)]:
+            at = sub.index.get_indexer(part.index)
+            bands.put_band(
+                out,
+                part.index,
+                artifact,
+                name,
+                np.asarray(p["latency_s"])[at],
+                strata={"dtype": dtype},
+                **{k: np.asarray(v)[at] for k, v in ins.items()},
+            )
     return out

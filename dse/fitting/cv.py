@@ -133,6 +133,90 @@ def architecture_groups(
     return df[list(cols)].astype(str).agg(sep.join, axis=1).to_numpy()
 
 
+# ---------------------------------------------------------------------------- fold rules
+# fit_predict(train, test): fit on the rows at index array `train`, return arrays aligned with
+# the rows at `test`: "latency_s" (s) at least, "degree" (the test rows' distance outside that
+# fit's range, `dse.models.band.degree_of`) where the family measures it, anything else its CV
+# summary reads (energy, regime, ...).
+FitPredict = Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
+# A family's fold rule: the group label of every row -> the held-out row masks. Applied to all
+# rows it is the fit's CV; applied to the rows of some groups only, the same CV among them (the
+# inner CV of `dse.fitting.bands`).
+FoldRule = Callable[[np.ndarray], list[np.ndarray]]
+
+
+def seeded_group_folds(n_folds: int, seed: int) -> FoldRule:
+    """`group_folds` as a fold rule, without a fold holding every row (a single group)."""
+
+    def rule(groups: np.ndarray) -> list[np.ndarray]:
+        return [te for te in group_folds(groups, n_folds, seed) if te.any() and not te.all()]
+
+    return rule
+
+
+def group_kfold(n_splits: int) -> FoldRule:
+    """scikit-learn's GroupKFold as a fold rule (`n_splits` capped at the groups; none when
+    fewer than 2): deterministic, ties broken by label order."""
+
+    def rule(groups: np.ndarray) -> list[np.ndarray]:
+        from sklearn.model_selection import GroupKFold
+
+        k = min(n_splits, len(np.unique(groups)))
+        if k < 2:
+            return []
+        out = []
+        for _, te in GroupKFold(n_splits=k).split(np.zeros(len(groups)), groups=groups):
+            mask = np.zeros(len(groups), dtype=bool)
+            mask[te] = True
+            out.append(mask)
+        return out
+
+    return rule
+
+
+def leave_one_group_out(groups: np.ndarray) -> list[np.ndarray]:
+    """One held-out mask per group, in label order (none for a single group)."""
+    labels = np.unique(groups)
+    return [] if len(labels) < 2 else [groups == g for g in labels]
+
+
+def held_out_predict(
+    groups: np.ndarray,
+    folds: FoldRule,
+    fit_predict: FitPredict,
+    among: np.ndarray | None = None,
+    cache: dict[frozenset, tuple[np.ndarray, dict[str, np.ndarray]]] | None = None,
+) -> dict[str, np.ndarray]:
+    """Out-of-fold predictions (arrays over all rows, NaN where not predicted): the fold rule
+    applied to the rows of `among` (a mask; default all), each fold predicted by a fit on the
+    other rows of `among` only, so no row outside `among` is ever fitted or predicted.
+
+    `cache`: fits keyed by the groups they leave out, shared between calls. A fit then predicts
+    every row it left out, and a later fold leaving out the same groups reuses it (leave one
+    group out nested in itself fits each pair of groups once)."""
+    n = len(groups)
+    idx = np.arange(n) if among is None else np.flatnonzero(among)
+    out: dict[str, np.ndarray] = {}
+    for te in folds(np.asarray(groups)[idx]):
+        test = idx[te]
+        fitted = np.zeros(n, dtype=bool)
+        fitted[idx[~te]] = True
+        train = np.flatnonzero(fitted)
+        if cache is None:
+            got = fit_predict(train, test)
+        else:
+            key = frozenset(np.unique(np.asarray(groups)[~fitted]).tolist())
+            if key not in cache:
+                rest = np.flatnonzero(~fitted)
+                cache[key] = (rest, fit_predict(train, rest))
+            rest, full = cache[key]
+            pos = np.searchsorted(rest, test)
+            got = {k: np.asarray(v)[pos] for k, v in full.items()}
+        for key, v in got.items():
+            out.setdefault(key, np.full(n, np.nan))[test] = np.asarray(v, dtype=float)
+    return out
+
+
 # ---------------------------------------------------------------------------- parallel fits
 T = TypeVar("T")
 _TASK_CTX: dict[str, Any] = {}

@@ -12,17 +12,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from dse.fitting import bands
 from dse.fitting.cv import (
     CV_FOLDS,
     CV_FOLDS_M,
     _get,
     architecture_groups,
     cv_group,
-    group_kfold_predict,
+    group_kfold,
+    held_out_predict,
     map_tasks,
     mape_pct,
 )
+from dse.models import _base
 from dse.models.artifact import Artifact, FittedModel
+from dse.models.band import degree_of
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import get_gpu
 
@@ -56,16 +60,63 @@ def _roofline_baselines(rows: pd.DataFrame, gpu: str, dtype: str) -> dict[str, f
     }
 
 
+def gemm_band_table(
+    name: str, rows: pd.DataFrame, make: Callable[[], Any], n_splits: int, groups: np.ndarray
+) -> bands.BandTable:
+    """The held-out CV of one GEMM table (GroupKFold by `groups`): out-of-fold latency, energy,
+    regime and range degree for one model spec; its band's calibration table."""
+
+    def fp(train: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        te = rows.iloc[test]
+        mnk = {c: te[c].to_numpy() for c in ("m", "n", "k")}
+        model = make().fit(rows.iloc[train])
+        p = model.predict(mnk["m"], mnk["n"], mnk["k"])
+        out = {key: p[key].astype(float) for key in ("latency_s", "energy_j", "regime")}
+        out["degree"] = degree_of(_base.range_misses(model.fitted_range(), mnk), len(te))
+        return out
+
+    scheme = f"GroupKFold({n_splits}) by (n, k) weight shape"
+    return bands.BandTable(
+        name, rows["latency_s"].to_numpy(float), groups, group_kfold(n_splits), fp, scheme
+    )
+
+
 def cross_validate_gemm(
     rows: pd.DataFrame, make: Callable[[], Any], n_splits: int, groups: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Out-of-fold GEMM predictions (latency, energy, regime) for one model spec."""
+    """Out-of-fold GEMM predictions (latency, energy, regime, degree) for one model spec."""
+    t = gemm_band_table("", rows, make, n_splits, groups)
+    return held_out_predict(t.groups, t.folds, t.fit_predict)
 
-    def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
-        p = make().fit(tr).predict(te["m"].to_numpy(), te["n"].to_numpy(), te["k"].to_numpy())
-        return {key: p[key].astype(float) for key in ("latency_s", "energy_j", "regime")}
 
-    return group_kfold_predict(rows, groups, n_splits, fp)
+def gemm_table_rows(ctx: FitContext, engine: str, dtype: str) -> pd.DataFrame:
+    """The rows of one GEMM table (engine, dtype) of `ctx.gpu`, index 0..n-1."""
+    rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
+    sel = (rows_all["engine"] == engine) & (rows_all["dtype"] == dtype)
+    return rows_all[sel].reset_index(drop=True)
+
+
+def gemm_band_tables(ctx: FitContext) -> list[bands.BandTable]:
+    """`dse fit --bands-only`: the (n, k)-held-out CV table of every GEMM model of the
+    artifact `ctx.keep` (its power model for the energies the CV also returns)."""
+    from dse.models.gemm import GemmModel
+    from dse.predict.gemm_choice import model_name
+
+    art = ctx.keep
+    rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
+    power = art.model("power") if art is not None and art.has("power") else None
+    out = []
+    for engine, dtype in sorted(rows_all.groupby(["engine", "dtype"], sort=True).groups):
+        name = model_name(str(engine), str(dtype))
+        if art is None or not art.has(name):
+            continue
+        rows = gemm_table_rows(ctx, str(engine), str(dtype))
+
+        def make(dtype: str = str(dtype), engine: str = str(engine)) -> GemmModel:
+            return GemmModel(ctx.gpu, dtype, engine, power_model=power, seed=ctx.seed)
+
+        out.append(gemm_band_table(name, rows, make, CV_FOLDS, weight_shape_groups(rows)))
+    return out
 
 
 def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -104,9 +155,7 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
     from dse.models.gemm import GemmModel
     from dse.predict.gemm_choice import model_name
 
-    rows_all = gemm_rows(ctx.table("gemm"), ctx.gpu)
-    sel = (rows_all["engine"] == engine) & (rows_all["dtype"] == dtype)
-    rows = rows_all[sel].reset_index(drop=True)
+    rows = gemm_table_rows(ctx, engine, dtype)
     power = ctx.fitted.get("power")
     power_model = power.model if power is not None else None
     t0 = time.perf_counter()
@@ -115,7 +164,10 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
         return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed)
 
     folds, folds_m = (CV_FOLDS, CV_FOLDS_M) if ctx.cv else (0, 0)
-    cv_nk = cross_validate_gemm(rows, make, folds, weight_shape_groups(rows))
+    name = model_name(engine, dtype)
+    table = gemm_band_table(name, rows, make, folds, weight_shape_groups(rows))
+    cv_nk = bands.held_out(table)
+    band = bands.calibrate(table, cv_nk, nested=ctx.band_coverage) if ctx.cv else None
     cv_m = cross_validate_gemm(rows, make, folds_m, rows["m"].to_numpy())
     model = make().fit(rows)
     fitted = model.predict(rows["m"].to_numpy(), rows["n"].to_numpy(), rows["k"].to_numpy())
@@ -142,7 +194,6 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
         "kernel_sources": sorted(rows["kernel_source"].dropna().unique()),
         "coefficients": model.coefficients(),
     }
-    name = model_name(engine, dtype)
     ctx.log(
         f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "
         f"(by m {cv['by_m']['latency_mape_pct']}%), energy {cv['energy_mape_pct']}%, "
@@ -156,6 +207,7 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
         files=ctx.files(rows),
         info=info,
         measured_power=model.measured_power,
+        band=band,
     )
 
 
@@ -179,8 +231,11 @@ def predict_gemm_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.D
     for (engine, dtype), sub in rows.groupby(["engine", "dtype"], sort=False):
         try:
             p = gemm.predict(sub["m"], sub["n"], sub["k"], dtype=dtype, engine=engine)
+            ch = gemm.choose(dtype, engine)
         except (ArtifactError, ConfigError):
             continue
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+        mnk = {c: sub[c].to_numpy(float) for c in ("m", "n", "k")}
+        bands.put_band(out, sub.index, ch.artifact, ch.name, p["latency_s"], label=ch.label, **mnk)
     return out

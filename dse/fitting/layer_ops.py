@@ -30,9 +30,24 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError
-from dse.fitting.cv import _mape, architecture_groups, cv_group
+from dse.fitting import bands
+from dse.fitting.cv import (
+    _mape,
+    architecture_groups,
+    cv_group,
+    held_out_predict,
+    leave_one_group_out,
+)
 from dse.models.artifact import Artifact, FittedModel
-from dse.models.layer_ops import GEMM_OPS, LAYER_OPS, LayerOpModel, layer_op_inputs, op_geometry
+from dse.models.band import degree_of
+from dse.models.layer_ops import (
+    GEMM_OPS,
+    INPUTS,
+    LAYER_OPS,
+    LayerOpModel,
+    layer_op_inputs,
+    op_geometry,
+)
 from dse.roofline import LAUNCH_S
 from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import lender
@@ -57,15 +72,34 @@ def layer_op_roofline_s(rows: pd.DataFrame, gpu: str) -> np.ndarray:
 LAYER_OP_GROUP = cv_group("layer_op", ("model",))  # whole vidur models, at every TP
 
 
+def layer_op_band_table(rows: pd.DataFrame, gpu: str) -> bands.BandTable:
+    """Leave one vidur model out (each model predicted by a fit without it, at every TP): the
+    layer-op model's CV and its band's calibration table, coverage reported by operator."""
+
+    def fp(train: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        ins = layer_op_inputs(rows.iloc[test])
+        m = LayerOpModel(gpu).fit(rows.iloc[train])
+        miss = m.range_misses(ins["op"], ins["gated_mlp"], **{c: ins[c] for c in INPUTS})
+        return {"latency_s": m.predict(**ins)["latency_s"], "degree": degree_of(miss, len(test))}
+
+    return bands.BandTable(
+        "layer_op.vidur",
+        rows["latency_s"].to_numpy(float),
+        architecture_groups(rows, LAYER_OP_GROUP),
+        leave_one_group_out,
+        fp,
+        "leave one vidur model out",
+        {"op": rows["op"].astype(str).to_numpy()},
+        rows["model"].astype(str).to_numpy(),
+    )
+
+
 def cv_layer_op(rows: pd.DataFrame, gpu: str) -> np.ndarray:
     """Leave-one-model-out predictions (each vidur model predicted by a fit without it)."""
-    pred = np.full(len(rows), np.nan)
-    models = architecture_groups(rows, LAYER_OP_GROUP)
-    for name in np.unique(models):
-        te = models == name
-        m = LayerOpModel(gpu).fit(rows[~te])
-        pred[te] = m.predict(**layer_op_inputs(rows[te]))["latency_s"]
-    return pred
+    t = layer_op_band_table(rows, gpu)
+    return held_out_predict(t.groups, t.folds, t.fit_predict).get(
+        "latency_s", np.full(len(rows), np.nan)
+    )
 
 
 def layer_op_cv_summary(rows: pd.DataFrame, pred: np.ndarray, gpu: str) -> dict[str, Any]:
@@ -95,19 +129,34 @@ def layer_op_cv_summary(rows: pd.DataFrame, pred: np.ndarray, gpu: str) -> dict[
 # (dse.spec.stand_ins "layer_op_rows"); the model is then a transfer and its manifest entry says so.
 
 
-def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
+def _layer_op_source(ctx: Any) -> tuple[pd.DataFrame, str]:
+    """The vidur layer-op rows a GPU's model is fitted on, and the GPU they were measured on."""
     table = ctx.table("layer_op")
     source_gpu = ctx.gpu
     rows = layer_op_rows(table, ctx.gpu)
     if rows.empty and lender("layer_op_rows", ctx.gpu) is not None:
         source_gpu = lender("layer_op_rows", ctx.gpu)
         rows = layer_op_rows(table, source_gpu)
+    return rows, source_gpu
+
+
+def layer_op_band_tables(ctx: Any) -> list[bands.BandTable]:
+    """`dse fit --bands-only`: the layer-op model's CV table (rows of its own chip or lender)."""
+    rows, source_gpu = _layer_op_source(ctx)
+    has = ctx.keep is not None and ctx.keep.has("layer_op.vidur")
+    return [layer_op_band_table(rows, source_gpu)] if has and not rows.empty else []
+
+
+def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
+    rows, source_gpu = _layer_op_source(ctx)
     if rows.empty:
         ctx.log(f"layer_op: no vidur layer-op rows for {ctx.gpu}; skipped")
         return []
     t0 = time.perf_counter()
-    multi = rows["model"].nunique() > 1
-    pred = cv_layer_op(rows, source_gpu) if multi else np.full(len(rows), np.nan)
+    table = layer_op_band_table(rows, source_gpu)
+    oof = bands.held_out(table)
+    pred = oof.get("latency_s", np.full(len(rows), np.nan))
+    band = bands.calibrate(table, oof, nested=getattr(ctx, "band_coverage", False))
     model = LayerOpModel(source_gpu).fit(rows)
     model.gpu = ctx.gpu
     cv = layer_op_cv_summary(rows, pred, source_gpu)
@@ -130,7 +179,9 @@ def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
         else f"no vidur rows for {ctx.gpu}: the {source_gpu} fit is used as is (same SMs and "
         "kernels; the memory-bound parts are likely slow by up to the HBM bandwidth ratio)",
     }
-    return [FittedModel("layer_op.vidur", model, cv=cv, files=ctx.files(rows), info=info)]
+    return [
+        FittedModel("layer_op.vidur", model, cv=cv, files=ctx.files(rows), info=info, band=band)
+    ]
 
 
 def _vidur_gemm_shapes(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -167,16 +218,30 @@ def predict_layer_op_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> 
     ops = rows["op"].astype(str)
     sel = ops.isin(LAYER_OPS).to_numpy()
     if names and sel.any():
-        p = artifact.model(names[0]).predict(**layer_op_inputs(rows[sel]))
-        out.loc[rows.index[sel], "latency_pred_s"] = np.where(p["covered"], p["latency_s"], np.nan)
+        model = artifact.model(names[0])
+        ins = layer_op_inputs(rows[sel])
+        p = model.predict(**ins)
+        lat = np.where(p["covered"], p["latency_s"], np.nan)
+        out.loc[rows.index[sel], "latency_pred_s"] = lat
+        miss = model.range_misses(ins["op"], ins["gated_mlp"], **{c: ins[c] for c in INPUTS})
+        deg = degree_of(miss, len(lat))
+        for op in np.unique(ins["op"]):  # the band's held-out coverage is measured per operator
+            at = ins["op"] == op
+            idx = rows.index[sel][at]
+            bands.put_band(out, idx, artifact, names[0], lat[at], {"op": op}, degree=deg[at])
     gsel = ops.isin(GEMM_OPS).to_numpy()
     if gsel.any() and artifact.names("gemm"):
         from dse.predict.gemm_choice import Gemm
 
         m, n, k = _vidur_gemm_shapes(rows[gsel])
         try:
-            p = Gemm(artifact).predict(m, n, k, dtype="float16")
-            out.loc[rows.index[gsel], "latency_pred_s"] = p["latency_s"]
+            gemm = Gemm(artifact)
+            p = gemm.predict(m, n, k, dtype="float16")
+            ch = gemm.choose("float16")
+            idx = rows.index[gsel]
+            out.loc[idx, "latency_pred_s"] = p["latency_s"]
+            lat = p["latency_s"]
+            bands.put_band(out, idx, ch.artifact, ch.name, lat, label=ch.label, m=m, n=n, k=k)
         except (ArtifactError, ConfigError):
             pass
     return out

@@ -4,12 +4,16 @@ projection GEMMs vidur timed, scored on vidur's measured blocks against the Leve
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
-from dse.fitting.cv import architecture_groups, cv_group
+from dse.fitting import bands
+from dse.fitting.cv import architecture_groups, cv_group, leave_one_group_out
 from dse.fitting.e2e_rows import level2_rows
 from dse.models.artifact import Artifact, FittedModel
+from dse.models.band import degree_of
 from dse.spec.stand_ins import lenders
 
 LEVEL2_GROUP = cv_group("level2", ("model",))  # whole vidur models, at every TP
@@ -41,62 +45,125 @@ def _x(rows: pd.DataFrame) -> np.ndarray:
     return rows[[c for c in rows.columns if c.startswith("x")]].to_numpy(float)
 
 
+LOMO_SCHEME = "leave-one-model-out (vidur models)"
+
+
+def level2_band_table(
+    block: str, tables: dict[str, pd.DataFrame], seed: int = 0
+) -> bands.BandTable:
+    """Leave one vidur model out for one block: the eager GEMM calibration fitted on the GEMMs
+    of every block of the other models, the block's time predicted as its Level-1 time times
+    the calibration's factor; its CV and its band's calibration table."""
+    from dse.models.level2 import Level2Block
+
+    rows = tables[block]
+    X, l1 = _x(rows), rows["l1_s"].to_numpy(float)
+    model_of_row = rows["model"].to_numpy()
+    models_of = {b: t["model"].to_numpy() for b, t in tables.items()}
+
+    def fp(train: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        left_out = np.setdiff1d(np.unique(model_of_row), np.unique(model_of_row[train]))
+        G, r = _gemm_rows(tables, {b: ~np.isin(m, left_out) for b, m in models_of.items()})
+        mdl = Level2Block(block, seed=seed).fit(G, r, X[train])
+        lf = mdl.log_factor(X[test])
+        return {
+            "latency_s": l1[test] * np.exp(lf),
+            "log_factor": lf,
+            "degree": degree_of(mdl.range_misses(X[test]), len(test)),
+        }
+
+    return bands.BandTable(
+        f"level2.{block}",
+        rows["measured_s"].to_numpy(float),
+        architecture_groups(rows, LEVEL2_GROUP),
+        leave_one_group_out,
+        fp,
+        LOMO_SCHEME,
+        names=model_of_row.astype(str),
+    )
+
+
+def _level2_tables(
+    gpu: str, layer_ops: pd.DataFrame, artifact: Artifact | None
+) -> tuple[dict[str, pd.DataFrame], tuple[str, ...]]:
+    """Per block, vidur's rows of artifact `gpu`'s chip (its "level2_rows" lenders) priced by
+    the artifact's Level-1 models on their own chip (GH200's are H200's: `level1_gpu`)."""
+    sources = lenders("level2_rows", gpu)
+    level1_gpu = artifact.level1_gpu if artifact is not None else gpu
+    return level2_rows(layer_ops, sources, artifact, level1_gpu), sources
+
+
+def level2_band_tables(ctx: Any) -> list[bands.BandTable]:
+    """`dse fit --bands-only`: the CV table of every Level-2 block of the artifact `ctx.keep`,
+    priced by its Level-1 models (the artifact without its Levels 2-3, as `dse fit` fits them)."""
+    from dse.fitting.artifacts import LEVEL_PREFIXES, without_levels
+
+    art = ctx.keep
+    if art is None or not art.names("level2_block"):
+        return []
+    layer_ops = ctx.table("layer_op")
+    if layer_ops is None or layer_ops.empty:
+        return []
+    tables, _ = _level2_tables(art.gpu, layer_ops, without_levels(art, LEVEL_PREFIXES))
+    return [
+        level2_band_table(block, tables, int(ctx.seed))
+        for block in tables
+        if art.has(f"level2.{block}")
+    ]
+
+
 def fit_level2(
     gpu: str,
     layer_ops: pd.DataFrame,
     artifact: Artifact | None,
     seed: int = 0,
     min_gain_pct: float = 0.5,
+    band_coverage: bool = False,
 ) -> list[FittedModel]:
     """Level-2 block models of artifact `gpu` on vidur's rows of its chip (one eager GEMM
     calibration, fitted on both blocks' GEMMs), kept per block only where they beat Level 1
-    alone on held-out models (leave-one-model-out) by `min_gain_pct`."""
+    alone on held-out models (leave-one-model-out) by `min_gain_pct`; each with the band of
+    its held-out residuals (`band_coverage`: and that band's coverage, nested)."""
     from threadpoolctl import threadpool_limits
 
     from dse.models.level2 import Level2Block
 
-    sources = lenders("level2_rows", gpu)
-    # priced with the Level-1 models' own chip (GH200's are H200's: `Artifact.level1_gpu`)
-    level1_gpu = artifact.level1_gpu if artifact is not None else gpu
-    tables = level2_rows(layer_ops, sources, artifact, level1_gpu)
+    tables, sources = _level2_tables(gpu, layer_ops, artifact)
     if not tables:
         return []
-    groups = {b: architecture_groups(rows, LEVEL2_GROUP) for b, rows in tables.items()}
-    held = {b: np.full(len(rows), np.nan) for b, rows in tables.items()}
     out = []
     with threadpool_limits(limits=1):
-        for m in np.unique(np.concatenate(list(groups.values()))):
-            te = {b: g == m for b, g in groups.items()}
-            if any(t.all() for t in te.values()):
-                continue
-            G, r = _gemm_rows(tables, {b: ~t for b, t in te.items()})
-            for block, rows in tables.items():
-                if not te[block].any():
-                    continue
-                X = _x(rows)
-                mdl = Level2Block(block, seed=seed).fit(G, r, X[~te[block]])
-                held[block][te[block]] = mdl.log_factor(X[te[block]])
         G, r = _gemm_rows(tables)
         for block, rows in tables.items():
-            ok = np.isfinite(held[block])
+            table = level2_band_table(block, tables, seed)
+            oof = bands.held_out(table)
+            held = oof.get("log_factor", np.full(len(rows), np.nan))
+            ok = np.isfinite(held)
             y, l1 = rows["measured_s"].to_numpy(), rows["l1_s"].to_numpy()
             mape_l1 = float(np.mean(np.abs(l1[ok] / y[ok] - 1)) * 100) if ok.any() else None
             mape_l2 = (
-                float(np.mean(np.abs(l1[ok] * np.exp(held[block][ok]) / y[ok] - 1)) * 100)
+                float(np.mean(np.abs(l1[ok] * np.exp(held[ok]) / y[ok] - 1)) * 100)
                 if ok.any()
                 else None
             )
             cv = {
-                "scheme": "leave-one-model-out (vidur models)",
+                "scheme": LOMO_SCHEME,
                 "rows": int(ok.sum()),
-                "models": len(np.unique(groups[block])),
+                "models": len(np.unique(table.groups)),
                 "level1_mape_pct": mape_l1,
                 "level2_mape_pct": mape_l2,
             }
             if mape_l1 is None or mape_l2 is None or mape_l2 > mape_l1 - min_gain_pct:
                 continue
+            band = bands.calibrate(table, oof, nested=band_coverage)
             model = Level2Block(block, seed=seed).fit(G, r, _x(rows))
             out.append(
-                FittedModel(f"level2.{block}", model, cv=cv, info={"rows_from_gpus": list(sources)})
+                FittedModel(
+                    f"level2.{block}",
+                    model,
+                    cv=cv,
+                    info={"rows_from_gpus": list(sources)},
+                    band=band,
+                )
             )
     return out

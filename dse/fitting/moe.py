@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dse.fitting import bands
 from dse.fitting import cv as U
-from dse.fitting._hybrid_tables import _fit_hybrid_table
+from dse.fitting._hybrid_tables import _fit_hybrid_table, hybrid_band_table
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.moe import MoEModel, moe_inputs, moe_work
 from dse.roofline import roofline_s
@@ -34,7 +35,8 @@ def moe_roofline_s(rows: pd.DataFrame, gpu: str, dtype: str) -> np.ndarray:
     return roofline_s(w["flops"], w["bytes"], peak, bw)
 
 
-def fit_moe_family(ctx: Any) -> list[FittedModel]:
+def _moe_tasks(ctx: Any) -> list[tuple[str, str]]:
+    """(engine, dtype) of every MoE table of `ctx.gpu` with enough rows to fit (bf16 first)."""
     table = ctx.table("moe")
     if table.empty:
         return []
@@ -51,14 +53,43 @@ def fit_moe_family(ctx: Any) -> list[FittedModel]:
             )
         else:
             tasks.append((str(engine), str(dtype)))
-    return U.map_tasks(ctx, _fit_moe_table, tasks)
+    return tasks
+
+
+def fit_moe_family(ctx: Any) -> list[FittedModel]:
+    return U.map_tasks(ctx, _fit_moe_table, _moe_tasks(ctx))
+
+
+def _moe_rows(ctx: Any, engine: str, dtype: str) -> pd.DataFrame:
+    table = ctx.table("moe")
+    sel = (table["gpu"] == ctx.gpu) & (table["engine"] == engine) & (table["dtype"] == dtype)
+    return table[sel].reset_index(drop=True)
+
+
+def moe_band_tables(ctx: Any) -> list[bands.BandTable]:
+    """`dse fit --bands-only`: the layout-held-out CV table of every MoE model of `ctx.keep`."""
+    out = []
+    for engine, dtype in _moe_tasks(ctx):
+        name = f"moe.{engine}.{dtype}"
+        if ctx.keep is not None and ctx.keep.has(name):
+            out.append(
+                hybrid_band_table(
+                    name,
+                    _moe_rows(ctx, engine, dtype),
+                    lambda engine=engine, dtype=dtype, **kw: MoEModel(
+                        ctx.gpu, engine, dtype, seed=ctx.seed, **kw
+                    ),
+                    moe_inputs,
+                    (MOE_SHAPE_GROUP, "layer shape"),
+                    ctx.seed,
+                )
+            )
+    return out
 
 
 def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
     """One MoE table's model (CV, then the final fit): a task of `U.map_tasks`."""
-    table = ctx.table("moe")
-    sel = (table["gpu"] == ctx.gpu) & (table["engine"] == engine) & (table["dtype"] == dtype)
-    rows = table[sel].reset_index(drop=True)
+    rows = _moe_rows(ctx, engine, dtype)
 
     def info(model: Any) -> dict[str, Any]:
         return {
@@ -89,8 +120,10 @@ def predict_moe_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.Da
         name = f"moe.{engine}.{dtype}"
         if name not in names:
             continue
-        p = artifact.model(name).predict(**moe_inputs(sub))
+        ins = moe_inputs(sub)
+        p = artifact.model(name).predict(**ins)
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
+        bands.put_band(out, sub.index, artifact, name, p["latency_s"], **ins)
     return out

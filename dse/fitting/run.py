@@ -36,6 +36,9 @@ class FitContext:
     gpu: str
     seed: int = 0
     cv: bool = True  # False: fit the final models only (quick refits; manifests say so)
+    # True: measure each kernel band's coverage on held-out layouts too (`dse.fitting.bands`,
+    # nested CV: about folds x the CV's fits again); False: the band alone, from the CV
+    band_coverage: bool = False
     fitted: dict[str, FittedModel] = field(default_factory=dict)
     log: Callable[[str], None] = print
     # the existing artifact whose models no family of this run refits are carried over (`dse
@@ -80,13 +83,15 @@ def fit_artifact(
     threads: int = 1,
     cv: bool = True,
     jobs: int = 1,
+    band_coverage: bool = False,
 ) -> Artifact:
     """Fit every registered family (or those named in `only`) for `gpu` into an Artifact.
 
     Models of `keep` (an existing artifact) that no family produced this run are carried over
     unchanged and listed under manifest["carried_over"], so one family can be refitted alone.
     `jobs`: processes for the GEMM, attention and MoE tables (each fit is seeded by itself, so
-    the artifact does not depend on it).
+    the artifact does not depend on it). `band_coverage`: measure each kernel band's coverage
+    on held-out layouts too (`dse.fitting.bands`, nested CV).
     """
     from threadpoolctl import threadpool_limits
 
@@ -113,7 +118,9 @@ def fit_artifact(
             f"--jobs {jobs}: each process runs one BLAS/OpenMP thread (--threads {threads} ignored)"
         )
         threads = 1
-    ctx = FitContext(root, gpu, seed, cv=cv, log=log, keep=keep, jobs=jobs)
+    ctx = FitContext(
+        root, gpu, seed, cv=cv, log=log, keep=keep, jobs=jobs, band_coverage=band_coverage
+    )
     with threadpool_limits(threads):
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded

@@ -127,6 +127,11 @@ def predict_table(
             "reason": "",
             "outside_fit": False,
             "fallback": "",
+            # the row's band and the model it is of (`dse.fitting.bands.put_band`)
+            "latency_lo_s": np.nan,
+            "latency_hi_s": np.nan,
+            "band_model": "",
+            "band_held_out": np.nan,
         },
         index=rows.index,
     )
@@ -178,12 +183,22 @@ def _predict_gpu_rows(
                 if log:
                     log(f"{kind} {gpu} {file}: {why}")
     for part, got in parts:
-        for col in ("latency_pred_s", "energy_pred_j"):
-            if col in got:
-                out.loc[part.index, col] = got[col].reindex(part.index).to_numpy(float)
+        _copy_predicted(got, part.index, out)
         out.loc[part.index, "outside_fit"] = outside_fit(kind, part, art)
     if kind not in E2E_KINDS:
         _bound_kernel_energy(gpu, sub.index, out)
+
+
+PREDICTED = ("latency_pred_s", "energy_pred_j", "latency_lo_s", "latency_hi_s", "band_held_out")
+
+
+def _copy_predicted(got: pd.DataFrame, idx: pd.Index, out: pd.DataFrame) -> None:
+    """A family's predictions (and bands, where it gives them) for rows `idx`, into `out`."""
+    for col in PREDICTED:
+        if col in got:
+            out.loc[idx, col] = got[col].reindex(idx).to_numpy(float)
+    if "band_model" in got:
+        out.loc[idx, "band_model"] = got["band_model"].reindex(idx).fillna("").astype(str)
 
 
 def _bound_kernel_energy(gpu: str, idx: pd.Index, out: pd.DataFrame) -> None:
@@ -254,9 +269,7 @@ def _price_with_sibling(
     if not ok.any():
         return
     idx = rows.index[ok]
-    out.loc[idx, "latency_pred_s"] = lat[ok]
-    if "energy_pred_j" in got:
-        out.loc[idx, "energy_pred_j"] = got["energy_pred_j"].reindex(idx).to_numpy(float)
+    _copy_predicted(got, idx, out)
     out.loc[idx, "outside_fit"] = outside_fit(kind, rows.loc[idx], sibling)
     out.loc[idx, "fallback"] = _model_names(kind, rows.loc[idx]) + "@" + sibling.gpu
 
@@ -374,6 +387,7 @@ def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[st
         bad = reasons[reasons != ""]
         if len(bad):
             entry["unpredicted_reason"] = str(bad.value_counts().index[0])
+        entry.update(band_summary(pred.loc[idx], lat_true.loc[idx].to_numpy(float)))
         fb = pred.loc[idx, "fallback"] if "fallback" in pred else pd.Series(dtype=object)
         fb = fb[(fb != "") & np.isfinite(lat_p)]
         if len(fb):  # priced by another table than the group's own: which, and how many rows
@@ -381,6 +395,32 @@ def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[st
             entry["fallback_rows"] = len(fb)
         results.append(entry)
     return results
+
+
+def band_summary(pred: pd.DataFrame, y: np.ndarray) -> dict[str, Any]:
+    """The band entries of one result: `band_coverage`, the coverage the table's band(s)
+    reached on held-out layouts when calibrated (nested, `dse.fitting.bands`; row-weighted
+    over the models that priced the table; None: not measured, e.g. Level 3's), `band_model`
+    (the model whose band it is, the most rows' one), and over the rows scored here with a
+    band: `band_rows`, `band_scored_coverage` (the share of measured values inside their band;
+    rows the fit saw score in-sample)."""
+    if "latency_lo_s" not in pred:
+        return {}
+    lo, hi = pred["latency_lo_s"].to_numpy(float), pred["latency_hi_s"].to_numpy(float)
+    has = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(pred["latency_pred_s"].to_numpy(float))
+    if not has.any():
+        return {"band_coverage": None, "band_rows": 0}
+    held = pred["band_held_out"].to_numpy(float)[has]
+    scored = has & np.isfinite(y) & (y > 0)
+    with np.errstate(invalid="ignore"):
+        inside = (y >= lo) & (y <= hi)
+    priced_by = pred["band_model"][has]
+    return {
+        "band_coverage": round(float(np.mean(held)), 4) if np.isfinite(held).all() else None,
+        "band_model": str(priced_by.value_counts().index[0]),
+        "band_rows": int(has.sum()),
+        "band_scored_coverage": round(float(inside[scored].mean()), 4) if scored.any() else None,
+    }
 
 
 # Files under a data root that are documentation or metadata, never measurements.
@@ -578,6 +618,9 @@ def format_table(report: dict[str, Any]) -> str:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}"
+
     cols = ["source", "gpu", "engine", "kind", "dtype", "op"]
     body = [
         [str(r.get(c, "")) for c in cols]
@@ -586,10 +629,13 @@ def format_table(report: dict[str, Any]) -> str:
             str(r["unpredicted_rows"]),
             f(r["latency_mape_pct"]),
             f(r["energy_mape_pct"]),
+            pct(r.get("band_coverage")),
+            pct(r.get("band_scored_coverage")),
         ]
         for r in report["results"]
     ]
-    head = [*cols, "rows", "unpred", "lat MAPE%", "energy MAPE%"]
+    # band%: held-out coverage of the table's band (dse fit --bands-only); in band%: rows here
+    head = [*cols, "rows", "unpred", "lat MAPE%", "energy MAPE%", "band%", "in band%"]
     widths = [
         max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(head)
     ]

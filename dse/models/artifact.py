@@ -36,6 +36,7 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError
 from dse.models import class_path, model_class
 from dse.models._base import Model, RangeMiss, range_misses
+from dse.models.band import Band, degree_of
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -53,6 +54,8 @@ class FittedModel:
     files: tuple[str, ...] = ()  # absolute paths of the data files the fit read
     info: dict[str, Any] = field(default_factory=dict)  # anything else for the manifest
     measured_power: bool = False  # True when energy is backed by measured power for this GPU
+    # the latency band from the fit's held-out residuals (`dse.models.band`); None: none
+    band: Band | None = None
 
 
 def library_versions() -> dict[str, str]:
@@ -138,6 +141,8 @@ class Artifact:
                 "measured_power": bool(fm.measured_power),
                 **_jsonable(fm.info),
             }
+            if fm.band is not None:
+                entries[fm.name]["band"] = _jsonable(fm.band.to_entry())
             files.update(fm.files)
         root = Path(data_root).resolve() if data_root is not None else None
         data_files = []
@@ -178,6 +183,20 @@ class Artifact:
         (d / WEIGHTS).write_bytes(buf.getvalue())
         (d / MANIFEST).write_text(json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
         return d  # `self.path` stays where it was loaded from (a cached artifact may be shared)
+
+    def save_manifest(self, directory: str | Path) -> Path:
+        """Rewrite only manifest.json in `directory`, whose weights.npz must be this artifact's
+        (same artifact id): for entries that describe the models without changing them (the
+        bands of `dse fit --bands-only`). Returns the manifest's path."""
+        d = Path(directory)
+        on_disk = Artifact.load(d).artifact_id
+        if on_disk != weights_id(self.models):
+            raise ArtifactError(
+                f"{d}: weights are artifact {on_disk}, not {weights_id(self.models)}; "
+                "save the whole artifact instead"
+            )
+        (d / MANIFEST).write_text(json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
+        return d / MANIFEST
 
     @classmethod
     def load(cls, path_or_gpu: str | Path) -> Artifact:
@@ -266,6 +285,25 @@ class Artifact:
             cls = model_class(entry["kind"], entry.get("class"))
             self._instances[name] = cls.from_state(self.models[name])
         return self._instances[name]
+
+    def band(self, name: str) -> Band | None:
+        """The latency band recorded for model `name` (manifest `models.<name>.band`), None
+        when the fit or `dse fit --bands-only` recorded none."""
+        return Band.from_entry(self.manifest["models"].get(name, {}).get("band"))
+
+    def band_bounds(
+        self, name: str, latency_s: Any, degree: Any = None, **inputs: Any
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(lo, hi) around latencies `name` predicted, widened by each row's distance outside
+        the model's fitted range: `degree` when given (a model's own range check), else that of
+        `inputs` against the manifest's fitted range (`range_misses`). None without a band."""
+        band = self.band(name)
+        if band is None:
+            return None
+        lat = np.asarray(latency_s, dtype=float).ravel()
+        if degree is None:
+            degree = degree_of(self.range_misses(name, **inputs), lat.size)
+        return band.bounds(lat, degree)
 
     def out_of_range(self, model_name: str, **inputs: Any) -> np.ndarray:
         """True where any given input lies outside the fitted [min, max] of `model_name`.

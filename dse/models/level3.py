@@ -38,6 +38,8 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.models._base import Model, RangeMiss, range_miss
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
+from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
+from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
 TERMS: tuple[str, ...] = (
@@ -116,8 +118,6 @@ TIE_TO_ROOF: tuple[str, ...] = ("a_attn",)
 MLP_MAX_FILL = 1.0
 GQA_PRIOR = 0.3  # prior weight of a_attn_gqa towards 0, relative to the kernel-factor prior
 LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
-OOR_BAND_WIDEN = 2.0  # band half-widths (log) are multiplied by this outside the fitted range
-BAND_QUANTILES = (0.05, 0.95)
 # Which Level-3 kernel factor (a key of `Level3.correct`) scales an operator of each kind
 # (`dse.predict.ops.Op.kind`), per phase; "*": every other kind. Written once: the predictor's factors
 # per operator, the GlobalInputs parts (`t_dec_attn_s`, `t_dec_comm_s`) and the design matrix's

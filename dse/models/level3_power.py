@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.models._base import Model
+from dse.models.band import BAND_QUANTILES as BAND_QUANTILES
 from dse.spec.hardware import GPU, get_gpu
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 RIDGE = 1e-3
 IDENTITY = np.array([0.0, 1.0, 0.0])  # y = u: the operator power model uncalibrated
-BAND_QUANTILES = (0.05, 0.95)
 PROTOCOL_BATCH = 64.0  # x = log2(batch) / log2(PROTOCOL_BATCH): 0 at batch 1, 1 at batch 64
 
 

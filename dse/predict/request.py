@@ -20,7 +20,8 @@ import numpy as np
 from dse.errors import ConfigError
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
-from dse.models.level3 import FACTOR_KEYS, OOR_BAND_WIDEN, GlobalInputs, group_kinds, kind_factors
+from dse.models.band import widen
+from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import forward_ops
@@ -355,11 +356,11 @@ def _bands(
     """The bands from Level 3's log latency band and the power calibration's, widened with the
     distance outside the fitted ranges: fully (OOR_BAND_WIDEN) from a factor 2 outside a bound
     on, proportionally to the log distance below that."""
-    widen = 1.0 + (OOR_BAND_WIDEN - 1.0) * np.minimum(degree / np.log(2.0), 1.0)
-    lo, hi = np.exp(band_lo * widen), np.exp(band_hi * widen)
+    w = widen(degree)  # the rule of every band (dse.models.band)
+    lo, hi = np.exp(band_lo * w), np.exp(band_hi * w)
     # Energy band: latency and power residuals combined in quadrature (independent errors).
-    e_lo = np.exp(-np.hypot(band_lo, power_band[0]) * widen)
-    e_hi = np.exp(np.hypot(band_hi, power_band[1]) * widen)
+    e_lo = np.exp(-np.hypot(band_lo, power_band[0]) * w)
+    e_hi = np.exp(np.hypot(band_hi, power_band[1]) * w)
     return Bands(lo, hi, e_lo, e_hi)
 
 
