@@ -151,6 +151,11 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
 def _approx_notes(exact: bool, unmodelled: int, notes: tuple[str, ...]) -> tuple[str, ...]:
     if exact:
         return notes
+    if not unmodelled:  # every parameter counted, some layers priced approximately
+        return (
+            "approximate: every parameter is modelled, some layers are priced approximately",
+            *notes,
+        )
     return (f"approximate: {unmodelled:,} parameters are not modelled", *notes)
 
 

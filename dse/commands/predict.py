@@ -109,9 +109,14 @@ def _single(args: argparse.Namespace) -> dict[str, Any]:
 
         imp = import_hf_config(args.hf_config)
         if not imp.exact:  # priced as `dse arch` counts it, and said so (as --model does)
+            left_out = (
+                f"{imp.unmodelled_params:,} parameters are not modelled"
+                if imp.unmodelled_params
+                else "every parameter is modelled"
+            )
             print(
                 f"note: {args.hf_config}: model_type {imp.model_type!r} is approximate: "
-                f"{imp.unmodelled_params:,} parameters are not modelled ({'; '.join(imp.notes)})",
+                f"{left_out} ({'; '.join(imp.notes)})",
                 file=sys.stderr,
             )
         imported = imp.arch.to_dict()

@@ -81,6 +81,10 @@ _TIED_DEFAULT = {
 # Jamba and Falcon-H1, refused before, are read since the hybrid patterns).
 UNREPRESENTABLE_TYPES: dict[str, str] = {}
 
+# Model types whose parameters are all counted but whose layers are priced approximately
+# (`exact` False even with no unmodelled parameters; the importer's notes say how).
+APPROXIMATE_TYPES = frozenset({"llama4_text"})
+
 
 @dataclass(frozen=True)
 class HFImport:
@@ -88,8 +92,10 @@ class HFImport:
 
     `unmodelled_params` is the number of parameters the Hugging Face model has beyond
     `total_params(arch)` (biases outside q/k/v, learned position tables, the LM-head bias);
-    `exact` is True when it is 0. `notes` also name behaviour that changes no parameter count
-    but that the accounting ignores (sliding windows, ALiBi, parallel attention blocks).
+    `exact` is True when it is 0 and the layers are priced as the model runs them (not for
+    APPROXIMATE_TYPES: Llama 4's chunked attention). `notes` also name behaviour that changes
+    no parameter count but that the accounting ignores (sliding windows, ALiBi, parallel
+    attention blocks).
     """
 
     arch: Architecture
@@ -171,12 +177,15 @@ def import_hf_config(source: Mapping[str, Any] | str | Path) -> HFImport:
     if errors:
         raise ConfigError(f"{where}: {errors[0]}")
     arch = Architecture(**kw).resolved()
-    return HFImport(arch, model_type, unmodelled == 0, int(unmodelled), tuple(notes), where)
+    exact = unmodelled == 0 and model_type not in APPROXIMATE_TYPES
+    return HFImport(arch, model_type, exact, int(unmodelled), tuple(notes), where)
 
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The language model's part of a multimodal config (`text_config`), else the config."""
     inner = cfg.get("text_config")
+    if isinstance(inner, dict) and cfg.get("model_type") == "llama4":
+        return {"model_type": "llama4_text", **inner}  # Llama4Config's text_config class
     if isinstance(inner, dict) and "model_type" in inner and "hidden_size" in inner:
         return inner
     return cfg
@@ -431,6 +440,103 @@ def _import_gpt_oss(r: _Reader) -> _Import:
         "output-projection, router and expert biases and the attention sinks are not modelled",
         "the experts' clamped SwiGLU is counted as SwiGLU",
     ]
+    return kw, unmodelled, notes
+
+
+def _llama4_layers(r: _Reader, L: int) -> tuple[list[bool], list[bool], list[bool]]:
+    """(RoPE, chunked, MoE) per layer, as Llama4TextConfig derives them: no_rope_layers (1:
+    RoPE) else every no_rope_layer_interval-th layer NoPE; layer_types else a RoPE layer
+    chunked when attention_chunk_size is set; moe_layers else every
+    interleave_moe_layer_step-th layer (from step - 1)."""
+    rope_raw = r.get("no_rope_layers") or [
+        int((i + 1) % r.integer("no_rope_layer_interval", default=4) != 0) for i in range(L)
+    ]
+    if (
+        not isinstance(rope_raw, list)
+        or len(rope_raw) < L
+        or any(v not in (0, 1) for v in rope_raw)
+    ):
+        raise ConfigError(
+            f"{r.where}: no_rope_layers: must list a 0 or 1 for each of the "
+            f"num_hidden_layers={L} layers, got {rope_raw!r}"
+        )
+    rope = [bool(v) for v in rope_raw[:L]]
+    chunk = r.cfg.get("attention_chunk_size", 8192)  # null: no chunked layers
+    types = r.get("layer_types") or [
+        "chunked_attention" if rope[i] and chunk is not None else "full_attention" for i in range(L)
+    ]
+    if (
+        not isinstance(types, list)
+        or len(types) != L
+        or any(t not in ("chunked_attention", "full_attention") for t in types)
+    ):
+        raise ConfigError(
+            f"{r.where}: layer_types: must list num_hidden_layers={L} of chunked_attention, "
+            f"full_attention, got {types!r}"
+        )
+    step = r.integer("interleave_moe_layer_step", default=1)
+    moe_raw = r.cfg.get("moe_layers")
+    if moe_raw is None:
+        moe_raw = list(range(step - 1, L, step))
+    if not isinstance(moe_raw, list) or any(not isinstance(i, int) for i in moe_raw):
+        raise ConfigError(
+            f"{r.where}: moe_layers: must be a list of layer indices, got {moe_raw!r}"
+        )
+    return rope, [t == "chunked_attention" for t in types], [i in moe_raw for i in range(L)]
+
+
+def _import_llama4_text(r: _Reader) -> _Import:
+    """Llama 4's language model (Scout, Maverick; a llama4 config's text_config): GQA with
+    chunked local attention on the RoPE layers and global NoPE attention on every 4th, MoE
+    layers of num_local_experts experts of intermediate_size (fused gate_up_proj, sigmoid top-k
+    router, no bias) plus an ungated shared expert of intermediate_size, interleaved with dense
+    SwiGLU layers of intermediate_size_mlp when interleave_moe_layer_step > 1 (Maverick).
+    Approximate: the chunked layers are priced as sliding ones, RoPE on every layer."""
+    kw = _llama_core(r, head_dim_default=128)  # Llama4TextConfig's head_dim default
+    if "num_key_value_heads" not in r.cfg:
+        kw["n_kv_heads"] = 8  # Llama4TextConfig's default
+    L, d = kw["n_layers"], kw["d_model"]
+    rope, chunked, moe = _llama4_layers(r, L)
+    experts = r.integer("num_local_experts", default=16)
+    notes: list[str] = []
+    if any(chunked):
+        kw["attention_pattern"] = canonical_pattern(["sliding" if c else "full" for c in chunked])
+        kw["sliding_window"] = r.integer("attention_chunk_size")
+        notes.append(
+            "chunked local attention priced as a sliding window of attention_chunk_size: KV "
+            "memory the same bound, prefill attention work up to 2x the chunked kernel's"
+        )
+    kw["rope"] = any(rope)
+    if any(rope) and not all(rope):
+        notes.append("RoPE priced on every attention layer (Llama-4's global layers have none)")
+    if r.flag("use_qk_norm", True) and any(rope):
+        notes.append(
+            "the weightless L2 norm of q and k on the RoPE layers is not priced (qk_norm false: "
+            "dse's qk_norm has weights)"
+        )
+    if r.flag("attn_temperature_tuning", True) and not all(rope):
+        notes.append("the NoPE layers' attention temperature tuning is not priced (no parameters)")
+    if any(moe) and experts > 1:
+        kw["n_experts"] = experts
+        kw["top_k"] = r.integer("num_experts_per_tok", default=1)
+        kw["d_ff_expert"] = kw["d_ff"]  # intermediate_size: each expert's and the shared one's
+        kw["shared_expert_d_ff"] = kw["d_ff"]
+        kw["shared_expert_gate"] = False  # the shared expert's output is added ungated
+        if not all(moe):
+            kw["d_ff"] = r.integer("intermediate_size_mlp", default=16384)
+            kw["ffn_pattern"] = canonical_pattern(["ffn" if m else "dense" for m in moe], FFNS)
+    elif any(moe):  # one expert: every MoE layer is two SwiGLU MLPs of intermediate_size
+        raise ConfigError(
+            f"{r.where}: num_local_experts: must be > 1 (an MoE layer of one expert plus the "
+            f"shared expert is not representable), got {experts}"
+        )
+    else:  # no MoE layer: every layer a dense MLP of intermediate_size_mlp
+        kw["d_ff"] = r.integer("intermediate_size_mlp", default=16384)
+    unmodelled = 0
+    if r.flag("attention_bias", False):
+        kw["qkv_bias"] = True
+        unmodelled += L * d
+        notes.append("attention_bias: the output-projection bias is not modelled")
     return kw, unmodelled, notes
 
 
@@ -970,6 +1076,7 @@ _IMPORTERS = {
     "gemma2": _import_gemma2,
     "gemma3_text": _import_gemma3,
     "gpt_oss": _import_gpt_oss,
+    "llama4_text": _import_llama4_text,
     "deepseek_v3": _import_deepseek_v3,
     "qwen3_next": _import_qwen3_next,
     "bamba": _import_bamba,
