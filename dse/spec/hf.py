@@ -18,7 +18,10 @@ Mamba-2 layers: `attention_pattern` and `ffn_pattern`), and the custom-code Llam
 aquila, internlm (without biases) and qwen (Qwen-1). bloom, opt, gptj, phi, starcoder2,
 phi3small and gpt_oss carry biases (or learned positions, attention sinks) the Architecture has
 no field for: `import_hf_config` says how many parameters that leaves out, and `from_hf_config`
-accepts them only with `approximate=True`. `to_hf_config` exports full-attention GQA models
+accepts them only with `approximate=True`. llama4_text (Llama 4's language model, also a
+llama4 config's text_config) counts every parameter but is approximate too
+(`APPROXIMATE_TYPES`): its chunked local attention is priced as sliding windows of
+attention_chunk_size and RoPE on every layer. `to_hf_config` exports full-attention GQA models
 only.
 """
 
