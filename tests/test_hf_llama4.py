@@ -17,6 +17,7 @@ import pytest
 from dse.cli import main
 from dse.errors import ConfigError
 from dse.spec import arch as A
+from dse.spec.catalogue import model_card
 from dse.spec.hf import from_hf_config, import_hf_config
 
 try:  # test-only dependencies
@@ -119,6 +120,15 @@ def test_default_config_is_scout_and_counts_exactly() -> None:
     assert A.total_params(imp.arch) == n == 107_769_861_120
     assert A.active_params(imp.arch) == pytest.approx(17e9, rel=0.02)
     assert (imp.arch.attention_pattern, imp.arch.sliding_window) == ("sliding*3,full", 8192)
+
+
+def test_scout_catalogue_entry_is_the_default_config() -> None:
+    card = model_card("Llama-4-Scout")
+    assert card.name == "Llama-4-Scout-17B-16E" and not card.exact
+    assert card.unmodelled_params == 0
+    assert A.total_params(card.arch) == 107_769_861_120
+    if HAVE_HF:
+        assert card.arch == import_hf_config(Llama4TextConfig().to_dict()).arch
 
 
 @needs_hf

@@ -278,6 +278,17 @@ _ENTRIES: tuple[tuple[str, str, dict[str, Any], tuple[str, ...], str], ...] = (
       "expert_layer_offset": 1, "attn_layer_period": 8, "attn_layer_offset": 4,
       "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": 256,
       "vocab_size": 65536}, (), ""),
+    # transformers' Llama4TextConfig defaults are this checkpoint's text_config (its
+    # auto_docstring's): every layer MoE (16 experts, top 1, + the shared expert), chunked
+    # attention of 8192 tokens with every 4th layer global NoPE
+    ("Llama-4-Scout-17B-16E", "meta-llama/Llama-4-Scout-17B-16E",
+     {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+      "intermediate_size_mlp": 16384, "num_attention_heads": 40, "num_key_value_heads": 8,
+      "head_dim": 128, "num_hidden_layers": 48, "num_local_experts": 16,
+      "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "attention_chunk_size": 8192,
+      "no_rope_layer_interval": 4, "use_qk_norm": True, "vocab_size": 202048},
+     ("Llama-4-Scout",),
+     "the language model of the multimodal checkpoint (text_config; no vision tower)"),
     # ---- Microsoft Phi
     ("Phi-2", "microsoft/phi-2",
      {"model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240,
