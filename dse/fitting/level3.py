@@ -111,6 +111,7 @@ def level3_band_coverage(
         idx = np.nonzero(g.engine == engine)[0]
         n = len(idx)
         lo, hi, deg = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
+        fold_bands = []
         for m in np.unique(groups[idx]):
             te = groups[idx] == m
             tr = idx[~te]
@@ -118,6 +119,7 @@ def level3_band_coverage(
                 continue  # one model left: no held-out residual to calibrate a band on
             inner = Level3(seed=seed).fit(g.take(tr), y[tr], groups[tr], ttft[tr])
             lo[te], hi[te] = inner.engines_[engine].band_log
+            fold_bands.append([float(v) for v in inner.engines_[engine].band_log])
             deg[te] = degree_of(inner.range_misses(g.take(idx[te])), int(te.sum()))
         summary = coverage_summary(y[idx], cv["held_out_pred_s"], lo, hi, deg)
         names = kept["model"].astype(str).to_numpy()[idx]
@@ -125,6 +127,7 @@ def level3_band_coverage(
         summary.update(
             scheme=f"{NESTED_SCHEME} (leave-one-model-out)",
             groups=len(np.unique(groups[idx])),
+            fold_log_bands=fold_bands,
             shipped_log_band=[float(v) for v in full.engines_[engine].band_log],
         )
         out[str(engine)] = summary
