@@ -64,14 +64,18 @@ def _band(entry: dict[str, Any]) -> str:
     return f"x{entry['factor_lo']:.3f}-{entry['factor_hi']:.3f}"
 
 
-def table_rows(gpu: str, entries: dict[str, dict[str, Any] | None]) -> list[dict[str, Any]]:
+def table_rows(
+    gpu: str, entries: dict[str, dict[str, Any] | None], dtypes: dict[str, str]
+) -> list[dict[str, Any]]:
     """One record per (GPU, family, engine, dtype) table: a model, or a dtype of a model whose
-    rows mix two (its held-out coverage measured per dtype)."""
+    rows mix two (its held-out coverage measured per dtype). `dtypes`: model name -> the one
+    dtype of its rows, where the name does not say it (attention)."""
     out = []
     for name, entry in sorted(entries.items()):
         family, _, rest = name.partition(".")
         engine, _, dtype = rest.partition(".")
-        base = {"gpu": gpu, "model": name, "family": family, "engine": engine, "dtype": dtype}
+        base = {"gpu": gpu, "model": name, "family": family, "engine": engine}
+        base["dtype"] = dtype or dtypes.get(name, "")
         if family == "level2":
             base.update(engine="vidur (PyTorch eager)", dtype=rest)
         if family in ("layer_op", "reduction"):
@@ -83,17 +87,27 @@ def table_rows(gpu: str, entries: dict[str, dict[str, Any] | None]) -> list[dict
         by = (ho.get("by") or {}).get("dtype")
         if by and family not in NOT_LAYOUT:
             for dt, sub in sorted(by.items()):
-                out.append(
-                    {
-                        **base,
-                        "dtype": dt,
-                        "entry": entry,
-                        "rows": sub["rows"],
-                        "coverage": sub["coverage"],
-                    }
-                )
+                rec = {**base, "dtype": dt, "entry": entry}
+                out.append({**rec, "rows": sub["rows"], "coverage": sub["coverage"]})
             continue
         out.append({**base, "entry": entry, "rows": ho["rows"], "coverage": ho["coverage"]})
+    return out
+
+
+def attention_dtypes(data: str, gpus: list[str]) -> dict[tuple[str, str], str]:
+    """(GPU, attention model name) -> the dtype(s) of its rows, as the table records them."""
+    from dse.data import load
+
+    out: dict[tuple[str, str], str] = {}
+    tables = load(data, ["context_attention", "generation_attention"])
+    for kind, t in tables.items():
+        if t.empty or "dtype" not in t:
+            continue
+        for (gpu, engine), sub in t.groupby(["gpu", "engine"]):
+            if gpu in gpus:
+                out[(str(gpu), f"{kind}.{engine}")] = "/".join(
+                    sorted(map(str, sub["dtype"].unique()))
+                )
     return out
 
 
@@ -113,25 +127,88 @@ def level3_coverage(data: str, art: Artifact) -> dict[str, dict[str, Any]]:
     return got
 
 
-def level3_rows(gpu: str, got: dict[str, dict[str, Any]], art: Artifact) -> list[dict[str, Any]]:
+def level3_rows(gpu: str, got: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Table records of Level 3's band (the shipped one, per engine)."""
     out = []
     for engine, ho in sorted(got.items()):
         lo, hi = ho["shipped_log_band"]
-        entry = {"factor_lo": float(np.exp(lo)), "factor_hi": float(np.exp(hi)), "held_out": ho}
-        out.append(
-            {
-                "gpu": gpu,
-                "model": f"level3.e2e.{engine}",
-                "family": "level3",
-                "engine": engine,
-                "dtype": "fp16",
-                "entry": entry,
-                "rows": ho["rows"],
-                "coverage": ho["coverage"],
-            }
-        )
+        entry = {
+            "log_lo": lo,
+            "log_hi": hi,
+            "factor_lo": float(np.exp(lo)),
+            "factor_hi": float(np.exp(hi)),
+            "held_out": ho,
+        }
+        rec = {"gpu": gpu, "model": f"level3.e2e.{engine}", "family": "level3"}
+        rec.update(engine=engine, dtype="fp16", entry=entry)
+        out.append({**rec, "rows": ho["rows"], "coverage": ho["coverage"]})
     return out
+
+
+def _label(r: dict[str, Any]) -> str:
+    return FAMILY_LABEL.get(r["family"], r["family"])
+
+
+def _layout_row(r: dict[str, Any]) -> str:
+    e = r["entry"]
+    head = f"| {r['gpu']} | {_label(r)} | {r['engine']} | {r['dtype']} |"
+    if e is None:
+        return head + " 1 | | | no band: a single held-out group | | |"
+    ho = e["held_out"]
+    if r["coverage"] is None:
+        why = f"not measurable: {ho['groups']} groups (the nested CV needs 3)"
+        return head + f" {ho['groups']} | | {_band(e)} | {why} | | |"
+    cross = (ho.get("cross_fold") or {}).get("coverage")
+    return (
+        head + f" {ho['groups']} | {r['rows']:,} | {_band(e)} | {_pct(r['coverage'])} | "
+        f"{ho['rows_out_of_range']:,} ({_pct(ho['coverage_out_of_range'])}) | {_pct(cross)} |"
+    )
+
+
+def _pooled_row(gpu: str, family: str, rs: list[dict[str, Any]]) -> str:
+    rows = sum(r["rows"] for r in rs)
+    cov = sum(r["coverage"] * r["rows"] for r in rs) / max(rows, 1)
+    covs = [r["coverage"] for r in rs]
+    lo = min(r["entry"]["factor_lo"] for r in rs)
+    hi = max(r["entry"]["factor_hi"] for r in rs)
+    if family == "reduction":
+        what = "LLMCompass, one shape held out"
+        groups, cell = f"{rs[0]['entry']['held_out']['groups']} shapes", _pct(cov)
+    else:
+        what = f"{len(rs)} tables, one message-size octave held out"
+        groups = "octaves"
+        cell = f"{_pct(cov)} pooled ({_pct(min(covs))}-{_pct(max(covs))})"
+    label = FAMILY_LABEL.get(family, family)
+    return (
+        f"| {gpu} | {label} ({what}) | | | {groups} | {rows:,} | x{lo:.3f}-{hi:.3f} | {cell} | | |"
+    )
+
+
+def _miss_line(r: dict[str, Any]) -> str:
+    """Where a table's coverage falls outside the target: under it, the layouts the band
+    misses; over it, the nested bands (fits with a fold fewer of layouts) against the shipped."""
+    ho = r["entry"]["held_out"]
+    what = r["model"] + (f" {r['dtype']}" if r["dtype"] and r["dtype"] not in r["model"] else "")
+    text = (
+        f"- {r['gpu']} {what}: {_pct(r['coverage'])} ({_pct(ho['below'])} of rows under the "
+        f"band, {_pct(ho['above'])} over it"
+    )
+    if r["coverage"] < TARGET[0]:
+        worst = "; ".join(
+            f"{w['group']} {_pct(w['coverage'])} of {w['rows']} rows "
+            f"(median miss x{np.exp(w['median_log_residual']):.2f})"
+            for w in ho.get("worst_groups", [])[:3]
+        )
+        return text + (f"; least covered: {worst})." if worst else ").")
+    folds = ho.get("fold_log_bands") or []
+    if folds:
+        lo, hi = min(f[0] for f in folds), max(f[1] for f in folds)
+        text += (
+            f"; nested bands x{np.exp(lo):.3f}-{np.exp(hi):.3f} against the shipped "
+            f"{_band(r['entry'])}"
+        )
+    cross = (ho.get("cross_fold") or {}).get("coverage")
+    return text + (f"; cross-fold {_pct(cross)})." if cross is not None else ").")
 
 
 def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -151,68 +228,28 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "and the coverage among them; cross-fold: the diagnostic band of the other outer folds' "
         "CV residuals (fits as large as the scored one, which saw its layout).",
         "",
-        "| GPU | family | engine | dtype | held-out groups | rows | band | held-out coverage | out of range (covered) | cross-fold |",
+        "| GPU | family | engine | dtype | held-out groups | rows | band | held-out coverage "
+        "| out of range (covered) | cross-fold |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    misses, pooled = [], {}
-    for r in records:
-        e = r["entry"]
-        if r["family"] in NOT_LAYOUT and e is not None and e.get("held_out"):
-            p = pooled.setdefault((r["gpu"], r["family"]), [])
-            p.append(r)
-            continue
-        if e is None or e.get("held_out") is None:
-            why = "no band: a single held-out group" if e is None else "not measured"
-            lines.append(
-                f"| {r['gpu']} | {FAMILY_LABEL.get(r['family'], r['family'])} | {r['engine']} "
-                f"| {r['dtype']} | | | | {why} | | |"
-            )
-            continue
-        ho = e["held_out"]
-        lines.append(
-            f"| {r['gpu']} | {FAMILY_LABEL.get(r['family'], r['family'])} | {r['engine']} | "
-            f"{r['dtype']} | {ho['groups']} | {r['rows']:,} | {_band(e)} | "
-            f"{_pct(r['coverage'])} | {ho['rows_out_of_range']:,} "
-            f"({_pct(ho['coverage_out_of_range'])}) | "
-            f"{_pct((ho.get('cross_fold') or {}).get('coverage'))} |"
-        )
-        if r["coverage"] is not None and not TARGET[0] <= r["coverage"] <= TARGET[1]:
-            misses.append(r)
-    for (gpu, family), rs in sorted(pooled.items()):
-        rows = sum(r["rows"] for r in rs)
-        cov = sum(r["coverage"] * r["rows"] for r in rs) / max(rows, 1)
-        covs = [r["coverage"] for r in rs]
-        lo = min(r["entry"]["factor_lo"] for r in rs)
-        hi = max(r["entry"]["factor_hi"] for r in rs)
-        if family == "reduction":
-            what, groups = (
-                "LLMCompass, one shape held out",
-                f"{rs[0]['entry']['held_out']['groups']} shapes",
-            )
-            cell = _pct(cov)
-        else:
-            what, groups = f"{len(rs)} tables, one message-size octave held out", "octaves"
-            cell = f"{_pct(cov)} pooled ({_pct(min(covs))}-{_pct(max(covs))})"
-        lines.append(
-            f"| {gpu} | {FAMILY_LABEL.get(family, family)} ({what}) | | | {groups} | {rows:,} "
-            f"| x{lo:.3f}-{hi:.3f} | {cell} | | |"
-        )
-        misses += [r for r in rs if not TARGET[0] <= r["coverage"] <= TARGET[1]]
+    misses = []
+    for gpu in dict.fromkeys(r["gpu"] for r in records):
+        mine = [r for r in records if r["gpu"] == gpu]
+        pooled: dict[str, list[dict[str, Any]]] = {}
+        for r in mine:
+            measured = r["entry"] is not None and r["coverage"] is not None
+            if r["family"] in NOT_LAYOUT and measured:
+                pooled.setdefault(r["family"], []).append(r)
+                continue
+            lines.append(_layout_row(r))
+        lines += [_pooled_row(gpu, fam, rs) for fam, rs in sorted(pooled.items())]
+        misses += [
+            r
+            for r in mine
+            if r["coverage"] is not None and not TARGET[0] <= r["coverage"] <= TARGET[1]
+        ]
     if misses:
-        lines += ["", "Outside 85-95%:", ""]
-        for r in misses:
-            ho = r["entry"]["held_out"]
-            worst = "; ".join(
-                f"{w['group']} {_pct(w['coverage'])} of {w['rows']} rows "
-                f"(median miss x{np.exp(w['median_log_residual']):.2f})"
-                for w in ho.get("worst_groups", [])[:3]
-            )
-            worst = f"; least covered groups: {worst}" if worst else ""
-            lines.append(
-                f"- {r['gpu']} {r['model']}{' ' + r['dtype'] if r['dtype'] else ''}: "
-                f"{_pct(r['coverage'])} ({_pct(ho['below'])} of rows under the band, "
-                f"{_pct(ho['above'])} over it{worst})."
-            )
+        lines += ["", "Outside 85-95%:", ""] + [_miss_line(r) for r in misses]
     return "\n".join(lines)
 
 
@@ -259,6 +296,7 @@ def main() -> None:
     }
     done: dict[str, Artifact] = {}
     records: list[dict[str, Any]] = []
+    dtypes = attention_dtypes(args.data, [*args.gpus, "h200_sxm"])
     for gpu in args.gpus:
         folder = Path(args.artifacts) / gpu
         art = Artifact.load(folder)
@@ -283,7 +321,8 @@ def main() -> None:
             "bands": entries,
             "level3": e2e,
         }
-        records += table_rows(gpu, entries) + level3_rows(gpu, e2e, art)
+        names = {n: d for (g, n), d in dtypes.items() if g == art.level1_gpu}
+        records += table_rows(gpu, entries, names) + level3_rows(gpu, e2e)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")  # survives a stop
     report["minutes"] = round((time.perf_counter() - t0) / 60, 1)
