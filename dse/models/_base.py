@@ -7,6 +7,7 @@ checks and the percentage errors a fit scores itself with.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -60,7 +61,8 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
     """An input as a 1-d float array (scalars broadcast to n); NaN/inf is an error naming it."""
     if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == 1:
         # the common case (the adapters pass float columns): no conversion, one finite check
-        if not np.isfinite(value).all():
+        # (one row: math.isfinite, without numpy's reduction machinery)
+        if not (math.isfinite(value[0]) if value.size == 1 else np.isfinite(value).all()):
             bad = value[~np.isfinite(value)][:3]
             raise DataError(f"input {name!r} must be finite numbers, got {bad}")
         return value
@@ -71,6 +73,13 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
     if not np.all(np.isfinite(a)):
         raise DataError(f"input {name!r} must be finite numbers, got {a[~np.isfinite(a)][:3]}")
     return a
+
+
+def as_shape(a: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """a broadcast to `shape` (a read-only view), or a itself when it has that shape already
+    (np.broadcast_to costs microseconds, which a one-configuration call pays per array)."""
+    a = np.asarray(a)
+    return a if a.shape == shape else np.broadcast_to(a, shape)
 
 
 def batch_size_of(arrays: Mapping[str, Any]) -> int:
@@ -135,8 +144,8 @@ class RangeMiss:
         if self.excess.ndim < 2:
             return self
         e = self.excess.reshape(-1, self.excess.shape[-1])
-        v = np.broadcast_to(self.value, self.excess.shape).reshape(e.shape)
-        b = np.broadcast_to(self.bound, self.excess.shape).reshape(e.shape)
+        v = as_shape(self.value, self.excess.shape).reshape(e.shape)
+        b = as_shape(self.bound, self.excess.shape).reshape(e.shape)
         i = np.argmax(np.abs(e), axis=0)
         cols = np.arange(e.shape[1])
         return RangeMiss(e[i, cols], v[i, cols], b[i, cols])
@@ -155,7 +164,15 @@ class RangeMiss:
 
 def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     shape = np.shape(m.excess)
-    return m.excess, np.broadcast_to(m.value, shape), np.broadcast_to(m.bound, shape)
+    return m.excess, as_shape(m.value, shape), as_shape(m.bound, shape)
+
+
+def within(v: np.ndarray, lo: float, hi: float) -> bool:
+    """Every value of a non-empty array inside [lo, hi] (NaN is not): the fast test before a
+    `range_miss`; one row is compared as a Python float, without two numpy reductions."""
+    if v.size == 1:
+        return bool(lo <= float(v.flat[0]) <= hi)
+    return bool(v.size and v.min() >= lo and v.max() <= hi)
 
 
 def range_miss(value: Any, lo: float, hi: float, linear: bool = False) -> RangeMiss:
@@ -164,6 +181,8 @@ def range_miss(value: Any, lo: float, hi: float, linear: bool = False) -> RangeM
     v = np.asarray(value, dtype=np.float64)
     lo, hi = float(lo), float(hi)
     span = max(hi - lo, 1e-12)
+    if v.size == 1:  # one row: the same rule in Python floats (a dozen numpy calls fewer)
+        return _range_miss_one(v, lo, hi, span, linear)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_v = np.log(np.maximum(v, 1e-300))
         above = (v - hi) / span if linear or hi <= 0 else log_v - np.log(hi)
@@ -171,6 +190,19 @@ def range_miss(value: Any, lo: float, hi: float, linear: bool = False) -> RangeM
     e = np.where(v > hi, above, np.where(v < lo, below, 0.0))
     e = np.where(np.abs(e) <= RANGE_TOL, 0.0, e)
     return RangeMiss(e, v, np.where(v < lo, lo, hi))
+
+
+def _range_miss_one(v: np.ndarray, lo: float, hi: float, span: float, linear: bool) -> RangeMiss:
+    """`range_miss` of a one-element array (NaN: inside, as there)."""
+    x = float(v.flat[0])
+    e = 0.0
+    if x > hi:
+        e = (x - hi) / span if linear or hi <= 0 else math.log(max(x, 1e-300)) - math.log(hi)
+    elif x < lo:
+        e = (x - lo) / span if linear or lo <= 0 else math.log(max(x, 1e-300)) - math.log(lo)
+    if abs(e) <= RANGE_TOL:
+        e = 0.0
+    return RangeMiss(np.full(v.shape, e), v, np.full(v.shape, lo if x < lo else hi))
 
 
 def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, RangeMiss]:
@@ -183,7 +215,7 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
     shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
     for key, a in arrays.items():
         lo, hi = rng[key]
-        if a.size and (a.min() >= lo and a.max() <= hi):  # the common case: no work
+        if within(a, lo, hi):  # the common case: no work
             continue
         miss = range_miss(np.broadcast_to(a, shape), lo, hi)
         if miss.outside.any():

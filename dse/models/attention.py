@@ -70,7 +70,7 @@ def kv_bytes_of(kv_dtype: Any, n: int) -> np.ndarray:
 
 
 def _is_fp8(dtype: Any, n: int) -> np.ndarray:
-    a = np.broadcast_to(np.asarray(dtype).astype(str), (n,))
+    a = _base.as_shape(np.asarray(dtype).astype(str), (n,))
     return np.char.startswith(a, "fp8")
 
 

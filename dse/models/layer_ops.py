@@ -56,7 +56,7 @@ import numpy as np
 
 from dse.errors import ArtifactError, DataError
 from dse.models import _base, _curves
-from dse.models._base import RangeMiss, range_miss
+from dse.models._base import RangeMiss, range_miss, within
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -796,18 +796,22 @@ class LayerOpModel(_base.Model):
         keys = ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")
         return {**dict(zip(keys, items, strict=True)), "factor": factor, "waves": waves}
 
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        """Itemised latency per row; ops this model does not cover get NaN and covered=False."""
+    def predict(self, *, width: np.ndarray | None = None, **arrays: Any) -> dict[str, np.ndarray]:
+        """Itemised latency per row; ops this model does not cover get NaN and covered=False.
+        `width`: the rows' widths (`op_geometry`), when the caller has them."""
         n = _base.batch_size_of(arrays)
-        op = np.broadcast_to(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
+        op = _base.as_shape(np.asarray(arrays.get("op", "input_layernorm"), dtype=str), (n,))
         vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
-        gated = np.broadcast_to(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
-        t, width = op_geometry(op, {**vals, "gated_mlp": gated})
+        gated = _base.as_shape(np.asarray(arrays.get("gated_mlp", True), dtype=bool), (n,))
+        if width is None:
+            t, width = op_geometry(op, {**vals, "gated_mlp": gated})
+        else:
+            t = vals["num_tokens"]
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
         if n <= FEW_ROWS:
             rows = self._predict_rows(
-                idx, np.broadcast_to(t, (n,)), np.broadcast_to(width, (n,)), tp
+                idx, _base.as_shape(t, (n,)), _base.as_shape(width, (n,)), tp
             )
             return self._outputs(rows, rows.pop("factor"), rows.pop("waves"), t, width, idx)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
@@ -970,7 +974,12 @@ class LayerOpModel(_base.Model):
         ]
 
     def range_misses(
-        self, op: str | np.ndarray, gated: np.ndarray, **arrays: np.ndarray
+        self,
+        op: str | np.ndarray,
+        gated: np.ndarray,
+        *,
+        width: np.ndarray | None = None,
+        **arrays: np.ndarray,
     ) -> dict[str, RangeMiss]:
         """How far operator rows lie outside what this model can price from its measurements:
         the row width against the widths measured for the operator's family (the one the row
@@ -982,14 +991,17 @@ class LayerOpModel(_base.Model):
         elements, inside)."""
         n = _base.batch_size_of(arrays)
         vals = {c: _base.as_float(c, arrays[c], n) for c in INPUTS}
-        gated = np.broadcast_to(np.asarray(gated, dtype=bool), (n,))
+        gated = _base.as_shape(np.asarray(gated, dtype=bool), (n,))
         ops = np.asarray(op)
-        t, width = op_geometry(ops, {**vals, "gated_mlp": gated})
-        width = np.broadcast_to(width, (n,))
+        if width is None:
+            t, width = op_geometry(ops, {**vals, "gated_mlp": gated})
+        else:
+            t = vals["num_tokens"]
+        width = _base.as_shape(width, (n,))
         out: dict[str, RangeMiss] = {}
         for name, v in (("elements", t * width), ("tensor_parallel", vals["tensor_parallel"])):
             lo, hi = self.range_[name]
-            if v.min() >= lo and v.max() <= hi:
+            if within(v, lo, hi):
                 continue
             m = range_miss(v, lo, hi)
             if m.outside.any():
@@ -1009,7 +1021,7 @@ class LayerOpModel(_base.Model):
                     continue
                 lo, hi = self._pack(("widths", i), lambda i=i: self._width_range(i))
                 sub = width[rows]
-                if lo > hi or (sub.min() >= lo and sub.max() <= hi):
+                if lo > hi or within(sub, lo, hi):
                     continue
                 m = range_miss(width, lo, hi).masked(rows)
                 width_miss = m if width_miss is None else width_miss.worse(m)

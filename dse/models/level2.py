@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import Model, RangeMiss, range_miss
+from dse.models._base import Model, RangeMiss, range_miss, within
 from dse.models._nn import MLP
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ class Level2Block(Model):
         for j, name in enumerate(RANGE_FEATURES):
             lo, hi = self.range_[name]
             x = sizes[:, j]
-            if x.min() >= lo - 1e-9 and x.max() <= hi + 1e-9:
+            if within(x, lo - 1e-9, hi + 1e-9):
                 continue
             miss = range_miss(np.exp2(x), 2.0**lo, 2.0**hi)
             if miss.outside.any():

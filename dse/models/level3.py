@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import Model, RangeMiss, range_miss
+from dse.models._base import Model, RangeMiss, range_miss, within
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
@@ -394,6 +394,17 @@ class Level3(Model):
         """Corrected ttft_s and decode_s, the factor each Level-2 time was scaled by, the
         additive overhead seconds, and the band (log quantiles) per configuration."""
         n = len(g.t_pre_s)
+        if n and (n == 1 or (g.engine == g.engine[0]).all()):  # one engine: no scatter
+            fit = self.engines_.get(str(g.engine[0]))
+            known = fit is not None
+            if fit is None:  # as below
+                fit = self.engines_.get("vllm") or next(iter(self.engines_.values()))
+            return {
+                **_parts(fit, g),
+                "band_lo": np.full(n, float(fit.band_log[0])),
+                "band_hi": np.full(n, float(fit.band_log[1])),
+                "engine_known": np.full(n, known),
+            }
         out = {
             "ttft_s": np.zeros(n),
             "decode_s": np.zeros(n),
@@ -443,7 +454,7 @@ class Level3(Model):
         out = {}
         for k, (lo, hi) in self.range_.items():
             v = g.value(k)
-            if v.size and v.min() >= lo and v.max() <= hi:
+            if within(v, lo, hi):
                 continue
             miss = range_miss(v, lo, hi, linear=k in LINEAR_INPUTS)
             if miss.outside.any():

@@ -11,12 +11,25 @@ from typing import Any
 
 import numpy as np
 
+from dse.models._base import as_shape
+
 # ---------------------------------------------------------------------------- shared helpers
 # Rows per call of a kernel model: its feature matrix (~16 float64 columns) stays in cache
 # (a 5 x 10^5-row feature matrix built at once is 3x slower to write than in blocks).
 BLOCK_ROWS = 16384
 # Fewer rows than this are evaluated as they come: finding the distinct ones would not pay.
 DEDUPE_MIN_ROWS = 64
+
+
+def ndim_of(x: Any) -> int:
+    """np.ndim(x), read off an array directly (np.ndim's dispatch costs ten times the
+    attribute, and a one-configuration call asks it hundreds of times)."""
+    return x.ndim if isinstance(x, np.ndarray) else np.ndim(x)
+
+
+def shape_of(x: Any) -> tuple[int, ...]:
+    """np.shape(x), read off an array directly (see `ndim_of`)."""
+    return x.shape if isinstance(x, np.ndarray) else np.shape(x)
 
 
 def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -97,12 +110,12 @@ def dedupe(
     shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
     u = unique_rows(*cols)
     if u is None:
-        args = tuple(np.broadcast_to(np.asarray(c), shape).ravel() for c in cols)
+        args = tuple(as_shape(c, shape).ravel() for c in cols)
         out = fn(np.arange(int(np.prod(shape))), *args) if rows else fn(*args)
         return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
     rep, inverse = u
     idx = np.unravel_index(rep, shape)
-    args = tuple(np.broadcast_to(np.asarray(c), shape)[idx] for c in cols)
+    args = tuple(as_shape(c, shape)[idx] for c in cols)
     out = fn(rep, *args) if rows else fn(*args)
     return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
 

@@ -29,7 +29,9 @@ from dse.predict._rows import (
     column_blocks,
     dedupe,
     evaluate_rows,
+    ndim_of,
     row_blocks,
+    shape_of,
 )
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w, power_table
@@ -273,17 +275,23 @@ def price_layer_op(
 
 
 def _layer_row_blocks(
-    model: Any, vidur_op: str, gated: np.ndarray, arrays: Mapping[str, np.ndarray]
+    model: Any,
+    vidur_op: str | np.ndarray,
+    gated: np.ndarray,
+    arrays: Mapping[str, np.ndarray],
+    width: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Row blocks per configuration (`row_blocks` of the elements against the most the model
-    measured), or None when every configuration fits in one."""
+    measured), or None when every configuration fits in one. `width`: the rows' widths
+    (`op_geometry`), when the caller has them."""
     rng = getattr(model, "range_", {})
     if "elements" not in rng:
         return None
-    from dse.models.layer_ops import op_geometry
+    if width is None:
+        from dse.models.layer_ops import op_geometry
 
-    t, width = op_geometry(np.asarray(vidur_op), {**arrays, "gated_mlp": gated})  # one op
-    e = t * width
+        width = op_geometry(np.asarray(vidur_op), {**arrays, "gated_mlp": gated})[1]
+    e = np.asarray(arrays["num_tokens"], dtype=float) * width
     if e.max() <= rng["elements"][1]:
         return None
     return row_blocks(e, rng["elements"][1])
@@ -389,7 +397,7 @@ def _kernel_price(
     accepts = _accepted(model)
     if accepts is not None:
         arrays = {k: v for k, v in arrays.items() if k in accepts}
-    shape = np.broadcast_shapes(*(np.shape(v) for v in arrays.values()))
+    shape = np.broadcast_shapes(*(shape_of(v) for v in arrays.values()))
     if math.prod(shape) < DEDUPE_MIN_ROWS:  # a few rows: priced as they come
         groups = Groups(None, None)
     else:
@@ -401,7 +409,7 @@ def _kernel_price(
         got: dict[int, np.ndarray] = {}
         kw = {}
         for k, v in arrays.items():
-            if np.ndim(v) == 0:
+            if ndim_of(v) == 0:
                 kw[k] = v
             else:
                 kw[k] = (

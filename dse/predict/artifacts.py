@@ -26,10 +26,16 @@ def _load_cached(path: str) -> Artifact | None:
 def load_artifact(gpu: str) -> tuple[Artifact | None, str]:
     """The frozen artifact for `gpu` (or its sibling chip's) and the GPU its Level-1 models were
     fitted on (`Artifact.level1_gpu`); (None, "") when there is none. Loaded once per process."""
-    root = surrogates_dir()
+    return _load_for(str(surrogates_dir()), gpu)
+
+
+@cache
+def _load_for(root: str, gpu: str) -> tuple[Artifact | None, str]:
+    """`load_artifact` under the surrogates folder `root` (cached like `_load_cached`: a
+    one-configuration call pays no path arithmetic)."""
     for name in (gpu, lender("artifact", gpu)):  # a GPU without one: the same die's
         if name:
-            art = _load_cached(str(root / name))
+            art = _load_cached(str(Path(root) / name))
             if art is not None:
                 return art, art.level1_gpu
     return None, ""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse.models._base import RangeMiss
+from dse.models._base import RangeMiss, as_shape
 
 if TYPE_CHECKING:
     from dse.predict.pricing import PhaseCost
@@ -86,8 +86,8 @@ def _miss_text_grouped(
         if not len(rows):
             continue
         # 6 significant digits: the text prints 4, rows that print alike share one text
-        v = _round_sig(np.broadcast_to(m.value, m.excess.shape)[rows])
-        b = _round_sig(np.broadcast_to(m.bound, m.excess.shape)[rows])
+        v = _round_sig(as_shape(m.value, m.excess.shape)[rows])
+        b = _round_sig(as_shape(m.bound, m.excess.shape)[rows])
         inv, uniq = (_factorize if len(rows) < 64 else _pandas_factorize)(v + 1j * b)
         uv, ub = np.asarray(uniq).real, np.asarray(uniq).imag
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -150,8 +150,8 @@ def _fmt_one(x: float, spec: str) -> str:
 def _miss_parts(m: RangeMiss, rows: np.ndarray) -> list[str]:
     """'<value> > <bound> (x<ratio>)' of a miss at `rows` (values to 6 significant digits),
     as `_miss_text` writes them, in plain Python: a few rows cost less than numpy's calls."""
-    values = np.broadcast_to(m.value, m.excess.shape)[rows].tolist()
-    bounds = np.broadcast_to(m.bound, m.excess.shape)[rows].tolist()
+    values = as_shape(m.value, m.excess.shape)[rows].tolist()
+    bounds = as_shape(m.bound, m.excess.shape)[rows].tolist()
     out = []
     for x, y in zip(values, bounds, strict=True):
         v, b = _sig(float(x)), _sig(float(y))
@@ -171,7 +171,7 @@ def _miss_text_rows(
         for r, text in zip(rows.tolist(), _miss_parts(m, rows), strict=True):
             parts[r].append(f"{k} {text}")
     for k, f in flags.items():
-        for r in np.flatnonzero(np.broadcast_to(f, (n,))).tolist():
+        for r in np.flatnonzero(as_shape(f, (n,))).tolist():
             parts[r].append(k)
     out = np.empty(n, dtype=object)
     out[:] = ["; ".join(p) for p in parts]
@@ -200,9 +200,20 @@ def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
     for label, m in misses.items():
         head, name = label.rsplit(": ", 1)
         o = m.outside
-        v = np.where(o, m.value, 0.0)  # of o's shape: value and bound broadcast to it
-        b = np.where(o, m.bound, 0.0)
-        key = (name, " " in head, o.tobytes(), v.tobytes(), b.tobytes())  # level3 apart
+        if o.size <= FEW_ROWS:  # a few rows: the same key in plain Python
+            out_at = o.ravel().tolist()
+            v, b = (_flat(x, o.shape) for x in (m.value, m.bound))
+            key = (
+                name,
+                " " in head,  # level3 apart
+                tuple(out_at),
+                tuple(x if k else 0.0 for x, k in zip(v, out_at, strict=True)),
+                tuple(x if k else 0.0 for x, k in zip(b, out_at, strict=True)),
+            )
+        else:
+            v = np.where(o, m.value, 0.0)  # of o's shape: value and bound broadcast to it
+            b = np.where(o, m.bound, 0.0)
+            key = (name, " " in head, o.tobytes(), v.tobytes(), b.tobytes())
         groups.setdefault(key, []).append(head)
         first.setdefault(key, m)
     out: dict[str, RangeMiss] = {}
@@ -212,6 +223,11 @@ def _merged(misses: Mapping[str, RangeMiss]) -> dict[str, RangeMiss]:
         where = "+".join(phases) + (" " + ", ".join(ops) if ops else "")
         out[f"{where}: {key[0]}"] = first[key]
     return out
+
+
+def _flat(x: Any, shape: tuple[int, ...]) -> list[float]:
+    """x broadcast to `shape`, as a flat list."""
+    return as_shape(x, shape).ravel().tolist()
 
 
 def _round_sig(v: np.ndarray, digits: int = 6) -> np.ndarray:

@@ -42,10 +42,10 @@ def _gemm(
     name: str, block: str, count: Any, m: Any, n: Any, k: Any, w_bytes: Any, dtype: Any
 ) -> Op:
     """y[m, n] = x[m, k] @ W[n, k]^T: 2mnk FLOPs; reads x and W, writes y."""
-    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-    in_bytes = np.where(
-        np.asarray(w_bytes) < 2, np.asarray(w_bytes), ACT_BYTES
-    )  # fp8 GEMMs quantise x
+    m, n, k = np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float)
+    # fp8 GEMMs quantise x (weights of 1 byte: x in 1 byte too, else the activations' 2):
+    # np.where(w_bytes < 2, w_bytes, ACT_BYTES) as one ufunc
+    in_bytes = np.minimum(w_bytes, ACT_BYTES)
     traffic = m * k * in_bytes + n * k * np.asarray(w_bytes) + m * n * ACT_BYTES
     return Op(
         name,
@@ -104,14 +104,19 @@ class LayerShapes:
     kv_tp: np.ndarray
 
     @classmethod
-    def of(cls, cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None) -> LayerShapes:
-        """The shapes of `phase` ("prefill" or "decode"; decode attends to `kv_len` tokens)."""
-        b = cols["batch_size"].astype(float)
-        tp = cols["tensor_parallel"].astype(float)
-        h = cols["n_heads"].astype(float)
-        kv = cols["n_kv_heads"].astype(float)
-        e = cols["n_experts"].astype(float)
-        wb = dtype_bytes(cols["weight_dtype"])
+    def of(
+        cls,
+        cols: Mapping[str, np.ndarray],
+        phase: str,
+        kv_len: Any = None,
+        like: LayerShapes | None = None,
+    ) -> LayerShapes:
+        """The shapes of `phase` ("prefill" or "decode"; decode attends to `kv_len` tokens).
+        `like`: the shapes of another phase of the same columns, whose sizes this one shares
+        (all but the phase, `s` and `tokens`)."""
+        if like is not None and like.phase == phase and kv_len is None:
+            return like
+        b = cols["batch_size"].astype(float) if like is None else like.b
         if phase == "prefill":
             s = cols["prompt_tokens"].astype(float)
             tokens = b * s
@@ -124,6 +129,13 @@ class LayerShapes:
             tokens = b
         else:
             raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+        if like is not None:
+            return replace(like, phase=phase, s=s, tokens=tokens)
+        tp = cols["tensor_parallel"].astype(float)
+        h = cols["n_heads"].astype(float)
+        kv = cols["n_kv_heads"].astype(float)
+        e = cols["n_experts"].astype(float)
+        wb = dtype_bytes(cols["weight_dtype"])
         return cls(
             phase=phase,
             b=b,
@@ -149,7 +161,11 @@ class LayerShapes:
 
 
 def forward_ops(
-    cols: Mapping[str, np.ndarray], phase: str, kv_len: Any = None, stratum: Any = None
+    cols: Mapping[str, np.ndarray],
+    phase: str,
+    kv_len: Any = None,
+    stratum: Any = None,
+    like: LayerShapes | None = None,
 ) -> list[Op]:
     """Operators of one forward pass for complete configuration columns (see dse.spec.columns).
 
@@ -157,9 +173,10 @@ def forward_ops(
     decode: one new token per sequence attending to `kv_len` cached tokens (default prompt_tokens).
     `stratum`: the decode quadrature's stratum of each KV length (broadcast like kv_len;
     `dse.predict.request.node_strata`), passed to the decode-attention model with its shape.
+    `like`: `LayerShapes` of the same columns in another phase, shared (`LayerShapes.of`).
     The order is part of the result: the pricer sums the operators in this order.
     """
-    sh = LayerShapes.of(cols, phase, kv_len)
+    sh = LayerShapes.of(cols, phase, kv_len, like)
     fam = _Families.of(cols, sh)
     return [
         *_embedding_ops(sh),

@@ -32,7 +32,7 @@ import numpy as np
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
-from dse.predict._rows import unique_float_rows
+from dse.predict._rows import ndim_of, shape_of, unique_float_rows
 from dse.predict.adapters import ADAPTERS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
@@ -70,7 +70,7 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
     flat = [
         j
         for j, op in enumerate(ops)
-        if op.kind != "allreduce" and np.ndim(op.flops) == 1 and np.ndim(op.bytes) == 1
+        if op.kind != "allreduce" and ndim_of(op.flops) == 1 and ndim_of(op.bytes) == 1
     ]
     n = len(np.atleast_1d(ops[0].count)) if ops else 0
     flat = [j for j in flat if len(ops[j].flops) == n and len(ops[j].bytes) == n]
@@ -215,7 +215,7 @@ def _op_rows(op: Op, idx: np.ndarray, n: int) -> Op:
 def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
     """A price of configurations idx spread over all n (latency 1 s, power 0 W elsewhere: the
     pricer zeroes the time of configurations that do not run the operator)."""
-    shape = (*np.shape(price.latency_s)[:-1], n)
+    shape = (*shape_of(price.latency_s)[:-1], n)
 
     def put(v: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
         out = np.full(shape, fill, dtype=dtype)
@@ -244,6 +244,28 @@ def _tokens(cols: Mapping[str, np.ndarray] | None, phase: str) -> np.ndarray | N
     return b * cols["prompt_tokens"].astype(float) if phase == "prefill" else b
 
 
+class OpRuns(NamedTuple):
+    """Where a phase's operators run: `mask[j]` (n,) bool, count > 0; `every[j]` / `some[j]`:
+    in every / some configuration."""
+
+    mask: Sequence[np.ndarray]
+    every: list[bool]
+    some: list[bool]
+
+
+def op_runs(ops: Sequence[Op], n: int) -> OpRuns:
+    """`OpRuns` of `ops` (counts of shape (n,) or broadcastable to it), in one comparison and
+    two reductions over the stacked counts rather than three numpy calls per operator."""
+    try:
+        counts = np.array([op.count for op in ops], dtype=float)
+    except ValueError:  # counts of mixed shapes (a scalar among (n,) arrays)
+        counts = np.stack([np.broadcast_to(np.asarray(op.count, dtype=float), (n,)) for op in ops])
+    if counts.shape != (len(ops), n):
+        counts = np.broadcast_to(counts.reshape(len(ops), -1), (len(ops), n))
+    mask = counts > 0
+    return OpRuns(list(mask), mask.all(axis=1).tolist(), mask.any(axis=1).tolist())
+
+
 def _acc(d: dict[str, np.ndarray], key: str, v: np.ndarray) -> None:
     """Add v to d[key]; v must be an array of its own (it is stored, not copied)."""
     d[key] = d[key] + v if key in d else v
@@ -262,10 +284,10 @@ def _reduce(
     """Collapse the node axis: weighted sum over nodes for (k, n) arrays, x * sum(w) for (n,)
     (`wsum`: w.sum(axis=0) when the caller has it). Always a new array."""
     if w is None:
-        return (x if np.shape(x) == (n,) else np.broadcast_to(x, (n,))).astype(float)
-    if np.ndim(x) == 2:
+        return (x if shape_of(x) == (n,) else np.broadcast_to(x, (n,))).astype(float)
+    if ndim_of(x) == 2:
         return _node_sum(w, x)
-    return (x if np.shape(x) == (n,) else np.broadcast_to(x, (n,))) * (
+    return (x if shape_of(x) == (n,) else np.broadcast_to(x, (n,))) * (
         w.sum(axis=0) if wsum is None else wsum
     )
 
@@ -321,15 +343,15 @@ def _collapse(
     for op, t, p in per_op:
         if t is zero:
             t_r, e_r = np.zeros(n), np.zeros(n)
-        elif np.ndim(t) == 2:
+        elif ndim_of(t) == 2:
             t_r = _node_sum(weights, t)
             e_r = _node_sum(weights, t * p)
         else:
             if wsum is not None:
                 t_r = t * wsum
             else:  # t = t_call * count is a new array of its own: stored as the item
-                t_r = t if np.shape(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
-            e_r = t_r * p if np.ndim(p) < 2 else _reduce(t * p, weights, n, wsum)
+                t_r = t if shape_of(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
+            e_r = t_r * p if ndim_of(p) < 2 else _reduce(t * p, weights, n, wsum)
         out.time_s += t_r
         out.energy_j += e_r
         _acc(out.items_s, op.name, t_r)
@@ -413,17 +435,24 @@ class Pricer:
         phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls.
         Level 2 calibrates each block over all phases in one call."""
         n = len(np.atleast_1d(phases[0][0][0].count))
+        runs = [op_runs(ops, n) for ops, _, _ in phases]
         pre: dict[int, dict[int, L1Price | None]] = {}
         if self.artifact is not None and n <= self.stack_at_most:
-            pre = self._stacked(phases, n)
-        drafts = [self._level1(ops, phase, pre.get(i)) for i, (ops, phase, _) in enumerate(phases)]
+            pre = self._stacked(phases, n, runs)
+        drafts = [
+            self._level1(ops, phase, pre.get(i), runs[i])
+            for i, (ops, phase, _) in enumerate(phases)
+        ]
         self._apply_level2(drafts)
         return [
             _finish(d, ops, weights) for d, (ops, _, weights) in zip(drafts, phases, strict=True)
         ]
 
     def _stacked(
-        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]], n: int
+        self,
+        phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
+        n: int,
+        runs: Sequence[OpRuns],
     ) -> dict[int, dict[int, L1Price | None]]:
         """Stacked Level-1 prices: phase index -> operator index -> price, for every operator
         that runs in all configurations and whose adapter stacks with another operator's."""
@@ -431,9 +460,10 @@ class Pricer:
         stacks: dict[int, tuple[StackedAdapter, list[tuple[int, int, Op, dict[str, Any]]]]] = {}
         for p, (ops, phase, _) in enumerate(phases):
             ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
+            every = runs[p].every
             for j, op in enumerate(ops):
                 adapter = STACKED.get(op.kind)
-                if adapter is None or not (np.asarray(op.count) > 0).all():
+                if adapter is None or not every[j]:
                     continue
                 stacks.setdefault(id(adapter), (adapter, []))[1].append((p, j, op, ctx))
         out: dict[int, dict[int, L1Price | None]] = {}
@@ -460,17 +490,22 @@ class Pricer:
         return _finish(draft, ops, weights)
 
     def _level1(
-        self, ops: list[Op], phase: str, priced: Mapping[int, L1Price | None] | None
+        self,
+        ops: list[Op],
+        phase: str,
+        priced: Mapping[int, L1Price | None] | None,
+        runs: OpRuns | None = None,
     ) -> _Draft:
-        """Every operator of one phase priced by Level 1 (`priced`: prices already made)."""
+        """Every operator of one phase priced by Level 1 (`priced`: prices already made;
+        `runs`: the operators' `op_runs`, when the caller has them)."""
         n = len(np.atleast_1d(ops[0].count))
         d = _Draft(np.zeros(n, dtype=bool), np.zeros(n))
         # "cache": adapters may share results between operators of this phase.
         ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
         sources, source_rows = d.sources, d.source_rows
-        runs_of = [op.count > 0 for op in ops]
-        every_of = [bool(r.all()) for r in runs_of]
-        live = [j for j, r in enumerate(runs_of) if every_of[j] or r.any()]
+        runs = op_runs(ops, n) if runs is None else runs
+        runs_of, every_of = runs.mask, runs.every
+        live = [j for j, some in enumerate(runs.some) if some or every_of[j]]
         roofs = dict(zip(live, roofline_times([ops[j] for j in live], self.gpu), strict=True))
         for j, op in enumerate(ops):
             runs, every = runs_of[j], every_of[j]
@@ -481,7 +516,7 @@ class Pricer:
             if priced is not None and j in priced:
                 call, price = self._from_price(op, priced[j])
             else:
-                call, price = self._price_op(op, runs, ctx, n)
+                call, price = self._price_op(op, runs, ctx, n, every)
             if price is not None:
                 _record_misses(price, op, runs, d.misses, d.oor_by, d.oor)
             t_r = call.t_call if call.src == "roofline" else roofs[j]
@@ -502,11 +537,12 @@ class Pricer:
         return d
 
     def _price_op(
-        self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int
+        self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int, every: bool = False
     ) -> tuple[OpPrice, L1Price | None]:
         """One operator's cost per call: its fitted model's (moved to this chip when the model
-        was fitted on a sibling), else the roofline's; and the model's price, for its flags."""
-        return self._from_price(op, self._model_price(op, runs, ctx, n))
+        was fitted on a sibling), else the roofline's; and the model's price, for its flags.
+        `every`: runs.all(), when the caller knows it."""
+        return self._from_price(op, self._model_price(op, runs, ctx, n, every))
 
     def _from_price(self, op: Op, price: L1Price | None) -> tuple[OpPrice, L1Price | None]:
         """The operator's cost per call from its model's price (None: the roofline's)."""
@@ -521,13 +557,15 @@ class Pricer:
             power = self._op_power(op, t_call, None)
         return OpPrice(t_call, board_limited_w(self.gpu, power), price.model), price
 
-    def _model_price(self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int) -> L1Price | None:
+    def _model_price(
+        self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int, every: bool = False
+    ) -> L1Price | None:
         """The adapter's price of the operator (None: no artifact, adapter or fitted model).
         An operator most configurations do not run is priced on the rows that run it only."""
         adapter = ADAPTERS.get(op.kind)
         if self.artifact is None or adapter is None:
             return None
-        if runs.all() or runs.mean() >= SUBSET_BELOW:
+        if every or runs.all() or runs.mean() >= SUBSET_BELOW:
             return adapter(self.artifact, op, self.gpu, ctx)
         # e.g. the MoE block in a batch of mostly dense models
         idx = np.flatnonzero(runs)

@@ -24,7 +24,7 @@ from dse.models.band import widen
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
-from dse.predict.ops import forward_ops
+from dse.predict.ops import LayerShapes, forward_ops
 from dse.predict.pricing import PhaseCost, Pricer
 from dse.spec import arch as A
 from dse.spec import columns as C
@@ -199,9 +199,11 @@ def base_costs(
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
     steps = np.maximum(out_tokens - 1.0, 0.0)
     nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
-    ops = forward_ops(cols, "decode", kv_len=nodes, stratum=node_strata(len(nodes)))
+    # the phase-independent sizes read from the columns once, for both phases
+    shapes = LayerShapes.of(cols, "prefill")
+    ops = forward_ops(cols, "decode", kv_len=nodes, stratum=node_strata(len(nodes)), like=shapes)
     pre, dec = pricer.price_phases(
-        [(forward_ops(cols, "prefill"), "prefill", None), (ops, "decode", weights)]
+        [(forward_ops(cols, "prefill", like=shapes), "prefill", None), (ops, "decode", weights)]
     )
     if queued.any():
         pre, dec = pre.scaled(waves), dec.scaled(waves)
@@ -512,7 +514,7 @@ def _scaled(
 
 def _unique(a: np.ndarray) -> np.ndarray:
     """np.unique, with a fast path for the common all-equal column (sorting strings is slow)."""
-    if len(a) and (a == a[0]).all():
+    if len(a) == 1 or (len(a) and (a == a[0]).all()):
         return a[:1]
     return np.unique(a)
 

@@ -23,6 +23,8 @@ import numpy as np
 
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
+from dse.models.layer_ops import LayerOpModel, op_geometry
+from dse.predict._rows import ndim_of
 from dse.predict.adapters import (
     LAYER_OP_OF,
     L1Price,
@@ -76,7 +78,7 @@ def stack_ops(ops: Sequence[Op], n: int) -> Op | None:
 
 
 def _rows_of(v: Any, sl: slice) -> Any:
-    return v[sl] if np.ndim(v) else v
+    return v[sl] if ndim_of(v) else v
 
 
 def split_price(price: L1Price | None, k: int, n: int) -> list[L1Price | None]:
@@ -160,15 +162,20 @@ def price_layer_ops(
             for c in ("d_model", "n_heads", "n_kv_heads", "d_ff", "tensor_parallel")
         },
     }
-    blocks = _layer_row_blocks(model, vop, gated, arrays)
+    # the rows' widths once, for the blocks, the model and its range check
+    width = None
+    if isinstance(model, LayerOpModel):  # its predict and range check take the widths
+        width = op_geometry(vop, {**arrays, "gated_mlp": gated})[1]
+    blocks = _layer_row_blocks(model, vop, gated, arrays, width)
     if blocks is not None:
         arrays["num_tokens"] = np.ceil(tokens / blocks)
-    res = model.predict(op=vop, gated_mlp=gated, **arrays)
+    geometry = {} if width is None else {"width": width}
+    res = model.predict(op=vop, gated_mlp=gated, **geometry, **arrays)
     lat = np.asarray(res["latency_s"], dtype=float)
     if blocks is not None:
         lat = lat * blocks
     covered = np.asarray(res.get("covered", np.ones(k * n, bool)), dtype=bool)
-    all_misses = model.range_misses(vop, gated, **arrays)
+    all_misses = model.range_misses(vop, gated, **geometry, **arrays)
     shape = (k * n,)
     all_misses = {
         key: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))

@@ -29,7 +29,7 @@ def dtype_bytes(dtype: Any) -> Any:
     if arr.size and arr.dtype.kind in "US":
         # Fast path: one dtype for the whole batch (sorting 10^5 strings for np.unique is slow).
         first = arr.flat[0]
-        if (arr == first).all() and str(first) in DTYPE_BYTES:
+        if (arr.size == 1 or (arr == first).all()) and str(first) in DTYPE_BYTES:
             return np.full(arr.shape, DTYPE_BYTES[str(first)])
     uniq = np.unique(arr)
     bad = [u for u in uniq if u not in DTYPE_BYTES]

@@ -37,6 +37,11 @@ DEFAULTS: dict[str, Any] = {
     "gpu": "h100_sxm",
 }
 REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
+# Each default as a one-row column, repeated to a batch's length (np.full infers the dtype
+# from a Python value on every call: ~30 defaulted columns a one-configuration call pays for).
+_DEFAULT_ROW: dict[str, np.ndarray] = {
+    k: np.full(1, v) for k, v in DEFAULTS.items() if v is not None
+}
 # Columns of layer patterns (`dse.spec.pattern`): a list is one value, not a column.
 PATTERN_FIELDS: tuple[str, ...] = tuple(k for k, f in FIELDS.items() if f.kind == "pattern")
 # Derived defaults: a column left out (or an empty CSV cell) takes this column's value: MHA when
@@ -83,14 +88,18 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     cols: dict[str, np.ndarray] = {}
     defaulted: set[str] = set()  # filled from the field table's default: valid as declared
     for name in CONFIG_FIELDS:
-        if name not in raw and DEFAULTS.get(name) is not None:
-            defaulted.add(name)
-        v = raw.get(name, DEFAULTS.get(name))
-        if v is None or (np.ndim(v) > 0 and _all_missing(v)):
-            cols[name] = None  # type: ignore[assignment]
+        if name not in raw:
+            t = _DEFAULT_ROW.get(name)
+            if t is None:  # derived below
+                cols[name] = None  # type: ignore[assignment]
+            else:  # one value for every row (a pattern's default is its text), a new array
+                defaulted.add(name)
+                cols[name] = t.repeat(n)
             continue
-        if name in defaulted:  # one value for every row (a pattern's default is its text)
-            cols[name] = np.full(n, v)
+        v = raw[name]
+        nd = v.ndim if isinstance(v, np.ndarray) else np.ndim(v)
+        if v is None or (nd > 0 and _all_missing(v)):
+            cols[name] = None  # type: ignore[assignment]
             continue
         if name in PATTERN_FIELDS and not isinstance(v, np.ndarray):
             # One pattern for every row ([sliding, full] from YAML), or one per row: a list of

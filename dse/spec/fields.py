@@ -430,6 +430,14 @@ def check(name: str, values: Any, where: Where = "") -> Any:
     error). The message is `<where>: <rule>, got <value>`.
     """
     f = field(name)
+    if isinstance(values, np.ndarray) and values.size == 1 and f.kind != "pattern":
+        # one configuration (interactive use): `parse_array`'s one-value rule, without its
+        # arrays of one bad flag
+        raw1 = values.reshape(-1)[0]
+        ok, v = f.parse(raw1)
+        if not ok:
+            raise _error(where, 0, f.message(raw1), 1)
+        return np.array([v], dtype=f._dtype())
     one = f.kind == "pattern" and is_one_pattern(values)
     if one or (np.ndim(values) == 0 and not isinstance(values, np.ndarray)):
         ok, v = f.parse(values)
