@@ -18,6 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from dse.errors import ArtifactError
+from dse.models._base import as_shape
 
 ACTIVATIONS = ("relu", "tanh")
 # Rows per block of the forward pass: a 4096 x 64 float32 activation block (1 MiB) stays in the
@@ -298,7 +299,7 @@ class MeanMLP:
         configuration none of them saw (what averaging removes) cancel in the sum."""
         X = np.asarray(X, dtype=np.float64)
         n = len(X)
-        member = np.broadcast_to(np.asarray(member), (n,))
+        member = as_shape(member, (n,))
         if n <= STACK_MEMBERS_ROWS and self._stacked is not None:
             return self._stacked.outputs(X)[np.arange(n), member]
         out = np.empty(n)

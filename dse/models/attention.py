@@ -70,6 +70,8 @@ def kv_bytes_of(kv_dtype: Any, n: int) -> np.ndarray:
 
 
 def _is_fp8(dtype: Any, n: int) -> np.ndarray:
+    if isinstance(dtype, str):  # one dtype for the batch (the adapters' default): no np.char
+        return np.full(n, dtype.startswith("fp8"))
     a = _base.as_shape(np.asarray(dtype).astype(str), (n,))
     return np.char.startswith(a, "fp8")
 
@@ -378,7 +380,7 @@ class AttentionModel(_base.Model):
         out, X = self.design(self._inputs(arrays))
         stratum = arrays.get("stratum")
         if stratum is not None:
-            stratum = np.broadcast_to(np.asarray(stratum), (len(X),))
+            stratum = _base.as_shape(stratum, (len(X),))
         apply_residual(out, X, self.mlp_, self.power_mlp_, stratum)
         return out
 

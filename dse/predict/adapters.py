@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse.models._base import RangeMiss
+from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.predict._rows import (
     DEDUPE_MIN_ROWS,
@@ -87,7 +87,7 @@ def price_gemm(
     g = Gemm.for_artifact(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
     m, n, k = np.broadcast_arrays(m, n, k)
-    dtypes = np.broadcast_to(np.asarray(op.dims["dtype"]), m.shape)
+    dtypes = as_shape(op.dims["dtype"], m.shape)
     lat = np.empty(m.shape)
     power = np.empty(m.shape)
     oor = np.zeros(m.shape, dtype=bool)
@@ -433,7 +433,7 @@ def _kernel_price(
     rng = artifact.manifest["models"][name].get("fitted_range", {})
     part = artifact.range_misses(name, **{k: v for k, v in arrays.items() if k in rng})
     misses = {
-        k: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))
+        k: RangeMiss(*(as_shape(a, shape) for a in (m.excess, m.value, m.bound)))
         for k, m in part.items()
     }
     return L1Price(lat, power, _any_outside(misses, shape), name, misses)
@@ -515,7 +515,7 @@ def price_allreduce(
     ranked = list(dict.fromkeys(ranked + names))
     d = op.dims
     msg = np.asarray(d["message_bytes"], dtype=float)
-    n_gpus = np.broadcast_to(np.asarray(d["n_gpus"], dtype=float), msg.shape)
+    n_gpus = as_shape(np.asarray(d["n_gpus"], dtype=float), msg.shape)
     lat = np.full(msg.shape, np.nan)
     oor = np.zeros(msg.shape, dtype=bool)
     misses: dict[str, RangeMiss] = {}

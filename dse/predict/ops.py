@@ -129,8 +129,10 @@ class LayerShapes:
             tokens = b
         else:
             raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
-        if like is not None:
-            return replace(like, phase=phase, s=s, tokens=tokens)
+        if like is not None:  # dataclasses.replace without its per-field __init__
+            out = object.__new__(LayerShapes)
+            out.__dict__.update(like.__dict__, phase=phase, s=s, tokens=tokens)
+            return out
         tp = cols["tensor_parallel"].astype(float)
         h = cols["n_heads"].astype(float)
         kv = cols["n_kv_heads"].astype(float)

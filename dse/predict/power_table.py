@@ -38,18 +38,20 @@ class PowerTable:
     def fraction(self, compute_util: np.ndarray, memory_util: np.ndarray) -> np.ndarray:
         last = np.float32(POWER_GRID - 2)  # index of the last cell along each axis
         inv = np.float32(1.0 / self.step)
-        # Grid coordinates in float32, in place (every step is one pass over the rows).
-        x = np.array(compute_util, dtype=np.float32)
-        y = np.array(memory_util, dtype=np.float32)
-        for a in (x, y):
-            np.maximum(a, 0.0, out=a)  # np.clip, as two ufuncs (its wrapper costs more)
-            np.minimum(a, UTIL_MAX, out=a)
-            np.sqrt(a, out=a)
-            a *= inv
-        xf = np.minimum(np.floor(x), last)
-        yf = np.minimum(np.floor(y), last)
-        x -= xf  # fractional position inside the cell
-        y -= yf
+        # Grid coordinates in float32, in place (every step is one pass over the rows), both
+        # axes as the two rows of one array (half the numpy calls: a one-configuration call
+        # reads this table for every kind of operator).
+        cu, mu = np.asarray(compute_util), np.asarray(memory_util)
+        if cu.shape != mu.shape:
+            cu, mu = np.broadcast_arrays(cu, mu)
+        xy = np.array((cu, mu), dtype=np.float32)
+        np.maximum(xy, 0.0, out=xy)  # np.clip, as two ufuncs (its wrapper costs more)
+        np.minimum(xy, UTIL_MAX, out=xy)
+        np.sqrt(xy, out=xy)
+        xy *= inv
+        xyf = np.minimum(np.floor(xy), last)
+        xy -= xyf  # fractional position inside the cell
+        x, y, xf, yf = xy[0], xy[1], xyf[0], xyf[1]
         xf *= last + 1  # flat cell index, exact in float32 (< 2^24)
         xf += yf
         k = xf.astype(np.intp)

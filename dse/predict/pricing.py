@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dse.models._base import RangeMiss
+from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict._rows import ndim_of, shape_of, unique_float_rows
@@ -81,7 +81,7 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
             if ops[j].kind == "gemm":
                 dt = ops[j].dims["dtype"]
                 if id(dt) not in fp8_rows:
-                    fp8_rows[id(dt)] = np.broadcast_to(np.asarray(dt) == "fp8", (n,))
+                    fp8_rows[id(dt)] = as_shape(np.asarray(dt) == "fp8", (n,))
                 if fp8_rows[id(dt)].any():
                     part = peak[i * n : (i + 1) * n]
                     part[fp8_rows[id(dt)]] = gpu.peak_flops_per_s("fp8")
@@ -144,6 +144,9 @@ class PhaseCost:
     @property
     def roof_time_s(self) -> np.ndarray:
         """Roofline seconds of every operator."""
+        n = len(self.time_s)
+        if self.roof_s and n <= STACK_AT_MOST:  # one reduction over the stacked items
+            return np.array(list(self.roof_s.values()), dtype=float).reshape(-1, n).sum(axis=0)
         return sum(self.roof_s.values(), np.zeros_like(self.time_s))
 
     def part_j(self, *kinds: str) -> np.ndarray:
@@ -304,16 +307,17 @@ class OpPrice(NamedTuple):
 def _record_misses(
     price: L1Price,
     op: Op,
-    runs: np.ndarray,
+    runs: np.ndarray | None,
     misses: dict[str, RangeMiss],
     oor_by: dict[str, np.ndarray],
     oor: np.ndarray,
 ) -> None:
-    """Add the operator's range flags to the phase's (in place), where it runs: graded misses
-    ("<op>: <input>", the worst quadrature node) when the model gives them, else its flag."""
+    """Add the operator's range flags to the phase's (in place), where it runs (`runs` None:
+    everywhere): graded misses ("<op>: <input>", the worst quadrature node) when the model
+    gives them, else its flag."""
     if price.misses is not None:  # graded: which input, how far
         for key, miss in price.misses.items():
-            m = miss.masked(runs).worst_node()
+            m = (miss if runs is None else miss.masked(runs)).worst_node()
             o = m.outside
             if not o.any():
                 continue
@@ -322,7 +326,8 @@ def _record_misses(
             oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
             oor |= o
     elif price.out_of_range is not None:
-        o = np.asarray(price.out_of_range) & runs
+        o = np.asarray(price.out_of_range)
+        o = o if runs is None else o & runs
         o = o.any(axis=0) if o.ndim == 2 else o
         if o.any():
             oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
@@ -340,6 +345,9 @@ def _collapse(
     operator order: the items and the phase totals. `zero`: the times of operators that do not
     run (compared by identity)."""
     n = len(zero)
+    if n <= STACK_AT_MOST and per_op:
+        _collapse_few(out, per_op, weights, wsum, zero)
+        return
     for op, t, p in per_op:
         if t is zero:
             t_r, e_r = np.zeros(n), np.zeros(n)
@@ -354,6 +362,41 @@ def _collapse(
             e_r = t_r * p if ndim_of(p) < 2 else _reduce(t * p, weights, n, wsum)
         out.time_s += t_r
         out.energy_j += e_r
+        _acc(out.items_s, op.name, t_r)
+        _acc(out.items_j, op.name, e_r)
+
+
+def _collapse_few(
+    out: PhaseCost,
+    per_op: list[tuple[Op, np.ndarray, np.ndarray]],
+    weights: np.ndarray | None,
+    wsum: np.ndarray | None,
+    zero: np.ndarray,
+) -> None:
+    """`_collapse` of a few configurations: each operator reduced as there, the items and the
+    totals as rows and sums of two (operators, n) matrices (two reductions, not two additions
+    per operator)."""
+    n = len(zero)
+    ts: list[np.ndarray] = []
+    es: list[np.ndarray] = []
+    for _, t, p in per_op:
+        if t is zero:
+            ts.append(zero)
+            es.append(zero)
+        elif ndim_of(t) == 2:
+            ts.append(_node_sum(weights, t))
+            es.append(_node_sum(weights, t * p))
+        else:
+            t_r = as_shape(t * wsum if wsum is not None else t, (n,))
+            ts.append(t_r)
+            es.append(
+                as_shape(t_r * p, (n,)) if ndim_of(p) < 2 else _reduce(t * p, weights, n, wsum)
+            )
+    T = np.array(ts, dtype=float).reshape(len(ts), n)  # copies: every item an array of its own
+    E = np.array(es, dtype=float).reshape(len(es), n)
+    out.time_s += T.sum(axis=0)
+    out.energy_j += E.sum(axis=0)
+    for (op, _, _), t_r, e_r in zip(per_op, T, E, strict=True):
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
 
@@ -386,6 +429,19 @@ def _block_part(
     return d, idx, ops, {d.per_op[i][0].name: d.per_op[i][1] / count for i in idx}
 
 
+def _reduced_roofs(
+    roof: dict[str, np.ndarray], weights: np.ndarray | None, n: int, wsum: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    """Each operator's roofline seconds with the node axis reduced (`_reduce`); a few
+    configurations' (n,) items scaled by the weights' sums in one product."""
+    if weights is None or n > STACK_AT_MOST:
+        return {k: _reduce(v, weights, n, wsum) for k, v in roof.items()}
+    flat = [k for k, v in roof.items() if shape_of(v) == (n,)]
+    out = dict(zip(flat, np.array([roof[k] for k in flat]).reshape(-1, n) * wsum, strict=True))
+    # the operators in their order (the items' order is the sum's), node arrays reduced alone
+    return {k: out[k] if k in out else _reduce(v, weights, n, wsum) for k, v in roof.items()}
+
+
 def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
     """The phase's `PhaseCost`: the node axis reduced with the quadrature `weights`."""
     n = len(d.zero)
@@ -397,7 +453,7 @@ def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
         out_of_range=d.oor,
         kinds={op.name: op.kind for op in ops},
         blocks={op.name: op.block for op in ops},
-        roof_s={k: _reduce(v, weights, n, wsum) for k, v in d.roof.items()},
+        roof_s=_reduced_roofs(d.roof, weights, n, wsum),
         oor_by=d.oor_by,
         misses=d.misses,
         source_rows=d.source_rows,
@@ -518,7 +574,7 @@ class Pricer:
             else:
                 call, price = self._price_op(op, runs, ctx, n, every)
             if price is not None:
-                _record_misses(price, op, runs, d.misses, d.oor_by, d.oor)
+                _record_misses(price, op, None if every else runs, d.misses, d.oor_by, d.oor)
             t_r = call.t_call if call.src == "roofline" else roofs[j]
             t, roof = call.t_call * op.count, t_r * op.count
             if not every:  # zero where the configuration does not run the operator

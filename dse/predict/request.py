@@ -26,6 +26,7 @@ from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import LayerShapes, forward_ops
 from dse.predict.pricing import PhaseCost, Pricer
+from dse.predict.stacking import STACK_AT_MOST
 from dse.spec import arch as A
 from dse.spec import columns as C
 from dse.spec.hardware import GPU, get_gpu
@@ -502,6 +503,15 @@ def _scaled(
     """Operator times scaled by the Level-3 factor of their kind ("*": every other kind):
     (items in seconds, total seconds, total joules)."""
     items: dict[str, np.ndarray] = {}
+    n = len(cost.time_s)
+    if n <= STACK_AT_MOST and cost.items_s:
+        # a few configurations: every operator at once, as (operators, n) matrices (the same
+        # products; the totals summed over operators in their order, by one reduction)
+        names = list(cost.items_s)
+        f = np.array([factors.get(cost.kinds.get(k, ""), factors["*"]) for k in names])
+        scaled = np.array([cost.items_s[k] for k in names]) * f
+        e_items = np.array([cost.items_j[k] for k in names]) * f
+        return dict(zip(names, scaled, strict=True)), scaled.sum(axis=0), e_items.sum(axis=0)
     t = np.zeros_like(cost.time_s)
     e = np.zeros_like(cost.time_s)
     for name, v in cost.items_s.items():

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.models._base import RangeMiss
+from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.models.layer_ops import LayerOpModel, op_geometry
 from dse.predict._rows import ndim_of
@@ -87,7 +87,7 @@ def split_price(price: L1Price | None, k: int, n: int) -> list[L1Price | None]:
         return [None] * k
     shape = (k * n,)
     misses = {
-        key: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))
+        key: RangeMiss(*(as_shape(a, shape) for a in (m.excess, m.value, m.bound)))
         for key, m in (price.misses or {}).items()
     }
     out: list[L1Price | None] = []
@@ -178,7 +178,7 @@ def price_layer_ops(
     all_misses = model.range_misses(vop, gated, **geometry, **arrays)
     shape = (k * n,)
     all_misses = {
-        key: RangeMiss(*(np.broadcast_to(a, shape) for a in (m.excess, m.value, m.bound)))
+        key: RangeMiss(*(as_shape(a, shape) for a in (m.excess, m.value, m.bound)))
         for key, m in all_misses.items()
     }
     power = op_power_w(

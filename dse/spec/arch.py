@@ -9,7 +9,7 @@ convention, the memory model, tensor-parallel rules) are written up in docs/arch
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -171,7 +171,15 @@ class Architecture:
                 # validate() reports the rule instead of silently flooring d_model / n_heads.
                 hd = None if int(d) % int(h) else hd.item()
         dffe = _default_where_zero(self.d_ff_expert, self.d_ff)
-        out = replace(self, n_kv_heads=kv, head_dim=hd, d_ff_expert=dffe)
+        # dataclasses.replace without its per-field __init__ (~50 fields, a one-configuration
+        # call resolves once): the fields copied, three changed, nothing derived kept
+        out = object.__new__(Architecture)
+        out.__dict__.update(
+            {k: v for k, v in self.__dict__.items() if k not in ("_memo", "_resolved")},
+            n_kv_heads=kv,
+            head_dim=hd,
+            d_ff_expert=dffe,
+        )
         if hd is not None:  # a head_dim left unset stays to be resolved (and reported) again
             object.__setattr__(out, "_resolved", True)
         return out
@@ -801,21 +809,24 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
     # Mamba-1 (inner = nv x dv channels, each its own head): in_proj d -> x, z; x_proj
     # inner -> dt (rank R), B, C; dt_proj R -> inner (its bias with the heads); per channel
     # A_log (one per state element), D and the dt bias; Jamba's norms of dt, B and C.
-    nv, dv, _, ds, conv_ch = linear_dims(a)
-    kind = np.asarray(a.linear_kind)
-    mamba, mamba1 = kind == "mamba2", kind == "mamba1"
-    inner, R = nv * dv, mamba1_dt_rank(a)
-    cw = np.asarray(a.linear_conv_width)
-    lin_in = np.where(
-        mamba1,
-        d * 2 * inner + inner * (R + 2 * ds) + R * inner,
-        d * (conv_ch + inner + np.where(mamba, 1, 2) * nv),
-    )
-    lin_conv = conv_ch * cw + np.where(mamba | mamba1, conv_ch, 0)
-    lin_heads = np.where(mamba1, inner * (ds + 2), np.where(mamba, 3, 2) * nv)
-    lin_norm = np.where(mamba1, R + 2 * ds, np.where(mamba, inner, dv))
-    lin_norm = np.where(np.asarray(a.linear_norm), lin_norm, 0)
-    lin_out = inner * d
+    if np.any(Ll):
+        nv, dv, _, ds, conv_ch = linear_dims(a)
+        kind = np.asarray(a.linear_kind)
+        mamba, mamba1 = kind == "mamba2", kind == "mamba1"
+        inner, R = nv * dv, mamba1_dt_rank(a)
+        cw = np.asarray(a.linear_conv_width)
+        lin_in = np.where(
+            mamba1,
+            d * 2 * inner + inner * (R + 2 * ds) + R * inner,
+            d * (conv_ch + inner + np.where(mamba, 1, 2) * nv),
+        )
+        lin_conv = conv_ch * cw + np.where(mamba | mamba1, conv_ch, 0)
+        lin_heads = np.where(mamba1, inner * (ds + 2), np.where(mamba, 3, 2) * nv)
+        lin_norm = np.where(mamba1, R + 2 * ds, np.where(mamba, inner, dv))
+        lin_norm = np.where(np.asarray(a.linear_norm), lin_norm, 0)
+        lin_out = inner * d
+    else:  # no linear layer in the batch: its items are Ll x 0 (the same zeros, fewer calls)
+        lin_in = lin_conv = lin_heads = lin_norm = lin_out = 0
 
     items = {
         "embedding": V * d,
