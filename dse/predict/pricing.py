@@ -257,8 +257,12 @@ class OpRuns(NamedTuple):
 
 
 def op_runs(ops: Sequence[Op], n: int) -> OpRuns:
-    """`OpRuns` of `ops` (counts of shape (n,) or broadcastable to it), in one comparison and
-    two reductions over the stacked counts rather than three numpy calls per operator."""
+    """`OpRuns` of `ops` (counts of shape (n,) or broadcastable to it); for a few
+    configurations in one comparison and two reductions over the stacked counts rather than
+    three numpy calls per operator (a large batch: operator by operator, no stacked copy)."""
+    if n > STACK_AT_MOST:
+        masks = [np.asarray(op.count) > 0 for op in ops]
+        return OpRuns(masks, [bool(m.all()) for m in masks], [bool(m.any()) for m in masks])
     try:
         counts = np.array([op.count for op in ops], dtype=float)
     except ValueError:  # counts of mixed shapes (a scalar among (n,) arrays)
