@@ -185,3 +185,26 @@ def test_one_value_field_check_says_what_the_array_rule_says(name: str, value: o
     else:
         one = check(name, np.array([value]), "x")
         assert one.dtype == many.dtype and one[0] == many[0]
+
+
+def test_idle_moe_operators_of_a_dense_batch_match_the_sized_ones() -> None:
+    """A batch without MoE layers gets the MoE operators with zero sizes (`_idle_moe_ops`):
+    the same names, kinds, blocks and dimension names as the sized ones, which run nowhere."""
+    from dse.predict import ops as O
+
+    cfg = golden_configs()
+    cols, _ = C.as_columns({k: v[:200] for k, v in cfg.items()})
+    dense = {k: v[cols["n_experts"] <= 1] for k, v in cols.items()}
+    assert len(dense["n_experts"]) > 0
+    for phase in ("prefill", "decode"):
+        sh = O.LayerShapes.of(dense, phase)
+        fam = O._Families.of(dense, sh)
+        idle, sized = O._idle_moe_ops(sh), O._moe_ops_sized(sh, dense, fam)
+        for a, b in zip(idle, sized, strict=True):
+            assert (a.name, a.kind, a.block, list(a.dims)) == (
+                b.name,
+                b.kind,
+                b.block,
+                list(b.dims),
+            )
+            assert not (b.count > 0).any() and not (a.count > 0).any()

@@ -161,8 +161,11 @@ def evaluate_rows(
     return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
 
 
-def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...]) -> np.ndarray:
-    """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy)."""
+def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...] | None) -> np.ndarray:
+    """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy);
+    idx None: every row, in order (flat)."""
+    if idx is None:
+        return as_shape(v, shape).ravel()
     a = np.asarray(v)
     if a.shape == shape:
         return a[idx]

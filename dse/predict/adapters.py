@@ -23,6 +23,7 @@ import numpy as np
 from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.predict._rows import (
+    BLOCK_ROWS,
     DEDUPE_MIN_ROWS,
     Groups,
     at_rows,
@@ -403,9 +404,9 @@ def _kernel_price(
     else:
         groups = Groups.of([np.rint(arrays[k]).astype(np.int64) for k in keys])
 
-    def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+    def run(idx: tuple[np.ndarray, ...] | None) -> dict[str, np.ndarray]:
         # Constants pass as scalars (the models broadcast them), an array passed under two
-        # names (kv_len and step) is gathered once.
+        # names (kv_len and step) is gathered once. idx None: every row, in order.
         got: dict[int, np.ndarray] = {}
         kw = {}
         for k, v in arrays.items():
@@ -421,7 +422,10 @@ def _kernel_price(
             out["power_w"] = np.asarray(res["power_w"], dtype=float).ravel()
         return out
 
-    res = evaluate_rows(run, groups, shape)
+    if groups.rows is None and math.prod(shape) <= BLOCK_ROWS:  # one block of every row
+        res = {k: v.reshape(shape) for k, v in run(None).items()}
+    else:
+        res = evaluate_rows(run, groups, shape)
     lat = res["latency_s"]
     if not np.all(np.isfinite(lat)):
         return None

@@ -478,6 +478,13 @@ def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
 
 def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
     """The MoE FFN (router + grouped experts) and its shared expert; counts are 0 in dense layers."""
+    if not fam.moe.any():  # a batch of dense models: the three run nowhere (nothing prices them)
+        return _idle_moe_ops(sh)
+    return _moe_ops_sized(sh, cols, fam)
+
+
+def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+    """`_moe_ops` with every size computed."""
     tokens, d, e, topk, tp = sh.tokens, sh.d, sh.e, sh.topk, sh.tp
     wb, gemm_dtype = sh.wb, sh.gemm_dtype
     moe_count = fam.moe
@@ -517,6 +524,28 @@ def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) ->
         _gemm(
             "ffn/shared_down", "ffn", shared_count, tokens, d, np.maximum(sff, 1), wb, gemm_dtype
         ),
+    ]
+
+
+def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
+    """`_moe_ops` of a batch without MoE layers: the same operators, kinds and dimension names,
+    every count, size and cost zero (an operator of count 0 everywhere is neither priced nor
+    read; building its sizes cost a one-configuration call ~5% of its operator list)."""
+    zero = np.zeros_like(sh.d)
+    gemm = {"m": zero, "n": zero, "k": zero, "dtype": sh.gemm_dtype}
+    moe = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")
+    return [
+        Op(
+            "ffn/moe",
+            "moe",
+            "ffn",
+            zero,
+            zero,
+            zero,
+            {**dict.fromkeys(moe, zero), "dtype": sh.gemm_dtype},
+        ),
+        Op("ffn/shared_gate_up", "gemm", "ffn", zero, zero, zero, dict(gemm)),
+        Op("ffn/shared_down", "gemm", "ffn", zero, zero, zero, dict(gemm)),
     ]
 
 

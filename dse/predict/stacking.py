@@ -191,13 +191,15 @@ def price_layer_ops(
     )  # fmt: skip
     every_covered = bool(covered.all())
     inside = np.zeros(n, dtype=bool)  # shared by the operators without a miss (never written)
+    # per miss, which operators (blocks of n rows) it touches: one reduction, not one per op
+    touches = {key: m.outside.reshape(k, n).any(axis=1).tolist() for key, m in all_misses.items()}
     for p, i in enumerate(live):
         op = items[i][0]
         sl = slice(p * n, (p + 1) * n)
         misses = {
             key: RangeMiss(m.excess[sl], m.value[sl], m.bound[sl])
             for key, m in all_misses.items()
-            if m.outside[sl].any()
+            if touches[key][p]
         }
         oor = inside
         if misses:
