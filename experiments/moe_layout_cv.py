@@ -101,7 +101,10 @@ def run_table(name: str) -> dict[str, Any]:
             continue
         m = mod.MoEModel(gpu, engine, dtype, seed=args.seed, **kw).fit(rows[~te])
         choices.append(
-            {"residual": bool(getattr(m, "use_residual_", True)), **getattr(m, "inner_mape_", {})}
+            {
+                "use_residual": bool(getattr(m, "use_residual_", True)),
+                **getattr(m, "inner_mape_", {}),
+            }
         )
         p = m.predict(**_inputs(mod, rows[te], args.model == "old"))
         for k in keys:
