@@ -142,3 +142,63 @@ def test_moe_power_stays_under_the_board_limit(data_dir):
     assert (p["power_w"] <= get_gpu("h200_sxm").board_power_w).all()
     np.testing.assert_allclose(p["energy_j"], p["power_w"] * p["latency_s"])
     assert {"experts_per_topk", "tokens_per_expert"} <= set(m.fitted_range())
+
+
+def _split_rows(slow_tp: int) -> pd.DataFrame:
+    """One layout over tp 1, 2, 4 (ep 1) whose time halves with tp, except split `slow_tp`,
+    run 2x slower than its half-parallel twin at every token count."""
+    recs = []
+    for tp in (1, 2, 4):
+        for T in (16, 256, 4096):
+            y = 1e-3 * T / 4096 / tp + 2e-5
+            if tp == slow_tp:
+                y = 2.0 * (1e-3 * T / 4096 / (tp // 2) + 2e-5)
+            recs.append(dict(gpu="h100_sxm", engine="trtllm", dtype="bfloat16", hidden_size=4096,
+                             inter_size=1024, topk=8, num_experts=128, moe_tp_size=tp,
+                             moe_ep_size=1, distribution="balanced", num_tokens=T, latency_s=y))  # fmt: skip
+    return pd.DataFrame(recs)
+
+
+def test_split_anomalies_flag_the_split_slower_than_its_half_parallel_twin():
+    from dse.fitting.moe_splits import split_anomalies, twin_ratios
+
+    bad = split_anomalies(_split_rows(slow_tp=2))
+    rows = _split_rows(slow_tp=2)
+    assert set(rows.loc[bad, "moe_tp_size"]) == {2} and bad.sum() == 3
+    assert not split_anomalies(_split_rows(slow_tp=0)).any()  # every split halves: none flagged
+    q = twin_ratios(_split_rows(slow_tp=0))
+    assert np.isnan(q[:3]).all() and (q[3:] < 1.0).all()  # tp 1 has no twin; others are faster
+
+
+def test_kernel_sum_base_recovers_its_constants():
+    # synthetic work terms (s, bytes, FLOPs of H100-like magnitudes) timed by known constants
+    rng = np.random.default_rng(0)
+    n = 400
+    terms = {
+        "gemm_flops": 10 ** rng.uniform(8, 13, n),
+        "weight_bytes": 10 ** rng.uniform(6, 10, n),
+        "act_bytes": 10 ** rng.uniform(4, 9, n),
+        "perm_bytes": 10 ** rng.uniform(4, 9, n),
+        "logits": 10 ** rng.uniform(1, 7, n),
+        "touched": rng.integers(1, 256, n).astype(float),
+    }
+    th = np.log([20.0, 0.6, 0.85, 0.5, 1.5, 30.0, 40.0])
+    y = M._kernel_parts(th, terms, 989e12, 3.35e12)["base_s"]
+    fit = M.fit_kernels(terms, y, 989e12, 3.35e12)
+    np.testing.assert_allclose(fit.parts(terms)["base_s"], y, rtol=1e-3)
+    np.testing.assert_allclose(np.exp(fit.theta)[:4], np.exp(th)[:4], rtol=0.05)
+    # physical bounds: no efficiency above 1.5 of peak whatever the data
+    fit_fast = M.fit_kernels(terms, y / 10.0, 989e12, 3.35e12)
+    assert (np.exp(fit_fast.theta)[1:4] <= math.exp(0.4) + 1e-9).all()
+
+
+def test_physics_alone_when_the_residual_is_not_chosen(data_dir, monkeypatch):
+    from dse.data import load
+
+    t = load(data_dir, ["moe"])["moe"]
+    rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "trtllm") & (t["dtype"] == "fp8_block")]
+    monkeypatch.setattr(M, "RESIDUAL", "never")
+    m = M.MoEModel("h100_sxm", "trtllm", "fp8_block", max_rows=1000, max_iter=5).fit(rows)
+    p = m.predict(**M.moe_inputs(rows.iloc[:50]))
+    np.testing.assert_array_equal(p["latency_s"], p["base_s"])
+    assert isinstance(m.roof_, M.KernelSum) and not m.use_residual_
