@@ -24,7 +24,7 @@ operator (shape (n,)) is multiplied by the sum of the weights.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -446,6 +446,35 @@ def _reduced_roofs(
     return {k: out[k] if k in out else _reduce(v, weights, n, wsum) for k, v in roof.items()}
 
 
+def _joined_parts(
+    parts: Sequence[tuple[_Draft, list[int], dict[str, Op], dict[str, np.ndarray]]],
+    names: Sequence[str],
+    sizes: Sequence[int],
+) -> tuple[Mapping[str, np.ndarray], Mapping[str, Op]]:
+    """The seconds per call and the operators of one Level-2 block over every phase, each
+    phase's rows after the previous one's: `block_features` of them is the phases' feature
+    rows stacked (the same element-wise arithmetic, one call)."""
+    if len(parts) == 1:
+        return parts[0][3], parts[0][2]
+    times = {
+        k: np.concatenate([as_shape(p[3][k], (s,)) for p, s in zip(parts, sizes, strict=True)])
+        for k in names
+    }
+    ops = {}
+    for k in (names[0], names[-1]):  # the GEMMs: their sizes
+        dims = {
+            x: np.concatenate(
+                [
+                    as_shape(np.asarray(p[2][k].dims[x], dtype=float), (s,))
+                    for p, s in zip(parts, sizes, strict=True)
+                ]
+            )
+            for x in ("m", "n", "k")
+        }
+        ops[k] = replace(parts[0][2][k], dims=dims)
+    return times, ops
+
+
 def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
     """The phase's `PhaseCost`: the node axis reduced with the quadrature `weights`."""
     n = len(d.zero)
@@ -667,8 +696,11 @@ class Pricer:
             if not parts:
                 continue
             model = self.artifact.model(name)
-            Xs = [block_features(call_s, ops, block, self.gpu) for _, _, ops, call_s in parts]
-            X = Xs[0] if len(Xs) == 1 else np.concatenate(Xs)
+            sizes = [len(d.zero) for d, _, _, _ in parts]
+            if all(ndim_of(t) == 1 for p in parts for t in p[3].values()):
+                X = block_features(*_joined_parts(parts, names, sizes), block, self.gpu)
+            else:  # a phase with per-node times (none today): block by block
+                X = np.concatenate([block_features(c, o, block, self.gpu) for _, _, o, c in parts])
             if hasattr(model, "in_token_blocks"):
                 X = model.in_token_blocks(X)
             # a sweep's blocks repeat their shapes: the calibration once per distinct row
@@ -681,12 +713,12 @@ class Pricer:
             e1, e2 = np.exp(f1), np.exp(f2)
             block_misses = model.range_misses(X)
             start = 0
-            for (d, idx, ops, _), Xp in zip(parts, Xs, strict=True):
-                rows = slice(start, start + len(Xp))
-                start += len(Xp)
+            for (d, idx, ops, _), size in zip(parts, sizes, strict=True):
+                rows = slice(start, start + size)
+                start += size
                 factors = {gemm1: e1[rows], gemm2: e2[rows]}
                 runs = ops[names[-1]].count > 0
-                o = np.zeros(len(Xp), dtype=bool)
+                o = np.zeros(size, dtype=bool)
                 for key, miss in block_misses.items():
                     m = RangeMiss(miss.excess[rows], miss.value[rows], miss.bound[rows])
                     m = m.masked(runs)

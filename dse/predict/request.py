@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,11 +80,20 @@ def decode_nodes(kv_start: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, n
     """
     a = np.asarray(kv_start, dtype=float) - 0.5
     width = np.asarray(steps, dtype=float)
-    m = 2 * DECODE_SEGMENTS
-    h = width / m
+    i, c = _SIMPSON
+    h = width / (len(i) - 1)
+    return a + i * h, c * h / 3.0
+
+
+def _simpson_nodes(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(node index 0..m, composite Simpson coefficient 1, 4, 2, ..., 4, 1), each (m + 1, 1)."""
     i = np.arange(m + 1, dtype=float)[:, None]
     c = np.where((i == 0) | (i == m), 1.0, np.where(i % 2 == 1, 4.0, 2.0))
-    return a + i * h, c * h / 3.0
+    i.flags.writeable = c.flags.writeable = False
+    return i, c
+
+
+_SIMPSON = _simpson_nodes(2 * DECODE_SEGMENTS)  # the same for every call: built once
 
 
 def node_strata(k: int) -> np.ndarray:
@@ -97,8 +107,16 @@ def node_strata(k: int) -> np.ndarray:
     measured in docs/accuracy.md and bounded in tests/test_predictor.py)."""
     if k % 4 != 1:
         raise ValueError(f"node_strata needs 4 j + 1 nodes, got {k}")
+    return _strata(k)
+
+
+@cache
+def _strata(k: int) -> np.ndarray:
+    """`node_strata`'s array, built once per node count (read-only: it is shared)."""
     i = np.arange(k)
-    return np.where(i % 2 == 0, 0, 1 + (i // 2) % 2).astype(np.int64)[:, None]
+    out = np.where(i % 2 == 0, 0, 1 + (i // 2) % 2).astype(np.int64)[:, None]
+    out.flags.writeable = False
+    return out
 
 
 # ---------------------------------------------------------------------------- one GPU
