@@ -299,7 +299,8 @@ def main() -> None:
     )
     p.add_argument("--code", action="append", type=Path, help="a checkout to time (repeatable)")
     p.add_argument("--label", action="append", help="a label per --code (default: its commit)")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="one-row rounds (each checkout once)")
+    p.add_argument("--bulk-rounds", type=int, default=3, help="rounds of the --bulk batches")
     p.add_argument("--cli-runs", type=int, default=5)
     p.add_argument("--bulk", type=int, default=0, help="also time a batch of this many (0: no)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -334,21 +335,39 @@ def main() -> None:
             "batch": ["--batch", str(csv)],
             "model": ["--model", "llama-3-8b", "--gpu", GPU],
         }
+        # one-row rounds without the bulk batches: the checkouts of a round seconds apart, so
+        # that a change in this VM's speed moves them together
         for r in range(args.rounds):
             for i, code in enumerate(codes):
-                runs[i].append(run_worker(code, args.bulk))
+                runs[i].append(run_worker(code, 0))
                 print(f"round {r}: {labels[i]}: {runs[i][-1]}", file=sys.stderr)
+        bulks: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(codes))}
+        for r in range(args.bulk_rounds if args.bulk else 0):
+            for i, code in enumerate(codes):
+                bulks[i].append(run_worker(code, args.bulk))
+                print(f"bulk round {r}: {labels[i]}: {bulks[i][-1]}", file=sys.stderr)
         for _ in range(args.cli_runs):
             for i, code in enumerate(codes):
                 for name, cli in clis.items():
                     walls.setdefault((i, name), []).append(cli_wall(code, cli))
     med = lambda i, k: statistics.median(x[k] for x in runs[i] if k in x)  # noqa: E731
+    bmed = lambda i, k: statistics.median(x[k] for x in bulks[i] if k in x)  # noqa: E731
+
+    def ratio(i: int) -> str:  # median over rounds of the round's CPU time / the first code's
+        if i == 0:
+            return "1"
+        r = [
+            a["one_row_cpu_ms"] / b["one_row_cpu_ms"] for a, b in zip(runs[i], runs[0], strict=True)
+        ]
+        return f"{statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f})"
+
     lines = [
         SECTION,
         "",
         f"Command: `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {COMMAND}"
         + "".join(" --code DIR" for _ in args.code or [])
-        + (f" --bulk {args.bulk}" if args.bulk else "")
+        + f" --rounds {args.rounds}"
+        + (f" --bulk {args.bulk} --bulk-rounds {args.bulk_rounds}" if args.bulk else "")
         + f"` ({time.strftime('%Y-%m-%d %H:%M')} UTC).",
         f"Machine: shared 2-core VM ({cpu_name()}), each worker pinned to 1 core with 1 BLAS "
         f"thread; Python {platform.python_version()}. Other jobs loaded the machine (load "
@@ -358,16 +377,20 @@ def main() -> None:
         "",
         f"In process: `dse.predict.predict` on a 1-row column batch, {CALLS} distinct "
         f"sweep-like configurations on {GPU} after one warm-up call (median over the calls, "
-        f"median over {args.rounds} rounds, a fresh process per round). CLI: wall time of "
-        f"`python -m dse predict` including interpreter start, median of {args.cli_runs}.",
+        f"median over {args.rounds} rounds, a fresh process per round; best: the fastest "
+        f"round; ratio: CPU time over the first checkout's in the same round, median and range "
+        f"over the rounds). CLI: wall time of `python -m dse predict` including interpreter "
+        f"start, median of {args.cli_runs}.",
         "",
-        "| code | 1 row, wall (ms) | 1 row, CPU (ms) | 1 row p90 wall (ms) | same row again (ms) "
-        "| `--batch` 1-row CSV (s) | `--model llama-3-8b` (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| code | 1 row, wall (ms) | 1 row, CPU (ms) | best round, CPU (ms) | ratio | 1 row p90 "
+        "wall (ms) | same row again (ms) | `--batch` 1-row CSV (s) | `--model llama-3-8b` (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i in range(len(codes)):
+        best = min(x["one_row_cpu_ms"] for x in runs[i])
         lines.append(
             f"| {labels[i]} | {med(i, 'one_row_wall_ms'):.2f} | {med(i, 'one_row_cpu_ms'):.2f} "
+            f"| {best:.2f} | {ratio(i)} "
             f"| {med(i, 'one_row_p90_wall_ms'):.2f} | {med(i, 'same_row_wall_ms'):.2f} "
             f"| {statistics.median(walls[(i, 'batch')]):.2f} "
             f"| {statistics.median(walls[(i, 'model')]):.2f} |"
@@ -376,7 +399,7 @@ def main() -> None:
         lines += [
             "",
             f"Bulk throughput in the same run ({args.bulk:,} configurations in one batch, "
-            f"configurations/s by CPU time, best of 3 in each of the {args.rounds} rounds, "
+            f"configurations/s by CPU time, best of 3 in each of the {args.bulk_rounds} rounds, "
             "median over the rounds):",
             "",
             "| code | all distinct | sweep-like |",
@@ -384,8 +407,8 @@ def main() -> None:
         ]
         for i in range(len(codes)):
             lines.append(
-                f"| {labels[i]} | {med(i, 'bulk_all_distinct_per_s'):,.0f} "
-                f"| {med(i, 'bulk_sweep_like_per_s'):,.0f} |"
+                f"| {labels[i]} | {bmed(i, 'bulk_all_distinct_per_s'):,.0f} "
+                f"| {bmed(i, 'bulk_sweep_like_per_s'):,.0f} |"
             )
     lines += ["", *NOTES]
     text = "\n".join(lines) + "\n"

@@ -75,6 +75,12 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
     return a
 
 
+def clip(x: Any, lo: Any, hi: Any) -> Any:
+    """np.clip(x, lo, hi) (lo <= hi) as its two ufuncs: numpy's wrapper costs more than the
+    work on the few values of a one-configuration call."""
+    return np.minimum(np.maximum(x, lo), hi)
+
+
 def as_shape(a: Any, shape: tuple[int, ...]) -> np.ndarray:
     """a broadcast to `shape` (a read-only view), or a itself when it has that shape already
     (np.broadcast_to costs microseconds, which a one-configuration call pays per array)."""

@@ -334,10 +334,10 @@ class AllReduceModel(_base.Model):
         trans = np.empty(n_rows)
         lg, lf = np.log2(np.maximum(g, 1.0)), np.log2(fitted)
         # neighbours in log2(n): exact hits get weight 1 on themselves
-        j = np.clip(np.searchsorted(lf, lg, side="right") - 1, 0, len(fitted) - 1)
+        j = _base.clip(np.searchsorted(lf, lg, side="right") - 1, 0, len(fitted) - 1)
         k = np.minimum(j + 1, len(fitted) - 1)
         span = lf[k] - lf[j]
-        f = np.where(span > 0, np.clip((lg - lf[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0)
+        f = np.where(span > 0, _base.clip((lg - lf[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0)
         # the distinct neighbour pairs (k is j or j + 1): one vectorised pass, not a Python set
         # over every row (2% of a full prediction at 10^5 rows)
         pairs = np.unique(j * 2 + (k - j))

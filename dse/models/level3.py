@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import Model, RangeMiss, range_miss, within
+from dse.models._base import Model, RangeMiss, clip, range_miss, within
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
@@ -202,7 +202,7 @@ def step_overhead_terms(g: GlobalInputs) -> np.ndarray:
 def kv_overflow(g: GlobalInputs) -> np.ndarray:
     """KV overflow beyond what the waves already count, in [0, 1]: preemption and recompute
     cost saturates (a few measured models only; unbounded it would extrapolate wildly)."""
-    return np.clip(g.value("kv_fill") - 1.0, 0.0, 1.0)
+    return clip(g.value("kv_fill") - 1.0, 0.0, 1.0)
 
 
 def gqa_excess(g: GlobalInputs) -> np.ndarray:
@@ -254,7 +254,7 @@ def mlp_features(g: GlobalInputs, ttft_s: np.ndarray, decode_s: np.ndarray) -> n
         np.log2(np.maximum(g.value("tp"), 1.0)),
         (g.value("n_experts") > 1).astype(float),
         np.log2(np.maximum(g.value("gqa"), 1.0)),
-        np.clip(g.value("kv_fill"), 0.0, 4.0),
+        clip(g.value("kv_fill"), 0.0, 4.0),
         ttft_s / total,
         np.log(g.value("waves")),
     ]
@@ -543,7 +543,7 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
             log_f = fit.merged.predict(X)
         else:
             log_f = np.mean([m.predict(X) for m in fit.mlps], axis=0)
-        log_f = np.clip(log_f, -LOG_CLIP, LOG_CLIP)
+        log_f = clip(log_f, -LOG_CLIP, LOG_CLIP)
         log_f = np.where(g.value("kv_fill") <= MLP_MAX_FILL, log_f, 0.0)  # KV overflow: stage 1
     f = np.exp(log_f)
     over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
+from dse.models import _base
 from dse.models._base import Model
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES
 from dse.spec.hardware import GPU, get_gpu
@@ -155,7 +156,7 @@ class Power3(Model):
         y = k0 + k1 * u + k2 * _batch_x(batch)
         if self.protocol_:
             y = y + self.protocol_ * protocol_x(batch) * ~np.asarray(identical, bool)
-        return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
+        return gpu.idle_power_w + _base.clip(y, 0.0, 1.0) * span
 
     def as_identical(
         self,
@@ -177,7 +178,7 @@ class Power3(Model):
         span = gpu.board_power_w - gpu.idle_power_w
         y = (np.asarray(power_w, dtype=float) - gpu.idle_power_w) / span
         y = y - self.protocol_ * protocol_x(batch)
-        return gpu.idle_power_w + np.clip(y, 0.0, 1.0) * span
+        return gpu.idle_power_w + _base.clip(y, 0.0, 1.0) * span
 
     def scale(
         self, g: GlobalInputs, energy_j: np.ndarray, time_s: np.ndarray, gpu: GPU

@@ -24,7 +24,7 @@ operator (shape (n,)) is multiplied by the sum of the weights.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -471,7 +471,8 @@ def _joined_parts(
             )
             for x in ("m", "n", "k")
         }
-        ops[k] = replace(parts[0][2][k], dims=dims)
+        o = parts[0][2][k]
+        ops[k] = Op(o.name, o.kind, o.block, o.count, o.flops, o.bytes, dims)
     return times, ops
 
 
