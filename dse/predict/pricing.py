@@ -347,55 +347,27 @@ def _collapse(
 ) -> None:
     """Reduce each operator's seconds and joules over the node axis into `out` (in place), in
     operator order: the items and the phase totals. `zero`: the times of operators that do not
-    run (compared by identity)."""
+    run (compared by identity). A few configurations' items and totals are the rows and sums
+    of two (operators, n) matrices (two reductions, not two additions per operator)."""
     n = len(zero)
-    if n <= STACK_AT_MOST and per_op:
-        _collapse_few(out, per_op, weights, wsum, zero)
-        return
+    few = n <= STACK_AT_MOST and bool(per_op)
+    ts: list[np.ndarray] = []
+    es: list[np.ndarray] = []
     for op, t, p in per_op:
         if t is zero:
-            t_r, e_r = np.zeros(n), np.zeros(n)
-        elif ndim_of(t) == 2:
-            t_r = _node_sum(weights, t)
-            e_r = _node_sum(weights, t * p)
+            t_r, e_r = (zero, zero) if few else (np.zeros(n), np.zeros(n))
         else:
-            if wsum is not None:
-                t_r = t * wsum
-            else:  # t = t_call * count is a new array of its own: stored as the item
-                t_r = t if shape_of(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
-            e_r = t_r * p if ndim_of(p) < 2 else _reduce(t * p, weights, n, wsum)
+            t_r, e_r = _reduced(t, p, weights, wsum, n)
+        if few:
+            ts.append(t_r)
+            es.append(e_r)
+            continue
         out.time_s += t_r
         out.energy_j += e_r
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
-
-
-def _collapse_few(
-    out: PhaseCost,
-    per_op: list[tuple[Op, np.ndarray, np.ndarray]],
-    weights: np.ndarray | None,
-    wsum: np.ndarray | None,
-    zero: np.ndarray,
-) -> None:
-    """`_collapse` of a few configurations: each operator reduced as there, the items and the
-    totals as rows and sums of two (operators, n) matrices (two reductions, not two additions
-    per operator)."""
-    n = len(zero)
-    ts: list[np.ndarray] = []
-    es: list[np.ndarray] = []
-    for _, t, p in per_op:
-        if t is zero:
-            ts.append(zero)
-            es.append(zero)
-        elif ndim_of(t) == 2:
-            ts.append(_node_sum(weights, t))
-            es.append(_node_sum(weights, t * p))
-        else:
-            t_r = as_shape(t * wsum if wsum is not None else t, (n,))
-            ts.append(t_r)
-            es.append(
-                as_shape(t_r * p, (n,)) if ndim_of(p) < 2 else _reduce(t * p, weights, n, wsum)
-            )
+    if not few:
+        return
     T = np.array(ts, dtype=float).reshape(len(ts), n)  # copies: every item an array of its own
     E = np.array(es, dtype=float).reshape(len(es), n)
     out.time_s += T.sum(axis=0)
@@ -403,6 +375,19 @@ def _collapse_few(
     for (op, _, _), t_r, e_r in zip(per_op, T, E, strict=True):
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
+
+
+def _reduced(
+    t: np.ndarray, p: np.ndarray, weights: np.ndarray | None, wsum: np.ndarray | None, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One running operator's (seconds, joules) per configuration, the node axis reduced."""
+    if ndim_of(t) == 2:
+        return _node_sum(weights, t), _node_sum(weights, t * p)
+    if wsum is not None:
+        t_r = t * wsum
+    else:  # t = t_call * count is a new array of its own: stored as the item
+        t_r = t if shape_of(t) == (n,) else np.broadcast_to(t, (n,)).astype(float)
+    return t_r, t_r * p if ndim_of(p) < 2 else _reduce(t * p, weights, n, wsum)
 
 
 @dataclass
