@@ -208,3 +208,28 @@ def test_idle_moe_operators_of_a_dense_batch_match_the_sized_ones() -> None:
                 list(b.dims),
             )
             assert not (b.count > 0).any() and not (a.count > 0).any()
+
+
+def test_layer_op_family_of_a_few_rows_equals_the_vectorised_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`LayerOpModel._row_key_index` row by row (few rows) and by operator (many): the same
+    coefficient row for every operator, gated or not, and -1 for one the model lacks."""
+    from dse.models import layer_ops as L
+
+    art, _ = load_artifact("h100_sxm")
+    if art is None:
+        pytest.skip("no shipped h100_sxm artifact")
+    model = art.model(art.names("layer_op")[0])
+    names = ["input_layernorm", "post_attention_layernorm", "add", "attn_rope", "mlp_act", "emb"]
+    ops = np.array([*names, "no_such_op"] * 3)
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        rows = rng.permutation(len(ops))[: rng.integers(1, len(ops))]
+        gated = rng.random(len(rows)) < 0.5
+        few = model._row_key_index(ops[rows], gated)
+        with monkeypatch.context() as m:
+            m.setattr(L, "FEW_ROWS", 0)
+            many = model._row_key_index(ops[rows], gated)
+        np.testing.assert_array_equal(few, many)
+        assert (few[ops[rows] == "no_such_op"] == -1).all()

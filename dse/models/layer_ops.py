@@ -639,8 +639,15 @@ class LayerOpModel(_base.Model):
     # ---- prediction -----------------------------------------------------------------------
     def _row_key_index(self, op: np.ndarray, gated: np.ndarray) -> np.ndarray:
         """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
-        idx = np.full(op.shape, -1, dtype=np.int64)
         lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
+        if op.size <= FEW_ROWS:  # a few rows: the same rule row by row, no string unique
+            keys = []
+            for name, g in zip(op.ravel().tolist(), gated.ravel().tolist(), strict=True):
+                g_i = lookup.get(name, -1)
+                n_i = lookup.get(f"{name}:nongated", g_i)
+                keys.append(g_i if g and g_i >= 0 else n_i)
+            return np.array(keys, dtype=np.int64).reshape(op.shape)
+        idx = np.full(op.shape, -1, dtype=np.int64)
         # one operator for the whole batch (a broadcast scalar): skip the string unique
         names = op[:1] if op.size and op.strides == (0,) else np.unique(op)
         for name in names:
