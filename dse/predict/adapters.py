@@ -427,10 +427,10 @@ def _kernel_price(
     else:
         res = evaluate_rows(run, groups, shape)
     lat = res["latency_s"]
-    if not np.all(np.isfinite(lat)):
+    if not np.isfinite(lat).all():
         return None
     power = res.get("power_w")
-    if power is None or not np.all(np.isfinite(power)):
+    if power is None or not np.isfinite(power).all():
         # Power from the table at each row's own utilisations (FLOPs and bytes may vary
         # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
         power = op_power_w(artifact, op, gpu, lat, groups=groups)
@@ -549,7 +549,7 @@ def price_allreduce(
         used.append(name)
         if not todo.any():
             break
-    if not np.all(np.isfinite(lat)):
+    if not np.isfinite(lat).all():
         return None
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
