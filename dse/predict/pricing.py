@@ -527,11 +527,14 @@ class Pricer:
         self,
         phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
         n: int,
-        runs: Sequence[OpRuns],
+        runs: Sequence[OpRuns] | None = None,
     ) -> dict[int, dict[int, L1Price | None]]:
         """Stacked Level-1 prices: phase index -> operator index -> price, for every operator
-        that runs in all configurations and whose adapter stacks with another operator's."""
+        that runs in all configurations and whose adapter stacks with another operator's
+        (`runs`: each phase's `op_runs`, when the caller has them)."""
         assert self.artifact is not None
+        if runs is None:
+            runs = [op_runs(ops, n) for ops, _, _ in phases]
         stacks: dict[int, tuple[StackedAdapter, list[tuple[int, int, Op, dict[str, Any]]]]] = {}
         for p, (ops, phase, _) in enumerate(phases):
             ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
