@@ -8,7 +8,10 @@ by side, interleaved round by round in one run, so that the ratio between them h
 machine that other jobs load. Per checkout and round a fresh worker process (pinned to one
 core, one BLAS thread) builds 200 distinct one-row configurations (sweep-like grids, h100_sxm,
 fixed seed), makes one warm-up call, then times `dse.predict.predict` on each (median of the
-200, wall and CPU time). `--bulk N` also times N all-distinct and N sweep-like configurations
+200, wall and CPU time). With several checkouts the same rounds are run again with one worker
+per checkout kept alive, the checkouts taking turns every `--interleave` calls (10), so that a
+change in this shared machine's speed falls on all of them alike: the per-round ratio from
+those rounds is the number to compare. `--bulk N` also times N all-distinct and N sweep-like configurations
 in one batch in every round (configurations per second by CPU time, best of 3), the
 throughput the small-call work must keep. The CLI walls are subprocesses of `python -m dse predict` (interpreter start
 included). Writes the section "Small calls" of docs/performance.md.
@@ -57,9 +60,10 @@ NOTES = [
     "row alone against the same row in a batch of 200; range_miss of one value against the",
     "vectorised rule; op_runs; the one-value field check; the idle MoE operators).",
     "",
-    "Reading the table: this VM's speed moves by up to 1.8x within an hour (the session-start",
-    "code measured 4.98 ms at 21:59 UTC and 8.8 ms at 22:08 in the same kind of run), so",
-    "absolute times say when the run was made; the per-round ratio is the comparable number.",
+    "Reading the tables: this VM's speed moves by up to 1.8x within an hour and by tens of",
+    "percent within seconds (the session-start code measured 4.98 ms at 21:59 UTC and 8.8-9.1",
+    "ms at 22:08-22:40 in the same kind of run), so absolute times say when the run was made.",
+    "The turn-taking table's ratio is the comparable number: its checkouts share each moment.",
     "",
     "Where a one-row call's time goes now (process time around each stage, shares of a",
     "call): the stacked layer-op call ~14%, prefill and decode attention ~14% (a third of it",
@@ -159,6 +163,67 @@ def worker(bulk: int) -> dict[str, float]:
             assert np.all(np.isfinite(res["latency_s"]))
             out[f"bulk_{name}_per_s"] = bulk / best
     return out
+
+
+def serve() -> None:
+    """A worker that takes turns (`--interleave`): after the warm-up call it reads "a b" lines
+    from stdin and answers each with the CPU seconds of calls a..b-1 as a JSON list, so that
+    the driver can alternate checkouts every few calls and a change in the machine's speed
+    falls on all of them alike."""
+    import numpy as np
+
+    try:
+        from dse.predict import predict
+    except ImportError:  # a checkout before the house moves (issue 23): dse/predictor.py
+        from dse.predictor import predict  # type: ignore[no-redef]
+
+    rng = np.random.default_rng(18)
+    pool = _sweep_like(CALLS, rng)
+    rows = [{k: v[i : i + 1] for k, v in pool.items()} for i in range(CALLS)]
+    predict(rows[0])
+    print("ready", flush=True)
+    for line in sys.stdin:
+        a, b = (int(x) for x in line.split())
+        cpu = []
+        for r in rows[a:b]:
+            c0 = time.process_time()
+            predict(r)
+            cpu.append(time.process_time() - c0)
+        print(json.dumps(cpu), flush=True)
+
+
+def interleaved(codes: list[Path], slice_calls: int) -> list[list[float]]:
+    """Per checkout, the CPU seconds of its 200 one-row calls, the checkouts taking turns every
+    `slice_calls` calls (one worker process each, all on one core)."""
+    pin = sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else None
+    procs = []
+    for code in codes:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--serve"]
+        if pin is not None:
+            cmd = ["taskset", "-c", str(pin), *cmd]
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=code, env=_env(code), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True,
+            )
+        )  # fmt: skip
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        out: list[list[float]] = [[] for _ in codes]
+        for a in range(0, CALLS, slice_calls):
+            b = min(a + slice_calls, CALLS)
+            for i, p in enumerate(procs):
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write(f"{a} {b}\n")
+                p.stdin.flush()
+                out[i] += json.loads(p.stdout.readline())
+        return out
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()
+            p.wait(timeout=60)
 
 
 def stacking() -> list[str]:
@@ -295,6 +360,13 @@ def main() -> None:
     p.add_argument("--cli-runs", type=int, default=5)
     p.add_argument("--bulk", type=int, default=0, help="also time a batch of this many (0: no)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--interleave",
+        type=int,
+        default=10,
+        help="one-row calls per turn of the checkouts' side-by-side workers (0: no such rounds)",
+    )
     p.add_argument(
         "--stacking",
         action="store_true",
@@ -304,6 +376,9 @@ def main() -> None:
     args = p.parse_args()
     if args.worker:
         print(json.dumps(worker(args.bulk)))
+        return
+    if args.serve:
+        serve()
         return
     if args.stacking:
         if hasattr(os, "sched_setaffinity"):
@@ -332,6 +407,15 @@ def main() -> None:
             for i, code in enumerate(codes):
                 runs[i].append(run_worker(code, 0))
                 print(f"round {r}: {labels[i]}: {runs[i][-1]}", file=sys.stderr)
+        # the same rounds again with the checkouts taking turns every few calls: the
+        # per-call ratio of two checkouts then shares the machine's speed of the moment
+        turns: list[list[list[float]]] = []
+        for r in range(args.rounds if args.interleave and len(codes) > 1 else 0):
+            turns.append(interleaved(codes, args.interleave))
+            print(
+                f"turns round {r}: {[1e3 * statistics.median(t) for t in turns[-1]]}",
+                file=sys.stderr,
+            )
         bulks: dict[int, list[dict[str, float]]] = {i: [] for i in range(len(codes))}
         for r in range(args.bulk_rounds if args.bulk else 0):
             for i, code in enumerate(codes):
@@ -400,6 +484,26 @@ def main() -> None:
             lines.append(
                 f"| {labels[i]} | {bmed(i, 'bulk_all_distinct_per_s'):,.0f} "
                 f"| {bmed(i, 'bulk_sweep_like_per_s'):,.0f} |"
+            )
+    if turns:
+        per = [[1e3 * statistics.median(t[i]) for t in turns] for i in range(len(codes))]
+        lines += [
+            "",
+            f"Taking turns (the same {CALLS} one-row calls, {len(turns)} more rounds: one worker "
+            f"per checkout on one core, the checkouts alternating every {args.interleave} calls, "
+            "so that all of them see the machine's speed of the moment; CPU time, per round the "
+            "median over the calls):",
+            "",
+            "| code | 1 row, CPU (ms), median of rounds | fastest / slowest round (ms) | ratio to "
+            f"{labels[0]}, median (range) | rounds <= 5 ms |",
+            "|---|---|---|---|---|",
+        ]
+        for i in range(len(codes)):
+            r = [a / b for a, b in zip(per[i], per[0], strict=True)]
+            lines.append(
+                f"| {labels[i]} | {statistics.median(per[i]):.2f} | {min(per[i]):.2f} / "
+                f"{max(per[i]):.2f} | {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) "
+                f"| {sum(x <= 5.0 for x in per[i])} of {len(per[i])} |"
             )
     lines += ["", *NOTES]
     text = "\n".join(lines) + "\n"
