@@ -49,7 +49,7 @@ NOTES = [
     "(4.54 ms in the fastest round, the one round at <= 5 ms), at 0.67 of a992af1 and 0.82 of",
     "this session's start (c3f8c04) in every round (0.64-0.70 / 0.78-0.86). At session 12's",
     "speed that ratio gives ~4.7 ms; a quiet moment of this session gave 4.31 ms against 4.98",
-    "ms for c3f8c04 (/tmp/prof/cmp.py, 6 rounds, 21:59 UTC). `dse predict --model llama-3-8b`",
+    "ms for c3f8c04 (the same timing, 6 rounds, 21:59 UTC). `dse predict --model llama-3-8b`",
     "0.54 s (target 0.8 s: met). Bulk: within the run-to-run spread (+-10%).",
     "",
     "Session 13 (issue 18): the few-row paths make fewer numpy calls. Instructions per",
