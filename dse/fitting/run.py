@@ -178,6 +178,12 @@ def fit_artifact(
             f for f in keep.manifest.get("data_files", []) if f["path"] not in known
         ]
         art.manifest["carried_over"] = carried
+        # the kept models' screen reports stay, for the kinds this run did not read again
+        kept_report = keep.manifest.get("implausible_rows") or {}
+        art.manifest["implausible_rows"] = {
+            **{k: v for k, v in kept_report.items() if k not in ctx._tables},
+            **ctx.implausible,
+        }
         if keep.level1_gpu != gpu:
             # Level-1 models measured on another chip (GH200 with H200's kernel models): the
             # artifact says so, and predictions move their times to `gpu` by the roofline.
