@@ -15,8 +15,8 @@ import pandas as pd
 from dse.fitting import bands
 from dse.fitting import cv as U
 from dse.fitting._hybrid_tables import _fit_hybrid_table, hybrid_band_table
-from dse.fitting.moe_splits import split_anomalies
 from dse.models import moe_physics
+from dse.models._moe_splits import split_anomalies
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.moe import MoEModel, moe_inputs, moe_work
 from dse.roofline import roofline_s

@@ -91,7 +91,7 @@ FEATURES = (
 # Held out by layout, fitted physics alone (journal, session 13): H100 TRT-LLM bf16 23.8 -> 18.1%,
 # fp8_block 19.9 -> 8.5%, vLLM bf16 19.7 -> 14.0%.
 BASE = "kernels"
-# Parallel splits slower than their half-parallel twin (`dse.fitting.moe_splits`) left out of
+# Parallel splits slower than their half-parallel twin (`dse.models._moe_splits`) left out of
 # the fit: a tuner's kernel choice, not physics of the layout.
 SCREEN_SPLITS = True
 # "always": physics x bounded residual MLP; "never": physics alone; "inner_cv": per table, the
@@ -347,7 +347,7 @@ class MoEModel(shipped.MoEModel):
         then the residual kept or not (`RESIDUAL`; "inner_cv" decides on the training layouts)."""
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype].reset_index(drop=True)
-        from dse.fitting.moe_splits import split_anomalies  # fitting only (pandas)
+        from dse.models._moe_splits import split_anomalies  # fitting only (pandas)
 
         if SCREEN_SPLITS:
             d = d[~split_anomalies(d)].reset_index(drop=True)
@@ -364,14 +364,12 @@ class MoEModel(shipped.MoEModel):
     def _inner_choice(self, d: pd.DataFrame) -> bool:
         """True when physics x residual beats physics alone (mean APE, %) over `INNER_FOLDS`
         group folds of the training layouts: the held-out layouts never enter the choice."""
-        from dse.fitting.cv import group_folds  # fitting only (pandas)
-
         groups = d.groupby(list(LAYOUT), sort=True).ngroup().to_numpy()
         if len(np.unique(groups)) < INNER_FOLDS:
             return True
         y = d["latency_s"].to_numpy(np.float64)
         ape = {"physics": np.full(len(d), np.nan), "residual": np.full(len(d), np.nan)}
-        for te in group_folds(groups, INNER_FOLDS, self.seed + 1):
+        for te in _base.group_folds(groups, INNER_FOLDS, self.seed + 1):
             if te.all() or not te.any():
                 continue
             inner = type(self)(
