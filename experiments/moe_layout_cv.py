@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dse.data import load
 from dse.fitting import cv as U
 from dse.fitting import plausible
-from dse.fitting.moe_splits import split_anomalies
 from dse.models import _base
+from dse.models._moe_splits import split_anomalies
 from dse.spec.hardware import get_gpu
 
 TABLES = (

@@ -169,7 +169,7 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
             "num_kv_heads": np.array([1.0, 2, 4, 8, 8, 32, 32]),
             "head_dim": np.full(7, 128.0),
         }
-    if kind == "moe":
+    if kind in ("moe", "moe_physics"):
         return {
             "num_tokens": count("num_tokens"),
             "hidden_size": np.full(7, 4096.0),
@@ -338,6 +338,13 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
         return cls(gpu="h100_sxm", engine="vllm", **FAST), lambda m: m.fit(tables[kind])
     if kind == "moe":
         return cls("h100_sxm", "vllm", "bfloat16", **FAST), lambda m: m.fit(tables["moe"])
+    if kind == "moe_physics":
+        # a small TensorRT-LLM table (every layout, splits tp 1-2 at ep 1): the kernel-sum fit
+        # and the inner CV over layouts run 4 fits on it
+        t = tables["moe"]
+        t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "trtllm") & (t["dtype"] == "fp8_block")]
+        t = t[t["moe_tp_size"].isin([1, 2]) & (t["moe_ep_size"] == 1)]
+        return cls("h100_sxm", "trtllm", "fp8_block", **FAST), lambda m: m.fit(t)
     raise AssertionError(f"no fit fixture for kind {kind!r}")
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dse.predict import load_artifact
 from dse.predict.ops import forward_ops
-from dse.predict.pricing import Pricer
+from dse.predict.pricing import Pricer, op_runs
 from dse.predict.stacking import STACK_AT_MOST, stack_ops
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
@@ -103,7 +103,7 @@ def test_a_one_row_pricing_stacks_gemms_and_layer_ops() -> None:
         (forward_ops(cols, "prefill"), "prefill", None),
         (forward_ops(cols, "decode"), "decode", None),
     ]
-    pre = pricer._stacked(phases, n)
+    pre = pricer._stacked(phases, n, [op_runs(ops, n) for ops, _, _ in phases])
     for p, (ops, _, _) in enumerate(phases):
         want = {j for j, op in enumerate(ops) if op.kind in ("gemm", "elementwise", "embedding")}
         want = {j for j in want if (ops[j].count > 0).all()}

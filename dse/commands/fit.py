@@ -29,6 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "included; add it whenever a Level-1 family is refitted",
     )
     p.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        dest="models",
+        help="with --only: refit only this model of the family (repeatable, e.g. --only moe "
+        "--model moe.trtllm.bfloat16); the family's other models of the existing artifact are "
+        "kept as they are",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -88,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         only=args.only,
         keep=keep,
+        models=args.models,
         threads=args.threads,
         cv=args.cv,
         jobs=args.jobs,

@@ -14,7 +14,6 @@ import pandas as pd
 from dse.fitting import bands
 from dse.fitting import cv as U
 from dse.fitting.cv import FIT_CV_FOLDS, FIT_CV_MAX_ROWS, _mape
-from dse.models import _base
 from dse.models.artifact import FittedModel
 from dse.models.band import degree_of
 
@@ -70,7 +69,8 @@ def hybrid_band_table(
         ins = inputs(rows.iloc[test])
         model = make(max_rows=FIT_CV_MAX_ROWS).fit(rows.iloc[train])
         out = _keep(model.predict(**ins))
-        out["degree"] = degree_of(_base.range_misses(model.fitted_range(), ins), len(test))
+        # the model's own check (a model may bound combinations of its inputs too)
+        out["degree"] = degree_of(model.range_misses(**ins), len(test))
         return out
 
     cols, what = grouping

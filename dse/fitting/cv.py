@@ -13,21 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dse.models import _base
-
-
-def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndarray]:
-    """Split the unique group labels into `n_folds` seeded folds; returns the held-out row masks.
-
-    Every row of a group lands in the same fold, so a fold's rows come from shapes the fit of the
-    other folds never saw.
-    """
-    labels, inv = np.unique(np.asarray(groups), return_inverse=True)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(labels))
-    fold_of = np.empty(len(labels), dtype=np.int64)
-    fold_of[order] = np.arange(len(labels)) % max(1, min(n_folds, len(labels)))
-    row_fold = fold_of[inv]
-    return [row_fold == f for f in range(max(1, min(n_folds, len(labels))))]
+from dse.models._base import group_folds  # the fitting families import it from here
 
 
 def group_labels(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:

@@ -1,5 +1,8 @@
-"""The MoE family: fused MoE block models per engine and dtype (`dse.models.moe.MoEModel`), fitted
-as hybrid tables with grouped CV, and their row predictor.
+"""The MoE family: fused MoE block models per engine and dtype, fitted as hybrid tables with
+grouped CV, and their row predictor. The class of a table follows its engine's kernels
+(`model_class_of`): TensorRT-LLM's separate MoE kernels by the kernel-sum physics
+(`dse.models.moe_physics.MoEModel`, kind "moe_physics"), vLLM's fused kernel by
+`dse.models.moe.MoEModel` (kind "moe").
 """
 
 from __future__ import annotations
@@ -12,11 +15,25 @@ import pandas as pd
 from dse.fitting import bands
 from dse.fitting import cv as U
 from dse.fitting._hybrid_tables import _fit_hybrid_table, hybrid_band_table
+from dse.models import moe_physics
+from dse.models._moe_splits import split_anomalies
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.moe import MoEModel, moe_inputs, moe_work
 from dse.roofline import roofline_s
 
 MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
+# Manifest kinds of the MoE family's models (what the predictor and `dse validate` look up).
+MOE_KINDS = (MoEModel.kind, moe_physics.MoEModel.kind)
+# Engines whose MoE runs as separate kernels whose times add (router top-k, permute, grouped
+# GEMM 1, activation, grouped GEMM 2, finalize: TensorRT-LLM's CUTLASS MoE), the sequence the
+# kernel-sum base of `dse.models.moe_physics` prices. vLLM's fused Triton kernel permutes inside
+# the GEMM: held out by layout the kernel sum lost on 4 of its 6 tables (journal, session 13).
+KERNEL_SUM_ENGINES = ("trtllm",)
+# The kernel-sum model decides its residual by an inner CV over the training layouts
+# (`moe_physics.INNER_FOLDS` group folds), nested in `dse fit`'s own CV (FIT_CV_FOLDS folds by
+# layout): with fewer layouts than this, a CV fold leaves fewer training layouts than inner folds
+# (5 - ceil(5 / 3) = 3), and the choice cannot be made; such a table keeps `dse.models.moe`.
+MIN_KERNEL_SUM_LAYOUTS = 5
 
 
 # ---------------------------------------------------------------------------- MoE
@@ -25,6 +42,16 @@ MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
 MOE_SHAPE_GROUP = U.cv_group("moe", ("hidden_size", "inter_size", "topk", "num_experts"))
 # bf16 first: the Level-1 adapter takes the first vLLM MoE model when it does not say a dtype
 MOE_DTYPE_ORDER = ("bfloat16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4")
+
+
+def model_class_of(engine: str, rows: pd.DataFrame) -> type[MoEModel]:
+    """The model class of one MoE table (`rows`: one GPU, engine and dtype): the kernel sum for
+    an engine of `KERNEL_SUM_ENGINES` with at least `MIN_KERNEL_SUM_LAYOUTS` layouts, else the
+    fused-kernel model. A rule from the kernels the engine runs, not a pick by held-out score."""
+    layouts = len(rows.groupby(list(moe_physics.LAYOUT)).size()) if len(rows) else 0
+    if engine in KERNEL_SUM_ENGINES and layouts >= MIN_KERNEL_SUM_LAYOUTS:
+        return moe_physics.MoEModel
+    return MoEModel
 
 
 def moe_roofline_s(rows: pd.DataFrame, gpu: str, dtype: str) -> np.ndarray:
@@ -47,6 +74,8 @@ def _moe_tasks(ctx: Any) -> list[tuple[str, str]]:
     for engine, dtype in sorted(
         counts.index, key=lambda k: (k[0] != "vllm", order.get(k[1], 99), k)
     ):
+        if not ctx.wants(f"moe.{engine}.{dtype}"):  # `dse fit --model`: kept as it is
+            continue
         if counts[(engine, dtype)] < MIN_MOE_ROWS:
             ctx.log(
                 f"moe.{engine}.{dtype}: {counts[(engine, dtype)]} rows < {MIN_MOE_ROWS}; skipped"
@@ -72,14 +101,16 @@ def moe_band_tables(ctx: Any) -> list[bands.BandTable]:
     for engine, dtype in _moe_tasks(ctx):
         name = f"moe.{engine}.{dtype}"
         if ctx.keep is not None and ctx.keep.has(name):
+            rows = _moe_rows(ctx, engine, dtype)
+            cls = model_class_of(engine, rows)
             out.append(
                 hybrid_band_table(
                     name,
-                    _moe_rows(ctx, engine, dtype),
-                    lambda engine=engine, dtype=dtype, **kw: MoEModel(
+                    rows,
+                    lambda engine=engine, dtype=dtype, cls=cls, **kw: cls(
                         ctx.gpu, engine, dtype, seed=ctx.seed, **kw
                     ),
-                    moe_inputs,
+                    cls(ctx.gpu, engine, dtype)._table_inputs,
                     (MOE_SHAPE_GROUP, "layer shape"),
                     ctx.seed,
                 )
@@ -90,21 +121,28 @@ def moe_band_tables(ctx: Any) -> list[bands.BandTable]:
 def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
     """One MoE table's model (CV, then the final fit): a task of `U.map_tasks`."""
     rows = _moe_rows(ctx, engine, dtype)
+    cls = model_class_of(engine, rows)
 
     def info(model: Any) -> dict[str, Any]:
-        return {
+        out = {
             "engine": engine,
             "moe_dtype": dtype,
             "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
             "distributions": sorted(map(str, rows["distribution"].unique())),
         }
+        if isinstance(model, moe_physics.MoEModel):
+            # what the final fit chose and left out (docs/accuracy.md, MoE)
+            out["residual_kept"] = bool(model.use_residual_)
+            out["inner_cv_mape_pct"] = {k: round(v, 3) for k, v in model.inner_mape_.items()}
+            out["split_anomaly_rows_screened"] = int(split_anomalies(rows).sum())
+        return out
 
     return _fit_hybrid_table(
         ctx,
         f"moe.{engine}.{dtype}",
         rows,
-        lambda **kw: MoEModel(ctx.gpu, engine, dtype, seed=ctx.seed, **kw),
-        moe_inputs,
+        lambda **kw: cls(ctx.gpu, engine, dtype, seed=ctx.seed, **kw),
+        cls(ctx.gpu, engine, dtype)._table_inputs,
         (MOE_SHAPE_GROUP, "layer shape"),
         moe_roofline_s(rows, ctx.gpu, dtype),
         info,
@@ -115,15 +153,17 @@ def predict_moe_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.Da
     out = pd.DataFrame(
         {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
     )
-    names = set(artifact.names("moe"))
+    names = {n for kind in MOE_KINDS for n in artifact.names(kind)}
     for (engine, dtype), sub in rows.groupby(["engine", "dtype"], sort=False):
         name = f"moe.{engine}.{dtype}"
         if name not in names:
             continue
-        ins = moe_inputs(sub)
-        p = artifact.model(name).predict(**ins)
+        model = artifact.model(name)
+        ins = model._table_inputs(sub)  # each class reads gating its own way
+        p = model.predict(**ins)
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
-        bands.put_band(out, sub.index, artifact, name, p["latency_s"], **ins)
+        ranged = {**ins, **model.range_arrays(**ins)} if hasattr(model, "range_arrays") else ins
+        bands.put_band(out, sub.index, artifact, name, p["latency_s"], **ranged)
     return out

@@ -46,6 +46,9 @@ class FitContext:
     keep: Artifact | None = None
     # processes for families that fit many independent tables (GEMM, attention, MoE; `--jobs`)
     jobs: int = 1
+    # the model names to refit (`dse fit --model`); None: every model of the families run. A
+    # family with many tables skips the others (`wants`); any other result is dropped after.
+    models: frozenset[str] | None = None
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
     # per kind, the rows below their physical floor left out of `table` (`fitting.plausible`)
     implausible: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -64,6 +67,10 @@ class FitContext:
                 plausible.log_report(kind, report, self.log)
             self._tables[kind] = rows
         return self._tables[kind]
+
+    def wants(self, name: str) -> bool:
+        """Whether this run refits model `name` (`models`)."""
+        return self.models is None or name in self.models
 
     def files(self, rows: pd.DataFrame) -> tuple[str, ...]:
         """Absolute paths of the data files `rows` came from (for the manifest's hashes)."""
@@ -84,6 +91,7 @@ def fit_artifact(
     cv: bool = True,
     jobs: int = 1,
     band_coverage: bool = False,
+    models: Iterable[str] | None = None,
 ) -> Artifact:
     """Fit every registered family (or those named in `only`) for `gpu` into an Artifact.
 
@@ -91,7 +99,8 @@ def fit_artifact(
     unchanged and listed under manifest["carried_over"], so one family can be refitted alone.
     `jobs`: processes for the GEMM, attention and MoE tables (each fit is seeded by itself, so
     the artifact does not depend on it). `band_coverage`: measure each kernel band's coverage
-    on held-out layouts too (`dse.fitting.bands`, nested CV).
+    on held-out layouts too (`dse.fitting.bands`, nested CV). `models`: refit only these model
+    names of the families run (the rest of `keep` is carried over; needs `keep`).
     """
     from threadpoolctl import threadpool_limits
 
@@ -118,14 +127,31 @@ def fit_artifact(
             f"--jobs {jobs}: each process runs one BLAS/OpenMP thread (--threads {threads} ignored)"
         )
         threads = 1
+    wanted_models = None if models is None else frozenset(models)
+    if wanted_models is not None and keep is None:
+        raise DataError("refitting single models (--model) needs an existing artifact at --out")
     ctx = FitContext(
-        root, gpu, seed, cv=cv, log=log, keep=keep, jobs=jobs, band_coverage=band_coverage
+        root,
+        gpu,
+        seed,
+        cv=cv,
+        log=log,
+        keep=keep,
+        jobs=jobs,
+        band_coverage=band_coverage,
+        models=wanted_models,
     )
     with threadpool_limits(threads):
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded
             for fm in fam.fit(ctx):
-                ctx.fitted[fm.name] = fm
+                if ctx.wants(fm.name):
+                    ctx.fitted[fm.name] = fm
+    if wanted_models is not None and not wanted_models <= set(ctx.fitted):
+        raise DataError(
+            f"--model: no family run fitted {sorted(wanted_models - set(ctx.fitted))} "
+            f"(fitted: {', '.join(sorted(ctx.fitted)) or 'none'})"
+        )
     if not ctx.fitted:
         raise DataError(
             f"{data_root}: no rows any model family can fit for GPU {gpu!r} "
@@ -152,6 +178,12 @@ def fit_artifact(
             f for f in keep.manifest.get("data_files", []) if f["path"] not in known
         ]
         art.manifest["carried_over"] = carried
+        # the kept models' screen reports stay, for the kinds this run did not read again
+        kept_report = keep.manifest.get("implausible_rows") or {}
+        art.manifest["implausible_rows"] = {
+            **{k: v for k, v in kept_report.items() if k not in ctx._tables},
+            **ctx.implausible,
+        }
         if keep.level1_gpu != gpu:
             # Level-1 models measured on another chip (GH200 with H200's kernel models): the
             # artifact says so, and predictions move their times to `gpu` by the roofline.

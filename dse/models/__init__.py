@@ -22,6 +22,7 @@ MODEL_CLASSES: dict[str, str] = {
     "level3_e2e": "dse.models.level3:Level3",
     "level3_power": "dse.models.level3_power:Power3",
     "moe": "dse.models.moe:MoEModel",
+    "moe_physics": "dse.models.moe_physics:MoEModel",
     "power": "dse.models.power:PowerModel",
 }
 

@@ -31,6 +31,21 @@ def mape_pct(pred: np.ndarray, y: np.ndarray) -> float:
     return float(e.mean()) if e.size else float("nan")
 
 
+def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndarray]:
+    """Split the unique group labels into `n_folds` seeded folds; returns the held-out row masks.
+
+    Every row of a group lands in the same fold, so a fold's rows come from shapes the fit of the
+    other folds never saw.
+    """
+    labels, inv = np.unique(np.asarray(groups), return_inverse=True)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(labels))
+    fold_of = np.empty(len(labels), dtype=np.int64)
+    fold_of[order] = np.arange(len(labels)) % max(1, min(n_folds, len(labels)))
+    row_fold = fold_of[inv]
+    return [row_fold == f for f in range(max(1, min(n_folds, len(labels))))]
+
+
 def fitted_range(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[float, float]]:
     """(min, max) of every numeric input array (what the artifact records as the fitted range)."""
     out: dict[str, tuple[float, float]] = {}

@@ -1,6 +1,10 @@
-"""A candidate (measured, not shipped: docs/dev/accuracy-journal.md, "MoE from physics first")
-replacement of `dse.models.moe`: the issue-19 physics. `dse fit` does not fit it and no artifact
-holds it; experiments/moe_layout_cv.py --model new measures it held out by layout.
+"""The issue-19 physics of the fused MoE (docs/dev/accuracy-journal.md, "MoE from physics first"
+and session 13), shipped for TensorRT-LLM's CUTLASS MoE tables only (kind "moe_physics"):
+`dse.fitting.moe.model_class_of` picks it for a table whose engine runs the MoE as separate
+kernels whose times add (TensorRT-LLM: router, permute, two grouped GEMMs, activation,
+finalize), which is what the `KernelSum` base prices; vLLM's fused Triton kernel does the
+permute inside the GEMM, and its tables keep `dse.models.moe`.
+experiments/moe_layout_cv.py --model new measures it held out by layout.
 
 Level-1 (Level-2 input) model of the fused MoE block (router + grouped expert GEMMs) per GPU,
 engine and weight dtype, over num_tokens, hidden_size, inter_size, topk, num_experts, the
@@ -37,13 +41,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from dse.errors import DataError
-from dse.fitting.cv import group_folds
-from dse.fitting.moe_splits import split_anomalies
+from dse.errors import ArtifactError, DataError
 from dse.models import _base
 from dse.models import moe as shipped  # the constructor, fit and state: compared on equal terms
-from dse.models._hybrid import SMOOTH_MAX_P, apply_residual, fit_roofline
+from dse.models._hybrid import (
+    SMOOTH_MAX_P,
+    Roofline,
+    apply_residual,
+    fit_roofline,
+    hybrid_state,
+    load_hybrid,
+)
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
+from dse.models._nn import MLP, mlp_from_state
 from dse.models.moe import INPUTS
 from dse.spec.hardware import get_gpu
 
@@ -81,7 +91,7 @@ FEATURES = (
 # Held out by layout, fitted physics alone (journal, session 13): H100 TRT-LLM bf16 23.8 -> 18.1%,
 # fp8_block 19.9 -> 8.5%, vLLM bf16 19.7 -> 14.0%.
 BASE = "kernels"
-# Parallel splits slower than their half-parallel twin (`dse.fitting.moe_splits`) left out of
+# Parallel splits slower than their half-parallel twin (`dse.models._moe_splits`) left out of
 # the fit: a tuner's kernel choice, not physics of the layout.
 SCREEN_SPLITS = True
 # "always": physics x bounded residual MLP; "never": physics alone; "inner_cv": per table, the
@@ -103,6 +113,9 @@ LAYOUT_FEATURES: dict[str, Any] = {
     "log_topk": lambda v, w: v["topk"],
     "log_experts_local": lambda v, w: w["e_local"],
 }
+
+
+N_KERNEL_CONSTANTS = 7  # KernelSum.theta: launch, e_c, e_w, e_a, c_perm, c_route, c_item
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,17 @@ class KernelSum:
                 [*self.theta, self.peak_flops_per_s, self.bw_bytes_per_s], dtype=np.float64
             )
         }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray], prefix: str) -> KernelSum:
+        v = np.asarray(state[f"{prefix}kernels"], dtype=np.float64).ravel()
+        if v.size != N_KERNEL_CONSTANTS + 2:
+            raise ArtifactError(
+                f"moe_physics state: {prefix}kernels holds {v.size} numbers, expected "
+                f"{N_KERNEL_CONSTANTS + 2}; re-fit with dse fit"
+            )
+        th = tuple(float(x) for x in v[:N_KERNEL_CONSTANTS])
+        return cls(th, float(v[N_KERNEL_CONSTANTS]), float(v[N_KERNEL_CONSTANTS + 1]))
 
 
 def _kernel_parts(
@@ -272,7 +296,7 @@ class MoEModel(shipped.MoEModel):
     "round_robin" (aiconfigurator's deterministic round robin) or "power_law_<alpha>".
     """
 
-    kind: ClassVar[str] = "moe_physics"  # not in dse.models.MODEL_CLASSES: a candidate
+    kind: ClassVar[str] = "moe_physics"  # the manifest's kind; dse.models.MODEL_CLASSES
 
     def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         n = _base.batch_size_of(arrays)
@@ -323,9 +347,14 @@ class MoEModel(shipped.MoEModel):
         then the residual kept or not (`RESIDUAL`; "inner_cv" decides on the training layouts)."""
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype].reset_index(drop=True)
+        from dse.models._moe_splits import split_anomalies  # fitting only (pandas)
+
         if SCREEN_SPLITS:
             d = d[~split_anomalies(d)].reset_index(drop=True)
         super().fit(d)
+        # the bound in force when fitted travels with the state: predictions do not depend on
+        # what the module's experiment switch says later
+        self.residual_log_clip_ = float(RESIDUAL_LOG_CLIP)
         self.use_residual_ = RESIDUAL != "never"
         self.inner_mape_: dict[str, float] = {}
         if RESIDUAL == "inner_cv" and not getattr(self, "_inner", False):
@@ -340,7 +369,7 @@ class MoEModel(shipped.MoEModel):
             return True
         y = d["latency_s"].to_numpy(np.float64)
         ape = {"physics": np.full(len(d), np.nan), "residual": np.full(len(d), np.nan)}
-        for te in group_folds(groups, INNER_FOLDS, self.seed + 1):
+        for te in _base.group_folds(groups, INNER_FOLDS, self.seed + 1):
             if te.all() or not te.any():
                 continue
             inner = type(self)(
@@ -364,15 +393,62 @@ class MoEModel(shipped.MoEModel):
                 out["power_w"] = self.power_mlp_.predict(
                     np.column_stack([X, np.log(out["latency_s"])])
                 )
-        if np.isfinite(RESIDUAL_LOG_CLIP):
-            f = np.exp(
-                np.clip(np.log(out["residual_factor"]), -RESIDUAL_LOG_CLIP, RESIDUAL_LOG_CLIP)
-            )
+        clip = getattr(self, "residual_log_clip_", RESIDUAL_LOG_CLIP)
+        if np.isfinite(clip):
+            f = np.exp(np.clip(np.log(out["residual_factor"]), -clip, clip))
             out["residual_factor"], out["latency_s"] = f, out["base_s"] * f
         if "power_w" in out:  # the board's power management holds a kernel's mean under it
             out["power_w"] = np.minimum(out["power_w"], get_gpu(self.gpu).board_power_w)
             out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
+
+    def range_arrays(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """The combination inputs (`combination_inputs`) of predict() keyword `arrays`, to check
+        against the fitted range with the plain inputs (adapters, bands): num_tokens, topk and
+        num_experts as given (they broadcast), nothing where one of them is missing."""
+        if not all(k in arrays for k in ("num_tokens", "topk", "num_experts")):
+            return {}
+        T, k, E = (
+            np.asarray(arrays[c], dtype=np.float64) for c in ("num_tokens", "topk", "num_experts")
+        )
+        return combination_inputs({"num_tokens": T, "topk": k, "num_experts": E})
+
+    def range_misses(self, **inputs: Any) -> dict[str, _base.RangeMiss]:
+        """`range_misses` of the inputs and their combinations (`range_arrays`)."""
+        return _base.range_misses(self.fitted_range(), {**inputs, **self.range_arrays(**inputs)})
+
+    def to_state(self) -> dict[str, np.ndarray]:
+        inner = sorted(getattr(self, "inner_mape_", {}).items())
+        return {
+            "gpu": np.array(self.gpu),
+            "engine": np.array(self.engine),
+            "moe_dtype": np.array(self.moe_dtype),
+            **hybrid_state(self),  # the base under "kernels" (KernelSum) or "roofline"
+            "use_residual": np.array(bool(self.use_residual_)),
+            "residual_log_clip": np.array(self.residual_log_clip_, dtype=np.float64),
+            "inner_mape/names": np.array([k for k, _ in inner], dtype=str),
+            "inner_mape/values": np.array([v for _, v in inner], dtype=np.float64),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
+        keys = ("gpu", "engine", "moe_dtype", "use_residual", "residual_log_clip")
+        _base.need(state, keys, "moe_physics")
+        m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
+        if "kernels" in state:
+            m.roof_ = KernelSum.from_state(state, "")
+            m.mlp_ = mlp_from_state(dict(state), "resid/")
+            m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+            m.range_ = _base.range_from_state(state)
+        else:  # BASE = "roofline" (experiments): the shipped model's state layout
+            load_hybrid(m, state)
+            assert isinstance(m.roof_, Roofline)
+        m.use_residual_ = bool(state["use_residual"])
+        m.residual_log_clip_ = float(state["residual_log_clip"])
+        names = [str(n) for n in np.asarray(state.get("inner_mape/names", [])).ravel()]
+        values = np.asarray(state.get("inner_mape/values", []), dtype=np.float64).ravel()
+        m.inner_mape_ = {n: float(v) for n, v in zip(names, values, strict=True)}
+        return m
 
 
 def combination_inputs(v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -327,7 +327,8 @@ def _layer_op_misses(
 KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
     "attention_prefill": ("context_attention", "attention_context", "attention.context"),
     "attention_decode": ("generation_attention", "attention_generation", "attention.generation"),
-    "moe": ("moe", "fused_moe"),
+    # the fused-kernel model (vLLM tables) and the kernel-sum one (TensorRT-LLM tables)
+    "moe": ("moe", "moe_physics", "fused_moe"),
     "allreduce": ("allreduce", "all_reduce", "comm"),
 }
 
@@ -356,15 +357,16 @@ _FOUND: dict[tuple[int, str, int, str], str | None] = {}
 
 
 def _search_model(artifact: Artifact, op_kind: str) -> str | None:
-    for kind in KIND_CANDIDATES.get(op_kind, ()):
-        names = sorted(artifact.names(kind))
-        if names:
-            for pref in PREFER.get(op_kind, ()):
-                hit = [n for n in names if pref in n]
-                if hit:
-                    return hit[0]
-            return names[0]
-    return None
+    # the names of every candidate kind together: PREFER then picks among classes too (the MoE
+    # tables of one artifact are of two kinds, `dse.fitting.moe.model_class_of`)
+    names = sorted({n for kind in KIND_CANDIDATES.get(op_kind, ()) for n in artifact.names(kind)})
+    if not names:
+        return None
+    for pref in PREFER.get(op_kind, ()):
+        hit = [n for n in names if pref in n]
+        if hit:
+            return hit[0]
+    return names[0]
 
 
 _ACCEPTS: dict[int, tuple[Any, frozenset[str] | None]] = {}
@@ -435,6 +437,8 @@ def _kernel_price(
         # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
         power = op_power_w(artifact, op, gpu, lat, groups=groups)
     rng = artifact.manifest["models"][name].get("fitted_range", {})
+    if hasattr(model, "range_arrays"):  # combinations of inputs with a fitted range of their own
+        arrays = {**arrays, **model.range_arrays(**arrays)}
     part = artifact.range_misses(name, **{k: v for k, v in arrays.items() if k in rng})
     misses = {
         k: RangeMiss(*(as_shape(a, shape) for a in (m.excess, m.value, m.bound)))
