@@ -17,13 +17,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dse.fitting.plausible import LABELS
-
 # a split slower than its half-parallel twin by more than this (at the median over token counts)
 # is not physics: halving the rank's work never costs 30% more time in a sane kernel choice
 RATIO = 1.3
-# the columns that name an MoE row (`plausible.LABELS`), less its token count: a series
-SERIES = tuple(c for c in LABELS["moe"] if c != "num_tokens")
+# the columns that name an MoE row (as `dse.fitting.plausible.LABELS["moe"]`, which this models
+# module cannot import), less its token count: a series
+SERIES = (
+    "gpu",
+    "engine",
+    "dtype",
+    "hidden_size",
+    "inter_size",
+    "topk",
+    "num_experts",
+    "moe_tp_size",
+    "moe_ep_size",
+    "distribution",
+)
 
 
 def twin_ratios(rows: pd.DataFrame) -> np.ndarray:
