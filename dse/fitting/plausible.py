@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import DSEError
+from dse.models._moe_splits import SERIES as MOE_SERIES
 from dse.roofline import roofline_s
 from dse.spec.hardware import get_gpu
 
@@ -315,19 +316,8 @@ LABELS: Mapping[str, tuple[str, ...]] = {
         "num_kv_heads",
         "head_dim",
     ),
-    "moe": (
-        "gpu",
-        "engine",
-        "dtype",
-        "num_tokens",
-        "hidden_size",
-        "inter_size",
-        "topk",
-        "num_experts",
-        "moe_tp_size",
-        "moe_ep_size",
-        "distribution",
-    ),
+    # an MoE call: its series (`dse.models._moe_splits.SERIES`) with the token count after dtype
+    "moe": (*MOE_SERIES[:3], "num_tokens", *MOE_SERIES[3:]),
     "layer_op": ("gpu", "model", "op", "num_tokens", "tensor_parallel"),
     "allreduce": ("source", "gpu", "implementation", "op", "n_gpus", "message_bytes"),
     "e2e": ("gpu", "engine", "model", "n_gpus", "batch_size", "input_tokens", "output_tokens"),

@@ -20,8 +20,8 @@ import pandas as pd
 # a split slower than its half-parallel twin by more than this (at the median over token counts)
 # is not physics: halving the rank's work never costs 30% more time in a sane kernel choice
 RATIO = 1.3
-# the columns that name an MoE row (as `dse.fitting.plausible.LABELS["moe"]`, which this models
-# module cannot import), less its token count: a series
+# the columns that name a series of MoE calls over token counts (`dse.fitting.plausible.LABELS`
+# names an MoE row by them and its token count)
 SERIES = (
     "gpu",
     "engine",
