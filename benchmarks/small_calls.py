@@ -54,7 +54,7 @@ NOTES = [
     "",
     "Session 13 (issue 18): the few-row paths make fewer numpy calls. Instructions per",
     "one-row prediction (callgrind, 40 of the 200 configurations, deterministic to 1e-5):",
-    "30.53 M at c3f8c04 -> 25.0 M (-18%); Python-level calls 8,410 -> 7,400 (cProfile).",
+    "30.53 M at c3f8c04 -> 24.55 M at 851605b (-20%); Python-level calls 8,410 -> ~7,400.",
     "What changed: the operators' run masks in one pass per phase (`pricing.op_runs`); the",
     "Level-3 scaling, the node-axis collapse and the roofline totals as (operators, n)",
     "matrices; one-row rules in Python floats (`range_miss`, `within`, the field check, the",
