@@ -395,10 +395,7 @@ class Level3(Model):
         additive overhead seconds, and the band (log quantiles) per configuration."""
         n = len(g.t_pre_s)
         if n and (n == 1 or (g.engine == g.engine[0]).all()):  # one engine: no scatter
-            fit = self.engines_.get(str(g.engine[0]))
-            known = fit is not None
-            if fit is None:  # as below
-                fit = self.engines_.get("vllm") or next(iter(self.engines_.values()))
+            fit, known = self._fit_of(str(g.engine[0]))
             return {
                 **_parts(fit, g),
                 "band_lo": np.full(n, float(fit.band_log[0])),
@@ -418,22 +415,24 @@ class Level3(Model):
             "band_hi": np.zeros(n),
             "engine_known": np.zeros(n, dtype=bool),
         }
-        engines = g.engine[:1] if n and (g.engine == g.engine[0]).all() else np.unique(g.engine)
-        for engine in engines:
-            idx = np.arange(n) if len(engines) == 1 else np.nonzero(g.engine == engine)[0]
-            fit = self.engines_.get(str(engine))
-            if fit is None:
-                # An engine without measurements: the closest fitted one (vLLM when present).
-                fit = self.engines_.get("vllm") or next(iter(self.engines_.values()))
-            else:
-                out["engine_known"][idx] = True
-            gi = g.take(idx) if len(idx) < n else g
-            parts = _parts(fit, gi)
+        for engine in np.unique(g.engine):  # several engines (or none): each on its rows
+            idx = np.nonzero(g.engine == engine)[0]
+            fit, known = self._fit_of(str(engine))
+            out["engine_known"][idx] = known
+            parts = _parts(fit, g.take(idx))
             for k, v in parts.items():
                 out[k][idx] = v
             out["band_lo"][idx] = fit.band_log[0]
             out["band_hi"][idx] = fit.band_log[1]
         return out
+
+    def _fit_of(self, engine: str) -> tuple[EngineFit, bool]:
+        """(the engine's fit, whether it has one): an engine without measurements takes the
+        closest fitted one (vLLM when present)."""
+        fit = self.engines_.get(engine)
+        if fit is not None:
+            return fit, True
+        return self.engines_.get("vllm") or next(iter(self.engines_.values())), False
 
     def out_of_range(self, g: GlobalInputs) -> np.ndarray:
         """True where a global input lies outside what Level 3 was fitted on."""
