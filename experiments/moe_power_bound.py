@@ -90,7 +90,7 @@ def main() -> None:
             te[te_idx] = True
             random.append(te)
 
-        def mape(p: np.ndarray) -> str:
+        def mape(p: np.ndarray, y: np.ndarray = y) -> str:
             return f"{100 * np.mean(np.abs(p / y - 1)):.1f}%"
 
         print(
