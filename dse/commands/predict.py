@@ -17,7 +17,7 @@ from dse.spec import columns as C
 from dse.spec import fields as F
 from dse.spec.hardware import get_gpu
 
-WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine")
+WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine", "batching")
 # Where a configuration comes from: at most one of these.
 SOURCES: tuple[tuple[str, str], ...] = (
     ("model", "--model"),
