@@ -106,7 +106,10 @@ def constants_entry(rows: pd.DataFrame, data: Path | None = None) -> dict[str, A
     b = rows["batch_size"].to_numpy(dtype=float)
     entry["batch_size_range"] = [float(b.min()), float(b.max())]
     entry["tensor_parallel"] = sorted(int(t) for t in rows["tensor_parallel"].unique())
-    entry["output_tokens_range"] = [int(rows["output_tokens"].min()), int(rows["output_tokens"].max())]
+    entry["output_tokens_range"] = [
+        int(rows["output_tokens"].min()),
+        int(rows["output_tokens"].max()),
+    ]
     entry["rows"] = len(rows)
     entry["models"] = sorted(rows["model"].unique().tolist())
     files = sorted(rows["file"].tolist())
@@ -181,7 +184,10 @@ def scores(pred: pd.DataFrame) -> pd.DataFrame:
     prediction's energy MAPE and time ratio on the same rows."""
     rows = []
     for gpu, p in pred.groupby("gpu", sort=True):
-        ape = lambda a, b: float(np.mean(np.abs(p[a] / p[b] - 1.0)))  # noqa: E731
+
+        def ape(a: str, b: str, p: pd.DataFrame = p) -> float:
+            return float(np.mean(np.abs(p[a] / p[b] - 1.0)))
+
         rows.append(
             {
                 "gpu": gpu,
