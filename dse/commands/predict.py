@@ -17,7 +17,7 @@ from dse.spec import columns as C
 from dse.spec import fields as F
 from dse.spec.hardware import get_gpu
 
-WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine")
+WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine", "batching")
 # Where a configuration comes from: at most one of these.
 SOURCES: tuple[tuple[str, str], ...] = (
     ("model", "--model"),
@@ -306,6 +306,8 @@ def prediction_info(config: dict[str, Any], r: dict[str, Any]) -> PredictionInfo
         f"output_tokens={config['output_tokens']} tensor_parallel={config['tensor_parallel']} "
         f"engine={config['engine']} gpu={config['gpu']}"
     )
+    if config.get("batching", "static") != "static":  # the static line as it always was
+        workload += f" batching={config['batching']}"
     blocks: dict[str, list[tuple[str, float]]] = {}
     breakdown: dict[str, list[tuple[str, float, float]]] = {}
     for phase in PHASES:
@@ -515,7 +517,9 @@ def _batch_columns(
     if unknown:
         import difflib
 
-        close = difflib.get_close_matches(unknown[0], C.CONFIG_FIELDS, n=1)
+        # a field the name abbreviates first ("batch": batch_size, not the closer batching)
+        close = [f for f in C.CONFIG_FIELDS if f.startswith(unknown[0] + "_")][:1]
+        close = close or difflib.get_close_matches(unknown[0], C.CONFIG_FIELDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
             f"{path}: unknown column(s) {', '.join(unknown)}{hint}; "

@@ -27,6 +27,8 @@ from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import LayerShapes, forward_ops
 from dse.predict.pricing import PhaseCost, Pricer
+from dse.predict.serving import any_continuous
+from dse.predict.serving import apply as apply_serving
 from dse.predict.stacking import STACK_AT_MOST
 from dse.spec import arch as A
 from dse.spec import columns as C
@@ -253,10 +255,17 @@ def predict_columns(
     cost, power_band = _calibrated_energy(pw, g, cost, gpu, n)
     oor, degree = _oor_degree(misses, flags, n)
     out = _totals(cost, base.steps, cols, _bands(corr.band_lo, corr.band_hi, power_band, degree))
+    host: dict[str, np.ndarray] = {}
+    if any_continuous(cols):
+        # continuous batching: the static batch plus the engine's host time per decode step
+        # (dse.models.serving); the bands keep the static prediction's relative width
+        host = apply_serving(out, cols, gpu, misses, flags)
+        oor, degree = _oor_degree(misses, flags, n)
     out["out_of_range"] = oor
     out["out_of_range_inputs"] = _miss_text(misses, flags, n)
     out["out_of_range_degree"] = degree
     out.update(_breakdown_columns(base, cost, corr.overheads if lvl3 is not None else None))
+    out.update(host)
     out.update(_provenance(base, artifact, fitted_for, gpu, pw is not None, lvl3 is not None, n))
     return out
 

@@ -19,6 +19,10 @@ NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
 # The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
 # spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).
 ENGINES: tuple[str, ...] = ("vllm", "trtllm")
+# How the engine batches requests (`workload.batching`): "static" is one batch run to the end,
+# as every measurement Level 3 was fitted on; "continuous" adds the engine's host time per decode
+# step and the GPU's waiting power (`dse.models.serving`, docs/accuracy.md "Serving energy").
+BATCHING: tuple[str, ...] = ("static", "continuous")
 # Linear-attention / state-space layer families (`attention_pattern` kind "linear"): Gated
 # DeltaNet (Qwen3-Next), Mamba-2 (Bamba, Nemotron-H, Falcon-H1) and Mamba-1 (Jamba); they
 # differ in parameters and in the layout of their state (docs/architecture.md).

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.spec.choices import DTYPE_BYTES, ENGINES, LINEAR_KINDS, NORMS
+from dse.spec.choices import BATCHING, DTYPE_BYTES, ENGINES, LINEAR_KINDS, NORMS
 from dse.spec.pattern import KINDS_OF, Kinds
 from dse.spec.pattern import canonical as canonical_pattern
 
@@ -60,6 +60,10 @@ def _linear_kinds() -> tuple[str, ...]:
 
 def _engines() -> tuple[str, ...]:
     return tuple(ENGINES)
+
+
+def _batching() -> tuple[str, ...]:
+    return tuple(BATCHING)
 
 
 def _gpus() -> tuple[str, ...]:
@@ -387,6 +391,14 @@ FIELDS: dict[str, Field] = {
         _int("output_tokens", 1, 2**24, 256, "tokens", group="workload"),
         _int("tensor_parallel", 1, 1024, 1, "GPUs", power_of_two=True, group="workload"),
         Field("engine", "choice", default="vllm", choices=_engines, group="workload"),
+        Field(
+            "batching",
+            "choice",
+            default="static",
+            choices=_batching,
+            note="continuous: priced with the engine's fitted host time per decode step",
+            group="workload",
+        ),
         # hardware
         Field(
             "gpu",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from dse.spec.choices import ENGINES  # noqa: F401  (re-exported: the serving engines)
+from dse.spec.choices import BATCHING, ENGINES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -13,7 +13,8 @@ class Workload:
 
     `tensor_parallel` GPUs share every layer (Megatron-style sharding); `engine` selects the
     serving framework whose overheads the end-to-end level learned (vLLM by default, the most
-    common in the measurements).
+    common in the measurements). `batching` "continuous" prices a serving run whose running
+    batch averages `batch_size` sequences (docs/accuracy.md "Serving energy").
     """
 
     batch_size: int = 1
@@ -21,6 +22,9 @@ class Workload:
     output_tokens: int = 256
     tensor_parallel: int = 1
     engine: str = "vllm"
+    # static by default: the batches Level 3 was fitted on, and every prediction made before
+    # `batching` existed ("continuous": dse.models.serving)
+    batching: str = "static"
 
     def validate(self, where: str = "workload") -> Workload:
         """Raise ConfigError with the rule and the value when the workload is impossible.

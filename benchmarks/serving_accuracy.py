@@ -1,0 +1,135 @@
+"""Serving energy per output token of continuous batching (`workload.batching: continuous`),
+whole models held out (docs/accuracy.md "Serving energy is right for the wrong reasons").
+
+    PYTHONPATH=. python benchmarks/serving_accuracy.py [--data ../shared/data] [--write-constants]
+
+On the ml-energy v2 runs (vLLM 0.4.2, H100 and A100 40GB): every row priced by
+`dse.models.serving` with host constants fitted on the other models of its GPU
+(leave-one-model-out, `dse.fitting.serving`), and A100 also with constants fitted on H100's
+rows alone (the transfer check). Energy per output token has the relative error of energy per
+request (the same output tokens divide both). Prints energy, time and power MAPE per GPU and
+the static prediction's on the same rows. `--write-constants` also writes
+`dse/predict/serving_constants.json`: constants fitted on every row of each GPU, with the
+rows' files and hash, the fitted ranges and the held-out scores printed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dse.fitting import serving as S  # noqa: E402
+from dse.predict.serving import CONSTANTS_FILE, FORMAT_VERSION  # noqa: E402
+
+COMMAND = "PYTHONPATH=. python benchmarks/serving_accuracy.py"
+TRAIN_GPU = "h100_sxm"  # the transfer check's, and the constants of a GPU not measured
+
+
+def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(rows, held-out scores per GPU, A100 scores with H100's constants)."""
+    rows = S.serving_rows(data)
+    own = S.scores(S.leave_one_model_out(rows))
+    transfer = S.scores(S.leave_one_model_out(rows, train_gpu=TRAIN_GPU))
+    transfer = transfer[transfer["gpu"] != TRAIN_GPU].reset_index(drop=True)
+    return rows, own, transfer
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def render(own: pd.DataFrame, transfer: pd.DataFrame, seconds: float) -> str:
+    lines = [
+        f"Command: `{COMMAND}` ({seconds:.0f} s). Leave-one-model-out over the ml-energy v2 "
+        "models of each GPU (A100 also with H100's constants: 'transfer').",
+        "",
+        "| GPU | constants from | rows | models | energy MAPE | time MAPE | power MAPE | "
+        "energy median ratio | worst row | static energy MAPE | static time ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, tab in (("own GPU, model held out", own), (f"{TRAIN_GPU} (transfer)", transfer)):
+        for _, r in tab.iterrows():
+            lines.append(
+                f"| {r['gpu']} | {label} | {r['rows']} | {r['models']} | "
+                f"{_pct(r['energy_mape'])} | {_pct(r['time_mape'])} | {_pct(r['power_mape'])} | "
+                f"{r['energy_median_ratio']:.2f} | {_pct(r['energy_max_ape'])} | "
+                f"{_pct(r['static_energy_mape'])} | {r['static_time_ratio']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def constants_json(rows: pd.DataFrame, own: pd.DataFrame, data: Path) -> dict[str, Any]:
+    """The shipped JSON: every GPU's constants fitted on all its rows, with provenance."""
+    gpus: dict[str, Any] = {}
+    for gpu, g in rows.groupby("gpu", sort=True):
+        entry = S.constants_entry(g, data)
+        sc = own[own["gpu"] == gpu].iloc[0]
+        entry["held_out"] = {
+            "protocol": "leave-one-model-out",
+            **{k: round(float(sc[k]), 4) for k in ("energy_mape", "time_mape", "power_mape")},
+        }
+        gpus[str(gpu)] = entry
+    return {
+        "format_version": FORMAT_VERSION,
+        "engine": S.ENGINE,
+        "engine_version": S.ENGINE_VERSION,
+        "model": "host per decode step = step_s + per_sequence_s * batch + per_extra_gpu_s * "
+        "(tp - 1); waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
+        "source": "ml-energy-v2 (ml-energy/leaderboard-v2, commit c3af7f3), "
+        "data/llm_text_generation/{chat,code}, pipeline parallel 1; batch = Avg BS (reqs) "
+        "rounded; prompt tokens assumed 256 (not recorded)",
+        "fitted": {
+            "command": COMMAND + " --write-constants",
+            "date": time.strftime("%Y-%m-%d"),
+            "commit": _commit(),
+            "machine": platform.platform(),
+        },
+        "default_gpu": TRAIN_GPU,
+        "gpus": gpus,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--write-constants", action="store_true", help=f"write {CONSTANTS_FILE.name}")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    data = Path(args.data)
+    rows, own, transfer = measure(data)
+    print(render(own, transfer, time.perf_counter() - t0))
+    if args.write_constants:
+        text = json.dumps(constants_json(rows, own, data), indent=1) + "\n"
+        CONSTANTS_FILE.write_text(text)
+        print(f"wrote {CONSTANTS_FILE.relative_to(REPO)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

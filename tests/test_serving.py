@@ -1,0 +1,207 @@
+"""Continuous-batching serving (`workload.batching`, dse.models.serving): the model's math on a
+hand-worked case, the default (static) path unchanged, the field's validation, the shipped
+constants' provenance, and the held-out serving energy on ml-energy v2 (skips without data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse.errors import ConfigError
+from dse.models.serving import HostConstants, continuous, host_step_s, range_misses
+from dse.predict import predict
+from dse.predict.serving import CONSTANTS_FILE, constants_for
+from dse.spec.arch import Architecture
+from dse.spec.catalogue import lookup_model
+from dse.spec.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+C = HostConstants(
+    engine="vllm",
+    engine_version="0.4.2",
+    gpu="h100_sxm",
+    step_s=0.005,
+    per_sequence_s=0.0003,
+    per_extra_gpu_s=0.01,
+    wait_above_idle_w=30.0,
+    batch_range=(64.0, 1024.0),
+    tensor_parallel=(1, 2, 4, 8),
+)
+
+
+def _static() -> dict[str, np.ndarray]:
+    one = lambda v: np.array([v], dtype=float)  # noqa: E731
+    return {
+        "ttft_s": one(0.2),
+        "tpot_s": one(0.08),
+        "latency_s": one(1.0),
+        "prefill_energy_j": one(100.0),
+        "decode_energy_j": one(900.0),
+        "energy_j": one(1000.0),
+        "tpot_lo_s": one(0.04),
+        "tpot_hi_s": one(0.16),
+        "latency_lo_s": one(0.5),
+        "latency_hi_s": one(2.0),
+        "energy_lo_j": one(500.0),
+        "energy_hi_j": one(2000.0),
+    }
+
+
+def test_hand_worked_case() -> None:
+    # batch 100 on 2 GPUs, 11 output tokens (10 decode steps), H100 idle 70 W:
+    # h = 5 ms + 0.3 ms x 100 + 10 ms x (2 - 1) = 45 ms per step; 10 steps: 0.45 s of host
+    # time; both GPUs wait at 70 + 30 = 100 W: + 2 x 100 W x 0.45 s = 90 J.
+    assert host_step_s(C, np.array([100]), np.array([2]))[0] == pytest.approx(0.045)
+    out = continuous(_static(), np.array([100]), np.array([2]), np.array([11]), 70.0, C)
+    assert out["latency_s"][0] == pytest.approx(1.45)
+    assert out["tpot_s"][0] == pytest.approx(0.125)
+    assert out["decode_energy_j"][0] == pytest.approx(990.0)
+    assert out["energy_j"][0] == pytest.approx(1090.0)
+    assert out["energy_per_output_token_j"][0] == pytest.approx(1090.0 / 1100.0)
+    assert out["avg_power_w"][0] == pytest.approx(1090.0 / 2 / 1.45)  # per GPU
+    assert out["breakdown.decode.host_s"][0] == pytest.approx(0.45)
+    # the bands keep their relative width
+    assert out["latency_hi_s"][0] / out["latency_s"][0] == pytest.approx(2.0)
+    assert out["energy_lo_j"][0] / out["energy_j"][0] == pytest.approx(0.5)
+
+
+def test_power_is_idle_plus_busy_times_duty() -> None:
+    # the closed form the model docstring states: P = idle + (P_busy - idle) x duty + wait x
+    # (1 - duty), per GPU, with P_busy = static energy / static time
+    s = _static()
+    out = continuous(s, np.array([100]), np.array([2]), np.array([11]), 70.0, C)
+    duty = s["latency_s"][0] / out["latency_s"][0]
+    busy = s["energy_j"][0] / 2 / s["latency_s"][0]
+    expect = 70.0 + (busy - 70.0) * duty + 30.0 * (1 - duty)
+    assert out["avg_power_w"][0] == pytest.approx(expect)
+
+
+def test_range_misses() -> None:
+    b, tp = np.array([32.0, 100.0, 2048.0, 100.0]), np.array([1, 16, 1, 1])
+    eng = np.array(["vllm", "vllm", "vllm", "trtllm"])
+    misses, flags = range_misses(C, b, tp, eng, "h100_sxm")
+    m = misses["serving: batch_size"]
+    assert m.excess == pytest.approx([np.log(0.5), 0.0, np.log(2.0), 0.0])
+    assert flags["serving: tensor_parallel not fitted"].tolist() == [False, True, False, False]
+    assert flags["serving: engine not fitted (vllm 0.4.2)"].tolist() == [False] * 3 + [True]
+    _, other = range_misses(C, b, tp, eng, "h200_sxm")
+    assert other["serving: host constants of h100_sxm"].all()
+
+
+def _configs(n: int = 3) -> dict[str, list]:
+    a = lookup_model("Llama-3.1-8B").resolved()
+    arch = {k: v for k, v in dataclasses.asdict(a).items() if k in Architecture.field_names()}
+    cfg = {k: [v] * n for k, v in arch.items()}
+    cfg.update(
+        batch_size=[8, 256, 512][:n],
+        prompt_tokens=[256] * n,
+        output_tokens=[400] * n,
+        tensor_parallel=[1, 1, 2][:n],
+        gpu=["h100_sxm"] * n,
+    )
+    return cfg
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        assert np.array_equal(a[k], b[k]), k
+
+
+def test_static_is_the_default_and_unchanged() -> None:
+    cfg = _configs()
+    _same(predict(cfg), predict({**cfg, "batching": ["static"] * 3}))
+    assert Workload().batching == "static"
+
+
+def test_mixed_batch_prices_each_row_as_asked() -> None:
+    cfg = _configs()
+    static = predict(cfg)
+    cont = predict({**cfg, "batching": ["continuous"] * 3})
+    mixed = predict({**cfg, "batching": ["static", "continuous", "static"]})
+    for k in static:
+        want = [static[k][0], cont[k][1], static[k][2]]
+        assert np.array_equal(mixed[k], np.array(want, dtype=mixed[k].dtype)), k
+    assert mixed["breakdown.decode.host_s"].tolist()[::2] == [0.0, 0.0]
+
+
+def test_continuous_is_the_model_on_the_static_prediction() -> None:
+    cfg = _configs()
+    static = predict(cfg)
+    cont = predict({**cfg, "batching": ["continuous"] * 3})
+    c = constants_for("h100_sxm")
+    b, tp, out = (np.array(cfg[k]) for k in ("batch_size", "tensor_parallel", "output_tokens"))
+    want = continuous(static, b, tp, out, 70.0, c)
+    for k, v in want.items():
+        assert np.allclose(cont[k], v, rtol=1e-12), k
+    assert (cont["latency_s"] > static["latency_s"]).all()
+    assert (cont["avg_power_w"] < static["avg_power_w"]).all()
+    # batch 8 lies below the fitted range: flagged, with the serving part named
+    assert "serving: batch_size 8 <" in cont["out_of_range_inputs"][0]
+
+
+def test_batching_is_validated_once() -> None:
+    with pytest.raises(ConfigError, match=r"batching: must be one of static, continuous"):
+        predict({**_configs(1), "batching": ["dynamic"]})
+    with pytest.raises(ConfigError, match=r"workload.batching: must be one of static"):
+        Workload(batching="dynamic").validate()
+
+
+def test_shipped_constants_carry_provenance() -> None:
+    d = json.loads(CONSTANTS_FILE.read_text())
+    assert d["engine"] == "vllm" and d["engine_version"] == "0.4.2"
+    assert d["default_gpu"] in d["gpus"]
+    for gpu, e in d["gpus"].items():
+        lo, hi = e["batch_size_range"]
+        assert 1 <= lo < hi, gpu
+        assert e["rows"] > 100 and len(e["models"]) >= 20, gpu
+        assert len(e["files_sha256"]) == 64, gpu
+        assert e["held_out"]["protocol"] == "leave-one-model-out", gpu
+        assert e["step_s"] >= 0 and e["per_sequence_s"] > 0, gpu
+    assert d["gpus"]["h100_sxm"]["held_out"]["energy_mape"] <= 0.15
+
+
+# ---------------------------------------------------------------------------- measured data
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "serving_accuracy", ROOT / "benchmarks" / "serving_accuracy.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def measured(data_dir: Path):
+    return _bench().measure(data_dir)
+
+
+def test_held_out_serving_energy_h100_within_15_percent(measured) -> None:
+    _, own, transfer = measured
+    h100 = own[own["gpu"] == "h100_sxm"].iloc[0]
+    assert h100["rows"] == 151 and h100["models"] == 22
+    assert h100["energy_mape"] <= 0.15
+    assert h100["energy_mape"] < 0.5 * h100["static_energy_mape"]
+    a100 = transfer[transfer["gpu"] == "a100_sxm_40gb"].iloc[0]
+    assert a100["energy_mape"] < a100["static_energy_mape"]
+
+
+def test_held_out_model_never_in_its_fit(measured) -> None:
+    # a model's predictions do not move when its own measurements do
+    from dse.fitting import serving as S
+
+    rows = measured[0]
+    rows = rows[rows["gpu"] == "h100_sxm"]
+    model = rows["model"].iloc[0]
+    moved = rows.copy()
+    own = moved["model"] == model
+    moved.loc[own, ["time_s", "energy_j"]] *= 3.0
+    a = S.leave_one_model_out(rows)
+    b = S.leave_one_model_out(moved)
+    assert np.array_equal(a.loc[own, "pred_energy_j"], b.loc[own, "pred_energy_j"])
+    assert not np.array_equal(a.loc[~own, "pred_energy_j"], b.loc[~own, "pred_energy_j"])
