@@ -10,7 +10,8 @@ rows alone (the transfer check). Energy per output token has the relative error 
 request (the same output tokens divide both). Prints energy, time and power MAPE per GPU and
 the static prediction's on the same rows. `--write-constants` also writes
 `dse/predict/serving_constants.json`: constants fitted on every row of each GPU, with the
-rows' files and hash, the fitted ranges and the held-out scores printed here.
+rows' files and hash, the fitted ranges, the held-out scores printed here and the band (the
+5-95% quantiles of the held-out log residuals; its coverage measured nested).
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ COMMAND = "PYTHONPATH=. python benchmarks/serving_accuracy.py"
 TRAIN_GPU = "h100_sxm"  # the transfer check's, and the constants of a GPU not measured
 
 
-def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(rows, held-out scores per GPU, A100 scores with H100's constants)."""
+def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(rows, held-out scores per GPU with the band's nested coverage, A100 scores with H100's
+    constants, the held-out predictions)."""
     rows = S.serving_rows(data)
-    own = S.scores(S.leave_one_model_out(rows))
+    pred = S.leave_one_model_out(rows)
+    own = S.scores(pred).merge(S.nested_band_coverage(rows).drop(columns="rows"), on="gpu")
     transfer = S.scores(S.leave_one_model_out(rows, train_gpu=TRAIN_GPU))
     transfer = transfer[transfer["gpu"] != TRAIN_GPU].reset_index(drop=True)
-    return rows, own, transfer
+    return rows, own, transfer, pred
 
 
 def _pct(x: float) -> str:
@@ -66,6 +69,19 @@ def render(own: pd.DataFrame, transfer: pd.DataFrame, seconds: float) -> str:
                 f"{r['energy_median_ratio']:.2f} | {_pct(r['energy_max_ape'])} | "
                 f"{_pct(r['static_energy_mape'])} | {r['static_time_ratio']:.2f} |"
             )
+    lines += [
+        "",
+        "The band (the static prediction's, widened to the 5-95% quantiles of the host model's "
+        "held-out log residuals): share of each GPU's rows inside it, nested (each model's band "
+        "calibrated on the other models' residuals under fits that saw neither):",
+        "",
+        "| GPU | latency band coverage | energy band coverage |",
+        "|---|---|---|",
+    ]
+    for _, r in own.iterrows():
+        lines.append(
+            f"| {r['gpu']} | {_pct(r['latency_coverage'])} | {_pct(r['energy_coverage'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -82,7 +98,9 @@ def _commit() -> str:
         return "unknown"
 
 
-def constants_json(rows: pd.DataFrame, own: pd.DataFrame, data: Path) -> dict[str, Any]:
+def constants_json(
+    rows: pd.DataFrame, own: pd.DataFrame, pred: pd.DataFrame, data: Path
+) -> dict[str, Any]:
     """The shipped JSON: every GPU's constants fitted on all its rows, with provenance."""
     gpus: dict[str, Any] = {}
     for gpu, g in rows.groupby("gpu", sort=True):
@@ -91,6 +109,13 @@ def constants_json(rows: pd.DataFrame, own: pd.DataFrame, data: Path) -> dict[st
         entry["held_out"] = {
             "protocol": "leave-one-model-out",
             **{k: round(float(sc[k]), 4) for k in ("energy_mape", "time_mape", "power_mape")},
+            "band_coverage_nested": {
+                k: round(float(sc[f"{k}_coverage"]), 4) for k in ("latency", "energy")
+            },
+        }
+        entry["band_log"] = {
+            k: [round(x, 5) for x in v]
+            for k, v in S.residual_band(pred[pred["gpu"] == gpu]).items()
         }
         gpus[str(gpu)] = entry
     return {
@@ -122,10 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     data = Path(args.data)
-    rows, own, transfer = measure(data)
+    rows, own, transfer, pred = measure(data)
     print(render(own, transfer, time.perf_counter() - t0))
     if args.write_constants:
-        text = json.dumps(constants_json(rows, own, data), indent=1) + "\n"
+        text = json.dumps(constants_json(rows, own, pred, data), indent=1) + "\n"
         CONSTANTS_FILE.write_text(text)
         print(f"wrote {CONSTANTS_FILE.relative_to(REPO)}", file=sys.stderr)
     return 0

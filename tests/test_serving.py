@@ -70,6 +70,21 @@ def test_hand_worked_case() -> None:
     assert out["energy_lo_j"][0] / out["energy_j"][0] == pytest.approx(0.5)
 
 
+def test_band_widens_to_the_host_models_own_band() -> None:
+    # static band x0.5-x2 around the static latency; the host band log(+-1) = x0.368-x2.718
+    # is wider on both sides and wins; a narrower one (+-0.1) leaves the static width
+    wide = dataclasses.replace(C, band_log={"latency": (-1.0, 1.0), "energy": (-0.1, 0.1)})
+    out = continuous(_static(), np.array([100]), np.array([2]), np.array([11]), 70.0, wide)
+    lat, e, tpot = out["latency_s"][0], out["energy_j"][0], out["tpot_s"][0]
+    assert out["latency_lo_s"][0] == pytest.approx(lat * np.exp(-1.0))
+    assert out["latency_hi_s"][0] == pytest.approx(lat * np.exp(1.0))
+    assert out["tpot_lo_s"][0] == pytest.approx(tpot * np.exp(-1.0))
+    assert out["energy_lo_j"][0] == pytest.approx(e * 0.5)
+    assert out["energy_hi_j"][0] == pytest.approx(e * 2.0)
+    plain = continuous(_static(), np.array([100]), np.array([2]), np.array([11]), 70.0, C)
+    assert plain["latency_lo_s"][0] == pytest.approx(plain["latency_s"][0] * 0.5)
+
+
 def test_power_is_idle_plus_busy_times_duty() -> None:
     # the closed form the model docstring states: P = idle + (P_busy - idle) x duty + wait x
     # (1 - duty), per GPU, with P_busy = static energy / static time
@@ -163,7 +178,15 @@ def test_shipped_constants_carry_provenance() -> None:
         assert len(e["files_sha256"]) == 64, gpu
         assert e["held_out"]["protocol"] == "leave-one-model-out", gpu
         assert e["step_s"] >= 0 and e["per_sequence_s"] > 0, gpu
+        lo, hi = e["band_log"]["energy"]
+        assert lo < 0 < hi, gpu
+        for cov in e["held_out"]["band_coverage_nested"].values():
+            assert 0.85 <= cov <= 0.95, gpu
     assert d["gpus"]["h100_sxm"]["held_out"]["energy_mape"] <= 0.15
+    # the shipped band reaches the prediction as read from the JSON
+    assert constants_for("h100_sxm").band_log["energy"] == tuple(
+        d["gpus"]["h100_sxm"]["band_log"]["energy"]
+    )
 
 
 # ---------------------------------------------------------------------------- measured data
@@ -182,11 +205,14 @@ def measured(data_dir: Path):
 
 
 def test_held_out_serving_energy_h100_within_15_percent(measured) -> None:
-    _, own, transfer = measured
+    _, own, transfer, _ = measured
     h100 = own[own["gpu"] == "h100_sxm"].iloc[0]
     assert h100["rows"] == 151 and h100["models"] == 22
     assert h100["energy_mape"] <= 0.15
     assert h100["energy_mape"] < 0.5 * h100["static_energy_mape"]
+    # the band, calibrated on other models' held-out residuals, holds on a held-out model
+    assert 0.85 <= h100["latency_coverage"] <= 0.95
+    assert 0.85 <= h100["energy_coverage"] <= 0.95
     a100 = transfer[transfer["gpu"] == "a100_sxm_40gb"].iloc[0]
     assert a100["energy_mape"] < a100["static_energy_mape"]
 

@@ -203,3 +203,47 @@ def scores(pred: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+BAND_QUANTILES = (0.05, 0.95)  # the nominal 90% band of every prediction
+
+
+def residual_band(pred: pd.DataFrame) -> dict[str, list[float]]:
+    """5-95% quantiles of log(measured / predicted) latency and energy of held-out rows (one
+    GPU's `leave_one_model_out`): the host model's band (`HostConstants.band_log`)."""
+    q = np.array(BAND_QUANTILES)
+    out = {}
+    for key, col in (("latency", "time_s"), ("energy", "energy_j")):
+        r = np.log(pred[col].to_numpy(dtype=float) / pred[f"pred_{col}"].to_numpy(dtype=float))
+        out[key] = [float(x) for x in np.quantile(r, q)]
+    return out
+
+
+def nested_band_coverage(rows: pd.DataFrame) -> pd.DataFrame:
+    """How often the band holds on a model it was not calibrated on, per GPU: each model's rows
+    priced by constants fitted without it, inside a band whose quantiles come from the other
+    models' residuals under fits that saw neither them nor it (the shipped rule: the static
+    band widened to the host band). Columns gpu, rows, latency_coverage, energy_coverage."""
+    recs = []
+    for gpu, g_rows in rows.groupby("gpu", sort=True):
+        inside = {"latency": [], "energy": []}
+        for model, test in g_rows.groupby("model", sort=True):
+            rest = g_rows[g_rows["model"] != model]
+            band = residual_band(leave_one_model_out(rest))
+            c = constants_of(fit_constants(rest), str(gpu), rest)
+            c = HostConstants(**{**c.__dict__, "band_log": {k: tuple(v) for k, v in band.items()}})
+            p = price(test, c)
+            for key, col, lo, hi in (
+                ("latency", "time_s", "latency_lo_s", "latency_hi_s"),
+                ("energy", "energy_j", "energy_lo_j", "energy_hi_j"),
+            ):
+                y = test[col].to_numpy(dtype=float)
+                inside[key].append((y >= p[lo]) & (y <= p[hi]))
+        recs.append(
+            {
+                "gpu": gpu,
+                "rows": len(g_rows),
+                **{f"{k}_coverage": float(np.concatenate(v).mean()) for k, v in inside.items()},
+            }
+        )
+    return pd.DataFrame(recs)

@@ -44,6 +44,9 @@ class HostConstants:
     wait_above_idle_w: float  # the waiting GPU's draw above the spec-sheet idle power
     batch_range: tuple[float, float]
     tensor_parallel: tuple[int, ...]
+    # 5-95% quantiles of log(measured / predicted) of whole held-out models ("latency",
+    # "energy"): the band's width where it is wider than the static prediction's
+    band_log: Mapping[str, tuple[float, float]] | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], engine: str, version: str, gpu: str) -> HostConstants:
@@ -59,6 +62,9 @@ class HostConstants:
             wait_above_idle_w=float(d["wait_above_idle_w"]),
             batch_range=(float(lo), float(hi)),
             tensor_parallel=tuple(int(t) for t in d["tensor_parallel"]),
+            band_log=None
+            if d.get("band_log") is None
+            else {k: (float(v[0]), float(v[1])) for k, v in d["band_log"].items()},
         )
 
 
@@ -78,8 +84,10 @@ def continuous(
     c: HostConstants,
 ) -> dict[str, np.ndarray]:
     """The static prediction's columns (`dse.predict.request.OUTPUT_KEYS` and the bands) as a
-    continuous-batching run prices them, and `breakdown.decode.host_s` / `blocks.decode.host_s`
-    (the host time of all decode steps). Bands keep their relative width."""
+        continuous-batching run prices them, and `breakdown.decode.host_s` / `blocks.decode.host_s`
+        (the host time of all decode steps). Bands keep the static prediction's relative width, widened
+    to `c.band_log` (the host model's held-out 5-95% band, TPOT taking the latency's) where that is
+    wider."""
     b = np.asarray(batch, dtype=float)
     tpf = np.asarray(tp, dtype=float)
     steps = np.maximum(np.asarray(output_tokens, dtype=float) - 1.0, 0.0)
@@ -90,9 +98,22 @@ def continuous(
     decode_energy = static["decode_energy_j"] + tpf * wait_w * host  # every GPU waits
     energy = static["prefill_energy_j"] + decode_energy
     tpot = np.where(steps > 0, static["tpot_s"] + h, static["tpot_s"])
-    lat_ratio = latency / np.maximum(static["latency_s"], 1e-30)
-    tpot_ratio = tpot / np.where(static["tpot_s"] > 0, static["tpot_s"], 1.0)
-    e_ratio = energy / np.maximum(static["energy_j"], 1e-30)
+    band = c.band_log or {}
+
+    def ratios(lo: np.ndarray, hi: np.ndarray, mid: np.ndarray, key: str) -> tuple[Any, Any]:
+        # the static band's relative width, widened to the host model's own held-out band
+        safe = np.where(mid > 0, mid, 1.0)
+        r_lo, r_hi = lo / safe, hi / safe
+        if key in band:
+            r_lo = np.minimum(r_lo, np.exp(band[key][0]))
+            r_hi = np.maximum(r_hi, np.exp(band[key][1]))
+        return r_lo, r_hi
+
+    lat_lo, lat_hi = ratios(
+        static["latency_lo_s"], static["latency_hi_s"], static["latency_s"], "latency"
+    )
+    tpot_lo, tpot_hi = ratios(static["tpot_lo_s"], static["tpot_hi_s"], static["tpot_s"], "latency")
+    e_lo, e_hi = ratios(static["energy_lo_j"], static["energy_hi_j"], static["energy_j"], "energy")
     out = {
         "tpot_s": tpot,
         "latency_s": latency,
@@ -100,12 +121,12 @@ def continuous(
         "energy_j": energy,
         "energy_per_output_token_j": energy / (np.asarray(output_tokens, dtype=float) * b),
         "avg_power_w": energy / tpf / np.maximum(latency, 1e-12),
-        "tpot_lo_s": static["tpot_lo_s"] * tpot_ratio,
-        "tpot_hi_s": static["tpot_hi_s"] * tpot_ratio,
-        "latency_lo_s": static["latency_lo_s"] * lat_ratio,
-        "latency_hi_s": static["latency_hi_s"] * lat_ratio,
-        "energy_lo_j": static["energy_lo_j"] * e_ratio,
-        "energy_hi_j": static["energy_hi_j"] * e_ratio,
+        "tpot_lo_s": tpot * tpot_lo,
+        "tpot_hi_s": tpot * tpot_hi,
+        "latency_lo_s": latency * lat_lo,
+        "latency_hi_s": latency * lat_hi,
+        "energy_lo_j": energy * e_lo,
+        "energy_hi_j": energy * e_hi,
         "breakdown.decode.host_s": host,
         "blocks.decode.host_s": host,
     }
