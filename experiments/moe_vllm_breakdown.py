@@ -35,6 +35,33 @@ VLLM = (
     "a100_sxm/vllm/bfloat16",
 )
 MODULES = {"old": "dse.models.moe", "physics": "dse.models.moe_physics"}
+BLEND_W = (0.0, 0.25, 0.5, 0.75, 1.0)  # weight of the fused model's log prediction
+
+
+def _fit_predict(name: str, gpu: str, engine: str, dtype: str, tr, te, seed: int, kw) -> np.ndarray:
+    mo = importlib.import_module(MODULES.get(name, name))
+    m = mo.MoEModel(gpu, engine, dtype, seed=seed, **kw).fit(tr)
+    inp = te.drop(columns=["gated"], errors="ignore") if name == "old" else te
+    return m.predict(**mo.moe_inputs(inp))["latency_s"]
+
+
+def blend_fold(gpu, engine, dtype, tr, te, seed, kw, inner_folds=3):
+    """(held-out blend, weight): exp(w log fused + (1 - w) log kernel-sum), w of `BLEND_W` with
+    the lowest MAPE in a group CV over the training layouts only (seed + 1)."""
+    g = U.architecture_groups(tr, LAYOUT)
+    po, pp = np.full(len(tr), np.nan), np.full(len(tr), np.nan)
+    for ite in U.group_folds(g, inner_folds, seed + 1):
+        po[ite] = _fit_predict("old", gpu, engine, dtype, tr[~ite], tr[ite], seed, kw)
+        pp[ite] = _fit_predict("physics", gpu, engine, dtype, tr[~ite], tr[ite], seed, kw)
+    y = tr["latency_s"].to_numpy(float)
+    score = {
+        w: float(np.mean(np.abs(np.exp(w * np.log(po) + (1 - w) * np.log(pp)) / y - 1)))
+        for w in BLEND_W
+    }
+    w = min(score, key=score.get)
+    o = _fit_predict("old", gpu, engine, dtype, tr, te, seed, kw)
+    q = _fit_predict("physics", gpu, engine, dtype, tr, te, seed, kw)
+    return np.exp(w * np.log(o) + (1 - w) * np.log(q)), w, o, q
 
 
 def regime(t: np.ndarray) -> np.ndarray:
@@ -46,7 +73,9 @@ def breakdown(d: pd.DataFrame) -> None:
         ape=np.abs(d["pred"] / d["latency_s"] - 1) * 100,
         lr=np.log(d["pred"] / d["latency_s"]),
         reg=regime(d["num_tokens"].to_numpy()),
-        split=d["moe_tp_size"].astype(int).astype(str) + "x" + d["moe_ep_size"].astype(int).astype(str),
+        split=d["moe_tp_size"].astype(int).astype(str)
+        + "x"
+        + d["moe_ep_size"].astype(int).astype(str),
         backend=d["kernel_source"].astype(str).str.extract(r"(cutlass|triton|fused_moe)")[0],
     )
     print(f"  all {d['ape'].mean():.2f}%  median {d['ape'].median():.2f}%")
@@ -81,7 +110,6 @@ def main() -> None:
             print("##", t)
             breakdown(g)
         return
-    mod = importlib.import_module(MODULES.get(args.model, args.model))
     shipped = importlib.import_module("dse.models.moe")
     if args.members:
         shipped.MEMBERS = args.members
@@ -103,7 +131,23 @@ def main() -> None:
         parts = [(np.ones(len(rows), bool), args.model)]
         if args.cutlass_model:
             parts = [(cut, args.cutlass_model), (~cut, args.model)]
-        for te in U.group_folds(groups, args.folds, args.seed):
+        folds = U.group_folds(groups, args.folds, args.seed)
+        if args.model == "blend":
+            fo, fp, ws = np.full(len(rows), np.nan), np.full(len(rows), np.nan), []
+            for te in folds:
+                pred[te], w, fo[te], fp[te] = blend_fold(
+                    gpu, engine, dtype, rows[~te], rows[te], args.seed, kw
+                )
+                ws.append(w)
+            base = fp
+            y = rows["latency_s"].to_numpy(float)
+            m_ = {
+                k: round(float(np.mean(np.abs(v / y - 1))) * 100, 2)
+                for k, v in (("blend", pred), ("fused", fo), ("kernel_sum", fp))
+            }
+            print(f"# {name} weights {ws} {m_}", flush=True)
+            folds = []
+        for te in folds:
             for part, name_ in parts:
                 if not part.any():
                     continue
