@@ -56,8 +56,13 @@ def test_h100_trtllm_tables_are_the_kernel_sum_and_vllm_tables_the_fused_model(h
         want = "moe_physics" if name in VLLM_KERNEL_SUM["h100_sxm"] else "moe"
         assert kinds[name] == want, name
         assert type(h100.model(name)).kind == want
+    # fp8: one backend, one kernel-sum model; fp8_block: a kernel-sum model per backend, a row
+    # priced by the one its split dispatches to (moe_physics.backend_split)
+    assert isinstance(h100.model("moe.vllm.fp8").roof_, moe_physics.KernelSum)
+    parts = h100.model("moe.vllm.fp8_block").parts_
+    assert set(parts) == set(moe_physics.PARTS)
+    assert all(isinstance(m.roof_, moe_physics.KernelSum) for m in parts.values())
     for name in VLLM_KERNEL_SUM["h100_sxm"]:
-        assert isinstance(h100.model(name).roof_, moe_physics.KernelSum)
         assert any(
             "flashinfer_cutlass" in s for s in h100.manifest["models"][name]["kernel_sources"]
         )
