@@ -230,6 +230,7 @@ def test_each_backend_fitted_apart_and_a_row_priced_by_its_split(data_dir, monke
     monkeypatch.setattr(M, "RESIDUAL", "always")
     m = M.MoEModel("h100_sxm", "vllm", "fp8_block", max_rows=800, max_iter=5).fit(rows)
     assert set(m.parts_) == set(M.PARTS)
+    assert m.power_mlp_ is None  # H100: no measured power (what the manifest records)
     for part in m.parts_.values():
         assert isinstance(part.roof_, M.KernelSum) and not part.parts_
     # each part saw its backend's rows only

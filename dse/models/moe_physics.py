@@ -1,9 +1,11 @@
 """The issue-19 physics of the fused MoE (docs/dev/accuracy-journal.md, "MoE from physics first"
-and session 13), shipped for TensorRT-LLM's CUTLASS MoE tables only (kind "moe_physics"):
+and sessions 13-14), shipped for the CUTLASS MoE tables (kind "moe_physics"):
 `dse.fitting.moe.model_class_of` picks it for a table whose engine runs the MoE as separate
-kernels whose times add (TensorRT-LLM: router, permute, two grouped GEMMs, activation,
-finalize), which is what the `KernelSum` base prices; vLLM's fused Triton kernel does the
-permute inside the GEMM, and its tables keep `dse.models.moe`.
+kernels whose times add (TensorRT-LLM, and vLLM's FlashInfer CUTLASS backend: router, permute,
+two grouped GEMMs, activation, finalize), which is what the `KernelSum` base prices; vLLM's
+fused Triton kernel does the permute inside the GEMM, and its tables keep `dse.models.moe`. A
+table of two backends told apart by expert parallelism (`backend_split`) holds one model per
+backend.
 experiments/moe_layout_cv.py --model new measures it held out by layout.
 
 Level-1 (Level-2 input) model of the fused MoE block (router + grouped expert GEMMs) per GPU,
@@ -401,12 +403,18 @@ class MoEModel(shipped.MoEModel):
             )
             self.parts_[name] = sub.fit(d[sel])
         self.range_ = _base.fitted_range(self._range_inputs(self._inputs(self._table_inputs(d))))
+        self._power_of_parts()
         self.residual_log_clip_ = float(RESIDUAL_LOG_CLIP)
         self.use_residual_ = all(m.use_residual_ for m in self.parts_.values())
         self.inner_mape_ = {
             f"{name}/{k}": v for name, m in self.parts_.items() for k, v in m.inner_mape_.items()
         }
         return self
+
+    def _power_of_parts(self) -> None:
+        # whether power was measured (the manifest's measured_power); the parts predict it
+        powers = [m.power_mlp_ for m in self.parts_.values() if m.power_mlp_ is not None]
+        self.power_mlp_ = powers[0] if powers else None
 
     def _predict_parts(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         n = _base.batch_size_of(arrays)
@@ -514,6 +522,7 @@ class MoEModel(shipped.MoEModel):
                 sub = {k[len(pre) :]: v for k, v in state.items() if k.startswith(pre)}
                 m.parts_[name] = cls.from_state(sub)
             m.range_ = _base.range_from_state(state)
+            m._power_of_parts()
         elif "kernels" in state:
             m.roof_ = KernelSum.from_state(state, "")
             m.mlp_ = mlp_from_state(dict(state), "resid/")
