@@ -43,7 +43,7 @@ from dse.models import moe as moe_mod
 from dse.models.allreduce import AllReduceModel, shape_implementation
 from dse.models.attention import attention_inputs
 from dse.models.layer_ops import LayerOpModel, layer_op_inputs
-from dse.models.moe import MoEModel, moe_inputs
+from dse.models.moe import MoEModel
 
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
 PARTS = ("layer_op", "reduction", "allreduce", "attention", "moe")
@@ -303,17 +303,20 @@ def _run_task(task: tuple) -> dict:
             MOE_GROUPINGS["model"]: moe.MOE_SHAPE_GROUP[:4],
             MOE_GROUPINGS["workload"]: ["num_tokens"],
         }[grouping]
+        # the class `dse fit` ships for this table (the kernel sum for separate-kernel backends)
+        cls = moe.model_class_of(engine, rows)
         rec = _hybrid_rows(
             "moe",
             f"moe.{engine}.{dtype}",
             gpu,
             rows,
             U.group_labels(rows, cols),
-            lambda: MoEModel(gpu, engine, dtype, seed=args.seed, **_fit_kw(args)),
-            moe_inputs,
+            lambda: cls(gpu, engine, dtype, seed=args.seed, **_fit_kw(args)),
+            cls(gpu, engine, dtype)._table_inputs,
             moe.moe_roofline_s(rows, gpu, dtype),
             args,
         )
+        rec["model_class"] = cls.kind
     rec["scheme"] += f" by {grouping}"
     rec["hidden"] = list(attention_mod.HIDDEN if task[0] == "attention" else moe_mod.HIDDEN)
     rec["members"] = (

@@ -202,3 +202,52 @@ def test_physics_alone_when_the_residual_is_not_chosen(data_dir, monkeypatch):
     p = m.predict(**M.moe_inputs(rows.iloc[:50]))
     np.testing.assert_array_equal(p["latency_s"], p["base_s"])
     assert isinstance(m.roof_, M.KernelSum) and not m.use_residual_
+
+
+def _two_backends(n: int = 6) -> pd.DataFrame:
+    ep = np.array([1.0, 1.0, 1.0, 2.0, 8.0, 64.0])[:n]
+    src = np.where(ep == 1, "vllm_fp8moe_triton_tritonexperts", "vllm_fp8moe_flashinfer_cutlass_x")
+    return pd.DataFrame({"moe_ep_size": ep, "kernel_source": src})
+
+
+def test_backend_split_only_where_expert_parallelism_tells_the_backend():
+    d = _two_backends()
+    assert M.backend_split(d)
+    assert not M.backend_split(d.assign(kernel_source="one"))  # one backend
+    assert not M.backend_split(d[d["moe_ep_size"] == 1])  # no expert-parallel row
+    mixed = d.copy()
+    mixed.loc[0, "kernel_source"] = mixed.loc[5, "kernel_source"]  # ep 1 ran both
+    assert not M.backend_split(mixed)
+    assert not M.backend_split(d.drop(columns="kernel_source"))
+
+
+def test_each_backend_fitted_apart_and_a_row_priced_by_its_split(data_dir, monkeypatch):
+    from dse.data import load
+
+    t = load(data_dir, ["moe"])["moe"]
+    rows = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["dtype"] == "fp8_block")]
+    rows = rows[rows["hidden_size"] == 4096].reset_index(drop=True)  # 4 layouts, both backends
+    monkeypatch.setattr(M, "RESIDUAL", "always")
+    m = M.MoEModel("h100_sxm", "vllm", "fp8_block", max_rows=800, max_iter=5).fit(rows)
+    assert set(m.parts_) == set(M.PARTS)
+    assert m.power_mlp_ is None  # H100: no measured power (what the manifest records)
+    for part in m.parts_.values():
+        assert isinstance(part.roof_, M.KernelSum) and not part.parts_
+    # each part saw its backend's rows only
+    assert m.parts_["ep1"].fitted_range()["moe_ep_size"] == (1.0, 1.0)
+    assert m.parts_["ep_many"].fitted_range()["moe_ep_size"][0] == 2.0
+    assert m.fitted_range()["moe_ep_size"] == (1.0, float(rows["moe_ep_size"].max()))
+    ins = M.moe_inputs(rows.iloc[::97])
+    p = m.predict(**ins)
+    ep1 = ins["moe_ep_size"] == 1
+    assert ep1.any() and (~ep1).any()
+    for name, sel in (("ep1", ep1), ("ep_many", ~ep1)):
+        q = m.parts_[name].predict(**{k: v[sel] for k, v in ins.items()})
+        for key in q:
+            np.testing.assert_array_equal(np.asarray(p[key])[sel], np.asarray(q[key]), key)
+    # scalars broadcast, and the state round trip is exact
+    one = m.predict(**{k: v[0] for k, v in ins.items()})
+    np.testing.assert_array_equal(one["latency_s"], p["latency_s"][:1])
+    again = M.MoEModel.from_state(m.to_state())
+    np.testing.assert_array_equal(again.predict(**ins)["latency_s"], p["latency_s"])
+    assert again.to_state().keys() == m.to_state().keys()

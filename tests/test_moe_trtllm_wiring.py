@@ -1,7 +1,8 @@
-"""Which model prices which MoE table (session 13): TensorRT-LLM's CUTLASS MoE tables (separate
-kernels whose times add) by the kernel-sum model `dse.models.moe_physics` (kind "moe_physics"),
-every vLLM table (one fused kernel) and a TensorRT-LLM table with too few layouts for the inner
-CV by `dse.models.moe` (kind "moe"); the kernel-sum state round trip, its out-of-range flags
+"""Which model prices which MoE table (sessions 13, 14): TensorRT-LLM's CUTLASS MoE tables and
+the vLLM tables most of whose rows ran FlashInfer's CUTLASS MoE (separate kernels whose times
+add) by the kernel-sum model `dse.models.moe_physics` (kind "moe_physics"), every vLLM Triton
+table (one fused kernel) and a table with too few layouts for the inner CV by `dse.models.moe`
+(kind "moe"); the kernel-sum state round trip, its out-of-range flags
 (combinations of inputs included) in the Level-1 adapter and the kernel bands."""
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dse.resources import surrogates_dir
 from dse.spec.hardware import get_gpu
 
 TRT_KERNEL_SUM = ("moe.trtllm.bfloat16", "moe.trtllm.fp8", "moe.trtllm.fp8_block")
+# vLLM tables most of whose rows ran FlashInfer's CUTLASS MoE (session 14): the kernel sum too
+VLLM_KERNEL_SUM = {"h100_sxm": ("moe.vllm.fp8", "moe.vllm.fp8_block")}
 
 
 def _artifacts() -> dict[str, Artifact]:
@@ -50,25 +53,38 @@ def test_h100_trtllm_tables_are_the_kernel_sum_and_vllm_tables_the_fused_model(h
     vllm = [n for n in kinds if n.startswith("moe.vllm.")]
     assert len(vllm) == 5
     for name in vllm:
-        assert kinds[name] == "moe", name
-        assert type(h100.model(name)) is moe.MoEModel
+        want = "moe_physics" if name in VLLM_KERNEL_SUM["h100_sxm"] else "moe"
+        assert kinds[name] == want, name
+        assert type(h100.model(name)).kind == want
+    # fp8: one backend, one kernel-sum model; fp8_block: a kernel-sum model per backend, a row
+    # priced by the one its split dispatches to (moe_physics.backend_split)
+    assert isinstance(h100.model("moe.vllm.fp8").roof_, moe_physics.KernelSum)
+    parts = h100.model("moe.vllm.fp8_block").parts_
+    assert set(parts) == set(moe_physics.PARTS)
+    assert all(isinstance(m.roof_, moe_physics.KernelSum) for m in parts.values())
+    for name in VLLM_KERNEL_SUM["h100_sxm"]:
+        assert any(
+            "flashinfer_cutlass" in s for s in h100.manifest["models"][name]["kernel_sources"]
+        )
     # one layout (2880/2880/4/32): no inner CV over layouts is possible, the fused model stays
     assert kinds["moe.trtllm.w4a16_mxfp4"] == "moe"
 
 
 @pytest.mark.parametrize("gpu", sorted(ARTIFACTS))
-def test_every_artifact_prices_vllm_moe_by_the_fused_model(gpu: str) -> None:
+def test_every_artifact_prices_vllm_triton_moe_by_the_fused_model(gpu: str) -> None:
     for name, kind in _moe_kinds(ARTIFACTS[gpu]).items():
         if name.startswith("moe.vllm."):
-            assert kind == "moe", (gpu, name)
+            want = "moe_physics" if name in VLLM_KERNEL_SUM.get(gpu, ()) else "moe"
+            assert kind == want, (gpu, name)
         if name in TRT_KERNEL_SUM:
             assert kind == "moe_physics", (gpu, name)
 
 
-def _table(engine: str, n_layouts: int) -> pd.DataFrame:
+def _table(engine: str, n_layouts: int, kernel_source: str = "") -> pd.DataFrame:
     return pd.DataFrame(
         {
             "engine": engine,
+            "kernel_source": kernel_source,
             "hidden_size": 1024.0 * (1 + np.arange(n_layouts)),
             "inter_size": 2048.0,
             "topk": 8.0,
@@ -82,6 +98,20 @@ def test_the_class_follows_the_engines_kernels_and_the_layout_count() -> None:
     assert fit_moe.model_class_of("trtllm", _table("trtllm", n)) is moe_physics.MoEModel
     assert fit_moe.model_class_of("trtllm", _table("trtllm", n - 1)) is moe.MoEModel
     assert fit_moe.model_class_of("vllm", _table("vllm", 14)) is moe.MoEModel
+    triton = "vllm_unquantizedfusedmoe_triton_tritonexperts"
+    cutlass = "vllm_fp8moe_flashinfer_cutlass_flashinferexperts"
+    assert fit_moe.model_class_of("vllm", _table("vllm", 14, triton)) is moe.MoEModel
+    assert fit_moe.model_class_of("vllm", _table("vllm", 14, cutlass)) is moe_physics.MoEModel
+    assert fit_moe.model_class_of("vllm", _table("vllm", n - 1, cutlass)) is moe.MoEModel
+    # a table of both backends (H100 vLLM fp8_block: expert-parallel splits ran CUTLASS): the
+    # backend of most rows
+    mixed = _table("vllm", 10, triton)
+    mixed.loc[:5, "kernel_source"] = cutlass
+    assert fit_moe.kernel_sum_backend_share(mixed) == 0.6
+    assert fit_moe.model_class_of("vllm", mixed) is moe_physics.MoEModel
+    mixed.loc[5, "kernel_source"] = triton
+    assert fit_moe.model_class_of("vllm", mixed) is moe.MoEModel
+    assert fit_moe.kernel_sum_backend_share(_table("vllm", 3).drop(columns="kernel_source")) == 0
     assert model_class("moe_physics") is moe_physics.MoEModel
 
 
@@ -96,7 +126,7 @@ def _inputs(n: int = 9) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("name", TRT_KERNEL_SUM)
+@pytest.mark.parametrize("name", (*TRT_KERNEL_SUM, *VLLM_KERNEL_SUM["h100_sxm"]))
 def test_kernel_sum_state_round_trips_exactly(h100, name: str) -> None:
     model = h100.model(name)
     state = model.to_state()
@@ -195,6 +225,34 @@ def test_validate_rows_priced_by_their_table_and_banded(h100) -> None:
         assert (lo[:2] < p[:2]).all() and (p[:2] < hi[:2]).all()
         assert np.log(hi[1] / lo[1]) > np.log(hi[0] / lo[0])
         assert (got["band_model"].iloc[:2] == "moe.trtllm.bfloat16").all()
+
+
+def test_vllm_cutlass_rows_priced_by_the_kernel_sum(h100) -> None:
+    rows = pd.DataFrame(
+        {
+            "gpu": "h100_sxm",
+            "engine": "vllm",
+            "dtype": ["fp8", "fp8_block", "bfloat16"],
+            "num_tokens": 512.0,
+            "hidden_size": 4096.0,
+            "inter_size": 14336.0,
+            "topk": 2.0,
+            "num_experts": 8.0,
+            "moe_tp_size": 1.0,
+            "moe_ep_size": [1.0, 2.0, 1.0],
+            "distribution": "power_law_1.2",
+            "gated": True,
+            "kernel_source": "vllm_x",
+        }
+    )
+    got = fit_moe.predict_moe_rows(h100, "moe", rows)
+    for i, name in enumerate(("moe.vllm.fp8", "moe.vllm.fp8_block")):
+        want = h100.model(name).predict(**moe_physics.moe_inputs(rows.iloc[i : i + 1]))
+        np.testing.assert_allclose(got["latency_pred_s"].iloc[i], want["latency_s"], rtol=1e-12)
+    vl = h100.model("moe.vllm.bfloat16").predict(**moe.moe_inputs(rows.iloc[2:]))
+    np.testing.assert_allclose(got["latency_pred_s"].iloc[2:], vl["latency_s"], rtol=1e-12)
+    # the Level-1 adapter still prices every engine's MoE block with the vLLM bf16 table
+    assert _search_model(h100, "moe") == "moe.vllm.bfloat16"
 
 
 def test_fit_model_refits_only_the_named_models(data_dir, h100) -> None:

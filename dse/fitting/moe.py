@@ -1,7 +1,8 @@
 """The MoE family: fused MoE block models per engine and dtype, fitted as hybrid tables with
 grouped CV, and their row predictor. The class of a table follows its engine's kernels
-(`model_class_of`): TensorRT-LLM's separate MoE kernels by the kernel-sum physics
-(`dse.models.moe_physics.MoEModel`, kind "moe_physics"), vLLM's fused kernel by
+(`model_class_of`): separate MoE kernels whose times add (TensorRT-LLM's CUTLASS MoE, and the same
+kernels where vLLM dispatches to FlashInfer's CUTLASS MoE) by the kernel-sum physics
+(`dse.models.moe_physics.MoEModel`, kind "moe_physics"), vLLM's fused Triton kernel by
 `dse.models.moe.MoEModel` (kind "moe").
 """
 
@@ -29,6 +30,15 @@ MOE_KINDS = (MoEModel.kind, moe_physics.MoEModel.kind)
 # kernel-sum base of `dse.models.moe_physics` prices. vLLM's fused Triton kernel permutes inside
 # the GEMM: held out by layout the kernel sum lost on 4 of its 6 tables (journal, session 13).
 KERNEL_SUM_ENGINES = ("trtllm",)
+# The same kernels under another engine, read from a row's `kernel_source`: vLLM's FlashInfer
+# CUTLASS MoE backend ("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
+# "vllm_fp8moe_flashinfer_cutlass_flashinferexperts") runs FlashInfer's port of TensorRT-LLM's
+# CUTLASS MoE (expand rows, grouped GEMM 1, activation, grouped GEMM 2, finalize). A vLLM table
+# is the kernel sum when most of its rows ran such a backend: H100 vLLM fp8 (every row) and
+# fp8_block (7,371 of 12,393 rows: every expert-parallel split; its tensor-parallel-only splits
+# ran Triton). Held out by layout (5 folds, shipped setting) 11.47 -> 6.40% and 21.16 -> 12.03%
+# (docs/dev/accuracy-journal.md, session 14); every Triton table keeps the fused model.
+KERNEL_SUM_BACKENDS = ("flashinfer_cutlass",)
 # The kernel-sum model decides its residual by an inner CV over the training layouts
 # (`moe_physics.INNER_FOLDS` group folds), nested in `dse fit`'s own CV (FIT_CV_FOLDS folds by
 # layout): with fewer layouts than this, a CV fold leaves fewer training layouts than inner folds
@@ -44,12 +54,26 @@ MOE_SHAPE_GROUP = U.cv_group("moe", ("hidden_size", "inter_size", "topk", "num_e
 MOE_DTYPE_ORDER = ("bfloat16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4")
 
 
+def kernel_sum_backend_share(rows: pd.DataFrame) -> float:
+    """The share of `rows` whose `kernel_source` names a backend of `KERNEL_SUM_BACKENDS`
+    (0 without the column)."""
+    if not len(rows) or "kernel_source" not in rows:
+        return 0.0
+    src = rows["kernel_source"].astype(str).str.lower()
+    hit = np.zeros(len(rows), dtype=bool)
+    for name in KERNEL_SUM_BACKENDS:
+        hit |= src.str.contains(name, regex=False).to_numpy()
+    return float(hit.mean())
+
+
 def model_class_of(engine: str, rows: pd.DataFrame) -> type[MoEModel]:
     """The model class of one MoE table (`rows`: one GPU, engine and dtype): the kernel sum for
-    an engine of `KERNEL_SUM_ENGINES` with at least `MIN_KERNEL_SUM_LAYOUTS` layouts, else the
-    fused-kernel model. A rule from the kernels the engine runs, not a pick by held-out score."""
+    an engine of `KERNEL_SUM_ENGINES`, or a table most of whose rows ran a backend of
+    `KERNEL_SUM_BACKENDS`, with at least `MIN_KERNEL_SUM_LAYOUTS` layouts; else the fused-kernel
+    model. A rule from the kernels the engine runs, not a pick by held-out score."""
     layouts = len(rows.groupby(list(moe_physics.LAYOUT)).size()) if len(rows) else 0
-    if engine in KERNEL_SUM_ENGINES and layouts >= MIN_KERNEL_SUM_LAYOUTS:
+    separate = engine in KERNEL_SUM_ENGINES or kernel_sum_backend_share(rows) > 0.5
+    if separate and layouts >= MIN_KERNEL_SUM_LAYOUTS:
         return moe_physics.MoEModel
     return MoEModel
 

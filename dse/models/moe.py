@@ -1,8 +1,8 @@
 """Level-1 (Level-2 input) model of the fused MoE block (router + grouped expert GEMMs) per GPU,
 engine and weight dtype, over num_tokens, hidden_size, inter_size, topk, num_experts, the
 expert-tensor-parallel and expert-parallel sizes, and the routing skew. Shipped for vLLM's fused
-MoE tables (and any table too small for the kernel-sum model); TensorRT-LLM's tables are
-`dse.models.moe_physics` (`dse.fitting.moe.model_class_of`).
+Triton MoE tables (and any table too small for the kernel-sum model); TensorRT-LLM's tables and
+vLLM's FlashInfer CUTLASS tables are `dse.models.moe_physics` (`dse.fitting.moe.model_class_of`).
 
 Work on the measured rank (aiconfigurator times one rank of a moe_tp x moe_ep group):
   local experts E_l = E / ep, local width I_l = I / tp, routed slots on the rank S = T k / ep;

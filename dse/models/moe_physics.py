@@ -1,9 +1,11 @@
 """The issue-19 physics of the fused MoE (docs/dev/accuracy-journal.md, "MoE from physics first"
-and session 13), shipped for TensorRT-LLM's CUTLASS MoE tables only (kind "moe_physics"):
+and sessions 13-14), shipped for the CUTLASS MoE tables (kind "moe_physics"):
 `dse.fitting.moe.model_class_of` picks it for a table whose engine runs the MoE as separate
-kernels whose times add (TensorRT-LLM: router, permute, two grouped GEMMs, activation,
-finalize), which is what the `KernelSum` base prices; vLLM's fused Triton kernel does the
-permute inside the GEMM, and its tables keep `dse.models.moe`.
+kernels whose times add (TensorRT-LLM, and vLLM's FlashInfer CUTLASS backend: router, permute,
+two grouped GEMMs, activation, finalize), which is what the `KernelSum` base prices; vLLM's
+fused Triton kernel does the permute inside the GEMM, and its tables keep `dse.models.moe`. A
+table of two backends told apart by expert parallelism (`backend_split`) holds one model per
+backend.
 experiments/moe_layout_cv.py --model new measures it held out by layout.
 
 Level-1 (Level-2 input) model of the fused MoE block (router + grouped expert GEMMs) per GPU,
@@ -116,6 +118,33 @@ LAYOUT_FEATURES: dict[str, Any] = {
 
 
 N_KERNEL_CONSTANTS = 7  # KernelSum.theta: launch, e_c, e_w, e_a, c_perm, c_route, c_item
+
+# A table whose rows ran two kernel backends, the engine's dispatch telling them apart by expert
+# parallelism alone (H100 vLLM 0.24 fp8_block: every expert-parallel split FlashInfer's CUTLASS
+# MoE, every tensor-parallel-only split Triton), gets one model per backend, and a row is priced
+# by the one its split dispatches to (`backend_split`; journal, session 14: held out by layout
+# 10.3 -> 9.1% at the screen setting). "ep1": moe_ep_size 1, "ep_many": moe_ep_size > 1.
+SPLIT_BACKENDS = True
+PARTS = ("ep1", "ep_many")
+
+
+def backend_split(d: pd.DataFrame) -> bool:
+    """True when the rows ran two kernel backends (`kernel_source`) and expert parallelism alone
+    tells which: every moe_ep_size 1 row one backend, every larger one the other."""
+    if "kernel_source" not in d or not len(d):
+        return False
+    src = d["kernel_source"].astype(str).to_numpy()
+    ep1 = d["moe_ep_size"].to_numpy(np.float64) == 1.0
+    if ep1.all() or not ep1.any():
+        return False
+    a, b = set(src[ep1]), set(src[~ep1])
+    return len(a) == 1 and len(b) == 1 and a != b
+
+
+def _take(value: Any, sel: np.ndarray, n: int) -> Any:
+    """The rows `sel` of one predict() keyword value (a scalar stays as it is)."""
+    a = np.asarray(value)
+    return value if a.ndim == 0 else np.broadcast_to(a, (n,))[sel]
 
 
 @dataclass(frozen=True)
@@ -351,6 +380,9 @@ class MoEModel(shipped.MoEModel):
 
         if SCREEN_SPLITS:
             d = d[~split_anomalies(d)].reset_index(drop=True)
+        self.parts_: dict[str, MoEModel] = {}
+        if SPLIT_BACKENDS and not getattr(self, "_inner", False) and backend_split(d):
+            return self._fit_parts(d)
         super().fit(d)
         # the bound in force when fitted travels with the state: predictions do not depend on
         # what the module's experiment switch says later
@@ -360,6 +392,45 @@ class MoEModel(shipped.MoEModel):
         if RESIDUAL == "inner_cv" and not getattr(self, "_inner", False):
             self.use_residual_ = self._inner_choice(d)
         return self
+
+    def _fit_parts(self, d: pd.DataFrame) -> Self:
+        """One model per backend (`PARTS`, split by expert parallelism), each fitted (its own
+        inner CV included) on its rows alone; the range is the whole table's."""
+        ep1 = d["moe_ep_size"].to_numpy(np.float64) == 1.0
+        for name, sel in zip(PARTS, (ep1, ~ep1), strict=True):
+            sub = type(self)(
+                self.gpu, self.engine, self.moe_dtype, self.seed, self.max_rows, self.max_iter
+            )
+            self.parts_[name] = sub.fit(d[sel])
+        self.range_ = _base.fitted_range(self._range_inputs(self._inputs(self._table_inputs(d))))
+        self._power_of_parts()
+        self.residual_log_clip_ = float(RESIDUAL_LOG_CLIP)
+        self.use_residual_ = all(m.use_residual_ for m in self.parts_.values())
+        self.inner_mape_ = {
+            f"{name}/{k}": v for name, m in self.parts_.items() for k, v in m.inner_mape_.items()
+        }
+        return self
+
+    def _power_of_parts(self) -> None:
+        # whether power was measured (the manifest's measured_power); the parts predict it
+        powers = [m.power_mlp_ for m in self.parts_.values() if m.power_mlp_ is not None]
+        self.power_mlp_ = powers[0] if powers else None
+
+    def _predict_parts(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        n = _base.batch_size_of(arrays)
+        ep = _base.as_float("moe_ep_size", arrays.get("moe_ep_size", 1.0), n)
+        got = []
+        for name, sel in zip(PARTS, (ep == 1.0, ep != 1.0), strict=True):
+            if sel.any():
+                sub = {k: _take(v, sel, n) for k, v in arrays.items()}
+                got.append((np.flatnonzero(sel), self.parts_[name].predict(**sub)))
+        idx = np.concatenate([i for i, _ in got])
+        out: dict[str, np.ndarray] = {}
+        for key in got[0][1]:
+            vals = np.concatenate([np.broadcast_to(p[key], i.shape) for i, p in got])
+            out[key] = np.empty_like(vals)
+            out[key][idx] = vals
+        return out
 
     def _inner_choice(self, d: pd.DataFrame) -> bool:
         """True when physics x residual beats physics alone (mean APE, %) over `INNER_FOLDS`
@@ -384,6 +455,8 @@ class MoEModel(shipped.MoEModel):
         return self.inner_mape_["residual"] < self.inner_mape_["physics"]
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        if getattr(self, "parts_", None):  # one model per backend (`backend_split`)
+            return self._predict_parts(arrays)
         out, X = self.design(self._inputs(arrays))
         apply_residual(out, X, self.mlp_, self.power_mlp_)
         if not getattr(self, "use_residual_", True):  # the inner CV chose physics alone
@@ -419,11 +492,18 @@ class MoEModel(shipped.MoEModel):
 
     def to_state(self) -> dict[str, np.ndarray]:
         inner = sorted(getattr(self, "inner_mape_", {}).items())
+        parts = getattr(self, "parts_", None)
+        if parts:  # each backend's model under its part's prefix, the whole range at the top
+            body = {f"{name}/{k}": v for name, m in parts.items() for k, v in m.to_state().items()}
+            body.update(_base.range_to_state(self.range_))
+            body["parts"] = np.array(list(parts), dtype=str)
+        else:
+            body = hybrid_state(self)  # the base under "kernels" (KernelSum) or "roofline"
         return {
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
             "moe_dtype": np.array(self.moe_dtype),
-            **hybrid_state(self),  # the base under "kernels" (KernelSum) or "roofline"
+            **body,
             "use_residual": np.array(bool(self.use_residual_)),
             "residual_log_clip": np.array(self.residual_log_clip_, dtype=np.float64),
             "inner_mape/names": np.array([k for k, _ in inner], dtype=str),
@@ -435,7 +515,15 @@ class MoEModel(shipped.MoEModel):
         keys = ("gpu", "engine", "moe_dtype", "use_residual", "residual_log_clip")
         _base.need(state, keys, "moe_physics")
         m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
-        if "kernels" in state:
+        m.parts_ = {}
+        if "parts" in state:
+            for name in (str(x) for x in np.asarray(state["parts"]).ravel()):
+                pre = f"{name}/"
+                sub = {k[len(pre) :]: v for k, v in state.items() if k.startswith(pre)}
+                m.parts_[name] = cls.from_state(sub)
+            m.range_ = _base.range_from_state(state)
+            m._power_of_parts()
+        elif "kernels" in state:
             m.roof_ = KernelSum.from_state(state, "")
             m.mlp_ = mlp_from_state(dict(state), "resid/")
             m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
