@@ -206,8 +206,27 @@ class MoEModel(_base.Model):
         return moe_inputs(d)
 
     def _range_inputs(self, v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The inputs whose fitted range the model records (`range_`)."""
-        return {k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")}
+        """The inputs whose fitted range the model records (`range_`), and the combinations
+        of them whose range matters beyond each input's own (`combination_inputs`)."""
+        return {
+            **{k: v[k] for k in (*INPUTS, "moe_tp_size", "moe_ep_size", "skew")},
+            **combination_inputs(v),
+        }
+
+    def range_arrays(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """The combination inputs (`combination_inputs`) of predict() keyword `arrays`, to check
+        against the fitted range with the plain inputs (adapters, bands): num_tokens, topk and
+        num_experts as given (they broadcast), nothing where one of them is missing."""
+        if not all(k in arrays for k in ("num_tokens", "topk", "num_experts")):
+            return {}
+        T, k, E = (
+            np.asarray(arrays[c], dtype=np.float64) for c in ("num_tokens", "topk", "num_experts")
+        )
+        return combination_inputs({"num_tokens": T, "topk": k, "num_experts": E})
+
+    def range_misses(self, **inputs: Any) -> dict[str, _base.RangeMiss]:
+        """`range_misses` of the inputs and their combinations (`range_arrays`)."""
+        return _base.range_misses(self.fitted_range(), {**inputs, **self.range_arrays(**inputs)})
 
     def design(
         self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None
@@ -254,3 +273,13 @@ def moe_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
     if "kernel_source" in df:
         out["gated"] = ~df["kernel_source"].astype(str).str.contains("nongated").to_numpy()
     return out
+
+
+def combination_inputs(v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The combinations of inputs whose fitted range matters beyond each input's own (issue 19):
+    experts per top-k (how sparse the layer is: 51 at most in some tables, 128 in a user's
+    layout) and routed tokens per expert T k / E (how full each expert's GEMM is)."""
+    return {
+        "experts_per_topk": v["num_experts"] / v["topk"],
+        "tokens_per_expert": v["num_tokens"] * v["topk"] / v["num_experts"],
+    }

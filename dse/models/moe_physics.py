@@ -56,7 +56,7 @@ from dse.models._hybrid import (
 )
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
 from dse.models._nn import MLP, mlp_from_state
-from dse.models.moe import INPUTS
+from dse.models.moe import INPUTS, combination_inputs  # noqa: F401  (re-exported)
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -345,9 +345,6 @@ class MoEModel(shipped.MoEModel):
     def _table_inputs(self, d: pd.DataFrame) -> dict[str, np.ndarray]:
         return moe_inputs(d)
 
-    def _range_inputs(self, v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {**super()._range_inputs(v), **combination_inputs(v)}
-
     def design(
         self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -475,21 +472,6 @@ class MoEModel(shipped.MoEModel):
             out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
 
-    def range_arrays(self, **arrays: Any) -> dict[str, np.ndarray]:
-        """The combination inputs (`combination_inputs`) of predict() keyword `arrays`, to check
-        against the fitted range with the plain inputs (adapters, bands): num_tokens, topk and
-        num_experts as given (they broadcast), nothing where one of them is missing."""
-        if not all(k in arrays for k in ("num_tokens", "topk", "num_experts")):
-            return {}
-        T, k, E = (
-            np.asarray(arrays[c], dtype=np.float64) for c in ("num_tokens", "topk", "num_experts")
-        )
-        return combination_inputs({"num_tokens": T, "topk": k, "num_experts": E})
-
-    def range_misses(self, **inputs: Any) -> dict[str, _base.RangeMiss]:
-        """`range_misses` of the inputs and their combinations (`range_arrays`)."""
-        return _base.range_misses(self.fitted_range(), {**inputs, **self.range_arrays(**inputs)})
-
     def to_state(self) -> dict[str, np.ndarray]:
         inner = sorted(getattr(self, "inner_mape_", {}).items())
         parts = getattr(self, "parts_", None)
@@ -537,16 +519,6 @@ class MoEModel(shipped.MoEModel):
         values = np.asarray(state.get("inner_mape/values", []), dtype=np.float64).ravel()
         m.inner_mape_ = {n: float(v) for n, v in zip(names, values, strict=True)}
         return m
-
-
-def combination_inputs(v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The combinations of inputs whose fitted range matters beyond each input's own (issue 19):
-    experts per top-k (how sparse the layer is: 51 at most in some tables, 128 in a user's
-    layout) and routed tokens per expert T k / E (how full each expert's GEMM is)."""
-    return {
-        "experts_per_topk": v["num_experts"] / v["topk"],
-        "tokens_per_expert": v["num_tokens"] * v["topk"] / v["num_experts"],
-    }
 
 
 def moe_inputs(df: pd.DataFrame) -> dict[str, np.ndarray]:
