@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from _docsection import replace_between  # noqa: E402  (benchmarks/, the script's folder)
+from _provenance import short_commit  # noqa: E402
 
 from dse.fitting.band_calibration import apply_bands, calibrate_artifact  # noqa: E402
 from dse.fitting.level3 import level3_band_coverage  # noqa: E402
@@ -253,18 +254,6 @@ def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
@@ -291,7 +280,7 @@ def main() -> None:
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, "
         f"python {platform.python_version()})",
-        "commit": _commit(),
+        "commit": short_commit(REPO),
         "gpus": {},
     }
     done: dict[str, Artifact] = {}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _provenance import short_commit  # noqa: E402  (benchmarks/, the script's folder)
 
 from dse.fitting import serving as S  # noqa: E402
 from dse.predict.serving import CONSTANTS_FILE, FORMAT_VERSION  # noqa: E402
@@ -85,19 +87,6 @@ def render(own: pd.DataFrame, transfer: pd.DataFrame, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def constants_json(
     rows: pd.DataFrame, own: pd.DataFrame, pred: pd.DataFrame, data: Path
 ) -> dict[str, Any]:
@@ -130,7 +119,7 @@ def constants_json(
         "fitted": {
             "command": COMMAND + " --write-constants",
             "date": time.strftime("%Y-%m-%d"),
-            "commit": _commit(),
+            "commit": short_commit(REPO),
             "machine": platform.platform(),
         },
         "default_gpu": TRAIN_GPU,
