@@ -8,22 +8,17 @@ unit, a lost residual table, the roofline alone at ~45%) fails.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 AIC = ROOT / "benchmarks" / "measurements" / "h200_gemm_bf16_aic_2026-11-29.csv"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "gemm_blind_h200", ROOT / "benchmarks" / "gemm_blind_h200.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gemm_blind_h200")
 
 
 @pytest.fixture(scope="module")

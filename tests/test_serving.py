@@ -5,12 +5,12 @@ constants' provenance, and the held-out serving energy on ml-energy v2 (skips wi
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load_benchmark
 
 from dse.errors import ConfigError
 from dse.models.serving import HostConstants, continuous, host_step_s, range_misses
@@ -191,12 +191,7 @@ def test_shipped_constants_carry_provenance() -> None:
 
 # ---------------------------------------------------------------------------- measured data
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "serving_accuracy", ROOT / "benchmarks" / "serving_accuracy.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("serving_accuracy")
 
 
 @pytest.fixture(scope="module")
