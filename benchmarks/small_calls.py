@@ -339,22 +339,10 @@ def cpu_name() -> str:
 
 
 def _label(code: Path) -> str:
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(code), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return str(code)
-    return f"{sha}{' + changes' if dirty else ''}"
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _provenance import checkout_label
+
+    return checkout_label(code)
 
 
 def main() -> None:
