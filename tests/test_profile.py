@@ -404,3 +404,27 @@ def test_journal_ignores_a_torn_last_line(tmp_path: Path) -> None:
     with open(tmp_path / ".journal" / "gemm.jsonl", "a") as fh:
         fh.write('{"key": "b", "laten')  # a kill mid-write
     assert [r["key"] for r in j.rows("gemm")] == ["a"] and j.done() == {"a"}
+
+
+def test_a_signal_stops_the_run_between_shapes_and_a_second_at_once() -> None:
+    import signal as sig
+
+    from dse.profile.run import _stop_on_signals
+
+    before = sig.getsignal(sig.SIGINT)
+    with _stop_on_signals() as stop:
+        stop.check()  # nothing asked: no stop
+        sig.raise_signal(sig.SIGINT)  # lands mid-shape: only noted
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            stop.check()  # the loop stops at the next shape
+        with pytest.raises(KeyboardInterrupt):
+            sig.raise_signal(sig.SIGTERM)  # a second signal: at once
+    assert sig.getsignal(sig.SIGINT) is before
+    # a run started with SIGINT ignored (a background job) keeps it ignored
+    old = sig.signal(sig.SIGINT, sig.SIG_IGN)
+    try:
+        with _stop_on_signals():
+            assert sig.getsignal(sig.SIGINT) is sig.SIG_IGN
+    finally:
+        sig.signal(sig.SIGINT, old)

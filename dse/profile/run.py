@@ -269,22 +269,43 @@ def measure_shape(
 
 
 # ---------------------------------------------------------------------------- the run
+class _StopRequest:
+    """Ctrl-C or SIGTERM asks the run to stop after the shape being measured (whose row is
+    then journalled); a second one stops at once. Checked by the loop between shapes, so a
+    signal that lands inside a kernel call (where a library may turn the KeyboardInterrupt
+    into an error of its own) still ends the run."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends the run like Ctrl-C: the tables are rebuilt from the journal first."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
+def _stop_on_signals() -> Iterator[_StopRequest]:
+    """A `_StopRequest` bound to SIGTERM and to SIGINT (unless SIGINT is ignored, as in a
+    background job): the run ends like Ctrl-C, the tables rebuilt from the journal first."""
+    stop = _StopRequest()
+    old: dict[int, Any] = {}
     try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                continue
+            old[sig] = signal.signal(sig, stop.handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _read_manifest(out: Path) -> dict[str, Any] | None:
@@ -486,8 +507,9 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
 
         bar = tqdm(total=len(todo), desc=f"profile {name}", unit="shape", dynamic_ncols=True)
     try:
-        with _sigterm_as_interrupt():
+        with _stop_on_signals() as stop:
             for table, dtype, s in todo:
+                stop.check()
                 if time.perf_counter() - t_start > budget_s:
                     status = "budget"
                     break
@@ -501,9 +523,11 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
                 measured += not row.get("skipped")
                 if bar is not None:
                     bar.update(1)
+                stop.check()
                 if time.perf_counter() - last_build > REBUILD_EVERY_S:
                     rebuild()
                     last_build = time.perf_counter()
+            stop.check()
             if ar_todo and status == "complete":
                 # all ranks in one spawn: every missing (group size, message) at once
                 from dse.profile.allreduce import measure_allreduce
