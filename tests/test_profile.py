@@ -37,6 +37,13 @@ def dse(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float
     )
 
 
+def _sigint_default() -> None:
+    """In the child, before Python starts: Ctrl-C at its default, as in a terminal (a child
+    inherits an ignored SIGINT, e.g. from a background job, and Python then installs no
+    KeyboardInterrupt handler: the interruption tests would not be about the code)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
@@ -46,6 +53,7 @@ def start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_default,
     )
 
 
@@ -411,7 +419,7 @@ def test_a_signal_stops_the_run_between_shapes_and_a_second_at_once() -> None:
 
     from dse.profile.run import _stop_on_signals
 
-    before = sig.getsignal(sig.SIGINT)
+    before = sig.signal(sig.SIGINT, sig.default_int_handler)  # as in a terminal
     with _stop_on_signals() as stop:
         stop.check()  # nothing asked: no stop
         sig.raise_signal(sig.SIGINT)  # lands mid-shape: only noted
@@ -420,7 +428,8 @@ def test_a_signal_stops_the_run_between_shapes_and_a_second_at_once() -> None:
             stop.check()  # the loop stops at the next shape
         with pytest.raises(KeyboardInterrupt):
             sig.raise_signal(sig.SIGTERM)  # a second signal: at once
-    assert sig.getsignal(sig.SIGINT) is before
+    assert sig.getsignal(sig.SIGINT) is sig.default_int_handler
+    sig.signal(sig.SIGINT, before)
     # a run started with SIGINT ignored (a background job) keeps it ignored
     old = sig.signal(sig.SIGINT, sig.SIG_IGN)
     try:
