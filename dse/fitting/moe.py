@@ -188,6 +188,6 @@ def predict_moe_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.Da
         out.loc[sub.index, "latency_pred_s"] = p["latency_s"]
         if "energy_j" in p:
             out.loc[sub.index, "energy_pred_j"] = p["energy_j"]
-        ranged = {**ins, **model.range_arrays(**ins)} if hasattr(model, "range_arrays") else ins
+        ranged = {**ins, **model.range_arrays(**ins)}  # every MoE class checks combinations
         bands.put_band(out, sub.index, artifact, name, p["latency_s"], **ranged)
     return out
