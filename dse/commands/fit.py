@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threads",
         type=int,
         default=1,
-        help="BLAS/OpenMP threads for the tree fits (default 1; 2 on a dedicated 2-core machine)",
+        help="BLAS/OpenMP threads of every model's fit (default 1: its small solves gain nothing from more; 2 on a dedicated 2-core machine for the tree fits)",
     )
     p.add_argument(
         "--jobs",

@@ -24,6 +24,7 @@ import pandas as pd
 from dse.errors import DataError
 from dse.fitting.artifacts import LEVEL_PREFIXES
 from dse.fitting.families import families
+from dse.models._threads import fit_threads
 from dse.models.artifact import Artifact, FittedModel
 from dse.spec.hardware import get_gpu, gpu_names, register_folder_spec
 
@@ -102,8 +103,6 @@ def fit_artifact(
     on held-out layouts too (`dse.fitting.bands`, nested CV). `models`: refit only these model
     names of the families run (the rest of `keep` is carried over; needs `keep`).
     """
-    from threadpoolctl import threadpool_limits
-
     root = Path(data_root).resolve()
     if not root.is_dir():
         raise DataError(f"{data_root}: data folder not found")
@@ -141,7 +140,7 @@ def fit_artifact(
         band_coverage=band_coverage,
         models=wanted_models,
     )
-    with threadpool_limits(threads):
+    with fit_threads(threads):  # every model's fit runs with these (`dse.models._threads`)
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded
             for fm in fam.fit(ctx):

@@ -33,6 +33,7 @@ import numpy as np
 
 from dse.errors import DataError
 from dse.models import _base, _curves
+from dse.models._threads import threaded_fit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -200,6 +201,7 @@ class AllReduceModel(_base.Model):
             d = d[d["n_nodes"].fillna(1).to_numpy() == 1]
         return d
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame, shape_rows: pd.DataFrame | None = None) -> Self:
         """Fit on all-reduce rows of one implementation (op all_reduce, one node) of one GPU.
 
@@ -337,7 +339,9 @@ class AllReduceModel(_base.Model):
         j = _base.clip(np.searchsorted(lf, lg, side="right") - 1, 0, len(fitted) - 1)
         k = np.minimum(j + 1, len(fitted) - 1)
         span = lf[k] - lf[j]
-        f = np.where(span > 0, _base.clip((lg - lf[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0)
+        f = np.where(
+            span > 0, _base.clip((lg - lf[j]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0
+        )
         # the distinct neighbour pairs (k is j or j + 1): one vectorised pass, not a Python set
         # over every row (2% of a full prediction at 10^5 rows)
         pairs = np.unique(j * 2 + (k - j))
@@ -428,6 +432,7 @@ class CollectiveModel(AllReduceModel):
 
     op_name = "all_reduce"
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame, shape_rows: pd.DataFrame | None = None) -> Self:
         ops = df["op"].astype(str).unique() if "op" in df else []
         if len(ops) != 1:

@@ -30,6 +30,7 @@ from dse.models._hybrid import (
     hybrid_state,
     load_hybrid,
 )
+from dse.models._threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -306,6 +307,7 @@ class AttentionModel(_base.Model):
         return g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s
 
     # ---- fitting --------------------------------------------------------------------------
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the rows of `df` for this GPU and engine (kind context_/generation_attention)."""
         self._validate_params()

@@ -36,6 +36,7 @@ import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
 from dse.models._base import Model
+from dse.models._threads import threaded_fit
 from dse.models.power import PowerModel
 from dse.spec.hardware import get_gpu
 
@@ -317,6 +318,7 @@ class GemmModel(Model):
             "board_w": float(spec.board_power_w),
         }
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         from scipy.optimize import least_squares
 

@@ -57,6 +57,7 @@ import numpy as np
 from dse.errors import ArtifactError, DataError
 from dse.models import _base, _curves
 from dse.models._base import RangeMiss, range_miss, within
+from dse.models._threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -578,6 +579,7 @@ class LayerOpModel(_base.Model):
         self.gpu = gpu
 
     # ---- fitting --------------------------------------------------------------------------
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on layer_op rows of one GPU (rows of other GPUs and GEMM ops are ignored)."""
         n_sms = get_gpu(self.gpu).n_sms
@@ -817,9 +819,7 @@ class LayerOpModel(_base.Model):
         tp = vals["tensor_parallel"]
         idx = self._row_key_index(op, gated)
         if n <= FEW_ROWS:
-            rows = self._predict_rows(
-                idx, _base.as_shape(t, (n,)), _base.as_shape(width, (n,)), tp
-            )
+            rows = self._predict_rows(idx, _base.as_shape(t, (n,)), _base.as_shape(width, (n,)), tp)
             return self._outputs(rows, rows.pop("factor"), rows.pop("waves"), t, width, idx)
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
         waves = np.zeros(n)

@@ -14,6 +14,7 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.models._base import Model, RangeMiss, range_miss, within
 from dse.models._nn import MLP
+from dse.models._threads import threaded_fit
 
 if TYPE_CHECKING:
     from dse.predict.ops import Op
@@ -142,6 +143,7 @@ class Level2Block(Model):
         self.n_ensemble = n_ensemble
         self.seed = seed
 
+    @threaded_fit
     def fit(self, G: np.ndarray, log_ratio: np.ndarray, X: np.ndarray) -> Self:
         """Fit the ensemble on per-GEMM inputs `G` (`gemm_inputs` rows of any blocks) and each
         GEMM's measured log ratio to its Level-1 time; `X` (the block's raw inputs,

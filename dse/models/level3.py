@@ -38,6 +38,7 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.models._base import Model, RangeMiss, clip, range_miss, within
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
+from dse.models._threads import threaded_fit
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
 
@@ -301,6 +302,7 @@ class Level3(Model):
         self.ttft_weight = ttft_weight
 
     # ---- fitting --------------------------------------------------------------------------
+    @threaded_fit
     def fit(
         self,
         g: GlobalInputs,

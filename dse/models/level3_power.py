@@ -42,6 +42,7 @@ import numpy as np
 
 from dse.models import _base
 from dse.models._base import Model
+from dse.models._threads import threaded_fit
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES
 from dse.spec.hardware import GPU, get_gpu
 
@@ -93,6 +94,7 @@ class Power3(Model):
     def __init__(self, ridge: float = RIDGE) -> None:
         self.ridge = ridge
 
+    @threaded_fit
     def fit(
         self,
         u: np.ndarray,

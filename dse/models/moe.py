@@ -33,6 +33,7 @@ from dse.models._hybrid import (
     hybrid_state,
     load_hybrid,
 )
+from dse.models._threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ class MoEModel(_base.Model):
         dt = "fp8" if self.moe_dtype in FP8_COMPUTE else "bfloat16"
         return g.peak_flops_per_s(dt), g.hbm_bw_bytes_per_s
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the moe rows of `df` for this GPU, engine and MoE dtype."""
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]

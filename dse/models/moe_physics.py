@@ -56,6 +56,7 @@ from dse.models._hybrid import (
 )
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
 from dse.models._nn import MLP, mlp_from_state
+from dse.models._threads import threaded_fit
 from dse.models.moe import INPUTS, combination_inputs  # noqa: F401  (re-exported)
 from dse.spec.hardware import get_gpu
 
@@ -368,6 +369,7 @@ class MoEModel(shipped.MoEModel):
         out["routed_slots"] = w["slots"]
         return out, X
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """The shipped fit on this table's rows, less the anomalous splits (`SCREEN_SPLITS`),
         then the residual kept or not (`RESIDUAL`; "inner_cv" decides on the training layouts)."""

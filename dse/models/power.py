@@ -26,6 +26,7 @@ import numpy as np
 
 from dse.models._base import Model
 from dse.models._nn import MLP, fit_mlp
+from dse.models._threads import threaded_fit
 from dse.spec.hardware import GPU, get_gpu
 from dse.spec.stand_ins import POWER_GPU
 
@@ -65,6 +66,7 @@ class PowerModel(Model):
         self.hidden = hidden
         self.seed = seed
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         if len(df) > MAX_FIT_ROWS:  # a smooth 3-input function: a seeded sample is plenty
             df = df.sample(MAX_FIT_ROWS, random_state=self.seed)

@@ -11,6 +11,7 @@ import numpy as np
 
 from dse.errors import ArtifactError, DataError
 from dse.models import _base, _curves
+from dse.models._threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class ReductionOpModel(_base.Model):
         """The GPU the rows come from: `fitted_on`, else `gpu`."""
         return self.fitted_on or self.gpu
 
+    @threaded_fit
     def fit(self, tables: Mapping[str, pd.DataFrame]) -> Self:
         """`tables`: kind -> rows (softmax, layernorm, gelu) of `source_gpu`."""
         ops, coefs, rng_m, rng_n = [], [], [], []
