@@ -22,7 +22,7 @@ layout (hidden_size, inter_size, topk, num_experts), seed 0), on the rows `dse f
    neighbours, both on physics features (`_features`) predicting log(measured / physics base).
    The shipped class is scored by rows too. Layout-held-out minus row-held-out is what the 8-12
    layouts a table cost; row-held-out is what the inputs leave when every layout is seen.
-3. the trend: each fold's fit on a random subset of n of its training layouts (3 draws), scored
+3. the trend: each fold's fit on a random subset of n of its training layouts (4 draws), scored
    on the same held-out layouts, the shipped class at the screen setting (1 MLP x 60 epochs x
    <= 4,000 rows) there.
 
@@ -68,8 +68,13 @@ WIDTH = ("log_hidden", "log_inter")
 # (members, epochs, rows a fit): the shipped setting (dse.models.moe) and the screen setting of
 # the session-13/14 screens (minutes less; moves a table's number by up to ~3 points)
 SETTINGS = {"shipped": (2, 300, 30000), "screen": (1, 60, 4000)}
-TREND_SIZES = (3, 5, 7)  # training layouts per fold in the trend; the full fold is the last point
-TREND_DRAWS = 3
+TREND_SIZES = (
+    3,
+    5,
+    7,
+    8,
+)  # training layouts per fold in the trend; the full fold is the last point
+TREND_DRAWS = 4
 Learner = Callable[[pd.DataFrame, pd.DataFrame, str, str, str], np.ndarray]
 
 
@@ -207,6 +212,36 @@ def mape(p: np.ndarray, y: np.ndarray) -> float:
     return round(float(np.mean(np.abs(p / y - 1.0))) * 100, 2)
 
 
+def _score(
+    p_lay: np.ndarray,
+    p_row: np.ndarray,
+    y: np.ndarray,
+    row_layout: np.ndarray,
+    names: list[str],
+    layouts: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """MAPE of out-of-fold predictions held out by layout and by row: whole table, per layout,
+    and over the interior and edge layouts (routing edge; routing or width edge)."""
+    ape_lay = np.abs(p_lay / y - 1.0) * 100
+    ape_row = np.abs(p_row / y - 1.0) * 100
+    s: dict[str, Any] = {
+        "by_layout": mape(p_lay, y),
+        "by_row": mape(p_row, y),
+        "per_layout": {n: round(float(ape_lay[row_layout == n].mean()), 2) for n in names},
+        "per_layout_by_row": {n: round(float(ape_row[row_layout == n].mean()), 2) for n in names},
+    }
+    for kind, cols in (("routing", ("routing_edge",)), ("any", ("routing_edge", "width_edge"))):
+        edge = {n for n, d in layouts.items() if any(d[c] for c in cols)}
+        e = np.isin(row_layout, list(edge))
+        s[f"{kind}_edge_layouts"] = len(edge)
+        for part, sel in (("interior", ~e), ("edge", e)):
+            for scheme, ape in (("by_layout", ape_lay), ("by_row", ape_row)):
+                s[f"{kind}_{part}_{scheme}"] = (
+                    round(float(ape[sel].mean()), 2) if sel.any() else None
+                )
+    return s
+
+
 def run_table(rows: pd.DataFrame, table: str, args: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     y = rows["latency_s"].to_numpy(float)
@@ -250,35 +285,23 @@ def run_table(rows: pd.DataFrame, table: str, args: Any) -> dict[str, Any]:
     rec["setting"] = args.setting
     rec["folds"] = {str(f): sorted(set(row_layout[te])) for f, te in enumerate(by_layout)}
     scores: dict[str, dict[str, Any]] = {}
+    preds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for lname, learn in learners.items():
         t1 = time.perf_counter()
-        p_lay = oof(learn, rows, by_layout, table)
-        p_row = oof(learn, rows, by_row, table)
-        ape_lay = np.abs(p_lay / y - 1.0) * 100
-        ape_row = np.abs(p_row / y - 1.0) * 100
-        s: dict[str, Any] = {
-            "by_layout": mape(p_lay, y),
-            "by_row": mape(p_row, y),
-            "per_layout": {n: round(float(ape_lay[row_layout == n].mean()), 2) for n in names},
-            "per_layout_by_row": {
-                n: round(float(ape_row[row_layout == n].mean()), 2) for n in names
-            },
-            "seconds": round(time.perf_counter() - t1, 1),
-        }
-        for kind, cols in (("routing", ("routing_edge",)), ("any", ("routing_edge", "width_edge"))):
-            edge = {n for n, d in layouts.items() if any(d[c] for c in cols)}
-            e = np.isin(row_layout, list(edge))
-            s[f"{kind}_edge_layouts"] = len(edge)
-            for part, sel in (("interior", ~e), ("edge", e)):
-                s[f"{kind}_{part}_by_layout"] = (
-                    round(float(ape_lay[sel].mean()), 2) if sel.any() else None
-                )
-                s[f"{kind}_{part}_by_row"] = (
-                    round(float(ape_row[sel].mean()), 2) if sel.any() else None
-                )
-        scores[lname] = s
+        preds[lname] = (oof(learn, rows, by_layout, table), oof(learn, rows, by_row, table))
+        scores[lname] = _score(*preds[lname], y, row_layout, names, layouts)
+        scores[lname]["seconds"] = round(time.perf_counter() - t1, 1)
+    # one fixed blend, not weighted on any rows: the geometric mean of the shipped class and
+    # the trees (two learners of different kind on the same inputs; errors partly independent)
+    preds["shipped_x_trees"] = (
+        np.sqrt(preds["shipped"][0] * preds["trees"][0]),
+        np.sqrt(preds["shipped"][1] * preds["trees"][1]),
+    )
+    scores["shipped_x_trees"] = _score(*preds["shipped_x_trees"], y, row_layout, names, layouts)
+    for lname, s in scores.items():
         print(
-            f"  {lname}: by layout {s['by_layout']}%, by row {s['by_row']}% ({s['seconds']} s)",
+            f"  {lname}: by layout {s['by_layout']}%, by row {s['by_row']}% "
+            f"({s.get('seconds', 0)} s)",
             flush=True,
         )
     rec["learners"] = scores
@@ -313,6 +336,8 @@ def run_table(rows: pd.DataFrame, table: str, args: Any) -> dict[str, Any]:
             for k in trend_learners:
                 trend[k]["all" if n is None else str(n)] = round(float(np.mean(ape[k])), 2)
         rec["trend"] = trend
+        # the full folds' mean training layouts (the "all" point)
+        rec["trend_all_layouts"] = float(np.mean([len(set(row_layout[~te])) for te in by_layout]))
         print(f"  trend {trend}", flush=True)
     rec["seconds"] = round(time.perf_counter() - t0, 1)
     return rec
