@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import KFold
 from sklearn.neighbors import KNeighborsRegressor
@@ -376,7 +377,28 @@ def _report(recs: list[dict[str, Any]]) -> None:
                 f"  width {','.join(d['width_edge']) or '-'}  nearest {d['nearest']}"
             )
         if "trend" in r:
-            print(f"  trend: {r['trend']}")
+            print(f"  trend: {r['trend']} (all = {r.get('trend_all_layouts')} layouts)")
+    # does a layout's held-out error grow with its distance to the nearest training layout?
+    # (by row, the same layouts with every layout seen: the control)
+    print("\nSpearman rank correlation, distance to the nearest training layout vs layout MAPE")
+    for lname in ("shipped", "trees"):
+        pooled: dict[str, list[float]] = {"d": [], "lay": [], "row": []}
+        for r in recs:
+            s = r["learners"][lname]
+            d = [r["layout_detail"][n]["nearest"] for n in s["per_layout"]]
+            lay, row = list(s["per_layout"].values()), list(s["per_layout_by_row"].values())
+            pooled["d"] += d
+            pooled["lay"] += lay
+            pooled["row"] += row
+            print(
+                f"  {lname} {r['table']}: by layout {spearmanr(d, lay).statistic:.2f}, "
+                f"by row {spearmanr(d, row).statistic:.2f}"
+            )
+        rho = spearmanr(pooled["d"], pooled["lay"])
+        print(
+            f"  {lname} pooled ({len(pooled['d'])} layouts): by layout {rho.statistic:.2f} "
+            f"(p {rho.pvalue:.1g}), by row {spearmanr(pooled['d'], pooled['row']).statistic:.2f}"
+        )
 
 
 def main() -> None:
@@ -388,7 +410,11 @@ def main() -> None:
     ap.add_argument("--setting", choices=tuple(SETTINGS), default="shipped")
     ap.add_argument("--no-trend", dest="trend", action="store_false")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--read", default=None, help="a saved --out file: print its report only")
     args = ap.parse_args()
+    if args.read:
+        _report(json.loads(Path(args.read).read_text())["records"])
+        return
     t0 = time.perf_counter()
     all_rows = load(args.data, ["moe"])["moe"]
     all_rows, _ = plausible.screen("moe", all_rows)  # as `dse fit` does
