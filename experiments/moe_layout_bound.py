@@ -88,14 +88,15 @@ def _members(n: int) -> Iterator[None]:
         moe_mod.MEMBERS = old
 
 
-def shipped(setting: str) -> Learner:
-    """The class `dse fit` ships for the table, fitted on `tr`, latency of `te`."""
+def shipped(setting: str, seed: int = 0) -> Learner:
+    """The class `dse fit` ships for the table, fitted on `tr` (MLP seed `seed`, as command L's
+    --seed), latency of `te`."""
     members, epochs, max_rows = SETTINGS[setting]
 
     def fit_predict(tr: pd.DataFrame, te: pd.DataFrame, gpu: str, eng: str, dt: str) -> np.ndarray:
         cls = moe_fit.model_class_of(eng, tr)
         with _members(members):
-            m = cls(gpu, eng, dt, seed=0, max_rows=max_rows, max_iter=epochs).fit(tr)
+            m = cls(gpu, eng, dt, seed=seed, max_rows=max_rows, max_iter=epochs).fit(tr)
         return m.predict(**m._table_inputs(te))["latency_s"]
 
     return fit_predict
@@ -277,7 +278,7 @@ def run_table(rows: pd.DataFrame, table: str, args: Any) -> dict[str, Any]:
 
     # 2. learners, both schemes
     learners: dict[str, Learner] = {
-        "shipped": shipped(args.setting),
+        "shipped": shipped(args.setting, args.seed),
         "physics": physics_alone,
         "trees": trees,
         "knn": neighbours,
@@ -311,7 +312,7 @@ def run_table(rows: pd.DataFrame, table: str, args: Any) -> dict[str, Any]:
     # 3. trend in the number of training layouts
     if args.trend:
         trend_learners = {
-            "shipped_screen": shipped("screen"),
+            "shipped_screen": shipped("screen", args.seed),
             "physics": physics_alone,
             "trees": trees,
             "knn": neighbours,
@@ -351,6 +352,23 @@ def _nearest(coords: pd.DataFrame, i: int, train: pd.DataFrame) -> float:
     return float(np.sqrt((d**2).sum(1)).min())
 
 
+def _extrapolate(points: dict[str, float], all_layouts: float, target: float = 8.0) -> str:
+    """A power law MAPE = a n^-b fitted (log-log least squares) to the trend points of >= 5
+    training layouts, and the n where it reaches `target`: an extrapolation, read as an order
+    of magnitude (4 points, each the mean of 4 draws)."""
+    n = np.array([all_layouts if k == "all" else float(k) for k in points])
+    e = np.array(list(points.values()))
+    keep = n >= 5
+    if keep.sum() < 3:
+        return "too few points"
+    slope, icpt = np.polyfit(np.log(n[keep]), np.log(e[keep]), 1)
+    if slope > -0.05:
+        return f"MAPE ~ n^{-slope:.2f}: flat"
+    need = np.exp((np.log(target) - icpt) / slope)
+    where = f"~{need:.0f}" if need < 100 else "> 100"
+    return f"MAPE ~ n^-{-slope:.2f}; {target:g}% at {where} training layouts"
+
+
 def _report(recs: list[dict[str, Any]]) -> None:
     print(
         "\n| table | learner | by layout | by row | interior / edge (routing) | "
@@ -378,6 +396,8 @@ def _report(recs: list[dict[str, Any]]) -> None:
             )
         if "trend" in r:
             print(f"  trend: {r['trend']} (all = {r.get('trend_all_layouts')} layouts)")
+            for lname, pts in r["trend"].items():
+                print(f"    {lname}: {_extrapolate(pts, r['trend_all_layouts'])}")
     # does a layout's held-out error grow with its distance to the nearest training layout?
     # (by row, the same layouts with every layout seen: the control)
     print("\nSpearman rank correlation, distance to the nearest training layout vs layout MAPE")
