@@ -500,7 +500,11 @@ def main() -> None:
                 f"{max(per[i]):.2f} | {statistics.median(r):.2f} ({min(r):.2f}-{max(r):.2f}) "
                 f"| {sum(x <= 5.0 for x in per[i])} of {len(per[i])} |"
             )
-    lines += ["", verdict(runs[-1], walls, len(codes) - 1, per[-1] if turns else []), ""]
+    lines += [
+        "",
+        verdict(runs[len(codes) - 1], walls, len(codes) - 1, per[-1] if turns else []),
+        "",
+    ]
     lines += NOTES
     text = "\n".join(lines) + "\n"
     print(text)
