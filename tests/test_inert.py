@@ -63,7 +63,9 @@ def _space(tmp_path: Path, text: str) -> Any:
 def _same(x: Any, y: Any) -> bool:
     x, y = np.asarray(x), np.asarray(y)
     if x.dtype.kind in "fc":
-        return bool(np.allclose(x, y, rtol=1e-9, atol=0, equal_nan=True))
+        # float32 round-off of the MLPs (the two rows may sit in other GEMM micro-tiles, whose
+        # kernels depend on the CPU); an input that is not inert moves outputs by far more
+        return bool(np.allclose(x, y, rtol=1e-6, atol=0, equal_nan=True))
     return bool(np.all(x == y))
 
 

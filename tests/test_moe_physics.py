@@ -15,6 +15,10 @@ from dse.errors import DataError
 from dse.models import _moe_routing as R
 from dse.models import moe_physics as M
 
+# Equal predictions across batch layouts hold to float32 round-off of the residual MLP, not to
+# the bit: which GEMM kernel OpenBLAS gives a block of rows depends on the CPU (issue 18).
+ROW_RTOL = 1e-6
+
 
 def _balanced_brute(T: int, k: int, E: int, ep: int) -> tuple[int, int]:
     """(slots, experts touched) on rank 0 of `collector/helper.py::balanced_logits`
@@ -244,10 +248,13 @@ def test_each_backend_fitted_apart_and_a_row_priced_by_its_split(data_dir, monke
     for name, sel in (("ep1", ep1), ("ep_many", ~ep1)):
         q = m.parts_[name].predict(**{k: v[sel] for k, v in ins.items()})
         for key in q:
-            np.testing.assert_array_equal(np.asarray(p[key])[sel], np.asarray(q[key]), key)
-    # scalars broadcast, and the state round trip is exact
+            np.testing.assert_allclose(
+                np.asarray(p[key])[sel], np.asarray(q[key]), rtol=ROW_RTOL, err_msg=key
+            )
+    # scalars broadcast (the same number up to float32 round-off: a one-row batch gets other
+    # GEMM kernels than a block of rows, by CPU), and the state round trip is exact
     one = m.predict(**{k: v[0] for k, v in ins.items()})
-    np.testing.assert_array_equal(one["latency_s"], p["latency_s"][:1])
+    np.testing.assert_allclose(one["latency_s"], p["latency_s"][:1], rtol=ROW_RTOL)
     again = M.MoEModel.from_state(m.to_state())
     np.testing.assert_array_equal(again.predict(**ins)["latency_s"], p["latency_s"])
     assert again.to_state().keys() == m.to_state().keys()

@@ -213,7 +213,13 @@ def test_resume_runs_only_the_missing_trials_and_continues_the_same_sequence(
     again = sweep(space, part, sampler="nsga2", trials=48, batch_size=16)  # nothing to do
     assert again[cols].equals(first[cols])
     resumed = sweep(space, part, sampler="nsga2", trials=96, batch_size=16)
-    assert resumed[cols].equals(whole[cols])
+    assert resumed[cols[:-1]].equals(whole[cols[:-1]])
+    # the latency within float32 round-off: a resumed batch may hold other unique rows than
+    # the whole run's (repeats are told, not priced), and a CPU's GEMM kernels depend on that
+    np.testing.assert_allclose(
+        resumed[cols[-1]].to_numpy(float), whole[cols[-1]].to_numpy(float), rtol=1e-6,
+        equal_nan=True,
+    )  # fmt: skip
     assert (part / "journal.log").read_text().count('"op_code":4') == 96  # one line per trial
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_sweep import MEDIUM, PARAMS
@@ -93,7 +94,13 @@ def test_sigkill_at_any_moment_loses_and_repeats_nothing(tmp_path: Path) -> None
     a = pd.read_parquet(whole / "trials.parquet")
     b = pd.read_parquet(out / "trials.parquet")
     assert len(b) == 480 and b["number"].tolist() == list(range(480))
-    assert b[["number", *PARAMS, *OBJ]].equals(a[["number", *PARAMS, *OBJ]])
+    assert b[["number", *PARAMS]].equals(a[["number", *PARAMS]])
+    # Objectives within float32 round-off (not bit identity): the resumed run prices its
+    # batches with other row blocks than the whole run, and which GEMM kernel a block gets
+    # depends on the CPU (issue 18). A lost or repeated trial moves them by far more.
+    np.testing.assert_allclose(
+        b[OBJ].to_numpy(float), a[OBJ].to_numpy(float), rtol=1e-6, atol=0, equal_nan=True
+    )
     fa = pd.read_csv(whole / "front.csv")
     fb = pd.read_csv(out / "front.csv")
     assert fb[["number", *PARAMS]].equals(fa[["number", *PARAMS]])

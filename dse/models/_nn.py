@@ -93,10 +93,11 @@ class MLP:
 
         X is standardised in float64, the layers run in float32 (the MLPs were fitted in
         float64; the output moves by ~1e-7 relative, 2-4x faster than float64 GEMMs and 4x
-        faster tanh), the output is un-scaled in float64. A row's result is bit-identical
-        whatever batch it comes in: blocks padded to multiples of MIN_GEMM_ROWS rows for the
-        hidden GEMMs, and the single output column as an einsum (a GEMV sums rows in an order
-        that depends on their position)."""
+        faster tanh), the output is un-scaled in float64. A row's result does not depend on the
+        batch it comes in beyond float32 round-off: blocks padded to multiples of MIN_GEMM_ROWS
+        rows for the hidden GEMMs, and the single output column as an einsum (a GEMV sums rows
+        in an order that depends on their position). Bit identity across batch layouts holds
+        on some CPUs only: which kernel OpenBLAS picks for a block depends on the CPU."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim == 1:
             X = X[None, :]
