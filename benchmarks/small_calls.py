@@ -441,8 +441,8 @@ def main() -> None:
         + (f" --bulk {args.bulk} --bulk-rounds {args.bulk_rounds}" if args.bulk else "")
         + f"` ({time.strftime('%Y-%m-%d %H:%M')} UTC).",
         f"Machine: shared 2-core VM ({cpu_name()}), each worker pinned to 1 core with 1 BLAS "
-        f"thread; Python {platform.python_version()}. Other jobs loaded the machine (load "
-        f"average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end): absolute "
+        f"thread; Python {platform.python_version()}. Load average {load0:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end (the run's own worker counts as 1): absolute "
         "times are upper bounds; checkouts timed in one run are interleaved round by round, so "
         "their ratios are the comparable numbers.",
         "",
