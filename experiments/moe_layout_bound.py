@@ -54,6 +54,7 @@ from dse.data import load
 from dse.fitting import cv as U
 from dse.fitting import moe as moe_fit
 from dse.fitting import plausible
+from dse.models import _base
 from dse.models import moe as moe_mod
 
 # the Triton tables that miss 8% held out by layout (command L: 10.6 / 10.0 / 9.6 / 14.4%)
@@ -63,7 +64,7 @@ TABLES = (
     "h200_sxm/vllm/fp8",
     "a100_sxm/vllm/bfloat16",
 )
-LAYOUT = ("hidden_size", "inter_size", "topk", "num_experts")
+LAYOUT = moe_fit.MOE_SHAPE_GROUP  # what `dse fit`'s MoE CV holds out: one layout
 ROUTING = ("log_topk", "log_experts", "log_experts_per_topk")
 WIDTH = ("log_hidden", "log_inter")
 # (members, epochs, rows a fit): the shipped setting (dse.models.moe) and the screen setting of
@@ -211,7 +212,7 @@ def _name(key: tuple) -> str:
 
 
 def mape(p: np.ndarray, y: np.ndarray) -> float:
-    return round(float(np.mean(np.abs(p / y - 1.0))) * 100, 2)
+    return round(_base.mape_pct(p, y), 2)
 
 
 def _score(
