@@ -26,6 +26,7 @@ from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_facto
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import LayerShapes, forward_ops
+from dse.predict.power_bounds import bounded_energy_band, bounded_phases
 from dse.predict.pricing import PhaseCost, Pricer
 from dse.predict.serving import any_continuous
 from dse.predict.serving import apply as apply_serving
@@ -261,6 +262,17 @@ def predict_columns(
         # (dse.models.serving); the bands keep the static prediction's relative width
         host = apply_serving(out, cols, gpu, misses, flags)
         oor, degree = _oor_degree(misses, flags, n)
+    # the energy band inside the power bounds over the latency band (after the host time,
+    # which widens both)
+    out["energy_lo_j"], out["energy_hi_j"] = bounded_energy_band(
+        out["energy_j"],
+        out["energy_lo_j"],
+        out["energy_hi_j"],
+        out["latency_lo_s"],
+        out["latency_hi_s"],
+        cols["tensor_parallel"].astype(float),
+        gpu,
+    )
     out["out_of_range"] = oor
     out["out_of_range_inputs"] = _miss_text(misses, flags, n)
     out["out_of_range_degree"] = degree
@@ -362,12 +374,18 @@ def _calibrated_energy(
     pw: Any, g: GlobalInputs, cost: RequestCost, gpu: GPU, n: int
 ) -> tuple[RequestCost, np.ndarray]:
     """The energies scaled by the Level-3 power calibration (1 without one) and its log band
-    (2, n): (below, above)."""
-    power_scale = np.ones(n)
+    (2, n): (below, above).
+
+    The calibration gives the whole request one factor; each phase's power is then held
+    between idle and the board limit, the request's energy kept (`dse.predict.power_bounds`):
+    one factor for both phases put prefill far above the limit (issue 32)."""
     power_band = np.zeros((2, n))
+    e_pre, e_dec = cost.e_pre, cost.e_dec
     if pw is not None:
         power_scale, power_band = pw.scale(g, cost.e_pre + cost.e_dec, cost.t_pre + cost.t_dec, gpu)
-    return replace(cost, e_pre=cost.e_pre * power_scale, e_dec=cost.e_dec * power_scale), power_band
+        e_pre, e_dec = e_pre * power_scale, e_dec * power_scale
+    e_pre, e_dec = bounded_phases(e_pre, e_dec, cost.t_pre, cost.t_dec, gpu)
+    return replace(cost, e_pre=e_pre, e_dec=e_dec), power_band
 
 
 @dataclass(frozen=True)
