@@ -26,6 +26,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(command="check")
 
 
+# Rules listed under "valid architectures" (the most common first); the rest are summed.
+SHOWN_RULES = 5
+
+
+def _print_invalid(invalid: dict[str, int]) -> None:
+    """Why configurations are not valid architectures: each broken rule (with its values) and
+    how many configurations break it first."""
+    if not invalid:
+        return
+    items = list(invalid.items())
+    print(f"    {sum(invalid.values()):,} invalid, by the first rule each breaks:")
+    for msg, n in items[:SHOWN_RULES]:
+        print(f"    {n:>10,}  {msg}")
+    rest = items[SHOWN_RULES:]
+    if rest:
+        print(f"    {sum(n for _, n in rest):>10,}  ... {len(rest)} more rules and values")
+
+
 def run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     count = count_feasible(space)
@@ -45,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if count.valid is None:
         print("  feasible:            not counted (too many to enumerate)")
     else:
-        print(f"  valid architectures: {count.valid:,}")
+        print(f"  valid architectures: {count.valid:,} of {count.total:,}")
+        _print_invalid(count.invalid)
         static = "static constraint" if space.predicted_constraints else "constraint"
         print(f"  feasible:            {count.feasible:,} (satisfy every {static})")
         for name, n in count.violations.items():
@@ -58,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     ways = ", ".join(f"{n} ({d[:3]})" for n, d in zip(o.names, o.directions, strict=True))
     print(f"  objectives:          {ways}")
     s = space.study
-    print(f"  study:               sampler={s.sampler} trials={s.trials} seed={s.seed}")
+    # exact and exhaustive price every configuration once: their budget is the space
+    trials = "every configuration" if s.sampler in ("exact", "exhaustive") else s.trials
+    print(f"  study:               sampler={s.sampler} trials={trials} seed={s.seed}")
     for i, ex in enumerate(space.examples(args.examples), 1):
         print(f"  example {i}: " + " ".join(f"{k}={v}" for k, v in ex.items()))
     return 0

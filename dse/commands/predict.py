@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "value of its column refuses the file with every such cell named as FILE: row N: column; "
         "rows are numbered as a spreadsheet shows them (the header is row 1, the first "
         "configuration row 2). A configuration that breaks an architecture rule or does not fit "
-        "in memory gets a message in the `error` column instead of a prediction.",
+        "in memory gets a message in the `error` column instead of a prediction. Rows are "
+        f"predicted {BATCH_CHUNK_ROWS:,} at a time (a progress bar on a terminal's stderr, off "
+        "with -q), which bounds memory and does not change the predictions.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_argument_group("where the architecture comes from (at most one)")
@@ -62,8 +64,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     wl = p.add_argument_group("workload and GPU (defaults: batch 1, 1024 + 256 tokens, h100_sxm)")
     _flags.add_field_flags(wl, WORKLOAD_FLAGS, aliases={"tensor_parallel": ("--tp",)})
     _flags.add_field_flags(wl, ("gpu",), helps={"gpu": "GPU registry name (see `dse gpus`)"})
-    p.add_argument("--out", help="with --batch: output CSV (default: stdout)")
+    p.add_argument(
+        "--out", help="with --batch: output CSV (default: stdout); not the input CSV itself"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="with --batch: no progress bar (it shows on stderr only when stderr is a terminal)",
+    )
     p.set_defaults(command="predict")
 
 
@@ -199,7 +209,7 @@ def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.nda
 def run(args: argparse.Namespace) -> int:
     _check_sources(args)
     if args.batch:
-        return _run_batch(args.batch, args.out)
+        return _run_batch(args.batch, args.out, quiet=args.quiet)
     row = _single(args)
     cols, n = C.as_columns({k: [v] for k, v in row.items()})
     err, warn = check_rows_and_warnings(cols, n)
@@ -445,6 +455,9 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------- --batch CSV
 MAX_SHOWN = 20  # bad cells listed in one message (then a count of the rest)
+# Rows predicted per call: the predictor's intermediates (itemised operator arrays) grow with
+# the rows of a call; 20,000 rows hold a few hundred MB of them (300,000 at once: 2.1 GB).
+BATCH_CHUNK_ROWS = 20_000
 _DERIVED_DEFAULT = C.DERIVED_FROM  # an empty cell takes this column's value
 
 
@@ -578,7 +591,9 @@ def _batch_columns(
     return header, rows, cols
 
 
-def _run_batch(given: str, out_path: str | None) -> int:
+def _run_batch(
+    given: str, out_path: str | None, quiet: bool = False, chunk_rows: int = BATCH_CHUNK_ROWS
+) -> int:
     path = Path(given)
     if out_path:  # refuse an unwritable --out before the predictions, not after
         out = Path(out_path)
@@ -586,23 +601,25 @@ def _run_batch(given: str, out_path: str | None) -> int:
             raise ConfigError(f"--out: must be a file path, got the directory {out_path!r}")
         if not out.parent.is_dir():
             raise ConfigError(f"--out: its folder must exist, got {out_path!r}")
+        if path.exists() and out.exists() and out.resolve() == path.resolve():
+            # writing would truncate the CSV being read: the configurations would be lost
+            raise ConfigError(
+                f"--out: must not be the --batch input {given!r} (it would be overwritten), "
+                f"got {out_path!r}"
+            )
     records = _read_csv(path, given)
     header, rows, typed = _batch_columns(path, records)
     n = len(rows)
     cols, _ = C.as_columns(typed)
-    errors, warnings = check_rows_and_warnings(cols, n)
+    errors, warnings, pred = _predict_in_chunks(cols, n, quiet, chunk_rows)
     ok = errors == ""
     pred_cols: dict[str, list[Any]] = {}
-    if ok.any():
-        from dse.predict import predict
-
-        pred = predict({k: v[ok] for k, v in cols.items()})
-        idx = np.nonzero(ok)[0]
-        for k, v in pred.items():
-            col: list[Any] = [""] * n
-            for i, x in zip(idx.tolist(), np.asarray(v).tolist(), strict=True):
-                col[i] = "" if isinstance(x, float) and x != x else x
-            pred_cols[k] = col
+    for k, v in pred.items():
+        col = np.asarray(v).tolist()
+        pred_cols[k] = [
+            "" if not good or (isinstance(x, float) and x != x) else x
+            for x, good in zip(col, ok.tolist(), strict=True)
+        ]
     records_out = [r for r in records[1:] if any(c.strip() for c in r)]
     _write_csv(
         out_path,
@@ -619,6 +636,63 @@ def _run_batch(given: str, out_path: str | None) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _predict_in_chunks(
+    cols: dict[str, np.ndarray], n: int, quiet: bool, chunk_rows: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(error, warning, predictions) of every row, predicted `chunk_rows` rows at a time with
+    a progress bar on stderr (not with `quiet`, nor when stderr is no terminal). Prediction
+    columns are n long (their values at error rows are not to be used); a column only some
+    chunks have (an operator only some rows use) is 0 / '' elsewhere, as `dse.predict.predict`
+    fills it across GPUs, and comes where the chunk that has it puts it."""
+    from tqdm import tqdm
+
+    from dse.predict import predict
+
+    errors = np.full(n, "", dtype=object)
+    warnings = np.full(n, "", dtype=object)
+    merged: dict[str, np.ndarray] = {}
+    order: list[str] = []
+    with tqdm(
+        total=n,
+        desc="predict",
+        unit="row",
+        unit_scale=True,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.5,
+        disable=True if quiet else None,  # None: off when stderr is not a terminal
+    ) as bar:
+        for start in range(0, n, chunk_rows):
+            stop = min(start + chunk_rows, n)
+            part = {k: v[start:stop] for k, v in cols.items()}
+            err, warn = check_rows_and_warnings(part, stop - start)
+            errors[start:stop], warnings[start:stop] = err, warn
+            ok = err == ""
+            if ok.any():
+                pred = predict({k: v[ok] for k, v in part.items()})
+                rows = np.arange(start, stop)[ok]
+                for k, v in pred.items():
+                    v = np.asarray(v)
+                    if k not in merged:
+                        merged[k] = (
+                            np.full(n, "", dtype=object)
+                            if v.dtype.kind in "OUS"  # text: object, so no width truncates
+                            else np.zeros(n, dtype=v.dtype)
+                        )
+                        _insert_key(order, k, list(pred))
+                    merged[k][rows] = v
+            bar.update(stop - start)
+    return errors, warnings, {k: merged[k] for k in order}
+
+
+def _insert_key(order: list[str], key: str, keys: list[str]) -> None:
+    """Place `key` in `order` after the nearest key before it in `keys` (a chunk's column
+    order) that `order` already holds: the columns keep the predictor's order."""
+    i = keys.index(key)
+    before = next((k for k in reversed(keys[:i]) if k in order), None)
+    order.insert(0 if before is None else order.index(before) + 1, key)
 
 
 def _write_csv(out_path: str | None, header: list[str], rows: Any) -> None:
