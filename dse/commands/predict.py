@@ -642,10 +642,14 @@ def _predict_in_chunks(
     cols: dict[str, np.ndarray], n: int, quiet: bool, chunk_rows: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """(error, warning, predictions) of every row, predicted `chunk_rows` rows at a time with
-    a progress bar on stderr (not with `quiet`, nor when stderr is no terminal). Prediction
-    columns are n long (their values at error rows are not to be used); a column only some
-    chunks have (an operator only some rows use) is 0 / '' elsewhere, as `dse.predict.predict`
-    fills it across GPUs, and comes where the chunk that has it puts it."""
+    a progress bar on stderr (not with `quiet`, nor when stderr is no terminal).
+
+    The same columns in the same order as one `dse.predict.predict` call on every row: rows
+    are taken GPU by GPU as it takes them, a column only some chunks of a GPU have (an
+    operator only some rows use) comes where that GPU's chunk puts it, one only a later GPU
+    has after the earlier GPUs' columns, and it is 0 (numbers) or '' (text) where a chunk
+    lacks it, as `predict` fills it. Prediction columns are n long; their values at error rows
+    are not to be used."""
     from tqdm import tqdm
 
     from dse.predict import predict
@@ -664,15 +668,20 @@ def _predict_in_chunks(
         mininterval=0.5,
         disable=True if quiet else None,  # None: off when stderr is not a terminal
     ) as bar:
-        for start in range(0, n, chunk_rows):
+        for start in range(0, n, chunk_rows):  # row rules and memory: row by row
             stop = min(start + chunk_rows, n)
             part = {k: v[start:stop] for k, v in cols.items()}
-            err, warn = check_rows_and_warnings(part, stop - start)
-            errors[start:stop], warnings[start:stop] = err, warn
-            ok = err == ""
-            if ok.any():
-                pred = predict({k: v[ok] for k, v in part.items()})
-                rows = np.arange(start, stop)[ok]
+            errors[start:stop], warnings[start:stop] = check_rows_and_warnings(part, stop - start)
+        ok_rows = np.flatnonzero(errors == "")
+        bar.update(n - len(ok_rows))
+        gpus = cols["gpu"][ok_rows]
+        for name in np.unique(gpus):  # `predict`'s order of GPUs
+            rows = ok_rows[gpus == name]
+            gpu_order: list[str] = []
+            for start in range(0, len(rows), chunk_rows):
+                sub = rows[start : start + chunk_rows]
+                pred = predict({k: v[sub] for k, v in cols.items()})
+                keys = list(pred)
                 for k, v in pred.items():
                     v = np.asarray(v)
                     if k not in merged:
@@ -681,15 +690,17 @@ def _predict_in_chunks(
                             if v.dtype.kind in "OUS"  # text: object, so no width truncates
                             else np.zeros(n, dtype=v.dtype)
                         )
-                        _insert_key(order, k, list(pred))
-                    merged[k][rows] = v
-            bar.update(stop - start)
+                    if k not in gpu_order:
+                        _insert_key(gpu_order, k, keys)
+                    merged[k][sub] = v
+                bar.update(len(sub))
+            order += [k for k in gpu_order if k not in order]
     return errors, warnings, {k: merged[k] for k in order}
 
 
 def _insert_key(order: list[str], key: str, keys: list[str]) -> None:
     """Place `key` in `order` after the nearest key before it in `keys` (a chunk's column
-    order) that `order` already holds: the columns keep the predictor's order."""
+    order) that `order` already holds: one GPU's columns keep the predictor's order."""
     i = keys.index(key)
     before = next((k for k in reversed(keys[:i]) if k in order), None)
     order.insert(0 if before is None else order.index(before) + 1, key)
