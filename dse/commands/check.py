@@ -15,8 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check",
         help="validate a search-space YAML and count its configurations",
         description="Validate a search-space YAML file: report every mistake with its file, line "
-        "and key, count the configurations and how many satisfy the constraints, and print a few "
-        "examples.\n\nexample: dse check search_spaces/dense_8b.yaml",
+        "and key (and warn, on stderr, about a constraint limit outside its metric's plausible "
+        "range, with its unit), count the configurations, how many are valid architectures (the "
+        "others counted by the rule they break) and how many satisfy the constraints, and print "
+        "a few examples.\n\nexample: dse check search_spaces/dense_8b.yaml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("space", help="path to the search-space YAML file")
