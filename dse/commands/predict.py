@@ -695,9 +695,10 @@ def _predict_in_chunks(
         for start in range(0, n, chunk_rows):  # row rules and memory: row by row
             stop = min(start + chunk_rows, n)
             part = {k: v[start:stop] for k, v in cols.items()}
-            errors[start:stop], warnings[start:stop] = check_rows_and_warnings(part, stop - start)
+            err, warnings[start:stop] = check_rows_and_warnings(part, stop - start)
+            errors[start:stop] = err
+            bar.update(int((err != "").sum()))  # rows with an error are done
         ok_rows = np.flatnonzero(errors == "")
-        bar.update(n - len(ok_rows))
         gpus = cols["gpu"][ok_rows]
         for name in np.unique(gpus):  # `predict`'s order of GPUs
             rows = ok_rows[gpus == name]
