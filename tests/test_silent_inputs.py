@@ -261,6 +261,7 @@ def test_missing_space_with_no_close_name_lists_the_shipped_spaces(
     monkeypatch.chdir(tmp_path)
     msg = refused(capsys, ["check", "zzz"])
     assert msg.startswith("zzz: file not found; shipped search spaces: ") and "dense_8b" in msg
+    assert refused(capsys, ["check", "sub/zzz.yaml"]) == "sub/zzz.yaml: file not found"
 
 
 # ---------------------------------------------------------------------- 8. why invalid

@@ -352,7 +352,7 @@ def bundled_spaces() -> list[str]:
 def resolve_space_path(path: str | Path) -> Path:
     """A path as given, or the bundled example of that name (`dense_8b`) when no such file
     exists; neither: a ConfigError naming the shipped spaces whose names are close (ignoring
-    case, `_` and `-`: `dense8b` -> `dense_8b`)."""
+    case, `_` and `-`: `dense8b` -> `dense_8b`), or listing them for a bare name."""
     p = Path(path)
     if p.exists():
         return p
@@ -367,6 +367,8 @@ def resolve_space_path(path: str | Path) -> Path:
         f"; did you mean the shipped search space {' or '.join(map(repr, close))}?"
         if close
         else f"; shipped search spaces: {', '.join(names)}"
+        if len(p.parts) == 1  # a bare name: perhaps meant as a shipped one
+        else ""
     )
     raise ConfigError(f"{p}: file not found{hint}")
 
