@@ -217,11 +217,11 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         ),
         (
             BASE + "constraints:\n  ttft: {max: -0.5}\n",
-            ":11: constraints.ttft.max: must be > 0, got -0.5",
+            ":11: constraints.ttft.max: must be a finite number > 0, got -0.5",
         ),
         (
             BASE + "constraints:\n  throughput: {min: 0}\n",
-            ":11: constraints.throughput.min: must be > 0, got 0.0",
+            ":11: constraints.throughput.min: must be a finite number > 0, got 0",
         ),
         (
             BASE + "constraints:\n  tpot: {min: 0.1, max: 0.05}\n",
@@ -229,7 +229,7 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         ),
         (
             BASE + "constraints:\n  tpot: {max: fast}\n",
-            ":11: constraints.tpot.max: must be a number, got 'fast'",
+            ":11: constraints.tpot.max: must be a finite number > 0, got 'fast'",
         ),
         (
             BASE + "constraints:\n  tpot: {}\n",

@@ -204,6 +204,21 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
     }
 
 
+def memory_labels(w: dict[str, Any]) -> dict[str, str]:
+    """What each line of the memory table counts (`dse.spec.arch.memory_breakdown`), per GPU,
+    with the workload's numbers: total has the whole batch resident, required one sequence."""
+    seq = f"{w['prompt_tokens']} + {w['output_tokens']} tokens"
+    return {
+        "weights": f"parameters held by this GPU (1/{w['tensor_parallel']} of them)",
+        "kv_cache": f"KV cache of the whole batch: {w['batch_size']} sequences x ({seq})",
+        "activations": "peak of the largest step (one layer's live tensors, logits)",
+        "reserved": "CUDA graphs and workspaces",
+        "total": "weights + kv_cache + activations + reserved: the whole batch resident",
+        "required": "weights + activations + reserved + ONE sequence's KV cache: the least "
+        "that runs (the engine then queues the batch's other sequences)",
+    }
+
+
 def attention_summary(a: A.Architecture, context: int) -> dict[str, Any]:
     """The attention families of an architecture (docs/architecture.md "Attention families"),
     whole model, one GPU's worth at tensor_parallel 1: layers of each kind, the MLA and linear
@@ -397,8 +412,8 @@ def _print_text(r: dict[str, Any]) -> None:
         f"\nmemory per GPU: batch {w['batch_size']} x ({w['prompt_tokens']} + {w['output_tokens']}) "
         f"tokens, tensor_parallel {w['tensor_parallel']}"
     )
-    for key in ("weights", "kv_cache", "activations", "reserved", "total", "required"):
-        print(f"  {key:<12}{m[key] / 2**30:>10.2f} GiB")
+    for key, what in memory_labels(w).items():
+        print(f"  {key:<12}{m[key] / 2**30:>10.2f} GiB  {what}")
     verdict = (
         "fits"
         if g["fits_whole_batch"]

@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "value of its column refuses the file with every such cell named as FILE: row N: column; "
         "rows are numbered as a spreadsheet shows them (the header is row 1, the first "
         "configuration row 2). A configuration that breaks an architecture rule or does not fit "
-        "in memory gets a message in the `error` column instead of a prediction.",
+        "in memory gets a message in the `error` column instead of a prediction. Rows are "
+        f"predicted {BATCH_CHUNK_ROWS:,} at a time (a progress bar on a terminal's stderr, off "
+        "with -q), which bounds memory and does not change the predictions.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     src = p.add_argument_group("where the architecture comes from (at most one)")
@@ -62,8 +64,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     wl = p.add_argument_group("workload and GPU (defaults: batch 1, 1024 + 256 tokens, h100_sxm)")
     _flags.add_field_flags(wl, WORKLOAD_FLAGS, aliases={"tensor_parallel": ("--tp",)})
     _flags.add_field_flags(wl, ("gpu",), helps={"gpu": "GPU registry name (see `dse gpus`)"})
-    p.add_argument("--out", help="with --batch: output CSV (default: stdout)")
+    p.add_argument(
+        "--out", help="with --batch: output CSV (default: stdout); not the input CSV itself"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="with --batch: no progress bar (it shows on stderr only when stderr is a terminal)",
+    )
     p.set_defaults(command="predict")
 
 
@@ -199,7 +209,7 @@ def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.nda
 def run(args: argparse.Namespace) -> int:
     _check_sources(args)
     if args.batch:
-        return _run_batch(args.batch, args.out)
+        return _run_batch(args.batch, args.out, quiet=args.quiet)
     row = _single(args)
     cols, n = C.as_columns({k: [v] for k, v in row.items()})
     err, warn = check_rows_and_warnings(cols, n)
@@ -445,6 +455,10 @@ def _print_table(config: dict[str, Any], r: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------- --batch CSV
 MAX_SHOWN = 20  # bad cells listed in one message (then a count of the rest)
+# Rows predicted (and turned into output text) at a time: the predictor's intermediates and the
+# output's Python values grow with the rows of a call. 100,000 rows: 805 MB peak in one call,
+# 485 MB in chunks of 20,000 (of which 55 MB is the interpreter and one artifact).
+BATCH_CHUNK_ROWS = 20_000
 _DERIVED_DEFAULT = C.DERIVED_FROM  # an empty cell takes this column's value
 
 
@@ -578,7 +592,9 @@ def _batch_columns(
     return header, rows, cols
 
 
-def _run_batch(given: str, out_path: str | None) -> int:
+def _run_batch(
+    given: str, out_path: str | None, quiet: bool = False, chunk_rows: int = BATCH_CHUNK_ROWS
+) -> int:
     path = Path(given)
     if out_path:  # refuse an unwritable --out before the predictions, not after
         out = Path(out_path)
@@ -586,31 +602,23 @@ def _run_batch(given: str, out_path: str | None) -> int:
             raise ConfigError(f"--out: must be a file path, got the directory {out_path!r}")
         if not out.parent.is_dir():
             raise ConfigError(f"--out: its folder must exist, got {out_path!r}")
+        if path.exists() and out.exists() and out.resolve() == path.resolve():
+            # writing would truncate the CSV being read: the configurations would be lost
+            raise ConfigError(
+                f"--out: must not be the --batch input {given!r} (it would be overwritten), "
+                f"got {out_path!r}"
+            )
     records = _read_csv(path, given)
     header, rows, typed = _batch_columns(path, records)
     n = len(rows)
     cols, _ = C.as_columns(typed)
-    errors, warnings = check_rows_and_warnings(cols, n)
+    errors, warnings, pred = _predict_in_chunks(cols, n, quiet, chunk_rows)
     ok = errors == ""
-    pred_cols: dict[str, list[Any]] = {}
-    if ok.any():
-        from dse.predict import predict
-
-        pred = predict({k: v[ok] for k, v in cols.items()})
-        idx = np.nonzero(ok)[0]
-        for k, v in pred.items():
-            col: list[Any] = [""] * n
-            for i, x in zip(idx.tolist(), np.asarray(v).tolist(), strict=True):
-                col[i] = "" if isinstance(x, float) and x != x else x
-            pred_cols[k] = col
     records_out = [r for r in records[1:] if any(c.strip() for c in r)]
     _write_csv(
         out_path,
-        [*header, *pred_cols, "warning", "error"],
-        (
-            [*records_out[i], *(c[i] for c in pred_cols.values()), warnings[i], errors[i]]
-            for i in range(n)
-        ),
+        [*header, *pred, "warning", "error"],
+        _output_rows(records_out, pred, ok, warnings, errors, chunk_rows),
     )
     if out_path:
         print(
@@ -619,6 +627,108 @@ def _run_batch(given: str, out_path: str | None) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _output_rows(
+    records: list[list[str]],
+    pred: dict[str, np.ndarray],
+    ok: np.ndarray,
+    warnings: np.ndarray,
+    errors: np.ndarray,
+    block: int,
+) -> Any:
+    """The output CSV's rows: the input cells as written, the predictions ('' at an error row
+    and for NaN), warning, error. Values become Python's (`tolist`) `block` rows at a time, so
+    the numbers print as Python prints them and only one block of them is held at once."""
+    n = len(records)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        good = ok[start:stop].tolist()
+        cols = []
+        for v in pred.values():
+            part = v[start:stop].tolist()
+            cols.append(
+                [
+                    "" if not g or (isinstance(x, float) and x != x) else x
+                    for x, g in zip(part, good, strict=True)
+                ]
+            )
+        for i in range(stop - start):
+            yield [
+                *records[start + i],
+                *(c[i] for c in cols),
+                warnings[start + i],
+                errors[start + i],
+            ]
+
+
+def _predict_in_chunks(
+    cols: dict[str, np.ndarray], n: int, quiet: bool, chunk_rows: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(error, warning, predictions) of every row, predicted `chunk_rows` rows at a time with
+    a progress bar on stderr (not with `quiet`, nor when stderr is no terminal).
+
+    The same columns in the same order as one `dse.predict.predict` call on every row: rows
+    are taken GPU by GPU as it takes them, a column only some chunks of a GPU have (an
+    operator only some rows use) comes where that GPU's chunk puts it, one only a later GPU
+    has after the earlier GPUs' columns, and it is 0 (numbers) or '' (text) where a chunk
+    lacks it, as `predict` fills it. Prediction columns are n long; their values at error rows
+    are not to be used."""
+    from tqdm import tqdm
+
+    from dse.predict import predict
+
+    errors = np.full(n, "", dtype=object)
+    warnings = np.full(n, "", dtype=object)
+    merged: dict[str, np.ndarray] = {}
+    order: list[str] = []
+    with tqdm(
+        total=n,
+        desc="predict",
+        unit="row",
+        unit_scale=True,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.5,
+        disable=True if quiet else None,  # None: off when stderr is not a terminal
+    ) as bar:
+        for start in range(0, n, chunk_rows):  # row rules and memory: row by row
+            stop = min(start + chunk_rows, n)
+            part = {k: v[start:stop] for k, v in cols.items()}
+            err, warnings[start:stop] = check_rows_and_warnings(part, stop - start)
+            errors[start:stop] = err
+            bar.update(int((err != "").sum()))  # rows with an error are done
+        ok_rows = np.flatnonzero(errors == "")
+        gpus = cols["gpu"][ok_rows]
+        for name in np.unique(gpus):  # `predict`'s order of GPUs
+            rows = ok_rows[gpus == name]
+            gpu_order: list[str] = []
+            for start in range(0, len(rows), chunk_rows):
+                sub = rows[start : start + chunk_rows]
+                pred = predict({k: v[sub] for k, v in cols.items()})
+                keys = list(pred)
+                for k, v in pred.items():
+                    v = np.asarray(v)
+                    if k not in merged:
+                        merged[k] = (
+                            np.full(n, "", dtype=object)
+                            if v.dtype.kind in "OUS"  # text: object, so no width truncates
+                            else np.zeros(n, dtype=v.dtype)
+                        )
+                    if k not in gpu_order:
+                        _insert_key(gpu_order, k, keys)
+                    merged[k][sub] = v
+                bar.update(len(sub))
+            order += [k for k in gpu_order if k not in order]
+    return errors, warnings, {k: merged[k] for k in order}
+
+
+def _insert_key(order: list[str], key: str, keys: list[str]) -> None:
+    """Place `key` in `order` after the nearest key before it in `keys` (a chunk's column
+    order) that `order` already holds: one GPU's columns keep the predictor's order."""
+    i = keys.index(key)
+    before = next((k for k in reversed(keys[:i]) if k in order), None)
+    order.insert(0 if before is None else order.index(before) + 1, key)
 
 
 def _write_csv(out_path: str | None, header: list[str], rows: Any) -> None:

@@ -449,9 +449,15 @@ def model_card(name: str) -> ModelCard:
     for bad, why in UNREPRESENTABLE.items():
         if _heavy_key(bad) == _heavy_key(name):
             raise ConfigError(f"model {name!r} is not representable: {why}")
-    close = difflib.get_close_matches(_heavy_key(name), list(heavy), n=3, cutoff=0.6)
+    # several spellings (keys) name one model: each model once, whatever its case
+    close = list(
+        {
+            heavy[c].lower(): heavy[c]
+            for c in difflib.get_close_matches(_heavy_key(name), list(heavy), n=12, cutoff=0.6)
+        }.values()
+    )[:3]
     hint = (
-        f"; did you mean {', '.join(repr(heavy[c]) for c in close)}?"
+        f"; did you mean {', '.join(repr(c) for c in close)}?"
         if close
         else "; `dse arch --list` lists them"
     )

@@ -88,7 +88,11 @@ class Field:
     power_of_two: bool = False  # int: 1, 2, 4, 8, ...
     case_insensitive: bool = False  # choice: compared (and returned) in lower case
     note: str = ""  # flag help after the rule: what an absent value means
-    group: str = "architecture"  # architecture | workload | hardware | training | cli
+    group: str = "architecture"  # architecture | workload | hardware | training | cli | constraint
+    positive: bool = False  # float: > 0 (a limit of a ratio metric; 0 would divide by zero)
+    # (low, high) in `unit`: values outside are allowed but warned about (`implausible`); a
+    # limit there is most likely a unit slip (50 for a TPOT of 50 ms), or nothing can meet it
+    plausible: tuple[float, float] | None = None
 
     def options(self) -> tuple[str, ...]:
         c = self.choices
@@ -113,8 +117,25 @@ class Field:
             )
         else:
             what = "a number"
+        if self.positive and self.min is None and self.max is None:
+            return "must be a finite number > 0"
         lo, hi = _limit(self.min, self.kind), _limit(self.max, self.kind)
         return f"must be {what} in [{lo}, {hi}]"
+
+    def implausible(self, value: float) -> str | None:
+        """'<value> <unit> is outside the plausible range ...' for a valid value outside
+        `plausible`, None inside it (or without a plausible range)."""
+        if self.plausible is None:
+            return None
+        lo, hi = self.plausible
+        if lo <= value <= hi:
+            return None
+        unit = f" {self.unit}" if self.unit else ""
+        what = f" ({self.note})" if self.note else ""
+        return (
+            f"{show(value)}{unit} is outside the plausible range [{lo:g}, {hi:g}]{unit} of "
+            f"{self.name}{what}; check its unit (the limit is kept as written)"
+        )
 
     def describe(self, default: Any = None) -> str:
         """Flag help: the rule without 'must be', the unit and the default."""
@@ -186,6 +207,8 @@ class Field:
             x = float(x)
         if (self.min is not None and x < self.min) or (self.max is not None and x > self.max):
             return False, x
+        if self.positive and x <= 0:
+            return False, x
         if self.even and x % 2:
             return False, x
         if self.power_of_two and x & (x - 1):
@@ -251,6 +274,8 @@ class Field:
                     bad |= x < self.min
                 if self.max is not None:
                     bad |= x > self.max
+                if self.positive:
+                    bad |= x <= 0
             if self.kind == "float":
                 return np.where(bad, self._placeholder(), x).astype(np.float64), bad
             xi = np.where(bad, self._placeholder(), x).astype(np.int64)
@@ -340,6 +365,13 @@ def _int(name: str, lo: int, hi: int, default: Any = None, unit: str = "", **kw:
     return Field(name, "int", lo, hi, default, unit, **kw)
 
 
+def _limit_field(name: str, unit: str, plausible: tuple[float, float], note: str) -> Field:
+    """A constraint's limit (`constraints.<name>.min` / `.max`): a finite number > 0."""
+    return Field(
+        name, "float", unit=unit, positive=True, plausible=plausible, note=note, group="constraint"
+    )
+
+
 FIELDS: dict[str, Field] = {
     f.name: f
     for f in (
@@ -410,6 +442,23 @@ FIELDS: dict[str, Field] = {
         ),
         # training (the quality objective's token budget)
         _int("training_tokens", 10**6, 10**15, unit="tokens", group="training"),
+        # limits of a search space's constraints (`constraints: {tpot: {max: 0.05}}`,
+        # dse.spec.space): any finite number > 0; outside `plausible` a warning, since such a
+        # limit is most likely a unit slip (tpot max 50 meant 50 ms) or one nothing can meet.
+        _limit_field("latency", "s", (1e-3, 86400.0), "request latency; a day at most"),
+        _limit_field("ttft", "s", (1e-4, 3600.0), "time to first token; an hour at most"),
+        _limit_field("tpot", "s", (1e-4, 10.0), "time per output token"),
+        _limit_field("energy", "J", (1e-2, 1e9), "HYMELL energy per request"),
+        _limit_field("energy_per_output_token", "J", (1e-5, 1e4), "HYMELL energy per token"),
+        _limit_field("throughput", "tokens/s", (1e-2, 1e7), "output tokens per s per GPU"),
+        _limit_field("user_speed", "tokens/s", (0.1, 1e4), "per user, 1 / tpot"),
+        # the laws' irreducible loss is 1.69 (Chinchilla) to 1.82 (Besiroglu); a uniform guess
+        # over a 4M-token vocabulary is ln(2**22) = 15.2 nats
+        _limit_field("loss", "nats/token", (1.0, 15.0), "the scaling law's loss"),
+        _limit_field("active_params", "parameters", (1e6, 1e13), "1e6 to 1e13, not billions"),
+        _limit_field("total_params", "parameters", (1e6, 1e13), "1e6 to 1e13, not billions"),
+        _limit_field("kv_bytes_per_token", "bytes", (1e2, 1e8), "KV cache per token, not KiB"),
+        _limit_field("memory_bytes", "bytes", (1e8, 1e12), "per GPU, not GiB"),
         # command-line only
         _int("context", 1, 2**25, unit="tokens", group="cli"),
         _int("entry", 0, 2**31 - 1, 0, group="cli"),

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +247,9 @@ class SearchSpace:
     study: StudySettings = field(default_factory=StudySettings)
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict)  # the YAML as read, for the study record
+    # `FILE:LINE: key: ...` of what is allowed but most likely a mistake (a constraint limit
+    # outside its plausible range, trials with sampler exact); `load_space` prints them
+    warnings: tuple[str, ...] = ()
 
     @property
     def searched(self) -> tuple[Param, ...]:
@@ -345,22 +350,51 @@ def bundled_spaces() -> list[str]:
 
 
 def resolve_space_path(path: str | Path) -> Path:
-    """A path as given, or the bundled example of that name (`dense_8b`) when no such file exists."""
+    """A path as given, or the bundled example of that name (`dense_8b`) when no such file
+    exists; neither: a ConfigError naming the shipped spaces whose names are close (ignoring
+    case, `_` and `-`: `dense8b` -> `dense_8b`), or listing them for a bare name."""
     p = Path(path)
     if p.exists():
         return p
     from dse.resources import shipped
 
     stem = p.name[:-5] if p.name.endswith(".yaml") else p.name
-    if stem in bundled_spaces():
+    names = bundled_spaces()
+    if stem in names:
         return Path(str(shipped("search_spaces") / f"{stem}.yaml"))
-    return p
+    close = close_names(stem, names)
+    hint = (
+        f"; did you mean the shipped search space {' or '.join(map(repr, close))}?"
+        if close
+        else f"; shipped search spaces: {', '.join(names)}"
+        if len(p.parts) == 1  # a bare name: perhaps meant as a shipped one
+        else ""
+    )
+    raise ConfigError(f"{p}: file not found{hint}")
 
 
-def load_space(path: str | Path) -> SearchSpace:
-    """Read and validate a search-space YAML file (or a bundled example by name)."""
+def close_names(given: str, names: list[str] | tuple[str, ...], n: int = 3) -> list[str]:
+    """Names close to `given` when case, `_` and `-` are ignored (an exact match so first),
+    each once."""
+    key = lambda s: s.lower().replace("_", "").replace("-", "")  # noqa: E731
+    by_key: dict[str, str] = {}
+    for name in names:
+        by_key.setdefault(key(name), name)
+    hits = difflib.get_close_matches(key(given), list(by_key), n=n, cutoff=0.6)
+    return [by_key[h] for h in hits]
+
+
+def load_space(path: str | Path, warn: bool = True) -> SearchSpace:
+    """Read and validate a search-space YAML file (or a bundled example by name); with `warn`,
+    print the space's warnings on stderr (`dse: warning: FILE:LINE: key: ...`)."""
     doc = load_located(resolve_space_path(path))
-    return parse_space(doc)
+    space = parse_space(doc)
+    if warn:
+        import sys
+
+        for w in space.warnings:
+            print(f"dse: warning: {w}", file=sys.stderr)
+    return space
 
 
 def parse_space(doc: Located) -> SearchSpace:
@@ -376,7 +410,7 @@ def parse_space(doc: Located) -> SearchSpace:
         raise doc.error(("name",), f"{NAME_RULE}, got {name!r}")
     params: list[Param] = []
 
-    # hardware
+    # hardware (any case: `H100_SXM` is h100_sxm, as --gpu and a CSV's gpu column read it)
     hw = data.get("hardware", "h100_sxm")
     params.append(_param(doc, ("hardware",), "gpu", hw, str_choices=tuple(gpu_names())))
 
@@ -421,9 +455,17 @@ def parse_space(doc: Located) -> SearchSpace:
     if dup:
         raise doc.error(("space",), f"field {sorted(dup)[0]!r} is declared twice")
 
+    if "objectives" in data and not data["objectives"]:
+        # `objectives: {}` is not "the default": leaving the key out is
+        raise doc.error(
+            ("objectives",),
+            "must name at least two objectives (leave the key out for the default, "
+            f"{' and '.join(Objectives().names)}), got {data['objectives']!r}",
+        )
+    warnings: list[str] = []
     objectives = _objectives(doc, data.get("objectives") or {})
-    constraints = _constraints(doc, data.get("constraints") or {}, objectives)
-    study = _study(doc, data.get("study") or {})
+    constraints = _constraints(doc, data.get("constraints") or {}, objectives, warnings)
+    study = _study(doc, data.get("study") or {}, warnings)
     if "training_tokens" not in names:
         for keys, needed in (
             (("objectives", "loss"), objectives.loss_law is not None),
@@ -442,6 +484,7 @@ def parse_space(doc: Located) -> SearchSpace:
         study=study,
         description=str(data.get("description", "")),
         raw=data,
+        warnings=tuple(warnings),
     )
     _check_combinations(doc, space)
     return space
@@ -476,6 +519,8 @@ def _number(doc: Located, keys: KeyPath, v: Any, *, integer: bool) -> Any:
             raise doc.error(keys, f"must be a number, got {v!r}") from None
     if not isinstance(v, int | float):
         raise doc.error(keys, f"must be a number, got {type(v).__name__} {v!r}")
+    if isinstance(v, float) and not math.isfinite(v):  # YAML's .nan / .inf
+        raise doc.error(keys, f"must be a finite number, got {v!r}")
     if integer:
         if float(v) != int(v):
             raise doc.error(keys, f"must be an integer, got {v!r}")
@@ -497,6 +542,9 @@ def _param(
             if not isinstance(v, bool):
                 raise doc.error(at, f"must be true or false, got {v!r}")
             return v
+        if str_choices is not None and name in FIELDS:
+            # a declared choice: its rule, case and did-you-mean from dse.spec.fields
+            return check_field(name, v, lambda _i, msg: doc.error(at, msg))
         if str_choices is not None:
             if not isinstance(v, str) or v not in str_choices:
                 close = difflib.get_close_matches(str(v), str_choices, n=1)
@@ -565,7 +613,12 @@ def _choice(doc: Located, keys: KeyPath, v: Any, choices: tuple[str, ...]) -> st
     return str(v)
 
 
-def _constraints(doc: Located, data: Any, objectives: Objectives) -> dict[str, Any]:
+def _constraints(
+    doc: Located, data: Any, objectives: Objectives, warnings: list[str]
+) -> dict[str, Any]:
+    """The constraints; each limit must be a finite number > 0 (`dse.spec.fields`: NaN would
+    rule out every configuration, inf none), and one outside the metric's plausible range adds
+    a warning with its unit."""
     _mapping(doc, ("constraints",), data)
     _no_unknown(doc, ("constraints",), data, CONSTRAINT_KEYS)
     out: dict[str, Any] = {}
@@ -580,11 +633,19 @@ def _constraints(doc: Located, data: Any, objectives: Objectives) -> dict[str, A
         _no_unknown(doc, keys, spec, ("min", "max", "source") if key == "loss" else ("min", "max"))
         if not (set(spec) & {"min", "max"}):
             raise doc.error(keys, "needs `min`, `max` or both")
-        lo = _number(doc, (*keys, "min"), spec["min"], integer=False) if "min" in spec else None
-        hi = _number(doc, (*keys, "max"), spec["max"], integer=False) if "max" in spec else None
-        for bound, v in (("min", lo), ("max", hi)):
-            if v is not None and v <= 0:
-                raise doc.error((*keys, bound), f"must be > 0, got {v}")
+        limit = FIELDS[key]
+        bounds: dict[str, float | None] = {}
+        for bound in ("min", "max"):
+            at = (*keys, bound)
+            bounds[bound] = (
+                check_field(key, spec[bound], lambda _i, msg, at=at: doc.error(at, msg))
+                if bound in spec
+                else None
+            )
+            odd = None if bounds[bound] is None else limit.implausible(bounds[bound])
+            if odd:
+                warnings.append(f"{doc.where(at)}: {odd}")
+        lo, hi = bounds["min"], bounds["max"]
         if lo is not None and hi is not None and lo > hi:
             raise doc.error(keys, f"`min <= max` must hold, but got (min={lo:g}, max={hi:g})")
         out[key] = {"min": lo, "max": hi}
@@ -644,7 +705,7 @@ def _objectives(doc: Located, data: Any) -> Objectives:
     return Objectives(tuple(items))
 
 
-def _study(doc: Located, data: Any) -> StudySettings:
+def _study(doc: Located, data: Any, warnings: list[str]) -> StudySettings:
     _mapping(doc, ("study",), data)
     _no_unknown(doc, ("study",), data, ("sampler", "trials", "seed", "batch_size"))
     sampler = data.get("sampler", "auto")
@@ -661,6 +722,13 @@ def _study(doc: Located, data: Any) -> StudySettings:
     batch = _number(doc, ("study", "batch_size"), data.get("batch_size", 64), integer=True)
     if batch < 1:
         raise doc.error(("study", "batch_size"), f"must be an integer >= 1, got {batch}")
+    if sampler in ("exact", "exhaustive") and "trials" in data:
+        # a warning, not an error: a `--sampler` flag may pick a sampler that uses it
+        warnings.append(
+            f"{doc.where(('study', 'trials'))}: ignored by sampler {sampler}, which prices "
+            f"every configuration of the space once (trials has no meaning; it applies only "
+            f"if --sampler picks a sampling sampler), got {trials}"
+        )
     return StudySettings(sampler=sampler, trials=trials, seed=seed, batch_size=batch)
 
 
@@ -760,6 +828,9 @@ class SpaceCount:
     valid: int | None  # None when too large to enumerate
     feasible: int | None
     violations: dict[str, int]  # constraint name -> how many configurations break it
+    # why the others are not valid architectures: the first rule each breaks (its message,
+    # `dse.spec.arch.check_columns`) -> how many, most first
+    invalid: dict[str, int] = field(default_factory=dict)
 
 
 def count_feasible(space: SearchSpace, limit: int = 5_000_000, chunk: int = 500_000) -> SpaceCount:
@@ -770,6 +841,7 @@ def count_feasible(space: SearchSpace, limit: int = 5_000_000, chunk: int = 500_
     cols = space.enumerate(limit)
     valid = feasible = 0
     violations: dict[str, int] = {}
+    invalid: Counter[str] = Counter()
     for start in range(0, total, chunk):
         part = {k: v[start : start + chunk] for k, v in cols.items()}
         n = len(part["d_model"])
@@ -778,11 +850,12 @@ def count_feasible(space: SearchSpace, limit: int = 5_000_000, chunk: int = 500_
         cv = C.constraint_values(d, space.static_constraints)
         ok_valid = cv["valid"] <= 0
         valid += int(ok_valid.sum())
+        invalid.update(d["invalid"][~ok_valid].tolist())
         feasible += int(C.feasible(cv).sum())
         for name, v in cv.items():
             if name != "valid":
                 violations[name] = violations.get(name, 0) + int(((v > 0) & ok_valid).sum())
-    return SpaceCount(total, valid, feasible, violations)
+    return SpaceCount(total, valid, feasible, violations, dict(invalid.most_common()))
 
 
 def require_feasible(space: SearchSpace, count: SpaceCount) -> None:
