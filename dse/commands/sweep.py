@@ -219,6 +219,7 @@ def _print_tradeoff(folder: Path) -> None:
     from dse.errors import DSEError
     from dse.report._compare import space_from_summary
     from dse.sweep import load_front
+    from dse.sweep._extrapolation import summarise
 
     try:
         view = load_front(str(folder), None)
@@ -230,3 +231,7 @@ def _print_tradeoff(folder: Path) -> None:
         print(f"the front trades ({len(view.front)} configurations):", file=sys.stderr)
         for line in lines:
             print(line, file=sys.stderr)
+    # Silent when every front row is inside the fitted ranges.
+    oor = summarise(view.front).line()
+    if oor:
+        print(oor, file=sys.stderr)

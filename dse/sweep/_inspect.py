@@ -35,6 +35,7 @@ class FrontView:
     knee_row: int | None
     source: str
     trials: pd.DataFrame | None = None  # every trial of the study (None: not read)
+    directions: tuple[str, ...] | None = None  # "minimize" / "maximize" per objective
 
 
 def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = True) -> Any:
@@ -235,7 +236,7 @@ def load_front(
         source = storage_url
     cols = [f"obj.{n}" for n in names]
     knee = pareto.knee_index(front[cols].to_numpy(float), dirs) if len(front) else None
-    return FrontView(name, names, front, knee, source, trials)
+    return FrontView(name, names, front, knee, source, trials, tuple(dirs))
 
 
 def _check_objectives(summary: dict[str, Any], path: Path) -> None:
