@@ -222,8 +222,15 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
     if any(texts):
         out["out of range"] = texts
     shown = len(out) if limit <= 0 else limit
+    # Text read left to right: the out-of-range column left-aligned.
+    width = max((len(t) for t in texts), default=0)
+    left = {"out of range": lambda v: f"{v:<{width}}"} if any(texts) else None
     with pd.option_context("display.width", 250, "display.max_columns", 60):
-        print(out.head(shown).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(
+            out.head(shown).to_string(
+                index=False, float_format=lambda v: f"{v:.4g}", formatters=left
+            )
+        )
     if len(out) > shown:
         print(f"... {len(out) - shown} more (--limit 0 shows all)")
     if view.knee_row is not None:
@@ -239,9 +246,13 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
     if oor:  # silent when every front row is inside the fitted ranges
         print(oor)
         if common:
-            print(f"  on every front row: {', '.join(common)}")
+            print(f"  on every front row: {', '.join(common)} (x value / bound)")
         if any(texts):
-            print("  out of range: the other inputs outside the fitted range, x value / bound")
+            print(
+                "  out of range: the row's inputs outside the fitted range, x value / bound"
+                + (" (besides those on every row)" if common else "")
+                + "; pred.out_of_range_inputs and loss_out_of_range_inputs hold them all"
+            )
     for lim in lims:
         _print_binding(view, lim)
 

@@ -24,6 +24,8 @@ SOURCES = {
 }
 # Labels listed in the one-line summary, at most (the rest are counted as "+N more").
 MAX_LABELS = 6
+# Inputs named per row in `dse show`'s column, at most (the trials table has them all).
+MAX_ROW_ITEMS = 3
 _FACTOR = re.compile(r"\(x([^)]*)\)\s*$")
 _EMPTY = ("", "nan", "None")
 
@@ -165,11 +167,18 @@ def summarise(front: pd.DataFrame) -> RangeSummary:
 
 
 def row_texts(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(per row, the inputs out of range with their factor: 'level3 n_layers x0.857, operator
-    width x0.75', '' inside; the items every row has alike: ['level3 prompt x4', 'loss-law
-    tokens x30']). A flag on every row tells no row apart, so it is said once, not per row."""
+    """(per row, the inputs out of range with their factor, farthest first, at most
+    MAX_ROW_ITEMS and '+N' more: 'level3 n_experts x4, operator num_experts x0.5', '' inside;
+    the items every row has alike: ['level3 prompt x4', 'loss-law tokens x30']). A flag on
+    every row tells no row apart, so it is said once, not per row."""
     per_row = row_items(rows)
     shared = set.intersection(*(set(f) for f in per_row)) if per_row else set()
-    texts = [", ".join(it.short for it in found if it not in shared) for found in per_row]
+    texts = []
+    for found in per_row:
+        own = sorted((it for it in found if it not in shared), key=lambda it: -_far(it.factor))
+        more = len(own) - MAX_ROW_ITEMS
+        texts.append(
+            ", ".join(it.short for it in own[:MAX_ROW_ITEMS]) + (f", +{more}" if more > 0 else "")
+        )
     common = [it.short for it in (per_row[0] if per_row else []) if it in shared]
     return texts, common
