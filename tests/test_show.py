@@ -10,6 +10,7 @@ import contextlib
 import io
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dse.cli import main
@@ -102,6 +103,34 @@ def test_items_name_the_input_and_its_factor() -> None:
         ("loss-law n_experts", "loss-law n_experts"),
     ]
     assert X.items("", "predictor") == X.items("nan", "loss law") == []
+
+
+def test_row_texts_say_shared_inputs_once_and_name_three_per_row() -> None:
+    rows = pd.DataFrame(
+        {
+            "pred.out_of_range": [True, True, False],
+            "pred.out_of_range_inputs": [
+                "level3: prompt 8192 > 2048 (x4); level3: batch 64 > 32 (x2); "
+                "level3: d_model 3072 < 4096 (x0.75); level3: n_layers 24 < 28 (x0.857); "
+                "prefill gemm: m 9e4 > 1e4 (x9)",
+                "level3: prompt 8192 > 2048 (x4)",
+                "",
+            ],
+            "loss_out_of_range": [True, True, True],
+            "loss_out_of_range_inputs": ["tokens 1.5e13 > 5e11 (x30)"] * 3,
+        }
+    )
+    texts, common = X.row_texts(rows)
+    assert common == ["loss-law tokens x30"]  # on every row: said once
+    assert texts == [
+        "operator m x9, level3 prompt x4, level3 batch x2, +2",  # farthest first
+        "level3 prompt x4",
+        "",
+    ]
+    s = X.summarise(rows)
+    assert (s.outside, s.by_source) == (3, {"predictor": 2, "loss law": 3})
+    assert s.line().startswith("out of range: 3 of 3 front rows — loss-law tokens (3), level3 ")
+    assert X.summarise(rows.iloc[:0]).line() == ""
 
 
 def test_sweep_and_show_say_how_much_of_the_front_is_out_of_range(
