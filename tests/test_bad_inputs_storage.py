@@ -318,6 +318,30 @@ def _write(name: str, text: str | bytes | None) -> Callable[[Path], None]:
     return change
 
 
+def _format_version(version: int) -> Callable[[Path], None]:
+    """summary.json as written, but of another format version (its time kept: not stale)."""
+
+    def change(d: Path) -> None:
+        path = d / "summary.json"
+        stat = path.stat()
+        summary = json.loads(path.read_text())
+        summary["format_version"] = version
+        path.write_text(json.dumps(summary))
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    return change
+
+
+def _truncated(name: str) -> Callable[[Path], None]:
+    """The first half of a file, as a full disk or a killed copy leaves it."""
+
+    def change(d: Path) -> None:
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data[: len(data) // 2])
+
+    return change
+
+
 FOLDER_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
     (
         "show-summary-garbage",
@@ -334,7 +358,7 @@ FOLDER_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
     (
         "show-summary-no-objectives",
         "show",
-        _write("summary.json", '{"study": "small"}'),
+        _write("summary.json", '{"study": "small", "format_version": 1}'),
         r"summary\.json: objectives: must list",
     ),
     (
@@ -365,7 +389,18 @@ FOLDER_CASES: list[tuple[str, str, Callable[[Path], None], str]] = [
         "report-summary-garbage",
         "report",
         _write("summary.json", "{not json"),
-        r"summary\.json: is not valid JSON",
+        r"summary\.json: must be the JSON summary .*got unreadable text",
+    ),
+    # Issue 32: `dse show` refuses what `dse report` refuses, with the same message.
+    *(
+        (f"{command}-format-version-99", command, _format_version(99), pattern)
+        for command in ("show", "report", "export")
+        for pattern in [r"summary\.json: format_version must be 1, got 99: .*newer dse"]
+    ),
+    *(
+        (f"{command}-trials-truncated", command, _truncated("trials.parquet"), pattern)
+        for command in ("show", "report", "export")
+        for pattern in [r"trials\.parquet: cannot be read"]
     ),
     ("report-summary-missing", "report", _write("summary.json", None), r"summary\.json is missing"),
     (

@@ -194,3 +194,71 @@ def test_hf_refuses_what_it_cannot_express(tmp_path: Path) -> None:
     res = run_sweep(space, tmp_path / "res", "--sampler", "exhaustive")
     with pytest.raises(ConfigError, match="gated_mlp: must be true"):
         write_export(res, fmt="hf", out=tmp_path / "hf")
+
+
+# ---------------------------------------------------------------------- issue 32
+# Two dense models at an 8k prompt, ranked by Chinchilla loss, energy and throughput (maximised).
+LONG = """\
+name: long
+hardware: h200_sxm
+workload: {batch_size: 8, prompt_tokens: 8192, output_tokens: 256, tensor_parallel: 1}
+space:
+  d_model: {values: [3072, 4096]}
+  n_layers: 32
+  n_heads: 32
+  n_kv_heads: 8
+  d_ff: 14336
+  vocab_size: 128256
+  training_tokens: 1.5e+13
+objectives:
+  loss: {source: chinchilla}
+  energy: {source: hymell, metric: per_output_token}
+  throughput: {metric: per_gpu}
+study: {sampler: exhaustive, seed: 0}
+"""
+
+
+@pytest.fixture(scope="module")
+def long(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("long")
+    (folder / "long.yaml").write_text(LONG)
+    return run_sweep(folder / "long.yaml", folder / "res")
+
+
+def test_hf_config_holds_the_studys_context(long: Path, tmp_path: Path) -> None:
+    """8192 + 256 tokens need max_position_embeddings >= 8448: the next power of two, 16384
+    (without the key transformers reads Llama's default, 2048)."""
+    dest = write_export(long, fmt="hf", out=tmp_path / "hf")
+    folders = sorted(p for p in dest.iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:
+        cfg = json.loads((folder / "config.json").read_text())
+        assert cfg["max_position_embeddings"] == 16384 >= 8192 + 256
+    transformers = pytest.importorskip("transformers")
+    assert transformers.AutoConfig.from_pretrained(folders[0]).max_position_embeddings == 16384
+
+
+@pytest.mark.parametrize(
+    ("by", "objective", "maximised"),
+    [
+        ("loss", "loss_chinchilla", False),
+        ("loss_chinchilla", "loss_chinchilla", False),
+        ("throughput", "throughput_per_gpu", True),
+    ],
+)
+def test_top_k_by_any_objective_of_the_study(
+    long: Path, by: str, objective: str, maximised: bool, tmp_path: Path
+) -> None:
+    res = load_results(long)
+    sel = select(res, top=2, by=by)
+    v = sel.rows[f"obj.{objective}"].to_numpy(float)
+    assert len(v) == 2 and (v[0] >= v[1] if maximised else v[0] <= v[1])
+    assert ("highest" if maximised else "lowest") in sel.why
+    assert main(["export", str(long), "--top", "1", "--by", by, "--out", str(tmp_path)]) == 0
+
+
+def test_by_names_what_the_study_can_rank_by(long: Path, capsys) -> None:
+    with pytest.raises(ConfigError, match=r"--by: must be knee or .*\(loss, energy, throughput, "):
+        select(load_results(long), top=2, by="latency")
+    assert main(["export", str(long), "--top", "2", "--by", "latency"]) == 2
+    assert "got 'latency'" in capsys.readouterr().err

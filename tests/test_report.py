@@ -352,7 +352,7 @@ def _no_rows(d: Path) -> None:
         (lambda d: [p.unlink() for p in d.iterdir()], "not a results folder"),
         (lambda d: (d / "summary.json").unlink(), "summary.json is missing"),
         (_older, "older dse"),
-        (lambda d: (d / "summary.json").write_text("{not json"), "not valid JSON"),
+        (lambda d: (d / "summary.json").write_text("{not json"), "got unreadable text"),
         (_no_columns, "missing column(s) on_front"),
         (_no_rows, "holds no trials"),
         (lambda d: (d / "trials.parquet").write_bytes(b"garbage"), "cannot be read"),

@@ -16,7 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and why.\n\n"
         "examples:\n"
         "  dse export results/heads --front --format yaml\n"
-        "  dse export results/dense-8b --top 3 --by knee --format hf --out winners/",
+        "  dse export results/dense-8b --top 3 --by knee --format hf --out winners/\n"
+        "  dse export results/moe --top 5 --by loss\n\n"
+        "The Hugging Face config.json carries max_position_embeddings: the smallest power of "
+        "two that holds the study's prompt + output tokens (8192 + 256 -> 16384).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("results", metavar="RESULTS_DIR", help="results folder of a sweep")
@@ -27,10 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--top", type=int, metavar="K", help="the K best feasible configurations")
     p.add_argument(
         "--by",
-        choices=("energy", "latency", "knee"),
+        metavar="RANKING",
         default=None,
-        help="ranking for --top: lowest energy, lowest latency, or nearest the knee (default: "
-        "energy)",
+        help="ranking for --top: knee (nearest the knee of the front) or an objective of the "
+        "study, by its first word (energy, latency, loss, throughput, ...) or full name "
+        "(energy_hymell_request), best first in its direction (default: energy, else the "
+        "first objective)",
     )
     p.add_argument("--format", choices=("yaml", "json", "hf"), default="yaml", dest="fmt")
     p.add_argument("--out", metavar="DIR", help="output folder (default: RESULTS_DIR/export)")
@@ -54,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         front=args.front,
         top=args.top,
-        by=args.by or "energy",
+        by=args.by,
     )
     # The README's first sentence says how many configurations and why.
     print(f"wrote {dest}: {(dest / 'README.md').read_text().splitlines()[2]}")

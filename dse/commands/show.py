@@ -28,6 +28,29 @@ def display_scale(name: str) -> tuple[float, str]:
     return NAME_SCALE.get(name) or SCALE.get(objective_unit(name), (1.0, ""))
 
 
+def limit_scale(metric: str) -> tuple[float, str]:
+    """(factor, unit) to print constrained metric `metric` (`dse.sweep._limits.UNITS`) in."""
+    from dse.sweep._limits import UNITS
+
+    return NAME_SCALE.get(metric) or SCALE.get(UNITS.get(metric, ""), (1.0, ""))
+
+
+def limit_text(lim: Any) -> str:
+    """'tpot <= 50 ms' for a `dse.sweep._limits.Limit`."""
+    scale, unit = limit_scale(lim.metric)
+    return f"{lim.metric} {lim.op} {lim.value * scale:.4g} {unit}".rstrip()
+
+
+def broken_text(lim: Any, value: float) -> str:
+    """'tpot 62 ms > 50 ms' (a limit broken, with the value); 'fits_memory: needs 1.3x the
+    usable memory'."""
+    if lim.metric == "fits_memory":
+        return f"fits_memory: needs {value:.3g}x the GPU's usable memory"
+    scale, unit = limit_scale(lim.metric)
+    op = ">" if lim.bound == "max" else "<"
+    return f"{lim.metric} {value * scale:.4g} {unit} {op} {lim.value * scale:.4g} {unit}"
+
+
 # Shown beside the searched columns when they vary on the front (fixed ones are in the space).
 CONFIG_COLUMNS = (
     "gpu",
@@ -51,10 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Print the feasible Pareto front of a sweep, one row per distinct "
         "configuration, sorted by the first objective: every searched parameter, how many "
         "trials hit the configuration, the knee point marked `*`, and `~` on points the "
-        "predictor's error band cannot tell from a front neighbour. The argument is a results "
+        "predictor's error band cannot tell from a front neighbour; every constrained metric, "
+        "with a line for each limit that never binds; and, when front rows lie outside a fitted "
+        "range, how many and by which input (an `out of range` column names them per row). "
+        "The argument is a results "
         "folder, a study name under results/, or (with --storage) a study in a database. "
         "--compare NAME places a catalogue model (`dse arch --list`) beside the front, "
-        "evaluated with the space's workload and GPU, and says whether the front dominates it."
+        "evaluated with the space's workload and GPU, names any limit it breaks, and says "
+        "whether the front dominates it. A results folder is checked as `dse report` checks it."
         "\n\nexamples:\n  dse show results/dense-8b\n  dse show dense-8b\n"
         "  dse show dense-8b --compare llama-3-8b\n"
         "  dse show big --storage postgresql://user@host/dse",
@@ -156,6 +183,9 @@ def tradeoff_lines(view: Any, space: Any | None = None) -> list[str]:
 def _print_front(view: Any, space: Any, limit: int) -> None:
     import pandas as pd
 
+    from dse.sweep import _extrapolation as X
+    from dse.sweep import _limits as L
+
     f = view.front
     out = pd.DataFrame({"": _mark_column(view)})
     out["trial"] = f["number"].to_numpy()
@@ -181,9 +211,26 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
             out[c] = f[c].to_numpy()
     if "active_params" in f:
         out["active [B]"] = f["active_params"].to_numpy(float) / 1e9
+    # Every constrained metric (an active_params limit is the column above).
+    lims = L.limits(space.constraints) if space is not None else []
+    for lim in lims:
+        if lim.metric != "active_params":
+            scale, unit = limit_scale(lim.metric)
+            out[f"{lim.metric} [{unit}]"] = L.values(f, lim) * scale
+    # The inputs out of range per row; those on every row alike go in the line under the table.
+    texts, common = X.row_texts(f)
+    if any(texts):
+        out["out of range"] = texts
     shown = len(out) if limit <= 0 else limit
+    # Text read left to right: the out-of-range column left-aligned.
+    width = max((len(t) for t in texts), default=0)
+    left = {"out of range": lambda v: f"{v:<{width}}"} if any(texts) else None
     with pd.option_context("display.width", 250, "display.max_columns", 60):
-        print(out.head(shown).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(
+            out.head(shown).to_string(
+                index=False, float_format=lambda v: f"{v:.4g}", formatters=left
+            )
+        )
     if len(out) > shown:
         print(f"... {len(out) - shown} more (--limit 0 shows all)")
     if view.knee_row is not None:
@@ -195,6 +242,45 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
         )
     if "trials" in f and (f["trials"] > 1).any():
         print("trials: how many trials of the study hit the configuration (predicted once)")
+    oor = X.summarise(f).line()
+    if oor:  # silent when every front row is inside the fitted ranges
+        print(oor)
+        if common:
+            print(f"  on every front row: {', '.join(common)} (x value / bound)")
+        if any(texts):
+            print(
+                "  out of range: the row's inputs outside the fitted range, x value / bound"
+                + (" (besides those on every row)" if common else "")
+                + "; pred.out_of_range_inputs and loss_out_of_range_inputs hold them all"
+            )
+    for lim in lims:
+        _print_binding(view, lim)
+
+
+def _print_binding(view: Any, lim: Any) -> None:
+    """Says when a limit never binds: lifting it would leave the front as it is."""
+    import numpy as np
+
+    from dse.sweep import _limits as L
+
+    if view.trials is None:
+        return
+    b = L.binding(view.trials, lim, view.front, view.objectives, view.directions)
+    if b.binds:
+        return
+    v = L.values(view.front, lim)
+    v = v[np.isfinite(v)]
+    scale, unit = limit_scale(lim.metric)
+    edge = ""
+    if len(v):
+        top = float(v.max() if lim.bound == "max" else v.min())
+        edge = f"front {lim.bound} {top * scale:.4g} {unit}; "
+    why = (
+        "no trial broke it"
+        if not b.broke
+        else f"{b.broke} trial{'s' if b.broke > 1 else ''} broke it, none would join the front"
+    )
+    print(f"{limit_text(lim)} never binds: {edge}{why}")
 
 
 def _print_compare(view: Any, space: Any, name: str) -> None:
@@ -202,6 +288,7 @@ def _print_compare(view: Any, space: Any, name: str) -> None:
 
     from dse.errors import ConfigError
     from dse.report import _compare as K
+    from dse.sweep import _limits as L
 
     if space is None:
         raise ConfigError(f"--compare {name}: the study's search space is not recorded")
@@ -229,7 +316,12 @@ def _print_compare(view: Any, space: Any, name: str) -> None:
         out[f"{n} [{unit}]"] = t[f"obj.{n}"].to_numpy(float) * scale
     if "active_params" in t:
         out["active [B]"] = t["active_params"].to_numpy(float) / 1e9
-    out["feasible"] = ["yes" if v else "no" for v in t["feasible"].astype(bool)]
+    # The limits a placement breaks, each with its value (invalid ones say so in `front`).
+    broke = L.broken(t, space.constraints)
+    out["feasible"] = [
+        "yes" if ok else "no" + (": " + "; ".join(broken_text(*b) for b in bs) if bs else "")
+        for ok, bs in zip(t["feasible"].astype(bool), broke, strict=True)
+    ]
     numbers = view.front["number"].to_numpy() if len(view.front) else []
     verdicts = []
     for i, d in enumerate(placed.dominated_by):

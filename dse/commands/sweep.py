@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(objectives, constraints and study settings from the YAML; options override them). "
         "Trials are asked in batches, evaluated in one vectorised predictor call, and stored in "
         "results/<study>/journal.log (or --storage). Running the same command again resumes the "
-        "study and runs only the missing trials; Ctrl-C stops after the current batch.\n\n"
+        "study and runs only the missing trials; Ctrl-C stops after the current batch. At the "
+        "end it prints what the front trades and, when front rows lie outside the predictor's "
+        "or the loss law's fitted range, how many and by which input.\n\n"
         "examples:\n"
         "  dse sweep search_spaces/dense_8b.yaml\n"
         "  dse sweep search_spaces/moe.yaml --sampler nsga2 --trials 5000 --seed 1\n"
@@ -219,6 +221,7 @@ def _print_tradeoff(folder: Path) -> None:
     from dse.errors import DSEError
     from dse.report._compare import space_from_summary
     from dse.sweep import load_front
+    from dse.sweep._extrapolation import summarise
 
     try:
         view = load_front(str(folder), None)
@@ -230,3 +233,7 @@ def _print_tradeoff(folder: Path) -> None:
         print(f"the front trades ({len(view.front)} configurations):", file=sys.stderr)
         for line in lines:
             print(line, file=sys.stderr)
+    # Silent when every front row is inside the fitted ranges.
+    oor = summarise(view.front).line()
+    if oor:
+        print(oor, file=sys.stderr)

@@ -62,9 +62,20 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def mismatches(space: Any, arch: Any) -> list[str]:
-    """Architecture fields the space fixes to a value the model does not have."""
+    """Architecture fields the space fixes to a value the model does not have. Fields the model
+    does not use are not compared: d_ff when every FFN layer is MoE (Mixtral's d_ff is only
+    the default of d_ff_expert, which the catalogue resolves), the expert fields of a dense
+    model and the other fields `dse.spec.inert` names for it."""
+    from dse.spec.arch import ffn_layers
+    from dse.spec.inert import inert_masks
+
+    unused = {k for k, m in inert_masks(arch.to_dict(), 1).items() if bool(m[0])}
+    if int(ffn_layers(arch)[0]) == 0:
+        unused.add("d_ff")
     out = []
     for k, v in space.fixed.items():
+        if k in unused:
+            continue
         if k in C.ARCH_FIELDS and v is not None and not _same(getattr(arch, k), v):
             out.append(f"{k}: the space fixes {v}, the model has {getattr(arch, k)}")
     return out

@@ -24,6 +24,7 @@ from dse.report._results import (
     unit_scale,
 )
 from dse.spec import columns as C
+from dse.sweep import _extrapolation as extrapolation
 from dse.sweep import _fronts as fronts
 
 # More distinct configurations than this per cloud (dominated, infeasible) are drawn as a
@@ -871,39 +872,30 @@ def header_info(res: Results) -> HeaderInfo:
             "No feasible trial: every configuration the sweep evaluated breaks a constraint. "
             "The Pareto figure shows the infeasible cloud; relax the constraints in the space."
         )
-    if "pred.out_of_range" in t and n_front:
-        f = res.front
-        n_oor = int(f["pred.out_of_range"].astype(bool).sum())
-        if n_oor:
-            which = _oor_inputs(f)
-            warn.append(
-                f"{n_oor:,} of {n_front:,} front configurations have an input outside the "
-                "predictor's fitted range"
-                + (f" ({which})" if which else "")
-                + (
-                    " (ringed in the Pareto figure)"
-                    if n_oor < n_front
-                    else "; every front point is, so none is ringed"
-                )
-                + ": their predictions are extrapolations."
+    rng = extrapolation.summarise(res.front) if n_front else None
+    n_oor = rng.by_source.get("predictor", 0) if rng else 0
+    if "pred.out_of_range" in t and n_oor:
+        which = _counted(rng.labels("predictor") if rng else [])
+        warn.append(
+            f"{n_oor:,} of {n_front:,} front configurations have an input outside the "
+            "predictor's fitted range"
+            + (f" ({which})" if which else "")
+            + (
+                " (ringed in the Pareto figure)"
+                if n_oor < n_front
+                else "; every front point is, so none is ringed"
             )
-    if "loss_out_of_range" in t and n_front:
-        f = res.front
-        n_law = int(f["loss_out_of_range"].astype(bool).sum()) if "loss_out_of_range" in f else 0
-        if n_law:
-            counts: dict[str, int] = {}
-            for v in f.get("loss_out_of_range_inputs", pd.Series(dtype=str)).astype(str):
-                for item in v.split(";"):
-                    name = item.split()[0] if item.strip() else ""
-                    if name and name not in ("nan", "None"):
-                        counts[name] = counts.get(name, 0) + 1
-            which = ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-            warn.append(
-                f"{n_law:,} of {n_front:,} front configurations lie outside the range the loss "
-                "scaling law was fitted on"
-                + (f" ({which})" if which else "")
-                + ": their losses are extrapolations (docs/quality.md)."
-            )
+            + ": their predictions are extrapolations."
+        )
+    n_law = rng.by_source.get("loss law", 0) if rng else 0
+    if "loss_out_of_range" in t and n_law:
+        which = _counted(rng.labels("loss law") if rng else [])
+        warn.append(
+            f"{n_law:,} of {n_front:,} front configurations lie outside the range the loss "
+            "scaling law was fitted on"
+            + (f" ({which})" if which else "")
+            + ": their losses are extrapolations (docs/quality.md)."
+        )
     if "pred.source" in t:
         srcs = sorted({str(v) for v in t["pred.source"].dropna().unique()} - {"nan", ""})
         if "roofline" in srcs:
@@ -919,19 +911,9 @@ def header_info(res: Results) -> HeaderInfo:
     return HeaderInfo(title, rows, fixed, warn, reproduce)
 
 
-def _oor_inputs(front: pd.DataFrame) -> str:
-    """The inputs named by `pred.out_of_range_inputs` on front rows, most frequent first."""
-    if "pred.out_of_range_inputs" not in front:
-        return ""
-    counts: dict[str, int] = {}
-    for v in front["pred.out_of_range_inputs"].astype(str):
-        # Items '<part>: <input> <value> > <bound> (x..)' joined by '; ' (older: by ','):
-        # counted by '<part>: <input>', the numbers differ from row to row.
-        for item in v.replace(";", ",").split(","):
-            name = " ".join(item.split()[:2]) if ":" in item else item.strip()
-            if name and name not in ("nan", "None"):
-                counts[name] = counts.get(name, 0) + 1
-    return ", ".join(f"{k} ×{n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+def _counted(labels: list[tuple[str, int]]) -> str:
+    """'level3 prompt ×10, operator width ×2' (`dse.sweep._extrapolation` labels and rows)."""
+    return ", ".join(f"{k} ×{n}" for k, n in labels)
 
 
 def _distinct_text(res: Results) -> str:

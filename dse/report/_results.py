@@ -6,7 +6,6 @@ the plotting stack.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,17 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.errors import DSEError
 from dse.spec import columns as C
 from dse.sweep import _fronts as fronts
 
-FORMAT_VERSION = 1
-# Columns every results folder of format 1 has; the rest (pred.*, t2wh.*) are optional.
-REQUIRED_COLUMNS = ("number", "state", "feasible", "on_front", "d_model", "n_layers", "gpu")
-
-
-class ResultsError(DSEError):
-    """A results folder that is missing, empty, malformed or of another format version."""
+# The folder checks live with the sweep (`dse show` makes them too); re-exported here.
+from dse.sweep._folder import REQUIRED_COLUMNS as REQUIRED_COLUMNS
+from dse.sweep._folder import ResultsError as ResultsError
+from dse.sweep._folder import read_folder, read_table
+from dse.sweep._results import FORMAT_VERSION as FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -162,55 +158,11 @@ def _finite_rows(t: pd.DataFrame, columns: list[str]) -> pd.Series:
 
 
 def load_results(path: str | Path) -> Results:
-    """Read and check a results folder written by `dse sweep` (format version 1)."""
+    """Read and check a results folder written by `dse sweep` (format version 1): the checks
+    of `dse.sweep._folder.read_folder`, which `dse show` makes too."""
     d = Path(path)
-    if not d.exists():
-        raise ResultsError(f"{d}: results folder does not exist (run `dse sweep SPACE.yaml` first)")
-    if not d.is_dir():
-        raise ResultsError(f"{d}: must be a results folder written by `dse sweep`, got a file")
+    summary, trials = read_folder(d)
     summary_file = d / "summary.json"
-    trials_file = next((d / n for n in ("trials.parquet", "trials.csv") if (d / n).is_file()), None)
-    if trials_file is None and not summary_file.is_file():
-        raise ResultsError(
-            f"{d}: not a results folder: it has no summary.json and no trials.parquet or "
-            "trials.csv (is the sweep still running, or was it given another --out?)"
-        )
-    if not summary_file.is_file():
-        raise ResultsError(
-            f"{d}: summary.json is missing: the folder is from an older dse or the sweep did not "
-            "finish; run the same `dse sweep` again to resume and complete it"
-        )
-    try:
-        summary = json.loads(summary_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{summary_file}: is not valid JSON ({exc})") from None
-    if not isinstance(summary, dict):
-        raise ResultsError(f"{summary_file}: must hold a JSON object, got {type(summary).__name__}")
-    version = summary.get("format_version")
-    if version != FORMAT_VERSION:
-        if version is None or (isinstance(version, int | float) and version < FORMAT_VERSION):
-            raise ResultsError(
-                f"{summary_file}: format_version must be {FORMAT_VERSION}, got {version!r}: the "
-                "folder was written by an older dse; re-run its `dse sweep` with this version"
-            )
-        raise ResultsError(
-            f"{summary_file}: format_version must be {FORMAT_VERSION}, got {version!r}: the "
-            "folder was written by a newer dse; upgrade dse to read it"
-        )
-    if trials_file is None:
-        raise ResultsError(
-            f"{d}: trials.parquet and trials.csv are both missing (the sweep wrote its summary "
-            "but no trials; run it again)"
-        )
-    trials = _read_table(trials_file)
-    missing = [c for c in REQUIRED_COLUMNS if c not in trials.columns]
-    if missing:
-        raise ResultsError(
-            f"{trials_file}: missing column(s) {', '.join(missing)}; a results folder of format "
-            f"{FORMAT_VERSION} has them (docs/results_format.md)"
-        )
-    if trials.empty:
-        raise ResultsError(f"{trials_file}: holds no trials (the study finished none)")
     objectives = _objectives(summary, trials, summary_file)
     for flag in ("feasible", "on_front"):
         trials[flag] = _as_bool(trials[flag])
@@ -220,20 +172,11 @@ def load_results(path: str | Path) -> Results:
     exact = None
     exact_file = d / "exact_front.csv"
     if exact_file.is_file():
-        exact = _read_table(exact_file)
+        exact = read_table(exact_file)
         gone = [o.column for o in objectives if o.column not in exact.columns]
         if gone:
             raise ResultsError(f"{exact_file}: missing objective column(s) {', '.join(gone)}")
     return Results(d, trials, summary, objectives, exact)
-
-
-def _read_table(path: Path) -> pd.DataFrame:
-    try:
-        if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
-    except Exception as exc:  # pyarrow and the CSV parser raise many types for a damaged file
-        raise ResultsError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def _as_bool(s: pd.Series) -> pd.Series:

@@ -46,7 +46,9 @@ from dse.spec import columns as C
 from dse.spec.arch import Architecture
 
 FORMATS = ("yaml", "json", "hf")
-RANKINGS = ("energy", "latency", "knee")
+# --by: nearness to the knee, or an objective of the study by its name or first word
+# (energy, latency, loss, throughput, ...), best first in its direction.
+KNEE = "knee"
 SIZE_COLUMNS = ("total_params", "active_params", "kv_bytes_per_token", "memory_bytes")
 
 
@@ -56,14 +58,30 @@ class Selection(NamedTuple):
 
 
 # ---------------------------------------------------------------------- selection
-def _objective(res: Results, prefix: str) -> Objective:
-    for o in res.objectives:
-        if o.name.startswith(prefix):
-            return o
-    raise ResultsError(
-        f"{res.path}: no {prefix.rstrip('_')} objective to rank by; the study's objectives are "
-        f"{', '.join(o.name for o in res.objectives)}"
-    )
+def rankings(res: Results) -> list[str]:
+    """What --by accepts for this study: knee, each objective's first word where no other
+    objective shares it (energy, latency, loss, ...), and each objective's full name."""
+    words = [o.name.split("_", 1)[0] for o in res.objectives]
+    short = [w for w in dict.fromkeys(words) if words.count(w) == 1]
+    full = [o.name for o in res.objectives if o.name not in short]
+    return [KNEE, *short, *full]
+
+
+def ranking_objective(res: Results, by: str) -> tuple[Objective, bool]:
+    """(objective, maximised) that --by names: its full name, or its first word when a single
+    objective of the study starts with it (`loss` -> loss_chinchilla)."""
+    match = [o for o in res.objectives if o.name == by] or [
+        o for o in res.objectives if o.name.split("_", 1)[0] == by
+    ]
+    if len(match) != 1:
+        short = [r for r in rankings(res)[1:] if r not in [o.name for o in res.objectives]]
+        raise ConfigError(
+            f"--by: must be knee or an objective of the study, by its first word or full name "
+            f"({', '.join([*short, *(o.name for o in res.objectives)])}), got {by!r}"
+        )
+    o = match[0]
+    dirs = res.directions
+    return o, bool(dirs and dirs[res.objectives.index(o)] == "maximize")
 
 
 def knee_order(res: Results) -> tuple[pd.DataFrame, int]:
@@ -85,9 +103,10 @@ def knee_order(res: Results) -> tuple[pd.DataFrame, int]:
 
 
 def select(
-    res: Results, *, front: bool = False, top: int | None = None, by: str = "energy"
+    res: Results, *, front: bool = False, top: int | None = None, by: str | None = None
 ) -> Selection:
-    """The trials to export: the front (default), or the `top` feasible trials by a ranking."""
+    """The trials to export: the front (default), or the `top` feasible trials by a ranking
+    (`rankings`; default: energy when the study has one energy objective, else its first)."""
     if front and top is not None:
         raise ConfigError("give either --front or --top K, not both")
     if res.feasible.empty:
@@ -104,19 +123,20 @@ def select(
         )
     if top < 1:
         raise ConfigError(f"--top: must be an integer >= 1, got {top}")
-    if by not in RANKINGS:
-        raise ConfigError(f"--by: must be one of {', '.join(RANKINGS)}, got {by!r}")
     feas = res.distinct  # one row per configuration: --top K gives K distinct ones
-    if by == "knee":
+    if by is None:
+        by = "energy" if "energy" in rankings(res) else res.objectives[0].name
+    if by == KNEE:
         ranked, knee = knee_order(res)
         why = (
             f"the {min(top, len(ranked))} feasible configurations nearest the knee of the front "
             f"(trial {knee}; objectives normalised over the front)"
         )
     else:
-        o = _objective(res, f"{by}_")
-        ranked = feas.sort_values([o.column, "number"])
-        why = f"the {min(top, len(ranked))} feasible configurations with the lowest {o.label}"
+        o, maximised = ranking_objective(res, by)
+        ranked = feas.sort_values([o.column, "number"], ascending=[not maximised, True])
+        best = "highest" if maximised else "lowest"
+        why = f"the {min(top, len(ranked))} feasible configurations with the {best} {o.label}"
     return Selection(ranked.head(top), why)
 
 
@@ -193,7 +213,7 @@ def write_export(
     out: str | Path | None = None,
     front: bool = False,
     top: int | None = None,
-    by: str = "energy",
+    by: str | None = None,
 ) -> Path:
     """Write the chosen configurations of a results folder in `fmt`; returns the folder.
 
@@ -230,11 +250,21 @@ def write_export(
                     f"trial {e['predictions']['trial']}: cannot be exported as a Hugging Face "
                     f"config: {exc}"
                 ) from None
+            cfg["max_position_embeddings"] = context_tokens(e["workload"])
             (dest / name).mkdir(exist_ok=True)
             write_text_atomic(dest / name / "config.json", json.dumps(cfg, indent=2) + "\n")
             files.append(f"{name}/config.json")
     write_text_atomic(dest / "README.md", readme_text(res, sel, entries, fmt, files))
     return dest
+
+
+def context_tokens(workload: dict[str, Any]) -> int:
+    """max_position_embeddings of an exported config: the smallest power of two that holds
+    the study's prompt + output tokens (8192 + 256 -> 16384). Without it transformers takes
+    its class default (Llama: 2048), and vLLM or TensorRT-LLM would refuse the very requests
+    the study predicted; the power of two is the convention of published configs."""
+    need = int(workload.get("prompt_tokens", 0)) + int(workload.get("output_tokens", 0))
+    return 1 << max(need - 1, 1).bit_length()
 
 
 def _yaml_text(entries: list[dict[str, Any]], res: Results, sel: Selection) -> str:

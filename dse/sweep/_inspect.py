@@ -11,6 +11,7 @@ import optuna
 import pandas as pd
 
 from dse.errors import ConfigError, DSEError
+from dse.sweep._folder import read_folder
 from dse.sweep._storage import StudyRecord, parse_storage, study_names
 
 
@@ -33,6 +34,8 @@ class FrontView:
     front: pd.DataFrame
     knee_row: int | None
     source: str
+    trials: pd.DataFrame | None = None  # every trial of the study (None: not read)
+    directions: tuple[str, ...] | None = None  # "minimize" / "maximize" per objective
 
 
 def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = True) -> Any:
@@ -206,8 +209,10 @@ def load_front(
             storage_url = str(folder / "journal.log")
         else:
             warn(notes)
+    trials: pd.DataFrame | None = None
     if storage_url is None:
-        summary = _read_summary(folder)
+        summary, trials = read_folder(folder)  # the checks `dse report` makes
+        _check_objectives(summary, folder / "summary.json")
         names = [str(o["name"]) for o in summary["objectives"]]
         dirs = [str(o.get("direction", "minimize")) for o in summary["objectives"]]
         front = _read_front(folder / "front.csv", names)
@@ -226,26 +231,16 @@ def load_front(
                     f"{', '.join(known) or 'none'})"
                 )
         study = optuna.load_study(study_name=name, storage=storage)
-        _, front, names = study_table(study)
+        trials, front, names = study_table(study)
         dirs = [d.name.lower() for d in study.directions]  # "minimize" / "maximize"
         source = storage_url
     cols = [f"obj.{n}" for n in names]
     knee = pareto.knee_index(front[cols].to_numpy(float), dirs) if len(front) else None
-    return FrontView(name, names, front, knee, source)
+    return FrontView(name, names, front, knee, source, trials, tuple(dirs))
 
 
-def _read_summary(folder: Path) -> dict[str, Any]:
-    """summary.json of a results folder, checked for what `dse show` needs."""
-    path = folder / "summary.json"
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise ConfigError(
-            f"{path}: must be the JSON summary `dse sweep` writes, got unreadable text ({detail})"
-        ) from None
-    if not isinstance(summary, dict):
-        raise ConfigError(f"{path}: must hold a JSON object, got {type(summary).__name__}")
+def _check_objectives(summary: dict[str, Any], path: Path) -> None:
+    """summary.json names the study's objectives (what `dse show` prints)."""
     objectives = summary.get("objectives")
     if (
         not isinstance(objectives, list)
@@ -256,7 +251,6 @@ def _read_summary(folder: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: objectives: must list the study's objectives by name, got {got}"
         )
-    return summary
 
 
 def _read_front(path: Path, names: list[str]) -> pd.DataFrame:
