@@ -183,13 +183,13 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchila}\n  energy: {}\n",
-            ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe (did "
-            "you mean 'chinchilla'?), got 'chinchila'",
+            ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
+            "gqa_chen2025, auto (did you mean 'chinchilla'?), got 'chinchila'",
         ),
         (
             BASE + "objectives:\n  loss: {}\n  energy: {}\n",
             ":11: objectives.loss.source: is required (one of chinchilla, besiroglu, "
-            "joint_moe), got none",
+            "joint_moe, gqa_chen2025, auto), got none",
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchilla}\n  energy: {}\n",
@@ -204,12 +204,20 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1}}\n",
             ":11: constraints.loss.source: is required when no loss objective names the law "
-            "(chinchilla, besiroglu, joint_moe), got none",
+            "(chinchilla, besiroglu, joint_moe, gqa_chen2025, auto), got none",
         ),
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1, source: gpt4}}\n",
             ":11: constraints.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "got 'gpt4'",
+            "gqa_chen2025, auto, got 'gpt4'",
+        ),
+        (
+            BASE.replace("  d_ff: 8192\n", "  d_ff: 8192\n  n_experts: {values: [1, 8]}\n")
+            + TOKENS
+            + "objectives:\n  loss: {source: gqa_chen2025}\n  energy: {}\n",
+            ":13: objectives.loss.source: gqa_chen2025 prices dense models only and "
+            "space.n_experts reaches 8 (use joint_moe, or auto for the most specific law per "
+            "row), got 'gqa_chen2025'",
         ),
         (
             BASE + "constraints: {tpott: {max: 0.05}}\n",
@@ -468,6 +476,7 @@ def test_loss_objective_rows_equal_predict_loss_on_the_same_columns(tmp_path: Pa
     assert t["loss_out_of_range_inputs"].tolist() == [
         str(v) for v in np.asarray(want["out_of_range_inputs"])
     ]
+    assert set(t["loss_law"]) == {"chinchilla"}
     # More training tokens never raise the loss of the same architecture.
     key = ["gpu", "batch_size", "d_model", "n_layers", "n_kv_heads"]
     for _, g in t.groupby(key):
@@ -508,3 +517,33 @@ def test_constraints_of_invalid_rows_are_positive(tmp_path: Path) -> None:
         assert np.isfinite(ev.constraints[name]).all()
     assert not ev.feasible[~ev.valid].any()
     assert list(itertools.islice(ev.constraints, 3)) == ["valid", "ttft_max", "throughput_min"]
+
+
+@needs_quality
+def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
+    """`loss: {source: auto}`: dense rows by gqa_chen2025, MoE rows by joint_moe, each row's law
+    in `loss_law`, and each loss the one that law gives alone."""
+    from dse.estimators.quality import predict_loss
+
+    text = (
+        "name: auto\nhardware: h100_sxm\n"
+        "workload: {batch_size: 8, prompt_tokens: 512, output_tokens: 128}\n"
+        "space:\n  d_model: 2048\n  n_layers: {values: [16, 24]}\n  n_heads: 16\n"
+        "  n_kv_heads: {values: [2, 16]}\n  d_ff: 5632\n  n_experts: {values: [1, 8]}\n"
+        "  top_k: 1\n  training_tokens: 2.0e+10\n"
+        "objectives:\n  loss: {source: auto}\n  energy: {}\n"
+    )
+    path = write(tmp_path, text)
+    t = _sweep(path, tmp_path / "out", "exhaustive", trials=8)
+    assert len(t) == 8 and (t["state"] == "COMPLETE").all()
+    moe = t["n_experts"].to_numpy() > 1
+    assert set(t.loc[moe, "loss_law"]) == {"joint_moe"}
+    assert set(t.loc[~moe, "loss_law"]) == {"gqa_chen2025"}
+    space = load_space(path)
+    cols = space.columns_from(
+        [{p.name: r[p.name] for p in space.searched} for _, r in t.iterrows()]
+    )
+    for law in ("joint_moe", "gqa_chen2025"):
+        rows = t["loss_law"].to_numpy() == law
+        want = predict_loss(cols, cols["training_tokens"].astype(float), law)["loss"][rows]
+        assert np.allclose(t["obj.loss_auto"].to_numpy()[rows], want)

@@ -17,7 +17,7 @@ Schema (documented in docs/search_spaces.md):
     objectives:                        # exactly these, in this order (default: the first two)
       latency: {metric: request}       # request | ttft | tpot
       energy: {source: hymell}         # hymell | tokens2wh
-      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe
+      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe | gqa_chen2025 | auto
       throughput: {metric: per_gpu}    # maximised
     study: {sampler: tpe, trials: 2000, seed: 0}
 
@@ -104,8 +104,9 @@ ENERGY_METRICS = ("request", "per_output_token")
 ENERGY_PRESETS = ("corrected", "paper")
 SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
 # Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
-# Besiroglu et al. 2024, and the joint MoE law of Ludziejewski et al. 2025.
-LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe")
+# Besiroglu et al. 2024, the joint MoE law of Ludziejewski et al. 2025, the heads law of Chen et
+# al. 2025, and `auto` (per row, the most specific of them for the row's family).
+LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "auto")
 THROUGHPUT_METRICS = ("per_gpu",)
 USER_SPEED_METRICS = ("tokens_per_s",)
 DIRECTIONS = ("minimize", "maximize")
@@ -433,6 +434,7 @@ def parse_space(doc: Located) -> SearchSpace:
                 raise doc.error(
                     keys, "needs space.training_tokens (the training token budget), got none"
                 )
+    _check_law_families(doc, params, objectives, constraints)
     space = SearchSpace(
         name=name,
         source=str(doc.path),
@@ -599,6 +601,32 @@ def _constraints(doc: Located, data: Any, objectives: Objectives) -> dict[str, A
                 )
             out[key]["source"] = _choice(doc, (*keys, "source"), law, LOSS_LAWS)
     return out
+
+
+# Laws that cannot price a family at all (no term for it): the family's field and its test.
+# gqa_chen2025 has no expert term (Chen et al. 2025 fit dense GQA models only).
+_DENSE_ONLY_LAWS = ("gqa_chen2025",)
+
+
+def _check_law_families(
+    doc: Located, params: list[Param], objectives: Objectives, constraints: dict[str, Any]
+) -> None:
+    """A dense-only law asked for a space that searches MoE configurations: the located error
+    (the law would price every MoE row by its dense trunk alone). `auto` picks per row."""
+    experts = [p for p in params if p.name == "n_experts"]
+    most = max((int(v) for v in experts[0].values), default=1) if experts else 1
+    if most <= 1:
+        return
+    asked = [(("objectives", "loss", "source"), objectives.loss_law)]
+    if "loss" in constraints:
+        asked.append((("constraints", "loss", "source"), constraints["loss"]["source"]))
+    for keys, law in asked:
+        if law in _DENSE_ONLY_LAWS:
+            raise doc.error(
+                keys,
+                f"{law} prices dense models only and space.n_experts reaches {most} "
+                f"(use joint_moe, or auto for the most specific law per row), got {law!r}",
+            )
 
 
 def _objectives(doc: Located, data: Any) -> Objectives:

@@ -46,7 +46,10 @@ QUALITY_COLUMNS = {
     "loss_params_counted": "params_counted",
     "loss_out_of_range": "out_of_range",
     "loss_out_of_range_inputs": "out_of_range_inputs",
+    "loss_law": "law",  # which law priced the row (`loss: {source: auto}` picks one per row)
 }
+# The text columns among them ('' where invalid or not priced).
+QUALITY_TEXT = ("out_of_range_inputs", "law")
 UNITS = {
     "latency": "s",
     "energy": "J",
@@ -194,6 +197,7 @@ def _quality(
         "params_counted": np.full(n, np.nan),
         "out_of_range": np.zeros(n, dtype=bool),
         "out_of_range_inputs": np.full(n, "", dtype=object),
+        "law": np.full(n, "", dtype=object),
     }
     if not len(rows):
         return out
