@@ -181,6 +181,10 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
             out[c] = f[c].to_numpy()
     if "active_params" in f:
         out["active [B]"] = f["active_params"].to_numpy(float) / 1e9
+    laws = f["loss_law"].dropna().astype(str) if "loss_law" in f else []
+    laws = sorted({v for v in laws if v})
+    if len(laws) > 1:  # `loss: {source: auto}` priced the front with more than one law
+        out["loss law"] = f["loss_law"].to_numpy()
     shown = len(out) if limit <= 0 else limit
     with pd.option_context("display.width", 250, "display.max_columns", 60):
         print(out.head(shown).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
@@ -188,6 +192,8 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
         print(f"... {len(out) - shown} more (--limit 0 shows all)")
     if view.knee_row is not None:
         print("* knee point (farthest from the line between the extremes, normalised)")
+    if len(laws) == 1:
+        print(f"loss law: {laws[0]} (docs/quality.md)")
     if "indistinguishable" in f and f["indistinguishable"].astype(bool).any():
         print(
             "~ indistinguishable: a front neighbour (next in the first objective) lies inside "
