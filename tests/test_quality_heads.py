@@ -214,7 +214,7 @@ def test_auto_picks_the_most_specific_law_per_row() -> None:
     )
     tokens = np.array([2e10, 2e10, 2e10])
     auto = Q.predict_loss(cols, tokens, "auto")
-    assert list(auto["law"]) == ["gqa_chen2025", "joint_moe", "besiroglu"]
+    assert list(auto["law"]) == ["besiroglu_heads", "joint_moe", "besiroglu"]
     for i, law in enumerate(auto["law"]):
         one = Q.predict_loss(cols, tokens, str(law))
         assert auto["loss"][i] == pytest.approx(one["loss"][i], rel=1e-12)
@@ -249,7 +249,65 @@ def test_heads_study_front_answers_its_question(tmp_path: Path) -> None:
     pairs = set(zip(front["n_heads"], front["n_kv_heads"], strict=True))
     assert len(pairs) == len(front) >= 5
     assert not front["indistinguishable"].astype(bool).any()
-    assert set(front["loss_law"]) == {"gqa_chen2025"}
+    assert set(front["loss_law"]) == {"besiroglu_heads"}
     assert (32, 8) in pairs
-    loss = front["obj.loss_gqa_chen2025"].to_numpy()
+    loss = front["obj.loss_auto"].to_numpy()
     assert loss.max() - loss.min() > 0.05  # nats: far beyond the neighbours' 0.001-0.03 steps
+
+
+# ------------------------------------------------------------------------ besiroglu_heads
+def test_besiroglu_heads_is_besiroglu_at_the_vanilla_heads() -> None:
+    """At the trunk's vanilla head count (n_h x 64 = d, MHA) the head term is zero: the loss is
+    Besiroglu's at the row's own parameter count."""
+    cols = _paper_model("680M", [24])
+    heads = Q.predict_loss(cols, 2e10, "besiroglu_heads")
+    dense = Q.predict_loss(cols, 2e10, "besiroglu")
+    assert heads["loss"][0] == pytest.approx(dense["loss"][0], rel=1e-12)
+    assert heads["params_counted"][0] == dense["params_counted"][0]
+
+
+def test_besiroglu_heads_head_term_is_the_printed_curve_difference() -> None:
+    """Away from the vanilla heads the loss moves by App. I's curve: a (n^b - 24^b) for the
+    680M trunk (d 1536: 24 heads of 64), whatever the token budget."""
+    a, b, _ = PAPER_SIZES["680M"][1]
+    for tokens in (1e9, 2e10, 1e12):
+        base = Q.predict_loss(_paper_model("680M", [24]), tokens, "besiroglu_heads")["loss"][0]
+        for h in (1, 4, 64, 128):
+            got = Q.predict_loss(_paper_model("680M", [h]), tokens, "besiroglu_heads")["loss"][0]
+            assert got - base == pytest.approx(a * (h**b - 24**b), rel=1e-9, abs=1e-12)
+
+
+def test_besiroglu_heads_more_kv_heads_or_tokens_never_raise_loss() -> None:
+    """Llama-3-8B's trunk (head_dim 128): more KV heads at fixed query heads, or more tokens at
+    fixed shape, never raise the loss (the tokens strictly lower it)."""
+    h = [8, 8, 8, 8, 32, 32, 32, 32, 32, 32]
+    kv = [1, 2, 4, 8, 1, 2, 4, 8, 16, 32]
+    n = len(h)
+    cols = _cols(
+        d_model=[4096] * n,
+        n_layers=[32] * n,
+        d_ff=[14336] * n,
+        n_heads=h,
+        n_kv_heads=kv,
+        head_dim=[128] * n,
+        vocab_size=[128256] * n,
+    )
+    loss = Q.predict_loss(cols, 1.5e13, "besiroglu_heads")["loss"]
+    assert (np.diff(loss[:4]) < 0).all() and (np.diff(loss[4:]) < 0).all()
+    longer = Q.predict_loss(cols, 3e13, "besiroglu_heads")["loss"]
+    assert (longer < loss).all()
+
+
+def test_besiroglu_heads_orders_heads_chinchilla_cannot() -> None:
+    """Llama-3-8B's trunk with head_dim = d_model / n_heads (the HYMELL study's MHA variants):
+    every head count has the same parameters, so Chinchilla ties them; the head law prefers more
+    heads, with diminishing returns (§5.4)."""
+    h = [8, 16, 32, 64]
+    cols = _cols(
+        d_model=[4096] * 4, n_layers=[32] * 4, d_ff=[14336] * 4, n_heads=h, vocab_size=[128256] * 4
+    )
+    chin = Q.predict_loss(cols, 1.5e13, "chinchilla")["loss"]
+    assert np.ptp(chin) == 0
+    heads = Q.predict_loss(cols, 1.5e13, "besiroglu_heads")["loss"]
+    steps = -np.diff(heads)
+    assert (steps > 0).all() and (np.diff(steps) < 0).all()

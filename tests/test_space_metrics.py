@@ -184,12 +184,12 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + "objectives:\n  loss: {source: chinchila}\n  energy: {}\n",
             ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "gqa_chen2025, auto (did you mean 'chinchilla'?), got 'chinchila'",
+            "gqa_chen2025, besiroglu_heads, auto (did you mean 'chinchilla'?), got 'chinchila'",
         ),
         (
             BASE + "objectives:\n  loss: {}\n  energy: {}\n",
             ":11: objectives.loss.source: is required (one of chinchilla, besiroglu, "
-            "joint_moe, gqa_chen2025, auto), got none",
+            "joint_moe, gqa_chen2025, besiroglu_heads, auto), got none",
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchilla}\n  energy: {}\n",
@@ -204,12 +204,12 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1}}\n",
             ":11: constraints.loss.source: is required when no loss objective names the law "
-            "(chinchilla, besiroglu, joint_moe, gqa_chen2025, auto), got none",
+            "(chinchilla, besiroglu, joint_moe, gqa_chen2025, besiroglu_heads, auto), got none",
         ),
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1, source: gpt4}}\n",
             ":11: constraints.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "gqa_chen2025, auto, got 'gpt4'",
+            "gqa_chen2025, besiroglu_heads, auto, got 'gpt4'",
         ),
         (
             BASE.replace("  d_ff: 8192\n", "  d_ff: 8192\n  n_experts: {values: [1, 8]}\n")
@@ -521,7 +521,7 @@ def test_constraints_of_invalid_rows_are_positive(tmp_path: Path) -> None:
 
 @needs_quality
 def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
-    """`loss: {source: auto}`: dense rows by gqa_chen2025, MoE rows by joint_moe, each row's law
+    """`loss: {source: auto}`: dense rows by besiroglu_heads, MoE rows by joint_moe, each row's law
     in `loss_law`, and each loss the one that law gives alone."""
     from dse.estimators.quality import predict_loss
 
@@ -538,12 +538,12 @@ def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
     assert len(t) == 8 and (t["state"] == "COMPLETE").all()
     moe = t["n_experts"].to_numpy() > 1
     assert set(t.loc[moe, "loss_law"]) == {"joint_moe"}
-    assert set(t.loc[~moe, "loss_law"]) == {"gqa_chen2025"}
+    assert set(t.loc[~moe, "loss_law"]) == {"besiroglu_heads"}
     space = load_space(path)
     cols = space.columns_from(
         [{p.name: r[p.name] for p in space.searched} for _, r in t.iterrows()]
     )
-    for law in ("joint_moe", "gqa_chen2025"):
+    for law in ("joint_moe", "besiroglu_heads"):
         rows = t["loss_law"].to_numpy() == law
         want = predict_loss(cols, cols["training_tokens"].astype(float), law)["loss"][rows]
         assert np.allclose(t["obj.loss_auto"].to_numpy()[rows], want)

@@ -16,8 +16,12 @@ tokenizer); they are not comparable across laws. See docs/quality.md.
   (model size), L(n_h) = a n_h^b + c in the number of attention heads, printed for three model
   sizes (MHA, head size 64, 20 tokens per parameter, training context 1K). Sees the trunk and
   the heads, not the training tokens.
-- ``auto``: per row, the most specific of the above for the row's family (dense GQA:
-  gqa_chen2025; MoE: joint_moe; linear-attention hybrids: flagged), named in ``law``.
+- ``besiroglu_heads``: besiroglu's L(N, D) at the vanilla-attention parameter count plus the
+  gqa_chen2025 head term (its change from the trunk's vanilla d/64 heads); the sum is our
+  assumption, not a fitted law.
+- ``auto``: per row, the most specific of the above for the row's family (dense softmax
+  attention: besiroglu_heads; MoE: joint_moe; linear-attention hybrids: besiroglu, flagged),
+  named in ``law``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from dse.errors import ConfigError
 from dse.spec import arch as A
 from dse.spec import columns
 
-LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025")
+LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "besiroglu_heads")
 # The laws in parameters and training tokens (the ones `compute_optimal` can split a budget with).
 ND_LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe")
 # `auto` is not a law: it picks one of LAWS per row (`law_for_rows`).
@@ -146,7 +150,8 @@ def predict_loss(
       params_counted: the parameter count the law was evaluated at (the paper's convention:
         every parameter including embeddings and the LM head for the dense laws, active
         parameters including embeddings for joint_moe and for MoE rows under a dense law,
-        the trunk's non-embedding parameters for gqa_chen2025)
+        the trunk's non-embedding parameters for gqa_chen2025, every parameter with the
+        attention taken as vanilla MHA for besiroglu_heads)
       out_of_range: True where any input lies outside the range the law was fitted on
       out_of_range_inputs: '' inside, else every input that left the range and by how much,
         e.g. 'params 1.2e12 > 1.6e10 (x75); tokens 1e9 < 5e9 (x5)', joined by '; '
@@ -190,15 +195,16 @@ def law_for_rows(cols: Mapping[str, np.ndarray]) -> np.ndarray:
     """``auto``: the most specific law covering each row's family, as (n,) law names.
 
     MoE (n_experts > 1): joint_moe, the only law with an expert term. Dense with every mixer a
-    softmax attention layer (full, sliding or MLA): gqa_chen2025, the only law that sees heads.
-    Dense with linear-attention layers: besiroglu (no law here is fitted on them; the row is
-    flagged), since gqa_chen2025's head count means softmax heads.
+    softmax attention layer (full, sliding or MLA): besiroglu_heads, which sees parameters,
+    tokens and heads (gqa_chen2025 alone sees no tokens and no size beyond 1.02B). Dense with
+    linear-attention layers: besiroglu (no law here is fitted on them; the row is flagged),
+    since the head term counts softmax heads.
     """
     arch = columns.architecture(cols)
     e = np.atleast_1d(np.asarray(cols["n_experts"], dtype=np.float64))
     n = e.shape[0]
     _, _, linear = (np.broadcast_to(np.asarray(x), (n,)) for x in A.layer_kinds(arch))
-    out = np.where(np.asarray(linear) > 0, "besiroglu", "gqa_chen2025").astype(object)
+    out = np.where(np.asarray(linear) > 0, "besiroglu", "besiroglu_heads").astype(object)
     out[e > 1] = "joint_moe"
     return out
 
@@ -258,22 +264,29 @@ def _joint(
     return loss, active
 
 
-def _chen(
+@dataclass(frozen=True)
+class _Heads:
+    """A row as the head law reads it (all (n,) arrays)."""
+
+    trunk: np.ndarray  # non-embedding parameters with vanilla MHA attention (4 d^2 per layer)
+    n_eff: np.ndarray  # effective head count (n_heads for MHA)
+    n_vanilla: np.ndarray  # the trunk's own head count at the paper's head size, d / 64
+    non_embedding: np.ndarray  # the row's own non-embedding parameters
+    vanilla_total: np.ndarray  # every parameter, the attention taken as vanilla MHA
+
+
+def _heads(
     cols: Mapping[str, np.ndarray],
     arch: A.Architecture,
     counts: Mapping[str, object],
-    tokens: np.ndarray,
     issues: _Issues,
     rows: np.ndarray,
-) -> _Priced:
-    """Chen et al. 2025 App. I at the row's trunk and (effective) head count.
+) -> _Heads:
+    """The head law's inputs, and its flags except the token ratio.
 
     Trunk: the non-embedding parameters of the same model with the paper's vanilla MHA
     attention (n_h d_h = d, i.e. 4 d^2 per layer), so that the head count moves the head term
-    only, as in the paper's decoupled design (App. I varies n_h at a fixed model size). Between
-    two fitted trunks the loss is interpolated linearly in log(trunk) (ASSUMPTION: the paper
-    prints three sizes and no law across sizes); outside them the nearest curve is used and the
-    row flagged.
+    only, as in the paper's decoupled design (App. I varies n_h at a fixed model size).
     """
     n = rows.shape[0]
     item = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for k, v in counts.items()}
@@ -283,14 +296,19 @@ def _chen(
     hd = np.broadcast_to(np.asarray(arch.resolved().head_dim, dtype=np.float64), (n,))
     non_embedding = item["active"] - item["embedding"] - item["lm_head"] - item["final_norm"]
     attention = item["attention/qkv"] + item["attention/out"] + item["attention/qk_norm"]
-    trunk = non_embedding - attention - item["norms"] + 4.0 * layers * d * d
+    vanilla = 4.0 * layers * d * d
+    trunk = non_embedding - attention - item["norms"] + vanilla
     w = CHEN_QUERY_HEAD_WEIGHT
-    n_eff = w * h + (1.0 - w) * kv  # = n_h for MHA rows (the printed curves)
-    loss = _chen_loss(trunk, n_eff)
+    out = _Heads(
+        trunk=trunk,
+        n_eff=w * h + (1.0 - w) * kv,  # = n_h for MHA rows (the printed curves)
+        n_vanilla=d / _CHEN_HEAD_DIM,
+        non_embedding=non_embedding,
+        vanilla_total=item["active"] - attention + vanilla,
+    )
     sizes = (_CHEN_FITS[0].trunk_params, _CHEN_FITS[-1].trunk_params)
     issues.outside("trunk params", trunk, sizes, rows=rows)
     issues.outside("n_heads", h, _CHEN_HEADS_RANGE, rows=rows)
-    issues.outside("tokens/param", tokens / non_embedding, _CHEN_TOKENS_PER_PARAM, rows=rows)
     issues.add(
         rows & (kv < h),
         kv,
@@ -317,7 +335,50 @@ def _chen(
         _row(cols, "kv_lora_rank", n),
         "kv_lora_rank {}: law fitted on GQA, not MLA",
     )
-    return loss, trunk
+    return out
+
+
+def _chen(
+    cols: Mapping[str, np.ndarray],
+    arch: A.Architecture,
+    counts: Mapping[str, object],
+    tokens: np.ndarray,
+    issues: _Issues,
+    rows: np.ndarray,
+) -> _Priced:
+    """Chen et al. 2025 App. I at the row's trunk and (effective) head count. Between two
+    fitted trunks the loss is interpolated linearly in log(trunk) (ASSUMPTION: the paper prints
+    three sizes and no law across sizes); outside them the nearest curve is used and the row
+    flagged."""
+    x = _heads(cols, arch, counts, issues, rows)
+    issues.outside("tokens/param", tokens / x.non_embedding, _CHEN_TOKENS_PER_PARAM, rows=rows)
+    return _chen_loss(x.trunk, x.n_eff), x.trunk
+
+
+def _besiroglu_heads(
+    cols: Mapping[str, np.ndarray],
+    arch: A.Architecture,
+    counts: Mapping[str, object],
+    tokens: np.ndarray,
+    issues: _Issues,
+    rows: np.ndarray,
+) -> _Priced:
+    """Besiroglu's L(N, D) at the vanilla-attention model plus Chen's head term.
+
+    L = L_besiroglu(N_vanilla, D) + [L_chen(n_eff; trunk) - L_chen(d / 64; trunk)]: the dense
+    law prices size and tokens (N_vanilla counts every parameter with the attention taken as
+    vanilla MHA, 4 d^2 per layer, so the heads' own parameters are not counted twice), and the
+    head curve of App. I prices the heads as the change from the trunk's vanilla head count.
+    ASSUMPTION (named in docs/quality.md): the head term adds to the dense law unchanged across
+    corpora, token budgets and (beyond 1.02B, the nearest curve) model sizes.
+    """
+    x = _heads(cols, arch, counts, issues, rows)
+    p = _BESIROGLU
+    base = p.E + p.A * x.vanilla_total ** (-p.alpha) + p.B * tokens ** (-p.beta)
+    issues.outside("params", x.vanilla_total, p.params_range, rows=rows)
+    issues.outside("tokens", tokens, p.tokens_range, rows=rows)
+    head = _chen_loss(x.trunk, x.n_eff) - _chen_loss(x.trunk, x.n_vanilla)
+    return base + head, x.vanilla_total
 
 
 def _chen_loss(trunk: np.ndarray, n_heads: np.ndarray) -> np.ndarray:
@@ -341,6 +402,7 @@ _PRICERS = {
     "besiroglu": lambda c, a, k, t, i, r: _dense("besiroglu", c, k, t, i, r),
     "joint_moe": lambda c, a, k, t, i, r: _joint(c, k, t, i, r),
     "gqa_chen2025": _chen,
+    "besiroglu_heads": _besiroglu_heads,
 }
 
 

@@ -17,7 +17,7 @@ Schema (documented in docs/search_spaces.md):
     objectives:                        # exactly these, in this order (default: the first two)
       latency: {metric: request}       # request | ttft | tpot
       energy: {source: hymell}         # hymell | tokens2wh
-      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe | gqa_chen2025 | auto
+      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe | gqa_chen2025 | besiroglu_heads | auto
       throughput: {metric: per_gpu}    # maximised
     study: {sampler: tpe, trials: 2000, seed: 0}
 
@@ -105,8 +105,9 @@ ENERGY_PRESETS = ("corrected", "paper")
 SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
 # Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
 # Besiroglu et al. 2024, the joint MoE law of Ludziejewski et al. 2025, the heads law of Chen et
-# al. 2025, and `auto` (per row, the most specific of them for the row's family).
-LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "auto")
+# al. 2025, Besiroglu's law plus that heads term, and `auto` (per row, the most specific of them
+# for the row's family).
+LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "besiroglu_heads", "auto")
 THROUGHPUT_METRICS = ("per_gpu",)
 USER_SPEED_METRICS = ("tokens_per_s",)
 DIRECTIONS = ("minimize", "maximize")
@@ -604,8 +605,8 @@ def _constraints(doc: Located, data: Any, objectives: Objectives) -> dict[str, A
 
 
 # Laws that cannot price a family at all (no term for it): the family's field and its test.
-# gqa_chen2025 has no expert term (Chen et al. 2025 fit dense GQA models only).
-_DENSE_ONLY_LAWS = ("gqa_chen2025",)
+# gqa_chen2025 and besiroglu_heads have no expert term (Chen et al. 2025 fit dense GQA only).
+_DENSE_ONLY_LAWS = ("gqa_chen2025", "besiroglu_heads")
 
 
 def _check_law_families(
