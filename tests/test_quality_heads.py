@@ -213,7 +213,9 @@ def test_auto_picks_the_most_specific_law_per_row() -> None:
         attention_pattern=["full", "full", "linear*3,full"],
     )
     tokens = np.array([2e10, 2e10, 2e10])
-    auto = Q.predict_loss(cols, tokens, "auto")
+    # Rows of a space that holds MoE: one law, joint_moe, for all (its E = 1 case for dense).
+    assert list(Q.predict_loss(cols, tokens, "auto")["law"]) == ["joint_moe"] * 3
+    auto = Q.predict_loss(cols, tokens, "auto", moe_space=False)
     assert list(auto["law"]) == ["besiroglu_heads", "joint_moe", "besiroglu"]
     for i, law in enumerate(auto["law"]):
         one = Q.predict_loss(cols, tokens, str(law))

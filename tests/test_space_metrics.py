@@ -521,8 +521,9 @@ def test_constraints_of_invalid_rows_are_positive(tmp_path: Path) -> None:
 
 @needs_quality
 def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
-    """`loss: {source: auto}`: dense rows by besiroglu_heads, MoE rows by joint_moe, each row's law
-    in `loss_law`, and each loss the one that law gives alone."""
+    """`loss: {source: auto}` on a space that searches MoE: every row by joint_moe (dense rows
+    too, so the loss column is one law); on a dense space: besiroglu_heads. Each row's law in
+    `loss_law`, each loss the one that law gives alone."""
     from dse.estimators.quality import predict_loss
 
     text = (
@@ -536,14 +537,19 @@ def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
     path = write(tmp_path, text)
     t = _sweep(path, tmp_path / "out", "exhaustive", trials=8)
     assert len(t) == 8 and (t["state"] == "COMPLETE").all()
-    moe = t["n_experts"].to_numpy() > 1
-    assert set(t.loc[moe, "loss_law"]) == {"joint_moe"}
-    assert set(t.loc[~moe, "loss_law"]) == {"besiroglu_heads"}
+    assert set(t["loss_law"]) == {"joint_moe"}
     space = load_space(path)
     cols = space.columns_from(
         [{p.name: r[p.name] for p in space.searched} for _, r in t.iterrows()]
     )
-    for law in ("joint_moe", "besiroglu_heads"):
-        rows = t["loss_law"].to_numpy() == law
-        want = predict_loss(cols, cols["training_tokens"].astype(float), law)["loss"][rows]
-        assert np.allclose(t["obj.loss_auto"].to_numpy()[rows], want)
+    want = predict_loss(cols, cols["training_tokens"].astype(float), "joint_moe")["loss"]
+    assert np.allclose(t["obj.loss_auto"], want)
+    dense = write(tmp_path, text.replace("{values: [1, 8]}", "1"), "dense.yaml")
+    t = _sweep(dense, tmp_path / "dense", "exhaustive", trials=4)
+    assert set(t["loss_law"]) == {"besiroglu_heads"}
+    space = load_space(dense)
+    cols = space.columns_from(
+        [{p.name: r[p.name] for p in space.searched} for _, r in t.iterrows()]
+    )
+    want = predict_loss(cols, cols["training_tokens"].astype(float), "besiroglu_heads")["loss"]
+    assert np.allclose(t["obj.loss_auto"], want)

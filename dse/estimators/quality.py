@@ -137,13 +137,19 @@ CHEN_QUERY_HEAD_WEIGHT = 2.0 / 3.0
 
 
 def predict_loss(
-    cols: Mapping[str, np.ndarray], training_tokens: np.ndarray, law: str
+    cols: Mapping[str, np.ndarray],
+    training_tokens: np.ndarray,
+    law: str,
+    *,
+    moe_space: bool | None = None,
 ) -> dict[str, np.ndarray]:
     """Pretraining loss of each configuration under one published scaling law.
 
     cols: complete configuration columns as produced by ``dse.spec.columns.as_columns`` (arrays of
     length n). training_tokens: (n,) training tokens D. law: one of ``SOURCES`` (a law of
-    ``LAWS``, or ``auto``: per row the law ``law_for_rows`` picks).
+    ``LAWS``, or ``auto``: per row the law ``law_for_rows`` picks). moe_space (``auto`` only):
+    whether the rows come from a space that holds MoE configurations, so that its dense rows
+    are priced by the same law (None: whether these rows hold one).
 
     Returns (n,) arrays:
       loss: predicted final pretraining loss, nats/token on the paper's own data and tokenizer
@@ -164,7 +170,7 @@ def predict_loss(
     active = np.atleast_1d(np.asarray(counts["active"], dtype=np.float64))
     n = active.shape[0]
     tokens = _tokens(training_tokens, n)
-    chosen = law_for_rows(cols) if law == "auto" else np.full(n, law, dtype=object)
+    chosen = law_for_rows(cols, moe_space) if law == "auto" else np.full(n, law, dtype=object)
     loss = np.full(n, np.nan)
     counted = np.zeros(n)
     issues = _Issues(n)
@@ -191,21 +197,25 @@ def predict_loss(
     }
 
 
-def law_for_rows(cols: Mapping[str, np.ndarray]) -> np.ndarray:
+def law_for_rows(cols: Mapping[str, np.ndarray], moe_space: bool | None = None) -> np.ndarray:
     """``auto``: the most specific law covering each row's family, as (n,) law names.
 
-    MoE (n_experts > 1): joint_moe, the only law with an expert term. Dense with every mixer a
-    softmax attention layer (full, sliding or MLA): besiroglu_heads, which sees parameters,
-    tokens and heads (gqa_chen2025 alone sees no tokens and no size beyond 1.02B). Dense with
-    linear-attention layers: besiroglu (no law here is fitted on them; the row is flagged),
-    since the head term counts softmax heads.
+    A space with MoE configurations (moe_space; None: any of these rows): joint_moe for every
+    row, the only law with an expert term, whose E = 1 case prices its dense rows on the same
+    data and tokenizer, so the one loss column stays comparable. Otherwise, dense rows whose
+    every mixer is softmax attention (full, sliding or MLA): besiroglu_heads, which sees
+    parameters, tokens and heads (gqa_chen2025 alone sees no tokens and no size beyond 1.02B);
+    dense rows with linear-attention layers: besiroglu (no law here is fitted on them; the row
+    is flagged), the same law without the head term, which counts softmax heads.
     """
     arch = columns.architecture(cols)
     e = np.atleast_1d(np.asarray(cols["n_experts"], dtype=np.float64))
     n = e.shape[0]
+    if bool((e > 1).any()) if moe_space is None else moe_space:
+        return np.full(n, "joint_moe", dtype=object)
     _, _, linear = (np.broadcast_to(np.asarray(x), (n,)) for x in A.layer_kinds(arch))
     out = np.where(np.asarray(linear) > 0, "besiroglu", "besiroglu_heads").astype(object)
-    out[e > 1] = "joint_moe"
+    out[e > 1] = "joint_moe"  # told moe_space=False, an MoE row still needs the expert term
     return out
 
 

@@ -202,7 +202,9 @@ def _quality(
     if not len(rows):
         return out
     part = {k: np.asarray(v)[rows] for k, v in cols.items()}
-    got = predict_loss(part, part["training_tokens"].astype(float), law)
+    # `auto` prices a space holding MoE configurations with one law (joint_moe) throughout.
+    moe_space = any(p.name == "n_experts" and max(p.values) > 1 for p in space.params)
+    got = predict_loss(part, part["training_tokens"].astype(float), law, moe_space=moe_space)
     for k in out:
         out[k][rows] = np.broadcast_to(np.asarray(got[k]), (len(rows),))
     return out
