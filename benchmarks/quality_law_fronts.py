@@ -33,7 +33,15 @@ from dse.sweep._evaluate import evaluate  # noqa: E402
 from dse.sweep._results import directions  # noqa: E402
 
 EXAMPLES = ("gpu_batch", "dense_8b", "moe", "heads_study")
-LAWS = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "besiroglu_heads", "auto")
+LAWS = (
+    "chinchilla",
+    "besiroglu",
+    "joint_moe",
+    "krajewski2024",
+    "gqa_chen2025",
+    "besiroglu_heads",
+    "auto",
+)
 DENSE_ONLY = ("gqa_chen2025", "besiroglu_heads")
 HEADING = "## How much the law moves the shipped fronts"
 

@@ -184,12 +184,13 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + "objectives:\n  loss: {source: chinchila}\n  energy: {}\n",
             ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "gqa_chen2025, besiroglu_heads, auto (did you mean 'chinchilla'?), got 'chinchila'",
+            "krajewski2024, gqa_chen2025, besiroglu_heads, auto (did you mean 'chinchilla'?), "
+            "got 'chinchila'",
         ),
         (
             BASE + "objectives:\n  loss: {}\n  energy: {}\n",
             ":11: objectives.loss.source: is required (one of chinchilla, besiroglu, "
-            "joint_moe, gqa_chen2025, besiroglu_heads, auto), got none",
+            "joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, auto), got none",
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchilla}\n  energy: {}\n",
@@ -204,12 +205,13 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1}}\n",
             ":11: constraints.loss.source: is required when no loss objective names the law "
-            "(chinchilla, besiroglu, joint_moe, gqa_chen2025, besiroglu_heads, auto), got none",
+            "(chinchilla, besiroglu, joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, auto), "
+            "got none",
         ),
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1, source: gpt4}}\n",
             ":11: constraints.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "gqa_chen2025, besiroglu_heads, auto, got 'gpt4'",
+            "krajewski2024, gqa_chen2025, besiroglu_heads, auto, got 'gpt4'",
         ),
         (
             BASE.replace("  d_ff: 8192\n", "  d_ff: 8192\n  n_experts: {values: [1, 8]}\n")
@@ -553,3 +555,8 @@ def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
     )
     want = predict_loss(cols, cols["training_tokens"].astype(float), "besiroglu_heads")["loss"]
     assert np.allclose(t["obj.loss_auto"], want)
+    # A space that routes a token to several experts: krajewski2024 (it sees the granularity).
+    fine = write(tmp_path, text.replace("  top_k: 1\n", "  top_k: {values: [1, 2]}\n"), "f.yaml")
+    t = _sweep(fine, tmp_path / "fine", "exhaustive", trials=16)
+    valid = t["invalid_reason"].fillna("") == ""
+    assert valid.sum() == 12 and set(t.loc[valid, "loss_law"]) == {"krajewski2024"}

@@ -12,6 +12,10 @@ tokenizer); they are not comparable across laws. See docs/quality.md.
 - ``joint_moe``: Ludziejewski et al. 2025, arXiv 2502.05172 (ICML 2025), eq. (6) with the
   expert transformation of eq. (4) and the coefficients of Table 3 (App. B):
   L(N_act, D, E) = a Ê^delta N_act^(alpha + gamma ln Ê) + b Ê^omega D^(beta + zeta ln Ê) + c.
+- ``krajewski2024``: Krajewski et al. 2024, arXiv 2402.07871, eq. (9) and Table 1:
+  L(N, D, G) = c + (g / G^gamma + a) / N^alpha + b / D^beta in total non-embedding parameters,
+  tokens and granularity G (fitted at expansion rate E = 64); dense rows by the same paper's
+  dense fit (Table 1).
 - ``gqa_chen2025``: Chen et al. 2025, arXiv 2503.09579 (EMNLP 2025), App. I: at a fixed trunk
   (model size), L(n_h) = a n_h^b + c in the number of attention heads, printed for three model
   sizes (MHA, head size 64, 20 tokens per parameter, training context 1K). Sees the trunk and
@@ -35,7 +39,14 @@ from dse.errors import ConfigError
 from dse.spec import arch as A
 from dse.spec import columns
 
-LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "besiroglu_heads")
+LAWS: tuple[str, ...] = (
+    "chinchilla",
+    "besiroglu",
+    "joint_moe",
+    "krajewski2024",
+    "gqa_chen2025",
+    "besiroglu_heads",
+)
 # The laws in parameters and training tokens (the ones `compute_optimal` can split a budget with).
 ND_LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe")
 # `auto` is not a law: it picks one of LAWS per row (`law_for_rows`).
@@ -103,6 +114,37 @@ _JOINT = _JointMoE()
 
 
 @dataclass(frozen=True)
+class _Krajewski:
+    """Krajewski et al. 2024, arXiv 2402.07871, eq. (9) and Table 1 (MoE and dense rows).
+
+    MoE: L = c + (g / G^gamma + a) / N^alpha + b / D^beta; dense: L = c + a_d / N^alpha_d +
+    b_d / D^beta_d, fitted on the same runs (same data and tokenizer: comparable losses).
+    """
+
+    a: float = 18.1
+    alpha: float = 0.115
+    b: float = 30.8
+    beta: float = 0.147
+    g: float = 2.1
+    gamma: float = 0.58
+    c: float = 0.47
+    a_dense: float = 16.3
+    alpha_dense: float = 0.126
+    b_dense: float = 26.7
+    beta_dense: float = 0.127
+    # §5: "models with sizes ranging from 129M to 3.7B parameters ... from 16B to 130B tokens",
+    # "logarithmically spaced values of granularity between 1 and 16", "E = 64 is fixed". The
+    # size is read as N, the law's own count (total non-embedding parameters, §5).
+    params_range: tuple[float, float] = (1.29e8, 3.7e9)
+    tokens_range: tuple[float, float] = (1.6e10, 1.3e11)
+    granularity_range: tuple[float, float] = (1.0, 16.0)
+    expansion: float = 64.0
+
+
+_KRAJEWSKI = _Krajewski()
+
+
+@dataclass(frozen=True)
 class _HeadFit:
     """One printed curve of Chen et al. 2025 App. I: L(n_h) = a n_h^b + c at a fixed trunk."""
 
@@ -142,6 +184,7 @@ def predict_loss(
     law: str,
     *,
     moe_space: bool | None = None,
+    granular_space: bool | None = None,
 ) -> dict[str, np.ndarray]:
     """Pretraining loss of each configuration under one published scaling law.
 
@@ -149,7 +192,8 @@ def predict_loss(
     length n). training_tokens: (n,) training tokens D. law: one of ``SOURCES`` (a law of
     ``LAWS``, or ``auto``: per row the law ``law_for_rows`` picks). moe_space (``auto`` only):
     whether the rows come from a space that holds MoE configurations, so that its dense rows
-    are priced by the same law (None: whether these rows hold one).
+    are priced by the same law (None: whether these rows hold one); granular_space: whether
+    that space routes a token to more than one expert (None: whether these rows do).
 
     Returns (n,) arrays:
       loss: predicted final pretraining loss, nats/token on the paper's own data and tokenizer
@@ -170,7 +214,11 @@ def predict_loss(
     active = np.atleast_1d(np.asarray(counts["active"], dtype=np.float64))
     n = active.shape[0]
     tokens = _tokens(training_tokens, n)
-    chosen = law_for_rows(cols, moe_space) if law == "auto" else np.full(n, law, dtype=object)
+    chosen = (
+        law_for_rows(cols, moe_space, granular_space)
+        if law == "auto"
+        else np.full(n, law, dtype=object)
+    )
     loss = np.full(n, np.nan)
     counted = np.zeros(n)
     issues = _Issues(n)
@@ -197,22 +245,30 @@ def predict_loss(
     }
 
 
-def law_for_rows(cols: Mapping[str, np.ndarray], moe_space: bool | None = None) -> np.ndarray:
+def law_for_rows(
+    cols: Mapping[str, np.ndarray],
+    moe_space: bool | None = None,
+    granular_space: bool | None = None,
+) -> np.ndarray:
     """``auto``: the most specific law covering each row's family, as (n,) law names.
 
-    A space with MoE configurations (moe_space; None: any of these rows): joint_moe for every
-    row, the only law with an expert term, whose E = 1 case prices its dense rows on the same
-    data and tokenizer, so the one loss column stays comparable. Otherwise, dense rows whose
-    every mixer is softmax attention (full, sliding or MLA): besiroglu_heads, which sees
-    parameters, tokens and heads (gqa_chen2025 alone sees no tokens and no size beyond 1.02B);
-    dense rows with linear-attention layers: besiroglu (no law here is fitted on them; the row
-    is flagged), the same law without the head term, which counts softmax heads.
+    A space with MoE configurations (moe_space; None: any of these rows) gets one law for every
+    row, so that the one loss column stays comparable: krajewski2024 when it routes a token to
+    several experts (granular_space; None: any MoE row with top_k > 1), the only law that sees
+    the granularity, whose dense fit prices its dense rows on the same runs; else joint_moe
+    (top-1 routing is its home), whose E = 1 case prices the dense rows. A dense space: rows
+    whose every mixer is softmax attention (full, sliding or MLA) get besiroglu_heads, which
+    sees parameters, tokens and heads (gqa_chen2025 alone sees no tokens and no size beyond
+    1.02B); rows with linear-attention layers get besiroglu (no law here is fitted on them;
+    the row is flagged), the same law without the head term, which counts softmax heads.
     """
     arch = columns.architecture(cols)
     e = np.atleast_1d(np.asarray(cols["n_experts"], dtype=np.float64))
     n = e.shape[0]
+    k = np.broadcast_to(np.asarray(cols["top_k"], dtype=np.float64), (n,))
     if bool((e > 1).any()) if moe_space is None else moe_space:
-        return np.full(n, "joint_moe", dtype=object)
+        fine = bool(((e > 1) & (k > 1)).any()) if granular_space is None else granular_space
+        return np.full(n, "krajewski2024" if fine else "joint_moe", dtype=object)
     _, _, linear = (np.broadcast_to(np.asarray(x), (n,)) for x in A.layer_kinds(arch))
     out = np.where(np.asarray(linear) > 0, "besiroglu", "besiroglu_heads").astype(object)
     out[e > 1] = "joint_moe"  # told moe_space=False, an MoE row still needs the expert term
@@ -272,6 +328,49 @@ def _joint(
     sff = _row(cols, "shared_expert_d_ff", n)
     issues.add(moe & (sff > 0), sff, "shared_expert_d_ff {}: law fitted without a shared expert")
     return loss, active
+
+
+def _krajewski(
+    cols: Mapping[str, np.ndarray],
+    counts: Mapping[str, object],
+    tokens: np.ndarray,
+    issues: _Issues,
+    rows: np.ndarray,
+) -> _Priced:
+    """Krajewski et al. 2024 at the row's non-embedding parameters, tokens and granularity.
+
+    N: total non-embedding parameters without the router (§4: "excluding routing"; §6.1 counts
+    the attention and every expert). Their models route a token to G experts each 1/G of the
+    dense FFN, keeping the active parameters of a top-1 layer (§4, Fig. 2), so a top-k router is
+    read as G = top_k and the expansion rate as E = n_experts / top_k (eq. 3: N_expert = G E).
+    Dense rows (one expert) take the paper's dense fit (Table 1, eq. 1), from the same runs.
+    """
+    k = _KRAJEWSKI
+    n = rows.shape[0]
+    item = {
+        key: np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for key, v in counts.items()
+    }
+    big_n = (
+        item["total"]
+        - item["embedding"]
+        - item["lm_head"]
+        - item["final_norm"]
+        - item["norms"]
+        - item["moe/router"]
+    )
+    n_experts, top_k = _row(cols, "n_experts", n), _row(cols, "top_k", n)
+    moe = n_experts > 1
+    g = np.where(moe, np.maximum(top_k, 1.0), 1.0)
+    e = np.where(moe, n_experts / np.maximum(top_k, 1.0), 1.0)
+    moe_loss = k.c + (k.g / g**k.gamma + k.a) / big_n**k.alpha + k.b / tokens**k.beta
+    dense_loss = k.c + k.a_dense / big_n**k.alpha_dense + k.b_dense / tokens**k.beta_dense
+    issues.outside("params", big_n, k.params_range, rows=rows)
+    issues.outside("tokens", tokens, k.tokens_range, rows=rows)
+    issues.outside("granularity (top_k)", g, k.granularity_range, rows=rows & moe)
+    issues.outside("n_experts/top_k", e, (k.expansion, k.expansion), rows=rows & moe)
+    sff = _row(cols, "shared_expert_d_ff", n)
+    issues.add(rows & moe & (sff > 0), sff, "shared_expert_d_ff {}: law fitted without one")
+    return np.where(moe, moe_loss, dense_loss), big_n
 
 
 @dataclass(frozen=True)
@@ -411,6 +510,7 @@ _PRICERS = {
     "chinchilla": lambda c, a, k, t, i, r: _dense("chinchilla", c, k, t, i, r),
     "besiroglu": lambda c, a, k, t, i, r: _dense("besiroglu", c, k, t, i, r),
     "joint_moe": lambda c, a, k, t, i, r: _joint(c, k, t, i, r),
+    "krajewski2024": lambda c, a, k, t, i, r: _krajewski(c, k, t, i, r),
     "gqa_chen2025": _chen,
     "besiroglu_heads": _besiroglu_heads,
 }

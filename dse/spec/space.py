@@ -17,7 +17,7 @@ Schema (documented in docs/search_spaces.md):
     objectives:                        # exactly these, in this order (default: the first two)
       latency: {metric: request}       # request | ttft | tpot
       energy: {source: hymell}         # hymell | tokens2wh
-      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe | gqa_chen2025 | besiroglu_heads | auto
+      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe | krajewski2024 | gqa_chen2025 | besiroglu_heads | auto
       throughput: {metric: per_gpu}    # maximised
     study: {sampler: tpe, trials: 2000, seed: 0}
 
@@ -104,10 +104,19 @@ ENERGY_METRICS = ("request", "per_output_token")
 ENERGY_PRESETS = ("corrected", "paper")
 SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
 # Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
-# Besiroglu et al. 2024, the joint MoE law of Ludziejewski et al. 2025, the heads law of Chen et
+# Besiroglu et al. 2024, the joint MoE law of Ludziejewski et al. 2025, the fine-grained MoE law
+# of Krajewski et al. 2024, the heads law of Chen et
 # al. 2025, Besiroglu's law plus that heads term, and `auto` (per row, the most specific of them
 # for the row's family).
-LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe", "gqa_chen2025", "besiroglu_heads", "auto")
+LOSS_LAWS = (
+    "chinchilla",
+    "besiroglu",
+    "joint_moe",
+    "krajewski2024",
+    "gqa_chen2025",
+    "besiroglu_heads",
+    "auto",
+)
 THROUGHPUT_METRICS = ("per_gpu",)
 USER_SPEED_METRICS = ("tokens_per_s",)
 DIRECTIONS = ("minimize", "maximize")

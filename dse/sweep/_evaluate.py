@@ -202,9 +202,18 @@ def _quality(
     if not len(rows):
         return out
     part = {k: np.asarray(v)[rows] for k, v in cols.items()}
-    # `auto` prices a space holding MoE configurations with one law (joint_moe) throughout.
-    moe_space = any(p.name == "n_experts" and max(p.values) > 1 for p in space.params)
-    got = predict_loss(part, part["training_tokens"].astype(float), law, moe_space=moe_space)
+    # `auto` prices a space holding MoE configurations with one law throughout (krajewski2024
+    # when it routes a token to several experts, else joint_moe).
+    most = {p.name: max(p.values) for p in space.params if p.name in ("n_experts", "top_k")}
+    moe_space = most.get("n_experts", 1) > 1
+    granular = moe_space and most.get("top_k", 1) > 1
+    got = predict_loss(
+        part,
+        part["training_tokens"].astype(float),
+        law,
+        moe_space=moe_space,
+        granular_space=granular,
+    )
     for k in out:
         out[k][rows] = np.broadcast_to(np.asarray(got[k]), (len(rows),))
     return out
