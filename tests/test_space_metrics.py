@@ -560,3 +560,81 @@ def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
     t = _sweep(fine, tmp_path / "fine", "exhaustive", trials=16)
     valid = t["invalid_reason"].fillna("") == ""
     assert valid.sum() == 12 and set(t.loc[valid, "loss_law"]) == {"krajewski2024"}
+
+
+# ------------------------------------------------------------------ lifetime energy
+LIFE = BASE.replace("output_tokens: 128}", "output_tokens: 128, lifetime_tokens: 1.0e+12}")
+TRAIN = "  training_energy: {achieved_flops_per_s: 4.0e+14, power_w: 700}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE + TOKENS + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12}\n  loss: "
+            "{source: auto}\n",
+            "objectives.lifetime_energy: needs workload.lifetime_tokens (the output tokens "
+            "served over the model's life), got none",
+        ),
+        (
+            BASE.replace("output_tokens: 128}", "output_tokens: 128, lifetime_tokens: -5}")
+            + TOKENS
+            + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12}\n  energy: {}\n",
+            "workload.lifetime_tokens: must be an integer in [0, ",
+        ),
+        (
+            LIFE + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12}\n  energy: {}\n",
+            "objectives.lifetime_energy: needs space.training_tokens (the training token "
+            "budget), got none",
+        ),
+        (
+            LIFE + TOKENS + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12, power_w: 700}"
+            "\n  energy: {}\n",
+            "objectives.lifetime_energy: takes j_per_flop or achieved_flops_per_s with power_w, "
+            "not both, got j_per_flop, power_w",
+        ),
+        (
+            LIFE + TOKENS + "objectives:\n  training_energy: {power_w: 700}\n  energy: {}\n",
+            "objectives.training_energy.achieved_flops_per_s: is required (or j_per_flop): the "
+            "training GPU's achieved FLOP/s and its power in W, got power_w",
+        ),
+        (
+            LIFE + TOKENS + "objectives:\n  training_energy: {j_per_flop: 0}\n  energy: {}\n",
+            "objectives.training_energy.j_per_flop: must be > 0, got 0",
+        ),
+    ],
+)
+def test_lifetime_objectives_bad_input(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_space(path)
+    assert str(exc.value).startswith(str(path) + ":"), str(exc.value)
+    assert expected in str(exc.value), str(exc.value)
+
+
+def test_lifetime_energy_is_training_plus_served_tokens(tmp_path: Path) -> None:
+    """Hand-worked: training energy = 6 N D x (700 W / 4e14 FLOP/s) with N the active
+    parameters and D the training tokens; lifetime energy adds HYMELL's energy per output token
+    x workload.lifetime_tokens (1e12)."""
+    text = (
+        LIFE.replace("d_model: {values: [2048, 4096]}", "d_model: 2048")
+        .replace("batch_size: {values: [1, 8, 32]}", "batch_size: 8")
+        .replace("hardware: {values: [h100_sxm, h200_sxm]}", "hardware: h100_sxm")
+        + "  training_tokens: {values: [1.0e+11, 1.0e+12]}\n"
+        + "objectives:\n"
+        + "  lifetime_energy: {achieved_flops_per_s: 4.0e+14, power_w: 700}\n"
+        + TRAIN
+        + "  energy: {metric: per_output_token}\n"
+    )
+    t = _sweep(write(tmp_path, text), tmp_path / "out", "exhaustive", trials=8)
+    assert len(t) == 8 and (t["state"] == "COMPLETE").all()
+    train = 6 * t["active_params"] * t["training_tokens"].astype(float) * (700 / 4.0e14)
+    np.testing.assert_allclose(t["obj.training_energy"], train, rtol=1e-12)
+    served = t["pred.energy_per_output_token_j"] * 1e12
+    np.testing.assert_allclose(t["obj.lifetime_energy"], train + served, rtol=1e-12)
+    # Ten times the tokens: ten times the training energy, the same serving energy.
+    for _, g in t.groupby(["n_layers", "n_kv_heads"]):
+        g = g.sort_values("training_tokens")
+        assert g["obj.training_energy"].iloc[1] == pytest.approx(
+            10 * g["obj.training_energy"].iloc[0], rel=1e-12
+        )

@@ -410,6 +410,8 @@ FIELDS: dict[str, Field] = {
         ),
         # training (the quality objective's token budget)
         _int("training_tokens", 10**6, 10**15, unit="tokens", group="training"),
+        # served output tokens over the model's life (`lifetime_energy`); 0: training only
+        _int("lifetime_tokens", 0, 10**18, unit="tokens", group="training"),
         # command-line only
         _int("context", 1, 2**25, unit="tokens", group="cli"),
         _int("entry", 0, 2**31 - 1, 0, group="cli"),

@@ -58,6 +58,8 @@ UNITS = {
     "loss": "nats",  # per token, as the scaling laws fit it
     "throughput": "tokens/s/GPU",
     "user": "tokens/s",
+    "training": "J",  # training_energy
+    "lifetime": "J",  # lifetime_energy
 }
 
 Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -219,6 +221,25 @@ def _quality(
     return out
 
 
+def lifetime_energy_j(
+    o: Any,
+    cols: Mapping[str, np.ndarray],
+    sizes: Mapping[str, np.ndarray],
+    pred: Mapping[str, np.ndarray],
+    n: int,
+) -> np.ndarray:
+    """Training energy, J: 6 N D training FLOPs (N active parameters, D training tokens;
+    Kaplan et al. / Hoffmann et al.'s C = 6ND, attention over the context left out) x J/FLOP;
+    `lifetime_energy` adds the predicted energy per output token x workload.lifetime_tokens."""
+    flops = 6.0 * sizes["active_params"] * np.asarray(cols["training_tokens"], dtype=float)
+    out = flops * float(o.j_per_flop)
+    if o.kind == "lifetime_energy":
+        per_token = pred.get("energy_per_output_token_j")
+        per_token = np.full(n, np.nan) if per_token is None else np.asarray(per_token, float)
+        out = out + per_token * np.asarray(cols["lifetime_tokens"], dtype=float)
+    return out
+
+
 def evaluate(
     space: SearchSpace,
     cols: Mapping[str, np.ndarray],
@@ -269,6 +290,8 @@ def evaluate(
             obj[:, j] = losses[str(o.source)]["loss"]
         elif o.kind in ("throughput", "user_speed"):
             obj[:, j] = metrics[o.kind]
+        elif o.kind in ("training_energy", "lifetime_energy"):
+            obj[:, j] = lifetime_energy_j(o, cols, sizes, pred, n)
         elif not len(rows):
             continue
         elif o.kind == "latency":
