@@ -346,3 +346,20 @@ def test_sweep_prints_what_the_front_trades(small: Path, tmp_path: Path, capsys)
         for p in PARAMS:
             if p in front and front[p].nunique() > 1:
                 assert f"{p}={best[p]}" in line, (name, p, line)
+
+
+def test_training_token_budgets_are_distinct_configurations() -> None:
+    """Issue 34: one architecture at two training-token budgets is two configurations (its loss
+    and training energy differ), so neither the front nor the distinct count merges them."""
+    from dse.sweep._fronts import config_ids
+
+    table = pd.DataFrame(
+        {
+            "d_model": [4096, 4096, 4096],
+            "n_layers": [32, 32, 32],
+            "training_tokens": [10**12, 2 * 10**12, 10**12],
+            "lifetime_tokens": [10**12, 10**12, 10**12],
+        }
+    )
+    ids = config_ids(table)
+    assert ids[0] != ids[1] and ids[0] == ids[2]

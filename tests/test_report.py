@@ -450,3 +450,4 @@ def test_header_and_hovers_say_when_the_loss_law_extrapolates(tmp_path: Path) ->
     hovers = I.hover_texts(res.front, res, "front")
     for text, out_of_range in zip(hovers, flagged, strict=True):
         assert ("outside the scaling law's fitted range: params" in text) == out_of_range
+        assert "loss law: chinchilla" in text  # which law priced the point (issue 34)

@@ -183,13 +183,14 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchila}\n  energy: {}\n",
-            ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe (did "
-            "you mean 'chinchilla'?), got 'chinchila'",
+            ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
+            "krajewski2024, gqa_chen2025, besiroglu_heads, auto (did you mean 'chinchilla'?), "
+            "got 'chinchila'",
         ),
         (
             BASE + "objectives:\n  loss: {}\n  energy: {}\n",
             ":11: objectives.loss.source: is required (one of chinchilla, besiroglu, "
-            "joint_moe), got none",
+            "joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, auto), got none",
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchilla}\n  energy: {}\n",
@@ -204,12 +205,21 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1}}\n",
             ":11: constraints.loss.source: is required when no loss objective names the law "
-            "(chinchilla, besiroglu, joint_moe), got none",
+            "(chinchilla, besiroglu, joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, auto), "
+            "got none",
         ),
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1, source: gpt4}}\n",
             ":11: constraints.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "got 'gpt4'",
+            "krajewski2024, gqa_chen2025, besiroglu_heads, auto, got 'gpt4'",
+        ),
+        (
+            BASE.replace("  d_ff: 8192\n", "  d_ff: 8192\n  n_experts: {values: [1, 8]}\n")
+            + TOKENS
+            + "objectives:\n  loss: {source: gqa_chen2025}\n  energy: {}\n",
+            ":13: objectives.loss.source: gqa_chen2025 prices dense models only and "
+            "space.n_experts reaches 8 (use joint_moe, or auto for the most specific law per "
+            "row), got 'gqa_chen2025'",
         ),
         (
             BASE + "constraints: {tpott: {max: 0.05}}\n",
@@ -468,6 +478,7 @@ def test_loss_objective_rows_equal_predict_loss_on_the_same_columns(tmp_path: Pa
     assert t["loss_out_of_range_inputs"].tolist() == [
         str(v) for v in np.asarray(want["out_of_range_inputs"])
     ]
+    assert set(t["loss_law"]) == {"chinchilla"}
     # More training tokens never raise the loss of the same architecture.
     key = ["gpu", "batch_size", "d_model", "n_layers", "n_kv_heads"]
     for _, g in t.groupby(key):
@@ -508,3 +519,122 @@ def test_constraints_of_invalid_rows_are_positive(tmp_path: Path) -> None:
         assert np.isfinite(ev.constraints[name]).all()
     assert not ev.feasible[~ev.valid].any()
     assert list(itertools.islice(ev.constraints, 3)) == ["valid", "ttft_max", "throughput_min"]
+
+
+@needs_quality
+def test_auto_loss_records_which_law_priced_each_row(tmp_path: Path) -> None:
+    """`loss: {source: auto}` on a space that searches MoE: every row by joint_moe (dense rows
+    too, so the loss column is one law); on a dense space: besiroglu_heads. Each row's law in
+    `loss_law`, each loss the one that law gives alone."""
+    from dse.estimators.quality import predict_loss
+
+    text = (
+        "name: auto\nhardware: h100_sxm\n"
+        "workload: {batch_size: 8, prompt_tokens: 512, output_tokens: 128}\n"
+        "space:\n  d_model: 2048\n  n_layers: {values: [16, 24]}\n  n_heads: 16\n"
+        "  n_kv_heads: {values: [2, 16]}\n  d_ff: 5632\n  n_experts: {values: [1, 8]}\n"
+        "  top_k: 1\n  training_tokens: 2.0e+10\n"
+        "objectives:\n  loss: {source: auto}\n  energy: {}\n"
+    )
+    path = write(tmp_path, text)
+    t = _sweep(path, tmp_path / "out", "exhaustive", trials=8)
+    assert len(t) == 8 and (t["state"] == "COMPLETE").all()
+    assert set(t["loss_law"]) == {"joint_moe"}
+    space = load_space(path)
+    cols = space.columns_from(
+        [{p.name: r[p.name] for p in space.searched} for _, r in t.iterrows()]
+    )
+    want = predict_loss(cols, cols["training_tokens"].astype(float), "joint_moe")["loss"]
+    assert np.allclose(t["obj.loss_auto"], want)
+    dense = write(tmp_path, text.replace("{values: [1, 8]}", "1"), "dense.yaml")
+    t = _sweep(dense, tmp_path / "dense", "exhaustive", trials=4)
+    assert set(t["loss_law"]) == {"besiroglu_heads"}
+    space = load_space(dense)
+    cols = space.columns_from(
+        [{p.name: r[p.name] for p in space.searched} for _, r in t.iterrows()]
+    )
+    want = predict_loss(cols, cols["training_tokens"].astype(float), "besiroglu_heads")["loss"]
+    assert np.allclose(t["obj.loss_auto"], want)
+    # A space that routes a token to several experts: krajewski2024 (it sees the granularity).
+    fine = write(tmp_path, text.replace("  top_k: 1\n", "  top_k: {values: [1, 2]}\n"), "f.yaml")
+    t = _sweep(fine, tmp_path / "fine", "exhaustive", trials=16)
+    valid = t["invalid_reason"].fillna("") == ""
+    assert valid.sum() == 12 and set(t.loc[valid, "loss_law"]) == {"krajewski2024"}
+
+
+# ------------------------------------------------------------------ lifetime energy
+LIFE = BASE.replace("output_tokens: 128}", "output_tokens: 128, lifetime_tokens: 1.0e+12}")
+TRAIN = "  training_energy: {achieved_flops_per_s: 4.0e+14, power_w: 700}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            BASE + TOKENS + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12}\n  loss: "
+            "{source: auto}\n",
+            "objectives.lifetime_energy: needs workload.lifetime_tokens (the output tokens "
+            "served over the model's life), got none",
+        ),
+        (
+            BASE.replace("output_tokens: 128}", "output_tokens: 128, lifetime_tokens: -5}")
+            + TOKENS
+            + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12}\n  energy: {}\n",
+            "workload.lifetime_tokens: must be an integer in [0, ",
+        ),
+        (
+            LIFE + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12}\n  energy: {}\n",
+            "objectives.lifetime_energy: needs space.training_tokens (the training token "
+            "budget), got none",
+        ),
+        (
+            LIFE + TOKENS + "objectives:\n  lifetime_energy: {j_per_flop: 1.0e-12, power_w: 700}"
+            "\n  energy: {}\n",
+            "objectives.lifetime_energy: takes j_per_flop or achieved_flops_per_s with power_w, "
+            "not both, got j_per_flop, power_w",
+        ),
+        (
+            LIFE + TOKENS + "objectives:\n  training_energy: {power_w: 700}\n  energy: {}\n",
+            "objectives.training_energy.achieved_flops_per_s: is required (or j_per_flop): the "
+            "training GPU's achieved FLOP/s and its power in W, got power_w",
+        ),
+        (
+            LIFE + TOKENS + "objectives:\n  training_energy: {j_per_flop: 0}\n  energy: {}\n",
+            "objectives.training_energy.j_per_flop: must be > 0, got 0",
+        ),
+    ],
+)
+def test_lifetime_objectives_bad_input(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_space(path)
+    assert str(exc.value).startswith(str(path) + ":"), str(exc.value)
+    assert expected in str(exc.value), str(exc.value)
+
+
+def test_lifetime_energy_is_training_plus_served_tokens(tmp_path: Path) -> None:
+    """Hand-worked: training energy = 6 N D x (700 W / 4e14 FLOP/s) with N the active
+    parameters and D the training tokens; lifetime energy adds HYMELL's energy per output token
+    x workload.lifetime_tokens (1e12)."""
+    text = (
+        LIFE.replace("d_model: {values: [2048, 4096]}", "d_model: 2048")
+        .replace("batch_size: {values: [1, 8, 32]}", "batch_size: 8")
+        .replace("hardware: {values: [h100_sxm, h200_sxm]}", "hardware: h100_sxm")
+        + "  training_tokens: {values: [1.0e+11, 1.0e+12]}\n"
+        + "objectives:\n"
+        + "  lifetime_energy: {achieved_flops_per_s: 4.0e+14, power_w: 700}\n"
+        + TRAIN
+        + "  energy: {metric: per_output_token}\n"
+    )
+    t = _sweep(write(tmp_path, text), tmp_path / "out", "exhaustive", trials=8)
+    assert len(t) == 8 and (t["state"] == "COMPLETE").all()
+    train = 6 * t["active_params"] * t["training_tokens"].astype(float) * (700 / 4.0e14)
+    np.testing.assert_allclose(t["obj.training_energy"], train, rtol=1e-12)
+    served = t["pred.energy_per_output_token_j"] * 1e12
+    np.testing.assert_allclose(t["obj.lifetime_energy"], train + served, rtol=1e-12)
+    # Ten times the tokens: ten times the training energy, the same serving energy.
+    for _, g in t.groupby(["n_layers", "n_kv_heads"]):
+        g = g.sort_values("training_tokens")
+        assert g["obj.training_energy"].iloc[1] == pytest.approx(
+            10 * g["obj.training_energy"].iloc[0], rel=1e-12
+        )

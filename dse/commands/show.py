@@ -221,6 +221,10 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
     texts, common = X.row_texts(f)
     if any(texts):
         out["out of range"] = texts
+    laws = f["loss_law"].dropna().astype(str) if "loss_law" in f else []
+    laws = sorted({v for v in laws if v})
+    if len(laws) > 1:  # `loss: {source: auto}` priced the front with more than one law
+        out["loss law"] = f["loss_law"].to_numpy()
     shown = len(out) if limit <= 0 else limit
     # Text read left to right: the out-of-range column left-aligned.
     width = max((len(t) for t in texts), default=0)
@@ -235,6 +239,8 @@ def _print_front(view: Any, space: Any, limit: int) -> None:
         print(f"... {len(out) - shown} more (--limit 0 shows all)")
     if view.knee_row is not None:
         print("* knee point (farthest from the line between the extremes, normalised)")
+    if len(laws) == 1:
+        print(f"loss law: {laws[0]} (docs/quality.md)")
     if "indistinguishable" in f and f["indistinguishable"].astype(bool).any():
         print(
             "~ indistinguishable: a front neighbour (next in the first objective) lies inside "

@@ -302,6 +302,9 @@ def hover_texts(t: pd.DataFrame, res: Results, status: str, brief: bool = False)
             )
             which = f": {v}" if v not in ("", "nan", "None") else ""
             lines.append(f"<i>outside the scaling law's fitted range{which}</i>")
+        law = str(t["loss_law"].iloc[i]) if "loss_law" in t else ""
+        if law not in ("", "nan", "None"):
+            lines.append(f"loss law: {law}")  # `auto` may price rows with different laws
         out.append("<br>".join(lines))
     return out
 

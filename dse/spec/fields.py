@@ -459,6 +459,8 @@ FIELDS: dict[str, Field] = {
         _limit_field("total_params", "parameters", (1e6, 1e13), "1e6 to 1e13, not billions"),
         _limit_field("kv_bytes_per_token", "bytes", (1e2, 1e8), "KV cache per token, not KiB"),
         _limit_field("memory_bytes", "bytes", (1e8, 1e12), "per GPU, not GiB"),
+        # served output tokens over the model's life (`lifetime_energy`); 0: training only
+        _int("lifetime_tokens", 0, 10**18, unit="tokens", group="training"),
         # command-line only
         _int("context", 1, 2**25, unit="tokens", group="cli"),
         _int("entry", 0, 2**31 - 1, 0, group="cli"),

@@ -17,7 +17,7 @@ Schema (documented in docs/search_spaces.md):
     objectives:                        # exactly these, in this order (default: the first two)
       latency: {metric: request}       # request | ttft | tpot
       energy: {source: hymell}         # hymell | tokens2wh
-      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe
+      loss: {source: chinchilla}       # chinchilla | besiroglu | joint_moe | krajewski2024 | gqa_chen2025 | besiroglu_heads | auto
       throughput: {metric: per_gpu}    # maximised
     study: {sampler: tpe, trials: 2000, seed: 0}
 
@@ -83,7 +83,10 @@ MOE_KEYS = ("n_experts", "top_k", "d_ff_expert", "shared_expert_d_ff", "shared_e
 WORKLOAD_KEYS = C.WORKLOAD_FIELDS
 # Fields of a configuration that are neither Architecture nor Workload fields: they travel in
 # the configuration columns (and the trials table) beside `dse.spec.columns.CONFIG_FIELDS`.
-EXTRA_FIELDS = ("training_tokens",)
+EXTRA_FIELDS = ("training_tokens", "lifetime_tokens")
+# Extra fields declared under `workload:` (the rest under `space:`): the output tokens the model
+# serves over its life, which `lifetime_energy` charges at the predicted energy per token.
+WORKLOAD_EXTRA = ("lifetime_tokens",)
 SIZE_CONSTRAINTS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
 # Constraints on what the predictor (or a scaling law) says, evaluated after prediction, with
 # their units: request latency, TTFT and TPOT in s; HYMELL energy per request and per output
@@ -106,10 +109,23 @@ ENERGY_METRICS = ("request", "per_output_token")
 ENERGY_PRESETS = ("corrected", "paper")
 SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_bytes")
 # Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
-# Besiroglu et al. 2024, and the joint MoE law of Ludziejewski et al. 2025.
-LOSS_LAWS = ("chinchilla", "besiroglu", "joint_moe")
+# Besiroglu et al. 2024, the joint MoE law of Ludziejewski et al. 2025, the fine-grained MoE law
+# of Krajewski et al. 2024, the heads law of Chen et
+# al. 2025, Besiroglu's law plus that heads term, and `auto` (per row, the most specific of them
+# for the row's family).
+LOSS_LAWS = (
+    "chinchilla",
+    "besiroglu",
+    "joint_moe",
+    "krajewski2024",
+    "gqa_chen2025",
+    "besiroglu_heads",
+    "auto",
+)
 THROUGHPUT_METRICS = ("per_gpu",)
 USER_SPEED_METRICS = ("tokens_per_s",)
+# How the training energy is priced: a J/FLOP, or the GPU's power over its achieved FLOP/s.
+TRAINING_KEYS = ("metric", "direction", "j_per_flop", "achieved_flops_per_s", "power_w")
 DIRECTIONS = ("minimize", "maximize")
 # Objective kind -> (its keys, the key naming its metric, that key's choices, default metric,
 # natural direction). A kind whose metric key is None takes no choice.
@@ -132,6 +148,10 @@ OBJECTIVE_KINDS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...], str | No
         "tokens_per_s",
         "maximize",
     ),
+    # Training energy 6 N D x J/FLOP, and that plus the predicted (HYMELL) energy per output
+    # token x workload.lifetime_tokens; J/FLOP given, or the power over the achieved FLOP/s.
+    "training_energy": (TRAINING_KEYS, "metric", ("total",), "total", "minimize"),
+    "lifetime_energy": (TRAINING_KEYS, "metric", ("total",), "total", "minimize"),
 }
 # Why a kind's direction is fixed (a size may be maximised: "the largest model that fits").
 _BETTER = {
@@ -140,6 +160,8 @@ _BETTER = {
     "loss": "lower loss is better",
     "throughput": "more tokens per second per GPU is better",
     "user_speed": "more tokens per second per user is better",
+    "training_energy": "lower energy is better",
+    "lifetime_energy": "lower energy is better",
 }
 SAMPLERS = ("auto", "exact", "screened", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive")
 # Ranges wider than this many values are treated as too large to enumerate per parameter.
@@ -168,11 +190,12 @@ class Param:
 class Objective:
     """One objective: what it measures (kind and metric or source) and which way is better."""
 
-    kind: str  # latency | energy | size | loss | throughput | user_speed
+    kind: str  # latency | energy | size | loss | throughput | user_speed | training_energy | ...
     metric: str  # latency/energy/size/throughput/user_speed metric; "loss" for a loss
     source: str | None = None  # energy: hymell | tokens2wh; loss: the scaling law
     direction: str = "minimize"
     preset: str = "corrected"  # energy from tokens2wh: corrected (ours) | paper (as published)
+    j_per_flop: float | None = None  # training_energy / lifetime_energy: J per training FLOP
 
     @property
     def name(self) -> str:
@@ -187,6 +210,8 @@ class Objective:
             return f"throughput_{self.metric}"
         if self.kind == "user_speed":
             return "user_tokens_per_s"
+        if self.kind in ("training_energy", "lifetime_energy"):
+            return self.kind
         return self.metric  # size: active_params, total_params, ...
 
 
@@ -417,8 +442,8 @@ def parse_space(doc: Located) -> SearchSpace:
     # workload
     wl = data.get("workload") or {}
     _mapping(doc, ("workload",), wl)
-    _no_unknown(doc, ("workload",), wl, WORKLOAD_KEYS)
-    for key in WORKLOAD_KEYS:
+    _no_unknown(doc, ("workload",), wl, (*WORKLOAD_KEYS, *WORKLOAD_EXTRA))
+    for key in (*WORKLOAD_KEYS, *WORKLOAD_EXTRA):
         if key in wl:
             params.append(
                 _param(doc, ("workload", key), key, wl[key], str_choices=STR_FIELDS.get(key))
@@ -427,7 +452,12 @@ def parse_space(doc: Located) -> SearchSpace:
     # architecture
     sp = data["space"]
     _mapping(doc, ("space",), sp)
-    _no_unknown(doc, ("space",), sp, (*ARCH_KEYS, "moe", *EXTRA_FIELDS))
+    _no_unknown(
+        doc,
+        ("space",),
+        sp,
+        (*ARCH_KEYS, "moe", *(k for k in EXTRA_FIELDS if k not in WORKLOAD_EXTRA)),
+    )
     for key in REQUIRED_ARCH:
         if key not in sp:
             raise doc.error(("space", key), "is required")
@@ -466,6 +496,18 @@ def parse_space(doc: Located) -> SearchSpace:
     objectives = _objectives(doc, data.get("objectives") or {})
     constraints = _constraints(doc, data.get("constraints") or {}, objectives, warnings)
     study = _study(doc, data.get("study") or {}, warnings)
+    for kind in ("training_energy", "lifetime_energy"):
+        if objectives.of(kind) is not None and "training_tokens" not in names:
+            raise doc.error(
+                ("objectives", kind),
+                "needs space.training_tokens (the training token budget), got none",
+            )
+    if objectives.of("lifetime_energy") is not None and "lifetime_tokens" not in names:
+        raise doc.error(
+            ("objectives", "lifetime_energy"),
+            "needs workload.lifetime_tokens (the output tokens served over the model's life)"
+            ", got none",
+        )
     if "training_tokens" not in names:
         for keys, needed in (
             (("objectives", "loss"), objectives.loss_law is not None),
@@ -475,6 +517,7 @@ def parse_space(doc: Located) -> SearchSpace:
                 raise doc.error(
                     keys, "needs space.training_tokens (the training token budget), got none"
                 )
+    _check_law_families(doc, params, objectives, constraints)
     space = SearchSpace(
         name=name,
         source=str(doc.path),
@@ -662,6 +705,32 @@ def _constraints(
     return out
 
 
+# Laws that cannot price a family at all (no term for it): the family's field and its test.
+# gqa_chen2025 and besiroglu_heads have no expert term (Chen et al. 2025 fit dense GQA only).
+_DENSE_ONLY_LAWS = ("gqa_chen2025", "besiroglu_heads")
+
+
+def _check_law_families(
+    doc: Located, params: list[Param], objectives: Objectives, constraints: dict[str, Any]
+) -> None:
+    """A dense-only law asked for a space that searches MoE configurations: the located error
+    (the law would price every MoE row by its dense trunk alone). `auto` picks per row."""
+    experts = [p for p in params if p.name == "n_experts"]
+    most = max((int(v) for v in experts[0].values), default=1) if experts else 1
+    if most <= 1:
+        return
+    asked = [(("objectives", "loss", "source"), objectives.loss_law)]
+    if "loss" in constraints:
+        asked.append((("constraints", "loss", "source"), constraints["loss"]["source"]))
+    for keys, law in asked:
+        if law in _DENSE_ONLY_LAWS:
+            raise doc.error(
+                keys,
+                f"{law} prices dense models only and space.n_experts reaches {most} "
+                f"(use joint_moe, or auto for the most specific law per row), got {law!r}",
+            )
+
+
 def _objectives(doc: Located, data: Any) -> Objectives:
     """The objectives exactly as listed, in their order; none listed: latency and energy of
     the whole request. Each kind appears at most once (the keys of a mapping)."""
@@ -694,6 +763,9 @@ def _objectives(doc: Located, data: Any) -> Objectives:
             items.append(Objective(kind, metric, chosen, direction, preset))
         elif kind == "loss":
             items.append(Objective(kind, "loss", chosen, direction))
+        elif kind in ("training_energy", "lifetime_energy"):
+            jpf = _j_per_flop(doc, keys, spec)
+            items.append(Objective(kind, chosen, None, direction, j_per_flop=jpf))
         else:
             items.append(Objective(kind, chosen, None, direction))
     if len(items) < 2:
@@ -703,6 +775,36 @@ def _objectives(doc: Located, data: Any) -> Objectives:
             f"got {[o.name for o in items]}",
         )
     return Objectives(tuple(items))
+
+
+def _j_per_flop(doc: Located, keys: KeyPath, spec: dict[str, Any]) -> float:
+    """J per training FLOP: `j_per_flop`, or `power_w` / `achieved_flops_per_s` (both)."""
+    given = [k for k in ("j_per_flop", "achieved_flops_per_s", "power_w") if k in spec]
+    if "j_per_flop" in spec:
+        if len(given) > 1:
+            raise doc.error(
+                keys,
+                "takes j_per_flop or achieved_flops_per_s with power_w, not both, got "
+                f"{', '.join(given)}",
+            )
+        v = _number(doc, (*keys, "j_per_flop"), spec["j_per_flop"], integer=False)
+        if not v > 0:
+            raise doc.error((*keys, "j_per_flop"), f"must be > 0, got {v}")
+        return float(v)
+    missing = [k for k in ("achieved_flops_per_s", "power_w") if k not in spec]
+    if missing:
+        raise doc.error(
+            (*keys, missing[0]),
+            "is required (or j_per_flop): the training GPU's achieved FLOP/s and its power in W"
+            f", got {', '.join(given) or 'neither'}",
+        )
+    vals = {}
+    for k in ("achieved_flops_per_s", "power_w"):
+        v = _number(doc, (*keys, k), spec[k], integer=False)
+        if not v > 0:
+            raise doc.error((*keys, k), f"must be > 0, got {v}")
+        vals[k] = float(v)
+    return vals["power_w"] / vals["achieved_flops_per_s"]
 
 
 def _study(doc: Located, data: Any, warnings: list[str]) -> StudySettings:

@@ -46,7 +46,10 @@ QUALITY_COLUMNS = {
     "loss_params_counted": "params_counted",
     "loss_out_of_range": "out_of_range",
     "loss_out_of_range_inputs": "out_of_range_inputs",
+    "loss_law": "law",  # which law priced the row (`loss: {source: auto}` picks one per row)
 }
+# The text columns among them ('' where invalid or not priced).
+QUALITY_TEXT = ("out_of_range_inputs", "law")
 UNITS = {
     "latency": "s",
     "energy": "J",
@@ -55,6 +58,8 @@ UNITS = {
     "loss": "nats",  # per token, as the scaling laws fit it
     "throughput": "tokens/s/GPU",
     "user": "tokens/s",
+    "training": "J",  # training_energy
+    "lifetime": "J",  # lifetime_energy
 }
 
 Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -194,13 +199,44 @@ def _quality(
         "params_counted": np.full(n, np.nan),
         "out_of_range": np.zeros(n, dtype=bool),
         "out_of_range_inputs": np.full(n, "", dtype=object),
+        "law": np.full(n, "", dtype=object),
     }
     if not len(rows):
         return out
     part = {k: np.asarray(v)[rows] for k, v in cols.items()}
-    got = predict_loss(part, part["training_tokens"].astype(float), law)
+    # `auto` prices a space holding MoE configurations with one law throughout (krajewski2024
+    # when it routes a token to several experts, else joint_moe).
+    most = {p.name: max(p.values) for p in space.params if p.name in ("n_experts", "top_k")}
+    moe_space = most.get("n_experts", 1) > 1
+    granular = moe_space and most.get("top_k", 1) > 1
+    got = predict_loss(
+        part,
+        part["training_tokens"].astype(float),
+        law,
+        moe_space=moe_space,
+        granular_space=granular,
+    )
     for k in out:
         out[k][rows] = np.broadcast_to(np.asarray(got[k]), (len(rows),))
+    return out
+
+
+def lifetime_energy_j(
+    o: Any,
+    cols: Mapping[str, np.ndarray],
+    sizes: Mapping[str, np.ndarray],
+    pred: Mapping[str, np.ndarray],
+    n: int,
+) -> np.ndarray:
+    """Training energy, J: 6 N D training FLOPs (N active parameters, D training tokens;
+    Kaplan et al. / Hoffmann et al.'s C = 6ND, attention over the context left out) x J/FLOP;
+    `lifetime_energy` adds the predicted energy per output token x workload.lifetime_tokens."""
+    flops = 6.0 * sizes["active_params"] * np.asarray(cols["training_tokens"], dtype=float)
+    out = flops * float(o.j_per_flop)
+    if o.kind == "lifetime_energy":
+        per_token = pred.get("energy_per_output_token_j")
+        per_token = np.full(n, np.nan) if per_token is None else np.asarray(per_token, float)
+        out = out + per_token * np.asarray(cols["lifetime_tokens"], dtype=float)
     return out
 
 
@@ -254,6 +290,8 @@ def evaluate(
             obj[:, j] = losses[str(o.source)]["loss"]
         elif o.kind in ("throughput", "user_speed"):
             obj[:, j] = metrics[o.kind]
+        elif o.kind in ("training_energy", "lifetime_energy"):
+            obj[:, j] = lifetime_energy_j(o, cols, sizes, pred, n)
         elif not len(rows):
             continue
         elif o.kind == "latency":

@@ -20,6 +20,7 @@ import pandas as pd
 from dse import pareto
 from dse.spec import columns as C
 from dse.spec.inert import DECIDING_FIELDS, inert_masks
+from dse.spec.space import EXTRA_FIELDS
 
 # Prediction column behind each objective, so that the predictor's error band can be found
 # (`pred.<q>_s` has its band in `pred.<q>_lo_s` / `pred.<q>_hi_s`).
@@ -50,8 +51,10 @@ def _col(t: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def config_fields(table: pd.DataFrame) -> list[str]:
-    """The configuration columns a table has (every field, fixed ones too: the full config)."""
-    return [c for c in C.CONFIG_FIELDS if c in table.columns]
+    """The configuration columns a table has (every field, fixed ones too: the full config),
+    the space's extra fields included: two training-token budgets of one architecture are two
+    configurations (their loss and training energy differ)."""
+    return [c for c in (*C.CONFIG_FIELDS, *EXTRA_FIELDS) if c in table.columns]
 
 
 INERT = "(inert)"  # the key of a field a configuration ignores

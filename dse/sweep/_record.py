@@ -33,7 +33,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from dse.spec.space import SearchSpace
-from dse.sweep._evaluate import QUALITY_COLUMNS, SIZE_KEYS, Evaluation
+from dse.sweep._evaluate import QUALITY_COLUMNS, QUALITY_TEXT, SIZE_KEYS, Evaluation
 
 STATES = {TrialState.COMPLETE: "COMPLETE", TrialState.FAIL: "FAIL", TrialState.PRUNED: "PRUNED"}
 
@@ -213,7 +213,7 @@ def _quality_columns(rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
         got = [r.get(key) for r in rows]
         if key == "out_of_range":
             out[col] = np.asarray([bool(v) for v in got], dtype=bool)
-        elif key == "out_of_range_inputs":
+        elif key in QUALITY_TEXT:
             out[col] = np.asarray(["" if v is None else str(v) for v in got], dtype=object)
         else:
             out[col] = np.asarray([np.nan if v is None else float(v) for v in got], dtype=float)
@@ -310,7 +310,7 @@ def evaluation_table(
             v = np.asarray(ev.quality[key])
             if key == "out_of_range":
                 table[col] = v.astype(bool) & valid
-            elif key == "out_of_range_inputs":
+            elif key in QUALITY_TEXT:
                 table[col] = np.where(valid, v.astype(str), "").astype(object)
             else:
                 table[col] = np.where(valid, v.astype(float), np.nan)
