@@ -150,6 +150,10 @@ class Work:
     flops: np.ndarray
     nbytes: np.ndarray
     dtype: np.ndarray  # str per row
+    # True where the op moves bytes only (a collective, an element-wise layer op): no peak is
+    # needed for its floor. Zero FLOPs elsewhere only mean "not known to be more" (MoE's skewed
+    # routing): without the dtype's peak such a row has no floor, as any other.
+    copy: np.ndarray | None = None
 
 
 def _dtypes(rows: pd.DataFrame, default: str = "bfloat16") -> np.ndarray:
@@ -239,7 +243,7 @@ def layer_op_work_rows(rows: pd.DataFrame) -> Work:
         m, n, k = _vidur_gemm_shapes(rows[gem])
         f, b_in, b_out = gemm_work(m, n, k, "float16")
         flops[gem], nbytes[gem] = f, b_in + b_out
-    return Work(flops, nbytes, np.full(len(rows), "float16"))
+    return Work(flops, nbytes, np.full(len(rows), "float16"), lay)
 
 
 def collective_work_rows(rows: pd.DataFrame) -> Work:
@@ -249,7 +253,7 @@ def collective_work_rows(rows: pd.DataFrame) -> Work:
     g = np.maximum(_num(rows, "n_gpus", 2.0), 2.0)
     nbytes = _num(rows, "message_bytes") * (g - 1.0) / g
     nbytes = np.where(_num(rows, "n_nodes", 1.0) > 1, np.nan, nbytes)
-    return Work(np.zeros(len(rows)), nbytes, _dtypes(rows))
+    return Work(np.zeros(len(rows)), nbytes, _dtypes(rows), np.ones(len(rows), dtype=bool))
 
 
 def kernel_work(kind: str, rows: pd.DataFrame) -> Work:
@@ -269,7 +273,7 @@ def kernel_work(kind: str, rows: pd.DataFrame) -> Work:
 
 def kernel_floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
     """roofline(work, rates of the row's GPU for `kind` at the row's dtype) (`kind_rates`); a
-    part of the work that is zero needs no rate (a copy has no FLOPs)."""
+    copy (`Work.copy`) needs no FLOP rate."""
     w = kernel_work(kind, rows)
     peak, bw = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
     names = rows["gpu"].astype(str).to_numpy()
@@ -281,9 +285,9 @@ def kernel_floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
         for dtype in np.unique(w.dtype[names == name]):
             at = (names == name) & (w.dtype == dtype)
             peak[at], bw[at] = kind_rates(g, kind, str(dtype))
-    return roofline_s(
-        w.flops, w.nbytes, np.where(w.flops == 0, np.inf, peak), np.where(w.nbytes == 0, np.inf, bw)
-    )
+    if w.copy is not None:
+        peak = np.where(w.copy, np.inf, peak)
+    return roofline_s(w.flops, w.nbytes, peak, bw)
 
 
 def measured_peaks(tables: Mapping[str, pd.DataFrame], gpu: str) -> tuple[KernelPeak, ...]:
