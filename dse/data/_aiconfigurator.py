@@ -64,25 +64,6 @@ def _hbm_bw(gpu: str) -> float:
     return 16e12 if spec is None else spec.hbm_bw_bytes_per_s  # outside: twice B200's 8 TB/s
 
 
-def _profiled_names() -> tuple[str, ...]:
-    from dse.spec.hardware import profiled_names
-
-    return tuple(profiled_names())
-
-
-# The slowest best rate (FLOP/s or bytes/s) a table of a profiled device may have: what any
-# computing device beats (a CPU core does ~1e9 FLOP/s and moves ~1e9 B/s). Bounds a profiled
-# device's tables without assuming how fast one kind of kernel runs next to another there.
-ANY_DEVICE_MIN_RATE = 1e6
-
-
-def _floor(gpu: str, default: float) -> float:
-    """The slow-slip floor of a rate check: `default` for a registry GPU (and an unknown one); a
-    profiled device (`dse profile`, maybe a CPU, far below the registry's GPUs) gets
-    ANY_DEVICE_MIN_RATE (its tables are written by `dse profile` itself, in known units)."""
-    return ANY_DEVICE_MIN_RATE if gpu in _profiled_names() else default
-
-
 def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
     stem = path.stem
     kind = _TABLES.get(stem)
@@ -171,7 +152,7 @@ def _gemm(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.Data
     # best rate at least 1 TFLOP/s, at most 1.3x the fastest tensor-core peak of the GPU
     peak = _peak_flops(gpu)
     c.check_peak_rate(
-        flops, df["latency_s"].to_numpy(), _floor(gpu, 1e12), 1.3 * peak, "FLOP/s", file
+        flops, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e12), 1.3 * peak, "FLOP/s", file
     )
     # The README anchor: a bf16 4096^3 GEMM runs at 20-110% of the registry bf16 peak (a spec
     # sheet's: a profiled device's peak is a measured GEMM's, not a datasheet's).
@@ -222,7 +203,7 @@ def _context_attention(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: st
     gpu = str(df["gpu"].iloc[0])
     peak = _peak_flops(gpu)
     c.check_peak_rate(
-        flops, df["latency_s"].to_numpy(), _floor(gpu, 1e11), 1.3 * peak, "FLOP/s", file
+        flops, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e11), 1.3 * peak, "FLOP/s", file
     )
     return df
 
@@ -248,7 +229,7 @@ def _generation_attention(
     # K and V streamed from HBM: best rate between 10 GB/s and 1.5x the HBM bandwidth
     bw = _hbm_bw(gpu)
     c.check_peak_rate(
-        kv_bytes, df["latency_s"].to_numpy(), _floor(gpu, 1e10), 1.5 * bw, "KV bytes/s", file
+        kv_bytes, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e10), 1.5 * bw, "KV bytes/s", file
     )
     return df
 
@@ -310,7 +291,7 @@ def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataF
     gpu = str(df["gpu"].iloc[0])
     peak = _peak_flops(gpu)
     c.check_peak_rate(
-        flops, df["latency_s"].to_numpy(), _floor(gpu, 1e10), 2.0 * peak, "FLOP/s", file
+        flops, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e10), 2.0 * peak, "FLOP/s", file
     )
     return df
 
@@ -346,12 +327,12 @@ def _allreduce(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.
             break
     # algorithm bandwidth (bytes / s): best between 100 MB/s and 5 TB/s; a profiled device's
     # all-reduce may run over a host transport (gloo over loopback on a CPU: ~60 MB/s at these
-    # sizes on a loaded 2-core machine), so its floor is ANY_DEVICE_MIN_RATE (1 MB/s)
+    # sizes on a loaded 2-core machine), so its floor is c.ANY_DEVICE_MIN_RATE (1 MB/s)
     gpu = str(df["gpu"].iloc[0])
     c.check_peak_rate(
         df["message_bytes"].to_numpy(float),
         df["latency_s"].to_numpy(),
-        _floor(gpu, 1e8),
+        c.rate_floor(gpu, 1e8),
         5e12,
         "message bytes/s",
         file,

@@ -2,7 +2,8 @@
 
 GPUs outside it come from `dse profile`: a profile folder and the artifact `dse fit` makes from
 it both carry the GPU's spec as `gpu.yaml` (same fields, measured peaks beside the datasheet
-ones). Artifact folders under $DSE_SURROGATES (else the shipped surrogates/) that hold one are
+ones, and `kernel_peaks`: the fastest rates each kernel kind reached on the device, which bound
+that kind's rows in `dse.fitting.plausible`). Artifact folders under $DSE_SURROGATES (else the shipped surrogates/) that hold one are
 registry GPUs too; `register_gpu` adds one for this process (`dse fit` reading a profile).
 """
 
