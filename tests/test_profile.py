@@ -237,7 +237,7 @@ def _slow_matmul_copy(prof: Path, dest: Path, tmp: Path) -> float:
     slower = p_sq / p_low
     journal = dest / ".journal" / "gemm.jsonl"
     rows = [json.loads(line) for line in journal.read_text().splitlines()]
-    for r in rows:
+    for r in (r for r in rows if not r.get("skipped")):  # a skipped shape has no times
         for key in ("latency_s", "latency_mean_s", "latency_min_s", "latency_max_s", "latency_std_s"):  # fmt: skip
             r[key] *= slower
     journal.write_text("".join(json.dumps(r) + "\n" for r in rows))
