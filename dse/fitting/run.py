@@ -74,8 +74,9 @@ class FitContext:
 
     def skip_small(self, name: str, kind: str, engine: str, rows: int, minimum: int) -> None:
         """Leave one table of `ctx.gpu` unfitted for having fewer than `minimum` rows, and say
-        so: a line in the log and an entry in the manifest's `skipped_tables` (the rows left
-        out as implausible, `table`, are named: they are why a table can fall short)."""
+        so: a line in the log and an entry in the manifest's `skipped_tables`, with the rows of
+        the GPU and engine left out as implausible (`table`; counted per engine, all dtypes):
+        they are why a table can fall short."""
         if name in self.skipped:  # asked again (e.g. the band tables of `--bands-only`)
             return
         report = self.implausible.get(kind, {})
@@ -133,9 +134,8 @@ def fit_artifact(
     root = Path(data_root).resolve()
     if not root.is_dir():
         raise DataError(f"{data_root}: data folder not found")
-    profiled = register_folder_spec(
-        root
-    )  # a `dse profile` folder's GPU (gpu.yaml) joins the registry
+    # a `dse profile` folder's GPU (gpu.yaml) joins the registry
+    profiled = register_folder_spec(root)
     if profiled is not None and not profiled.kernel_peaks and shipped_gpu(profiled.name) is None:
         log(
             f"{root / SPEC_FILE}: no kernel_peaks (a profile written before they were): the "
