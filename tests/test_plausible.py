@@ -144,3 +144,98 @@ def test_real_data_validate_reports_them(data_dir: Path) -> None:
         "not scored, faster than the physical floor: e2e 23 of 260 rows "
         "(gh200/llama.cpp 3, gh200/vllm 20;" in table
     )
+
+
+# ---------------------------------------------------------------------------- profiled devices
+AIC = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data"
+SLOW_MATMUL = 1e9  # FLOP/s: the device's measured bf16 matmul peak (what gpu.yaml's fields say)
+
+
+def _slow_matmul_device(root: Path) -> dict:
+    """A profile folder of device 'slowmm' (real files, the layouts `dse profile` writes)
+    whose bf16 attention runs 10x faster than its bf16 matmul peak, as on an AVX2-only EPYC
+    (SDPA 8 GFLOP/s, matmul 0.5): GEMM rows at 0.3-1 x the matmul peak, context attention rows
+    at 10 x it. Returns the gpu.yaml mapping (no kernel_peaks: what a profile wrote before)."""
+    import yaml
+
+    base = root / AIC / "slowmm"
+    mnk = [(m, n, k) for m in (64, 256, 1024) for n in (512, 2048) for k in (512, 2048)]
+    rate = np.linspace(0.3, 1.0, len(mnk)) * SLOW_MATMUL
+    gemm = pd.DataFrame(mnk, columns=["m", "n", "k"]).assign(
+        gemm_dtype="bfloat16", kernel_source="torch.matmul"
+    )
+    gemm["latency"] = 2.0 * gemm["m"] * gemm["n"] * gemm["k"] / rate * 1e3  # ms
+    shapes = [(b, s, h) for b in (1, 2, 4) for s in (256, 512, 1024, 2048) for h in (8, 16)]
+    ctx = pd.DataFrame(shapes, columns=["batch_size", "isl", "num_heads"]).assign(
+        attn_dtype="bfloat16", kv_cache_dtype="bfloat16", num_key_value_heads=8, head_dim=64,
+        step=0, window_size=0, beam_width=1, kernel_source="sdpa_flash",
+    )  # fmt: skip
+    causal = 4.0 * ctx["batch_size"] * ctx["num_heads"] * 64 * ctx["isl"] ** 2 / 2.0
+    ctx["latency"] = causal / (10.0 * SLOW_MATMUL) * 1e3  # ms
+    for folder, stem, frame in [("gemm", "gemm_perf", gemm), ("attention", "context_attention_perf", ctx)]:  # fmt: skip
+        path = base / folder / "pytorch" / "2.5" / f"{stem}.parquet"
+        path.parent.mkdir(parents=True)
+        frame.to_parquet(path, index=False)
+    spec = {
+        "name": "slowmm", "display_name": "AVX2-like CPU (profiled)",
+        "peak_bf16_flops_per_s": SLOW_MATMUL, "peak_fp8_flops_per_s": None,
+        "hbm_bw_bytes_per_s": 2e10, "hbm_capacity_bytes": 6.4e10, "board_power_w": None,
+        "idle_power_w": None, "nvlink_bw_bytes_per_s": 0.0, "n_sms": 16,
+        "compute_capability": 0.0, "measured_power": False,
+        "fields_from": "measured (no datasheet known for this device)",
+    }  # fmt: skip
+    (root / "gpu.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return spec
+
+
+@pytest.fixture
+def forget_slowmm():
+    """`dse.data.load` registers the folder's GPU for the process: unregister it after."""
+    from dse.spec import hardware
+
+    yield
+    hardware._EXTRA.pop("slowmm", None)
+
+
+def test_a_profiled_device_bounds_each_kernel_kind_by_its_own_measured_rates(
+    tmp_path: Path, forget_slowmm: None
+) -> None:
+    """Issue 32: attention faster than the device's matmul peak is not "faster than physics".
+    The readers take the tables (no bound from the measured matmul peak: the old check refused
+    a median 10 x above 1.3 x it), the floors computed from the spec's one matmul peak flag
+    every attention row (the old behaviour, kept for a spec without kernel_peaks), and with
+    the kernel_peaks `dse profile` now writes no row is flagged, whatever the kinds' speeds."""
+    from dse.data import load
+    from dse.profile.spec import with_kernel_peaks, write_spec
+    from dse.spec.hardware import load_spec
+
+    spec = _slow_matmul_device(tmp_path)
+    tables = load(tmp_path, ["gemm", "context_attention"])  # registers 'slowmm'
+    assert len(tables["context_attention"]) == 24 and len(tables["gemm"]) == 12
+    # one matmul peak for every kind: each attention row ~10 x faster than its floor allows
+    assert P.implausible("context_attention", tables["context_attention"]).all()
+    assert not P.implausible("gemm", tables["gemm"]).any()
+
+    write_spec(tmp_path, with_kernel_peaks(tmp_path, spec))
+    gpu = load_spec(tmp_path / "gpu.yaml")
+    att = gpu.kernel_peak("context_attention", "bfloat16")
+    mm = gpu.kernel_peak("gemm", "bfloat16")
+    assert att is not None and mm is not None and att.flops_per_s > 5 * mm.flops_per_s
+    assert mm.flops_per_s == pytest.approx(SLOW_MATMUL, rel=0.05)  # its fastest GEMM row
+    assert gpu.peak_bf16_flops_per_s == SLOW_MATMUL  # the predictor's field is unchanged
+    tables = load(tmp_path, ["gemm", "context_attention"])  # registers the new spec
+    for kind, rows in tables.items():
+        floor = P.floor_s(kind, rows)
+        assert np.isfinite(floor).all() and not P.implausible(kind, rows).any(), kind
+        # every row at or above its own floor: its kind's fastest row exactly at it
+        ratio = rows["latency_s"].to_numpy() / floor
+        assert ratio.min() == pytest.approx(1.0, rel=1e-9), kind
+    # a measured kind stays bounded by its own rates: GEMMs 8 x faster than any measured are
+    fast = tables["gemm"].assign(latency_s=tables["gemm"]["latency_s"] / 8.0)
+    assert P.implausible("gemm", fast).any()
+    # a dtype (or kind) the device did not measure: the fastest rate of any kind bounds it (a
+    # floor must never be too high), here the attention's
+    f8 = pd.DataFrame({"gpu": "slowmm", "dtype": "fp8", "m": [1024], "n": [2048],
+                       "k": [2048], "latency_s": [2.0 * 1024 * 2048 * 2048 / att.flops_per_s]})  # fmt: skip
+    assert P.kind_rates(gpu, "gemm", "fp8")[0] == pytest.approx(att.flops_per_s)
+    assert P.floor_s("gemm", f8)[0] == pytest.approx(f8["latency_s"][0], rel=1e-9)

@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,6 +210,123 @@ def test_validate_scores_the_artifact_on_the_offset_grid(loop: dict) -> None:
     rows = [r for r in report["results"] if r["source"] == "aiconfigurator"]
     assert len(rows) == 3
     assert all(math.isfinite(float(r["latency_mape_pct"])) for r in rows)
+
+
+# ---------------------------------------------------------------------------- relative speeds
+def _slow_matmul_copy(prof: Path, dest: Path, tmp: Path) -> float:
+    """A copy of the CPU profile where bf16 matmul is slow next to attention, as on an AVX2-only
+    EPYC (SDPA 8 GFLOP/s, matmul 0.5; issue 32), whatever CPU runs the test: the GEMM rows'
+    latencies in the journal and the measured square-GEMM peak in profile.json are scaled so
+    the peak sits at 1/4 of the median attention rate and 1/3 of the median rate of vidur's
+    projection GEMMs; a rerun of `dse profile` (nothing to measure) rebuilds the tables and
+    gpu.yaml from them. Real files, the real commands. Returns the lowered peak (FLOP/s)."""
+    from dse.data import load
+    from dse.fitting import plausible as P
+
+    shutil.copytree(prof, dest)
+    tables = load(dest, ["context_attention", "layer_op"])
+    att, lay = tables["context_attention"], tables["layer_op"]
+    att_rate = np.median(P.kernel_work("context_attention", att).flops / att["latency_s"])
+    w = P.kernel_work("layer_op", lay)
+    gem = w.flops > 0
+    proj_rate = np.median(w.flops[gem] / lay["latency_s"].to_numpy()[gem])
+    man_path = dest / "profile.json"
+    man = json.loads(man_path.read_text())
+    p_sq = float(man["peaks"]["peak_bfloat16_flops_per_s"])
+    p_low = min(p_sq, att_rate / 4.0, proj_rate / 3.0)
+    slower = p_sq / p_low
+    journal = dest / ".journal" / "gemm.jsonl"
+    rows = [json.loads(line) for line in journal.read_text().splitlines()]
+    for r in (r for r in rows if not r.get("skipped")):  # a skipped shape has no times
+        for key in ("latency_s", "latency_mean_s", "latency_min_s", "latency_max_s", "latency_std_s"):  # fmt: skip
+            r[key] *= slower
+    journal.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    man["peaks"]["peak_bfloat16_flops_per_s"] = p_low
+    man_path.write_text(json.dumps(man))
+    got = dse("profile", "--device", "cpu", "--quick", "--name", GPU, "--out", str(dest), cwd=tmp)
+    assert got.returncode == 0 and "0 to measure now" in got.stdout, got.stderr
+    return p_low
+
+
+def test_attention_faster_than_the_matmul_peak_is_fitted(loop: dict, tmp_path: Path) -> None:
+    """Issue 32: a CPU whose attention outruns its matmul peak. Floors from that one peak (a
+    gpu.yaml without kernel_peaks: profiles before the fix) leave too few attention rows to fit
+    and the vidur reader refused the projection GEMMs; with the per-kind peaks the profile now
+    writes every row is kept and every table fitted."""
+    import yaml
+
+    from dse.data import load
+    from dse.fitting import plausible as P
+    from dse.fitting.attention import MIN_ATTENTION_ROWS
+    from dse.spec import hardware
+
+    dest = tmp_path / "slowmm"
+    p_low = _slow_matmul_copy(loop["prof"], dest, tmp_path)
+    spec = yaml.safe_load((dest / "gpu.yaml").read_text())
+    assert spec["peak_bf16_flops_per_s"] == pytest.approx(p_low)
+    peaks = spec["kernel_peaks"]
+    assert peaks["context_attention"]["bfloat16"]["flops_per_s"] > 3 * p_low
+    assert {"gemm", "context_attention", "generation_attention", "moe", "layer_op"} <= set(peaks)
+
+    # the situation is the reported one: the matmul peak as every kind's floor (the spec
+    # without kernel_peaks, under another name) leaves fewer attention rows than a fit needs
+    old = {k: v for k, v in spec.items() if k != "kernel_peaks"} | {"name": "cpuold"}
+    hardware.register_gpu(hardware.spec_from_mapping(old, "old gpu.yaml"))
+    try:
+        att = load(dest, ["context_attention"])["context_attention"].assign(gpu="cpuold")
+        kept = len(att) - int(P.implausible("context_attention", att).sum())
+        assert kept < MIN_ATTENTION_ROWS <= len(att)
+    finally:
+        hardware._EXTRA.pop("cpuold", None)
+
+    out = tmp_path / "art"
+    fit = dse(
+        "fit", "--data", str(dest), "--gpu", GPU, "--no-cv", "--only", "gemm", "--only",
+        "layer_op", "--only", "attention", "--out", str(out), cwd=tmp_path,
+        env={"DSE_SURROGATES": str(tmp_path / "surrogates")},
+    )  # fmt: skip
+    assert fit.returncode == 0, fit.stderr + fit.stdout
+    art = json.loads((out / "manifest.json").read_text())
+    assert {
+        "gemm.pytorch.bfloat16",
+        "layer_op.vidur",
+        "context_attention.pytorch",
+        "generation_attention.pytorch",
+    } <= set(art["models"])
+    assert art["implausible_rows"] == {} and art["skipped_tables"] == {}
+    assert "implausible" not in fit.stdout and "not fitted" not in fit.stdout
+
+
+def test_a_table_too_small_to_fit_is_named(loop: dict, tmp_path: Path) -> None:
+    """A table skipped for too few rows says so: its name, row count and the minimum, in the
+    output of `dse fit` and in the manifest (issue 32: it was skipped without a word)."""
+    from dse.fitting.attention import MIN_ATTENTION_ROWS
+
+    dest = tmp_path / "small"
+    shutil.copytree(loop["prof"], dest)
+    (path,) = (dest / AIC / GPU).glob("attention/pytorch/*/context_attention_perf.parquet")
+    pd.read_parquet(path).iloc[:150].to_parquet(path, index=False)
+    out = tmp_path / "art"
+    fit = dse(
+        "fit", "--data", str(dest), "--gpu", GPU, "--no-cv", "--only", "attention",
+        "--out", str(out), cwd=tmp_path, env={"DSE_SURROGATES": str(tmp_path / "surrogates")},
+    )  # fmt: skip
+    assert fit.returncode == 0, fit.stderr + fit.stdout
+    assert (
+        f"context_attention.pytorch: not fitted: 150 rows of {GPU}, fewer than the "
+        f"{MIN_ATTENTION_ROWS} a context_attention table needs" in fit.stdout
+    )
+    art = json.loads((out / "manifest.json").read_text())
+    assert art["skipped_tables"] == {
+        "context_attention.pytorch": {
+            "kind": "context_attention",
+            "rows": 150,
+            "min_rows": MIN_ATTENTION_ROWS,
+            "implausible_rows_left_out": 0,
+        }
+    }
+    assert "generation_attention.pytorch" in art["models"]
+    assert "context_attention.pytorch" not in art["models"]
 
 
 # ---------------------------------------------------------------------------- bad input

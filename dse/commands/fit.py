@@ -12,7 +12,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fit the frozen predictor artifact of one GPU from measurements",
         description="Fit every registered model family (GEMM, power, and whatever else is "
         "registered) for one GPU, cross-validate by held-out shape groups and write "
-        "surrogates/<gpu>/ (manifest.json + weights.npz). Deterministic for a given --seed.\n\n"
+        "surrogates/<gpu>/ (manifest.json + weights.npz). Deterministic for a given --seed. "
+        "Rows faster than their physical floor are left out and counted (manifest "
+        "`implausible_rows`); a table with too few rows to fit is named with its row count and "
+        "the minimum (a WARNING line; manifest `skipped_tables`).\n\n"
         "example: dse fit --data ../shared/data --gpu h100_sxm",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

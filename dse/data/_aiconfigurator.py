@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from dse.data import _common as c
-from dse.errors import ConfigError, DataError
-from dse.spec.hardware import get_gpu
+from dse.errors import DataError
+from dse.spec.hardware import shipped_gpu
 
 SOURCE = "aiconfigurator"
 FOLDER = "aiconfigurator"
@@ -51,33 +51,17 @@ _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1
 
 
 def _peak_flops(gpu: str) -> float:
-    """The highest dense tensor-core rate of a registry GPU; 20 PFLOP/s if unknown (a GPU outside
-    the registry may run fp4, ~9 PFLOP/s dense on B200; a ms-vs-s slip is still 1000x off)."""
-    try:
-        spec = get_gpu(gpu)
-    except ConfigError:
-        return 2e16
-    return spec.peak_fp8_flops_per_s or spec.peak_bf16_flops_per_s
+    """The highest dense tensor-core rate of a shipped registry GPU; 20 PFLOP/s otherwise (a GPU
+    outside the registry may run fp4, ~9 PFLOP/s dense on B200; a ms-vs-s slip is still 1000x
+    off). A profiled device's measured peak is not used: it is one kind of kernel's, and other
+    kinds may run faster on it (bf16 SDPA 16x faster than bf16 matmul on an AVX2 CPU)."""
+    spec = shipped_gpu(gpu)
+    return 2e16 if spec is None else spec.peak_fp8_flops_per_s or spec.peak_bf16_flops_per_s
 
 
 def _hbm_bw(gpu: str) -> float:
-    try:
-        return get_gpu(gpu).hbm_bw_bytes_per_s
-    except ConfigError:
-        return 16e12  # HBM of a GPU outside the registry: twice B200's 8 TB/s
-
-
-def _profiled_names() -> tuple[str, ...]:
-    from dse.spec.hardware import profiled_names
-
-    return tuple(profiled_names())
-
-
-def _floor(gpu: str, default: float, peak: float) -> float:
-    """The slow-slip floor of a rate check: `default` for a shipped registry GPU (and an unknown
-    one); a profiled device (a registered spec, maybe a CPU) far below the registry's GPUs gets
-    1/300 of its own peak, still 3x above what a 1000x unit slip leaves."""
-    return min(default, peak / 300.0) if gpu in _profiled_names() else default
+    spec = shipped_gpu(gpu)
+    return 16e12 if spec is None else spec.hbm_bw_bytes_per_s  # outside: twice B200's 8 TB/s
 
 
 def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
@@ -168,13 +152,12 @@ def _gemm(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.Data
     # best rate at least 1 TFLOP/s, at most 1.3x the fastest tensor-core peak of the GPU
     peak = _peak_flops(gpu)
     c.check_peak_rate(
-        flops, df["latency_s"].to_numpy(), _floor(gpu, 1e12, peak), 1.3 * peak, "FLOP/s", file
+        flops, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e12), 1.3 * peak, "FLOP/s", file
     )
-    # The README anchor: a bf16 4096^3 GEMM runs at 20-110% of the registry bf16 peak.
-    try:
-        peak_bf16 = get_gpu(gpu).peak_bf16_flops_per_s
-    except ConfigError:
-        peak_bf16 = None
+    # The README anchor: a bf16 4096^3 GEMM runs at 20-110% of the registry bf16 peak (a spec
+    # sheet's: a profiled device's peak is a measured GEMM's, not a datasheet's).
+    sheet = shipped_gpu(gpu)
+    peak_bf16 = sheet.peak_bf16_flops_per_s if sheet is not None else None
     anchor = (df["m"] == 4096) & (df["n"] == 4096) & (df["k"] == 4096) & (df["dtype"] == "bfloat16")
     if peak_bf16 and anchor.any():
         rate = 2.0 * 4096**3 / df.loc[anchor, "latency_s"].to_numpy()
@@ -220,7 +203,7 @@ def _context_attention(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: st
     gpu = str(df["gpu"].iloc[0])
     peak = _peak_flops(gpu)
     c.check_peak_rate(
-        flops, df["latency_s"].to_numpy(), _floor(gpu, 1e11, peak), 1.3 * peak, "FLOP/s", file
+        flops, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e11), 1.3 * peak, "FLOP/s", file
     )
     return df
 
@@ -246,7 +229,7 @@ def _generation_attention(
     # K and V streamed from HBM: best rate between 10 GB/s and 1.5x the HBM bandwidth
     bw = _hbm_bw(gpu)
     c.check_peak_rate(
-        kv_bytes, df["latency_s"].to_numpy(), _floor(gpu, 1e10, bw), 1.5 * bw, "KV bytes/s", file
+        kv_bytes, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e10), 1.5 * bw, "KV bytes/s", file
     )
     return df
 
@@ -308,7 +291,7 @@ def _moe(raw: pd.DataFrame, df: pd.DataFrame, file: str, _stem: str) -> pd.DataF
     gpu = str(df["gpu"].iloc[0])
     peak = _peak_flops(gpu)
     c.check_peak_rate(
-        flops, df["latency_s"].to_numpy(), _floor(gpu, 1e10, peak), 2.0 * peak, "FLOP/s", file
+        flops, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e10), 2.0 * peak, "FLOP/s", file
     )
     return df
 
@@ -344,14 +327,12 @@ def _allreduce(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.
             break
     # algorithm bandwidth (bytes / s): best between 100 MB/s and 5 TB/s; a profiled device's
     # all-reduce may run over a host transport (gloo over loopback on a CPU: ~60 MB/s at these
-    # sizes on a loaded 2-core machine), so its floor is 1e-4 of its memory bandwidth (~1 MB/s
-    # on a CPU), still 10x above what a 1000x unit slip of such rows leaves
+    # sizes on a loaded 2-core machine), so its floor is c.ANY_DEVICE_MIN_RATE (1 MB/s)
     gpu = str(df["gpu"].iloc[0])
-    profiled = gpu in _profiled_names()
     c.check_peak_rate(
         df["message_bytes"].to_numpy(float),
         df["latency_s"].to_numpy(),
-        min(1e8, _hbm_bw(gpu) * 1e-4) if profiled else 1e8,
+        c.rate_floor(gpu, 1e8),
         5e12,
         "message bytes/s",
         file,

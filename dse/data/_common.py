@@ -171,6 +171,21 @@ def check_range(values: np.ndarray, lo: float, hi: float, what: str, file: str) 
         )
 
 
+# The slowest best rate (FLOP/s or bytes/s) a table of a profiled device may have: what any
+# computing device beats (a CPU core does ~1e9 FLOP/s and moves ~1e9 B/s). Bounds a profiled
+# device's tables without assuming how fast one kind of kernel runs next to another there.
+ANY_DEVICE_MIN_RATE = 1e6
+
+
+def rate_floor(gpu: str, default: float) -> float:
+    """The slow-slip floor of a rate check (`check_peak_rate`'s `lo`): `default` for a registry
+    GPU (and an unknown one); ANY_DEVICE_MIN_RATE for a profiled device (`dse profile`, maybe a
+    CPU, far below the registry's GPUs; its tables are written by `dse profile` in known units)."""
+    from dse.spec.hardware import profiled_names
+
+    return ANY_DEVICE_MIN_RATE if gpu in profiled_names() else default
+
+
 def check_peak_rate(
     work: np.ndarray, latency_s: np.ndarray, lo: float, hi: float, what: str, file: str
 ) -> None:

@@ -28,6 +28,9 @@ ATTENTION_CLASSES = {
     "generation_attention": GenerationAttentionModel,
 }
 HEAD_GROUP = U.cv_group("attention", ("num_heads", "num_kv_heads", "head_dim"))
+# The fewest rows of one (kind, engine) table of a GPU fitted (the hybrid model's grouped CV
+# and residual MLP need them); a smaller one is skipped and said so (`ctx.skip_small`).
+MIN_ATTENTION_ROWS = 200
 
 
 def attention_roofline_s(kind: str, rows: pd.DataFrame, gpu: str) -> np.ndarray:
@@ -40,14 +43,19 @@ def attention_roofline_s(kind: str, rows: pd.DataFrame, gpu: str) -> np.ndarray:
 
 
 def _attention_tasks(ctx: Any) -> list[tuple[str, str]]:
-    """(kind, engine) of every attention table of `ctx.gpu` with enough rows to fit."""
+    """(kind, engine) of every attention table of `ctx.gpu` with enough rows to fit (a smaller
+    one is named in the log and the manifest)."""
     tasks = []
     for kind in ATTENTION_CLASSES:
         table = ctx.table(kind)
         if table.empty:
             continue
         counts = table.loc[table["gpu"] == ctx.gpu, "engine"].value_counts()
-        tasks += [(kind, str(e)) for e in sorted(counts.index) if counts[e] >= 200]
+        for e in sorted(counts.index):
+            if counts[e] >= MIN_ATTENTION_ROWS:
+                tasks.append((kind, str(e)))
+            else:
+                ctx.skip_small(f"{kind}.{e}", kind, str(e), int(counts[e]), MIN_ATTENTION_ROWS)
     return tasks
 
 

@@ -101,9 +101,8 @@ def _moe_tasks(ctx: Any) -> list[tuple[str, str]]:
         if not ctx.wants(f"moe.{engine}.{dtype}"):  # `dse fit --model`: kept as it is
             continue
         if counts[(engine, dtype)] < MIN_MOE_ROWS:
-            ctx.log(
-                f"moe.{engine}.{dtype}: {counts[(engine, dtype)]} rows < {MIN_MOE_ROWS}; skipped"
-            )
+            n = int(counts[(engine, dtype)])
+            ctx.skip_small(f"moe.{engine}.{dtype}", "moe", str(engine), n, MIN_MOE_ROWS)
         else:
             tasks.append((str(engine), str(dtype)))
     return tasks

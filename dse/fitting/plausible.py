@@ -10,6 +10,11 @@ End to end, a batch must run its prefill (2 x active non-embedding parameters x 
 of FLOPs, or one read of the weights) and then, per decode step, read the streamed weights once
 and the KV cache written so far, each GPU its 1/TP share.
 
+A profiled device (`dse profile`: a CPU, a GPU outside the registry) has no spec sheet: its
+kernel rows are bounded by the fastest rates each kernel kind reached on it (`measured_peaks`,
+written to its gpu.yaml as `kernel_peaks`), never by another kind's peak, since relative speeds
+differ between devices (bf16 SDPA ran 16x faster than bf16 matmul on an AVX2 EPYC).
+
 A row below `floor x (1 - MARGIN)` is implausible: `dse fit` does not fit it and `dse validate`
 does not score it; both report such rows per table, counted and named (`screen`).
 
@@ -20,6 +25,7 @@ does not score it; both report such rows per table, counted and named (`screen`)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +34,7 @@ import pandas as pd
 from dse.errors import DSEError
 from dse.models._moe_splits import SERIES as MOE_SERIES
 from dse.roofline import roofline_s
-from dse.spec.hardware import get_gpu
+from dse.spec.hardware import GPU, KernelPeak, get_gpu
 
 # Margin below the floor before a row is called implausible: a fraction of the floor time
 # (0.35 = a row measured under 0.65 x its floor time, in seconds, is implausible). Measured on
@@ -68,6 +74,32 @@ PEAK_DTYPES = {
     "int4_wo": "bfloat16",
     "w4a16_mxfp4": "bfloat16",
 }
+# Kinds whose floor is one roofline of each row's work (`kernel_work`): a profiled device
+# measures its own fastest rates of each (`measured_peaks`, the spec's `kernel_peaks`).
+KERNEL_KINDS = (
+    "gemm",
+    "context_attention",
+    "generation_attention",
+    "moe",
+    "layer_op",
+    "allreduce",
+    "collective",
+)
+COLLECTIVE_KINDS = ("allreduce", "collective")
+
+
+def _device_peak(g: GPU, dtype: str) -> float:
+    """The dense tensor-core peak of a dtype (NaN outside PEAK_DTYPES); on a profiled device,
+    the fastest FLOP rate measured on it (one kernel kind's peak may be below another's)."""
+    if g.kernel_peaks:
+        return g.fastest_measured()[0]
+    peak_dt = PEAK_DTYPES.get(dtype)
+    return np.nan if peak_dt is None else float(g.peak_flops_per_s(peak_dt))
+
+
+def _device_bw(g: GPU) -> float:
+    """HBM bandwidth; on a profiled device, the fastest byte rate measured on it."""
+    return g.fastest_measured()[1] if g.kernel_peaks else float(g.hbm_bw_bytes_per_s)
 
 
 def _peak(rows: pd.DataFrame, dtype: pd.Series | np.ndarray | str | None = None) -> np.ndarray:
@@ -78,14 +110,30 @@ def _peak(rows: pd.DataFrame, dtype: pd.Series | np.ndarray | str | None = None)
     out = np.full(len(rows), np.nan)
     for dt in np.unique(dts):
         at = dts == dt
-        peak_dt = PEAK_DTYPES.get(dt)
-        if peak_dt is not None:
-            out[at] = _gpu_values(rows["gpu"][at], lambda g, p=peak_dt: g.peak_flops_per_s(p))
+        out[at] = _gpu_values(rows["gpu"][at], lambda g, dt=dt: _device_peak(g, dt))
     return out
 
 
 def _hbm(rows: pd.DataFrame) -> np.ndarray:
-    return _gpu_values(rows["gpu"], lambda g: g.hbm_bw_bytes_per_s)
+    return _gpu_values(rows["gpu"], _device_bw)
+
+
+def kind_rates(g: GPU, kind: str, dtype: str) -> tuple[float, float]:
+    """(FLOP/s, bytes/s) bounding a row of `kind` at `dtype` on GPU `g` (NaN: unknown).
+
+    A spec sheet: the dense peak of the dtype and the HBM (collectives: NVLink) bandwidth. A
+    profiled device (`kernel_peaks`): the fastest rates that kind reached at that dtype on it,
+    never another kind's (bf16 SDPA ran 16x faster than bf16 matmul on an AVX2 CPU); a kind
+    or dtype it did not measure gets the fastest rates of any kind (`GPU.fastest_measured`)."""
+    if g.kernel_peaks:
+        kp = g.kernel_peak("allreduce" if kind in COLLECTIVE_KINDS else kind, dtype)
+        top_flops, top_bytes = g.fastest_measured()
+        flops = kp.flops_per_s if kp is not None and kp.flops_per_s else top_flops
+        nbytes = kp.bytes_per_s if kp is not None and kp.bytes_per_s else top_bytes
+        return float(flops), float(nbytes)
+    bw = g.nvlink_bw_bytes_per_s if kind in COLLECTIVE_KINDS else g.hbm_bw_bytes_per_s
+    # a spec without the link (0: a profiled GPU's NVLink is not measured) bounds nothing
+    return _device_peak(g, dtype), (float(bw) if bw and bw > 0 else np.nan)
 
 
 def _num(rows: pd.DataFrame, col: str, default: float = np.nan) -> np.ndarray:
@@ -94,27 +142,44 @@ def _num(rows: pd.DataFrame, col: str, default: float = np.nan) -> np.ndarray:
     return pd.to_numeric(rows[col], errors="coerce").to_numpy(float)
 
 
-# ---------------------------------------------------------------------------- floors per kind
-def gemm_floor_s(rows: pd.DataFrame) -> np.ndarray:
+# ---------------------------------------------------------------------------- work per kind
+@dataclass(frozen=True)
+class Work:
+    """The least work of each row (NaN: not known) and the dtype whose rates bound it."""
+
+    flops: np.ndarray
+    nbytes: np.ndarray
+    dtype: np.ndarray  # str per row
+    # True where the op moves bytes only (a collective, an element-wise layer op): no peak is
+    # needed for its floor. Zero FLOPs elsewhere only mean "not known to be more" (MoE's skewed
+    # routing): without the dtype's peak such a row has no floor, as any other.
+    copy: np.ndarray | None = None
+
+
+def _dtypes(rows: pd.DataFrame, default: str = "bfloat16") -> np.ndarray:
+    if "dtype" not in rows:
+        return np.full(len(rows), default, dtype=object).astype(str)
+    return rows["dtype"].astype(str).to_numpy()
+
+
+def gemm_work_rows(rows: pd.DataFrame) -> Work:
     """y = x[m, k] @ W[n, k]^T: 2mnk FLOPs, x and W read and y written once."""
     from dse.models.gemm import gemm_work
 
-    out = np.full(len(rows), np.nan)
-    dts = rows["dtype"].astype(str).to_numpy()
+    flops, nbytes = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    dts = _dtypes(rows)
     for dtype in np.unique(dts):
-        if dtype not in PEAK_DTYPES:
-            continue  # no peak known: no floor
         at = dts == dtype
         sub = rows[at]
         try:
-            flops, b_in, b_out = gemm_work(_num(sub, "m"), _num(sub, "n"), _num(sub, "k"), dtype)
+            f, b_in, b_out = gemm_work(_num(sub, "m"), _num(sub, "n"), _num(sub, "k"), dtype)
         except DSEError:  # a dtype the GEMM work does not know: no floor
             continue
-        out[at] = roofline_s(flops, b_in + b_out, _peak(sub), _hbm(sub))
-    return out
+        flops[at], nbytes[at] = f, b_in + b_out
+    return Work(flops, nbytes, dts)
 
 
-def attention_floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
+def attention_work_rows(kind: str, rows: pd.DataFrame) -> Work:
     """Causal (context) or one-token (generation) attention: Q K^T and P V FLOPs, Q, K, V (the
     cache at its dtype) read and the output written once (`dse.models.attention.attention_work`)."""
     from dse.models.attention import (
@@ -127,10 +192,15 @@ def attention_floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
     cls = ContextAttentionModel if kind == "context_attention" else GenerationAttentionModel
     v = cls()._inputs(attention_inputs(rows))
     flops, nbytes = attention_work(cls.phase_default, v)
-    return roofline_s(flops, nbytes, _peak(rows), _hbm(rows))
+    n = len(rows)
+    return Work(
+        np.broadcast_to(np.asarray(flops, float), (n,)).copy(),
+        np.broadcast_to(np.asarray(nbytes, float), (n,)).copy(),
+        _dtypes(rows),
+    )
 
 
-def moe_floor_s(rows: pd.DataFrame) -> np.ndarray:
+def moe_work_rows(rows: pd.DataFrame) -> Work:
     """Fused MoE on one rank: the routed token slots' expert GEMM FLOPs, and each expert weight
     the rank's slots touch read once. Lower bounds where the table does not say: two weight
     matrices per expert (non-gated) unless the kernel name says gated; at least one local expert
@@ -151,43 +221,104 @@ def moe_floor_s(rows: pd.DataFrame) -> np.ndarray:
     wbytes = rows["dtype"].astype(str).map(lambda d: WEIGHT_BYTES.get(d, 0.5)).to_numpy(float)
     flops = 2.0 * np.where(balanced.to_numpy(bool), slots, 0.0) * mats * H * inter / tp
     nbytes = touched * mats * H * inter / tp * wbytes
-    return roofline_s(flops, nbytes, _peak(rows), _hbm(rows))
+    return Work(flops, nbytes, _dtypes(rows))
 
 
-def layer_op_floor_s(rows: pd.DataFrame) -> np.ndarray:
+def layer_op_work_rows(rows: pd.DataFrame) -> Work:
     """vidur's layer ops: fp16 elements read and written once (`op_geometry`); its projection
-    GEMMs: the GEMM floor at their per-GPU (m, n, k)."""
+    GEMMs: the GEMM work at their per-GPU (m, n, k). Bounded at the float16 rates."""
     from dse.fitting.layer_ops import _vidur_gemm_shapes
     from dse.models.gemm import gemm_work
     from dse.models.layer_ops import GEMM_OPS, LAYER_OPS, layer_op_inputs, op_geometry
 
-    out = np.full(len(rows), np.nan)
+    flops, nbytes = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
     op = rows["op"].astype(str).to_numpy()
     lay = np.isin(op, LAYER_OPS)
     if lay.any():
-        sub = rows[lay]
-        t, w = op_geometry(op[lay], layer_op_inputs(sub))
+        t, w = op_geometry(op[lay], layer_op_inputs(rows[lay]))
         io = np.where(op[lay] == "add", 3.0, np.where(op[lay] == "mlp_act", 3.0, 2.0))
-        out[lay] = t * w * io * 2.0 / _hbm(sub)
+        flops[lay], nbytes[lay] = 0.0, t * w * io * 2.0
     gem = np.isin(op, GEMM_OPS)
     if gem.any():
-        sub = rows[gem]
-        m, n, k = _vidur_gemm_shapes(sub)
-        flops, b_in, b_out = gemm_work(m, n, k, "float16")
-        out[gem] = roofline_s(flops, b_in + b_out, _peak(sub, "float16"), _hbm(sub))
-    return out
+        m, n, k = _vidur_gemm_shapes(rows[gem])
+        f, b_in, b_out = gemm_work(m, n, k, "float16")
+        flops[gem], nbytes[gem] = f, b_in + b_out
+    return Work(flops, nbytes, np.full(len(rows), "float16"), lay)
 
 
-def collective_floor_s(rows: pd.DataFrame) -> np.ndarray:
+def collective_work_rows(rows: pd.DataFrame) -> Work:
     """One node's collective of `message_bytes` over g GPUs: whatever the algorithm, at least
-    (g - 1) / g of the message leaves (and enters) each GPU, at NVLink bandwidth per direction.
-    No floor for multi-node rows (the network is not in the spec sheet)."""
+    (g - 1) / g of the message leaves (and enters) each GPU. None known for multi-node rows
+    (the network is not in the spec sheet)."""
     g = np.maximum(_num(rows, "n_gpus", 2.0), 2.0)
     nbytes = _num(rows, "message_bytes") * (g - 1.0) / g
-    out = nbytes / _gpu_values(rows["gpu"], lambda s: s.nvlink_bw_bytes_per_s)
-    return np.where(_num(rows, "n_nodes", 1.0) > 1, np.nan, out)
+    nbytes = np.where(_num(rows, "n_nodes", 1.0) > 1, np.nan, nbytes)
+    return Work(np.zeros(len(rows)), nbytes, _dtypes(rows), np.ones(len(rows), dtype=bool))
 
 
+def kernel_work(kind: str, rows: pd.DataFrame) -> Work:
+    """The least work of every row of a kernel kind (KERNEL_KINDS)."""
+    if kind == "gemm":
+        return gemm_work_rows(rows)
+    if kind in ("context_attention", "generation_attention"):
+        return attention_work_rows(kind, rows)
+    if kind == "moe":
+        return moe_work_rows(rows)
+    if kind == "layer_op":
+        return layer_op_work_rows(rows)
+    if kind in COLLECTIVE_KINDS:
+        return collective_work_rows(rows)
+    raise ValueError(f"no kernel work for kind {kind!r}; kernel kinds: {', '.join(KERNEL_KINDS)}")
+
+
+def kernel_floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
+    """roofline(work, rates of the row's GPU for `kind` at the row's dtype) (`kind_rates`); a
+    copy (`Work.copy`) needs no FLOP rate."""
+    w = kernel_work(kind, rows)
+    peak, bw = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    names = rows["gpu"].astype(str).to_numpy()
+    for name in np.unique(names):
+        try:
+            g = get_gpu(name)
+        except Exception:  # ConfigError (unknown GPU): no floor for it
+            continue
+        for dtype in np.unique(w.dtype[names == name]):
+            at = (names == name) & (w.dtype == dtype)
+            peak[at], bw[at] = kind_rates(g, kind, str(dtype))
+    if w.copy is not None:
+        peak = np.where(w.copy, np.inf, peak)
+    return roofline_s(w.flops, w.nbytes, peak, bw)
+
+
+def measured_peaks(tables: Mapping[str, pd.DataFrame], gpu: str) -> tuple[KernelPeak, ...]:
+    """The fastest rates each kernel kind reached at each dtype on `gpu`: per kind and dtype,
+    the highest FLOP/s and bytes/s over its rows, with the work `kernel_work` counts (what `dse
+    profile` writes to gpu.yaml as `kernel_peaks`). Every such row then lies at or above its
+    own floor (`kernel_floor_s` reads these rates), whatever the relative speeds of the kinds."""
+    out = []
+    for kind in KERNEL_KINDS:
+        rows = tables.get(kind)
+        if rows is None or rows.empty or "latency_s" not in rows or "gpu" not in rows:
+            continue
+        rows = rows[rows["gpu"].astype(str).to_numpy() == gpu]
+        if rows.empty:
+            continue
+        w = kernel_work(kind, rows)
+        y = _num(rows, "latency_s")
+        for dtype in np.unique(w.dtype):
+            at = (w.dtype == dtype) & np.isfinite(y) & (y > 0)
+            rates = [_fastest(part[at] / y[at]) for part in (w.flops, w.nbytes)]
+            if rates[0] is not None or rates[1] is not None:
+                out.append(KernelPeak(kind, str(dtype), rates[0], rates[1]))
+    return tuple(out)
+
+
+def _fastest(rates: np.ndarray) -> float | None:
+    ok = rates[np.isfinite(rates) & (rates > 0)]
+    return float(ok.max()) if ok.size else None
+
+
+# ---------------------------------------------------------------------------- floors per kind
 def reduction_floor_s(rows: pd.DataFrame) -> np.ndarray:
     """LLMCompass softmax / layernorm / GELU: each fp16 element read and written once."""
     return _num(rows, "elements") * 4.0 / _hbm(rows)
@@ -267,16 +398,8 @@ def floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
 
 def _floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        if kind == "gemm":
-            return gemm_floor_s(rows)
-        if kind in ("context_attention", "generation_attention"):
-            return attention_floor_s(kind, rows)
-        if kind == "moe":
-            return moe_floor_s(rows)
-        if kind == "layer_op":
-            return layer_op_floor_s(rows)
-        if kind in ("allreduce", "collective"):
-            return collective_floor_s(rows)
+        if kind in KERNEL_KINDS:
+            return kernel_floor_s(kind, rows)
         if kind in ("softmax", "layernorm", "gelu"):
             return reduction_floor_s(rows)
         if kind in ("e2e", "e2e_energy", "e2e_ttft", "serving_energy"):

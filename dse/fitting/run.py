@@ -26,7 +26,7 @@ from dse.fitting.artifacts import LEVEL_PREFIXES
 from dse.fitting.families import families
 from dse.models._threads import fit_threads
 from dse.models.artifact import Artifact, FittedModel
-from dse.spec.hardware import get_gpu, gpu_names, register_folder_spec
+from dse.spec.hardware import SPEC_FILE, get_gpu, gpu_names, register_folder_spec, shipped_gpu
 
 
 @dataclass
@@ -53,6 +53,9 @@ class FitContext:
     _tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
     # per kind, the rows below their physical floor left out of `table` (`fitting.plausible`)
     implausible: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # per model name, a table left unfitted for too few rows (`skip_small`): the manifest's
+    # `skipped_tables`
+    skipped: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def table(self, kind: str) -> pd.DataFrame:
         """`dse.data.load` rows of one kind for ALL GPUs (empty frame when the data lacks it),
@@ -68,6 +71,31 @@ class FitContext:
                 plausible.log_report(kind, report, self.log)
             self._tables[kind] = rows
         return self._tables[kind]
+
+    def skip_small(self, name: str, kind: str, engine: str, rows: int, minimum: int) -> None:
+        """Leave one table of `ctx.gpu` unfitted for having fewer than `minimum` rows, and say
+        so: a line in the log and an entry in the manifest's `skipped_tables`, with the rows of
+        the GPU and engine left out as implausible (`table`; counted per engine, all dtypes):
+        they are why a table can fall short."""
+        if name in self.skipped:  # asked again (e.g. the band tables of `--bands-only`)
+            return
+        report = self.implausible.get(kind, {})
+        dropped = int(report.get("by_gpu_engine", {}).get(f"{self.gpu}/{engine}", 0))
+        self.skipped[name] = {
+            "kind": kind,
+            "rows": int(rows),
+            "min_rows": int(minimum),
+            "implausible_rows_left_out": dropped,
+        }
+        why = (
+            f" after {dropped} implausible row(s) were left out (see the line above)"
+            if dropped
+            else ""
+        )
+        self.log(
+            f"WARNING {name}: not fitted: {rows} rows of {self.gpu}{why}, fewer than the "
+            f"{minimum} a {kind} table needs"
+        )
 
     def wants(self, name: str) -> bool:
         """Whether this run refits model `name` (`models`)."""
@@ -106,7 +134,15 @@ def fit_artifact(
     root = Path(data_root).resolve()
     if not root.is_dir():
         raise DataError(f"{data_root}: data folder not found")
-    register_folder_spec(root)  # a `dse profile` folder's GPU (gpu.yaml) joins the registry
+    # a `dse profile` folder's GPU (gpu.yaml) joins the registry
+    profiled = register_folder_spec(root)
+    if profiled is not None and not profiled.kernel_peaks and shipped_gpu(profiled.name) is None:
+        log(
+            f"{root / SPEC_FILE}: no kernel_peaks (a profile written before they were): the "
+            "physical floors of its rows use its one measured GEMM peak, which other kernel "
+            "kinds may beat; rerun the same `dse profile` command (it measures nothing new) "
+            "to add them"
+        )
     get_gpu(gpu)  # unknown names fail here with the list of valid ones
     fams = families()
     if only is not None:
@@ -165,6 +201,7 @@ def fit_artifact(
             "cross_validated": cv,
             "families": [f.name for f in fams],
             "implausible_rows": ctx.implausible,
+            "skipped_tables": ctx.skipped,
         },
     )
     if keep is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dse.errors import ConfigError
+from dse.errors import ConfigError, DSEError
 from dse.profile import grid, ops
 from dse.profile.energy import NoEnergy, NvmlEnergy, reader_for
 from dse.profile.spec import (
@@ -30,10 +30,12 @@ from dse.profile.spec import (
     measure_peaks,
     now,
     vidur_dir,
+    with_kernel_peaks,
     write_spec,
 )
 from dse.profile.timing import Clock, Flusher, Protocol, measure
 from dse.profile.writer import Journal, atomic_write_text, write_tables
+from dse.spec.hardware import SPEC_FILE
 
 FORMAT_VERSION = 1
 REBUILD_EVERY_S = 30.0  # rebuild the tables from the journal at most this often during a run
@@ -547,6 +549,10 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
         if left and status == "complete":
             status = "budget"
         manifest = write_manifest(rebuild(), left)
+        try:  # the rates each kernel kind reached, read back from the tables just written
+            write_spec(out, with_kernel_peaks(out, spec))
+        except DSEError as exc:  # unreadable tables: `dse fit` names the file; the run stands
+            log(f"dse profile: kernel_peaks not written to {SPEC_FILE}: {exc}")
     log(
         f"dse profile: {measured} shapes measured, {skipped} skipped, {left} left in "
         f"{_duration(time.perf_counter() - t_start)}"

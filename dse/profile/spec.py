@@ -6,7 +6,9 @@ the registry.
 `measured:` block (peak GEMM FLOP rate per dtype from a large square GEMM, peak memory
 bandwidth from a device-to-device copy, idle power) and a `datasheet:` block (the registry's
 spec sheet when the device is a registry GPU; absent otherwise, e.g. on a CPU). The GPU fields
-are the datasheet's where there is one, else the measured values.
+are the datasheet's where there is one, else the measured values; `kernel_peaks` (written
+once the tables are, `with_kernel_peaks`) holds the fastest rates each kernel kind reached
+per dtype, which bound that kind's rows in `dse fit` and `dse validate`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ import yaml
 
 from dse.errors import ConfigError
 from dse.profile.timing import Clock, Protocol, measure
-from dse.spec.hardware import GPU, SPEC_FILE, get_gpu, gpu_names
+from dse.spec.hardware import (
+    GPU,
+    OPTIONAL_FIELDS,
+    SPEC_FILE,
+    get_gpu,
+    gpu_names,
+    kernel_peaks_to_mapping,
+)
 
 MANIFEST = "profile.json"
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -162,7 +171,7 @@ def gpu_spec(
     }
     if sheet is not None:
         for key in GPU.__dataclass_fields__:
-            if key not in ("name", "display_name", "measured_power"):
+            if key not in ("name", "display_name", "measured_power", *OPTIONAL_FIELDS):
                 spec[key] = getattr(sheet, key)
         spec["datasheet"] = {
             "registry_gpu": sheet.name,
@@ -184,6 +193,22 @@ def gpu_spec(
         "copy_bytes": peaks["copy_bytes"],
     }
     return spec
+
+
+def with_kernel_peaks(folder: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` with `kernel_peaks`: the fastest FLOP/s and bytes/s each kernel kind reached per
+    dtype in the folder's tables (`dse.fitting.plausible.measured_peaks`). The physical floors
+    of the device's rows read them, kind by kind: one kind's peak never bounds another's rows
+    (bf16 SDPA ran 16x faster than bf16 matmul on an AVX2 CPU)."""
+    from dse.data import KINDS, load
+    from dse.fitting.plausible import KERNEL_KINDS, measured_peaks
+
+    tables = load(folder, [k for k in KERNEL_KINDS if k in KINDS])
+    peaks = kernel_peaks_to_mapping(measured_peaks(tables, spec["name"]))
+    out = {k: v for k, v in spec.items() if k != "kernel_peaks"}
+    at = list(out).index("fields_from") if "fields_from" in out else len(out)
+    items = list(out.items())
+    return dict([*items[:at], ("kernel_peaks", peaks), *items[at:]])
 
 
 def write_spec(folder: Path, spec: dict[str, Any]) -> Path:

@@ -2,7 +2,8 @@
 
 GPUs outside it come from `dse profile`: a profile folder and the artifact `dse fit` makes from
 it both carry the GPU's spec as `gpu.yaml` (same fields, measured peaks beside the datasheet
-ones). Artifact folders under $DSE_SURROGATES (else the shipped surrogates/) that hold one are
+ones, and `kernel_peaks`: the fastest rates each kernel kind reached on the device, which bound
+that kind's rows in `dse.fitting.plausible`). Artifact folders under $DSE_SURROGATES (else the shipped surrogates/) that hold one are
 registry GPUs too; `register_gpu` adds one for this process (`dse fit` reading a profile).
 """
 
@@ -23,6 +24,18 @@ from dse.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class KernelPeak:
+    """The fastest rates one kind of kernel reached at one dtype on a profiled device: the
+    highest FLOP/s and bytes/s over every row of that kind (`dse.fitting.plausible.
+    measured_peaks`, whose work counts they use); None where the kind moves no such work."""
+
+    kind: str  # a data kind: gemm, context_attention, generation_attention, moe, layer_op, ...
+    dtype: str  # the dtype the kind's floor reads (dse.fitting.plausible)
+    flops_per_s: float | None
+    bytes_per_s: float | None
+
+
+@dataclass(frozen=True)
 class GPU:
     """One GPU's spec sheet. Units are in the field names."""
 
@@ -38,6 +51,26 @@ class GPU:
     n_sms: int
     compute_capability: float  # 8.0 Ampere, 9.0 Hopper: which kernel families the engines run
     measured_power: bool  # True when the training data holds measured power for this GPU
+    # A profiled device's measured rates per kernel kind and dtype (`dse profile` writes them;
+    # empty for a spec sheet). One kind can run faster than another's peak on the same device
+    # (bf16 SDPA 16x faster than bf16 matmul on an AVX2 CPU), so the physical floors of a
+    # kind's rows read that kind's own rates (`dse.fitting.plausible`).
+    kernel_peaks: tuple[KernelPeak, ...] = ()
+
+    def kernel_peak(self, kind: str, dtype: str) -> KernelPeak | None:
+        """The measured rates of one kernel kind at one dtype (None: not measured)."""
+        for kp in self.kernel_peaks:
+            if kp.kind == kind and kp.dtype == dtype:
+                return kp
+        return None
+
+    def fastest_measured(self) -> tuple[float, float]:
+        """(FLOP/s, bytes/s): the highest rates anything reached on this device, kernel peaks
+        and the spec's own peaks together; the bound for a kind or dtype not measured."""
+        flops = [self.peak_bf16_flops_per_s, self.peak_fp8_flops_per_s or 0.0]
+        flops += [kp.flops_per_s or 0.0 for kp in self.kernel_peaks]
+        nbytes = [self.hbm_bw_bytes_per_s] + [kp.bytes_per_s or 0.0 for kp in self.kernel_peaks]
+        return max(flops), max(nbytes)
 
     def peak_flops_per_s(self, dtype: str) -> float:
         """Dense tensor-core peak for a compute dtype; fp8 falls back to bf16 where absent."""
@@ -47,6 +80,57 @@ class GPU:
 
 
 SPEC_FILE = "gpu.yaml"  # a profiled GPU's spec, in its profile folder and its artifact folder
+# Fields a spec file may leave out (their defaults): a registry sheet has no kernel peaks.
+OPTIONAL_FIELDS = ("kernel_peaks",)
+
+
+def kernel_peaks_from_mapping(raw: Any, where: str) -> tuple[KernelPeak, ...]:
+    """`kernel_peaks:` of a spec file, {kind: {dtype: {flops_per_s, bytes_per_s}}}, as
+    KernelPeaks (sorted); null or absent: none."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"GPU spec {where}: kernel_peaks must be a mapping kind -> dtype -> rates"
+        )
+    out = []
+    for kind, per_dtype in raw.items():
+        if not isinstance(per_dtype, Mapping):
+            raise ConfigError(f"GPU spec {where}: kernel_peaks.{kind} must map dtype -> rates")
+        for dtype, rates in per_dtype.items():
+            if not isinstance(rates, Mapping):
+                raise ConfigError(
+                    f"GPU spec {where}: kernel_peaks.{kind}.{dtype} must hold flops_per_s and "
+                    f"bytes_per_s, got {rates!r}"
+                )
+            vals = {}
+            for key in ("flops_per_s", "bytes_per_s"):
+                v = rates.get(key)
+                try:
+                    v = None if v is None else float(v)
+                except (TypeError, ValueError):
+                    raise ConfigError(
+                        f"GPU spec {where}: kernel_peaks.{kind}.{dtype}.{key} must be a number "
+                        f"or null, got {v!r}"
+                    ) from None
+                if v is not None and not (math.isfinite(v) and v > 0):
+                    raise ConfigError(
+                        f"GPU spec {where}: kernel_peaks.{kind}.{dtype}.{key} must be > 0, got {v!r}"
+                    )
+                vals[key] = v
+            out.append(KernelPeak(str(kind), str(dtype), vals["flops_per_s"], vals["bytes_per_s"]))
+    return tuple(sorted(out, key=lambda k: (k.kind, k.dtype)))
+
+
+def kernel_peaks_to_mapping(peaks: tuple[KernelPeak, ...]) -> dict[str, dict[str, Any]]:
+    """The `kernel_peaks:` mapping of a spec file (inverse of `kernel_peaks_from_mapping`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for kp in peaks:
+        out.setdefault(kp.kind, {})[kp.dtype] = {
+            "flops_per_s": kp.flops_per_s,
+            "bytes_per_s": kp.bytes_per_s,
+        }
+    return out
 
 
 def spec_from_mapping(raw: Any, where: str) -> GPU:
@@ -54,10 +138,10 @@ def spec_from_mapping(raw: Any, where: str) -> GPU:
     the file in the error of a missing or non-numeric field."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"GPU spec {where}: expected a mapping of fields")
-    missing = [k for k in GPU.__dataclass_fields__ if k not in raw]
+    missing = [k for k in GPU.__dataclass_fields__ if k not in raw and k not in OPTIONAL_FIELDS]
     if missing:
         raise ConfigError(f"GPU spec {where}: missing field(s) {', '.join(missing)}")
-    fields = {k: raw[k] for k in GPU.__dataclass_fields__}
+    fields = {k: raw[k] for k in GPU.__dataclass_fields__ if k not in OPTIONAL_FIELDS}
     # YAML 1.1 reads "989.4e12" (no sign in the exponent) as a string: coerce numbers here.
     # null board/idle power (a CPU: not measured) reads as NaN.
     for key, value in fields.items():
@@ -70,7 +154,7 @@ def spec_from_mapping(raw: Any, where: str) -> GPU:
                 raise ConfigError(
                     f"GPU spec {where}: {key} must be a number, got {value!r}"
                 ) from None
-    return GPU(**fields)
+    return GPU(**fields, kernel_peaks=kernel_peaks_from_mapping(raw.get("kernel_peaks"), where))
 
 
 def load_spec(path: str | Path) -> GPU:
@@ -115,6 +199,11 @@ def register_folder_spec(folder: str | Path) -> GPU | None:
     if gpu.name not in _registry():
         register_gpu(gpu)
     return gpu
+
+
+def shipped_gpu(name: str) -> GPU | None:
+    """The spec sheet of a GPU of the shipped registry (None for a profiled or unknown one)."""
+    return _registry().get(name)
 
 
 def _artifact_root() -> Path:
