@@ -47,6 +47,7 @@ MODEL_REACH = 0.25
 # Samplers that evaluate every configuration once in a fixed order: their "hypervolume against
 # trials" only shows that order, and their front is the exact front.
 ENUMERATING_SAMPLERS = ("exact", "exhaustive")
+OFF_AXES_NOTE = "catalogue models off the axes (an arrow on the edge points to them): "
 # Display order of the tokens-to-Wh components; others found in the table follow.
 T2WH_COMPONENTS = (
     "compute",
@@ -432,7 +433,7 @@ def pareto_info(
     t = res.trials
     complete = t["state"].astype(str) == "COMPLETE"
     has_xy = np.isfinite(_col(t, xo.column)) & np.isfinite(_col(t, yo.column))
-    first = ~pd.Series(fronts.config_ids(t), index=t.index).duplicated()
+    first = ~pd.Series(res.config_ids, index=t.index).duplicated()
     feas = res.distinct
     infeas = t[complete & ~t["feasible"] & has_xy & first]
     # Invalid architectures carry their reason (the sweep records them as FAIL or COMPLETE
@@ -539,7 +540,7 @@ def pareto_info(
     off = [p for p in points if p.off]
     if off:
         notes.append(
-            "catalogue models off the axes (an arrow on the edge points to them): "
+            OFF_AXES_NOTE
             + "; ".join(
                 f"{p.label} ({xo.label} {fmt_quantity(p.x, xo.unit)}, "
                 f"{yo.label} {fmt_quantity(p.y, yo.unit)})"

@@ -76,16 +76,11 @@ def _quiet(what: str) -> None:
     del what
 
 
-def pareto_caption(pi: I.ParetoInfo, first: bool) -> str:
-    """What one Pareto figure shows (the first in full, the others briefly)."""
+def pareto_caption(pi: I.ParetoInfo) -> str:
+    """What the first Pareto figure shows."""
     what = f"{pi.y.objective.label} against {pi.x.objective.label}" + (
         f", coloured by {pi.colour.objective.label}" if pi.colour is not None else ""
     )
-    if not first:
-        return (
-            f"{what}: the same figure for another pair of objectives (red: the front of this "
-            "pair alone; outlined: the study's front)."
-        )
     models = bool(pi.models)
     front = (
         "The front is highlighted and connected (hollow: indistinguishable from a neighbour "
@@ -93,8 +88,8 @@ def pareto_caption(pi: I.ParetoInfo, first: bool) -> str:
         if pi.colour is None
         else "Red rings connected by a line are the front of these two objectives alone "
         "(diamond rings: indistinguishable from a neighbour within the predictor's band); "
-        "outlined points are the study's front in all its objectives, coloured like the "
-        "faint dominated configurations"
+        "outlined points are the study's front in all its objectives, faint dots the other "
+        "feasible configurations, all coloured by the next objective"
     )
     return (
         f"{what}, one point per distinct configuration. {front}; infeasible ones are grey "
@@ -134,7 +129,7 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
         Section(
             "pareto",
             "Pareto front",
-            pareto_caption(pi, first=True),
+            pareto_caption(pi),
             [("pareto", R.pareto_figure(pi))],
             notes,
         )
@@ -147,7 +142,12 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
                 "The other pairs of the study's objectives, each with the remaining one as "
                 "colour; red: the front of the pair alone, outlined: the study's front.",
                 [(f"pareto-{n}", R.pareto_figure(p)) for n, p in enumerate(infos[1:], 1)],
-                [],
+                [
+                    f"{p.y.objective.label} against {p.x.objective.label}: {n}"
+                    for p in infos[1:]
+                    for n in p.notes
+                    if n.startswith(I.OFF_AXES_NOTE)
+                ],
             )
         )
     stage("parallel coordinates")

@@ -99,10 +99,16 @@ class Results:
         return front
 
     @cached_property
+    def config_ids(self) -> np.ndarray:
+        """`dse.sweep._fronts.config_ids` of the trials: equal ids, equal configurations
+        (kept: every Pareto figure of the report asks, and it is the costly part)."""
+        return fronts.config_ids(self.trials)
+
+    @cached_property
     def distinct(self) -> pd.DataFrame:
         """Feasible trials, one per distinct configuration (its first trial), with `trials`."""
         t = self.trials
-        ids = fronts.config_ids(t)
+        ids = self.config_ids
         counts = np.bincount(ids) if len(ids) else np.empty(0, dtype=np.int64)
         first = ~pd.Series(ids).duplicated().to_numpy()
         feas = self.feasible.index
