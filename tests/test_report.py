@@ -384,6 +384,31 @@ def test_objective_table_names_every_spec_objective() -> None:
     assert "params" not in {short[n] for n in short if n != "active_params"}
 
 
+def test_front_staircase_with_a_maximised_objective(tmp_path: Path) -> None:
+    """Throughput (maximised) against loss: each corner of the front's staircase is a point
+    both neighbouring front points dominate, so it goes up first, then across ('vh')."""
+    space = tmp_path / "tput.yaml"
+    space.write_text(
+        "name: tput\nhardware: h100_sxm\n"
+        "workload: {batch_size: {values: [1, 8, 64]}, prompt_tokens: 512, output_tokens: 128}\n"
+        "space:\n  d_model: {values: [2048, 4096]}\n  n_layers: {values: [16, 32]}\n"
+        "  n_heads: 32\n  d_ff: 11008\n  training_tokens: 3.0e+11\n"
+        "objectives:\n  throughput: {}\n  loss: {source: chinchilla}\n"
+    )
+    res = load_results(run_sweep(space, tmp_path / "r", "--no-report"))
+    info = I.pareto_info(res)
+    assert info.directions == ("maximize", "minimize") and len(info.front.x) >= 2
+    trace = next(t for t in R.pareto_figure(info).data if t.meta == "points:front")
+    assert trace.line.shape == "vh"
+    x, y = info.front.x, info.front.y  # sorted by throughput: the loss rises with it
+    for a in range(len(x) - 1):
+        corner = (x[a], y[a + 1])  # where 'vh' turns
+        assert corner[0] <= min(x[a], x[a + 1]) and corner[1] >= max(y[a], y[a + 1])
+    # Loss (minimised) on x: horizontal first, as for two minimised objectives.
+    flipped = R.pareto_figure(I.pareto_info(res, (1, 0)))
+    assert next(t for t in flipped.data if t.meta == "points:front").line.shape == "hv"
+
+
 def test_image_figure_has_no_buttons(main_job: Path) -> None:
     res = load_results(main_job)
     assert P.build_sections(res)[0].figures[0][1].layout.updatemenus  # the page has them

@@ -143,6 +143,7 @@ class ParetoInfo(NamedTuple):
     n_invalid: int  # invalid architectures: never predicted, not drawn
     n_failed: int  # other trials that did not complete (crashed, pruned, still running)
     notes: list[str]
+    directions: tuple[str, str] = ("minimize", "minimize")  # of x and y
 
 
 class Dimension(NamedTuple):
@@ -570,6 +571,7 @@ def pareto_info(
         n_invalid=n_invalid,
         n_failed=n_failed,
         notes=notes,
+        directions=(all_dirs[i], all_dirs[j]),
     )
 
 

@@ -261,7 +261,13 @@ def pareto_figure(info: ParetoInfo, controls: bool = True) -> go.Figure:
             name=info.front_name,
             meta="points:front",
             marker=front_marker,
-            line={"color": FRONT, "width": 2, "shape": "hv"},
+            # A staircase through the region the front dominates: each corner is worse than
+            # both its neighbours; horizontal first when x is minimised, vertical when not.
+            line={
+                "color": FRONT,
+                "width": 2,
+                "shape": "vh" if info.directions[0] == "maximize" else "hv",
+            },
             error_x=_errors(info.front, info.front.x, info.front.x_lo, info.front.x_hi, fx),
             error_y=_errors(info.front, info.front.y, info.front.y_lo, info.front.y_hi, fy),
         )
