@@ -309,6 +309,16 @@ def test_far_catalogue_model_does_not_set_the_axis_range(main_job: Path) -> None
     assert log["xaxis.range"] == pytest.approx([np.log10(lo), np.log10(hi)])
 
 
+def test_log_axis_with_a_narrow_span_keeps_readable_ticks(main_job: Path) -> None:
+    """Energy spans decades, so energy against loss starts on log axes; the loss (2.05 to 2.09
+    nats) has no 1-2-5 value to label, so its axis keeps plotly's own ticks."""
+    info = I.pareto_info(load_results(main_job), (0, 2))
+    assert info.log_axes
+    fig = R.pareto_figure(info)
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.dtick is None
+    assert fig.layout.yaxis.dtick == "D2"
+
+
 def test_axis_range_hand_example() -> None:
     # Points 1..2 (span 1): a model at 2.1 is within MODEL_REACH (0.25) and widens the range
     # to 1..2.1 (span 1.1, margin 0.055); one at 10 does not.
