@@ -235,3 +235,60 @@ def test_no_feasible_report_loads(driver, tmp_path: Path) -> None:
     sizes = _trace_sizes(driver, "pareto")
     assert sizes["points:front"] == 0 and sizes["points:infeasible"] == 30
     assert "No feasible trial" in driver.find_element("tag name", "body").text
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's main job (issue 32): loss, TPOT and energy, swept exactly."""
+    d = run_sweep("search_spaces/gpu_batch.yaml", tmp_path_factory.mktemp("main"), "--no-report")
+    return write_report(d)
+
+
+def _axes(driver, div: str) -> dict:
+    return driver.execute_script(
+        "const l = document.getElementById(arguments[0])._fullLayout;"
+        "return {x: [l.xaxis.type, l.xaxis.range], y: [l.yaxis.type, l.yaxis.range],"
+        " notes: (l.annotations || []).map(a => [a.text, a.xref, a.x, a.yref, a.y])};",
+        div,
+    )
+
+
+def _click(driver, div: str, label: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    g = driver.find_element(By.ID, div)
+    driver.execute_script("arguments[0].scrollIntoView()", g)
+    (button,) = [
+        b for b in g.find_elements(By.CSS_SELECTOR, ".updatemenu-button") if b.text == label
+    ]
+    button.click()
+    time.sleep(0.5)
+
+
+def test_pairs_keep_the_study_range_in_both_scales(driver, main_job: Path) -> None:
+    """Energy against TPOT first, then the other pairs; in the loss figure Llama-3.2-1B is an
+    arrow on the right edge, and switching to log and back keeps the study's loss range (a
+    far catalogue model never stretches it) with the arrow at the model's TPOT."""
+    _open(driver, main_job)
+    assert _errors(driver) == []
+    ids = driver.execute_script(
+        "return [...document.querySelectorAll('.plotly-graph-div')].map(g => g.id)"
+    )
+    assert ids[:3] == ["pareto", "pareto-1", "pareto-2"] and "hypervolume" not in ids
+    start = _axes(driver, "pareto-1")
+    assert start["x"][0] == "linear"
+    (arrow,) = [n for n in start["notes"] if n[0].startswith("Llama-3.2-1B")]
+    assert arrow[1:3] == ["paper", 1]
+    lo, hi = start["x"][1]
+    assert 2.0 < lo < 2.05 and 2.09 < hi < 2.1  # the study's 2.05-2.09 nats, not the 1B's 2.24
+    _click(driver, "pareto-1", "log")
+    log = _axes(driver, "pareto-1")
+    assert log["x"][0] == "log" and log["x"][1] == pytest.approx(np.log10([lo, hi]))
+    (moved,) = [n for n in log["notes"] if n[0].startswith("Llama-3.2-1B")]
+    assert moved[4] == pytest.approx(np.log10(arrow[4]))  # plotly converted its TPOT
+    _click(driver, "pareto-1", "linear")
+    back = _axes(driver, "pareto-1")
+    assert back["x"][1] == pytest.approx([lo, hi])
+    (again,) = [n for n in back["notes"] if n[0].startswith("Llama-3.2-1B")]
+    assert again[4] == pytest.approx(arrow[4])  # back at the model's TPOT (round-off apart)
+    assert _errors(driver) == []

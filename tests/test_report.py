@@ -18,6 +18,8 @@ from dse.cli import main
 from dse.pareto import knee_index
 from dse.report import ResultsError, fmt_quantity, load_results, unit_scale, write_report
 from dse.report import _info as I
+from dse.report import _page as P
+from dse.report import _render as R
 from dse.spec import columns as C
 
 
@@ -48,6 +50,15 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def heads(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An exhaustive run: exact_front.csv and an exact hypervolume."""
     return run_sweep("search_spaces/heads_study.yaml", tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's main job: `dse sweep search_spaces/gpu_batch.yaml` (sampler auto -> exact,
+    360 configurations; loss, TPOT and energy per output token)."""
+    return run_sweep(
+        "search_spaces/gpu_batch.yaml", tmp_path_factory.mktemp("main_job"), "--no-report"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -196,20 +207,234 @@ def test_hover_shows_parameters_and_breakdown(gpu_batch: Path) -> None:
 
 def test_third_objective_as_colour(moe: Path) -> None:
     res = load_results(moe)
-    info = I.colour_info(res)
-    assert info is not None
-    feas = res.distinct  # one point per distinct configuration
-    assert len(feas) == len(feas[[c for c in C.CONFIG_FIELDS if c in feas]].drop_duplicates())
-    assert np.array_equal(info.colour_values, feas["obj.total_params"].to_numpy(float))
-    assert info.on_front.sum() == len(res.front) >= 1
+    info = I.pareto_info(res)
+    assert info.colour is not None and info.study_front is not None
+    assert info.colour.objective.name == "total_params"
     assert info.colour.unit_label == "billion parameters"
-    # The main figure's front is then that of its two axes only, and says so.
-    p = I.pareto_info(res)
-    assert any("non-dominated in" in n for n in p.notes)
+    # Every feasible configuration once: the study's front, the 2-D front, the rest.
+    feas = res.distinct
+    drawn = np.concatenate([info.study_front.numbers, info.front.numbers, info.dominated.numbers])
+    assert set(drawn) == set(feas["number"])
+    assert set(info.study_front.numbers) == set(res.front["number"]) and len(res.front) >= 1
+    by_number = feas.set_index("number")["obj.total_params"]
+    for ps in (info.study_front, info.front, info.dominated):
+        assert ps.colour is not None
+        np.testing.assert_array_equal(ps.colour, by_number.loc[ps.numbers].to_numpy(float))
 
 
-def test_no_colour_view_with_two_objectives(gpu_batch: Path) -> None:
-    assert I.colour_info(load_results(gpu_batch)) is None
+def test_no_colour_with_two_objectives(gpu_batch: Path) -> None:
+    info = I.pareto_info(load_results(gpu_batch))
+    assert info.colour is None and info.study_front is None and info.dominated.colour is None
+    assert info.front_name == f"Pareto front ({len(info.front.numbers)})"
+    assert I.objective_pairs(load_results(gpu_batch)) == [(0, 1)]
+
+
+# ---------------------------------------------------------------------- the README's main job
+# `dse sweep search_spaces/gpu_batch.yaml` (issue 32): loss, TPOT and energy per output token,
+# 360 configurations evaluated exactly, 8-15B dense models beside the catalogue's Llama-3.2-1B.
+def test_headline_is_energy_against_latency_coloured_by_loss(main_job: Path) -> None:
+    res = load_results(main_job)
+    names = [o.name for o in res.objectives]
+    assert names == ["loss_chinchilla", "latency_tpot", "energy_hymell_per_output_token"]
+    assert I.objective_pairs(res) == [(1, 2), (0, 1), (0, 2)]
+    info = I.pareto_info(res)
+    assert info.x.objective.name == "latency_tpot"
+    assert info.y.objective.name == "energy_hymell_per_output_token"
+    assert info.colour is not None and info.colour.objective.name == "loss_chinchilla"
+    front = res.front.set_index("number").loc[info.study_front.numbers]
+    np.testing.assert_array_equal(info.study_front.x, front["obj.latency_tpot"].to_numpy(float))
+    np.testing.assert_array_equal(
+        info.study_front.colour, front["obj.loss_chinchilla"].to_numpy(float)
+    )
+    # The page: the headline first, then the two other pairs, each coloured by the third.
+    sections = P.build_sections(res)
+    assert [s.anchor for s in sections[:2]] == ["pareto", "pairs"]
+    head = sections[0].figures[0][1]
+    assert head.layout.xaxis.title.text == "Time per output token (ms)"
+    assert head.layout.yaxis.title.text == "Energy per output token (HYMELL) (J)"
+    study = next(t for t in head.data if t.meta == "points:study_front")
+    np.testing.assert_allclose(study.marker.color, info.study_front.colour)
+    assert study.marker.colorbar.title.text == "Loss (Chinchilla) (nats)"
+    pairs = [f.layout.title.text for _, f in sections[1].figures]
+    assert pairs == [
+        "Time per output token against Loss (Chinchilla); colour: Energy per output token (HYMELL)",
+        "Energy per output token (HYMELL) against Loss (Chinchilla); colour: Time per output token",
+    ]
+
+
+def test_legend_says_which_front(main_job: Path) -> None:
+    res = load_results(main_job)
+    n = len(res.front)
+    for pair in I.objective_pairs(res):
+        info = I.pareto_info(res, pair)
+        n2 = len(info.front.numbers)
+        assert 0 < n2 < n
+        assert set(info.front.numbers) <= set(res.front["number"])
+        assert (
+            info.front_name == f"2-D front of this pair ({n2} of the {n} on the 3-objective front)"
+        )
+        assert info.study_front_name == f"on the 3-objective front ({n})"
+        fig = R.pareto_figure(info)
+        traces = {t.meta: t for t in fig.data}
+        assert traces["points:front"].name == info.front_name
+        assert len(traces["points:study_front"].x) == n
+
+
+def test_far_catalogue_model_does_not_set_the_axis_range(main_job: Path) -> None:
+    """Llama-3.2-1B's loss (2.24 nats) is far beyond the study's 2.05-2.09: in the loss figures
+    it is an arrow on the right edge with its value, and the x range is the study's."""
+    res = load_results(main_job)
+    models, _ = I.model_marks(res)
+    assert any(m.label.startswith("Llama-3.2-1B") for m in models)
+    info = I.pareto_info(res, (0, 1), models)
+    loss = res.feasible["obj.loss_chinchilla"]
+    lo, hi = info.x_range
+    span = loss.max() - loss.min()
+    assert lo == pytest.approx(loss.min() - I.RANGE_MARGIN * span)
+    assert hi == pytest.approx(loss.max() + I.RANGE_MARGIN * span)
+    small = next(m for m in info.models if m.label.startswith("Llama-3.2-1B"))
+    assert small.x > hi and (small.off_x, small.off_y) == (1, 0)
+    note = next(n for n in info.notes if n.startswith("catalogue models off the axes"))
+    assert f"{small.label} (Loss (Chinchilla) {fmt_quantity(small.x, 'nats')}" in note
+    fig = R.pareto_figure(info)
+    assert list(fig.layout.xaxis.range) == pytest.approx([lo, hi])
+    drawn = next((t for t in fig.data if t.meta == "marks:models"), None)
+    assert drawn is None or "Llama-3.2-1B" not in drawn.text
+    (arrow,) = [a for a in fig.layout.annotations if "Llama-3.2-1B" in a.text]
+    assert (arrow.xref, arrow.x, arrow.yref) == ("paper", 1.0, "y")
+    assert arrow.text == f"Llama-3.2-1B: loss {fmt_quantity(small.x, 'nats')}"
+    # The linear / log buttons keep the study's range.
+    lin, log = (b.args[0] for b in fig.layout.updatemenus[0].buttons)
+    assert lin["xaxis.range"] == pytest.approx([lo, hi])
+    assert log["xaxis.range"] == pytest.approx([np.log10(lo), np.log10(hi)])
+
+
+def test_log_axis_with_a_narrow_span_keeps_readable_ticks(main_job: Path) -> None:
+    """Energy spans decades, so energy against loss starts on log axes; the loss (2.05 to 2.09
+    nats) has no 1-2-5 value to label, so its axis keeps plotly's own ticks."""
+    info = I.pareto_info(load_results(main_job), (0, 2))
+    assert info.log_axes
+    fig = R.pareto_figure(info)
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.dtick is None
+    assert fig.layout.yaxis.dtick == "D2"
+
+
+def test_axis_range_hand_example() -> None:
+    # Points 1..2 (span 1): a model at 2.1 is within MODEL_REACH (0.25) and widens the range
+    # to 1..2.1 (span 1.1, margin 0.055); one at 10 does not.
+    lo, hi = I.axis_range(np.array([1.0, 1.5, 2.0]), [2.1, 10.0])
+    assert (lo, hi) == pytest.approx((1.0 - 0.055, 2.1 + 0.055))
+    # Log axes: the margin is a fraction of the decades (1 to 100: two decades, 0.1 each side).
+    lo, hi = I.axis_range(np.array([1.0, 100.0]), [1e4], log=True)
+    assert (lo, hi) == pytest.approx((10**-0.1, 10**2.1))
+    assert I.axis_range(np.array([np.nan])) is None
+
+
+def test_hypervolume_only_for_samplers(main_job: Path, moe: Path) -> None:
+    """An exact sweep's trial order is storage order: no hypervolume curve, one line why; a
+    sampler's (NSGA-II) curve stays."""
+    res = load_results(main_job)
+    assert res.summary["sampler"] == "exact" and res.summary["hypervolume_history"]
+    assert I.hypervolume_info(res) is None and I.exact_front_info(res) is None
+    sections = {s.anchor: s for s in P.build_sections(res)}
+    assert sections["hypervolume"].figures == []
+    assert sections["hypervolume"].missing.startswith("sampler exact evaluates every configuration")
+    assert sections["exact"].figures == [] and "is the exact front" in sections["exact"].missing
+    sampled = {s.anchor: s for s in P.build_sections(load_results(moe))}
+    assert [d for d, _ in sampled["hypervolume"].figures] == ["hypervolume"]
+    assert [d for d, _ in sampled["exact"].figures] == ["exact-front"]
+
+
+def test_marks_name_each_objective(main_job: Path) -> None:
+    """'best loss #N', not 'best params #N' (the label came from string prefixes)."""
+    res = load_results(main_job)
+    info = I.pareto_info(res, (0, 1))
+    shorts = {m.label: m.short for m in info.marks}
+    assert shorts == {
+        "knee": "knee",
+        "best Loss (Chinchilla)": "best loss",
+        "best Time per output token": "best TPOT",
+    }
+    for fig in (R.pareto_figure(info), P.image_figure(res)):
+        texts = [t.text[0] for t in fig.data if str(t.meta).startswith("marks:") and t.text]
+        assert texts and not any("params" in t for t in texts), texts
+    assert any(
+        t.startswith("best energy #")
+        for t in (
+            tr.text[0] for tr in P.image_figure(res).data if str(tr.meta).startswith("marks:")
+        )
+    )
+
+
+def test_objective_table_names_every_spec_objective() -> None:
+    """Every objective a space can declare has its kind, a short name and a title."""
+    from dse.report._results import objective_table
+    from dse.spec import space as S
+
+    table = objective_table()
+    declared = [
+        S.Objective(kind, m, src)
+        for kind, m, src in [
+            *(("latency", m, None) for m in S.LATENCY_METRICS),
+            *(("energy", m, s) for m in S.ENERGY_METRICS for s in S.ENERGY_SOURCES),
+            *(("size", m, None) for m in S.SIZE_METRICS),
+            *(("loss", "loss", law) for law in S.LOSS_LAWS),
+            *(("throughput", m, None) for m in S.THROUGHPUT_METRICS),
+            *(("user_speed", m, None) for m in S.USER_SPEED_METRICS),
+        ]
+    ]
+    assert {o.kind for o in declared} == set(S.OBJECTIVE_KINDS)
+    assert set(table) == {o.name for o in declared}
+    for o in declared:
+        assert table[o.name].kind == o.kind
+    short = {n: e.short for n, e in table.items()}
+    assert short["loss_chinchilla"] == "loss" and short["throughput_per_gpu"] == "throughput"
+    assert short["total_params"] == "model size" and short["kv_bytes_per_token"] == "KV bytes"
+    assert short["latency_tpot"] == "TPOT" and short["energy_tokens2wh_request"] == "energy"
+    assert "params" not in {short[n] for n in short if n != "active_params"}
+
+
+def test_front_staircase_with_a_maximised_objective(tmp_path: Path) -> None:
+    """Throughput (maximised) against loss: each corner of the front's staircase is a point
+    both neighbouring front points dominate, so it goes up first, then across ('vh')."""
+    space = tmp_path / "tput.yaml"
+    space.write_text(
+        "name: tput\nhardware: h100_sxm\n"
+        "workload: {batch_size: {values: [1, 8, 64]}, prompt_tokens: 512, output_tokens: 128}\n"
+        "space:\n  d_model: {values: [2048, 4096]}\n  n_layers: {values: [16, 32]}\n"
+        "  n_heads: 32\n  d_ff: 11008\n  training_tokens: 3.0e+11\n"
+        "objectives:\n  throughput: {}\n  loss: {source: chinchilla}\n"
+    )
+    res = load_results(run_sweep(space, tmp_path / "r", "--no-report"))
+    info = I.pareto_info(res)
+    assert info.directions == ("maximize", "minimize") and len(info.front.x) >= 2
+    trace = next(t for t in R.pareto_figure(info).data if t.meta == "points:front")
+    assert trace.line.shape == "vh"
+    x, y = info.front.x, info.front.y  # sorted by throughput: the loss rises with it
+    for a in range(len(x) - 1):
+        corner = (x[a], y[a + 1])  # where 'vh' turns
+        assert corner[0] <= min(x[a], x[a + 1]) and corner[1] >= max(y[a], y[a + 1])
+    # Loss (minimised) on x: horizontal first, as for two minimised objectives.
+    flipped = R.pareto_figure(I.pareto_info(res, (1, 0)))
+    assert next(t for t in flipped.data if t.meta == "points:front").line.shape == "hv"
+
+
+def test_image_figure_has_no_buttons(main_job: Path) -> None:
+    res = load_results(main_job)
+    assert P.build_sections(res)[0].figures[0][1].layout.updatemenus  # the page has them
+    assert not P.image_figure(res).layout.updatemenus
+
+
+def test_report_prints_a_line_per_stage(main_job: Path, tmp_path: Path, capsys) -> None:
+    assert main(["report", str(main_job), "--out", str(tmp_path / "a.html")]) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("report ")]
+    assert [ln.split(":")[0] for ln in lines] == [
+        f"report {i}/{P.N_STAGES}" for i in range(1, P.N_STAGES + 1)
+    ]
+    assert "catalogue models" in lines[0] and "parameter importance" in err
+    assert main(["report", str(main_job), "--out", str(tmp_path / "b.html"), "-q"]) == 0
+    assert "report 1/" not in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- other figures
@@ -256,15 +481,18 @@ def test_importance_falls_back_with_few_trials(gpu_batch: Path, tmp_path: Path) 
     assert info.notes
 
 
-def test_hypervolume_and_exact_front(heads: Path) -> None:
-    res = load_results(heads)
+def test_hypervolume_and_exact_front(moe: Path, heads: Path) -> None:
+    res = load_results(moe)  # NSGA-II with --reference exact
     hv = I.hypervolume_info(res)
     assert hv is not None
     assert hv.n_trials[-1] == len(res.trials)
     assert hv.exact == res.summary["exact_hypervolume"]
     ex = I.exact_front_info(res)
     assert ex is not None
-    assert ex.n_found == len(res.exact_front) == len(ex.exact_x)
+    assert ex.n_found <= len(res.exact_front) == len(ex.exact_x) >= 1
+    # An exhaustive sweep's front is the exact front, its trial order the enumeration's.
+    assert I.hypervolume_info(load_results(heads)) is None
+    assert I.exact_front_info(load_results(heads)) is None
 
 
 def test_energy_breakdown_sums_to_the_total(gpu_batch: Path) -> None:
@@ -403,6 +631,7 @@ def test_image_svg(gpu_batch: Path, tmp_path: Path) -> None:
     out = write_image(gpu_batch, tmp_path / "front.svg")
     svg = out.read_text()
     assert svg.lstrip().startswith("<svg") and "Time per output token (ms)" in svg
+    assert ">linear<" not in svg and ">log<" not in svg  # no buttons in a static image
 
 
 def test_image_without_a_browser_says_so(

@@ -11,9 +11,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report",
         help="write the interactive HTML report of a sweep",
         description="Write one self-contained HTML page (plotly.js inline, opens offline) from a "
-        "results folder written by `dse sweep`: the Pareto front of energy against latency, the "
-        "third objective, parallel coordinates, parameter importance, hypervolume against "
-        "trials, the exact front, and where the energy goes.\n\n"
+        "results folder written by `dse sweep`: the Pareto front of energy against latency (the "
+        "third objective as colour, the other pairs of objectives after it), parallel "
+        "coordinates, parameter importance, hypervolume against trials (samplers only), the "
+        "exact front, and where the energy goes. A line on stderr as each stage starts "
+        "(-q: none).\n\n"
         "examples:\n"
         "  dse report results/heads\n"
         "  dse report results/heads --out heads.html --image heads_front.svg",
@@ -25,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--image",
         metavar="PATH",
         help="also write the main figure as a static image (.png, .svg or .pdf; needs kaleido "
-        "and Chrome or Chromium)",
+        "and Chrome or Chromium), without the page's linear / log buttons",
     )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(command="report")
 
 
@@ -40,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     warn(stale_results(Path(args.results)))  # a damaged or newer journal beside summary.json
     res = load_results(args.results)
-    path = write_report(res.path, args.out)
+    path = write_report(res.path, args.out, progress=not args.quiet)
     feasible = len(res.feasible)
     print(
         f"wrote {path} ({len(res.trials):,} trials, {feasible:,} feasible, "

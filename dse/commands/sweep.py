@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         from dse.report import write_report
 
         try:
-            page = write_report(outcome.folder)
+            page = write_report(outcome.folder, progress=not args.quiet)
         except DSEError as exc:  # the study is saved; only the page failed
             print(f"dse sweep: report not written: {exc}", file=sys.stderr)
         else:

@@ -38,15 +38,19 @@ __all__ = [
 ]
 
 
-def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write `report.html` for a results folder (default: inside it); returns the path."""
+def write_report(
+    results_dir: str | Path, out: str | Path | None = None, progress: bool = False
+) -> Path:
+    """Write `report.html` for a results folder (default: inside it); returns the path.
+    `progress`: a line on stderr as each stage starts (`report 2/6: Pareto figures (1.4 s)`)."""
     from dse.report._page import write_report as _write
 
-    return _write(results_dir, out)
+    return _write(results_dir, out, progress)
 
 
 def write_image(results_dir: str | Path, path: str | Path, **kw: Any) -> Path:
-    """Static PNG / SVG / PDF of the main Pareto figure (needs kaleido and a Chromium)."""
+    """Static PNG / SVG / PDF of the main Pareto figure, without its interactive buttons
+    (needs kaleido and a Chromium)."""
     from dse.report._page import write_image as _write
 
     return _write(results_dir, path, **kw)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -37,6 +38,17 @@ MAX_TABLE_ROWS = 200
 # Draw the Pareto figure on log axes when the drawn trials span more than this factor on an
 # axis: an infeasible cloud 50 times slower would otherwise squash the front into a corner.
 LOG_AXES_SPAN = 20.0
+# Axis ranges come from the study's drawn points, widened by RANGE_MARGIN of their span (in the
+# axis's scale, log10 on log axes). A catalogue model within MODEL_REACH of that span beyond the
+# points widens the range to include it; one farther off is drawn as an arrow on the edge with
+# its value: a 1B model beside an 8-15B study would otherwise squeeze the study into a third of
+# the width.
+RANGE_MARGIN = 0.05
+MODEL_REACH = 0.25
+# Samplers that evaluate every configuration once in a fixed order: their "hypervolume against
+# trials" only shows that order, and their front is the exact front.
+ENUMERATING_SAMPLERS = ("exact", "exhaustive")
+OFF_AXES_NOTE = "catalogue models off the axes (an arrow on the edge points to them): "
 # Display order of the tokens-to-Wh components; others found in the table follow.
 T2WH_COMPONENTS = (
     "compute",
@@ -75,48 +87,64 @@ class PointSet(NamedTuple):
     hover: list[str]
     trials: np.ndarray | None = None  # trials that hit each configuration (front only)
     indistinguishable: np.ndarray | None = None  # bool: a neighbour inside the band (front)
+    colour: np.ndarray | None = None  # SI value of the colour objective (3+ objectives)
 
 
 class Marked(NamedTuple):
-    label: str  # "knee", "best Request latency"
+    label: str  # "knee", "best Request latency" (legend)
     number: int
     x: float
     y: float
-
-
-class ParetoInfo(NamedTuple):
-    x: Axis
-    y: Axis
-    front: PointSet  # feasible and non-dominated in (x, y), sorted by x
-    dominated: PointSet  # feasible, dominated (possibly a sample, see notes)
-    infeasible: PointSet  # evaluated but breaking a constraint (possibly a sample)
-    marks: list[Marked]  # knee and the best trial of each plotted objective
-    has_bands: bool
-    log_axes: bool  # start with logarithmic axes: the trials span more than LOG_AXES_SPAN
-    n_invalid: int  # invalid architectures: never predicted, not drawn
-    n_failed: int  # other trials that did not complete (crashed, pruned, still running)
-    notes: list[str]
+    short: str = ""  # beside the marker: "knee", "best TPOT", "best loss"
 
 
 class ModelMark(NamedTuple):
     """A catalogue model evaluated in the study's space (one per GPU x workload combination)."""
 
     label: str  # "Llama-3-8B" (+ " · h100_sxm, batch_size=16" when the space varies those)
-    x: float
-    y: float
+    values: tuple[float, ...]  # SI value of each objective, in the study's objective order
     dominated_by: int  # trial number of a front configuration dominating it, -1 when none
     hover: str
 
 
-class ColourInfo(NamedTuple):
-    """Two objectives on the axes, the third as colour (3-objective studies)."""
+class ModelPoint(NamedTuple):
+    """A catalogue model in one figure's two objectives."""
+
+    label: str
+    x: float  # SI
+    y: float
+    dominated_by: int
+    hover: str
+    off_x: int  # -1 left of the x range, 1 right of it, 0 inside
+    off_y: int  # -1 below the y range, 1 above it, 0 inside
+
+    @property
+    def off(self) -> bool:
+        return bool(self.off_x or self.off_y)
+
+
+class ParetoInfo(NamedTuple):
+    """One pair of objectives on the axes; with 3+ objectives, the next as colour."""
 
     x: Axis
     y: Axis
-    colour: Axis
-    points: PointSet  # feasible trials
-    colour_values: np.ndarray  # SI
-    on_front: np.ndarray  # bool: on the study's (3-objective) front
+    colour: Axis | None  # the objective drawn as colour; None for a 2-objective study
+    front: PointSet  # feasible and non-dominated in (x, y), sorted by x
+    front_name: str  # legend text that says which front this is
+    study_front: PointSet | None  # 3+ objectives: every configuration on the study's front
+    study_front_name: str  # its legend text ("" for a 2-objective study)
+    dominated: PointSet  # feasible, on neither front (possibly a sample, see notes)
+    infeasible: PointSet  # evaluated but breaking a constraint (possibly a sample)
+    marks: list[Marked]  # knee and the best trial of each plotted objective
+    models: list[ModelPoint]  # catalogue models; those with `off` lie outside the ranges
+    x_range: tuple[float, float] | None  # SI; from the study's points (None: none drawn)
+    y_range: tuple[float, float] | None
+    has_bands: bool
+    log_axes: bool  # start with logarithmic axes: the trials span more than LOG_AXES_SPAN
+    n_invalid: int  # invalid architectures: never predicted, not drawn
+    n_failed: int  # other trials that did not complete (crashed, pruned, still running)
+    notes: list[str]
+    directions: tuple[str, str] = ("minimize", "minimize")  # of x and y
 
 
 class Dimension(NamedTuple):
@@ -330,7 +358,14 @@ def _brief_hover(t: pd.DataFrame, res: Results, status: str) -> list[str]:
     return out
 
 
-def _points(t: pd.DataFrame, res: Results, x: Objective, y: Objective, status: str) -> PointSet:
+def _points(
+    t: pd.DataFrame,
+    res: Results,
+    x: Objective,
+    y: Objective,
+    status: str,
+    colour: Objective | None = None,
+) -> PointSet:
     x_lo, x_hi = band(t, x)
     y_lo, y_hi = band(t, y)
     oor = (
@@ -347,9 +382,10 @@ def _points(t: pd.DataFrame, res: Results, x: Objective, y: Objective, status: s
         y_lo,
         y_hi,
         oor,
-        hover_texts(t, res, status, brief=status != "front"),
+        hover_texts(t, res, status, brief=status not in ("front", "study front")),
         t["trials"].to_numpy().astype(int) if "trials" in t else None,
         t["indistinguishable"].to_numpy().astype(bool) if "indistinguishable" in t else None,
+        _col(t, colour.column) if colour is not None else None,
     )
 
 
@@ -361,16 +397,48 @@ def _sample(t: pd.DataFrame, cap: int, what: str, notes: list[str]) -> pd.DataFr
 
 
 # ---------------------------------------------------------------------- builders
-def pareto_info(res: Results) -> ParetoInfo:
-    """The main figure: the second objective (energy) against the first (latency).
+def headline_pair(res: Results) -> tuple[int, int]:
+    """(x, y) objective indices of the report's first figure: the study's energy objective
+    against its latency objective when it has both (the trade the README leads with), else the
+    second objective against the first."""
+    kinds = [o.kind for o in res.objectives]
+    if "latency" in kinds and "energy" in kinds:
+        return kinds.index("latency"), kinds.index("energy")
+    return 0, 1
+
+
+def objective_pairs(res: Results) -> list[tuple[int, int]]:
+    """Every pair of objectives, the headline pair first, the others in objective order."""
+    head = headline_pair(res)
+    k = len(res.objectives)
+    rest = [(a, b) for a in range(k) for b in range(a + 1, k) if {a, b} != set(head)]
+    return [head, *rest]
+
+
+def _colour_objective(res: Results, pair: tuple[int, int]) -> Objective | None:
+    """The first objective not on the axes (None for a 2-objective study)."""
+    return next((o for k, o in enumerate(res.objectives) if k not in pair), None)
+
+
+def pareto_info(
+    res: Results, pair: tuple[int, int] | None = None, models: Sequence[ModelMark] = ()
+) -> ParetoInfo:
+    """One Pareto figure: objective `pair[1]` against `pair[0]` (default `headline_pair`,
+    energy against latency), with the next objective as colour in a study of three or more.
 
     Every cloud holds one point per distinct configuration (a repeat would be drawn on top of
-    its first trial); the front is `res.front` (one row per configuration, with `trials`)."""
-    xo, yo = res.objectives[0], res.objectives[1]
+    its first trial); the study's front is `res.front` (one row per configuration, with
+    `trials`). `models` (from `model_marks`) are placed, not predicted, here."""
+    i, j = pair if pair is not None else headline_pair(res)
+    xo, yo = res.objectives[i], res.objectives[j]
+    co = _colour_objective(res, (i, j))
+    k = len(res.objectives)
+    all_dirs = res.directions or ("minimize",) * k
+    dirs2 = (all_dirs[i], all_dirs[j]) if res.directions else None
     t = res.trials
     complete = t["state"].astype(str) == "COMPLETE"
     has_xy = np.isfinite(_col(t, xo.column)) & np.isfinite(_col(t, yo.column))
-    first = ~pd.Series(fronts.config_ids(t), index=t.index).duplicated()
+    first = ~pd.Series(res.config_ids, index=t.index).duplicated()
     feas = res.distinct
     infeas = t[complete & ~t["feasible"] & has_xy & first]
     # Invalid architectures carry their reason (the sweep records them as FAIL or COMPLETE
@@ -381,20 +449,36 @@ def pareto_info(res: Results) -> ParetoInfo:
     n_invalid = int(invalid.sum())
     n_failed = int((~complete & ~invalid).sum())
     notes: list[str] = []
-    if len(res.objectives) == 2:
-        front = res.front
+    study = res.front
+    if k == 2:
+        front = study.sort_values(xo.column, kind="stable").reset_index(drop=True)
+        front_name = f"Pareto front ({len(front):,})"
+        study_set: pd.DataFrame | None = None
     else:
-        # The study's front is 3-D; the front of this figure is that of its two axes.
-        dirs = (res.directions or ("minimize",) * len(res.objectives))[:2]
-        xy = fronts.oriented(objective_matrix(feas, (xo, yo)), dirs)
-        front = feas.iloc[pareto.front_indices(xy)].reset_index(drop=True)
+        # The study's front is k-dimensional; the line of this figure is the front of its two
+        # axes alone, and the study's front is drawn whole, coloured by the next objective.
+        xy = fronts.oriented(objective_matrix(feas, (xo, yo)), dirs2)
+        front = feas.iloc[pareto.front_indices(xy)]
+        front = front.sort_values(xo.column, kind="stable").reset_index(drop=True)
         front["indistinguishable"] = fronts.front_marks(front, [xo.name, yo.name])
-        notes.append(
-            f"front: non-dominated in {xo.label} and {yo.label} only; the study's 3-objective "
-            "front is in the colour-coded figure"
+        n_on = int(front["number"].isin(study["number"]).sum())
+        n2 = len(front)
+        front_name = (
+            f"2-D front of this pair ({n2:,} of the {len(study):,} on the {k}-objective front)"
+            if n_on == n2
+            else f"2-D front of this pair ({n2:,}; {n_on:,} of them among the {len(study):,} "
+            f"on the {k}-objective front)"
         )
-    on = feas["number"].isin(front["number"]).to_numpy()
-    dom = _sample(feas[~on], MAX_CLOUD_POINTS, "dominated configurations", notes)
+        study_set = study
+        notes.append(
+            f"red line: the front of {xo.label} and {yo.label} alone ({n2:,} configurations); "
+            f"outlined points: the study's {k}-objective front ({len(study):,}), coloured by "
+            f"{co.label if co else 'the third objective'}"
+        )
+    drawn = feas["number"].isin(front["number"])
+    if study_set is not None:
+        drawn |= feas["number"].isin(study_set["number"])
+    dom = _sample(feas[~drawn.to_numpy()], MAX_CLOUD_POINTS, "dominated configurations", notes)
     inf = _sample(infeas, MAX_CLOUD_POINTS, "infeasible configurations", notes)
     repeats = int(len(t[complete | invalid]) - first[complete | invalid].sum())
     if repeats:
@@ -402,18 +486,26 @@ def pareto_info(res: Results) -> ParetoInfo:
             f"{repeats:,} trials repeated a configuration already tried; each configuration is "
             "drawn once (the front table gives its trial count)"
         )
-    shown = np.concatenate([_col(x, xo.column) for x in (front, dom, inf)])
-    shown_y = np.concatenate([_col(x, yo.column) for x in (front, dom, inf)])
+    sets = [front, dom, inf] + ([study_set] if study_set is not None else [])
+    shown = np.concatenate([_col(x, xo.column) for x in sets])
+    shown_y = np.concatenate([_col(x, yo.column) for x in sets])
     marks: list[Marked] = []
     if len(front):
         F = objective_matrix(front, (xo, yo))
-        dirs2 = res.directions[:2] if res.directions else None
-        k = knee_index(F, dirs2)
-        marks.append(Marked("knee", int(front["number"].iloc[k]), F[k, 0], F[k, 1]))
-        for j, o in enumerate((xo, yo)):
+        kn = knee_index(F, dirs2)
+        marks.append(Marked("knee", int(front["number"].iloc[kn]), F[kn, 0], F[kn, 1], "knee"))
+        for c, o in enumerate((xo, yo)):
             G = fronts.oriented(F, dirs2)  # best = smallest once maximised columns negated
-            b = int(np.lexsort((G[:, 1 - j], G[:, j]))[0])
-            marks.append(Marked(f"best {o.label}", int(front["number"].iloc[b]), F[b, 0], F[b, 1]))
+            b = int(np.lexsort((G[:, 1 - c], G[:, c]))[0])
+            marks.append(
+                Marked(
+                    f"best {o.label}",
+                    int(front["number"].iloc[b]),
+                    F[b, 0],
+                    F[b, 1],
+                    f"best {o.short}",
+                )
+            )
     else:
         notes.append(
             "no feasible trial: every evaluated configuration breaks a constraint; the "
@@ -430,7 +522,7 @@ def pareto_info(res: Results) -> ParetoInfo:
             "neighbour (hollow markers): in every objective one lies inside the other's "
             "predicted error band"
         )
-    pf = _points(front, res, xo, yo, "front")
+    pf = _points(front, res, xo, yo, "front", co)
     has_bands = bool(np.isfinite(np.concatenate([pf.x_lo, pf.y_lo])).any()) if len(front) else False
     n_oor = int(pf.out_of_range.sum())
     if n_oor:
@@ -438,33 +530,99 @@ def pareto_info(res: Results) -> ParetoInfo:
             f"{n_oor} front point{'s lie' if n_oor > 1 else ' lies'} outside the predictor's "
             "fitted range"
         )
+    log_axes = _wide(shown) or _wide(shown_y)
+    placed = [
+        (m, m.values[i], m.values[j])
+        for m in models
+        if math.isfinite(m.values[i]) and math.isfinite(m.values[j])
+    ]
+    x_range = axis_range(shown, [x for _, x, _ in placed], log_axes)
+    y_range = axis_range(shown_y, [y for _, _, y in placed], log_axes)
+    points = [
+        ModelPoint(m.label, x, y, m.dominated_by, m.hover, _side(x, x_range), _side(y, y_range))
+        for m, x, y in placed
+    ]
+    off = [p for p in points if p.off]
+    if off:
+        notes.append(
+            OFF_AXES_NOTE
+            + "; ".join(
+                f"{p.label} ({xo.label} {fmt_quantity(p.x, xo.unit)}, "
+                f"{yo.label} {fmt_quantity(p.y, yo.unit)})"
+                for p in off
+            )
+        )
     return ParetoInfo(
         x=_axis(xo, shown),
         y=_axis(yo, shown_y),
+        colour=_axis(co, np.concatenate([_col(x, co.column) for x in sets])) if co else None,
         front=pf,
-        dominated=_points(dom, res, xo, yo, "feasible, dominated"),
+        front_name=front_name,
+        study_front=(
+            _points(study_set, res, xo, yo, "study front", co) if study_set is not None else None
+        ),
+        study_front_name=(
+            f"on the {k}-objective front ({len(study_set):,})" if study_set is not None else ""
+        ),
+        dominated=_points(dom, res, xo, yo, "feasible, dominated", co),
         infeasible=_points(inf, res, xo, yo, "infeasible"),
         marks=marks,
+        models=points,
+        x_range=x_range,
+        y_range=y_range,
         has_bands=has_bands,
-        log_axes=_wide(shown) or _wide(shown_y),
+        log_axes=log_axes,
         n_invalid=n_invalid,
         n_failed=n_failed,
         notes=notes,
+        directions=(all_dirs[i], all_dirs[j]),
     )
 
 
+def axis_range(
+    values: np.ndarray, models: Sequence[float] = (), log: bool = False
+) -> tuple[float, float] | None:
+    """(lo, hi) of an axis, SI: the study's points widened by RANGE_MARGIN of their span, in
+    log10 when `log`; a catalogue model value within MODEL_REACH of the span beyond the points
+    widens it first, a farther one does not. None when no point can be drawn."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & ((v > 0) if log else True)]
+    if not len(v):
+        return None
+    to = np.log10 if log else (lambda a: np.asarray(a, dtype=float))
+    lo, hi = float(to(v.min())), float(to(v.max()))
+    span = hi - lo if hi > lo else max(abs(lo) * 0.1, 1e-12 if not log else 0.05)
+    m = np.asarray([x for x in models if math.isfinite(x) and (x > 0 or not log)], dtype=float)
+    if len(m):
+        near = to(m)
+        near = near[(near >= lo - MODEL_REACH * span) & (near <= hi + MODEL_REACH * span)]
+        if len(near):
+            lo, hi = min(lo, float(near.min())), max(hi, float(near.max()))
+            span = hi - lo if hi > lo else span
+    lo, hi = lo - RANGE_MARGIN * span, hi + RANGE_MARGIN * span
+    return (10.0**lo, 10.0**hi) if log else (lo, hi)
+
+
+def _side(v: float, rng: tuple[float, float] | None) -> int:
+    if rng is None:
+        return 0
+    return -1 if v < rng[0] else (1 if v > rng[1] else 0)
+
+
 def model_marks(res: Results) -> tuple[list[ModelMark], str]:
-    """Catalogue models that fit the space's fixed fields and are feasible in it, placed in the
-    Pareto figure's two objectives (`dse.report._compare`), and a note on what was done."""
+    """Catalogue models that fit the space's fixed fields and are feasible in it, evaluated in
+    the study's objectives (`dse.report._compare`: this is where the report predicts), and a
+    note on what was done."""
     from dse.report import _compare as K
 
-    xo, yo = res.objectives[0], res.objectives[1]
     placed, note = K.report_models(res.summary, res.front)
     marks: list[ModelMark] = []
     knee = None
     if len(res.front):
-        dirs2 = res.directions[:2] if res.directions else None
-        knee = res.front.iloc[knee_index(objective_matrix(res.front, (xo, yo)), dirs2)]
+        # The study's knee, in all of its objectives (the one `dse sweep` prints).
+        knee = res.front.iloc[
+            knee_index(objective_matrix(res.front, res.objectives), res.directions)
+        ]
     for p in placed:
         assert p.table is not None and p.dominated_by is not None
         t = p.table
@@ -479,29 +637,26 @@ def model_marks(res: Results) -> tuple[list[ModelMark], str]:
             pick = np.flatnonzero(ok & same)
             pick = pick[:1] if len(pick) else np.flatnonzero(ok)[:1]
             ok = np.isin(np.arange(len(t)), pick)
-        for i in range(len(t)):
-            if not ok[i]:
+        for r in range(len(t)):
+            if not ok[r]:
                 continue
-            where = ", ".join(f"{c}={plain(t[c].iloc[i])}" for c in varying)
+            where = ", ".join(f"{c}={plain(t[c].iloc[r])}" for c in varying)
             label = p.name + (f" · {where}" if where else "")
-            dom = int(p.dominated_by[i])
+            dom = int(p.dominated_by[r])
             verdict = (
                 f"dominated by front trial {dom}" if dom >= 0 else "not dominated by the front"
             )
             hover = (
                 f"<b>{label}</b> (catalogue model)<br>"
                 + " · ".join(
-                    f"{o.label}: {fmt_quantity(t[o.column].iloc[i], o.unit)}"
+                    f"{o.label}: {fmt_quantity(t[o.column].iloc[r], o.unit)}"
                     for o in res.objectives
                 )
                 + f"<br>{verdict}"
                 + (f"<br>outside the space: {', '.join(p.outside)}" if p.outside else "")
             )
-            marks.append(
-                ModelMark(
-                    label, float(t[xo.column].iloc[i]), float(t[yo.column].iloc[i]), dom, hover
-                )
-            )
+            values = tuple(float(t[o.column].iloc[r]) for o in res.objectives)
+            marks.append(ModelMark(label, values, dom, hover))
     return marks, note
 
 
@@ -511,29 +666,6 @@ def _wide(values: np.ndarray) -> bool:
     if len(v) < 2 or v.min() <= 0:
         return False
     return bool(v.max() / v.min() > LOG_AXES_SPAN)
-
-
-def colour_info(res: Results) -> ColourInfo | None:
-    """Third objective as colour over the first two; None for a 2-objective study."""
-    if len(res.objectives) < 3:
-        return None
-    xo, yo, co = res.objectives[:3]
-    feas = res.distinct  # one point per configuration
-    if feas.empty:
-        return None
-    if len(feas) > MAX_CLOUD_POINTS:  # the front whole, a seeded sample of the rest
-        on = feas["number"].isin(res.front["number"])
-        rest = feas[~on].sample(n=max(MAX_CLOUD_POINTS - int(on.sum()), 0), random_state=0)
-        feas = pd.concat([feas[on], rest]).sort_values("number")
-    on_front = feas["number"].isin(res.front["number"]).to_numpy()
-    return ColourInfo(
-        x=_axis(xo, _col(feas, xo.column)),
-        y=_axis(yo, _col(feas, yo.column)),
-        colour=_axis(co, _col(feas, co.column)),
-        points=_points(feas, res, xo, yo, "feasible"),
-        colour_values=_col(feas, co.column),
-        on_front=on_front,
-    )
 
 
 def _dimension(name: str, values: pd.Series) -> Dimension:
@@ -697,8 +829,18 @@ def correlation_ratio(rows: pd.DataFrame, params: list[str], column: str) -> dic
     return {p: v / s for p, v in raw.items()}
 
 
+def enumerated(res: Results) -> bool:
+    """The sweep evaluated every configuration once, in a fixed order (sampler exact or
+    exhaustive): trial order is storage order, and the sweep's front is the exact front."""
+    return str(res.summary.get("sampler")) in ENUMERATING_SAMPLERS
+
+
 def hypervolume_info(res: Results) -> HypervolumeInfo | None:
-    """Hypervolume against trials from summary.json; None when the sweep recorded no history."""
+    """Hypervolume against trials from summary.json; None when the sweep recorded no history,
+    or enumerated the space (`enumerated`: the curve would only show the order in which the
+    configurations were stored, not a sampler's progress)."""
+    if enumerated(res):
+        return None
     s = res.summary
     hist = s.get("hypervolume_history") or []
     pts = [(float(a), float(b)) for a, b in hist if b is not None and math.isfinite(float(b))]
@@ -717,10 +859,13 @@ def hypervolume_info(res: Results) -> HypervolumeInfo | None:
 
 
 def exact_front_info(res: Results) -> ExactFrontInfo | None:
-    """The sampler's front against the exact front of the space (exact_front.csv)."""
-    if res.exact_front is None:
+    """The sampler's front against the exact front of the space (exact_front.csv), in the
+    headline pair of objectives; None without exact_front.csv or when the sweep enumerated the
+    space (its front is the exact front)."""
+    if res.exact_front is None or enumerated(res):
         return None
-    xo, yo = res.objectives[0], res.objectives[1]
+    i, j = headline_pair(res)
+    xo, yo = res.objectives[i], res.objectives[j]
     front = res.front
     ex = res.exact_front
     sx, sy = _col(front, xo.column), _col(front, yo.column)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import html
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,53 +50,107 @@ class Section(NamedTuple):
     missing: str = ""  # why the section has no figure
 
 
-def build_sections(res: Results) -> list[Section]:
-    """Every section of the report, in page order."""
-    pi = I.pareto_info(res)
+N_STAGES = 6  # calls of `stage`: five in build_sections, then one in render_html
+
+
+class Stages:
+    """A line on stderr as each stage of the report starts ("report 2/6: Pareto figures
+    (1.4 s)", the time since the first stage), so that a slow stage shows what it is doing."""
+
+    def __init__(self, total: int = N_STAGES) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.perf_counter()
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.start
+        print(
+            f"report {self.done}/{self.total}: {what} ({elapsed:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _quiet(what: str) -> None:
+    del what
+
+
+def pareto_caption(pi: I.ParetoInfo) -> str:
+    """What the first Pareto figure shows."""
+    what = f"{pi.y.objective.label} against {pi.x.objective.label}" + (
+        f", coloured by {pi.colour.objective.label}" if pi.colour is not None else ""
+    )
+    models = bool(pi.models)
+    front = (
+        "The front is highlighted and connected (hollow: indistinguishable from a neighbour "
+        "within the predictor's band); feasible dominated configurations are faint dots"
+        if pi.colour is None
+        else "Red rings connected by a line are the front of these two objectives alone "
+        "(diamond rings: indistinguishable from a neighbour within the predictor's band); "
+        "outlined points are the study's front in all its objectives, faint dots the other "
+        "feasible configurations, all coloured by the next objective"
+    )
+    return (
+        f"{what}, one point per distinct configuration. {front}; infeasible ones are grey "
+        "crosses; orange rings mark front points outside the predictor's fitted range (none "
+        "when every front point is)"
+        + ("; error bars are the predictor's band" if pi.has_bands else "")
+        + (
+            "; green squares are catalogue models that fit the space's fixed fields, "
+            "evaluated like a trial (filled: no front point dominates them; an arrow on an "
+            "edge points to one off the axes, which are set by the study's points)"
+            if models
+            else ""
+        )
+        + ". The knee (star) is the front point farthest from the line through the front's "
+        "extremes, objectives normalised over the front; diamonds mark the best trial of each "
+        "objective on the axes. Hover a point for its parameters and its predicted breakdown"
+        + (
+            "; the axes start logarithmic because the trials span more than a factor "
+            f"{I.LOG_AXES_SPAN:g} (switch with the buttons)."
+            if pi.log_axes
+            else "."
+        )
+    )
+
+
+def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[Section]:
+    """Every section of the report, in page order; `stage(name)` is called as each stage
+    starts (N_STAGES - 1 calls; render_html makes the last)."""
+    stage("catalogue models")
     models, model_note = I.model_marks(res)
+    stage("Pareto figures")
+    pairs = I.objective_pairs(res)
+    infos = [I.pareto_info(res, pair, models) for pair in pairs]
+    pi = infos[0]
     notes = list(pi.notes) + ([model_note] if model_note else [])
     sections = [
         Section(
             "pareto",
             "Pareto front",
-            f"{pi.y.objective.label} against {pi.x.objective.label}, one point per distinct "
-            "configuration. The front is highlighted and connected (hollow: indistinguishable "
-            "from a neighbour within the predictor's band); feasible dominated configurations "
-            "are faint dots, infeasible ones grey crosses; orange rings mark front points "
-            "outside the predictor's fitted range (none when every front point is)"
-            + ("; error bars are the predictor's band" if pi.has_bands else "")
-            + (
-                "; green squares are catalogue models that fit the space's fixed fields, "
-                "evaluated like a trial (filled: no front point dominates them)"
-                if models
-                else ""
-            )
-            + ". The knee (star) is the front point farthest from the line through the front's "
-            "extremes, objectives normalised over the front; diamonds mark the best trial of each "
-            "objective. Hover a point for its parameters and its predicted breakdown"
-            + (
-                "; the axes start logarithmic because the trials span more than a factor "
-                f"{I.LOG_AXES_SPAN:g} (switch with the buttons)."
-                if pi.log_axes
-                else "."
-            ),
-            [("pareto", R.pareto_figure(pi, models))],
+            pareto_caption(pi),
+            [("pareto", R.pareto_figure(pi))],
             notes,
         )
     ]
-    ci = I.colour_info(res)
-    if len(res.objectives) >= 3:
+    if len(infos) > 1:
         sections.append(
             Section(
-                "third",
-                "Third objective",
-                "The first two objectives on the axes, the third as colour; outlined points "
-                "are on the study's 3-objective front.",
-                [("colour", R.colour_figure(ci))] if ci else [],
-                [],
-                "" if ci else "no feasible trial to colour",
+                "pairs",
+                "Other pairs of objectives",
+                "The other pairs of the study's objectives, each with the remaining one as "
+                "colour; red: the front of the pair alone, outlined: the study's front.",
+                [(f"pareto-{n}", R.pareto_figure(p)) for n, p in enumerate(infos[1:], 1)],
+                [
+                    f"{p.y.objective.label} against {p.x.objective.label}: {n}"
+                    for p in infos[1:]
+                    for n in p.notes
+                    if n.startswith(I.OFF_AXES_NOTE)
+                ],
             )
         )
+    stage("parallel coordinates")
     par = I.parallel_info(res)
     sections.append(
         Section(
@@ -106,6 +163,7 @@ def build_sections(res: Results) -> list[Section]:
             "" if par else "no parameter varies across the trials",
         )
     )
+    stage("parameter importance")
     imp = I.importance_info(res)
     sections.append(
         Section(
@@ -121,6 +179,8 @@ def build_sections(res: Results) -> list[Section]:
             else ("fewer than two parameters vary" if imp is None else "; ".join(imp.notes)),
         )
     )
+    stage("hypervolume and energy breakdown")
+    sampler = str(res.summary.get("sampler", "?"))
     hv = I.hypervolume_info(res)
     sections.append(
         Section(
@@ -131,19 +191,31 @@ def build_sections(res: Results) -> list[Section]:
             + (" (dashed: the exact front)." if hv and hv.exact is not None else "."),
             [("hypervolume", R.hypervolume_figure(hv))] if hv else [],
             [],
-            "" if hv else "the sweep recorded no hypervolume history (summary.json)",
+            ""
+            if hv
+            else (
+                f"sampler {sampler} evaluates every configuration once, so the curve would "
+                "only show the order they were stored in; the header gives the exact front's "
+                "hypervolume"
+                if I.enumerated(res)
+                else "the sweep recorded no hypervolume history (summary.json)"
+            ),
         )
     )
     ex = I.exact_front_info(res)
-    if ex is not None:
+    if ex is not None or (res.exact_front is not None and I.enumerated(res)):
         sections.append(
             Section(
                 "exact",
                 "Sampler's front against the exact front",
                 "The exact front comes from evaluating every configuration of the space "
                 "(exact_front.csv).",
-                [("exact-front", R.exact_front_figure(ex))],
+                [("exact-front", R.exact_front_figure(ex))] if ex else [],
                 [],
+                ""
+                if ex
+                else f"sampler {sampler} evaluated every configuration: its front is the exact "
+                "front",
             )
         )
     bd = I.breakdown_info(res)
@@ -199,12 +271,15 @@ def _table_html(t: I.FrontTable) -> str:
     return f"<table><tr>{head}</tr>{body}</table>{more}{close}"
 
 
-def render_html(res: Results) -> str:
-    """The whole report as one HTML string (plotly.js embedded, works offline)."""
+def render_html(res: Results, stage: Callable[[str], None] = _quiet) -> str:
+    """The whole report as one HTML string (plotly.js embedded, works offline); `stage(name)`
+    is called as each of its N_STAGES stages starts (`Stages` prints them)."""
     header = I.header_info(res)
     parts = [_header_html(header)]
     nav = []
-    for s in build_sections(res):
+    sections = build_sections(res, stage)
+    stage("page (figures to HTML, plotly.js inline)")
+    for s in sections:
         # Section anchors are prefixed: plotly finds each figure's div by its bare id.
         nav.append(f'<a href="#sec-{s.anchor}">{html.escape(s.title)}</a>')
         parts.append(f'<h2 id="sec-{s.anchor}">{html.escape(s.title)}</h2>')
@@ -231,16 +306,25 @@ def render_html(res: Results) -> str:
     )
 
 
-def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path:
+def write_report(
+    results_dir: str | Path, out: str | Path | None = None, progress: bool = False
+) -> Path:
     """Write the HTML report of a results folder; returns its path (default RESULTS_DIR/report.html).
+    `progress`: a line on stderr as each stage starts.
 
     Raises ResultsError (a DSEError) for a missing, empty or older-format folder.
     """
     res = load_results(results_dir)
     path = Path(out) if out is not None else res.path / "report.html"
-    text = render_html(res)
+    text = render_html(res, Stages() if progress else _quiet)
     write_text_atomic(path, text, "the report")
     return path
+
+
+def image_figure(res: Results) -> go.Figure:
+    """The report's first figure as a static image shows it: without the linear / log
+    buttons, which an image cannot use, and without catalogue models (no predictions)."""
+    return R.pareto_figure(I.pareto_info(res), controls=False)
 
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
@@ -267,7 +351,7 @@ def write_image(
             f"{p}: image format must be one of {', '.join(IMAGE_FORMATS)} (from the file "
             f"extension), got {fmt or 'no extension'!r}"
         )
-    fig = R.pareto_figure(I.pareto_info(load_results(results_dir)))
+    fig = image_figure(load_results(results_dir))
     try:
         import kaleido  # noqa: F401
     except ImportError:

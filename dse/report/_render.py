@@ -6,24 +6,21 @@ the plotted trials in the page's data without relying on legend text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import plotly.graph_objects as go
 
 from dse.report._info import (
     PHASES,
-    Axis,
     BreakdownInfo,
-    ColourInfo,
     ExactFrontInfo,
     HypervolumeInfo,
     ImportanceInfo,
-    ModelMark,
+    ModelPoint,
     ParallelInfo,
     ParetoInfo,
     PointSet,
 )
+from dse.report._results import fmt_quantity
 
 FRONT = "#d62728"
 DOMINATED = "#1f77b4"
@@ -112,12 +109,19 @@ def _scatter(ps: PointSet, fx: float, fy: float, cloud: bool = False, **kw: obje
     )
 
 
+LOG_AUTO_TICKS = 1.0  # decades
+
+
 def _log_ticks(values: np.ndarray) -> dict:
     """Log-axis ticks that read: 1-2-5 labels within a few decades, one per decade beyond,
-    plain numbers (~g), minor ticks unlabelled."""
+    plain numbers (~g), minor ticks unlabelled; plotly's own ticks and no minor ones under
+    LOG_AUTO_TICKS decades (TPOT from 5.7 to 23 ms would get two labels, 10 and 20; a loss
+    from 2.05 to 2.09 none)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]
     decades = float(np.log10(v.max() / v.min())) if len(v) > 1 else 0.0
+    if decades < LOG_AUTO_TICKS:
+        return {"dtick": None, "tickformat": "~g", "minor": {"ticks": "", "showgrid": False}}
     return {
         "dtick": "D2" if decades <= 2.5 else 1,
         "tickformat": "~g",
@@ -125,15 +129,32 @@ def _log_ticks(values: np.ndarray) -> dict:
     }
 
 
-def _scale_menu(active_log: bool, xt: dict, yt: dict) -> dict:
-    """AXIS_SCALE_MENU with the log ticks set on switching to log (and cleared on linear)."""
-    log = {"xaxis.type": "log", "yaxis.type": "log"}
-    lin = {"xaxis.type": "linear", "yaxis.type": "linear"}
-    for axis, t in (("xaxis", xt), ("yaxis", yt)):
+def _scale_menu(
+    active_log: bool,
+    xt: dict,
+    yt: dict,
+    x_range: list[float] | None,
+    y_range: list[float] | None,
+) -> dict:
+    """AXIS_SCALE_MENU with the log ticks set on switching to log (and cleared on linear), and
+    the study's axis ranges kept in either scale (autorange where log cannot show a range)."""
+    log: dict[str, object] = {"xaxis.type": "log", "yaxis.type": "log"}
+    lin: dict[str, object] = {"xaxis.type": "linear", "yaxis.type": "linear"}
+    for axis, t, rng in (("xaxis", xt, x_range), ("yaxis", yt, y_range)):
         log[f"{axis}.dtick"] = t["dtick"]
         log[f"{axis}.tickformat"] = t["tickformat"]
+        log[f"{axis}.minor"] = t["minor"]
         lin[f"{axis}.dtick"] = None
         lin[f"{axis}.tickformat"] = ""
+        lin[f"{axis}.minor"] = {"ticks": "", "showgrid": False}
+        if rng is None:
+            log[f"{axis}.autorange"] = lin[f"{axis}.autorange"] = True
+            continue
+        lin[f"{axis}.range"] = list(rng)
+        if rng[0] > 0:
+            log[f"{axis}.range"] = [float(np.log10(rng[0])), float(np.log10(rng[1]))]
+        else:
+            log[f"{axis}.autorange"] = True
     menu = {**AXIS_SCALE_MENU, "active": 1 if active_log else 0}
     menu["buttons"] = [
         {"label": "linear", "method": "relayout", "args": [lin]},
@@ -142,18 +163,26 @@ def _scale_menu(active_log: bool, xt: dict, yt: dict) -> dict:
     return menu
 
 
-def _short(axis: Axis) -> str:
-    """'latency', 'energy', 'params' or 'KV bytes': what an objective is, in one word."""
-    name = axis.objective.name
-    if name.startswith(("latency", "energy")):
-        return name.split("_")[0]
-    return "KV bytes" if name.startswith("kv") else "params"
+def _colour_marker(ps: PointSet, lo: float, hi: float, fc: float) -> dict:
+    """Marker colours of a point set from its colour objective, on the figure's shared scale."""
+    assert ps.colour is not None
+    return {"color": ps.colour * fc, "cmin": lo, "cmax": hi, "colorscale": "Viridis"}
 
 
-def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figure:
+def pareto_figure(info: ParetoInfo, controls: bool = True) -> go.Figure:
+    """The Pareto figure of one pair of objectives. `controls=False` leaves out the linear /
+    log buttons (a static image cannot use them)."""
     fx, fy = info.x.factor, info.y.factor
     fig = go.Figure()
     n_inf, n_dom, n_front = len(info.infeasible.x), len(info.dominated.x), len(info.front.x)
+    coloured = info.colour is not None and info.study_front is not None
+    fc = info.colour.factor if info.colour is not None else 1.0
+    c_lo = c_hi = 0.0
+    if coloured:
+        sets = (info.front, info.dominated, info.study_front)
+        cs = np.concatenate([p.colour for p in sets if p is not None and p.colour is not None])
+        cs = cs[np.isfinite(cs)] * fc
+        c_lo, c_hi = (float(cs.min()), float(cs.max())) if len(cs) else (0.0, 1.0)
     fig.add_trace(
         _scatter(
             info.infeasible,
@@ -181,9 +210,50 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
             cloud=True,
             name=f"feasible, dominated ({n_dom:,})",
             meta="points:dominated",
-            marker={"size": 6, "color": DOMINATED},
-            opacity=0.3,
+            marker=(
+                {"size": 6, **_colour_marker(info.dominated, c_lo, c_hi, fc)}
+                if coloured
+                else {"size": 6, "color": DOMINATED}
+            ),
+            opacity=0.35 if coloured else 0.3,
         )
+    )
+    if coloured:
+        assert info.study_front is not None and info.colour is not None
+        fig.add_trace(
+            _scatter(
+                info.study_front,
+                fx,
+                fy,
+                mode="markers",
+                name=info.study_front_name,
+                meta="points:study_front",
+                marker={
+                    "size": 10,
+                    **_colour_marker(info.study_front, c_lo, c_hi, fc),
+                    "line": {"width": 1, "color": "black"},
+                    "showscale": True,
+                    "colorbar": {"title": {"text": info.colour.title, "side": "right"}},
+                },
+            )
+        )
+    # The front of the two axes: filled red points with 2 objectives; with more, red rings
+    # around the coloured study-front markers, so that their colour stays visible.
+    front_marker = (
+        {
+            "size": 16,
+            "color": FRONT,
+            "symbol": _front_symbols(info.front, "circle-open", "diamond-open"),
+            "line": {"width": 2.5, "color": FRONT},
+        }
+        if coloured
+        else {
+            "size": 9,
+            "color": FRONT,
+            "line": {"width": 1, "color": "white"},
+            # Hollow: indistinguishable from a neighbour within the predictor's band.
+            "symbol": _front_symbols(info.front, "circle", "circle-open"),
+        }
     )
     fig.add_trace(
         _scatter(
@@ -191,16 +261,16 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
             fx,
             fy,
             mode="lines+markers",
-            name=f"Pareto front ({n_front:,})",
+            name=info.front_name,
             meta="points:front",
-            # Hollow: indistinguishable from a neighbour within the predictor's band.
-            marker={
-                "size": 9,
+            marker=front_marker,
+            # A staircase through the region the front dominates: each corner is worse than
+            # both its neighbours; horizontal first when x is minimised, vertical when not.
+            line={
                 "color": FRONT,
-                "line": {"width": 1, "color": "white"},
-                "symbol": _front_symbols(info.front),
+                "width": 2,
+                "shape": "vh" if info.directions[0] == "maximize" else "hv",
             },
-            line={"color": FRONT, "width": 2, "shape": "hv"},
             error_x=_errors(info.front, info.front.x, info.front.x_lo, info.front.x_hi, fx),
             error_y=_errors(info.front, info.front.y, info.front.y_lo, info.front.y_hi, fy),
         )
@@ -220,7 +290,7 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
                 meta="marks:out_of_range",
                 marker={
                     "symbol": "circle-open",
-                    "size": 12,
+                    "size": 20 if coloured else 12,
                     "color": OUT_OF_RANGE,
                     "line": {"width": 1.5},
                 },
@@ -236,8 +306,6 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
     for m in info.marks:
         by_trial.setdefault(m.number, []).append(m)
     best_x = f"best {info.x.objective.label}"
-    best_y = f"best {info.y.objective.label}"
-    short = {"knee": "knee", best_x: f"best {_short(info.x)}", best_y: f"best {_short(info.y)}"}
     for number, ms in by_trial.items():
         names = [m.label for m in ms]
         is_knee = "knee" in names
@@ -252,7 +320,7 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
                 x=[ms[0].x * fx],
                 y=[ms[0].y * fy],
                 mode="markers+text",
-                text=[f"{' · '.join(short.get(n, n) for n in names)} #{number}"],
+                text=[f"{' · '.join(m.short or m.label for m in ms)} #{number}"],
                 textposition=position,
                 textfont={"size": 11},
                 cliponaxis=False,
@@ -267,7 +335,7 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
                 hovertemplate=f"{' · '.join(names)}: trial {number}<extra></extra>",
             )
         )
-    _add_models(fig, models, fx, fy)
+    _add_models(fig, info, fx, fy)
     if not n_front:
         fig.add_annotation(
             text="no feasible trial",
@@ -278,108 +346,122 @@ def pareto_figure(info: ParetoInfo, models: Sequence[ModelMark] = ()) -> go.Figu
             showarrow=False,
             font={"size": 16, "color": FRONT},
         )
-    allx = np.concatenate([info.front.x, info.dominated.x, info.infeasible.x]) * fx
-    ally = np.concatenate([info.front.y, info.dominated.y, info.infeasible.y]) * fy
+    sets = [info.front, info.dominated, info.infeasible]
+    if info.study_front is not None:
+        sets.append(info.study_front)
+    allx = np.concatenate([p.x for p in sets]) * fx
+    ally = np.concatenate([p.y for p in sets]) * fy
     xt, yt = _log_ticks(allx), _log_ticks(ally)
+    x_range = [info.x_range[0] * fx, info.x_range[1] * fx] if info.x_range else None
+    y_range = [info.y_range[0] * fy, info.y_range[1] * fy] if info.y_range else None
+    title = f"{info.y.objective.label} against {info.x.objective.label}"
+    if info.colour is not None:
+        title += f"; colour: {info.colour.objective.label}"
+    layout = {**LAYOUT, "margin": {**LAYOUT["margin"], "t": 85}} if controls else LAYOUT
     fig.update_layout(
-        title=f"{info.y.objective.label} against {info.x.objective.label}",
+        title=title,
         xaxis_title=info.x.title,
         yaxis_title=info.y.title,
-        updatemenus=[_scale_menu(info.log_axes, xt, yt)],
-        **{**LAYOUT, "margin": {**LAYOUT["margin"], "t": 85}},  # room for the scale buttons
+        updatemenus=[_scale_menu(info.log_axes, xt, yt, x_range, y_range)] if controls else [],
+        **layout,  # with controls: room for the scale buttons
     )
     if info.log_axes:
         fig.update_xaxes(type="log", **xt)
         fig.update_yaxes(type="log", **yt)
+    for axis, rng in ((fig.update_xaxes, x_range), (fig.update_yaxes, y_range)):
+        if rng is not None:
+            axis(range=[float(np.log10(v)) for v in rng] if info.log_axes else rng)
     return fig
 
 
-def _front_symbols(ps: PointSet) -> list[str] | str:
+def _front_symbols(ps: PointSet, plain: str, close: str) -> list[str] | str:
     if ps.indistinguishable is None or not ps.indistinguishable.any():
-        return "circle"
-    return ["circle-open" if v else "circle" for v in ps.indistinguishable]
+        return plain
+    return [close if v else plain for v in ps.indistinguishable]
 
 
 MAX_MODEL_MARKS = 24
+OFF_AXIS_ARROW_PX = 55  # length of the arrow to a catalogue model off the axes
 
 
-def _add_models(fig: go.Figure, models: Sequence[ModelMark], fx: float, fy: float) -> None:
+def _add_models(fig: go.Figure, info: ParetoInfo, fx: float, fy: float) -> None:
     """Catalogue models as labelled squares: filled when no front point dominates them. Each
-    model's name is written once (on its first undominated placement, else its first)."""
-    models = list(models)[:MAX_MODEL_MARKS]
-    if not models:
+    model's name is written once (on its first undominated placement, else its first). A
+    model off the axes is an arrow on the edge, labelled with its name and value there."""
+    models = list(info.models)[:MAX_MODEL_MARKS]
+    inside = [m for m in models if not m.off]
+    for m in models:
+        if m.off:
+            fig.add_annotation(**_off_axis(m, info, fx, fy))
+    if not inside:
         return
     named: dict[str, int] = {}
-    for i, m in enumerate(models):
+    for i, m in enumerate(inside):
         base = m.label.split(" · ")[0]
-        if base not in named or (m.dominated_by < 0 <= models[named[base]].dominated_by):
+        if base not in named or (m.dominated_by < 0 <= inside[named[base]].dominated_by):
             named[base] = i
-    text = [""] * len(models)
+    text = [""] * len(inside)
     for base, i in named.items():
         text[i] = base
     fig.add_trace(
         go.Scatter(
-            x=[m.x * fx for m in models],
-            y=[m.y * fy for m in models],
+            x=[m.x * fx for m in inside],
+            y=[m.y * fy for m in inside],
             mode="markers+text",
             text=text,
             textposition="bottom right",
             textfont={"size": 11, "color": MODEL},
             cliponaxis=False,
-            name=f"catalogue models ({len(models)})",
+            name=f"catalogue models ({len(inside)})",
             meta="marks:models",
             marker={
-                "symbol": ["square" if m.dominated_by < 0 else "square-open" for m in models],
+                "symbol": ["square" if m.dominated_by < 0 else "square-open" for m in inside],
                 "size": 10,
                 "color": MODEL,
                 "line": {"width": 1.5, "color": MODEL},
             },
-            hovertext=[m.hover for m in models],
+            hovertext=[m.hover for m in inside],
             hovertemplate="%{hovertext}<extra></extra>",
         )
     )
 
 
-def colour_figure(info: ColourInfo) -> go.Figure:
-    fx, fy, fc = info.x.factor, info.y.factor, info.colour.factor
-    c = info.colour_values * fc
-    lo, hi = float(np.nanmin(c)), float(np.nanmax(c))
-    fig = go.Figure()
-    for on, name, size, line in (
-        (~info.on_front, "feasible", 6, {"width": 0}),
-        (info.on_front, "on the 3-objective front", 10, {"width": 1.5, "color": "black"}),
-    ):
-        if not on.any():
-            continue
-        fig.add_trace(
-            go.Scatter(
-                x=info.points.x[on] * fx,
-                y=info.points.y[on] * fy,
-                mode="markers",
-                name=f"{name} ({int(on.sum()):,})",
-                meta=f"points:{'front' if size == 10 else 'feasible'}",
-                hovertext=[h for h, keep in zip(info.points.hover, on, strict=True) if keep],
-                hovertemplate="%{hovertext}<extra></extra>",
-                marker={
-                    "size": size,
-                    "color": c[on],
-                    "cmin": lo,
-                    "cmax": hi,
-                    "colorscale": "Viridis",
-                    "line": line,
-                    "showscale": size == 10 or not info.on_front.any(),
-                    "colorbar": {"title": {"text": info.colour.title, "side": "right"}},
-                },
-                opacity=1.0 if size == 10 else 0.5,
-            )
-        )
-    fig.update_layout(
-        title=f"Three objectives: colour is {info.colour.objective.label}",
-        xaxis_title=info.x.title,
-        yaxis_title=info.y.title,
-        **LAYOUT,
-    )
-    return fig
+def _off_axis(m: ModelPoint, info: ParetoInfo, fx: float, fy: float) -> dict:
+    """An annotation whose arrow points at the edge the model lies beyond, at its other
+    coordinate (clamped to the edge when it is off both axes); text: its name and the value
+    off the axis. Data coordinates are log10 on log axes (plotly converts them on a switch)."""
+
+    def coord(v: float, f: float, side: int) -> tuple[float, str]:
+        if side:
+            return (1.0 if side > 0 else 0.0), "paper"
+        return (float(np.log10(v * f)) if info.log_axes else v * f), ""
+
+    x, xref = coord(m.x, fx, m.off_x)
+    y, yref = coord(m.y, fy, m.off_y)
+    values = []
+    if m.off_x:
+        values.append(f"{info.x.objective.short} {fmt_quantity(m.x, info.x.objective.unit)}")
+    if m.off_y:
+        values.append(f"{info.y.objective.short} {fmt_quantity(m.y, info.y.objective.unit)}")
+    return {
+        "x": x,
+        "y": y,
+        "xref": xref or "x",
+        "yref": yref or "y",
+        "text": f"{m.label.split(' · ')[0]}: {', '.join(values)}",
+        "hovertext": m.hover,
+        "showarrow": True,
+        "arrowhead": 2,
+        "arrowcolor": MODEL,
+        "ax": -OFF_AXIS_ARROW_PX * m.off_x,
+        "ay": OFF_AXIS_ARROW_PX * m.off_y,  # pixels, downward: text below an edge above
+        # The text ends where the arrow starts, so the whole arrow shows.
+        "xanchor": {1: "right", -1: "left"}.get(m.off_x, "center"),
+        "yanchor": {1: "top", -1: "bottom"}.get(m.off_y, "middle"),
+        "font": {"size": 11, "color": MODEL},
+        "bgcolor": "rgba(255, 255, 255, 0.8)",
+        "name": f"off-axis model: {m.label}",
+    }
 
 
 def parallel_figures(info: ParallelInfo) -> list[go.Figure]:

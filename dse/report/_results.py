@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,18 @@ class Objective:
     @property
     def label(self) -> str:
         return objective_label(self.name)
+
+    @property
+    def kind(self) -> str:
+        """latency | energy | size | loss | throughput | user_speed ("" when not in the table)."""
+        entry = objective_table().get(self.name)
+        return entry.kind if entry else ""
+
+    @property
+    def short(self) -> str:
+        """What the objective is in a word or two, for text on a plot ("TPOT", "loss")."""
+        entry = objective_table().get(self.name)
+        return entry.short if entry else self.name.replace("_", " ")
 
 
 @dataclass(frozen=True)
@@ -83,10 +95,16 @@ class Results:
         return front
 
     @cached_property
+    def config_ids(self) -> np.ndarray:
+        """`dse.sweep._fronts.config_ids` of the trials: equal ids, equal configurations
+        (kept: every Pareto figure of the report asks, and it is the costly part)."""
+        return fronts.config_ids(self.trials)
+
+    @cached_property
     def distinct(self) -> pd.DataFrame:
         """Feasible trials, one per distinct configuration (its first trial), with `trials`."""
         t = self.trials
-        ids = fronts.config_ids(t)
+        ids = self.config_ids
         counts = np.bincount(ids) if len(ids) else np.empty(0, dtype=np.int64)
         first = ~pd.Series(ids).duplicated().to_numpy()
         feas = self.feasible.index
@@ -190,6 +208,7 @@ SIZE_UNITS = {
     "active_params": "parameters",
     "total_params": "parameters",
     "kv_bytes_per_token": "bytes",
+    "memory_bytes": "bytes",
 }
 
 
@@ -226,29 +245,69 @@ def default_unit(name: str) -> str:
     return DEFAULT_UNITS.get(name.split("_", 1)[0], "")
 
 
-_LATENCY_LABELS = {
-    "request": "Request latency",
-    "ttft": "Time to first token",
-    "tpot": "Time per output token",
+class ObjectiveName(NamedTuple):
+    """How a report names one objective of `dse.spec.space` (its `obj.<name>` column)."""
+
+    kind: str  # the spec's objective kind: latency, energy, size, loss, throughput, user_speed
+    short: str  # a word or two for text on a plot: "TPOT", "energy", "loss", "model size"
+    label: str  # axis title: "Time per output token", "Energy per output token (HYMELL)"
+
+
+_LATENCY_NAMES = {
+    "request": ("latency", "Request latency"),
+    "ttft": ("TTFT", "Time to first token"),
+    "tpot": ("TPOT", "Time per output token"),
 }
 _ENERGY_LABELS = {"request": "Energy per request", "per_output_token": "Energy per output token"}
 _SOURCE_LABELS = {"hymell": "HYMELL", "tokens2wh": "tokens-to-Wh"}
-_SIZE_LABELS = {
-    "active_params": "Active parameters",
-    "total_params": "Total parameters",
-    "kv_bytes_per_token": "KV-cache bytes per token",
+_SIZE_NAMES = {
+    "active_params": ("active params", "Active parameters"),
+    "total_params": ("model size", "Total parameters"),
+    "kv_bytes_per_token": ("KV bytes", "KV-cache bytes per token"),
+    "memory_bytes": ("memory", "Memory per GPU"),
 }
+_LOSS_LABELS = {"chinchilla": "Chinchilla", "besiroglu": "Besiroglu", "joint_moe": "joint MoE law"}
+_THROUGHPUT_NAMES = {"per_gpu": ("throughput", "Throughput per GPU")}
+_USER_SPEED_NAMES = {"tokens_per_s": ("user speed", "Output tokens per second per user")}
+
+
+@cache
+def objective_table() -> dict[str, ObjectiveName]:
+    """Every objective a space can declare (`dse.spec.space.OBJECTIVE_KINDS` and its metric and
+    source choices), by column name: its kind, short name and axis title. Built from the spec's
+    own `Objective.name`, so a name here is exactly the column the sweep writes."""
+    from dse.spec import space as S
+
+    def name(kind: str, metric: str, source: str | None = None) -> str:
+        return S.Objective(kind, metric, source).name
+
+    out: dict[str, ObjectiveName] = {}
+    for m in S.LATENCY_METRICS:
+        short, label = _LATENCY_NAMES.get(m, ("latency", f"Latency ({m})"))
+        out[name("latency", m)] = ObjectiveName("latency", short, label)
+    for src in S.ENERGY_SOURCES:
+        for m in S.ENERGY_METRICS:
+            label = f"{_ENERGY_LABELS.get(m, 'Energy ' + m)} ({_SOURCE_LABELS.get(src, src)})"
+            out[name("energy", m, src)] = ObjectiveName("energy", "energy", label)
+    for m in S.SIZE_METRICS:
+        short, label = _SIZE_NAMES.get(m, (m.replace("_", " "), m.replace("_", " ")))
+        out[name("size", m)] = ObjectiveName("size", short, label)
+    for law in S.LOSS_LAWS:
+        label = f"Loss ({_LOSS_LABELS.get(law, law)})"
+        out[name("loss", "loss", law)] = ObjectiveName("loss", "loss", label)
+    for m in S.THROUGHPUT_METRICS:
+        short, label = _THROUGHPUT_NAMES.get(m, ("throughput", f"Throughput ({m})"))
+        out[name("throughput", m)] = ObjectiveName("throughput", short, label)
+    for m in S.USER_SPEED_METRICS:
+        short, label = _USER_SPEED_NAMES.get(m, ("user speed", f"User speed ({m})"))
+        out[name("user_speed", m)] = ObjectiveName("user_speed", short, label)
+    return out
 
 
 def objective_label(name: str) -> str:
     """A readable axis title for an objective name ('energy_hymell_request' -> ...)."""
-    if name.startswith("latency_") and name[8:] in _LATENCY_LABELS:
-        return _LATENCY_LABELS[name[8:]]
-    if name.startswith("energy_"):
-        source, _, metric = name[7:].partition("_")
-        if source in _SOURCE_LABELS and metric in _ENERGY_LABELS:
-            return f"{_ENERGY_LABELS[metric]} ({_SOURCE_LABELS[source]})"
-    return _SIZE_LABELS.get(name, name.replace("_", " "))
+    entry = objective_table().get(name)
+    return entry.label if entry else name.replace("_", " ")
 
 
 # ---------------------------------------------------------------------- units
