@@ -381,6 +381,8 @@ def test_objective_table_names_every_spec_objective() -> None:
             *(("loss", "loss", law) for law in S.LOSS_LAWS),
             *(("throughput", m, None) for m in S.THROUGHPUT_METRICS),
             *(("user_speed", m, None) for m in S.USER_SPEED_METRICS),
+            ("training_energy", "total", None),
+            ("lifetime_energy", "total", None),
         ]
     ]
     assert {o.kind for o in declared} == set(S.OBJECTIVE_KINDS)

@@ -301,6 +301,13 @@ def objective_table() -> dict[str, ObjectiveName]:
     for m in S.USER_SPEED_METRICS:
         short, label = _USER_SPEED_NAMES.get(m, ("user speed", f"User speed ({m})"))
         out[name("user_speed", m)] = ObjectiveName("user_speed", short, label)
+    # Lifetime objectives (quality issue): joules of training alone, and training + serving.
+    out[name("training_energy", "total")] = ObjectiveName(
+        "training_energy", "training energy", "Training energy (6·N·D FLOPs)"
+    )
+    out[name("lifetime_energy", "total")] = ObjectiveName(
+        "lifetime_energy", "lifetime energy", "Lifetime energy (training + serving)"
+    )
     return out
 
 
