@@ -88,7 +88,7 @@ def test_bad_version_in_yaml_is_located(tmp_path: Path) -> None:
     assert f"{path}:3: workload.engine_version: {RULE}, got 0.11" in str(exc.value)
     # a range of versions has no meaning
     path.write_text(path.read_text().replace("0.11}", "{low: '0.4.2', high: '0.11.1'}}"))
-    with pytest.raises(ConfigError, match="workload.engine_version.low: unknown key"):
+    with pytest.raises(ConfigError, match=r"workload\.engine_version\.low: unknown key"):
         load_space(path)
     path.write_text(path.read_text().replace("{low: '0.4.2', high: '0.11.1'}", "'0.4.2'"))
     space = load_space(path)
@@ -118,7 +118,9 @@ def test_flag_reaches_the_prediction(capsys: pytest.CaptureFixture[str]) -> None
     old = json.loads(capsys.readouterr().out)
     assert main([*argv, "--json"]) == 0
     new = json.loads(capsys.readouterr().out)
-    assert old["config"]["engine_version"] == "0.4.2" and new["config"]["engine_version"] == "0.11.1"
+    assert (
+        old["config"]["engine_version"] == "0.4.2" and new["config"]["engine_version"] == "0.11.1"
+    )
     assert old["prediction"]["latency_s"] > 1.5 * new["prediction"]["latency_s"]
 
 

@@ -258,7 +258,7 @@ def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     static prediction and the 0.4.2 constants by far; the numbers docs/accuracy.md reports."""
     from dse.fitting import serving as S
 
-    rows, variants, sens, tasks, pred = measured_v3
+    rows, variants, sens, tasks, _ = measured_v3
     assert len(rows) == 181 and rows["model"].nunique() == 14 and set(rows["gpu"]) == {"h100_sxm"}
     v = variants.set_index("variant")
     static = v.loc["static prediction (batching: static)"]
