@@ -1,17 +1,24 @@
 """Serving energy per output token of continuous batching (`workload.batching: continuous`),
-whole models held out (docs/accuracy.md "Serving energy is right for the wrong reasons").
+whole models held out, per engine version (docs/accuracy.md "Continuous batching").
 
     PYTHONPATH=. python benchmarks/serving_accuracy.py [--data ../shared/data] [--write-constants]
 
-On the ml-energy v2 runs (vLLM 0.4.2, H100 and A100 40GB): every row priced by
+vLLM 0.4.2, the ml-energy v2 runs (H100 and A100 40GB): every row priced by
 `dse.models.serving` with host constants fitted on the other models of its GPU
 (leave-one-model-out, `dse.fitting.serving`), and A100 also with constants fitted on H100's
-rows alone (the transfer check). Energy per output token has the relative error of energy per
-request (the same output tokens divide both). Prints energy, time and power MAPE per GPU and
-the static prediction's on the same rows. `--write-constants` also writes
-`dse/predict/serving_constants.json`: constants fitted on every row of each GPU, with the
-rows' files and hash, the fitted ranges, the held-out scores printed here and the band (the
-5-95% quantiles of the held-out log residuals; its coverage measured nested).
+rows alone (the transfer check).
+
+vLLM 0.11.1, the ml-energy v3 runs (H100; B200 is not in the GPU registry): the static
+prediction, the 0.4.2 constants (what `batching: continuous` priced before the version was a
+field), and each candidate set of fitted terms held out by whole model and by whole shape
+(every post-trained variant of one base held out together); then the shipped terms at several
+assumed prompt lengths (v3 did not record them).
+
+Energy per output token has the relative error of energy per request (the same output tokens
+divide both). `--write-constants` also writes `dse/predict/serving_constants.json`: per version,
+constants fitted on every row of each GPU, with the rows' files and hash, the fitted ranges,
+the held-out scores printed here and the band (the 5-95% quantiles of the held-out log
+residuals; its coverage measured nested).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,11 +45,20 @@ from dse.predict.serving import CONSTANTS_FILE, FORMAT_VERSION  # noqa: E402
 
 COMMAND = "PYTHONPATH=. python benchmarks/serving_accuracy.py"
 TRAIN_GPU = "h100_sxm"  # the transfer check's, and the constants of a GPU not measured
+V2, V3 = S.ENGINE_VERSION, "0.11.1"
+# candidate term sets for vLLM 0.11.1 (the shipped one is S.VERSIONS[V3].terms)
+V3_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "host terms (as 0.4.2)": S.HOST_TERMS,
+    "GPU-time scale": ("gpu_time_scale",),
+    "GPU-time scale + step": ("gpu_time_scale", "step_s"),
+    "GPU-time scale + host terms": S.TERMS,
+}
+PROMPTS = (128, 256, 512, 1024, 2048)  # every task at one assumed prompt length
 
 
 def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(rows, held-out scores per GPU with the band's nested coverage, A100 scores with H100's
-    constants, the held-out predictions)."""
+    """vLLM 0.4.2 on ml-energy v2: (rows, held-out scores per GPU with the band's nested
+    coverage, A100 scores with H100's constants, the held-out predictions)."""
     rows = S.serving_rows(data)
     pred = S.leave_one_model_out(rows)
     own = S.scores(pred).merge(S.nested_band_coverage(rows).drop(columns="rows"), on="gpu")
@@ -50,14 +67,101 @@ def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.Da
     return rows, own, transfer, pred
 
 
+def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)))
+
+
+def _line(label: str, t: np.ndarray, e: np.ndarray, rows: pd.DataFrame) -> dict[str, Any]:
+    """Energy, time and per-GPU power MAPE and median energy ratio of predicted (t, e)."""
+    mt, me = rows["time_s"].to_numpy(), rows["energy_j"].to_numpy()
+    return {
+        "variant": label,
+        "rows": len(rows),
+        "models": rows["model"].nunique(),
+        "energy_mape": _mape(e, me),
+        "time_mape": _mape(t, mt),
+        "power_mape": _mape(np.asarray(e) / t, me / mt),
+        "energy_median_ratio": float(np.median(np.asarray(e) / me)),
+    }
+
+
+def _held_out(rows: pd.DataFrame, terms: tuple[str, ...], label: str) -> dict[str, Any]:
+    p = S.leave_one_model_out(rows, terms=terms)
+    return _line(label, p["pred_time_s"].to_numpy(), p["pred_energy_j"].to_numpy(), rows)
+
+
+def _by_shape(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with `model` = its catalogue shape: post-trained variants held out together."""
+    return rows.assign(model=rows["model"].map(S.V3_MODELS))
+
+
+def measure_v3(
+    data: Path,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """vLLM 0.11.1 on ml-energy v3's H100 rows: (rows, variants table, prompt-sensitivity
+    table, per-task table of the shipped terms, held-out predictions of the shipped terms)."""
+    from dse.predict.serving import constants_for
+
+    rows = S.serving_rows_v3(data)
+    g = rows[S.STATIC + "latency_s"].to_numpy()
+    lines = [_line("static prediction (batching: static)", g, rows[S.STATIC + "energy_j"], rows)]
+    before = S.price(rows, constants_for(TRAIN_GPU, V2))
+    lines.append(
+        _line(f"vLLM {V2} constants (before)", before["latency_s"], before["energy_j"], rows)
+    )
+    shipped = S.VERSIONS[V3].terms
+    for label, terms in V3_CANDIDATES.items():
+        mark = " (shipped)" if terms == shipped else ""
+        lines.append(_held_out(rows, terms, f"{label}{mark}, model held out"))
+        lines.append(_held_out(_by_shape(rows), terms, f"{label}{mark}, shape held out"))
+    variants = pd.DataFrame(lines)
+    sens = []
+    for label, prompts in (
+        (
+            "per task (shipped: "
+            + ", ".join(f"{k} {v}" for k, v in S.V3_PROMPT_TOKENS.items())
+            + ")",
+            None,
+        ),
+        *((f"{p} every task", dict.fromkeys(S.V3_PROMPT_TOKENS, p)) for p in PROMPTS),
+    ):
+        r = rows if prompts is None else S.serving_rows_v3(data, prompts)
+        st = _line("static", r[S.STATIC + "latency_s"], r[S.STATIC + "energy_j"], r)
+        ho = _held_out(r, shipped, "held out")
+        c = S.fit_constants(r, shipped)
+        sens.append(
+            {
+                "prompt tokens": label,
+                "static energy": st["energy_mape"],
+                "static time": st["time_mape"],
+                "energy": ho["energy_mape"],
+                "time": ho["time_mape"],
+                "power": ho["power_mape"],
+                "gpu_time_scale": c.get("gpu_time_scale", 1.0),
+            }
+        )
+    pred = S.leave_one_model_out(rows, terms=shipped)
+    pred["task"] = rows["task"].to_numpy()
+    tasks = pd.DataFrame(
+        [
+            {
+                "task": task,
+                **_line(task, p["pred_time_s"].to_numpy(), p["pred_energy_j"].to_numpy(), p),
+            }
+            for task, p in pred.groupby("task", sort=True)
+        ]
+    )
+    return rows, variants, pd.DataFrame(sens), tasks, pred
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
 def render(own: pd.DataFrame, transfer: pd.DataFrame, seconds: float) -> str:
     lines = [
-        f"Command: `{COMMAND}` ({seconds:.0f} s). Leave-one-model-out over the ml-energy v2 "
-        "models of each GPU (A100 also with H100's constants: 'transfer').",
+        f"Command: `{COMMAND}` ({seconds:.0f} s). vLLM {V2}: leave-one-model-out over the "
+        "ml-energy v2 models of each GPU (A100 also with H100's constants: 'transfer').",
         "",
         "| GPU | constants from | rows | models | energy MAPE | time MAPE | power MAPE | "
         "energy median ratio | worst row | static energy MAPE | static time ratio |",
@@ -87,13 +191,60 @@ def render(own: pd.DataFrame, transfer: pd.DataFrame, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def constants_json(
-    rows: pd.DataFrame, own: pd.DataFrame, pred: pd.DataFrame, data: Path
+def render_v3(variants: pd.DataFrame, sens: pd.DataFrame, tasks: pd.DataFrame) -> str:
+    lines = [
+        f"vLLM {V3} on ml-energy v3, H100 (leave-one-model-out unless said; prompt tokens per "
+        "task as shipped):",
+        "",
+        "| variant | rows | models | energy MAPE | time MAPE | power MAPE | energy median ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in variants.iterrows():
+        lines.append(
+            f"| {r['variant']} | {r['rows']} | {r['models']} | {_pct(r['energy_mape'])} | "
+            f"{_pct(r['time_mape'])} | {_pct(r['power_mape'])} | {r['energy_median_ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        "Per task (shipped terms, model held out):",
+        "",
+        "| task | rows | models | energy MAPE | time MAPE | power MAPE | energy median ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in tasks.iterrows():
+        lines.append(
+            f"| {r['task']} | {r['rows']} | {r['models']} | {_pct(r['energy_mape'])} | "
+            f"{_pct(r['time_mape'])} | {_pct(r['power_mape'])} | {r['energy_median_ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        "Assumed prompt length (not recorded by v3): the static prediction and the shipped terms "
+        "refitted and held out by model at each:",
+        "",
+        "| prompt tokens | static energy MAPE | static time MAPE | energy MAPE | time MAPE | "
+        "power MAPE | fitted gpu_time_scale |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for _, r in sens.iterrows():
+        lines.append(
+            f"| {r['prompt tokens']} | {_pct(r['static energy'])} | {_pct(r['static time'])} | "
+            f"{_pct(r['energy'])} | {_pct(r['time'])} | {_pct(r['power'])} | "
+            f"{r['gpu_time_scale']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def _gpu_entries(
+    rows: pd.DataFrame,
+    data: Path,
+    terms: tuple[str, ...],
+    own: pd.DataFrame,
+    pred: pd.DataFrame,
 ) -> dict[str, Any]:
-    """The shipped JSON: every GPU's constants fitted on all its rows, with provenance."""
+    """Every GPU's constants fitted on all its rows, with provenance and held-out scores."""
     gpus: dict[str, Any] = {}
     for gpu, g in rows.groupby("gpu", sort=True):
-        entry = S.constants_entry(g, data)
+        entry = S.constants_entry(g, data, terms)
         sc = own[own["gpu"] == gpu].iloc[0]
         entry["held_out"] = {
             "protocol": "leave-one-model-out",
@@ -107,23 +258,44 @@ def constants_json(
             for k, v in S.residual_band(pred[pred["gpu"] == gpu]).items()
         }
         gpus[str(gpu)] = entry
+    return gpus
+
+
+def constants_json(
+    v2: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+    v3: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+    data: Path,
+) -> dict[str, Any]:
+    """The shipped JSON: per version, (rows, held-out scores with nested band coverage,
+    held-out predictions) -> every GPU's constants fitted on all its rows, with provenance."""
+    fitted = {
+        "command": COMMAND + " --write-constants",
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": short_commit(REPO),
+        "machine": platform.platform(),
+    }
+    versions = {}
+    for version, (rows, own, pred) in ((V2, v2), (V3, v3)):
+        spec = S.VERSIONS[version]
+        versions[version] = {
+            "source": spec.source,
+            "terms": list(spec.terms),
+            **(
+                {"prompt_tokens_assumed": S.V3_PROMPT_TOKENS}
+                if version == V3
+                else {"prompt_tokens_assumed": 256}
+            ),
+            "fitted": fitted,
+            "default_gpu": TRAIN_GPU,
+            "gpus": _gpu_entries(rows, data, spec.terms, own, pred),
+        }
     return {
         "format_version": FORMAT_VERSION,
         "engine": S.ENGINE,
-        "engine_version": S.ENGINE_VERSION,
         "model": "host per decode step = step_s + per_sequence_s * batch + per_extra_gpu_s * "
-        "(tp - 1); waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
-        "source": "ml-energy-v2 (ml-energy/leaderboard-v2, commit c3af7f3), "
-        "data/llm_text_generation/{chat,code}, pipeline parallel 1; batch = Avg BS (reqs) "
-        "rounded; prompt tokens assumed 256 (not recorded)",
-        "fitted": {
-            "command": COMMAND + " --write-constants",
-            "date": time.strftime("%Y-%m-%d"),
-            "commit": short_commit(REPO),
-            "machine": platform.platform(),
-        },
-        "default_gpu": TRAIN_GPU,
-        "gpus": gpus,
+        "(tp - 1); the static prediction's GPU time and energy x gpu_time_scale (1 when absent); "
+        "waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
+        "versions": versions,
     }
 
 
@@ -137,10 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     data = Path(args.data)
     rows, own, transfer, pred = measure(data)
+    rows3, variants, sens, tasks, pred3 = measure_v3(data)
+    shipped = S.VERSIONS[V3].terms
+    own3 = S.scores(pred3).merge(
+        S.nested_band_coverage(rows3, shipped).drop(columns="rows"), on="gpu"
+    )
     print(render(own, transfer, time.perf_counter() - t0))
+    print()
+    print(render_v3(variants, sens, tasks))
+    print(f"\nMachine: {platform.platform()}; {time.perf_counter() - t0:.0f} s in all.")
     if args.write_constants:
-        text = json.dumps(constants_json(rows, own, pred, data), indent=1) + "\n"
-        CONSTANTS_FILE.write_text(text)
+        doc = constants_json((rows, own, pred), (rows3, own3, pred3), data)
+        CONSTANTS_FILE.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {CONSTANTS_FILE.relative_to(REPO)}", file=sys.stderr)
     return 0
 

@@ -106,6 +106,8 @@ def _metavar(f: F.Field) -> str:
         return "KINDS"
     if f.kind == "bool":
         return "BOOL"
+    if f.kind == "version":
+        return "VERSION"
     return "N" if f.kind == "int" else "X"
 
 

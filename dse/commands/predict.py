@@ -15,9 +15,15 @@ from dse.commands._flags import ARCH_FLAGS
 from dse.errors import ConfigError
 from dse.spec import columns as C
 from dse.spec import fields as F
+from dse.spec.choices import DEFAULT_ENGINE_VERSION
 from dse.spec.hardware import get_gpu
 
-WORKLOAD_FLAGS: tuple[str, ...] = (*_flags.WORKLOAD_FLAGS, "engine", "batching")
+WORKLOAD_FLAGS: tuple[str, ...] = (
+    *_flags.WORKLOAD_FLAGS,
+    "engine",
+    "batching",
+    "engine_version",
+)
 # Where a configuration comes from: at most one of these.
 SOURCES: tuple[tuple[str, str], ...] = (
     ("model", "--model"),
@@ -318,6 +324,7 @@ def prediction_info(config: dict[str, Any], r: dict[str, Any]) -> PredictionInfo
     )
     if config.get("batching", "static") != "static":  # the static line as it always was
         workload += f" batching={config['batching']}"
+        workload += f" engine_version={config.get('engine_version', DEFAULT_ENGINE_VERSION)}"
     blocks: dict[str, list[tuple[str, float]]] = {}
     breakdown: dict[str, list[tuple[str, float, float]]] = {}
     for phase in PHASES:

@@ -12,9 +12,12 @@ reasons"):
 
 so the power is idle + (GPU-busy power - idle) x duty (duty = T_gpu / T) plus the waiting
 GPU's draw above idle. T_gpu, E_gpu are the static prediction of `batch` sequences (Levels
-1-3). Four constants per GPU, fitted by `dse.fitting.serving` with whole models held out;
-pure: the constants come in as a `HostConstants`, read from JSON at the edge
-(`dse.predict.serving`).
+1-3), times the version's `gpu_time_scale` s (time and energy alike, so at the static
+prediction's power): 1 for vLLM 0.4.2, whose kernels are the static prediction's; current
+vLLM (0.11.1, ml-energy v3) runs the same batch faster than Level 3 learned from 2024 runs,
+and its per-step host time is mostly hidden behind the GPU. Constants per engine version and
+GPU, fitted by `dse.fitting.serving` with whole models held out; pure: the constants come in
+as a `HostConstants`, read from JSON at the edge (`dse.predict.serving`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class HostConstants:
     # 5-95% quantiles of log(measured / predicted) of whole held-out models ("latency",
     # "energy"): the band's width where it is wider than the static prediction's
     band_log: Mapping[str, tuple[float, float]] | None = None
+    # the static prediction's GPU time and energy x this (1: the static prediction as is)
+    gpu_time_scale: float = 1.0
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], engine: str, version: str, gpu: str) -> HostConstants:
@@ -65,6 +70,7 @@ class HostConstants:
             band_log=None
             if d.get("band_log") is None
             else {k: (float(v[0]), float(v[1])) for k, v in d["band_log"].items()},
+            gpu_time_scale=float(d.get("gpu_time_scale", 1.0)),
         )
 
 
@@ -94,10 +100,13 @@ def continuous(
     h = host_step_s(c, b, tpf)
     host = steps * h  # s, every decode step of the batch
     wait_w = idle_w + c.wait_above_idle_w
-    latency = static["latency_s"] + host
-    decode_energy = static["decode_energy_j"] + tpf * wait_w * host  # every GPU waits
-    energy = static["prefill_energy_j"] + decode_energy
-    tpot = np.where(steps > 0, static["tpot_s"] + h, static["tpot_s"])
+    s = c.gpu_time_scale  # the GPU part at the static prediction's power
+    latency = s * static["latency_s"] + host
+    decode_energy = s * static["decode_energy_j"] + tpf * wait_w * host  # every GPU waits
+    prefill_energy = s * static["prefill_energy_j"]
+    energy = prefill_energy + decode_energy
+    tpot = np.where(steps > 0, s * static["tpot_s"] + h, s * static["tpot_s"])
+    ttft = s * static["ttft_s"]
     band = c.band_log or {}
 
     def ratios(lo: np.ndarray, hi: np.ndarray, mid: np.ndarray, key: str) -> tuple[Any, Any]:
@@ -115,8 +124,12 @@ def continuous(
     tpot_lo, tpot_hi = ratios(static["tpot_lo_s"], static["tpot_hi_s"], static["tpot_s"], "latency")
     e_lo, e_hi = ratios(static["energy_lo_j"], static["energy_hi_j"], static["energy_j"], "energy")
     out = {
+        "ttft_s": ttft,  # the prefill has no host step: its band scales with it
+        "ttft_lo_s": s * static["ttft_lo_s"],
+        "ttft_hi_s": s * static["ttft_hi_s"],
         "tpot_s": tpot,
         "latency_s": latency,
+        "prefill_energy_j": prefill_energy,
         "decode_energy_j": decode_energy,
         "energy_j": energy,
         "energy_per_output_token_j": energy / (np.asarray(output_tokens, dtype=float) * b),
@@ -134,10 +147,16 @@ def continuous(
 
 
 def range_misses(
-    c: HostConstants, batch: np.ndarray, tp: np.ndarray, engine: np.ndarray, gpu: str
+    c: HostConstants,
+    batch: np.ndarray,
+    tp: np.ndarray,
+    engine: np.ndarray,
+    gpu: str,
+    version: np.ndarray | None = None,
 ) -> tuple[dict[str, RangeMiss], dict[str, np.ndarray]]:
     """Where the host constants do not apply as fitted: the batch outside the fitted range
-    (log distance, as every size), a TP degree, engine or GPU the fit did not see."""
+    (log distance, as every size), a TP degree, engine, engine version (`version`, the one
+    asked; None: not judged) or GPU the fit did not see."""
     b = np.asarray(batch, dtype=float)
     lo, hi = c.batch_range
     excess = np.where(b > hi, np.log(b / hi), np.where(b < lo, np.log(b / lo), 0.0))
@@ -148,6 +167,9 @@ def range_misses(
         f"serving: engine not fitted ({c.engine} {c.engine_version})": np.asarray(engine)
         != c.engine,
     }
+    if version is not None:
+        name = f"serving: engine_version not fitted (constants of {c.engine} {c.engine_version})"
+        flags[name] = np.asarray(version) != c.engine_version
     if gpu != c.gpu:
         flags[f"serving: host constants of {c.gpu}"] = np.ones(len(b), dtype=bool)
     return misses, flags

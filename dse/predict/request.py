@@ -257,10 +257,12 @@ def predict_columns(
     oor, degree = _oor_degree(misses, flags, n)
     out = _totals(cost, base.steps, cols, _bands(corr.band_lo, corr.band_hi, power_band, degree))
     host: dict[str, np.ndarray] = {}
+    gpu_scale: np.ndarray | None = None
     if any_continuous(cols):
-        # continuous batching: the static batch plus the engine's host time per decode step
-        # (dse.models.serving); the bands keep the static prediction's relative width
-        host = apply_serving(out, cols, gpu, misses, flags)
+        # continuous batching: the static batch (x the engine version's GPU-time scale) plus
+        # the engine's host time per decode step (dse.models.serving); the bands keep the
+        # static prediction's relative width
+        host, gpu_scale = apply_serving(out, cols, gpu, misses, flags)
         oor, degree = _oor_degree(misses, flags, n)
     # the energy band inside the power bounds over the latency band (after the host time,
     # which widens both)
@@ -276,7 +278,10 @@ def predict_columns(
     out["out_of_range"] = oor
     out["out_of_range_inputs"] = _miss_text(misses, flags, n)
     out["out_of_range_degree"] = degree
-    out.update(_breakdown_columns(base, cost, corr.overheads if lvl3 is not None else None))
+    parts = _breakdown_columns(base, cost, corr.overheads if lvl3 is not None else None)
+    if gpu_scale is not None:  # the parts of the scaled GPU time still sum to it
+        parts = {k: v * gpu_scale for k, v in parts.items()}
+    out.update(parts)
     out.update(host)
     out.update(_provenance(base, artifact, fitted_for, gpu, pw is not None, lvl3 is not None, n))
     return out

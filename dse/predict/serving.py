@@ -2,14 +2,18 @@
 this file; written by `benchmarks/serving_accuracy.py --write-constants`) and where a
 configuration with `batching: continuous` is priced with them (`apply`).
 
-The JSON holds one entry per GPU measured (fitted on every row of that GPU, with the rows'
-files, their hash, the fitted ranges and the held-out scores); a GPU without an entry takes
-DEFAULT_GPU's constants and is flagged out of range.
+The JSON holds one entry per engine version fitted (`versions`: vLLM 0.4.2 from ml-energy v2,
+vLLM 0.11.1 from ml-energy v3), each with its source, the command that fitted it, and one entry
+per GPU measured (fitted on every row of that GPU, with the rows' files, their hash, the fitted
+ranges and the held-out scores). A GPU without an entry takes the version's `default_gpu`
+constants, and a version not fitted the nearest fitted one's (`nearest_version`); both are
+flagged out of range.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -23,7 +27,7 @@ from dse.models.serving import HostConstants, continuous, range_misses
 from dse.spec.hardware import GPU
 
 CONSTANTS_FILE = Path(__file__).with_name("serving_constants.json")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: constants per engine version (`versions`); 1 held vLLM 0.4.2 only
 
 
 @cache
@@ -40,11 +44,38 @@ def load_constants(path: str = str(CONSTANTS_FILE)) -> dict[str, Any]:
     return d
 
 
-def constants_for(gpu: str, path: str = str(CONSTANTS_FILE)) -> HostConstants:
-    """The host constants of `gpu`, or DEFAULT_GPU's (its `gpu` then names the lender)."""
+def version_key(version: str) -> tuple[int, ...]:
+    """The numbers of a version text, for ordering ('0.11.1' -> (0, 11, 1); a tag such as
+    'rc1' is ignored)."""
+    return tuple(int(x) for x in re.findall(r"[0-9]+", version.split("+")[0])[:4])
+
+
+def fitted_versions(path: str = str(CONSTANTS_FILE)) -> tuple[str, ...]:
+    """The engine versions with constants, oldest first."""
+    return tuple(sorted(load_constants(path)["versions"], key=version_key))
+
+
+def nearest_version(version: str, path: str = str(CONSTANTS_FILE)) -> str:
+    """The fitted version whose constants price `version`: itself when fitted, else the newest
+    fitted one not newer than it, else the oldest fitted one."""
+    fitted = fitted_versions(path)
+    if version in fitted:
+        return version
+    older = [v for v in fitted if version_key(v) <= version_key(version)]
+    return older[-1] if older else fitted[0]
+
+
+def constants_for(
+    gpu: str, version: str | None = None, path: str = str(CONSTANTS_FILE)
+) -> HostConstants:
+    """The host constants of `gpu` under engine `version` (None: the newest fitted; a version
+    not fitted: `nearest_version`'s), or the version's default GPU's (its `gpu` then names the
+    lender)."""
     d = load_constants(path)
-    name = gpu if gpu in d["gpus"] else d["default_gpu"]
-    return HostConstants.from_dict(d["gpus"][name], d["engine"], d["engine_version"], name)
+    v = fitted_versions(path)[-1] if version is None else nearest_version(version, path)
+    entry = d["versions"][v]
+    name = gpu if gpu in entry["gpus"] else entry["default_gpu"]
+    return HostConstants.from_dict(entry["gpus"][name], d["engine"], v, name)
 
 
 def apply(
@@ -53,28 +84,57 @@ def apply(
     gpu: GPU,
     misses: dict[str, RangeMiss],
     flags: dict[str, np.ndarray],
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Reprice in place the rows of `out` (one GPU's static prediction) whose `batching` is
-    continuous, and add their range misses and flags; static rows keep every value. Returns
-    the columns `out` did not have (the host time, 0 on static rows)."""
-    rows = cols["batching"] == "continuous"
-    c = constants_for(gpu.name)
-    new = continuous(
-        out, cols["batch_size"], cols["tensor_parallel"], cols["output_tokens"], gpu.idle_power_w, c
+    continuous, each with the constants of its `engine_version`, and add their range misses
+    and flags; static rows keep every value. Returns the columns `out` did not have (the host
+    time, 0 on static rows) and each row's GPU-time scale (1 on static rows), by which the
+    caller scales the breakdown so that its parts still sum to the latency."""
+    n = len(out["latency_s"])
+    continuous_rows = cols["batching"] == "continuous"
+    asked = cols.get("engine_version")
+    if asked is None:
+        asked = np.full(n, fitted_versions()[-1])
+    asked = np.asarray(asked).astype(str)
+    scale = np.ones(n)
+    added: dict[str, np.ndarray] = {}
+    static = dict(out)  # every version prices the same static prediction
+    for version in np.unique(asked[continuous_rows]):
+        rows = continuous_rows & (asked == version)
+        every = bool(rows.all())
+        c = constants_for(gpu.name, str(version))
+        new = continuous(
+            static,
+            cols["batch_size"],
+            cols["tensor_parallel"],
+            cols["output_tokens"],
+            gpu.idle_power_w,
+            c,
+        )
+        for k, v in new.items():
+            if k in static:
+                out[k] = v if every else np.where(rows, v, out[k])
+            else:
+                added[k] = v if every else np.where(rows, v, added.get(k, 0.0))
+        scale = np.where(rows, c.gpu_time_scale, scale)
+        m, f = range_misses(
+            c, cols["batch_size"], cols["tensor_parallel"], cols["engine"], gpu.name, asked
+        )
+        for k, miss in m.items():
+            miss = miss if every else miss.masked(rows)
+            misses[k] = miss if k not in misses else _merge(misses[k], miss, rows)
+        for k, flag in f.items():
+            flags[k] = (flag & rows) | flags.get(k, np.zeros(n, dtype=bool))
+    return added, scale
+
+
+def _merge(a: RangeMiss, b: RangeMiss, rows: np.ndarray) -> RangeMiss:
+    """Two versions' misses of one input: `b` on `rows`, `a` elsewhere."""
+    return RangeMiss(
+        np.where(rows, b.excess, a.excess),
+        np.where(rows, b.value, a.value),
+        np.where(rows, b.bound, a.bound),
     )
-    every = bool(rows.all())
-    added = {}
-    for k, v in new.items():
-        if k in out:
-            out[k] = v if every else np.where(rows, v, out[k])
-        else:
-            added[k] = v if every else np.where(rows, v, 0.0)
-    m, f = range_misses(c, cols["batch_size"], cols["tensor_parallel"], cols["engine"], gpu.name)
-    for k, miss in m.items():
-        misses[k] = miss if every else miss.masked(rows)
-    for k, flag in f.items():
-        flags[k] = flag & rows
-    return added
 
 
 def any_continuous(cols: Mapping[str, np.ndarray]) -> bool:

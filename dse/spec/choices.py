@@ -23,6 +23,12 @@ ENGINES: tuple[str, ...] = ("vllm", "trtllm")
 # as every measurement Level 3 was fitted on; "continuous" adds the engine's host time per decode
 # step and the GPU's waiting power (`dse.models.serving`, docs/accuracy.md "Serving energy").
 BATCHING: tuple[str, ...] = ("static", "continuous")
+# The engine's version (`workload.engine_version`), read by continuous batching only: its host
+# constants are fitted per version (dse/predict/serving_constants.json). The default is the
+# newest version fitted (vLLM 0.11.1, ml-energy v3); tests/test_serving.py checks that the
+# JSON's newest version is this one. Any version text is accepted; one not fitted is priced
+# with the nearest fitted version's constants and flagged out of range.
+DEFAULT_ENGINE_VERSION = "0.11.1"
 # Linear-attention / state-space layer families (`attention_pattern` kind "linear"): Gated
 # DeltaNet (Qwen3-Next), Mamba-2 (Bamba, Nemotron-H, Falcon-H1) and Mamba-1 (Jamba); they
 # differ in parameters and in the layout of their state (docs/architecture.md).

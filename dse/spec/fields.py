@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,11 +38,21 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.spec.choices import BATCHING, DTYPE_BYTES, ENGINES, LINEAR_KINDS, NORMS
+from dse.spec.choices import (
+    BATCHING,
+    DEFAULT_ENGINE_VERSION,
+    DTYPE_BYTES,
+    ENGINES,
+    LINEAR_KINDS,
+    NORMS,
+)
 from dse.spec.pattern import KINDS_OF, Kinds
 from dse.spec.pattern import canonical as canonical_pattern
 
-KINDS = ("int", "float", "bool", "choice", "pattern")
+KINDS = ("int", "float", "bool", "choice", "pattern", "version")
+# A version text: numbers separated by dots, then an optional tag ("0.11.1", "0.4.2",
+# "1.3.0rc20", "0.6.3.post1"); a YAML number (0.11) is refused, since 0.10 would read as 0.1
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,3}([a-z][a-z0-9]*)?(\.?[a-z]+[0-9]*)?$")
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
@@ -74,8 +85,9 @@ def _gpus() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Field:
-    """One field: `kind` is int, float, bool, choice or pattern (a list of layer kinds,
-    `dse.spec.pattern`, carried as its canonical text); `min`/`max` are inclusive limits."""
+    """One field: `kind` is int, float, bool, choice, pattern (a list of layer kinds,
+    `dse.spec.pattern`, carried as its canonical text) or version (a version text such as
+    "0.11.1"); `min`/`max` are inclusive limits."""
 
     name: str
     kind: str
@@ -105,6 +117,8 @@ class Field:
             return "must be true or false"
         if self.kind == "pattern":
             return self.pattern_kinds.rule
+        if self.kind == "version":
+            return "must be a version text like '0.11.1' (quoted in YAML)"
         if self.kind == "choice":
             return f"must be one of {', '.join(self.options())}"
         if self.kind == "int":
@@ -144,6 +158,8 @@ class Field:
             text = "comma-separated " + text.removeprefix("a list of ")
         elif self.kind == "choice":
             text = "one of " + text
+        elif self.kind == "version":
+            text = "a version such as 0.11.1"
         if self.unit:
             text += f" {self.unit}"
         if self.note:
@@ -185,6 +201,11 @@ class Field:
                 return False, raw
             v = raw.strip().lower() if self.case_insensitive else raw.strip()
             return v in self.options(), v
+        if self.kind == "version":
+            if not isinstance(raw, str):
+                return False, raw
+            v = raw.strip().lower().removeprefix("v")
+            return _VERSION.match(v) is not None, v
         if self.kind == "bool":
             if isinstance(raw, bool):
                 return True, raw
@@ -225,6 +246,16 @@ class Field:
         if self.kind == "pattern":
             return self._parse_patterns(raw)
         a = np.asarray(raw)
+        if self.kind == "version":
+            a = a.reshape(-1)
+            if a.dtype.kind in "US":  # a sweep or a CSV holds a few: each distinct text once
+                uniq, inv = np.unique(a, return_inverse=True)
+            else:  # numbers (refused) or mixed objects: each element
+                uniq, inv = a, np.arange(len(a))
+            parsed = [self.parse(x) for x in uniq.tolist()]
+            text = np.array([v if ok else self.default for ok, v in parsed], dtype=str)
+            bad = np.array([not ok for ok, _ in parsed], dtype=bool)
+            return text[inv], bad[inv]
         if a.ndim != 1:
             a = a.reshape(-1)
         n = len(a)
@@ -320,6 +351,8 @@ class Field:
         return {"int": np.int64, "float": np.float64, "bool": bool}.get(self.kind, str)
 
     def _placeholder(self) -> Any:
+        if self.kind == "version":
+            return self.default
         if self.kind == "int":
             return int(self.min) if self.min is not None else 0
         if self.kind == "float":
@@ -429,6 +462,14 @@ FIELDS: dict[str, Field] = {
             default="static",
             choices=_batching,
             note="continuous: priced with the engine's fitted host time per decode step",
+            group="workload",
+        ),
+        Field(
+            "engine_version",
+            "version",
+            default=DEFAULT_ENGINE_VERSION,
+            note="continuous batching's host constants are fitted per version (vLLM 0.4.2, "
+            "0.11.1); another version takes the nearest fitted one's and is flagged out of range",
             group="workload",
         ),
         # hardware

@@ -602,9 +602,9 @@ def _param(
         return out
 
     if isinstance(spec, dict):
-        allowed = (
-            ("values",) if (is_bool or str_choices) else ("values", "low", "high", "step", "log")
-        )
+        # a version text has no range either (`engine_version: {values: ["0.4.2", "0.11.1"]}`)
+        text = bool(str_choices) or (name in FIELDS and FIELDS[name].kind == "version")
+        allowed = ("values",) if (is_bool or text) else ("values", "low", "high", "step", "log")
         _no_unknown(doc, keys, spec, allowed)
         if "values" in spec:
             if len(spec) > 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from dse.spec.choices import BATCHING, ENGINES  # noqa: F401  (re-exported)
+from dse.spec.choices import BATCHING, DEFAULT_ENGINE_VERSION, ENGINES  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,8 @@ class Workload:
     `tensor_parallel` GPUs share every layer (Megatron-style sharding); `engine` selects the
     serving framework whose overheads the end-to-end level learned (vLLM by default, the most
     common in the measurements). `batching` "continuous" prices a serving run whose running
-    batch averages `batch_size` sequences (docs/accuracy.md "Serving energy").
+    batch averages `batch_size` sequences (docs/accuracy.md "Serving energy") with the host
+    constants of `engine_version` (the engine's version; read by continuous batching only).
     """
 
     batch_size: int = 1
@@ -25,6 +26,8 @@ class Workload:
     # static by default: the batches Level 3 was fitted on, and every prediction made before
     # `batching` existed ("continuous": dse.models.serving)
     batching: str = "static"
+    # the newest version whose host constants are fitted (dse.spec.choices)
+    engine_version: str = DEFAULT_ENGINE_VERSION
 
     def validate(self, where: str = "workload") -> Workload:
         """Raise ConfigError with the rule and the value when the workload is impossible.
