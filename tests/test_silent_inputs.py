@@ -199,6 +199,24 @@ def test_trials_that_mean_something_are_not_warned(
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("sampler", ["exact", "exhaustive"])
+def test_trials_flag_with_a_sampler_that_prices_everything_is_warned(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, sampler: str
+) -> None:
+    """`dse sweep --sampler exact --trials 3`: the flag is named as ignored, as in the YAML."""
+    from dse.sweep import SweepOptions
+    from dse.sweep._run import settings
+
+    p = space_file(tmp_path, "study: {sampler: tpe, trials: 5}\n")
+    space = load_space(p)
+    rec = settings(space, SweepOptions(space_file=p, sampler=sampler, trials=3, quiet=True))
+    assert rec.trials == space.size()
+    err = capsys.readouterr().err
+    assert f"--trials 3 ignored by sampler {sampler}" in err
+    settings(space, SweepOptions(space_file=p, sampler="tpe", trials=3, quiet=True))
+    assert "--trials 3 ignored" not in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------- 6. GPU name case
 @pytest.mark.parametrize(
     ("hardware", "gpus"),

@@ -222,6 +222,12 @@ def settings(space: SearchSpace, opts: SweepOptions) -> StudyRecord:
     if warning is not None:  # printed even with --quiet: the budget is partly wasted
         print(f"dse sweep: {warning}", file=sys.stderr)
     if sampler in ("exhaustive", "exact"):
+        if opts.trials is not None and asked == sampler:  # even with --quiet: it did nothing
+            print(
+                f"dse sweep: warning: --trials {opts.trials} ignored by sampler {sampler}, which "
+                f"prices every configuration of the space once ({space.size():,})",
+                file=sys.stderr,
+            )
         trials = space.size()  # `exact`: the budget is the configurations to enumerate
     return StudyRecord(
         space_file=space.source,
