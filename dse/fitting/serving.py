@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from dse.data import load
 from dse.estimators import _measured as M
+from dse.files import sha256_file
 from dse.models.serving import HostConstants, continuous
 from dse.predict.request import BAND_KEYS, OUTPUT_KEYS
 from dse.spec.arch import Architecture
@@ -39,7 +41,7 @@ def serving_rows(data: Path) -> pd.DataFrame:
     prediction's OUTPUT_KEYS and BAND_KEYS as `static.<key>`."""
     from dse.predict import predict
 
-    df, _ = M.ml_energy(data)
+    df, _ = M.ml_energy(load(data, kinds=["serving_energy"]))
     parts = []
     for gpu, rows in df.groupby("gpu", sort=True):
         cols = M.architecture_columns(rows["model"])
@@ -117,7 +119,7 @@ def constants_entry(rows: pd.DataFrame, data: Path | None = None) -> dict[str, A
     for f in files:
         h.update(f.encode())
         if data is not None:
-            h.update(bytes.fromhex(M.sha256(data / f)))
+            h.update(bytes.fromhex(sha256_file(data / f)))
     entry["files_sha256"] = h.hexdigest()
     return entry
 
