@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError, ConfigError
-from dse.fitting.cv import mape_pct
+from dse.metrics import mape_pct
 from dse.models.artifact import Artifact
 from dse.models.gemm import (
     REGIMES,
