@@ -41,6 +41,7 @@ from dse.fitting.level3 import (  # noqa: E402
     pair_keys,
     power_groups,
 )
+from dse.metrics import mape_pct  # noqa: E402
 from dse.models.artifact import Artifact  # noqa: E402
 from dse.models.level3 import Level3  # noqa: E402
 from dse.models.level3_power import Power3, fit_protocol  # noqa: E402
@@ -161,11 +162,6 @@ HISTORY_TEXT = [
     "",
 ]
 ML_ENERGY_PROMPT_TOKENS = 256  # not recorded by ml-energy-v2; ShareGPT prompts are a few hundred
-
-
-def mape(pred: np.ndarray, meas: np.ndarray) -> float:
-    ok = np.isfinite(pred) & np.isfinite(meas)
-    return float(np.mean(np.abs(pred[ok] / meas[ok] - 1)) * 100) if ok.any() else float("nan")
 
 
 def level12(gpu: str) -> Artifact | None:
@@ -326,10 +322,10 @@ def protocol_check(en: pd.DataFrame) -> list[str]:
             lomo[sel] = _energy_with_protocol(x, c)[sel]
         own = x["protocol_c"].iloc[0]
         lines.append(
-            f"| {a} | {mape(_energy_with_protocol(x, 0.0), meas):.1f}% "
-            f"| {mape(x['energy_held_j'].to_numpy(), meas):.1f}% (c = {own:.3f}) "
-            f"| {mape(_energy_with_protocol(x, other), meas):.1f}% (c = {other:.3f}) "
-            f"| {mape(lomo, meas):.1f}% (c = {', '.join(f'{c:.3f}' for c in cs)}) |"
+            f"| {a} | {mape_pct(_energy_with_protocol(x, 0.0), meas):.1f}% "
+            f"| {mape_pct(x['energy_held_j'].to_numpy(), meas):.1f}% (c = {own:.3f}) "
+            f"| {mape_pct(_energy_with_protocol(x, other), meas):.1f}% (c = {other:.3f}) "
+            f"| {mape_pct(lomo, meas):.1f}% (c = {', '.join(f'{c:.3f}' for c in cs)}) |"
         )
     return lines
 
@@ -424,18 +420,18 @@ def report() -> str:
             summary.append(
                 (
                     f"end-to-end latency, {gpu}, {e} (argonne, leave-one-model-out; held-out shapes)",
-                    f"{mape(x['lomo'].to_numpy(), meas):.1f}%; {mape(x['loso'].to_numpy(), meas):.1f}%",
+                    f"{mape_pct(x['lomo'].to_numpy(), meas):.1f}%; {mape_pct(x['loso'].to_numpy(), meas):.1f}%",
                     target,
                 )
             )
             lr = np.log(meas / x["lomo"].to_numpy())
             inside = np.mean((lr >= x["band_lo"].to_numpy()) & (lr <= x["band_hi"].to_numpy()))
             lines.append(
-                f"| {e} | {len(x)} | {x['model'].nunique()} | {mape(x['l12_s'].to_numpy(), meas):.1f}% "
-                f"| {mape(x['lomo_s'].to_numpy(), meas):.2f}% "
-                f"| {mape(x['lomo'].to_numpy(), meas):.2f}% "
-                f"| {mape(x['lomo'][big].to_numpy(), meas[big.to_numpy()]):.2f}% "
-                f"| {mape(x['loso'].to_numpy(), meas):.2f}% | {100 * inside:.0f}% |"
+                f"| {e} | {len(x)} | {x['model'].nunique()} | {mape_pct(x['l12_s'].to_numpy(), meas):.1f}% "
+                f"| {mape_pct(x['lomo_s'].to_numpy(), meas):.2f}% "
+                f"| {mape_pct(x['lomo'].to_numpy(), meas):.2f}% "
+                f"| {mape_pct(x['lomo'][big].to_numpy(), meas[big.to_numpy()]):.2f}% "
+                f"| {mape_pct(x['loso'].to_numpy(), meas):.2f}% | {100 * inside:.0f}% |"
             )
         lines += [
             "",
@@ -458,7 +454,7 @@ def report() -> str:
         lines += ["| engine | model | TP | rows | lomo MAPE |", "|---|---|---|---|---|"]
         for (e, m, tp), x in r.groupby(["engine", "model", "n_gpus"]):
             lines.append(
-                f"| {e} | {m} | {tp} | {len(x)} | {mape(x['lomo'].to_numpy(), x['latency_s'].to_numpy()):.1f}% |"
+                f"| {e} | {m} | {tp} | {len(x)} | {mape_pct(x['lomo'].to_numpy(), x['latency_s'].to_numpy()):.1f}% |"
             )
         lines += [
             "",
@@ -503,24 +499,24 @@ def report() -> str:
         for (a, e), x in en.groupby(["artifact", "engine"]):
             lines.append(
                 f"| {a} | {e} | {len(x)} | {x['scheme'].iloc[0]} "
-                f"| {mape(x['power_model_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
-                f"| {mape(x['power_held_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
-                f"| {mape(x['latency_held_s'].to_numpy(), x['latency_s'].to_numpy()):.1f}% "
-                f"| {mape(x['energy_held_j'].to_numpy(), x['energy_j'].to_numpy()):.1f}% |"
+                f"| {mape_pct(x['power_model_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
+                f"| {mape_pct(x['power_held_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
+                f"| {mape_pct(x['latency_held_s'].to_numpy(), x['latency_s'].to_numpy()):.1f}% "
+                f"| {mape_pct(x['energy_held_j'].to_numpy(), x['energy_j'].to_numpy()):.1f}% |"
             )
         for a, x in en.groupby("artifact"):
             summary.append(
                 (
                     f"energy of a batch on one GPU, {a} (argonne power rows, {len(x)})",
-                    f"{mape(x['energy_held_j'].to_numpy(), x['energy_j'].to_numpy()):.1f}%",
+                    f"{mape_pct(x['energy_held_j'].to_numpy(), x['energy_j'].to_numpy()):.1f}%",
                     "<= 8%",
                 )
             )
             lines.append(
-                f"| {a} | all | {len(x)} | | {mape(x['power_model_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
-                f"| {mape(x['power_held_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
-                f"| {mape(x['latency_held_s'].to_numpy(), x['latency_s'].to_numpy()):.1f}% "
-                f"| {mape(x['energy_held_j'].to_numpy(), x['energy_j'].to_numpy()):.1f}% |"
+                f"| {a} | all | {len(x)} | | {mape_pct(x['power_model_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
+                f"| {mape_pct(x['power_held_w'].to_numpy(), x['power_w'].to_numpy()):.1f}% "
+                f"| {mape_pct(x['latency_held_s'].to_numpy(), x['latency_s'].to_numpy()):.1f}% "
+                f"| {mape_pct(x['energy_held_j'].to_numpy(), x['energy_j'].to_numpy()):.1f}% |"
             )
         lines += [
             "",
@@ -555,16 +551,16 @@ def report() -> str:
         summary.append(
             (
                 f"time to first token (argonne Fig. 22, leave-one-model-out, {len(tt)} rows)",
-                f"{mape(tt['lomo_ttft'].to_numpy(), meas):.1f}%",
+                f"{mape_pct(tt['lomo_ttft'].to_numpy(), meas):.1f}%",
                 "",
             )
         )
         lines += [
             "",
-            f"TTFT MAPE: held out {mape(tt['lomo_ttft'].to_numpy(), meas):.1f}%, "
-            f"held-out shapes {mape(tt['loso_ttft'].to_numpy(), meas):.1f}% "
+            f"TTFT MAPE: held out {mape_pct(tt['lomo_ttft'].to_numpy(), meas):.1f}%, "
+            f"held-out shapes {mape_pct(tt['loso_ttft'].to_numpy(), meas):.1f}% "
             f"(every row of that (batch, length) held out), "
-            f"Levels 1-2 prefill alone {mape(tt['l12_ttft_s'].to_numpy(), meas):.1f}%.",
+            f"Levels 1-2 prefill alone {mape_pct(tt['l12_ttft_s'].to_numpy(), meas):.1f}%.",
             "",
         ]
     sv = serving_check()
@@ -590,7 +586,7 @@ def report() -> str:
             "",
             f"- energy per output token: MAPE {100 * np.mean(np.abs(err)):.1f}%, median signed error "
             f"{100 * np.median(err):+.1f}%, within +-25%: {100 * np.mean(np.abs(err) <= 0.25):.0f}% of rows",
-            f"- time per output token: MAPE {mape(sv['pred_tpot_s'].to_numpy(), sv['measured_tpot_s'].to_numpy()):.1f}%",
+            f"- time per output token: MAPE {mape_pct(sv['pred_tpot_s'].to_numpy(), sv['measured_tpot_s'].to_numpy()):.1f}%",
             "",
             "| model | TP | rows | MAPE J/token | median signed |",
             "|---|---|---|---|---|",

@@ -26,11 +26,8 @@ import pandas as pd
 REGIMES = ("launch", "memory", "bal-mem", "bal-comp", "compute")
 
 
-def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred / meas - 1.0)) * 100.0)
-
-
 def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
+    from dse.metrics import mape_pct
     from dse.predict.gemm_choice import Gemm
 
     gemm = Gemm.load(gpu)
@@ -52,10 +49,12 @@ def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
             {
                 "set": name,
                 "rows": len(g),
-                "latency_mape_pct": round(_mape(g.pred_ms.values, g.latency_ms.values), 2),
+                "latency_mape_pct": round(mape_pct(g.pred_ms.values, g.latency_ms.values), 2),
                 "median_ape_pct": round(float(np.median(np.abs(1 / g.ratio - 1)) * 100), 2),
                 "bias_pct": round(float(np.median(1 / g.ratio - 1) * 100), 2),
-                "scaled_mape_pct": round(_mape(g.pred_ms.values * scale, g.latency_ms.values), 2),
+                "scaled_mape_pct": round(
+                    mape_pct(g.pred_ms.values * scale, g.latency_ms.values), 2
+                ),
             }
         )
     out["sets"] = rows
@@ -64,8 +63,8 @@ def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
             "set": s,
             "regime": r,
             "rows": len(g),
-            "latency_mape_pct": round(_mape(g.pred_ms.values, g.latency_ms.values), 2),
-            "scaled_mape_pct": round(_mape(g.pred_ms.values * scale, g.latency_ms.values), 2),
+            "latency_mape_pct": round(mape_pct(g.pred_ms.values, g.latency_ms.values), 2),
+            "scaled_mape_pct": round(mape_pct(g.pred_ms.values * scale, g.latency_ms.values), 2),
         }
         for (s, r), g in df.groupby(["set", "regime"])
     ]
@@ -78,9 +77,9 @@ def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
         out["energy"] = {
             "rows": int(pw.sum()),
             "power_column": col,
-            "power_mape_pct": round(_mape(p["power_w"][pw.values], sel[col].values), 2),
-            "energy_mape_pct": round(_mape(e_pred, e_meas), 2),
-            "energy_mape_scaled_latency_pct": round(_mape(e_pred * scale, e_meas), 2),
+            "power_mape_pct": round(mape_pct(p["power_w"][pw.values], sel[col].values), 2),
+            "energy_mape_pct": round(mape_pct(e_pred, e_meas), 2),
+            "energy_mape_scaled_latency_pct": round(mape_pct(e_pred * scale, e_meas), 2),
             "measured_power_median_w": round(float(np.median(sel[col])), 1),
         }
         if "sm_mhz" in sel:
@@ -95,11 +94,11 @@ def evaluate(csv: Path, gpu: str, data: Path | None) -> dict:
             out["harness_gap"] = {
                 "rows": len(j),
                 "ours_vs_aiconfigurator_mape_pct": round(
-                    _mape(j.latency_ms.values, j.latency.values), 2
+                    mape_pct(j.latency_ms.values, j.latency.values), 2
                 ),
                 "median_ratio": round(float(np.median(j.latency_ms / j.latency)), 4),
                 "model_vs_aiconfigurator_mape_pct": round(
-                    _mape(j.pred_ms.values, j.latency.values), 2
+                    mape_pct(j.pred_ms.values, j.latency.values), 2
                 ),
             }
     return out

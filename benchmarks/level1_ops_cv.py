@@ -37,7 +37,7 @@ from dse.data import load
 from dse.fitting import _hybrid_tables, allreduce, attention, moe, reductions
 from dse.fitting import cv as U
 from dse.fitting import layer_ops as O
-from dse.models import _base
+from dse.metrics import ape_pct, mape_pct, reported
 from dse.models import attention as attention_mod
 from dse.models import moe as moe_mod
 from dse.models.allreduce import AllReduceModel, shape_implementation
@@ -54,11 +54,6 @@ PARTS = ("layer_op", "reduction", "allreduce", "attention", "moe")
 # (MoE only): the layer's hidden, width, top-k and experts at every tensor / expert split.
 ATTENTION_GROUPINGS = {"shape": "head config", "workload": "batch x length"}
 MOE_GROUPINGS = {"shape": "layer shape", "model": "model shape", "workload": "token count"}
-
-
-def _m(pred: Any, y: Any) -> float | None:
-    v = _base.mape_pct(pred, y)
-    return None if not np.isfinite(v) else round(v, 2)
 
 
 # ---------------------------------------------------------------------------- parts
@@ -112,17 +107,24 @@ def bench_layer_op(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> list
             "rows_over_20us_mape_pct": summ["latency_mape_pct_rows_over_20us"],
             "by_op": summ["latency_mape_pct_by_op"],
             "by_model": summ["latency_mape_pct_by_model"],
-            "by_d_model_mape_pct": _m(by_d, y),
-            "by_d_model_gated_mape_pct": _m(by_d[gated], y[gated]),
-            "by_token_octave_mape_pct": _m(held["token_octave"], y),
-            "by_token_octave_gated_mape_pct": _m(held["token_octave"][gated], y[gated]),
-            "by_token_folds_mape_pct": _m(held["token_folds"], y),
-            "by_token_folds_gated_mape_pct": _m(held["token_folds"][gated], y[gated]),
+            "by_d_model_mape_pct": reported(mape_pct(by_d, y), 2),
+            "by_d_model_gated_mape_pct": reported(mape_pct(by_d[gated], y[gated]), 2),
+            "by_token_octave_mape_pct": reported(mape_pct(held["token_octave"], y), 2),
+            "by_token_octave_gated_mape_pct": reported(
+                mape_pct(held["token_octave"][gated], y[gated]), 2
+            ),
+            "by_token_folds_mape_pct": reported(mape_pct(held["token_folds"], y), 2),
+            "by_token_folds_gated_mape_pct": reported(
+                mape_pct(held["token_folds"][gated], y[gated]), 2
+            ),
             "by_token_folds_by_op": {
-                str(op): _m(held["token_folds"][ops == op], y[ops == op]) for op in np.unique(ops)
+                str(op): reported(mape_pct(held["token_folds"][ops == op], y[ops == op]), 2)
+                for op in np.unique(ops)
             },
-            "in_sample_mape_pct": _m(ins, y),
-            "in_sample_rounded_1us_mape_pct": _m(np.maximum(np.round(ins * 1e6), 1) * 1e-6, y),
+            "in_sample_mape_pct": reported(mape_pct(ins, y), 2),
+            "in_sample_rounded_1us_mape_pct": reported(
+                mape_pct(np.maximum(np.round(ins * 1e6), 1) * 1e-6, y), 2
+            ),
             "roofline_mape_pct": summ["baselines"]["roofline_mape_pct"],
             "seconds": round(time.perf_counter() - t0, 1),
         }
@@ -188,12 +190,12 @@ def bench_allreduce(tables: dict[str, pd.DataFrame], gpu: str, args: Any) -> lis
                 "model": name,
                 "scheme": "leave one message-size octave out",
                 "rows": len(rows),
-                "latency_mape_pct": _m(pred, y),
-                "interior_sizes_mape_pct": _m(pred[inner], y[inner]),
+                "latency_mape_pct": reported(mape_pct(pred, y), 2),
+                "interior_sizes_mape_pct": reported(mape_pct(pred[inner], y[inner]), 2),
                 # vidur's eager NCCL launches under 1 MB spread +-50% run to run
-                "under_1MB_mape_pct": _m(pred[b < 2**20], y[b < 2**20]),
-                "from_1MB_mape_pct": _m(pred[b >= 2**20], y[b >= 2**20]),
-                "roofline_mape_pct": _m(roof, y),
+                "under_1MB_mape_pct": reported(mape_pct(pred[b < 2**20], y[b < 2**20]), 2),
+                "from_1MB_mape_pct": reported(mape_pct(pred[b >= 2**20], y[b >= 2**20]), 2),
+                "roofline_mape_pct": reported(mape_pct(roof, y), 2),
             }
         )
     return out
@@ -224,15 +226,15 @@ def _hybrid_rows(
         "scheme": f"{args.folds} seeded group folds",
         "rows": len(rows),
         "groups": len(np.unique(groups)),
-        "latency_mape_pct": _m(cv["latency_s"], y),
-        "latency_median_ape_pct": round(float(np.nanmedian(_base.ape_pct(cv["latency_s"], y))), 2),
-        "fitted_roofline_mape_pct": _m(cv["base_s"], y),
-        "roofline_mape_pct": _m(roof, y),
+        "latency_mape_pct": reported(mape_pct(cv["latency_s"], y), 2),
+        "latency_median_ape_pct": round(float(np.nanmedian(ape_pct(cv["latency_s"], y))), 2),
+        "fitted_roofline_mape_pct": reported(mape_pct(cv["base_s"], y), 2),
+        "roofline_mape_pct": reported(mape_pct(roof, y), 2),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     if "energy_j" in cv and np.isfinite(rows["energy_j"]).any():
-        rec["energy_mape_pct"] = _m(cv["energy_j"], rows["energy_j"])
-        rec["power_mape_pct"] = _m(cv["power_w"], rows["power_w"])
+        rec["energy_mape_pct"] = reported(mape_pct(cv["energy_j"], rows["energy_j"]), 2)
+        rec["power_mape_pct"] = reported(mape_pct(cv["power_w"], rows["power_w"]), 2)
     return rec
 
 

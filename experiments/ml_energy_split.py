@@ -24,7 +24,7 @@ from dse.spec.arch import Architecture
 
 
 def main(data: Path) -> None:
-    df, _ = M.ml_energy(data)
+    df, _ = M.ml_energy(M.read(data))
     for gpu, rows in df.groupby("gpu"):
         cols = M.architecture_columns(rows["model"])
         cfg = pd.DataFrame({k: v for k, v in cols.items() if k in Architecture.field_names()})

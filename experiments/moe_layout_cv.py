@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dse.data import load
 from dse.fitting import cv as U
 from dse.fitting import plausible
-from dse.models import _base
+from dse.metrics import mape_pct
 from dse.models._moe_splits import split_anomalies
 from dse.spec.hardware import get_gpu
 
@@ -130,21 +130,19 @@ def run_table(name: str) -> dict[str, Any]:
         "layouts": len(np.unique(groups)),
         "folds": args.folds,
         "seed": args.seed,
-        "latency_mape_pct": round(_base.mape_pct(pred["latency_s"], y), 2),
+        "latency_mape_pct": round(mape_pct(pred["latency_s"], y), 2),
         "latency_median_ape_pct": round(float(np.nanmedian(ape)), 2),
-        "physics_mape_pct": round(_base.mape_pct(pred["base_s"], y), 2),
+        "physics_mape_pct": round(mape_pct(pred["base_s"], y), 2),
         "anomalous_split_rows": int(odd.sum()),
-        "latency_mape_regular_splits_pct": round(
-            _base.mape_pct(pred["latency_s"][~odd], y[~odd]), 2
-        ),
-        "physics_mape_regular_splits_pct": round(_base.mape_pct(pred["base_s"][~odd], y[~odd]), 2),
+        "latency_mape_regular_splits_pct": round(mape_pct(pred["latency_s"][~odd], y[~odd]), 2),
+        "physics_mape_regular_splits_pct": round(mape_pct(pred["base_s"][~odd], y[~odd]), 2),
         "fold_choices": choices,
-        "plain_roofline_mape_pct": round(_base.mape_pct(roof, y), 2),
+        "plain_roofline_mape_pct": round(mape_pct(roof, y), 2),
         "by_layout": by_layout,
         # the residual's log factor clipped to +-c (what a bound on the MLP's say would give)
         "clipped_mape_pct": {
             str(c): round(
-                _base.mape_pct(
+                mape_pct(
                     pred["base_s"] * np.exp(np.clip(np.log(pred["residual_factor"]), -c, c)), y
                 ),
                 2,
@@ -157,12 +155,10 @@ def run_table(name: str) -> dict[str, Any]:
     }
     if np.isfinite(rows["power_w"]).any():
         limit = get_gpu(gpu).board_power_w
-        rec["energy_mape_pct"] = round(_base.mape_pct(pred["energy_j"], rows["energy_j"]), 2)
+        rec["energy_mape_pct"] = round(mape_pct(pred["energy_j"], rows["energy_j"]), 2)
         e = rows["energy_j"].to_numpy(float)
-        rec["energy_mape_regular_splits_pct"] = round(
-            _base.mape_pct(pred["energy_j"][~odd], e[~odd]), 2
-        )
-        rec["power_mape_pct"] = round(_base.mape_pct(pred["power_w"], rows["power_w"]), 2)
+        rec["energy_mape_regular_splits_pct"] = round(mape_pct(pred["energy_j"][~odd], e[~odd]), 2)
+        rec["power_mape_pct"] = round(mape_pct(pred["power_w"], rows["power_w"]), 2)
         rec["power_max_w"] = round(float(np.nanmax(pred["power_w"])), 1)
         rec["rows_above_board_limit"] = int((pred["power_w"] > limit).sum())
     print("#", json.dumps({k: v for k, v in rec.items() if k != "by_layout"}), flush=True)

@@ -52,7 +52,7 @@ import pandas as pd
 from dse.data import load
 from dse.fitting import attention, moe
 from dse.fitting import cv as U
-from dse.models import _base
+from dse.metrics import mape_pct
 from dse.models import moe as M
 from dse.models._hybrid import fit_residual_ensemble
 from dse.models.attention import attention_inputs
@@ -206,7 +206,7 @@ def _moe_oof(
     for name, lp in pred.items():
         for dtype in dtypes:
             s = ((rows["gpu"] == GPU) & (rows["dtype"] == dtype)).to_numpy()
-            scores.setdefault(name, {})[dtype] = _base.mape_pct(np.exp(lp[s]), y[s])
+            scores.setdefault(name, {})[dtype] = mape_pct(np.exp(lp[s]), y[s])
     return scores
 
 
@@ -281,7 +281,7 @@ def _print_curve(
                 pred.setdefault(key, np.full(len(rows), np.nan))[idx] = v
     by_frac: dict[float, list[float]] = {}
     for (frac, _), lp in pred.items():
-        by_frac.setdefault(frac, []).append(_base.mape_pct(np.exp(lp), y))
+        by_frac.setdefault(frac, []).append(mape_pct(np.exp(lp), y))
     fracs = sorted(by_frac)
     mean = [float(np.mean(by_frac[f])) for f in fracs]
     alpha = -np.polyfit(np.log(fracs), np.log(mean), 1)[0]
@@ -429,7 +429,7 @@ def run_attention_pool(args: argparse.Namespace) -> None:
           f"configuration, <= {args.pool_rows} rows a fit:")  # fmt: skip
     for engine in ("trtllm", "vllm"):
         s = (rows["engine"] == engine).to_numpy()
-        print(f"  {engine}: {_base.mape_pct(pred[s], y[s]):.2f}%")
+        print(f"  {engine}: {mape_pct(pred[s], y[s]):.2f}%")
 
 
 def _attention_fold(task: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -555,7 +555,7 @@ def run_attention_swap(args: argparse.Namespace) -> None:
     for name, p in pred.items():
         print(f"{args.kind}.{args.engine}, H100, {args.folds} folds by {by}, "
               f"{args.members} MLP(s) from seed {args.seed}: {name} "
-              f"{_base.mape_pct(p, y):.2f}%")  # fmt: skip
+              f"{mape_pct(p, y):.2f}%")  # fmt: skip
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dse.fitting import allreduce
-from dse.models import _base
+from dse.metrics import mape_pct
 from dse.models.allreduce import (
     SMOOTH,
     SMOOTH_CHOICES,
@@ -44,8 +44,8 @@ def test_int8_held_out_octaves_better_with_the_float16_shape(groups, gpu):
         i8, lambda: AllReduceModel(gpu, "nccl.nccl.int8", smooth=SMOOTH), f16
     )
     # measured: H100 5.10 -> 4.72%, H200 5.44 -> 4.75% (docs/accuracy.md)
-    assert _base.mape_pct(shaped, y) < _base.mape_pct(alone, y) - 0.2
-    assert _base.mape_pct(shaped, y) < 5.0
+    assert mape_pct(shaped, y) < mape_pct(alone, y) - 0.2
+    assert mape_pct(shaped, y) < 5.0
 
 
 def test_a_size_only_the_shape_table_measured_is_not_borrowed(groups):
@@ -90,7 +90,7 @@ def test_shaped_model_round_trips_and_stays_positive(groups):
     fit = m.predict(
         message_bytes=i8["message_bytes"].to_numpy(float), n_gpus=i8["n_gpus"].to_numpy(float)
     )
-    assert _base.mape_pct(fit["latency_s"], y) < 4.0
+    assert mape_pct(fit["latency_s"], y) < 4.0
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
     key = "vllm.custom.vllm_graph"
     # the choice on all rows is the weight whose own leave-one-octave-out CV scores best
     cv = {
-        w: _base.mape_pct(
+        w: mape_pct(
             allreduce.cv_allreduce(rows, lambda w=w: AllReduceModel("a100_sxm", key, smooth=w)), y
         )
         for w in SMOOTH_CHOICES
@@ -116,9 +116,7 @@ def test_smoothing_weight_is_the_inner_cv_choice_and_helps_held_out(a100):
     fixed = AllReduceModel("a100_sxm", key, smooth=chosen.smooth_).fit(rows)
     np.testing.assert_array_equal(chosen.c_s_per_gb_, fixed.c_s_per_gb_)
     # chosen inside every outer fold (never seeing the held-out octave): measured 4.59 -> 4.03%
-    nested = _base.mape_pct(
-        allreduce.cv_allreduce(rows, lambda: AllReduceModel("a100_sxm", key)), y
-    )
+    nested = mape_pct(allreduce.cv_allreduce(rows, lambda: AllReduceModel("a100_sxm", key)), y)
     assert nested < cv[SMOOTH] - 0.3
 
 

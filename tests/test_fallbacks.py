@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from dse.errors import ArtifactError
+from dse.metrics import mape_pct
 from dse.models.artifact import Artifact
 from dse.models.gemm import gemm_work
 from dse.predict.adapters import price_gemm
@@ -25,10 +26,6 @@ def _without(art: Artifact, *names: str) -> Artifact:
     manifest["models"] = {k: v for k, v in art.manifest["models"].items() if k not in names}
     models = {k: v for k, v in art.models.items() if k not in names}
     return Artifact(manifest=manifest, models=models)
-
-
-def _mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(100.0 * np.mean(np.abs(np.asarray(pred) / np.asarray(true) - 1.0)))
 
 
 def _gemm_rows(data_dir: Path, gpu: str, engine: str, dtype: str) -> pd.DataFrame:
@@ -105,20 +102,22 @@ def test_sibling_borrowing_measured_on_the_share(data_dir: Path) -> None:
     assert lacking.choose("bf16").label == "gemm.vllm.bfloat16@h100_sxm"
     m, n, k = (rows[c].to_numpy(float) for c in "mnk")
     true = rows["latency_s"].to_numpy(float)
-    borrowed = _mape(lacking.predict(m, n, k, "bf16")["latency_s"], true)
-    unscaled = _mape(h100.model("gemm.vllm.bfloat16").predict(m, n, k)["latency_s"], true)
+    borrowed = mape_pct(lacking.predict(m, n, k, "bf16")["latency_s"], true)
+    unscaled = mape_pct(h100.model("gemm.vllm.bfloat16").predict(m, n, k)["latency_s"], true)
     assert borrowed < 10.0 and borrowed < 0.7 * unscaled
     # Energy with H200's power (its own fp8_block table's measured-power residual) beats the
     # H100 table's own power on H200's measured energy (18.5% against 23.7%).
     e_true = rows["energy_j"].to_numpy(float)
-    e_borrowed = _mape(lacking.predict(m, n, k, "bf16")["energy_j"], e_true)
+    e_borrowed = mape_pct(lacking.predict(m, n, k, "bf16")["energy_j"], e_true)
     raw = h100.model("gemm.vllm.bfloat16").predict(m, n, k)
     f, b_in, b_out = gemm_work(m, n, k, "bf16")
     fac = sibling_factor(f, b_in + b_out, "bf16", "h200_sxm", "h100_sxm")
-    assert e_borrowed < 20.0 and e_borrowed < _mape(raw["power_w"] * raw["latency_s"] * fac, e_true)
+    assert e_borrowed < 20.0 and e_borrowed < mape_pct(
+        raw["power_w"] * raw["latency_s"] * fac, e_true
+    )
     fp8 = _gemm_rows(data_dir, "h100_sxm", "vllm", "fp8")
     m, n, k = (fp8[c].to_numpy(float) for c in "mnk")
-    as_block = _mape(
+    as_block = mape_pct(
         h100.model("gemm.vllm.fp8_block").predict(m, n, k)["latency_s"], fp8["latency_s"]
     )
     assert as_block > 10 * borrowed

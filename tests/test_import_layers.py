@@ -166,10 +166,20 @@ def cycle_path(comp: list[str], edges: list[Edge]) -> list[str]:
 
 # Layers, lowest first: a module may import its own layer or a lower one (a prefix names a
 # module or a package; the longest matching prefix decides). The house of issue 23
-# (docs/design.md): commands -> report -> sweep -> fitting -> data / estimators -> predict ->
+# (docs/design.md): commands -> report -> sweep -> fitting -> estimators -> data -> predict ->
 # models -> roofline -> spec -> base.
 TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("dse.errors", "dse.resources", "dse.yamlio", "dse.hardware_specs")),
+    (
+        "base",
+        (
+            "dse.errors",
+            "dse.files",
+            "dse.metrics",
+            "dse.resources",
+            "dse.yamlio",
+            "dse.hardware_specs",
+        ),
+    ),
     ("spec", ("dse.spec",)),  # choices < hardware < fields < arch/workload < columns < ...
     ("roofline", ("dse.roofline",)),
     (
@@ -178,8 +188,8 @@ TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("models", ("dse.models",)),  # the classes, MODEL_CLASSES and the artifact container
     ("predict", ("dse.predict",)),
+    ("data", ("dse.data",)),  # readers of measured files: below the estimators, which use them
     ("estimators", ("dse.estimators",)),
-    ("data", ("dse.data",)),
     ("fitting", ("dse.fitting",)),
     ("sweep", ("dse.pareto", "dse.sweep")),
     ("report", ("dse.report",)),

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from dse.fitting import layer_ops as O
-from dse.models import _base
+from dse.metrics import mape_pct
 from dse.models.artifact import Artifact
 from dse.models.layer_ops import LayerOpModel, _wave_split, layer_op_inputs
 
@@ -62,7 +62,7 @@ def test_held_out_width_steps_at_its_own_wave_boundaries(h100_rows) -> None:
     assert us[3] / us[2] < 1.4
     g = h100_rows[held & (h100_rows["op"] == "input_layernorm").to_numpy()]
     pred = model.predict(**layer_op_inputs(g))["latency_s"]
-    assert _base.mape_pct(pred, g["latency_s"].to_numpy()) < 10.0  # 11.1% before, 8.3% now
+    assert mape_pct(pred, g["latency_s"].to_numpy()) < 10.0  # 11.1% before, 8.3% now
 
 
 def test_state_keys_the_wave_split_and_older_artifacts_read_whole_curves(h100_rows) -> None:

@@ -14,7 +14,8 @@ from dse.fitting import allreduce, attention, moe, reductions
 from dse.fitting import cv as U
 from dse.fitting import layer_ops as O
 from dse.fitting.families import families
-from dse.models import _base, _curves, model_class
+from dse.metrics import mape_pct
+from dse.models import _curves, model_class
 from dse.models.allreduce import AllReduceModel
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.attention import ContextAttentionModel, GenerationAttentionModel, attention_inputs
@@ -105,8 +106,8 @@ def test_layer_op_beats_roofline_on_held_out_model(layer_model_without_codellama
     model, held = layer_model_without_codellama
     y = held["latency_s"].to_numpy()
     pred = model.predict(**layer_op_inputs(held))
-    mape = _base.mape_pct(pred["latency_s"], y)
-    roof = _base.mape_pct(O.layer_op_roofline_s(held, "h100_sxm"), y)
+    mape = mape_pct(pred["latency_s"], y)
+    roof = mape_pct(O.layer_op_roofline_s(held, "h100_sxm"), y)
     assert mape < 0.5 * roof
     assert mape < 5.0  # leave-one-model-out (2.4% in docs/accuracy.md; the 1 us timer)
 
@@ -160,7 +161,7 @@ def test_layer_op_extrapolates_tokens_linearly_past_the_measured_curves(tables):
     far = rows[~fit]
     assert far["num_tokens"].max() >= 32768
     pred = model.predict(**layer_op_inputs(far))["latency_s"]
-    assert _base.mape_pct(pred, far["latency_s"]) < 8.0
+    assert mape_pct(pred, far["latency_s"]) < 8.0
     p = model.predict(
         op="add",
         num_tokens=[65536.0, 131072.0],
@@ -212,7 +213,7 @@ def test_layer_op_embedding_kernel_switch_and_wave_steps(tables, gpu):
             test = test[test["model"] == test["model"].iloc[0]]
             model = LayerOpModel(gpu).fit(train)
             pred = model.predict(**layer_op_inputs(test))["latency_s"]
-            assert _base.mape_pct(pred, test["latency_s"]) < 15.0, (op, held)
+            assert mape_pct(pred, test["latency_s"]) < 15.0, (op, held)
 
 
 def test_reduction_ops_fit_and_transfer(tables):
@@ -221,7 +222,7 @@ def test_reduction_ops_fit_and_transfer(tables):
     for op, d in t.items():
         n = d["n"].to_numpy(float) if "n" in d else 1.0
         p = a100.predict(op=op, m=d["m"].to_numpy(float), n=n)
-        assert _base.mape_pct(p["latency_s"], d["latency_s"]) < 15.0
+        assert mape_pct(p["latency_s"], d["latency_s"]) < 15.0
     # the H100 transfer keeps the launch floor and shrinks the memory term by the bandwidth ratio
     h100 = ReductionOpModel("h100_sxm", fitted_on="a100_sxm").fit(t)
     big = {"op": "softmax", "m": 32768.0, "n": 4096.0}
@@ -247,8 +248,8 @@ def test_allreduce_held_out_sizes_beat_roofline(h100_nccl):
     pred = m.predict(message_bytes=b, n_gpus=g)["latency_s"]
     roof = 10e-6 + b * 2 * (g - 1) / g / 450e9
     y = te["latency_s"].to_numpy()
-    assert _base.mape_pct(pred, y) < 10.0
-    assert _base.mape_pct(pred, y) < _base.mape_pct(roof, y)
+    assert mape_pct(pred, y) < 10.0
+    assert mape_pct(pred, y) < mape_pct(roof, y)
 
 
 def test_allreduce_parts_monotone_interpolated_and_round_trip(h100_nccl):
@@ -283,7 +284,7 @@ def test_allreduce_vllm_custom_regime_switches_held_out(tables):
         m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows[octave != held])
         te = rows[octave == held]
         pred = m.predict(message_bytes=te["message_bytes"], n_gpus=te["n_gpus"])["latency_s"]
-        assert _base.mape_pct(pred, te["latency_s"]) < 20.0, held
+        assert mape_pct(pred, te["latency_s"]) < 20.0, held
     m = AllReduceModel("a100_sxm", "vllm.custom.vllm_graph").fit(rows)
     p = m.predict(message_bytes=[4 * 2.0**20, 8 * 2.0**20], n_gpus=2)["latency_s"]
     assert p[1] > 2.5 * p[0]
@@ -304,7 +305,7 @@ def test_allreduce_extrapolates_past_the_largest_message_at_the_marginal_rate(h1
     m = AllReduceModel("h100_sxm", "nccl.nccl").fit(h100_nccl[~last])
     te = h100_nccl[last]
     pred = m.predict(message_bytes=te["message_bytes"], n_gpus=te["n_gpus"])["latency_s"]
-    assert _base.mape_pct(pred, te["latency_s"]) < 2.0
+    assert mape_pct(pred, te["latency_s"]) < 2.0
 
 
 def test_allreduce_models_take_bytes_whatever_the_table_dtype(tables):
@@ -346,8 +347,8 @@ def test_context_attention_beats_roofline_on_held_out_heads(h100_context):
     y = test["latency_s"].to_numpy()
     p = model.predict(**attention_inputs(test))
     roof = attention.attention_roofline_s("context_attention", test, "h100_sxm")
-    assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
-    assert _base.mape_pct(p["latency_s"], y) < _base.mape_pct(p["base_s"], y)
+    assert mape_pct(p["latency_s"], y) < 0.5 * mape_pct(roof, y)
+    assert mape_pct(p["latency_s"], y) < mape_pct(p["base_s"], y)
     assert set(p["regime"].tolist()) <= {0, 1}
 
 
@@ -382,11 +383,11 @@ def test_generation_attention_with_power_gives_energy(tables):
     p = model.predict(**attention_inputs(test))
     y = test["latency_s"].to_numpy()
     roof = attention.attention_roofline_s("generation_attention", test, "h200_sxm")
-    assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
+    assert mape_pct(p["latency_s"], y) < 0.5 * mape_pct(roof, y)
     # the power MLP beats a constant power (the training median) on held-out heads
     assert "power_w" in p
     const = np.full(len(test), np.median(train["power_w"]))
-    assert _base.mape_pct(p["power_w"], test["power_w"]) < _base.mape_pct(const, test["power_w"])
+    assert mape_pct(p["power_w"], test["power_w"]) < mape_pct(const, test["power_w"])
     np.testing.assert_allclose(p["energy_j"], p["power_w"] * p["latency_s"])
     assert isinstance(round_trip(model), GenerationAttentionModel)
     # longer KV cache: more time
@@ -408,7 +409,7 @@ def test_moe_beats_roofline_on_held_out_layer_shapes(tables):
     p = model.predict(**moe_inputs(te))
     y = te["latency_s"].to_numpy()
     roof = moe.moe_roofline_s(te, "h100_sxm", "bfloat16")
-    assert _base.mape_pct(p["latency_s"], y) < 0.5 * _base.mape_pct(roof, y)
+    assert mape_pct(p["latency_s"], y) < 0.5 * mape_pct(roof, y)
     same_outputs(p, round_trip(model).predict(**moe_inputs(te)))
     assert {"num_tokens", "num_experts", "moe_ep_size", "skew"} <= set(model.fitted_range())
     tok = np.array([1.0, 64.0, 4096.0])

@@ -184,11 +184,6 @@ def _from_config_file(path: Path, entry: int) -> dict[str, Any]:
     return row
 
 
-def check_rows(cols: dict[str, np.ndarray], n: int) -> np.ndarray:
-    """Per-row error messages ('' when predictable): GPU, architecture rules, memory fit."""
-    return check_rows_and_warnings(cols, n)[0]
-
-
 def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(error, warning) per row, '' where there is none. Errors: an unknown GPU, a broken
     architecture rule, a configuration that cannot run because one sequence does not fit

@@ -39,6 +39,7 @@ from dse.estimators import _corrected as C
 from dse.estimators import _measured as M
 from dse.estimators._constants import CALIBRATION_FILE, CALIBRATION_FORMAT
 from dse.estimators.tokens2wh import estimate
+from dse.files import sha256_file, write_atomic
 from dse.spec.arch import Architecture
 from dse.spec.hardware import get_gpu
 
@@ -56,10 +57,11 @@ TIME_UPPER = (1.0, 1.0, 0.1, 5e-3, 5e-4)
 def load_tables(root: Path | str) -> dict[str, Any]:
     """Energy rows, time rows and H200 kernels from the measured-data folder, with file names."""
     root = Path(root)
-    power, f1 = M.argonne_power(root)
-    latency, f2 = M.argonne_latency(root)
-    serving, f3 = M.ml_energy(root)
-    kernels, f4 = M.aic_h200_kernels(root)
+    data = M.read(root)
+    power, f1 = M.argonne_power(data)
+    latency, f2 = M.argonne_latency(data)
+    serving, f3 = M.ml_energy(data)
+    kernels, f4 = M.aic_h200_kernels(data)
     energy = pd.concat([power, serving], ignore_index=True)
     time = pd.concat([latency, serving.drop(columns=["measured_j", "scope"])], ignore_index=True)
     for df in (energy, time):
@@ -312,12 +314,12 @@ def manifest(
     out["assumptions"] = {
         "ml_energy_prompt_tokens": M.ML_ENERGY_PROMPT_TOKENS,
         "argonne_a100": "a100_sxm_40gb (ALCF Polaris)",
-        "architectures": M.architecture_source(),
+        "architectures": "dse.spec.catalogue",
         "energy_scope": "argonne rows are GPU 0 (compared with energy_j / tp); ml-energy rows "
         "are all GPUs; aiconfigurator rows one GPU",
         "static_time": "measured time when fitting p_static_w",
     }
-    out["data_files"] = [{"path": f, "sha256": M.sha256(root / f)} for f in tables["files"]]
+    out["data_files"] = [{"path": f, "sha256": sha256_file(root / f)} for f in tables["files"]]
     out["fitted_range"] = {
         col: [float(tables["energy"][col].min()), float(tables["energy"][col].max())]
         for col in ("batch_size", "prompt_tokens", "output_tokens", "tensor_parallel")
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     cal = fit(tables)
     cv = None if args.no_cv else cross_validate(tables)
     doc = manifest(tables, cal, cv)
-    Path(args.out).write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    write_atomic(Path(args.out), json.dumps(doc, indent=2, sort_keys=False) + "\n")
     for gpu, entry in cal["gpus"].items():
         vals = ", ".join(f"{k}={entry[k]:.4g}" for k in (*ENERGY_KEYS, *TIME_KEYS))
         print(f"{gpu}: {vals}")

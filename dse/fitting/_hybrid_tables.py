@@ -13,7 +13,8 @@ import pandas as pd
 
 from dse.fitting import bands
 from dse.fitting import cv as U
-from dse.fitting.cv import FIT_CV_FOLDS, FIT_CV_MAX_ROWS, _mape
+from dse.fitting.cv import FIT_CV_FOLDS, FIT_CV_MAX_ROWS
+from dse.metrics import mape_pct, reported
 from dse.models.artifact import FittedModel
 from dse.models.band import degree_of
 
@@ -44,13 +45,13 @@ def hybrid_cv_summary(
     out: dict[str, Any] = {
         "scheme": scheme,
         "rows": len(rows),
-        "latency_mape_pct": _mape(cv["latency_s"], y),
-        "base_roofline_fitted_mape_pct": _mape(cv["base_s"], y),
-        "baselines": {"roofline_mape_pct": _mape(roof, y)},
+        "latency_mape_pct": reported(mape_pct(cv["latency_s"], y)),
+        "base_roofline_fitted_mape_pct": reported(mape_pct(cv["base_s"], y)),
+        "baselines": {"roofline_mape_pct": reported(mape_pct(roof, y))},
     }
     if "energy_j" in cv and "energy_j" in rows and np.isfinite(rows["energy_j"]).any():
-        out["energy_mape_pct"] = _mape(cv["energy_j"], rows["energy_j"])
-        out["power_mape_pct"] = _mape(cv["power_w"], rows["power_w"])
+        out["energy_mape_pct"] = reported(mape_pct(cv["energy_j"], rows["energy_j"]))
+        out["power_mape_pct"] = reported(mape_pct(cv["power_w"], rows["power_w"]))
     return out
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from dse.fitting import bands
-from dse.fitting.cv import _mape, held_out_predict, leave_one_group_out
+from dse.fitting.cv import held_out_predict, leave_one_group_out
+from dse.metrics import mape_pct, reported
 from dse.models import _base
 from dse.models.allreduce import (
     AllReduceModel,
@@ -146,10 +147,12 @@ def fit_allreduce_family(ctx: Any) -> list[FittedModel]:
         cv = {
             "scheme": OCTAVE_SCHEME,
             "rows": len(rows),
-            "latency_mape_pct": _mape(pred, y),
-            "latency_mape_pct_interior_sizes": _mape(pred[interior], y[interior]),
-            "by_n_gpus": {int(k): _mape(pred[g == k], y[g == k]) for k in np.unique(g)},
-            "baselines": {"roofline_mape_pct": _mape(roof, y)},
+            "latency_mape_pct": reported(mape_pct(pred, y)),
+            "latency_mape_pct_interior_sizes": reported(mape_pct(pred[interior], y[interior])),
+            "by_n_gpus": {
+                int(k): reported(mape_pct(pred[g == k], y[g == k])) for k in np.unique(g)
+            },
+            "baselines": {"roofline_mape_pct": reported(mape_pct(roof, y))},
         }
         model = make().fit(rows, shape)
         info = {

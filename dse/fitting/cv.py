@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from dse.models import _base
 from dse.models._base import group_folds  # the fitting families import it from here
 
 
@@ -255,15 +254,6 @@ CV_FOLDS_M = 3  # GroupKFold folds over m (token counts): the second grouping, r
 
 
 # ---------------------------------------------------------------------------- metrics
-def mape_pct(pred: Any, true: Any) -> float | None:
-    """Mean absolute percentage error over rows where both are finite and true > 0."""
-    p, t = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
-    ok = np.isfinite(p) & np.isfinite(t) & (t > 0)
-    if not ok.any():
-        return None
-    return round(float(100.0 * np.mean(np.abs(p[ok] / t[ok] - 1.0))), 3)
-
-
 def group_kfold_predict(
     df: pd.DataFrame,
     groups: np.ndarray,
@@ -296,8 +286,3 @@ def _get(cv: dict[str, np.ndarray], key: str, n: int) -> np.ndarray:
 # benchmark benchmarks/level1_ops_cv.py runs the full scheme (5 folds, shipped settings).
 FIT_CV_FOLDS = 3
 FIT_CV_MAX_ROWS = 8000
-
-
-def _mape(pred: Any, y: Any) -> float | None:
-    v = _base.mape_pct(pred, y)
-    return None if not np.isfinite(v) else round(v, 3)

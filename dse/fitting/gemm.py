@@ -22,8 +22,8 @@ from dse.fitting.cv import (
     group_kfold,
     held_out_predict,
     map_tasks,
-    mape_pct,
 )
+from dse.metrics import mape_pct, reported
 from dse.models import _base
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.band import degree_of
@@ -55,8 +55,10 @@ def _roofline_baselines(rows: pd.DataFrame, gpu: str, dtype: str) -> dict[str, f
     flops, b_in, b_out = gemm_work(rows["m"], rows["n"], rows["k"], dtype)
     roof = roofline_s(flops, b_in + b_out, spec.peak_flops_per_s(dtype), spec.hbm_bw_bytes_per_s)
     return {
-        "roofline_mape_pct": mape_pct(roof, rows["latency_s"]),
-        "roofline_5us_floor_mape_pct": mape_pct(np.maximum(roof, LAUNCH_S), rows["latency_s"]),
+        "roofline_mape_pct": reported(mape_pct(roof, rows["latency_s"], keep="positive")),
+        "roofline_5us_floor_mape_pct": reported(
+            mape_pct(np.maximum(roof, LAUNCH_S), rows["latency_s"], keep="positive")
+        ),
     }
 
 
@@ -122,18 +124,22 @@ def gemm_band_tables(ctx: FitContext) -> list[bands.BandTable]:
 def _gemm_cv_summary(rows: pd.DataFrame, cv: dict[str, np.ndarray]) -> dict[str, Any]:
     cv = {key: _get(cv, key, len(rows)) for key in ("latency_s", "energy_j", "regime")}
     out: dict[str, Any] = {
-        "latency_mape_pct": mape_pct(cv["latency_s"], rows["latency_s"]),
-        "energy_mape_pct": mape_pct(cv["energy_j"], rows["energy_j"]),
+        "latency_mape_pct": reported(mape_pct(cv["latency_s"], rows["latency_s"], keep="positive")),
+        "energy_mape_pct": reported(mape_pct(cv["energy_j"], rows["energy_j"], keep="positive")),
     }
     if np.isfinite(rows["power_w"]).any():
-        out["power_mape_pct"] = mape_pct(cv["energy_j"] / cv["latency_s"], rows["power_w"])
+        out["power_mape_pct"] = reported(
+            mape_pct(cv["energy_j"] / cv["latency_s"], rows["power_w"], keep="positive")
+        )
     from dse.models.gemm import REGIMES
 
     reg = np.nan_to_num(cv["regime"], nan=-1).astype(int)
     out["latency_mape_pct_by_regime"] = {
         REGIMES[g]: {
             "rows": int((reg == g).sum()),
-            "mape_pct": mape_pct(cv["latency_s"][reg == g], rows["latency_s"][reg == g]),
+            "mape_pct": reported(
+                mape_pct(cv["latency_s"][reg == g], rows["latency_s"][reg == g], keep="positive")
+            ),
         }
         for g in range(len(REGIMES))
     }
@@ -178,12 +184,20 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
         **_gemm_cv_summary(rows, cv_nk),
         "by_m": {
             "scheme": f"GroupKFold({CV_FOLDS_M}) by m (token count)",
-            "latency_mape_pct": mape_pct(_get(cv_m, "latency_s", len(rows)), rows["latency_s"]),
-            "energy_mape_pct": mape_pct(_get(cv_m, "energy_j", len(rows)), rows["energy_j"]),
+            "latency_mape_pct": reported(
+                mape_pct(_get(cv_m, "latency_s", len(rows)), rows["latency_s"], keep="positive")
+            ),
+            "energy_mape_pct": reported(
+                mape_pct(_get(cv_m, "energy_j", len(rows)), rows["energy_j"], keep="positive")
+            ),
         },
         "in_sample": {
-            "latency_mape_pct": mape_pct(fitted["latency_s"], rows["latency_s"]),
-            "energy_mape_pct": mape_pct(fitted["energy_j"], rows["energy_j"]),
+            "latency_mape_pct": reported(
+                mape_pct(fitted["latency_s"], rows["latency_s"], keep="positive")
+            ),
+            "energy_mape_pct": reported(
+                mape_pct(fitted["energy_j"], rows["energy_j"], keep="positive")
+            ),
         },
         "baselines": _roofline_baselines(rows, ctx.gpu, dtype),
     }

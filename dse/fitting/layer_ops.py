@@ -32,12 +32,12 @@ import pandas as pd
 from dse.errors import ArtifactError, ConfigError
 from dse.fitting import bands
 from dse.fitting.cv import (
-    _mape,
     architecture_groups,
     cv_group,
     held_out_predict,
     leave_one_group_out,
 )
+from dse.metrics import mape_pct, reported
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.band import degree_of
 from dse.models.layer_ops import (
@@ -110,18 +110,22 @@ def layer_op_cv_summary(rows: pd.DataFrame, pred: np.ndarray, gpu: str) -> dict[
         "scheme": "leave one vidur model out",
         "rows": len(rows),
         "groups": int(rows["model"].nunique()),
-        "latency_mape_pct": _mape(pred, y),
-        "latency_mape_pct_gated_models": _mape(pred[gated], y[gated]),
-        "latency_mape_pct_rows_over_20us": _mape(pred[big], y[big]),
+        "latency_mape_pct": reported(mape_pct(pred, y)),
+        "latency_mape_pct_gated_models": reported(mape_pct(pred[gated], y[gated])),
+        "latency_mape_pct_rows_over_20us": reported(mape_pct(pred[big], y[big])),
         "latency_mape_pct_by_op": {
-            op: _mape(pred[rows["op"].to_numpy() == op], y[rows["op"].to_numpy() == op])
+            op: reported(
+                mape_pct(pred[rows["op"].to_numpy() == op], y[rows["op"].to_numpy() == op])
+            )
             for op in LAYER_OPS
         },
         "latency_mape_pct_by_model": {
-            str(mo): _mape(pred[rows["model"].to_numpy() == mo], y[rows["model"].to_numpy() == mo])
+            str(mo): reported(
+                mape_pct(pred[rows["model"].to_numpy() == mo], y[rows["model"].to_numpy() == mo])
+            )
             for mo in sorted(rows["model"].unique())
         },
-        "baselines": {"roofline_mape_pct": _mape(layer_op_roofline_s(rows, gpu), y)},
+        "baselines": {"roofline_mape_pct": reported(mape_pct(layer_op_roofline_s(rows, gpu), y))},
     }
 
 
@@ -160,8 +164,8 @@ def fit_layer_op_family(ctx: Any) -> list[FittedModel]:
     model = LayerOpModel(source_gpu).fit(rows)
     model.gpu = ctx.gpu
     cv = layer_op_cv_summary(rows, pred, source_gpu)
-    cv["in_sample_latency_mape_pct"] = _mape(
-        model.predict(**layer_op_inputs(rows))["latency_s"], rows["latency_s"]
+    cv["in_sample_latency_mape_pct"] = reported(
+        mape_pct(model.predict(**layer_op_inputs(rows))["latency_s"], rows["latency_s"])
     )
     ctx.log(
         f"layer_op.vidur: {len(rows)} rows, CV (leave-one-model-out) latency MAPE "

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dse.fitting.cv import CV_FOLDS, _get, group_kfold_predict, mape_pct
+from dse.fitting.cv import CV_FOLDS, _get, group_kfold_predict
 from dse.fitting.gemm import weight_shape_groups
+from dse.metrics import mape_pct, reported
 from dse.models.artifact import FittedModel
 from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import POWER_GPU
@@ -68,7 +69,9 @@ def fit_power_family(ctx: FitContext) -> list[FittedModel]:
     }
     cvd = {
         "scheme": f"GroupKFold({CV_FOLDS}) by (n, k) weight shape",
-        "power_mape_pct": mape_pct(_get(cv, "power_w", len(rows)), rows["power_w"]),
+        "power_mape_pct": reported(
+            mape_pct(_get(cv, "power_w", len(rows)), rows["power_w"], keep="positive")
+        ),
         "input": "measured utilisations (the GEMM models add a measured-power residual on H200)",
     }
     ctx.log(

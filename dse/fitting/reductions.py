@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from dse.fitting import bands
-from dse.fitting.cv import _mape, held_out_predict, leave_one_group_out
+from dse.fitting.cv import held_out_predict, leave_one_group_out
+from dse.metrics import mape_pct, reported
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.reductions import LLMCOMPASS_OPS, ReductionOpModel
 
@@ -89,7 +90,7 @@ def fit_reduction_family(ctx: Any) -> list[FittedModel]:
         t = t[t["gpu"] == fitted_on].reset_index(drop=True)
         files += list(ctx.files(t))
         pred = pred_all[table.strata["op"] == op]
-        cv[f"{op}_latency_mape_pct"] = _mape(pred, t["latency_s"])
+        cv[f"{op}_latency_mape_pct"] = reported(mape_pct(pred, t["latency_s"]))
         cv[f"{op}_rows"] = len(t)
     info = {
         "measured": fitted_on == ctx.gpu,

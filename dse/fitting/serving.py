@@ -26,8 +26,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from dse.data import load
 from dse.errors import DataError
 from dse.estimators import _measured as M
+from dse.files import sha256_file
 from dse.models.serving import HostConstants, continuous
 from dse.predict.request import BAND_KEYS, OUTPUT_KEYS
 from dse.spec.arch import Architecture
@@ -113,7 +115,7 @@ def serving_rows(data: Path) -> pd.DataFrame:
     `batch_size` = the run's average batch rounded (the predictor takes whole sequences): the
     measured `time_s` and `energy_j` (all GPUs) of that many requests, and the static
     prediction's OUTPUT_KEYS and BAND_KEYS as `static.<key>`."""
-    df, _ = M.ml_energy(data)
+    df, _ = M.ml_energy(load(data, kinds=["serving_energy"]))
     parts = []
     for gpu, rows in df.groupby("gpu", sort=True):
         cols = M.architecture_columns(rows["model"])
@@ -297,7 +299,7 @@ def constants_entry(
     for f in files:
         h.update(f.encode())
         if data is not None:
-            h.update(bytes.fromhex(M.sha256(data / f)))
+            h.update(bytes.fromhex(sha256_file(data / f)))
     entry["files_sha256"] = h.hexdigest()
     return entry
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 from dse.errors import ArtifactError, ConfigError, DataError
 from dse.fitting.families import Family
+from dse.metrics import mape_pct, reported, scored
 from dse.models.artifact import Artifact
 from dse.roofline import board_limited_w
 from dse.spec.hardware import get_gpu
@@ -341,13 +342,6 @@ def _why_unpredicted(kind: str, rows: pd.DataFrame) -> pd.Series:
     return why
 
 
-def _mape(pred: np.ndarray, true: np.ndarray) -> tuple[float | None, int]:
-    ok = np.isfinite(pred) & np.isfinite(true) & (true > 0)
-    if not ok.any():
-        return None, 0
-    return round(float(100.0 * np.mean(np.abs(pred[ok] / true[ok] - 1.0))), 3), int(ok.sum())
-
-
 def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[str, Any]]:
     """One result entry per (source, gpu, engine, kind, dtype[, op]) group of one kind."""
     df = rows.copy()
@@ -366,8 +360,11 @@ def summarise(kind: str, rows: pd.DataFrame, pred: pd.DataFrame) -> list[dict[st
         idx = sub.index
         lat_p = pred.loc[idx, "latency_pred_s"].to_numpy(float)
         en_p = pred.loc[idx, "energy_pred_j"].to_numpy(float)
-        lat_mape, _ = _mape(lat_p, lat_true.loc[idx].to_numpy(float))
-        en_mape, n_en = _mape(en_p, energy_true.loc[idx].to_numpy(float))
+        lat_t = lat_true.loc[idx].to_numpy(float)
+        en_t = energy_true.loc[idx].to_numpy(float)
+        lat_mape = reported(mape_pct(lat_p, lat_t, keep="positive"))
+        en_mape = reported(mape_pct(en_p, en_t, keep="positive"))
+        n_en = int(scored(en_p, en_t, keep="positive").sum())
         entry: dict[str, Any] = dict(zip(keys, key, strict=True))
         reasons = pred.loc[idx, "reason"]
         entry.update(

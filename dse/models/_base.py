@@ -17,20 +17,6 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError, DataError
 
 
-def ape_pct(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Absolute percentage error of each prediction (NaN where either side is not finite)."""
-    pred = np.asarray(pred, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    return 100.0 * np.abs(pred / y - 1.0)
-
-
-def mape_pct(pred: np.ndarray, y: np.ndarray) -> float:
-    """Mean absolute percentage error over finite entries (NaN for none)."""
-    e = ape_pct(pred, y)
-    e = e[np.isfinite(e)]
-    return float(e.mean()) if e.size else float("nan")
-
-
 def group_folds(groups: np.ndarray, n_folds: int, seed: int = 0) -> list[np.ndarray]:
     """Split the unique group labels into `n_folds` seeded folds; returns the held-out row masks.
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
+from dse.files import sha256_file, write_atomic
 from dse.models import class_path, model_class
 from dse.models._base import Model, RangeMiss, range_misses
 from dse.models.band import Band, degree_of
@@ -77,14 +78,6 @@ def weights_id(models: Mapping[str, Mapping[str, np.ndarray]]) -> str:
             h.update(f"{name}{SEP}{key}|{a.dtype.str}|{a.shape}|".encode())
             h.update(a.tobytes())
     return h.hexdigest()[:12]
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_dir(gpu: str) -> Path:
@@ -180,8 +173,8 @@ class Artifact:
         self.manifest["artifact_id"] = weights_id(self.models)
         buf = io.BytesIO()
         np.savez_compressed(buf, **flat)
-        (d / WEIGHTS).write_bytes(buf.getvalue())
-        (d / MANIFEST).write_text(json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
+        write_atomic(d / WEIGHTS, buf.getvalue())
+        write_atomic(d / MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
         return d  # `self.path` stays where it was loaded from (a cached artifact may be shared)
 
     def save_manifest(self, directory: str | Path) -> Path:
@@ -195,7 +188,7 @@ class Artifact:
                 f"{d}: weights are artifact {on_disk}, not {weights_id(self.models)}; "
                 "save the whole artifact instead"
             )
-        (d / MANIFEST).write_text(json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
+        write_atomic(d / MANIFEST, json.dumps(self.manifest, indent=1, sort_keys=False) + "\n")
         return d / MANIFEST
 
     @classmethod

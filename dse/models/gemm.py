@@ -276,7 +276,7 @@ def _mape_shift(err: np.ndarray) -> float:
 class GemmModel(Model):
     """One GPU, engine and dtype. `fit(df)` needs columns m, n, k, latency_s (+ power_w for the
     measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays,
-    `predict_latency(m, n, k)` the same without power (no power model run).
+    `latency_and_power_residual(m, n, k)` the latency items and the power residual alone.
 
     `power_model`: the family power model (`dse.models.power`, fitted) energy is priced with;
     None: latency only (power and energy NaN)."""
@@ -523,16 +523,12 @@ class GemmModel(Model):
         out.update((key, v) for key, v in lat.items() if key != "latency_s")
         return {key: v.reshape(shape) for key, v in out.items()}
 
-    def predict_latency(self, m: Any, n: Any, k: Any) -> dict[str, np.ndarray]:
-        """`predict` without power_w and energy_j: the latency items alone, the power model not
-        run (the predictor prices power from the artifact's power table instead)."""
-        return self.latency_and_power_residual(m, n, k)[0]
-
     def latency_and_power_residual(
         self, m: Any, n: Any, k: Any
     ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-        """(`predict_latency`, the log measured-power residual at the same shapes, None without
-        one): the table cell found once for both."""
+        """(the latency items of `predict` without power_w and energy_j, the log measured-power
+        residual at the same shapes, None without one): the table cell found once for both. The
+        predictor prices power from the artifact's power table, so the power model is not run."""
         lat, shape, cell = self._latency(m, n, k)
         out = {key: v.reshape(shape) for key, v in lat.items()}
         if self.power_table_ is None:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, DataError
+from dse.metrics import mape_pct
 from dse.models import _base, _curves
 from dse.models._base import RangeMiss, range_miss, within
 from dse.models._threads import threaded_fit
@@ -475,7 +476,7 @@ def _fit_one(
         lower[: 1 + 2 * nk] = 0.0  # launch and per-wave costs are >= 0
         lower[-1] = 0.0  # ... and so is the small kernel's per-token cost
         coef[keep] = _curves.relative_lstsq(X[:, keep], y_us, pen[:, keep], lower=lower[keep])
-        err = _base.mape_pct(X @ coef, y_us)
+        err = mape_pct(X @ coef, y_us)
         if best is None or err < best[2] - 1e-9:
             best = (float(c_rows), coef, err)
     assert best is not None

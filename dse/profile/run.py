@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import ConfigError, DSEError
+from dse.files import write_atomic
 from dse.profile import grid, ops
 from dse.profile.energy import NoEnergy, NvmlEnergy, reader_for
 from dse.profile.spec import (
@@ -34,7 +35,7 @@ from dse.profile.spec import (
     write_spec,
 )
 from dse.profile.timing import Clock, Flusher, Protocol, measure
-from dse.profile.writer import Journal, atomic_write_text, write_tables
+from dse.profile.writer import Journal, write_tables
 from dse.spec.hardware import SPEC_FILE
 
 FORMAT_VERSION = 1
@@ -498,7 +499,7 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
             "pending": pending,  # planned shapes not measured yet (a rerun measures them)
             "runs": runs,
         }
-        atomic_write_text(
+        write_atomic(
             out / MANIFEST, json.dumps(manifest, indent=1, allow_nan=False, default=str) + "\n"
         )
         return manifest

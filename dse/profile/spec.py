@@ -212,14 +212,14 @@ def with_kernel_peaks(folder: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_spec(folder: Path, spec: dict[str, Any]) -> Path:
-    from dse.profile.writer import atomic_write_text
+    from dse.files import write_atomic
 
     header = (
         "# GPU spec written by `dse profile` (measured peaks under `measured:`).\n"
         "# Fields follow dse/hardware_specs/*.yaml; null power = not measured.\n"
     )
     path = folder / SPEC_FILE
-    atomic_write_text(path, header + yaml.safe_dump(spec, sort_keys=False))
+    write_atomic(path, header + yaml.safe_dump(spec, sort_keys=False))
     return path
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from dse.files import write_atomic
 
 JOURNAL = ".journal"
 AIC = Path("aiconfigurator/aic-core/src/aiconfigurator_core/systems/data")
@@ -35,24 +36,6 @@ AIC_TABLES: dict[str, tuple[str, str, str]] = {
     "moe": ("moe", "moe_perf", "moe_dtype"),
     "allreduce": ("comm", "nccl_perf", "nccl_dtype"),
 }
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
 
 
 class Journal:
@@ -188,9 +171,9 @@ def write_tables(
             op_dir, stem, _ = AIC_TABLES[table]
             frame = _aic_frame(table, rows, info)
             path = out / AIC / gpu / op_dir / ENGINE / info["torch"] / f"{stem}.parquet"
-            atomic_write_bytes(path, frame.to_parquet(index=False))
+            write_atomic(path, frame.to_parquet(index=False))
         elif table == "layer_op" and vidur_gpu is not None:
             base = out / "vidur/data/profiling/compute" / vidur_gpu / "profile"
             for model, frame in _vidur_frames(rows).items():
-                atomic_write_text(base / model / "mlp.csv", frame.to_csv(index=False))
+                write_atomic(base / model / "mlp.csv", frame.to_csv(index=False))
     return counts

@@ -1128,13 +1128,6 @@ RESERVED_BYTES = 512 * 1024**2
 MEMORY_WARN_MARGIN = 0.05
 
 
-def kv_bytes_per_token_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
-    """KV-cache bytes one token adds on each GPU while the context is within every window: K
-    and V of the GPU's KV heads (MLA: the whole latent), every attention layer."""
-    full, sliding = kv_rates_per_gpu(a, tensor_parallel)
-    return full + sliding
-
-
 def kv_rates_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> tuple[Any, Any]:
     """(bytes per token of the full layers, of the sliding layers) on each GPU."""
     a = a.resolved()

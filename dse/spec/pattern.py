@@ -59,7 +59,6 @@ MIXERS = Kinds(
 FFNS = Kinds("ffn_pattern", ("ffn", "dense", "none"), "ffn")
 KINDS_OF: dict[str, Kinds] = {k.name: k for k in (MIXERS, FFNS)}
 
-LAYER_KINDS: tuple[str, ...] = MIXERS.kinds
 FULL = MIXERS.default
 # The mixers each attention_pattern kind holds: (full, sliding, linear).
 _MIXERS_OF: dict[str, tuple[int, int, int]] = {

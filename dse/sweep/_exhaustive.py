@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -31,6 +30,7 @@ import numpy as np
 
 from dse import pareto
 from dse.errors import ConfigError
+from dse.files import atomic_path
 from dse.spec.space import SearchSpace
 from dse.sweep._columns import canonical_index, space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
@@ -208,24 +208,16 @@ class Enumeration:
     def save(self, path: Path) -> None:
         """Write the state atomically (temporary file, fsync, rename): a reader or a killed
         run sees either the previous state or this one."""
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(
-                    f,
-                    key=np.asarray(json.dumps(self.key, sort_keys=True)),
-                    done=self.done,
-                    index=self.index,
-                    objectives=self.objectives,
-                    counts=np.asarray([self.total, self.valid, self.feasible], dtype=np.int64),
-                    elapsed_s=np.asarray(self.elapsed_s),
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(
+                f,
+                key=np.asarray(json.dumps(self.key, sort_keys=True)),
+                done=self.done,
+                index=self.index,
+                objectives=self.objectives,
+                counts=np.asarray([self.total, self.valid, self.feasible], dtype=np.int64),
+                elapsed_s=np.asarray(self.elapsed_s),
+            )
 
     @classmethod
     def load(cls, path: Path, directions: Any) -> Enumeration | None:

@@ -7,7 +7,6 @@ killed while writing) never sees half a file.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial
 
 from dse import __version__, pareto
+from dse.files import atomic_path, write_atomic
 from dse.spec.space import SearchSpace
 from dse.sweep import _fronts as F
 from dse.sweep._evaluate import objective_unit
@@ -60,21 +60,12 @@ def mark_front(table: pd.DataFrame, space: SearchSpace) -> pd.DataFrame:
     return front
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_table(table: pd.DataFrame, path: Path) -> None:
-    if path.suffix == ".parquet":
-        _atomic_write(path, lambda p: table.to_parquet(p, index=False))
-    else:
-        _atomic_write(path, lambda p: table.to_csv(p, index=False))
+    with atomic_path(path) as tmp:
+        if path.suffix == ".parquet":
+            table.to_parquet(tmp, index=False)
+        else:
+            table.to_csv(tmp, index=False)
 
 
 def exact_front_table(space: SearchSpace, exact: ExactFront) -> pd.DataFrame:
@@ -178,7 +169,7 @@ def write_results(
     }
     summary.update(extra or {})  # `exact`: the enumeration's counts
     text = json.dumps(summary, indent=2, default=_json_default)
-    _atomic_write(folder / "summary.json", lambda p: p.write_text(text + "\n"))
+    write_atomic(folder / "summary.json", text + "\n")
     return Written(folder, table, front, summary)
 
 

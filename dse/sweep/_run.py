@@ -1282,13 +1282,14 @@ def _exhaustive_exact(written: Written, space: SearchSpace, folder: Path) -> Wri
     """A finished exhaustive study is its own exact front: record it as such."""
     import json
 
-    from dse.sweep._results import _atomic_write, write_table
+    from dse.files import write_atomic
+    from dse.sweep._results import write_table
 
     write_table(written.front, folder / "exact_front.csv")
     summary = dict(written.summary)
     summary["exact_hypervolume"] = summary["hypervolume"]
     text = json.dumps(summary, indent=2, default=str) + "\n"
-    _atomic_write(folder / "summary.json", lambda p: p.write_text(text))
+    write_atomic(folder / "summary.json", text)
     return replace(written, summary=summary)
 
 

@@ -25,9 +25,6 @@ from dse.sweep._planned import PlannedSampler
 # about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with
 # memory bounded by the front. Beyond it, sample (`auto` then picks tpe or nsga2).
 EXACT_MAX_CONFIGS = 20_000_000
-# Kept for the record of `exhaustive` (one stored trial per configuration); `auto` no longer
-# picks it: `exact` gives the same front and stores only the front plus a sample.
-AUTO_EXHAUSTIVE_MAX = 20_000
 # `auto` otherwise: `screened`. At 5,000 trials it reached 100.00% of the exact hypervolume of
 # the 3.1M-configuration benchmark space (TPE 99.79%, NSGA-II 99.30%) and 99.96% of the best
 # known front of a 776M-configuration one (TPE 99.46%, NSGA-II 96.89%), in about the time

@@ -33,6 +33,7 @@ from optuna.storages import BaseStorage
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalStorage
 
 from dse.errors import ConfigError, DSEError
+from dse.files import atomic_path, write_atomic
 from dse.spec.space import SearchSpace
 
 ATTR_PREFIX = "dse:"
@@ -254,13 +255,7 @@ def write_committed(path: Path, size: int) -> None:
     """Atomically record `size` as the journal's committed length (temp file, fsync, rename),
     with a hash of the bytes just before it: a journal that grew by an append is cut back to
     it on the next open, one changed elsewhere (the hash differs) is left to `scan_journal`."""
-    target = committed_path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{size} {_tail_hash(path, size)}")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
+    write_atomic(committed_path(path), f"{size} {_tail_hash(path, size)}")
 
 
 def _read_committed_record(path: Path) -> tuple[int, str | None] | None:
@@ -684,18 +679,15 @@ def rewrite_journal(path: Path, scan: JournalScan) -> Path:
     while kept.exists():
         k += 1
         kept = path.with_name(f"{path.name}.damaged-{stamp}-{k}")
-    tmp = path.with_name(path.name + ".repaired-tmp")
-    with open(tmp, "wb") as f:
-        scan.write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(path, kept)
-    except OSError:
-        import shutil
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            scan.write(f)
+        try:  # keep the damaged file before the repaired one replaces it
+            os.link(path, kept)
+        except OSError:
+            import shutil
 
-        shutil.copy2(path, kept)
-    os.replace(tmp, path)
+            shutil.copy2(path, kept)
     write_committed(path, path.stat().st_size)
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
