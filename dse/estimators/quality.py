@@ -284,7 +284,7 @@ def predict_loss(
         issues.add(
             (np.asarray(linear) > 0) & (chosen != "shen2024"),
             np.asarray(linear),
-            "linear layers {}: no shipped law is fitted on linear-attention hybrids",
+            "linear layers {}: no shipped law is fitted on MoE with linear layers",
         )
     text = issues.text()
     return {
@@ -607,13 +607,14 @@ def _shen(
             f"linear_kind {name}: priced as HGRN2 (nearest fitted family; assumption)",
         )
     hybrid = rows & (share > 0) & (share < 1)
-    issues.note(
-        hybrid,
-        np.char.add(
-            np.char.add("linear share ", _fmt(share[hybrid])),
-            ": hybrid priced between the LLaMA and HGRN2 fits (assumption)",
-        ),
-    )
+    if hybrid.any():
+        issues.note(
+            hybrid,
+            np.char.add(
+                np.char.add("linear share ", _fmt(share[hybrid])),
+                ": hybrid priced between the LLaMA and HGRN2 fits (assumption)",
+            ),
+        )
     n_experts = _row(cols, "n_experts", n)
     issues.add(rows & (n_experts > 1), n_experts, "n_experts {}: law fitted on dense models")
     issues.add(rows & (sliding > 0), sliding, "sliding layers {}: law fitted on full attention")
