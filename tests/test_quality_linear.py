@@ -249,3 +249,12 @@ def test_mamba_hybrids_example_under_auto_is_one_law(tmp_path: Path) -> None:
     pattern = np.asarray(cols["attention_pattern"]).astype(str)
     ok = np.isfinite(loss)
     assert loss[ok & (pattern != "full")].min() < loss[ok & (pattern == "full")].min()
+    # A batch of trials that happens to hold only attention rows is still priced by the
+    # space's law (the space, not the batch, decides), so that its losses stay comparable.
+    full = np.flatnonzero(pattern == "full")
+    part = {k: np.asarray(v)[full] for k, v in cols.items()}
+    ev_full = evaluate(space, part, with_tokens2wh=False)
+    assert set(np.asarray(ev_full.quality["law"]).astype(str)) - {""} == {"shen2024"}
+    np.testing.assert_allclose(
+        np.asarray(ev_full.quality["loss"], dtype=float), loss[full], rtol=1e-12
+    )
