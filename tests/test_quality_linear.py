@@ -160,8 +160,12 @@ def test_hybrids_between_the_two_fits_by_linear_share() -> None:
         assert out["loss"][i] > lo - 1.0  # finite, sane
         text = out["out_of_range_inputs"][i]
         assert f"linear share {share:g}: hybrid priced between the LLaMA and HGRN2 fits" in text
-        assert "linear_kind mamba2: priced as HGRN2 (nearest fitted family; assumption)" in text
+        assert "mamba2 priced as HGRN2 (nearest fitted family, an assumption)" in text
     assert "linear" not in out["out_of_range_inputs"][0]
+    assert (
+        "linear layers 32: mamba2 priced as HGRN2 (nearest fitted family, an assumption)"
+        in out["out_of_range_inputs"][3]
+    )
     # the hybrid's loss is the weighted sum of the two fits at one compute: solve for it
     for i, share in ((1, 0.75), (2, 0.5)):
         cs = np.geomspace(1.0, 1e3, 20001)
@@ -193,6 +197,18 @@ def test_flags_name_what_left_the_law() -> None:
     assert "compute (PF-days) 9.51e3 > 179 (x53.1)" in text
     assert "params/N_opt(C) 0.0565 < 0.5 (x8.85)" in text
     assert out["out_of_range"].all()
+    # The sweep's summary reads one input per '; '-joined item (no '; ' inside a message).
+    from dse.sweep._extrapolation import items
+
+    names = [i.name for i in items(out["out_of_range_inputs"][1], "loss law")]
+    assert names == [
+        "params",
+        "tokens",
+        "compute (PF-days)",
+        "params/N_opt(C)",
+        "linear layers",
+        "linear share",
+    ]
 
 
 def test_moe_sliding_and_mla_rows_are_flagged() -> None:

@@ -480,7 +480,7 @@ def _heads(
     issues.add(
         rows & (kv < h),
         kv,
-        "n_kv_heads {}: GQA priced at n_eff = (2 n_heads + n_kv_heads)/3 (assumption; "
+        "n_kv_heads {}: GQA priced at n_eff = (2 n_heads + n_kv_heads)/3 (an assumption, "
         "law printed for MHA)",
     )
     issues.add(rows & (hd != _CHEN_HEAD_DIM), hd, "head_dim {}: law fitted on head_dim 64")
@@ -602,9 +602,10 @@ def _shen(
     issues.outside("params/N_opt(C)", non_embedding / n_opt, (1.0 / f, f), rows=rows)
     kind = np.broadcast_to(np.asarray(r.linear_kind).astype(str), (n,))
     for name in np.unique(kind[rows & (linear > 0)]):
-        issues.note(
+        issues.add(
             rows & (linear > 0) & (kind == name),
-            f"linear_kind {name}: priced as HGRN2 (nearest fitted family; assumption)",
+            linear,
+            f"linear layers {{}}: {name} priced as HGRN2 (nearest fitted family, an assumption)",
         )
     hybrid = rows & (share > 0) & (share < 1)
     if hybrid.any():
