@@ -214,10 +214,11 @@ PF_DAY_FLOPS = 1e15 * 86_400.0  # one PFLOP/s-day
 SHEN_CONTEXT = 8192
 # Range (§3.3, Table 7): six sizes from 20.5M to 6,511M non-embedding parameters, up to 300B
 # tokens; compute from Figure 1's axes (10^-2 PF-days) to the largest run, LLaMA-7B on 300B
-# tokens: 202.7 PFLOPs per step of 480 x 8192 tokens x 76,294 steps = 179 PF-days.
+# tokens: 202.7 PFLOPs per step of 480 x 8192 tokens x 76,294 steps = 179 PF-days; 180 by
+# this module's count of that model (0.4% above Table 7's), so that the run itself is inside.
 _SHEN_PARAMS_RANGE = (2.05e7, 6.511e9)
 _SHEN_TOKENS_RANGE = (0.0, 3.0e11)
-_SHEN_COMPUTE_RANGE = (1.0e-2, 179.0)
+_SHEN_COMPUTE_RANGE = (1.0e-2, 180.0)
 # The law is the envelope of the minimum loss per FLOP (§4.2), i.e. the loss of the
 # compute-optimal model. A row whose N is more than this factor off N_opt(C) (Table 3) is
 # flagged: its own loss lies above the envelope. The factor is ours (Hoffmann et al.'s IsoFLOP
