@@ -1,8 +1,9 @@
 """How much the choice of loss law moves the shipped examples' fronts.
 
-Every shipped example with a loss objective (search_spaces/*.yaml) is enumerated and evaluated
-once per law (its own law, then each other law that can price it: the dense laws, joint_moe,
-gqa_chen2025 and besiroglu_heads on dense spaces, auto), everything else unchanged. Per law: the exact front's size,
+Every shipped example with a loss objective (search_spaces/*.yaml and the attention-family
+examples in examples/) is enumerated and evaluated once per law (its own law, then each other
+law that can price it: the dense laws, joint_moe, krajewski2024, and gqa_chen2025,
+besiroglu_heads and shen2024 on dense spaces, auto), everything else unchanged. Per law: the exact front's size,
 how many of its configurations the example's own law also puts on its front (kept), how many
 front rows the law flags out of its range, and the loss range along the front.
 
@@ -32,7 +33,14 @@ from dse.spec.space import load_space  # noqa: E402
 from dse.sweep._evaluate import evaluate  # noqa: E402
 from dse.sweep._results import directions  # noqa: E402
 
-EXAMPLES = ("gpu_batch", "dense_8b", "moe", "heads_study")
+EXAMPLES = (
+    "search_spaces/gpu_batch",
+    "search_spaces/dense_8b",
+    "search_spaces/moe",
+    "search_spaces/heads_study",
+    "examples/attention_families_8b",
+    "examples/mamba_hybrids_8b",
+)
 LAWS = (
     "chinchilla",
     "besiroglu",
@@ -40,9 +48,10 @@ LAWS = (
     "krajewski2024",
     "gqa_chen2025",
     "besiroglu_heads",
+    "shen2024",
     "auto",
 )
-DENSE_ONLY = ("gqa_chen2025", "besiroglu_heads")
+DENSE_ONLY = ("gqa_chen2025", "besiroglu_heads", "shen2024")
 HEADING = "## How much the law moves the shipped fronts"
 
 
@@ -71,8 +80,9 @@ def _front(path: Path) -> tuple[set[tuple], dict[str, object]]:
 
 def measure() -> list[str]:
     lines = []
-    for name in EXAMPLES:
-        path = REPO / "search_spaces" / f"{name}.yaml"
+    for where in EXAMPLES:
+        path = REPO / f"{where}.yaml"
+        name = Path(where).name
         text = path.read_text()
         own = load_space(path).objectives.loss_law
         if own is None:

@@ -202,7 +202,7 @@ def _random_configs(rng: np.random.Generator, n: int, moe: bool) -> dict[str, np
     }
 
 
-@pytest.mark.parametrize("law", (*Q.ND_LAWS, "besiroglu_heads"))
+@pytest.mark.parametrize("law", (*Q.ND_LAWS, "besiroglu_heads", "shen2024"))
 @pytest.mark.parametrize("moe", [False, True])
 def test_more_params_or_tokens_never_raise_loss(law: str, moe: bool) -> None:
     """Property (every law, dense and MoE rows): at fixed everything else, more layers (more

@@ -215,17 +215,24 @@ def test_auto_picks_the_most_specific_law_per_row() -> None:
     tokens = np.array([2e10, 2e10, 2e10])
     # Rows of a space that holds MoE: one law, joint_moe, for all (its E = 1 case for dense).
     assert list(Q.predict_loss(cols, tokens, "auto")["law"]) == ["joint_moe"] * 3
-    auto = Q.predict_loss(cols, tokens, "auto", moe_space=False)
-    assert list(auto["law"]) == ["besiroglu_heads", "joint_moe", "besiroglu"]
+    # Rows of a space told to hold neither MoE nor linear layers: each row its own family's law
+    # (a linear row still needs shen2024, an MoE row the expert term).
+    auto = Q.predict_loss(cols, tokens, "auto", moe_space=False, linear_space=False)
+    assert list(auto["law"]) == ["besiroglu_heads", "joint_moe", "shen2024"]
     for i, law in enumerate(auto["law"]):
         one = Q.predict_loss(cols, tokens, str(law))
         assert auto["loss"][i] == pytest.approx(one["loss"][i], rel=1e-12)
         assert auto["params_counted"][i] == one["params_counted"][i]
-    assert (
-        "linear layers 18: no shipped law is fitted on linear-attention hybrids"
-        in (auto["out_of_range_inputs"][2])
-    )
+    assert "linear share 0.75: hybrid priced" in auto["out_of_range_inputs"][2]
     assert "linear" not in auto["out_of_range_inputs"][0]
+    # A dense space with linear layers: shen2024 for its softmax rows too (one loss column).
+    dense = Q.predict_loss(cols, tokens, "auto", moe_space=False)
+    assert list(dense["law"]) == ["shen2024", "joint_moe", "shen2024"]
+    # An MoE space keeps its MoE law, and its linear rows are flagged: no law covers both.
+    assert (
+        "linear layers 18: no shipped law is fitted on MoE with linear layers"
+        in Q.predict_loss(cols, tokens, "auto")["out_of_range_inputs"][2]
+    )
 
 
 def test_unknown_source_lists_auto() -> None:

@@ -184,13 +184,13 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + "objectives:\n  loss: {source: chinchila}\n  energy: {}\n",
             ":11: objectives.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "krajewski2024, gqa_chen2025, besiroglu_heads, auto (did you mean 'chinchilla'?), "
+            "krajewski2024, gqa_chen2025, besiroglu_heads, shen2024, auto (did you mean 'chinchilla'?), "
             "got 'chinchila'",
         ),
         (
             BASE + "objectives:\n  loss: {}\n  energy: {}\n",
             ":11: objectives.loss.source: is required (one of chinchilla, besiroglu, "
-            "joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, auto), got none",
+            "joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, shen2024, auto), got none",
         ),
         (
             BASE + "objectives:\n  loss: {source: chinchilla}\n  energy: {}\n",
@@ -205,13 +205,13 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1}}\n",
             ":11: constraints.loss.source: is required when no loss objective names the law "
-            "(chinchilla, besiroglu, joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, auto), "
-            "got none",
+            "(chinchilla, besiroglu, joint_moe, krajewski2024, gqa_chen2025, besiroglu_heads, "
+            "shen2024, auto), got none",
         ),
         (
             BASE + TOKENS + "constraints: {loss: {max: 2.1, source: gpt4}}\n",
             ":11: constraints.loss.source: must be one of chinchilla, besiroglu, joint_moe, "
-            "krajewski2024, gqa_chen2025, besiroglu_heads, auto, got 'gpt4'",
+            "krajewski2024, gqa_chen2025, besiroglu_heads, shen2024, auto, got 'gpt4'",
         ),
         (
             BASE.replace("  d_ff: 8192\n", "  d_ff: 8192\n  n_experts: {values: [1, 8]}\n")
@@ -220,6 +220,14 @@ OBJ = "objectives:\n  latency: {}\n  energy: {}\n"
             ":13: objectives.loss.source: gqa_chen2025 prices dense models only and "
             "space.n_experts reaches 8 (use joint_moe, or auto for the most specific law per "
             "row), got 'gqa_chen2025'",
+        ),
+        (
+            BASE.replace("  d_ff: 8192\n", "  d_ff: 8192\n  n_experts: {values: [1, 4]}\n")
+            + TOKENS
+            + "constraints: {loss: {max: 2.1, source: shen2024}}\n",
+            ":12: constraints.loss.source: shen2024 prices dense models only and "
+            "space.n_experts reaches 4 (use joint_moe, or auto for the most specific law per "
+            "row), got 'shen2024'",
         ),
         (
             BASE + "constraints: {tpott: {max: 0.05}}\n",

@@ -23,9 +23,16 @@ tokenizer); they are not comparable across laws. See docs/quality.md.
 - ``besiroglu_heads``: besiroglu's L(N, D) at the vanilla-attention parameter count plus the
   gqa_chen2025 head term (its change from the trunk's vanilla d/64 heads); the sum is our
   assumption, not a fitted law.
+- ``shen2024``: Shen et al. 2024, arXiv 2406.16690 (EMNLP 2024), Table 3: L(C) = beta C^alpha
+  per architecture, C the training compute in PFLOP/s-days counted the paper's way (Table 1,
+  App. A.1: 6 x non-embedding parameters per token plus the attention's n^2 term at its 8K
+  training context). Softmax rows take the LLaMA fit; linear layers (Gated DeltaNet, Mamba-2,
+  Mamba-1: data-dependent decay) the HGRN2 fit, the nearest fitted family (assumption,
+  flagged); hybrids the two weighted by their linear share (assumption, flagged). Sees compute
+  only: every (N, D) is priced at the compute-optimal loss of its compute.
 - ``auto``: per row, the most specific of the above for the row's family (dense softmax
-  attention: besiroglu_heads; MoE: joint_moe; linear-attention hybrids: besiroglu, flagged),
-  named in ``law``.
+  attention: besiroglu_heads; MoE: joint_moe or krajewski2024; a dense space with
+  linear-attention layers: shen2024 for every row), named in ``law``.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ LAWS: tuple[str, ...] = (
     "krajewski2024",
     "gqa_chen2025",
     "besiroglu_heads",
+    "shen2024",
 )
 # The laws in parameters and training tokens (the ones `compute_optimal` can split a budget with).
 ND_LAWS: tuple[str, ...] = ("chinchilla", "besiroglu", "joint_moe")
@@ -178,6 +186,46 @@ _CHEN_TOKENS_PER_PARAM = (19.0, 21.0)
 CHEN_QUERY_HEAD_WEIGHT = 2.0 / 3.0
 
 
+@dataclass(frozen=True)
+class _ShenFit:
+    """One row of Shen et al. 2024 Table 3: L(C) = beta C^alpha, N_opt = n_k C^n_a,
+    D_opt = d_k C^d_a, C in PFLOP/s-days (the axes of Figure 1)."""
+
+    beta: float
+    alpha: float  # the paper's signed exponent (negative)
+    n_k: float
+    n_a: float
+    d_k: float
+    d_a: float
+
+
+# Table 3, as printed. Only llama and hgrn2 price rows (dse has no TNL or cosFormer2 layer);
+# the other two are kept so that the table is whole.
+SHEN_FITS: dict[str, _ShenFit] = {
+    "llama": _ShenFit(3.7087, -0.0798, 1.82e8, 0.7118, 2.56e10, 0.5102),
+    "tnl": _ShenFit(3.5391, -0.0768, 2.74e8, 0.6470, 4.43e10, 0.4684),
+    "hgrn2": _ShenFit(3.4788, -0.0753, 2.66e8, 0.6427, 4.80e10, 0.4500),
+    "cosformer2": _ShenFit(3.5877, -0.0756, 2.65e8, 0.6516, 4.23e10, 0.4529),
+}
+PF_DAY_FLOPS = 1e15 * 86_400.0  # one PFLOP/s-day
+# §3.3: every model trained with a context length of 8192; the attention's n^2 FLOPs (Table 1:
+# 72 b n l d^2 (1 + n / 6d), i.e. 12 n d per layer per token over forward and backward) are
+# counted at it. dse has no training-context field, so this is the paper's, not the row's.
+SHEN_CONTEXT = 8192
+# Range (§3.3, Table 7): six sizes from 20.5M to 6,511M non-embedding parameters, up to 300B
+# tokens; compute from Figure 1's axes (10^-2 PF-days) to the largest run, LLaMA-7B on 300B
+# tokens: 202.7 PFLOPs per step of 480 x 8192 tokens x 76,294 steps = 179 PF-days; 180 by
+# this module's count of that model (0.4% above Table 7's), so that the run itself is inside.
+_SHEN_PARAMS_RANGE = (2.05e7, 6.511e9)
+_SHEN_TOKENS_RANGE = (0.0, 3.0e11)
+_SHEN_COMPUTE_RANGE = (1.0e-2, 180.0)
+# The law is the envelope of the minimum loss per FLOP (§4.2), i.e. the loss of the
+# compute-optimal model. A row whose N is more than this factor off N_opt(C) (Table 3) is
+# flagged: its own loss lies above the envelope. The factor is ours (Hoffmann et al.'s IsoFLOP
+# profiles, their Figure 3, are flat within about this factor of the optimum).
+_SHEN_ALLOCATION_FACTOR = 2.0
+
+
 def predict_loss(
     cols: Mapping[str, np.ndarray],
     training_tokens: np.ndarray,
@@ -185,6 +233,7 @@ def predict_loss(
     *,
     moe_space: bool | None = None,
     granular_space: bool | None = None,
+    linear_space: bool | None = None,
 ) -> dict[str, np.ndarray]:
     """Pretraining loss of each configuration under one published scaling law.
 
@@ -193,7 +242,9 @@ def predict_loss(
     ``LAWS``, or ``auto``: per row the law ``law_for_rows`` picks). moe_space (``auto`` only):
     whether the rows come from a space that holds MoE configurations, so that its dense rows
     are priced by the same law (None: whether these rows hold one); granular_space: whether
-    that space routes a token to more than one expert (None: whether these rows do).
+    that space routes a token to more than one expert (None: whether these rows do);
+    linear_space: whether that space holds configurations with linear-attention layers, so that
+    its softmax rows are priced by shen2024 too (None: whether these rows do).
 
     Returns (n,) arrays:
       loss: predicted final pretraining loss, nats/token on the paper's own data and tokenizer
@@ -201,7 +252,8 @@ def predict_loss(
         every parameter including embeddings and the LM head for the dense laws, active
         parameters including embeddings for joint_moe and for MoE rows under a dense law,
         the trunk's non-embedding parameters for gqa_chen2025, every parameter with the
-        attention taken as vanilla MHA for besiroglu_heads)
+        attention taken as vanilla MHA for besiroglu_heads, non-embedding parameters for
+        shen2024)
       out_of_range: True where any input lies outside the range the law was fitted on
       out_of_range_inputs: '' inside, else every input that left the range and by how much,
         e.g. 'params 1.2e12 > 1.6e10 (x75); tokens 1e9 < 5e9 (x5)', joined by '; '
@@ -215,7 +267,7 @@ def predict_loss(
     n = active.shape[0]
     tokens = _tokens(training_tokens, n)
     chosen = (
-        law_for_rows(cols, moe_space, granular_space)
+        law_for_rows(cols, moe_space, granular_space, linear_space)
         if law == "auto"
         else np.full(n, law, dtype=object)
     )
@@ -231,9 +283,9 @@ def predict_loss(
     if law == "auto":
         _, _, linear = (np.broadcast_to(np.asarray(x), (n,)) for x in A.layer_kinds(arch))
         issues.add(
-            np.asarray(linear) > 0,
+            (np.asarray(linear) > 0) & (chosen != "shen2024"),
             np.asarray(linear),
-            "linear layers {}: no shipped law is fitted on linear-attention hybrids",
+            "linear layers {}: no shipped law is fitted on MoE with linear layers",
         )
     text = issues.text()
     return {
@@ -249,6 +301,7 @@ def law_for_rows(
     cols: Mapping[str, np.ndarray],
     moe_space: bool | None = None,
     granular_space: bool | None = None,
+    linear_space: bool | None = None,
 ) -> np.ndarray:
     """``auto``: the most specific law covering each row's family, as (n,) law names.
 
@@ -259,8 +312,10 @@ def law_for_rows(
     (top-1 routing is its home), whose E = 1 case prices the dense rows. A dense space: rows
     whose every mixer is softmax attention (full, sliding or MLA) get besiroglu_heads, which
     sees parameters, tokens and heads (gqa_chen2025 alone sees no tokens and no size beyond
-    1.02B); rows with linear-attention layers get besiroglu (no law here is fitted on them;
-    the row is flagged), the same law without the head term, which counts softmax heads.
+    1.02B). A dense space with linear-attention layers (linear_space; None: any of these
+    rows) gets shen2024 for every row, the only law fitted on linear-complexity models, whose
+    LLaMA fit prices the softmax rows on the same corpus (one comparable loss column); no law
+    covers MoE with linear layers, so an MoE space keeps its MoE law and flags them.
     """
     arch = columns.architecture(cols)
     e = np.atleast_1d(np.asarray(cols["n_experts"], dtype=np.float64))
@@ -270,7 +325,12 @@ def law_for_rows(
         fine = bool(((e > 1) & (k > 1)).any()) if granular_space is None else granular_space
         return np.full(n, "krajewski2024" if fine else "joint_moe", dtype=object)
     _, _, linear = (np.broadcast_to(np.asarray(x), (n,)) for x in A.layer_kinds(arch))
-    out = np.where(np.asarray(linear) > 0, "besiroglu", "besiroglu_heads").astype(object)
+    has_linear = np.asarray(linear) > 0
+    if bool(has_linear.any()) if linear_space is None else linear_space:
+        out = np.full(n, "shen2024", dtype=object)
+    else:
+        # told linear_space=False, a linear row still needs a law fitted on linear layers
+        out = np.where(has_linear, "shen2024", "besiroglu_heads").astype(object)
     out[e > 1] = "joint_moe"  # told moe_space=False, an MoE row still needs the expert term
     return out
 
@@ -421,7 +481,7 @@ def _heads(
     issues.add(
         rows & (kv < h),
         kv,
-        "n_kv_heads {}: GQA priced at n_eff = (2 n_heads + n_kv_heads)/3 (assumption; "
+        "n_kv_heads {}: GQA priced at n_eff = (2 n_heads + n_kv_heads)/3 (an assumption, "
         "law printed for MHA)",
     )
     issues.add(rows & (hd != _CHEN_HEAD_DIM), hd, "head_dim {}: law fitted on head_dim 64")
@@ -490,6 +550,83 @@ def _besiroglu_heads(
     return base + head, x.vanilla_total
 
 
+def _shen(
+    cols: Mapping[str, np.ndarray],
+    arch: A.Architecture,
+    counts: Mapping[str, object],
+    tokens: np.ndarray,
+    issues: _Issues,
+    rows: np.ndarray,
+) -> _Priced:
+    """Shen et al. 2024 Table 3 at the row's training compute, in the paper's own count.
+
+    C = D x (6 N + attention + linear state): N the non-embedding parameters (Table 1, §4.2);
+    per softmax layer and token 12 n (n_heads head_dim) FLOPs at the paper's context n = 8192
+    (a sliding layer at min(window, n)); per linear layer HGRN2's 24 d^2 / h (App. A.1.3, h
+    the linear heads). The subleading terms the paper also drops (Table 1: norms, RoPE,
+    gating, under 0.1% at d >= 512) are left out. Loss: (1 - s) L_llama(C) + s L_hgrn2(C), s
+    the linear share of the mixers (ASSUMPTION for 0 < s < 1: no hybrid was fitted; and every
+    dse linear kind is priced as HGRN2, the fitted family with data-dependent decay, §5.3).
+    """
+    n = rows.shape[0]
+    item = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for k, v in counts.items()}
+    non_embedding = item["active"] - item["embedding"] - item["lm_head"] - item["final_norm"]
+    r = arch.resolved()
+    full, sliding, linear = (
+        np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)) for x in A.layer_kinds(arch)
+    )
+    width = _row(cols, "n_heads", n) * np.broadcast_to(
+        np.asarray(r.head_dim, dtype=np.float64), (n,)
+    )
+    window = np.minimum(_row(cols, "sliding_window", n), SHEN_CONTEXT)
+    lin_heads = np.broadcast_to(np.asarray(A.linear_dims(r)[0], dtype=np.float64), (n,))
+    d = _row(cols, "d_model", n)
+    per_token = (
+        6.0 * non_embedding
+        + 12.0 * width * (SHEN_CONTEXT * full + window * sliding)
+        + np.where(linear > 0, 24.0 * d * d / np.maximum(lin_heads, 1.0), 0.0) * linear
+    )
+    compute = per_token * tokens / PF_DAY_FLOPS
+    mixers = full + sliding + linear
+    share = np.where(mixers > 0, linear / np.maximum(mixers, 1.0), 0.0)
+    softmax, lin = SHEN_FITS["llama"], SHEN_FITS["hgrn2"]
+    loss = (1.0 - share) * softmax.beta * compute**softmax.alpha
+    loss = loss + share * lin.beta * compute**lin.alpha
+    issues.outside("params", non_embedding, _SHEN_PARAMS_RANGE, rows=rows)
+    issues.outside("tokens", tokens, _SHEN_TOKENS_RANGE, rows=rows)
+    issues.outside("compute (PF-days)", compute, _SHEN_COMPUTE_RANGE, rows=rows)
+    n_opt = np.exp(
+        (1.0 - share) * np.log(softmax.n_k * compute**softmax.n_a)
+        + share * np.log(lin.n_k * compute**lin.n_a)
+    )
+    f = _SHEN_ALLOCATION_FACTOR
+    issues.outside("params/N_opt(C)", non_embedding / n_opt, (1.0 / f, f), rows=rows)
+    kind = np.broadcast_to(np.asarray(r.linear_kind).astype(str), (n,))
+    for name in np.unique(kind[rows & (linear > 0)]):
+        issues.add(
+            rows & (linear > 0) & (kind == name),
+            linear,
+            f"linear layers {{}}: {name} priced as HGRN2 (nearest fitted family, an assumption)",
+        )
+    hybrid = rows & (share > 0) & (share < 1)
+    if hybrid.any():
+        issues.note(
+            hybrid,
+            np.char.add(
+                np.char.add("linear share ", _fmt(share[hybrid])),
+                ": hybrid priced between the LLaMA and HGRN2 fits (assumption)",
+            ),
+        )
+    n_experts = _row(cols, "n_experts", n)
+    issues.add(rows & (n_experts > 1), n_experts, "n_experts {}: law fitted on dense models")
+    issues.add(rows & (sliding > 0), sliding, "sliding layers {}: law fitted on full attention")
+    mla = np.broadcast_to(np.asarray(A.mla_dims(arch)[0]), (n,))
+    issues.add(
+        rows & mla, _row(cols, "kv_lora_rank", n), "kv_lora_rank {}: law fitted on MHA, not MLA"
+    )
+    return loss, non_embedding
+
+
 def _chen_loss(trunk: np.ndarray, n_heads: np.ndarray) -> np.ndarray:
     """App. I curves at n_heads, interpolated linearly in log(trunk) between fitted sizes."""
     fits = _CHEN_FITS
@@ -513,6 +650,7 @@ _PRICERS = {
     "krajewski2024": lambda c, a, k, t, i, r: _krajewski(c, k, t, i, r),
     "gqa_chen2025": _chen,
     "besiroglu_heads": _besiroglu_heads,
+    "shen2024": _shen,
 }
 
 
@@ -529,7 +667,8 @@ def compute_optimal(
     if law not in ND_LAWS:
         raise ConfigError(
             f"unknown scaling law {law!r} for compute_optimal; valid laws: chinchilla, "
-            "besiroglu, joint_moe (gqa_chen2025 does not see the training tokens)"
+            "besiroglu, joint_moe (gqa_chen2025 does not see the training tokens; shen2024's "
+            "own N_opt(C) and D_opt(C) are in SHEN_FITS)"
         )
     c = np.asarray(compute_flops, dtype=np.float64)
     if np.any(~np.isfinite(c) | (c <= 0)):
@@ -647,6 +786,13 @@ class _Issues:
         head, tail = template.split("{}")
         whole = np.char.mod("%d", np.rint(value[mask]).astype(np.int64))  # counts, not floats
         self._append(mask, np.char.add(np.char.add(head, whole), tail))
+
+    def note(self, mask: np.ndarray, message: str | np.ndarray) -> None:
+        """Flag rows with a message as given (one text, or one per flagged row)."""
+        if not mask.any():
+            return
+        msg = np.asarray(message, dtype=str)
+        self._append(mask, np.full(int(mask.sum()), str(msg)) if msg.ndim == 0 else msg)
 
     def text(self) -> np.ndarray:
         return self._text.astype(str)

@@ -266,7 +266,12 @@ _SIZE_NAMES = {
     "kv_bytes_per_token": ("KV bytes", "KV-cache bytes per token"),
     "memory_bytes": ("memory", "Memory per GPU"),
 }
-_LOSS_LABELS = {"chinchilla": "Chinchilla", "besiroglu": "Besiroglu", "joint_moe": "joint MoE law"}
+_LOSS_LABELS = {
+    "chinchilla": "Chinchilla",
+    "besiroglu": "Besiroglu",
+    "joint_moe": "joint MoE law",
+    "shen2024": "Shen et al. linear-model law",
+}
 _THROUGHPUT_NAMES = {"per_gpu": ("throughput", "Throughput per GPU")}
 _USER_SPEED_NAMES = {"tokens_per_s": ("user speed", "Output tokens per second per user")}
 

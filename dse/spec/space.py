@@ -111,7 +111,8 @@ SIZE_METRICS = ("active_params", "total_params", "kv_bytes_per_token", "memory_b
 # Scaling laws of dse.estimators.quality: Hoffmann et al. 2022 (approach 3), its replication by
 # Besiroglu et al. 2024, the joint MoE law of Ludziejewski et al. 2025, the fine-grained MoE law
 # of Krajewski et al. 2024, the heads law of Chen et
-# al. 2025, Besiroglu's law plus that heads term, and `auto` (per row, the most specific of them
+# al. 2025, Besiroglu's law plus that heads term, the linear-complexity law of Shen et al. 2024,
+# and `auto` (per row, the most specific of them
 # for the row's family).
 LOSS_LAWS = (
     "chinchilla",
@@ -120,6 +121,7 @@ LOSS_LAWS = (
     "krajewski2024",
     "gqa_chen2025",
     "besiroglu_heads",
+    "shen2024",
     "auto",
 )
 THROUGHPUT_METRICS = ("per_gpu",)
@@ -706,8 +708,9 @@ def _constraints(
 
 
 # Laws that cannot price a family at all (no term for it): the family's field and its test.
-# gqa_chen2025 and besiroglu_heads have no expert term (Chen et al. 2025 fit dense GQA only).
-_DENSE_ONLY_LAWS = ("gqa_chen2025", "besiroglu_heads")
+# gqa_chen2025 and besiroglu_heads have no expert term (Chen et al. 2025 fit dense GQA only),
+# nor has shen2024 (Shen et al. 2024 fit dense LLaMA and linear models only).
+_DENSE_ONLY_LAWS = ("gqa_chen2025", "besiroglu_heads", "shen2024")
 
 
 def _check_law_families(

@@ -205,16 +205,20 @@ def _quality(
         return out
     part = {k: np.asarray(v)[rows] for k, v in cols.items()}
     # `auto` prices a space holding MoE configurations with one law throughout (krajewski2024
-    # when it routes a token to several experts, else joint_moe).
+    # when it routes a token to several experts, else joint_moe) ...
     most = {p.name: max(p.values) for p in space.params if p.name in ("n_experts", "top_k")}
     moe_space = most.get("n_experts", 1) > 1
     granular = moe_space and most.get("top_k", 1) > 1
+    # ... and a dense space with linear-attention layers with shen2024 throughout.
+    patterns = [p.values for p in space.params if p.name == "attention_pattern"]
+    linear_space = any("linear" in str(v) for v in (patterns[0] if patterns else ()))
     got = predict_loss(
         part,
         part["training_tokens"].astype(float),
         law,
         moe_space=moe_space,
         granular_space=granular,
+        linear_space=linear_space,
     )
     for k in out:
         out[k][rows] = np.broadcast_to(np.asarray(got[k]), (len(rows),))
