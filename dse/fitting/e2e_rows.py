@@ -212,6 +212,48 @@ VIDUR_BLOCK_OPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _vidur_wide(d: pd.DataFrame) -> pd.DataFrame:
+    """One row per vidur (gpu, model, num_tokens, tp): each operator's measured seconds as a
+    column, and the model's shape."""
+    keys = ["gpu", "model", "num_tokens", "tensor_parallel"]
+    wide = d.pivot_table(index=keys, columns="op", values="latency_s", aggfunc="first")
+    shape = d.groupby(keys)[
+        ["d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "gated_mlp"]
+    ].first()
+    return wide.join(shape).reset_index()
+
+
+def _vidur_layer_costs(w: pd.DataFrame, gname: str, artifact: Artifact | None, artifact_gpu: str):
+    """(cost of one layer's prefill, operators by name) of vidur's (model, tokens, tp) rows of
+    one GPU as the pricer prices them: one layer, a prefill of num_tokens single-token
+    sequences = num_tokens rows through every operator; Level 2 applied where `artifact` has
+    it (`dse.predict.pricing.Pricer.price`, what `dse predict` runs)."""
+    from dse.predict.ops import forward_ops
+    from dse.predict.pricing import Pricer
+
+    n = len(w)
+    cfg = {
+        "d_model": w["d_model"].to_numpy(np.int64),
+        "n_layers": np.ones(n, dtype=np.int64),
+        "n_heads": w["n_heads"].to_numpy(np.int64),
+        "n_kv_heads": w["n_kv_heads"].to_numpy(np.int64),
+        "d_ff": w["d_ff"].to_numpy(np.int64),
+        "vocab_size": w["vocab_size"].to_numpy(np.int64),
+        "gated_mlp": w["gated_mlp"].to_numpy(bool),
+        "batch_size": w["num_tokens"].to_numpy(np.int64),
+        "prompt_tokens": np.ones(n, dtype=np.int64),
+        "output_tokens": np.ones(n, dtype=np.int64),
+        "tensor_parallel": w["tensor_parallel"].to_numpy(np.int64),
+        "gpu": np.full(n, gname),
+    }
+    cols, _ = C.as_columns(cfg)
+    gpu = get_gpu(str(gname))
+    fitted_on = get_gpu(artifact_gpu) if artifact is not None else gpu
+    ops = forward_ops(cols, "prefill")
+    cost = Pricer(gpu, artifact, fitted_on, cols).price(ops, "prefill")
+    return cost, {op.name: op for op in ops}
+
+
 def level2_rows(
     layer_ops: pd.DataFrame, gpus: tuple[str, ...], artifact: Artifact | None, artifact_gpu: str
 ) -> dict[str, pd.DataFrame]:
@@ -219,45 +261,17 @@ def level2_rows(
     measured time of its two GEMMs, the Level-1 time of the same operators and the Level-2
     inputs (`dse.models.level2.block_features`)."""
     from dse.models.level2 import LEVEL2_BLOCKS, block_features
-    from dse.predict.ops import forward_ops
-    from dse.predict.pricing import Pricer
 
     d = layer_ops[layer_ops["gpu"].isin(gpus)]
     if d.empty:
         return {}
-    keys = ["gpu", "model", "num_tokens", "tensor_parallel"]
-    wide = d.pivot_table(index=keys, columns="op", values="latency_s", aggfunc="first")
-    shape = d.groupby(keys)[
-        ["d_model", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "gated_mlp"]
-    ].first()
-    wide = wide.join(shape).reset_index()
+    wide = _vidur_wide(d)
     out: dict[str, pd.DataFrame] = {}
-    fitted_on = get_gpu(artifact_gpu) if artifact is not None else None
     for gname in wide["gpu"].unique():
         w = wide[wide["gpu"] == gname].reset_index(drop=True)
-        n = len(w)
-        cfg = {
-            "d_model": w["d_model"].to_numpy(np.int64),
-            "n_layers": np.ones(n, dtype=np.int64),
-            "n_heads": w["n_heads"].to_numpy(np.int64),
-            "n_kv_heads": w["n_kv_heads"].to_numpy(np.int64),
-            "d_ff": w["d_ff"].to_numpy(np.int64),
-            "vocab_size": w["vocab_size"].to_numpy(np.int64),
-            "gated_mlp": w["gated_mlp"].to_numpy(bool),
-            "batch_size": w["num_tokens"].to_numpy(np.int64),
-            "prompt_tokens": np.ones(n, dtype=np.int64),
-            "output_tokens": np.ones(n, dtype=np.int64),
-            "tensor_parallel": w["tensor_parallel"].to_numpy(np.int64),
-            "gpu": np.full(n, gname),
-        }
-        cols, _ = C.as_columns(cfg)
         gpu = get_gpu(str(gname))
-        # Level 1 only (no Level-2 models in the artifact passed here): one layer, prefill of
-        # num_tokens single-token sequences = num_tokens rows through every operator.
-        pricer = Pricer(gpu, artifact, fitted_on or gpu, cols)
-        ops = forward_ops(cols, "prefill")
-        cost = pricer.price(ops, "prefill")
-        by_name = {op.name: op for op in ops}
+        # Level 1 only: no Level-2 models in the artifact passed here
+        cost, by_name = _vidur_layer_costs(w, str(gname), artifact, artifact_gpu)
         for block, names in LEVEL2_BLOCKS.items():
             measured = w[list(VIDUR_BLOCK_OPS[block])].sum(axis=1, min_count=3).to_numpy()
             l1 = sum(cost.items_s[k] for k in names)
@@ -274,6 +288,36 @@ def level2_rows(
             ok = np.isfinite(measured) & (measured > 0)
             out.setdefault(block, []).append(rows[ok])  # type: ignore[arg-type]
     return {b: pd.concat(v, ignore_index=True) for b, v in out.items()}  # type: ignore[arg-type]
+
+
+def projection_times_s(rows: pd.DataFrame, artifact: Artifact) -> np.ndarray:
+    """Seconds of each of vidur's projection GEMM rows (ops of VIDUR_BLOCK_OPS's GEMMs) as `dse
+    predict` prices them: the row's (model, tokens, tp) as a one-layer prefill through the
+    pricer, Level 1 times the artifact's Level-2 eager calibration, the operator's item
+    (`dse validate` scores this; issue 33: it scored Level 1 alone, 16.8-21.3% on H100 where
+    the pricer's path is the Level-2 number). NaN where a row is not a projection."""
+    from dse.models.level2 import LEVEL2_BLOCKS
+
+    pricer_name = {
+        vidur: pricer
+        for block, vidur_ops in VIDUR_BLOCK_OPS.items()
+        for vidur, pricer in zip(vidur_ops, LEVEL2_BLOCKS[block], strict=True)
+    }
+    out = np.full(len(rows), np.nan)
+    pos = pd.Series(np.arange(len(rows)), index=rows.index)
+    for gname, part in rows.groupby("gpu", sort=True):
+        wide = _vidur_wide(part)
+        cost, _ = _vidur_layer_costs(wide, str(gname), artifact, artifact.level1_gpu)
+        keys = ["model", "num_tokens", "tensor_parallel"]
+        at = part[keys].merge(wide[keys].assign(_w=np.arange(len(wide))), on=keys, how="left")
+        w_idx = at["_w"].to_numpy()
+        ops = part["op"].astype(str).to_numpy()
+        for vidur, name in pricer_name.items():
+            sel = ops == vidur
+            if sel.any() and name in cost.items_s:
+                item = np.asarray(cost.items_s[name], dtype=float)
+                out[pos[part.index[sel]].to_numpy()] = item[w_idx[sel]]
+    return out
 
 
 SERVING_PROMPT_TOKENS = 256  # ml-energy-v2 did not record prompt lengths (ShareGPT: a few hundred)

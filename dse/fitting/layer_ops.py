@@ -214,7 +214,8 @@ def _vidur_gemm_shapes(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def predict_layer_op_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> pd.DataFrame:
-    """`dse validate` hook: layer ops by the layer-op model, projection GEMMs by the GEMM models."""
+    """`dse validate` hook: layer ops by the layer-op model, projection GEMMs as the pricer prices
+    them (the GEMM models, times the Level-2 eager calibration where the artifact has it)."""
     out = pd.DataFrame(
         {"latency_pred_s": np.nan, "energy_pred_j": np.nan}, index=rows.index, dtype=float
     )
@@ -235,16 +236,16 @@ def predict_layer_op_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> 
             bands.put_band(out, idx, artifact, names[0], lat[at], {"op": op}, degree=deg[at])
     gsel = ops.isin(GEMM_OPS).to_numpy()
     if gsel.any() and artifact.names("gemm"):
+        from dse.fitting.e2e_rows import projection_times_s
         from dse.predict.gemm_choice import Gemm
 
         m, n, k = _vidur_gemm_shapes(rows[gsel])
         try:
-            gemm = Gemm(artifact)
-            p = gemm.predict(m, n, k, dtype="float16")
-            ch = gemm.choose("float16")
+            ch = Gemm(artifact).choose("float16")
+            # the pricer's path: Level 1 times the Level-2 eager calibration (issue 33)
+            lat = projection_times_s(rows[gsel], artifact)
             idx = rows.index[gsel]
-            out.loc[idx, "latency_pred_s"] = p["latency_s"]
-            lat = p["latency_s"]
+            out.loc[idx, "latency_pred_s"] = lat
             bands.put_band(out, idx, ch.artifact, ch.name, lat, label=ch.label, m=m, n=n, k=k)
         except (ArtifactError, ConfigError):
             pass
