@@ -35,7 +35,14 @@ import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
 from dse.models import class_path, model_class
-from dse.models._base import Model, RangeMiss, range_misses
+from dse.models._base import (
+    GPU_SPEC,
+    Model,
+    RangeMiss,
+    gpu_constants,
+    gpu_constants_to_state,
+    range_misses,
+)
 from dse.models.band import Band, degree_of
 
 FORMAT_VERSION = 1
@@ -283,7 +290,8 @@ class Artifact:
                 )
             entry = self.manifest["models"][name]
             cls = model_class(entry["kind"], entry.get("class"))
-            self._instances[name] = cls.from_state(self.models[name])
+            state = with_gpu_constants(cls, self.models[name], f"{self.path or self.gpu}: {name}")
+            self._instances[name] = cls.from_state(state)
         return self._instances[name]
 
     def band(self, name: str) -> Band | None:
@@ -332,6 +340,29 @@ class Artifact:
         except KeyError:
             raise ArtifactError(f"artifact has no model {model_name!r}") from None
         return range_misses(rng, inputs)
+
+
+def with_gpu_constants(
+    cls: type[Model], state: Mapping[str, np.ndarray], where: str
+) -> Mapping[str, np.ndarray]:
+    """`state`, with the GPU constants of `cls.gpu_fields` it lacks filled from the registry
+    entry of the model's own GPU (its state's "gpu"): an artifact saved before models kept
+    them (issue 36; `experiments/gpu_constants_in_artifacts.py` writes them into old ones).
+    Looked up once, here at load; the model then predicts from its state alone."""
+    missing = [f for f in cls.gpu_fields if f"{GPU_SPEC}{f}" not in state]
+    if not missing:
+        return state
+    from dse.spec.hardware import get_gpu
+
+    name = str(np.asarray(state["gpu"])) if "gpu" in state else "?"
+    try:
+        spec = get_gpu(name)
+    except ConfigError as exc:
+        raise ArtifactError(
+            f"{where}: the state lacks the GPU constants {missing} and its GPU {name!r} is not "
+            f"in the registry ({exc}); re-fit with dse fit"
+        ) from None
+    return {**state, **gpu_constants_to_state(gpu_constants(spec, missing))}
 
 
 def _jsonable(obj: Any) -> Any:
