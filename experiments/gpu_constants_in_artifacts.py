@@ -7,7 +7,9 @@ values the registry gives the model's own GPU today, the values its predictions 
 read (`dse.models.artifact.with_gpu_constants` fills them the same way at load). No other
 array changes (checked byte for byte); the artifact id changes, because it hashes every state
 array, so the ids recorded in the golden files are rewritten (their strings only: no number
-moves, which `tests/test_golden_predictions.py` then checks).
+moves, which `tests/test_golden_predictions.py` then checks). The manifest gets the specs of
+the artifact's GPU and of its `level1_gpu` ("gpu_specs", `Artifact.gpu_spec`), which the
+predictor reads for the roofline transfers between chips.
 
     PYTHONPATH=. python experiments/gpu_constants_in_artifacts.py [FOLDER ...]
 
@@ -17,6 +19,7 @@ constant already is left alone. Run it again after a refit made by a dse older t
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -24,7 +27,7 @@ import numpy as np
 
 from dse.models import model_class
 from dse.models._base import GPU_SPEC
-from dse.models.artifact import Artifact
+from dse.models.artifact import GPU_SPECS, MANIFEST, Artifact
 from dse.resources import surrogates_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden_predictions.npz"
@@ -49,8 +52,14 @@ def migrate(folder: Path) -> tuple[str, str]:
             got = art.models[name][key]
             assert got.dtype == arr.dtype and got.shape == arr.shape, (name, key)
             assert got.tobytes() == arr.tobytes(), (name, key)
+    on_disk = json.loads((folder / MANIFEST).read_text())
+    specs = art.manifest.get(GPU_SPECS)  # filled at load where the manifest had none
     if not added:
-        print(f"{folder}: every GPU constant present (artifact {old_id}); left alone")
+        if on_disk.get(GPU_SPECS) != specs:
+            art.save_manifest(folder)
+            print(f"{folder}: GPU specs {sorted(specs or {})} written into the manifest")
+        else:
+            print(f"{folder}: every GPU constant present (artifact {old_id}); left alone")
         return old_id, old_id
     art.save(folder)
     again = Artifact.load(folder)

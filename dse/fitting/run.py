@@ -25,7 +25,7 @@ from dse.errors import DataError
 from dse.fitting.artifacts import LEVEL_PREFIXES
 from dse.fitting.families import families
 from dse.models._threads import fit_threads
-from dse.models.artifact import Artifact, FittedModel
+from dse.models.artifact import GPU_SPECS, Artifact, FittedModel
 from dse.spec.hardware import SPEC_FILE, get_gpu, gpu_names, register_folder_spec, shipped_gpu
 
 
@@ -232,6 +232,12 @@ def fit_artifact(
                     "hymell-levels-2-3)"
                 )
             art.manifest["level1_gpu"] = keep.level1_gpu
+            kept_specs = keep.manifest.get(GPU_SPECS) or {}
+            if keep.level1_gpu in kept_specs:  # the spec of the chip they were measured on
+                art.manifest[GPU_SPECS] = {
+                    **(art.manifest.get(GPU_SPECS) or {}),
+                    keep.level1_gpu: kept_specs[keep.level1_gpu],
+                }
         from dse.models.artifact import weights_id
 
         art.manifest["artifact_id"] = weights_id(art.models)

@@ -44,9 +44,14 @@ from dse.models._base import (
     range_misses,
 )
 from dse.models.band import Band, degree_of
+from dse.spec.hardware import GPU, spec_from_mapping
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+# The manifest's specs of the GPUs the artifact was fitted for (its `gpu` and `level1_gpu`),
+# name -> the fields of `dse.spec.hardware.GPU`: what predictions with the artifact read of
+# them (`Artifact.gpu_spec`), whatever the registry says later (issue 36).
+GPU_SPECS = "gpu_specs"
 WEIGHTS = "weights.npz"
 SEP = "/"  # between model name and array name in weights.npz; model names must not contain it
 
@@ -117,6 +122,33 @@ class Artifact:
     models: dict[str, dict[str, np.ndarray]]
     path: Path | None = None
     _instances: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """An artifact saved without the specs of its GPUs (before issue 36) gets them here,
+        once: from the registry, else from the spec file its folder carries (a profiled GPU);
+        a name found in neither is left out (`gpu_spec` then says so)."""
+        specs = self.manifest.get(GPU_SPECS) or {}
+        if "gpu" not in self.manifest:
+            return
+        want = [n for n in dict.fromkeys((self.gpu, self.level1_gpu)) if n not in specs]
+        if not want:
+            return
+        from dse.spec.hardware import SPEC_FILE, get_gpu, load_spec, spec_to_mapping
+
+        own = None
+        if self.path is not None and (Path(self.path) / SPEC_FILE).is_file():
+            own = load_spec(Path(self.path) / SPEC_FILE)
+        add = {}
+        for name in want:
+            try:
+                spec = get_gpu(name)
+            except ConfigError:
+                if own is None or own.name != name:
+                    continue
+                spec = own
+            add[name] = _jsonable(spec_to_mapping(spec))
+        if add:  # a new manifest dict: the caller's (perhaps shared) one is left as it was
+            self.manifest = {**self.manifest, GPU_SPECS: {**specs, **add}}
 
     # ---- building -------------------------------------------------------------------------
     @classmethod
@@ -261,6 +293,27 @@ class Artifact:
         H200's kernel models and a Level 3 of its own). Predictions move Level-1 times from it
         to the GPU predicted (`dse.predict.pricing.transfer_factor`)."""
         return str(self.manifest.get("level1_gpu", self.manifest["gpu"]))
+
+    def gpu_spec(self, name: str | None = None) -> GPU:
+        """The spec of GPU `name` (default: the artifact's `gpu`; its `level1_gpu` is recorded
+        too) as the artifact recorded it (manifest "gpu_specs"), never the registry's of now."""
+        name = self.gpu if name is None else name
+        specs = self.manifest.get(GPU_SPECS) or {}
+        memo = self.__dict__.get("_specs")
+        if memo is None or memo[0] is not specs:
+            memo = (specs, {})
+            self.__dict__["_specs"] = memo
+        spec = memo[1].get(name)
+        if spec is None:
+            if name not in specs:
+                raise ArtifactError(
+                    f"artifact {self.artifact_id} ({self.gpu}) records no spec of GPU {name!r}; "
+                    f"it records: {', '.join(sorted(specs)) or 'none'}"
+                )
+            spec = memo[1][name] = spec_from_mapping(
+                specs[name], f"artifact {self.artifact_id} {GPU_SPECS}.{name}"
+            )
+        return spec
 
     def names(self, kind: str | None = None) -> list[str]:
         """Model names, optionally only those of one kind (a new list: callers may change it).
