@@ -3,8 +3,11 @@
 One folder per GPU, `surrogates/<gpu>/`:
   manifest.json  format_version, artifact_id, gpu, created, library versions, data files used
                  (path + sha256), and per model: kind, class, fitted range of every input,
-                 cross-validated errors, measured_power.
-  weights.npz    plain arrays only (no pickles), key "<model name>/<array name>".
+                 cross-validated errors, measured_power; gpu_specs: the specs of the
+                 artifact's gpu and level1_gpu (`Artifact.gpu_spec`).
+  weights.npz    plain arrays only (no pickles), key "<model name>/<array name>"; the GPU
+                 constants a model predicts with among them (`dse.models._base.GPU_SPEC`):
+                 after loading, nothing is read from the GPU registry.
 
 A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) derives
 from `dse.models._base.Model` (inert constructor, fit -> self, learned state ending in `_`,
