@@ -17,7 +17,7 @@ from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import POWER_GPU
 
 if TYPE_CHECKING:
-    from dse.fitting.run import FitContext
+    from dse.fitting.context import FitContext
 
 
 # ---------------------------------------------------------------------------- power family
