@@ -52,7 +52,8 @@ class GemmChoice:
     name: str
     artifact: Artifact
     gpu: str  # the GPU priced (the asking artifact's)
-    spec: GPU  # its spec, as the asking artifact recorded it (`Artifact.gpu_spec`)
+    # its spec as the asking artifact recorded it (`Artifact.gpu_spec`), for a borrowed table
+    spec: GPU | None = None
 
     @property
     def borrowed(self) -> bool:
@@ -177,7 +178,8 @@ class Gemm:
         Raises ArtifactError if none."""
         for art, name in self.candidates(dtype, engine):
             if art.has(name):
-                return GemmChoice(name, art, self.artifact.gpu, self.artifact.gpu_spec())
+                spec = self.artifact.gpu_spec() if art is not self.artifact else None
+                return GemmChoice(name, art, self.artifact.gpu, spec)
         have = sorted(self.names | set(self.lender.names("gemm") if self.lender else ()))
         raise ArtifactError(
             f"artifact for {self.artifact.gpu} has no GEMM model for dtype {dtype!r}; it has: "
@@ -225,6 +227,8 @@ def borrowed(
     energy scores 18.5% (bf16) and 28.2% (fp8_block) this way, 23.7% and 48.5% with the
     sibling's own power (the H200 tables' own: 3.3% and 4.2%)."""
     gpu = ch.spec
+    if gpu is None:
+        raise ArtifactError(f"{ch.label}: a borrowed GEMM table needs the spec of {ch.gpu}")
     f = sibling_factor(out["flops"], out["bytes"], dtype, gpu, ch.artifact.gpu_spec())
     lat = out["latency_s"] * f
     out = dict(out)
