@@ -269,6 +269,20 @@ def test_a_profiled_gpus_artifact_reads_the_spec_it_carries(tmp_path, monkeypatc
     art = Artifact.load(folder)
     assert art.gpu_spec() == spec
     assert "myboard" not in hardware.gpu_names()
+    # registering another spec under its name later (`register_folder_spec` of another folder)
+    # moves neither the spec the artifact recorded nor its models' predictions
+    inputs = _inputs_of(art)
+    before = _predictions(art, inputs)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    changed = dataclasses.replace(spec, n_sms=spec.n_sms // 2, board_power_w=300.0)
+    (other / hardware.SPEC_FILE).write_text(json.dumps(hardware.spec_to_mapping(changed)))
+    monkeypatch.setattr(hardware, "_EXTRA", {})  # this process's registrations, undone after
+    assert hardware.register_folder_spec(other) == changed
+    assert hardware.get_gpu("myboard") == changed
+    assert art.gpu_spec() == spec
+    _same(_predictions(art, inputs), before)
+    _same(_predictions(Artifact.load(folder), inputs), before)
 
 
 # ---------------------------------------------------------------------------- the source
