@@ -61,7 +61,7 @@ def gemm_tables(t: pd.DataFrame, art: dict[str, Artifact]) -> None:
         name = f"gemm.{eng}.{dt}"
         raw = art["h100_sxm"].model(name).predict(m, n, k)
         f, b_in, b_out = gemm_work(m, n, k, dt)
-        fac = sibling_factor(f, b_in + b_out, dt, "h200_sxm", "h100_sxm")
+        fac = sibling_factor(f, b_in + b_out, dt, get_gpu("h200_sxm"), get_gpu("h100_sxm"))
         lent = Gemm(without(art["h200_sxm"], name), sibling=art["h100_sxm"]).predict(m, n, k, dt)
         print(
             f"| H100 {name} on H200's {eng} {dt} rows | {len(r)} | {mape(raw['latency_s'], y):.1f} "
@@ -75,7 +75,7 @@ def gemm_tables(t: pd.DataFrame, art: dict[str, Artifact]) -> None:
         j = a.to_frame("h100").join(b.to_frame("h200"), how="inner")
         mm, nn, kk = (j.index.get_level_values(i).to_numpy(float) for i in range(3))
         f, b_in, b_out = gemm_work(mm, nn, kk, dt)
-        fj = sibling_factor(f, b_in + b_out, dt, "h200_sxm", "h100_sxm")
+        fj = sibling_factor(f, b_in + b_out, dt, get_gpu("h200_sxm"), get_gpu("h100_sxm"))
         print(
             f"| H100's measured {eng} {dt} rows on H200's (no model) | {len(j)} "
             f"| {mape(j['h100'], j['h200']):.1f} | {mape(j['h100'] * fj, j['h200']):.1f} | | |"

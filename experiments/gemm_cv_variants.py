@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dse.fitting.context import FitContext
 from dse.fitting.gemm import cross_validate_gemm, gemm_rows, weight_shape_groups
 from dse.fitting.power import fit_power_family
-from dse.fitting.run import FitContext
 from dse.models.gemm import GemmModel
 
 

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dse.fitting.context import FitContext
 from dse.fitting.gemm import cross_validate_gemm, gemm_rows, weight_shape_groups
 from dse.fitting.power import fit_power_family, power_rows
-from dse.fitting.run import FitContext
 from dse.models.gemm import GemmModel
+from dse.spec.hardware import get_gpu
 
 GPU = "h200_sxm"
 SHORT_S = 1e-4  # the collector loops ~0.3 s below this duration per call, ~1 s above
@@ -80,7 +81,8 @@ def main() -> None:
             pw = rows["power_w"].to_numpy()
             short = lat < SHORT_S
             util = power_rows(rows)
-            p0 = pm.predict(util["compute_util"], util["memory_util"], lat, gpu=GPU)["power_w"]
+            spec = get_gpu(GPU)
+            p0 = pm.predict(util["compute_util"], util["memory_util"], lat, gpu=spec)["power_w"]
             e0 = np.log(pw / p0)
             prev, nxt = neighbour_terms(np.log(p0))
             print(f"{dtype}: {len(rows)} rows")

@@ -118,10 +118,9 @@ def held_out(rows: pd.DataFrame, kinds: tuple[str, ...]) -> tuple[np.ndarray, np
     for tr, te in GroupKFold(5).split(rows, groups=rows["group"]):
         m = PowerModel(seed=0).fit(sample(rows.iloc[tr], kinds))
         t = rows.iloc[te]
-        own[te] = m.predict(t["compute_util"], t["memory_util"], t["latency_s"], gpu=GPU)["power_w"]
-        steady[te] = m.predict(t["compute_util"], t["memory_util"], DEFAULT_LATENCY_S, gpu=GPU)[
-            "power_w"
-        ]
+        uc, um, spec = t["compute_util"], t["memory_util"], get_gpu(GPU)
+        own[te] = m.predict(uc, um, t["latency_s"], gpu=spec)["power_w"]
+        steady[te] = m.predict(uc, um, DEFAULT_LATENCY_S, gpu=spec)["power_w"]
     return own, steady
 
 

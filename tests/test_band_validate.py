@@ -14,8 +14,8 @@ import pytest
 
 from dse.cli import main
 from dse.fitting import bands
+from dse.fitting.context import FitContext
 from dse.fitting.layer_ops import fit_layer_op_family, layer_op_band_tables
-from dse.fitting.run import FitContext
 from dse.models.artifact import WEIGHTS, Artifact
 from dse.models.band import Band
 from dse.resources import surrogates_dir

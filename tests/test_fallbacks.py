@@ -61,10 +61,10 @@ def test_sibling_factor_is_the_bandwidth_ratio_only_where_memory_bound() -> None
     h100, h200 = get_gpu("h100_sxm"), get_gpu("h200_sxm")
     # A large square GEMM is compute-bound on both (one peak): no change.
     f, b_in, b_out = gemm_work(8192, 8192, 8192, "fp8")
-    assert sibling_factor(f, b_in + b_out, "fp8", "h200_sxm", "h100_sxm") == pytest.approx(1.0)
+    assert sibling_factor(f, b_in + b_out, "fp8", h200, h100) == pytest.approx(1.0)
     # A decode GEMV streams the weight: time falls with the bandwidth (launch floor aside).
     f, b_in, b_out = gemm_work(1, 16384, 16384, "fp8")
-    got = sibling_factor(f, b_in + b_out, "fp8", "h200_sxm", "h100_sxm")
+    got = sibling_factor(f, b_in + b_out, "fp8", h200, h100)
     ratio = h100.hbm_bw_bytes_per_s / h200.hbm_bw_bytes_per_s
     assert ratio < got < 1.0 and got == pytest.approx(ratio, rel=0.1)
 
@@ -75,7 +75,7 @@ def test_borrowed_prediction_is_the_siblings_moved_by_the_roofline() -> None:
     got = h200.predict(m, n, k, "fp8")
     raw = h200.sibling.model("gemm.vllm.fp8").predict(m, n, k)
     f, b_in, b_out = gemm_work(m, n, k, "fp8")
-    fac = sibling_factor(f, b_in + b_out, "fp8", "h200_sxm", "h100_sxm")
+    fac = sibling_factor(f, b_in + b_out, "fp8", get_gpu("h200_sxm"), get_gpu("h100_sxm"))
     np.testing.assert_allclose(got["latency_s"], raw["latency_s"] * fac)
     np.testing.assert_allclose(got["energy_j"], got["power_w"] * got["latency_s"])
     h200_gpu = get_gpu("h200_sxm")  # power on H200 (its idle and board), not the sibling's
@@ -111,7 +111,7 @@ def test_sibling_borrowing_measured_on_the_share(data_dir: Path) -> None:
     e_borrowed = mape_pct(lacking.predict(m, n, k, "bf16")["energy_j"], e_true)
     raw = h100.model("gemm.vllm.bfloat16").predict(m, n, k)
     f, b_in, b_out = gemm_work(m, n, k, "bf16")
-    fac = sibling_factor(f, b_in + b_out, "bf16", "h200_sxm", "h100_sxm")
+    fac = sibling_factor(f, b_in + b_out, "bf16", get_gpu("h200_sxm"), get_gpu("h100_sxm"))
     assert e_borrowed < 20.0 and e_borrowed < mape_pct(
         raw["power_w"] * raw["latency_s"] * fac, e_true
     )

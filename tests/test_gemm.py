@@ -81,7 +81,7 @@ def test_power_scales_to_every_registry_gpu() -> None:
     model = Artifact.load("h200_sxm").model("power")  # the only GPU with measured power
 
     def power_w(gpu: str, uc: object, um: object, latency_s: float = 1e-3) -> np.ndarray:
-        return model.predict(uc, um, latency_s, gpu=gpu)["power_w"]
+        return model.predict(uc, um, latency_s, gpu=get_gpu(gpu))["power_w"]
 
     uc = np.array([0.0, 0.05, 0.3, 0.7])
     um = np.array([0.0, 0.6, 0.3, 0.1])

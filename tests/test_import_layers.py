@@ -1,8 +1,9 @@
 """Imports in dse/ run one way: no cycle, no import of a higher layer (issue 23).
 
 The graph is read with `ast` (nothing is imported): every `import dse...` / `from dse... import`
-at module level AND inside functions (function-level imports are how cycles hide); imports under
-`if TYPE_CHECKING:` are reported but not held against the rules. Run as a script for the report:
+at module level, inside functions (function-level imports are how cycles hide) AND under
+`if TYPE_CHECKING:` (a type a module names is a dependency too: issue 36 found a cycle and an
+upward import that hid there). Run as a script for the report:
 
     python tests/test_import_layers.py [ROOT]      # edges, cycles, upward imports
 
@@ -93,7 +94,10 @@ def graph(root: Path = ROOT) -> list[Edge]:
     )
 
 
-def cycles(edges: list[Edge], scopes: tuple[str, ...] = ("module", "function")) -> list[list[str]]:
+SCOPES = ("module", "function", "typing")  # every import counts
+
+
+def cycles(edges: list[Edge], scopes: tuple[str, ...] = SCOPES) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     adj: dict[str, set[str]] = {}
     for e in edges:
@@ -145,7 +149,7 @@ def cycle_path(comp: list[str], edges: list[Edge]) -> list[str]:
     inside = set(comp)
     adj: dict[str, set[str]] = {}
     for e in edges:
-        if e.scope != "typing" and e.src in inside and e.dst in inside:
+        if e.src in inside and e.dst in inside:
             adj.setdefault(e.src, set()).add(e.dst)
     start = comp[0]
     prev: dict[str, str] = {}
@@ -219,7 +223,7 @@ def upward(edges: list[Edge]) -> dict[tuple[str, str], list[str]]:
     """(importer, imported) -> ["line scope", ...] for every import of a higher layer."""
     out: dict[tuple[str, str], list[str]] = {}
     for e in edges:
-        if e.scope != "typing" and layer_of(e.dst)[0] > layer_of(e.src)[0]:
+        if layer_of(e.dst)[0] > layer_of(e.src)[0]:
             out.setdefault((e.src, e.dst), []).append(f"{e.line} {e.scope}")
     return out
 
@@ -250,6 +254,26 @@ def test_no_new_upward_import() -> None:
     assert not gone, f"upward imports fixed, remove from KNOWN_UPWARD: {sorted(gone)}"
 
 
+def test_type_checking_imports_count(tmp_path: Path) -> None:
+    """An import only a type annotation needs still makes a cycle and an upward import."""
+    pkg = tmp_path / PKG
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "predict").mkdir()
+    for d in (pkg, pkg / "models", pkg / "predict"):
+        (d / "__init__.py").write_text("")
+    (pkg / "models" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dse.predict.b import B\n"
+    )
+    (pkg / "predict" / "b.py").write_text("from dse.models.a import A\n")
+    edges = graph(tmp_path)
+    assert {(e.src, e.dst, e.scope) for e in edges} >= {
+        ("dse.models.a", "dse.predict.b", "typing"),
+        ("dse.predict.b", "dse.models.a", "module"),
+    }
+    assert cycles(edges) == [["dse.models.a", "dse.predict.b"]]
+    assert ("dse.models.a", "dse.predict.b") in upward(edges)
+
+
 def main(root: Path) -> int:
     edges = graph(root)
     print(
@@ -261,6 +285,7 @@ def main(root: Path) -> int:
     for title, scopes in (
         ("module level", ("module",)),
         ("module + function level", ("module", "function")),
+        ("every import, TYPE_CHECKING included", SCOPES),
     ):
         comps = cycles(edges, scopes)
         print(f"\ncycles, {title}: {len(comps)}")

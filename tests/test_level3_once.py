@@ -13,7 +13,7 @@ import pytest
 
 from dse.models.level3 import FACTOR_KEYS, KERNEL_GROUPS, group_kinds
 from dse.predict import load_artifact, predict_columns
-from dse.predict.request import LEVEL3_MODEL, _model, _registry_gpu, base_costs, global_inputs
+from dse.predict.request import LEVEL3_MODEL, _fitted_on, _model, base_costs, global_inputs
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 
@@ -40,7 +40,7 @@ def _golden_inputs(gpu: str, limit: int | None = None):  # type: ignore[no-untyp
     part = {k: v[idx] for k, v in cols.items()}
     art, fitted_for = load_artifact(gpu)
     g_spec = get_gpu(gpu)
-    base = base_costs(part, len(idx), g_spec, art, _registry_gpu(fitted_for, g_spec))
+    base = base_costs(part, len(idx), g_spec, art, _fitted_on(art, fitted_for, g_spec))
     return part, global_inputs(part, base), art
 
 

@@ -30,6 +30,7 @@ from dse.models import MODEL_CLASSES, model_class
 from dse.models._base import Model
 from dse.models.artifact import Artifact
 from dse.resources import surrogates_dir
+from dse.spec.hardware import get_gpu
 
 KINDS = sorted(MODEL_CLASSES)
 FAST = {"max_rows": 1000, "max_iter": 20}  # smaller than tests/test_ops_models.py: shape only
@@ -156,8 +157,12 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
 
     if kind == "gemm":
         return {"m": count("m"), "n": count("n"), "k": count("k")}
-    if kind == "power":
-        return {"compute_util": span("compute_util"), "memory_util": span("memory_util")}
+    if kind == "power":  # a GPU spec, resolved by the caller (the model never looks one up)
+        return {
+            "compute_util": span("compute_util"),
+            "memory_util": span("memory_util"),
+            "gpu": get_gpu("h200_sxm"),
+        }
     if kind in ("allreduce", "collective"):
         return {"message_bytes": span("message_bytes"), "n_gpus": np.array([2.0, 4, 8, 2, 4, 8, 3])}
     if kind in ("context_attention", "generation_attention"):
@@ -190,7 +195,7 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
         return {
             "p_model_w": np.linspace(100.0, 700.0, 7),
             "batch": span("batch"),
-            "gpu": "h100_sxm",
+            "gpu": get_gpu("h100_sxm"),
         }
     return None
 
@@ -263,7 +268,6 @@ def _synthetic_level3() -> tuple[Any, ...]:
     from dse.models.level3 import design
     from dse.predict.request import base_costs, global_inputs
     from dse.spec import columns as C
-    from dse.spec.hardware import get_gpu
 
     cfg = golden_configs(40)
     cfg["gpu"], cfg["engine"] = np.full(40, "h100_sxm"), np.full(40, "vllm")

@@ -682,8 +682,8 @@ def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_d
     the same order. Runs after the other tests' multi-threaded fits in this process: spawned
     workers inherit no thread pool that could hold a lock (forked ones could deadlock)."""
     from dse.data import load
+    from dse.fitting.context import FitContext
     from dse.fitting.gemm import fit_gemm_family
-    from dse.fitting.run import FitContext
 
     gemm = load(data_dir, ["gemm"])["gemm"]
     gemm = gemm[(gemm["source"] == "aiconfigurator") & (gemm["gpu"] == "h200_sxm")]

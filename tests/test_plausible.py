@@ -89,7 +89,7 @@ def test_end_to_end_floor_streams_the_weights_every_decode_step() -> None:
 
 
 def test_fit_context_leaves_out_implausible_rows(tmp_path: Path) -> None:
-    from dse.fitting.run import FitContext
+    from dse.fitting.context import FitContext
 
     lines: list[str] = []
     ctx = FitContext(tmp_path, "h100_sxm", log=lines.append)

@@ -25,9 +25,9 @@ import numpy as np
 
 from dse.errors import DataError
 from dse.fitting import bands
+from dse.fitting.context import FitContext
 from dse.fitting.cv import map_tasks
 from dse.fitting.families import Family, families
-from dse.fitting.run import FitContext
 from dse.models.artifact import Artifact
 
 # The kinds the families' band tables read (loaded once, before the worker processes start).

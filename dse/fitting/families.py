@@ -22,7 +22,7 @@ from dse.models.reductions import LLMCOMPASS_OPS
 class Family:
     """A group of models fitted together by `dse fit` and scored by `dse validate`.
 
-    fit(ctx) -> list[FittedModel]: `ctx` is a `dse.fitting.run.FitContext` (gpu, seed,
+    fit(ctx) -> list[FittedModel]: `ctx` is a `dse.fitting.context.FitContext` (gpu, seed,
       `ctx.table(kind)` = `dse.data.load` rows of that kind for ALL GPUs, `ctx.fitted` = the
       models fitted earlier in this run). Return [] when there is no data for ctx.gpu.
     predict_rows(artifact, kind, rows) -> DataFrame aligned with rows, with float columns

@@ -31,7 +31,7 @@ from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
-    from dse.fitting.run import FitContext
+    from dse.fitting.context import FitContext
 
 
 GEMM_GROUP = cv_group("gemm", ("n", "k"))  # the power family holds out the same shapes

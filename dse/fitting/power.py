@@ -18,7 +18,7 @@ from dse.spec.hardware import get_gpu
 from dse.spec.stand_ins import POWER_GPU
 
 if TYPE_CHECKING:
-    from dse.fitting.run import FitContext
+    from dse.fitting.context import FitContext
 
 
 # ---------------------------------------------------------------------------- power family
@@ -56,7 +56,8 @@ def fit_power_family(ctx: FitContext) -> list[FittedModel]:
 
     def fp(tr: pd.DataFrame, te: pd.DataFrame) -> dict[str, np.ndarray]:
         m = PowerModel(seed=ctx.seed).fit(tr)
-        p = m.predict(te["compute_util"], te["memory_util"], te["latency_s"], gpu=POWER_GPU)
+        spec = get_gpu(POWER_GPU)
+        p = m.predict(te["compute_util"], te["memory_util"], te["latency_s"], gpu=spec)
         return {"power_w": p["power_w"]}
 
     cv = group_kfold_predict(rows, weight_shape_groups(rows), CV_FOLDS if ctx.cv else 0, fp)

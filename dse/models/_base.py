@@ -112,6 +112,32 @@ def need(state: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
             )
 
 
+# ---------------------------------------------------------------------------- GPU constants
+# The GPU constants a model reads at prediction (SM count, board power, ...) are learned state:
+# `fit` copies them from the GPU's spec, `to_state` saves them under this prefix, and predict
+# reads them from the model alone, never from the registry (`dse.spec.hardware`), which a
+# process can change (issue 36). A class lists the spec fields it keeps in `gpu_fields`.
+GPU_SPEC = "gpu_spec/"
+
+
+def gpu_constants(spec: Any, fields: Iterable[str]) -> dict[str, float]:
+    """The values of `fields` of a GPU spec (`dse.spec.hardware.GPU`), as floats."""
+    return {f: float(getattr(spec, f)) for f in fields}
+
+
+def gpu_constants_to_state(values: Mapping[str, float]) -> dict[str, np.ndarray]:
+    """GPU constants as state arrays (`GPU_SPEC` + field name -> a float64 scalar)."""
+    return {f"{GPU_SPEC}{k}": np.array(float(v), dtype=np.float64) for k, v in values.items()}
+
+
+def gpu_constants_from_state(
+    state: Mapping[str, Any], fields: Iterable[str], what: str
+) -> dict[str, float]:
+    """The GPU constants `gpu_constants_to_state` wrote; a missing one is an ArtifactError."""
+    need(state, [f"{GPU_SPEC}{f}" for f in fields], what)
+    return {f: float(np.asarray(state[f"{GPU_SPEC}{f}"])) for f in fields}
+
+
 # ---------------------------------------------------------------------------- graded range
 # An input within this log distance of a bound (1%) is inside: the rounding of a bound (a width
 # rounded to a tile, a fitted minimum read back as float) is not an extrapolation.
@@ -242,6 +268,10 @@ class Model:
     `InstanceOf`. `_validate_params()` (called by `fit`) checks them with a ConfigError."""
 
     kind: ClassVar[str]  # the manifest's kind: the key of dse.models.MODEL_CLASSES
+    # the fields of the GPU's spec the model predicts with, kept as learned state (`GPU_SPEC`);
+    # an artifact saved before they were kept gets them from the registry once, at load
+    # (`dse.models.artifact.Artifact.model`)
+    gpu_fields: ClassVar[tuple[str, ...]] = ()
     _parameter_constraints: ClassVar[dict[str, Any]] = {}
 
     @classmethod

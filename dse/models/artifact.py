@@ -3,8 +3,11 @@
 One folder per GPU, `surrogates/<gpu>/`:
   manifest.json  format_version, artifact_id, gpu, created, library versions, data files used
                  (path + sha256), and per model: kind, class, fitted range of every input,
-                 cross-validated errors, measured_power.
-  weights.npz    plain arrays only (no pickles), key "<model name>/<array name>".
+                 cross-validated errors, measured_power; gpu_specs: the specs of the
+                 artifact's gpu and level1_gpu (`Artifact.gpu_spec`).
+  weights.npz    plain arrays only (no pickles), key "<model name>/<array name>"; the GPU
+                 constants a model predicts with among them (`dse.models._base.GPU_SPEC`):
+                 after loading, nothing is read from the GPU registry.
 
 A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) derives
 from `dse.models._base.Model` (inert constructor, fit -> self, learned state ending in `_`,
@@ -36,11 +39,23 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError
 from dse.files import sha256_file, write_atomic
 from dse.models import class_path, model_class
-from dse.models._base import Model, RangeMiss, range_misses
+from dse.models._base import (
+    GPU_SPEC,
+    Model,
+    RangeMiss,
+    gpu_constants,
+    gpu_constants_to_state,
+    range_misses,
+)
 from dse.models.band import Band, degree_of
+from dse.spec.hardware import GPU, spec_from_mapping
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+# The manifest's specs of the GPUs the artifact was fitted for (its `gpu` and `level1_gpu`),
+# name -> the fields of `dse.spec.hardware.GPU`: what predictions with the artifact read of
+# them (`Artifact.gpu_spec`), whatever the registry says later (issue 36).
+GPU_SPECS = "gpu_specs"
 WEIGHTS = "weights.npz"
 SEP = "/"  # between model name and array name in weights.npz; model names must not contain it
 
@@ -103,6 +118,33 @@ class Artifact:
     models: dict[str, dict[str, np.ndarray]]
     path: Path | None = None
     _instances: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """An artifact saved without the specs of its GPUs (before issue 36) gets them here,
+        once: from the registry, else from the spec file its folder carries (a profiled GPU);
+        a name found in neither is left out (`gpu_spec` then says so)."""
+        specs = self.manifest.get(GPU_SPECS) or {}
+        if "gpu" not in self.manifest:
+            return
+        want = [n for n in dict.fromkeys((self.gpu, self.level1_gpu)) if n not in specs]
+        if not want:
+            return
+        from dse.spec.hardware import SPEC_FILE, get_gpu, load_spec, spec_to_mapping
+
+        own = None
+        if self.path is not None and (Path(self.path) / SPEC_FILE).is_file():
+            own = load_spec(Path(self.path) / SPEC_FILE)
+        add = {}
+        for name in want:
+            try:
+                spec = get_gpu(name)
+            except ConfigError:
+                if own is None or own.name != name:
+                    continue
+                spec = own
+            add[name] = _jsonable(spec_to_mapping(spec))
+        if add:  # a new manifest dict: the caller's (perhaps shared) one is left as it was
+            self.manifest = {**self.manifest, GPU_SPECS: {**specs, **add}}
 
     # ---- building -------------------------------------------------------------------------
     @classmethod
@@ -248,6 +290,27 @@ class Artifact:
         to the GPU predicted (`dse.predict.pricing.transfer_factor`)."""
         return str(self.manifest.get("level1_gpu", self.manifest["gpu"]))
 
+    def gpu_spec(self, name: str | None = None) -> GPU:
+        """The spec of GPU `name` (default: the artifact's `gpu`; its `level1_gpu` is recorded
+        too) as the artifact recorded it (manifest "gpu_specs"), never the registry's of now."""
+        name = self.gpu if name is None else name
+        specs = self.manifest.get(GPU_SPECS) or {}
+        memo = self.__dict__.get("_specs")
+        if memo is None or memo[0] is not specs:
+            memo = (specs, {})
+            self.__dict__["_specs"] = memo
+        spec = memo[1].get(name)
+        if spec is None:
+            if name not in specs:
+                raise ArtifactError(
+                    f"artifact {self.artifact_id} ({self.gpu}) records no spec of GPU {name!r}; "
+                    f"it records: {', '.join(sorted(specs)) or 'none'}"
+                )
+            spec = memo[1][name] = spec_from_mapping(
+                specs[name], f"artifact {self.artifact_id} {GPU_SPECS}.{name}"
+            )
+        return spec
+
     def names(self, kind: str | None = None) -> list[str]:
         """Model names, optionally only those of one kind (a new list: callers may change it).
         Kept per kind while the manifest's model table is the same one of the same size
@@ -276,7 +339,8 @@ class Artifact:
                 )
             entry = self.manifest["models"][name]
             cls = model_class(entry["kind"], entry.get("class"))
-            self._instances[name] = cls.from_state(self.models[name])
+            state = with_gpu_constants(cls, self.models[name], f"{self.path or self.gpu}: {name}")
+            self._instances[name] = cls.from_state(state)
         return self._instances[name]
 
     def band(self, name: str) -> Band | None:
@@ -325,6 +389,29 @@ class Artifact:
         except KeyError:
             raise ArtifactError(f"artifact has no model {model_name!r}") from None
         return range_misses(rng, inputs)
+
+
+def with_gpu_constants(
+    cls: type[Model], state: Mapping[str, np.ndarray], where: str
+) -> Mapping[str, np.ndarray]:
+    """`state`, with the GPU constants of `cls.gpu_fields` it lacks filled from the registry
+    entry of the model's own GPU (its state's "gpu"): an artifact saved before models kept
+    them (issue 36; `experiments/gpu_constants_in_artifacts.py` writes them into old ones).
+    Looked up once, here at load; the model then predicts from its state alone."""
+    missing = [f for f in cls.gpu_fields if f"{GPU_SPEC}{f}" not in state]
+    if not missing:
+        return state
+    from dse.spec.hardware import get_gpu
+
+    name = str(np.asarray(state["gpu"])) if "gpu" in state else "?"
+    try:
+        spec = get_gpu(name)
+    except ConfigError as exc:
+        raise ArtifactError(
+            f"{where}: the state lacks the GPU constants {missing} and its GPU {name!r} is not "
+            f"in the registry ({exc}); re-fit with dse fit"
+        ) from None
+    return {**state, **gpu_constants_to_state(gpu_constants(spec, missing))}
 
 
 def _jsonable(obj: Any) -> Any:

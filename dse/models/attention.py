@@ -258,6 +258,7 @@ class AttentionModel(_base.Model):
     """
 
     kind: ClassVar[str] = "attention"
+    gpu_fields: ClassVar[tuple[str, ...]] = ("n_sms",)  # the waves of CTAs over the SMs
     phase_default: ClassVar[str] = "context"
     _parameter_constraints: ClassVar[dict[str, Any]] = {"phase": PHASES}
 
@@ -299,10 +300,12 @@ class AttentionModel(_base.Model):
         v["fp8"] = _is_fp8(arrays.get("dtype", "bfloat16"), n).astype(np.float64)
         return v
 
-    def _n_sms(self) -> int:
-        return get_gpu(self.gpu).n_sms
+    def _n_sms(self) -> float:
+        return self.gpu_spec_["n_sms"]
 
     def _peak(self) -> tuple[float, float]:
+        """(bf16 peak FLOP/s, HBM bytes/s) of the GPU: fit time only (the fitted roofline
+        keeps them)."""
         g = get_gpu(self.gpu)
         return g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s
 
@@ -322,6 +325,7 @@ class AttentionModel(_base.Model):
         v = self._inputs(arrays)
         y = d["latency_s"].to_numpy(np.float64)
         self.feature_set_ = feature_set_for(self.gpu, self.phase, self.engine)
+        self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
         out, X = self.design(v, y)
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
         self.mlp_, self.power_mlp_ = fit_hybrid_heads(
@@ -393,6 +397,7 @@ class AttentionModel(_base.Model):
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
             "feature_set": np.array(self.feature_set_, dtype=np.int64),
+            **_base.gpu_constants_to_state(self.gpu_spec_),
             **hybrid_state(self),
         }
 
@@ -409,6 +414,7 @@ class AttentionModel(_base.Model):
         except ConfigError as exc:
             raise ArtifactError(f"attention model state: {exc}") from None
         load_hybrid(m, state)
+        m.gpu_spec_ = _base.gpu_constants_from_state(state, cls.gpu_fields, "attention")
         # artifacts saved before the kernel-choice inputs have no "feature_set": set 1
         m.feature_set_ = int(state["feature_set"]) if "feature_set" in state else 1
         return m

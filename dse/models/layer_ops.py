@@ -575,6 +575,7 @@ class LayerOpModel(_base.Model):
     """
 
     kind: ClassVar[str] = "layer_op"  # the manifest's kind; dse.models.MODEL_CLASSES
+    gpu_fields: ClassVar[tuple[str, ...]] = ("n_sms",)  # rows per wave, the wave sawtooth
 
     def __init__(self, gpu: str = "h100_sxm") -> None:
         self.gpu = gpu
@@ -583,7 +584,9 @@ class LayerOpModel(_base.Model):
     @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on layer_op rows of one GPU (rows of other GPUs and GEMM ops are ignored)."""
-        n_sms = get_gpu(self.gpu).n_sms
+        spec = get_gpu(self.gpu)
+        self.gpu_spec_ = _base.gpu_constants(spec, self.gpu_fields)
+        n_sms = spec.n_sms
         d = df[(df["gpu"] == self.gpu) & df["op"].isin(LAYER_OPS)]
         if d.empty:
             raise DataError(f"no layer_op rows for gpu {self.gpu!r} (ops {', '.join(LAYER_OPS)})")
@@ -916,6 +919,7 @@ class LayerOpModel(_base.Model):
             # curves read as smooth part + wave sawtooth by a width between measured ones
             # (absent in artifacts fitted before, which read the whole curve at the element count)
             **({"curve_wave_split": np.array(True)} if self.curve_parts_ is not None else {}),
+            **_base.gpu_constants_to_state(self.gpu_spec_),
             **_base.range_to_state(self.range_),
         }
 
@@ -937,6 +941,7 @@ class LayerOpModel(_base.Model):
                 "layer_op state was fitted with other log_e_knots; re-fit with dse fit"
             )
         m = cls(str(state["gpu"]))
+        m.gpu_spec_ = _base.gpu_constants_from_state(state, cls.gpu_fields, "layer_op")
         m.keys_ = np.asarray(state["keys"], dtype=str)
         m.rows_per_wave_ = np.asarray(state["rows_per_wave"], dtype=np.float64)
         m.coef_ = np.asarray(state["coef"], dtype=np.float64)
@@ -969,7 +974,7 @@ class LayerOpModel(_base.Model):
     def _wave_parts(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """`_wave_split` of every curve (derived from the stored curves, not stored)."""
         # whole waves of every candidate period (1 and 2 x SMs: their least common multiple)
-        window = WAVE_SPLIT_WINDOW * get_gpu(self.gpu).n_sms
+        window = WAVE_SPLIT_WINDOW * self.gpu_spec_["n_sms"]
         return [
             _wave_split(
                 tok,

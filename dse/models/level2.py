@@ -7,7 +7,7 @@ projection GEMM vidur timed on the chip (`Level2Block`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import numpy as np
 
@@ -17,7 +17,6 @@ from dse.models._nn import MLP
 from dse.models._threads import threaded_fit
 
 if TYPE_CHECKING:
-    from dse.predict.ops import Op
     from dse.spec.hardware import GPU
 
 L2_CLIP = 0.5  # |log factor| of a Level-2 block residual is clipped here (x0.6 .. x1.65)
@@ -67,8 +66,16 @@ RANGE_FEATURES: tuple[str, ...] = ("log2_tokens", "log2_d_model", "log2_width")
 WAVE_TILE = 128  # a CTA tile edge: waves = ceil(m / 128) ceil(n / 128) / SMs
 
 
+class SizedOp(Protocol):
+    """What `block_features` reads of an operator: its GEMM sizes (`dse.predict.ops.Op`,
+    which this lower layer does not import)."""
+
+    @property
+    def dims(self) -> Mapping[str, Any]: ...
+
+
 def block_features(
-    times_s: Mapping[str, np.ndarray], ops: Mapping[str, Op], block: str, gpu: GPU
+    times_s: Mapping[str, np.ndarray], ops: Mapping[str, SizedOp], block: str, gpu: GPU
 ) -> np.ndarray:
     """(n, 11) raw inputs of a block call (`LEVEL2_FEATURES`): the Level-1 seconds of one call
     of each of the block's operators (`times_s`, by operator name), the two GEMMs' sizes and

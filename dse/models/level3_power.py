@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
+from dse.errors import ConfigError
 from dse.models import _base
 from dse.models._base import Model
 from dse.models._threads import threaded_fit
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES
-from dse.spec.hardware import GPU, get_gpu
+from dse.spec.hardware import GPU
 
 if TYPE_CHECKING:
     from dse.models.level3 import GlobalInputs
@@ -193,7 +194,14 @@ class Power3(Model):
         return p / np.maximum(p_model, 1e-9), np.abs(band)
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        gpu = get_gpu(str(arrays["gpu"]))
+        """power_w of `p_model_w` (W) at `batch` on `gpu`: the spec of the GPU predicted (the
+        caller resolves its name, `dse.spec.hardware.get_gpu`; this model never looks one up)."""
+        gpu = arrays["gpu"]
+        if not isinstance(gpu, GPU):
+            raise ConfigError(
+                f"Power3.predict: gpu must be a GPU spec (dse.spec.hardware.get_gpu(name)), "
+                f"got {gpu!r}"
+            )
         return {
             "power_w": self.power_w(
                 np.asarray(arrays["p_model_w"]), np.asarray(arrays["batch"]), gpu

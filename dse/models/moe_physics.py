@@ -327,6 +327,8 @@ class MoEModel(shipped.MoEModel):
     """
 
     kind: ClassVar[str] = "moe_physics"  # the manifest's kind; dse.models.MODEL_CLASSES
+    # the CTAs per SM of the residual's inputs; the board limit power is held under
+    gpu_fields: ClassVar[tuple[str, ...]] = ("n_sms", "board_power_w")
 
     def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         n = _base.batch_size_of(arrays)
@@ -362,7 +364,7 @@ class MoEModel(shipped.MoEModel):
             out = self.roof_.parts(kernel_terms(v, w, self.weight_bytes))
         else:
             out = self.roof_.parts(w["flops"], w["bytes"], w["touched"])
-        X = _features(v, w, out, float(get_gpu(self.gpu).n_sms))
+        X = _features(v, w, out, self.gpu_spec_["n_sms"])
         out["flops"] = w["flops"]
         out["bytes"] = w["bytes"]
         out["touched_experts"] = w["touched"]
@@ -373,6 +375,7 @@ class MoEModel(shipped.MoEModel):
     def fit(self, df: pd.DataFrame) -> Self:
         """The shipped fit on this table's rows, less the anomalous splits (`SCREEN_SPLITS`),
         then the residual kept or not (`RESIDUAL`; "inner_cv" decides on the training layouts)."""
+        self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype].reset_index(drop=True)
         from dse.models._moe_splits import split_anomalies  # fitting only (pandas)
@@ -470,7 +473,7 @@ class MoEModel(shipped.MoEModel):
             f = np.exp(np.clip(np.log(out["residual_factor"]), -clip, clip))
             out["residual_factor"], out["latency_s"] = f, out["base_s"] * f
         if "power_w" in out:  # the board's power management holds a kernel's mean under it
-            out["power_w"] = np.minimum(out["power_w"], get_gpu(self.gpu).board_power_w)
+            out["power_w"] = np.minimum(out["power_w"], self.gpu_spec_["board_power_w"])
             out["energy_j"] = out["power_w"] * out["latency_s"]
         return out
 
@@ -487,6 +490,7 @@ class MoEModel(shipped.MoEModel):
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
             "moe_dtype": np.array(self.moe_dtype),
+            **_base.gpu_constants_to_state(self.gpu_spec_),
             **body,
             "use_residual": np.array(bool(self.use_residual_)),
             "residual_log_clip": np.array(self.residual_log_clip_, dtype=np.float64),
@@ -499,12 +503,14 @@ class MoEModel(shipped.MoEModel):
         keys = ("gpu", "engine", "moe_dtype", "use_residual", "residual_log_clip")
         _base.need(state, keys, "moe_physics")
         m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
+        m.gpu_spec_ = _base.gpu_constants_from_state(state, cls.gpu_fields, "moe_physics")
         m.parts_ = {}
         if "parts" in state:
+            own = _base.gpu_constants_to_state(m.gpu_spec_)  # a part without its own: the GPU's
             for name in (str(x) for x in np.asarray(state["parts"]).ravel()):
                 pre = f"{name}/"
                 sub = {k[len(pre) :]: v for k, v in state.items() if k.startswith(pre)}
-                m.parts_[name] = cls.from_state(sub)
+                m.parts_[name] = cls.from_state({**own, **sub})
             m.range_ = _base.range_from_state(state)
             m._power_of_parts()
         elif "kernels" in state:

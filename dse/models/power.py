@@ -14,7 +14,7 @@ the same `f` is an assumption, and artifacts record `measured_power: false` for 
 
     from dse.models.artifact import Artifact
     model = Artifact.load("h200_sxm").model("power")
-    model.predict(0.7, 0.2, 1e-4, gpu="h100_sxm")["power_w"]   # watts
+    model.predict(0.7, 0.2, 1e-4, gpu=get_gpu("h100_sxm"))["power_w"]   # watts
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
+from dse.errors import ConfigError
 from dse.models._base import Model
 from dse.models._nn import MLP, fit_mlp
 from dse.models._threads import threaded_fit
-from dse.spec.hardware import GPU, get_gpu
-from dse.spec.stand_ins import POWER_GPU
+from dse.spec.hardware import GPU
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,13 +103,18 @@ class PowerModel(Model):
         latency_s: Any = DEFAULT_LATENCY_S,
         idle_power_w: Any = None,
         board_power_w: Any = None,
-        gpu: str | GPU = POWER_GPU,
+        gpu: GPU | None = None,
     ) -> dict[str, np.ndarray]:
         """Board power in watts of a kernel of this duration (s) back to back; idle/board power
-        default to `gpu`'s registry values."""
-        spec = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-        idle = spec.idle_power_w if idle_power_w is None else np.asarray(idle_power_w, float)
-        board = spec.board_power_w if board_power_w is None else np.asarray(board_power_w, float)
+        default to those of `gpu`, the spec of the GPU predicted (the caller resolves its name:
+        `dse.spec.hardware.get_gpu`; this model never looks one up)."""
+        if (idle_power_w is None or board_power_w is None) and not isinstance(gpu, GPU):
+            raise ConfigError(
+                "PowerModel.predict: give idle_power_w and board_power_w, or gpu= a GPU spec "
+                f"(dse.spec.hardware.get_gpu(name)), got gpu={gpu!r}"
+            )
+        idle = gpu.idle_power_w if idle_power_w is None else np.asarray(idle_power_w, float)
+        board = gpu.board_power_w if board_power_w is None else np.asarray(board_power_w, float)
         f = self.fraction(compute_util, memory_util, latency_s)
         return {"power_w": idle + (board - idle) * f, "power_fraction": f}
 

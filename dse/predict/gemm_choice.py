@@ -16,7 +16,7 @@ from dse.models.artifact import Artifact
 from dse.models.gemm import GemmModel, canonical_dtype
 from dse.predict.artifacts import sibling_artifact
 from dse.roofline import LAUNCH_S, roofline_s
-from dse.spec.hardware import get_gpu
+from dse.spec.hardware import GPU
 
 
 def model_name(engine: str, dtype: str) -> str:
@@ -33,12 +33,11 @@ def model_name(engine: str, dtype: str) -> str:
 ENGINE_OWN_DTYPES: frozenset[str] = frozenset({"fp8", "fp8_block"})
 
 
-def sibling_factor(flops: Any, nbytes: Any, dtype: str, gpu: str, fitted_on: str) -> np.ndarray:
-    """Time on `gpu` / time on `fitted_on` by the roofline with the launch floor (as
-    `dse.predict.pricing.transfer_factor`): 1 where compute-bound on chips of one peak, the
-    bandwidth ratio where memory-bound."""
+def sibling_factor(flops: Any, nbytes: Any, dtype: str, here: GPU, there: GPU) -> np.ndarray:
+    """Time on GPU `here` / time on GPU `there` (the one the table was fitted on) by the
+    roofline with the launch floor (as `dse.predict.pricing.transfer_factor`): 1 where
+    compute-bound on chips of one peak, the bandwidth ratio where memory-bound."""
     dt = canonical_dtype(dtype)
-    here, there = get_gpu(gpu), get_gpu(fitted_on)
     f, b = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
     t_here = roofline_s(f, b, here.peak_flops_per_s(dt), here.hbm_bw_bytes_per_s) + LAUNCH_S
     t_there = roofline_s(f, b, there.peak_flops_per_s(dt), there.hbm_bw_bytes_per_s) + LAUNCH_S
@@ -53,6 +52,8 @@ class GemmChoice:
     name: str
     artifact: Artifact
     gpu: str  # the GPU priced (the asking artifact's)
+    # its spec as the asking artifact recorded it (`Artifact.gpu_spec`), for a borrowed table
+    spec: GPU | None = None
 
     @property
     def borrowed(self) -> bool:
@@ -177,7 +178,8 @@ class Gemm:
         Raises ArtifactError if none."""
         for art, name in self.candidates(dtype, engine):
             if art.has(name):
-                return GemmChoice(name, art, self.artifact.gpu)
+                spec = self.artifact.gpu_spec() if art is not self.artifact else None
+                return GemmChoice(name, art, self.artifact.gpu, spec)
         have = sorted(self.names | set(self.lender.names("gemm") if self.lender else ()))
         raise ArtifactError(
             f"artifact for {self.artifact.gpu} has no GEMM model for dtype {dtype!r}; it has: "
@@ -224,8 +226,10 @@ def borrowed(
     where it has one. On the share (an H200 artifact lacking one table, priced from H100's),
     energy scores 18.5% (bf16) and 28.2% (fp8_block) this way, 23.7% and 48.5% with the
     sibling's own power (the H200 tables' own: 3.3% and 4.2%)."""
-    f = sibling_factor(out["flops"], out["bytes"], dtype, ch.gpu, ch.artifact.gpu)
-    gpu = get_gpu(ch.gpu)
+    gpu = ch.spec
+    if gpu is None:
+        raise ArtifactError(f"{ch.label}: a borrowed GEMM table needs the spec of {ch.gpu}")
+    f = sibling_factor(out["flops"], out["bytes"], dtype, gpu, ch.artifact.gpu_spec())
     lat = out["latency_s"] * f
     out = dict(out)
     out["t_memory_s"] = out["bytes"] / gpu.hbm_bw_bytes_per_s

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse.errors import ConfigError
+from dse.errors import ArtifactError
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.band import widen
@@ -244,7 +244,7 @@ def predict_columns(
     """
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
     artifact, fitted_for = resolve_artifact(gpu.name, artifact)
-    base = base_costs(cols, n, gpu, artifact, _registry_gpu(fitted_for, gpu))
+    base = base_costs(cols, n, gpu, artifact, _fitted_on(artifact, fitted_for, gpu))
     g = global_inputs(cols, base)
     lvl3 = _model(artifact, LEVEL3_MODEL)
     misses, flags = _range_flags(base.prefill, base.decode)
@@ -579,10 +579,14 @@ def _unique(a: np.ndarray) -> np.ndarray:
     return np.unique(a)
 
 
-def _registry_gpu(name: str, default: GPU) -> GPU:
+def _fitted_on(artifact: Artifact | None, name: str, default: GPU) -> GPU:
+    """The spec of the GPU the artifact's Level-1 models were fitted on, as the artifact
+    recorded it (`Artifact.gpu_spec`); `default` (the GPU predicted) for itself or none."""
+    if artifact is None or not name or name == default.name:
+        return default
     try:
-        return get_gpu(name) if name and name != default.name else default
-    except ConfigError:  # an artifact fitted for an unregistered GPU (tests): no transfer
+        return artifact.gpu_spec(name)
+    except ArtifactError:  # an artifact fitted for an unregistered GPU (tests): no transfer
         return default
 
 

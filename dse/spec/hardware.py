@@ -157,6 +157,14 @@ def spec_from_mapping(raw: Any, where: str) -> GPU:
     return GPU(**fields, kernel_peaks=kernel_peaks_from_mapping(raw.get("kernel_peaks"), where))
 
 
+def spec_to_mapping(gpu: GPU) -> dict[str, Any]:
+    """A GPU's fields as a spec mapping (the inverse of `spec_from_mapping`): what an artifact
+    records of the GPUs it was fitted for (`dse.models.artifact`, manifest "gpu_specs")."""
+    out: dict[str, Any] = {k: getattr(gpu, k) for k in GPU.__dataclass_fields__}
+    out["kernel_peaks"] = kernel_peaks_to_mapping(gpu.kernel_peaks)
+    return out
+
+
 def load_spec(path: str | Path) -> GPU:
     """The GPU of one spec file (a registry YAML or a profile's gpu.yaml)."""
     p = Path(path)
