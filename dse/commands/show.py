@@ -109,8 +109,7 @@ def _space(view: Any, args: argparse.Namespace) -> Any | None:
     import optuna
 
     from dse.sweep._inspect import open_for_reading
-    from dse.sweep._run import space_from_record
-    from dse.sweep._storage import StudyRecord
+    from dse.sweep._study_record import StudyRecord, space_from_record
 
     study = optuna.load_study(study_name=view.name, storage=open_for_reading(view.source))
     return space_from_record(StudyRecord.from_attrs(study.user_attrs, view.source))

@@ -102,7 +102,7 @@ def place_many(
     """`place` for several models in one evaluation (one predictor call for all of them)."""
     from dse.spec.catalogue import lookup_model, model_card
     from dse.sweep._evaluate import evaluate
-    from dse.sweep._record import evaluation_table
+    from dse.sweep._trials import evaluation_table
 
     searched = {p.name: list(p.values) for p in space.searched}
     other = {k: v for k, v in searched.items() if k not in C.ARCH_FIELDS}

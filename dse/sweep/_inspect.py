@@ -12,7 +12,8 @@ import pandas as pd
 
 from dse.errors import ConfigError, DSEError
 from dse.sweep._folder import read_folder
-from dse.sweep._storage import StudyRecord, parse_storage, study_names
+from dse.sweep._storage import parse_storage, study_names
+from dse.sweep._study_record import StudyRecord
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class FrontView:
 def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = True) -> Any:
     """A storage opened to read (a journal file must exist; nothing is created or written).
     A damaged journal is read as its intact records, and what was lost is said on stderr."""
-    from dse.sweep._storage import StorageError, open_rdb, read_journal, warn
+    from dse.sweep._journal_scan import read_journal
+    from dse.sweep._storage import StorageError, open_rdb, warn
 
     spec = parse_storage(url, None)
     if spec.kind == "journal":
@@ -78,7 +80,8 @@ def stale_results(folder: Path) -> list[str]:
             return []
     except OSError:
         return []
-    from dse.sweep._storage import StorageError, read_journal
+    from dse.sweep._journal_scan import read_journal
+    from dse.sweep._storage import StorageError
 
     name = _summary_study(folder)
     try:
@@ -116,9 +119,9 @@ def _record(study: optuna.Study) -> StudyRecord | None:
 
 def study_table(study: optuna.Study) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(trials table, front rows, objective names) of a dse study read from its storage."""
-    from dse.sweep._record import trials_table
     from dse.sweep._results import mark_front
-    from dse.sweep._run import space_from_record
+    from dse.sweep._study_record import space_from_record
+    from dse.sweep._trials import trials_table
 
     rec = _record(study)
     if rec is None:

@@ -21,9 +21,9 @@ from dse import __version__, pareto
 from dse.files import atomic_path, write_atomic
 from dse.spec.space import SearchSpace
 from dse.sweep import _fronts as F
+from dse.sweep._enumerate import ExactFront, evaluate_index
 from dse.sweep._evaluate import objective_unit
-from dse.sweep._exhaustive import ExactFront, evaluate_index
-from dse.sweep._record import evaluation_table, trials_table
+from dse.sweep._trials import evaluation_table, trials_table
 
 FORMAT_VERSION = 1
 
