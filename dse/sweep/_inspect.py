@@ -11,9 +11,9 @@ import optuna
 import pandas as pd
 
 from dse.errors import ConfigError, DSEError
-from dse.sweep._folder import read_folder
 from dse.sweep._storage import parse_storage, study_names
 from dse.sweep._study_record import StudyRecord
+from dse.sweep.results import read_results, summary_study
 
 
 @dataclass(frozen=True)
@@ -53,20 +53,12 @@ def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = 
         if not spec.path.is_file():
             raise StorageError(f"--storage {url}: no journal file at {spec.path}")
         if name_hint is None:  # a lost study creation takes its results folder's name
-            name_hint = _summary_study(spec.path.parent)
+            name_hint = summary_study(spec.path.parent)
         storage, scan = read_journal(spec.path, name_hint)
         if say_losses:
             warn(scan.messages())
         return storage
     return open_rdb(spec, heartbeat_s=None)
-
-
-def _summary_study(folder: Path) -> str | None:
-    try:
-        name = json.loads((folder / "summary.json").read_text()).get("study")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) else None
 
 
 def stale_results(folder: Path) -> list[str]:
@@ -83,7 +75,7 @@ def stale_results(folder: Path) -> list[str]:
     from dse.sweep._journal_scan import read_journal
     from dse.sweep._storage import StorageError
 
-    name = _summary_study(folder)
+    name = summary_study(folder)
     try:
         storage, scan = read_journal(journal, name)
     except StorageError as exc:
@@ -119,9 +111,9 @@ def _record(study: optuna.Study) -> StudyRecord | None:
 
 def study_table(study: optuna.Study) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(trials table, front rows, objective names) of a dse study read from its storage."""
-    from dse.sweep._results import mark_front
     from dse.sweep._study_record import space_from_record
     from dse.sweep._trials import trials_table
+    from dse.sweep.results import mark_front
 
     rec = _record(study)
     if rec is None:
@@ -214,14 +206,14 @@ def load_front(
             warn(notes)
     trials: pd.DataFrame | None = None
     if storage_url is None:
-        summary, trials = read_folder(folder)  # the checks `dse report` makes
+        summary, trials = read_results(folder)  # the checks `dse report` makes
         _check_objectives(summary, folder / "summary.json")
         names = [str(o["name"]) for o in summary["objectives"]]
         dirs = [str(o.get("direction", "minimize")) for o in summary["objectives"]]
         front = _read_front(folder / "front.csv", names)
         name, source = str(summary.get("study", folder.name)), str(folder)
     else:
-        hint = _summary_study(folder) if folder.is_dir() else None
+        hint = summary_study(folder) if folder.is_dir() else None
         storage = open_for_reading(storage_url, hint, say_losses=not notes)
         name = target if storage_url and not Path(target).is_dir() else Path(target).name
         if name not in study_names(storage):

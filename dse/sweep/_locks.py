@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from dse.spec.space import SearchSpace
 from dse.sweep._journal_commit import committed_path
 from dse.sweep._journal_scan import parse_record
 from dse.sweep._storage import StorageSpec
+from dse.sweep.results import summary_study
 
 
 class FolderLock:
@@ -69,6 +69,7 @@ RESULT_FILES = (
     "trials.csv",
     "trials.parquet",
     "exact_front.csv",
+    "catalogue.csv",
     "report.html",
 )
 
@@ -106,14 +107,9 @@ def study_folder(
 
 def folder_study(folder: Path) -> str | None:
     """The study a results folder holds: summary.json's, else its default journal's first."""
-    summary = folder / "summary.json"
-    if summary.is_file():
-        try:
-            name = json.loads(summary.read_text()).get("study")
-        except (OSError, ValueError, AttributeError):
-            name = None
-        if isinstance(name, str):
-            return name
+    name = summary_study(folder)
+    if name is not None:
+        return name
     journal = folder / "journal.log"
     if journal.is_file() and journal.stat().st_size:
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from dse.sweep._local import run_local
 from dse.sweep._locks import FolderLock, check_writable, claim_folder, study_folder
 from dse.sweep._options import SweepOptions, SweepOutcome
 from dse.sweep._progress import StopFlag, quiet_optuna
-from dse.sweep._results import Written, write_results
 from dse.sweep._shared import run_shared
 from dse.sweep._storage import StorageSpec, open_rdb, parse_storage, study_names
 from dse.sweep._study_record import (
@@ -41,6 +39,7 @@ from dse.sweep._study_record import (
     json_safe,
     space_hash,
 )
+from dse.sweep.results import Written, record_own_exact_front, write_results
 
 COUNT_LIMIT = 200_000  # spaces up to this size are counted for feasibility before a sweep
 REFERENCE_LIMIT = 20_000_000  # `--reference exact` enumerates at most this many
@@ -215,6 +214,7 @@ def _write(
         exact=exact,
         exact_table=None,
         artifacts=artifacts,
+        predictor=opts.predictor,
         extra={
             **({"exact": counts} if counts is not None else {}),
             # configurations the screened sampler priced to choose its trials
@@ -224,7 +224,7 @@ def _write(
     )
     if rec.sampler in ("exhaustive", "exact") and done >= rec.trials and exact is None:
         # Both hold the whole exact front (exact: plus a sample of the rest).
-        written = _exhaustive_exact(written, space, folder)
+        written = record_own_exact_front(written, space, folder)
     return written
 
 
@@ -234,18 +234,3 @@ def _reference(
     if opts.reference != "exact" or interrupted:
         return None
     return exact_front(space, predictor=opts.predictor)
-
-
-def _exhaustive_exact(written: Written, space: SearchSpace, folder: Path) -> Written:
-    """A finished exhaustive study is its own exact front: record it as such."""
-    import json
-
-    from dse.files import write_atomic
-    from dse.sweep._results import write_table
-
-    write_table(written.front, folder / "exact_front.csv")
-    summary = dict(written.summary)
-    summary["exact_hypervolume"] = summary["hypervolume"]
-    text = json.dumps(summary, indent=2, default=str) + "\n"
-    write_atomic(folder / "summary.json", text)
-    return replace(written, summary=summary)
