@@ -13,7 +13,7 @@ import pandas as pd
 from dse.errors import ConfigError, DSEError
 from dse.sweep._storage import parse_storage, study_names
 from dse.sweep._study_record import StudyRecord
-from dse.sweep.results import read_results, summary_study
+from dse.sweep.results import read_front, read_results, summary_study
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ def load_front(
         _check_objectives(summary, folder / "summary.json")
         names = [str(o["name"]) for o in summary["objectives"]]
         dirs = [str(o.get("direction", "minimize")) for o in summary["objectives"]]
-        front = _read_front(folder / "front.csv", names)
+        front = read_front(folder, names)
         name, source = str(summary.get("study", folder.name)), str(folder)
     else:
         hint = summary_study(folder) if folder.is_dir() else None
@@ -246,31 +246,3 @@ def _check_objectives(summary: dict[str, Any], path: Path) -> None:
         raise ConfigError(
             f"{path}: objectives: must list the study's objectives by name, got {got}"
         )
-
-
-def _read_front(path: Path, names: list[str]) -> pd.DataFrame:
-    if not path.is_file():
-        raise ConfigError(
-            f"{path}: missing (the sweep did not finish writing its results); run the same "
-            "`dse sweep` again to complete them"
-        )
-    try:
-        front = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise ConfigError(
-            f"{path}: must be the front table `dse sweep` writes, got an empty file"
-        ) from None
-    except (OSError, ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(
-            f"{path}: must be the front table `dse sweep` writes, got unreadable text ({first})"
-        ) from None
-    missing = [c for c in ("number", *(f"obj.{n}" for n in names)) if c not in front.columns]
-    if missing:
-        raise ConfigError(
-            f"{path}: columns: must hold {', '.join(missing)} (as summary.json's objectives), "
-            "got none of them"
-            if len(missing) > 1
-            else f"{path}: column {missing[0]}: required, got none"
-        )
-    return front

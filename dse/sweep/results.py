@@ -29,7 +29,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial
 
 from dse import __version__, pareto
-from dse.errors import DSEError
+from dse.errors import ConfigError, DSEError
 from dse.files import atomic_path, write_atomic
 from dse.spec.space import SearchSpace
 from dse.sweep import _catalogue as K
@@ -407,3 +407,34 @@ def read_table(path: Path) -> pd.DataFrame:
         return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
     except Exception as exc:  # pyarrow and the CSV parser raise many types for a damaged file
         raise ResultsError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def read_front(folder: Path, names: list[str]) -> pd.DataFrame:
+    """front.csv of a results folder, checked: readable, with `number` and each objective's
+    column (`names`: summary.json's objectives)."""
+    path = folder / "front.csv"
+    if not path.is_file():
+        raise ConfigError(
+            f"{path}: missing (the sweep did not finish writing its results); run the same "
+            "`dse sweep` again to complete them"
+        )
+    try:
+        front = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(
+            f"{path}: must be the front table `dse sweep` writes, got an empty file"
+        ) from None
+    except (OSError, ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"{path}: must be the front table `dse sweep` writes, got unreadable text ({first})"
+        ) from None
+    missing = [c for c in ("number", *(f"obj.{n}" for n in names)) if c not in front.columns]
+    if missing:
+        raise ConfigError(
+            f"{path}: columns: must hold {', '.join(missing)} (as summary.json's objectives), "
+            "got none of them"
+            if len(missing) > 1
+            else f"{path}: column {missing[0]}: required, got none"
+        )
+    return front
