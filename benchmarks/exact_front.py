@@ -4,7 +4,7 @@
 
 Each size runs in its own child process (so ru_maxrss is that size's peak, not the larger of
 the two), pinned to one CPU with one BLAS/OpenMP thread, and enumerates the space exactly as
-`dse sweep --sampler exact` does (`_exhaustive.enumerate_space`: chunks of 131,072 through
+`dse sweep --sampler exact` does (`_enumerate.enumerate_space`: chunks of 131,072 through
 the predictor, fronts merged chunk by chunk, the sidecar rewritten after each chunk). The
 spaces are benchmarks/sweep_big_space.yaml (1,212,288 configurations: `1m`) and the same with
 d_ff in steps of 64 instead of 512 (9,441,152: `10m`). `--workers N` also times the same space
@@ -50,7 +50,7 @@ def child(name: str, workers: int) -> None:
     if hasattr(os, "sched_setaffinity") and workers == 0:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     from dse.spec.space import load_space
-    from dse.sweep import _exhaustive as E
+    from dse.sweep import _enumerate as E
 
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / f"{name}.yaml"

@@ -31,7 +31,7 @@ from _docsection import replace_section  # noqa: E402  (benchmarks/, the script'
 from dse import pareto  # noqa: E402
 from dse.spec.space import load_space  # noqa: E402
 from dse.sweep._evaluate import evaluate  # noqa: E402
-from dse.sweep._results import directions  # noqa: E402
+from dse.sweep.results import directions  # noqa: E402
 
 EXAMPLES = (
     "search_spaces/gpu_batch",

@@ -41,7 +41,7 @@ def main() -> None:
     from dse import pareto
     from dse.spec.space import load_space
     from dse.sweep import SweepOptions, exact_front, run_sweep
-    from dse.sweep._exhaustive import CHUNK
+    from dse.sweep._enumerate import CHUNK
 
     space = load_space(args.space)
     # Warm the predictor (artifact load) outside the timing.

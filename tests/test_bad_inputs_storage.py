@@ -23,7 +23,7 @@ from test_sweep import SMALL
 
 from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
-from dse.sweep._storage import LOST_ATTR, scan_journal
+from dse.sweep._journal_scan import LOST_ATTR, scan_journal
 
 REPO = Path(__file__).resolve().parents[1]
 

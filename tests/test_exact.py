@@ -21,7 +21,7 @@ from dse import pareto
 from dse.cli import main
 from dse.spec.space import load_space
 from dse.sweep import SweepOptions, run_sweep
-from dse.sweep import _exhaustive as E
+from dse.sweep import _enumerate as E
 from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import evaluate
 

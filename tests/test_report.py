@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -552,6 +553,61 @@ def test_command_writes_the_report(gpu_batch: Path, tmp_path: Path, capsys) -> N
     assert main(["report", str(gpu_batch), "--out", str(out)]) == 0
     assert out.is_file()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_report_reads_the_catalogue_the_sweep_placed(
+    main_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dse sweep` places the catalogue models against the front and saves them (catalogue.csv,
+    the artifact ids in summary.json): a report built after the artifacts are swapped (an
+    empty DSE_SURROGATES: a prediction now takes the roofline) shows the very same marks."""
+    d = tmp_path / "res"
+    shutil.copytree(main_job, d)
+    s = json.loads((d / "summary.json").read_text())
+    cat = s["catalogue"]
+    assert cat["file"] == "catalogue.csv" and (d / "catalogue.csv").is_file()
+    assert "Llama-3.2-1B" in cat["models"] and cat["artifacts"]
+    assert all(s["artifacts"][gpu] == a for gpu, a in cat["artifacts"].items())
+    before, note = I.model_marks(load_results(d))
+    assert before and note == ""
+    empty = tmp_path / "no_artifacts"
+    empty.mkdir()
+    monkeypatch.setenv("DSE_SURROGATES", str(empty))
+    res = load_results(d)
+    # The control: placed now, without the artifacts, the marks move (TPOT by more than 10%).
+    now, now_note = I.model_marks(dataclasses.replace(res, catalogue=None))
+    assert [m.label for m in now] == [m.label for m in before]
+    assert now_note == I.CURRENT_ARTIFACTS_NOTE
+    assert all(abs(n.values[1] / b.values[1] - 1) > 0.1 for n, b in zip(now, before, strict=True))
+    after, note = I.model_marks(res)
+    assert after == before and note == ""
+    page = write_report(d, tmp_path / "r.html")
+    assert "Llama-3.2-1B" in page.read_text()
+
+
+def test_an_old_folder_places_the_catalogue_now_and_says_so(main_job: Path, tmp_path: Path):
+    """A folder written before `dse sweep` saved its placements (no catalogue.csv, no
+    summary.json `catalogue`) still reports: the models are placed now, with today's
+    artifacts (the same marks while they are unchanged), and a note says so."""
+    d = tmp_path / "res"
+    shutil.copytree(main_job, d)
+    recorded, _ = I.model_marks(load_results(d))
+    s = json.loads((d / "summary.json").read_text())
+    del s["catalogue"]
+    (d / "summary.json").write_text(json.dumps(s))
+    (d / "catalogue.csv").unlink()
+    marks, note = I.model_marks(load_results(d))
+    assert note == I.CURRENT_ARTIFACTS_NOTE
+    assert [(m.label, m.dominated_by) for m in marks] == [
+        (m.label, m.dominated_by) for m in recorded
+    ]
+    for m, r in zip(marks, recorded, strict=True):
+        assert m.values == pytest.approx(r.values, rel=1e-9)
+    assert I.CURRENT_ARTIFACTS_NOTE in write_report(d, tmp_path / "r.html").read_text()
+    s["catalogue"] = {"file": "catalogue.csv", "models": ["Llama-3-8B"], "artifacts": {}}
+    (d / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(ResultsError, match=r"catalogue\.csv: missing"):
+        load_results(d)
 
 
 def test_command_on_no_feasible_trial_warns(infeasible: Path, tmp_path: Path, capsys) -> None:

@@ -52,6 +52,7 @@ SUMMARY_KEYS = {
     "normalisation",
     "hypervolume_history",
     "exact_hypervolume",
+    "catalogue",
     "storage",
     "elapsed_s",
 }

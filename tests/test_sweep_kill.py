@@ -17,7 +17,7 @@ from test_sweep import MEDIUM, PARAMS
 
 from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
-from dse.sweep._storage import read_committed
+from dse.sweep._journal_commit import read_committed
 
 REPO = Path(__file__).resolve().parents[1]
 OBJ = ["obj.latency_request", "obj.energy_hymell_request"]
@@ -150,7 +150,7 @@ def test_a_second_sweep_on_the_same_folder_is_refused_while_one_runs(tmp_path: P
 
 
 def test_recover_drops_a_batch_cut_short_after_the_last_commit(tmp_path: Path) -> None:
-    from dse.sweep._storage import recover, write_committed
+    from dse.sweep._journal_commit import recover, write_committed
 
     journal = tmp_path / "journal.log"
     whole = b'{"op_code":4,"n":1}\n{"op_code":4,"n":2}\n'
@@ -171,7 +171,8 @@ def test_recover_leaves_a_journal_changed_before_its_committed_end(tmp_path: Pat
     """A journal that grew by something other than an append (a line inserted in the middle)
     is not cut back to its committed length: that would drop whole batches. The record check
     (scan_journal) names the inserted line instead."""
-    from dse.sweep._storage import recover, scan_journal, write_committed
+    from dse.sweep._journal_commit import recover, write_committed
+    from dse.sweep._journal_scan import scan_journal
 
     journal = tmp_path / "journal.log"
     whole = b'{"op_code":4,"n":1}\n{"op_code":4,"n":2}\n'
@@ -186,7 +187,7 @@ def test_recover_leaves_a_journal_changed_before_its_committed_end(tmp_path: Pat
 
 
 def test_recover_reads_a_committed_length_without_hash_and_names_the_drop(tmp_path: Path) -> None:
-    from dse.sweep._storage import committed_path, recover
+    from dse.sweep._journal_commit import committed_path, recover
 
     journal = tmp_path / "journal.log"
     whole = b'{"op_code":4,"n":1}\n{"op_code":4,"n":2}\n'

@@ -14,8 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "results folder written by `dse sweep`: the Pareto front of energy against latency (the "
         "third objective as colour, the other pairs of objectives after it), parallel "
         "coordinates, parameter importance, hypervolume against trials (samplers only), the "
-        "exact front, and where the energy goes. A line on stderr as each stage starts "
-        "(-q: none).\n\n"
+        "exact front, and where the energy goes. The catalogue models marked beside the front "
+        "are those `dse sweep` placed and saved (catalogue.csv): the report runs no prediction "
+        "(a folder from before dse saved them: placed now, with the current artifacts, and a "
+        "note says so). A line on stderr as each stage starts (-q: none).\n\n"
         "examples:\n"
         "  dse report results/heads\n"
         "  dse report results/heads --out heads.html --image heads_front.svg",

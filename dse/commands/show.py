@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -101,16 +100,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _space(view: Any, args: argparse.Namespace) -> Any | None:
     """The search space of the study shown (from summary.json or the study's record)."""
-    from dse.report._compare import space_from_summary
+    from dse.sweep.results import SUMMARY_FILE, read_summary, space_from_summary
 
     for folder in (Path(view.source), Path("results") / args.target):
-        if (folder / "summary.json").is_file():
-            return space_from_summary(json.loads((folder / "summary.json").read_text()))
+        if (folder / SUMMARY_FILE).is_file():
+            return space_from_summary(read_summary(folder))
     import optuna
 
     from dse.sweep._inspect import open_for_reading
-    from dse.sweep._run import space_from_record
-    from dse.sweep._storage import StudyRecord
+    from dse.sweep._study_record import StudyRecord, space_from_record
 
     study = optuna.load_study(study_name=view.name, storage=open_for_reading(view.source))
     return space_from_record(StudyRecord.from_attrs(study.user_attrs, view.source))
@@ -293,7 +291,7 @@ def _print_compare(view: Any, space: Any, name: str) -> None:
     import pandas as pd
 
     from dse.errors import ConfigError
-    from dse.report import _compare as K
+    from dse.sweep import _catalogue as K
     from dse.sweep import _limits as L
 
     if space is None:

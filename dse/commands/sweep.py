@@ -20,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "results/<study>/journal.log (or --storage). Running the same command again resumes the "
         "study and runs only the missing trials; Ctrl-C stops after the current batch. At the "
         "end it prints what the front trades and, when front rows lie outside the predictor's "
-        "or the loss law's fitted range, how many and by which input.\n\n"
+        "or the loss law's fitted range, how many and by which input. The catalogue models that "
+        "fit the space are placed against the front and saved in the results folder "
+        "(catalogue.csv), so its report shows what this predictor said.\n\n"
         "examples:\n"
         "  dse sweep search_spaces/dense_8b.yaml\n"
         "  dse sweep search_spaces/moe.yaml --sampler nsga2 --trials 5000 --seed 1\n"
@@ -215,17 +217,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_tradeoff(folder: Path) -> None:
     """What the front trades: its best configuration in each objective, and the knee."""
-    import json
 
     from dse.commands.show import tradeoff_lines
     from dse.errors import DSEError
-    from dse.report._compare import space_from_summary
     from dse.sweep import load_front
     from dse.sweep._extrapolation import summarise
+    from dse.sweep.results import read_summary, space_from_summary
 
     try:
         view = load_front(str(folder), None)
-        space = space_from_summary(json.loads((folder / "summary.json").read_text()))
+        space = space_from_summary(read_summary(folder))
     except (DSEError, OSError, ValueError):
         return  # the study is saved; `dse show` says what is wrong with the folder
     lines = tradeoff_lines(view, space)

@@ -48,6 +48,12 @@ MODEL_REACH = 0.25
 # Samplers that evaluate every configuration once in a fixed order: their "hypervolume against
 # trials" only shows that order, and their front is the exact front.
 ENUMERATING_SAMPLERS = ("exact", "exhaustive")
+# Shown when the report placed the catalogue models itself (a results folder without
+# catalogue.csv): their marks then follow today's artifacts, not the sweep's.
+CURRENT_ARTIFACTS_NOTE = (
+    "catalogue models placed now with the current predictor artifacts (this results folder "
+    "predates catalogue.csv; run its `dse sweep` again to record them with the sweep)"
+)
 OFF_AXES_NOTE = "catalogue models off the axes (an arrow on the edge points to them): "
 # Display order of the tokens-to-Wh components; others found in the table follow.
 T2WH_COMPONENTS = (
@@ -610,12 +616,18 @@ def _side(v: float, rng: tuple[float, float] | None) -> int:
 
 
 def model_marks(res: Results) -> tuple[list[ModelMark], str]:
-    """Catalogue models that fit the space's fixed fields and are feasible in it, evaluated in
-    the study's objectives (`dse.report._compare`: this is where the report predicts), and a
-    note on what was done."""
-    from dse.report import _compare as K
+    """Catalogue models that fit the space's fixed fields and are feasible in it, in the
+    study's objectives, as `dse sweep` placed them (catalogue.csv), and a note on what was
+    done. A folder written before the sweep recorded them has none: they are placed here, with
+    the predictor artifacts installed now, and the note says so."""
+    if res.catalogue is not None:
+        placed, note = res.catalogue.placed, res.catalogue.note
+    else:
+        from dse.sweep import _catalogue as K
 
-    placed, note = K.report_models(res.summary, res.front)
+        placed, note = K.report_models_now(res.summary, res.front)
+        if placed:
+            note = "; ".join(x for x in (CURRENT_ARTIFACTS_NOTE, note) if x)
     marks: list[ModelMark] = []
     knee = None
     if len(res.front):

@@ -18,11 +18,18 @@ import pandas as pd
 from dse.spec import columns as C
 from dse.sweep import _fronts as fronts
 
-# The folder checks live with the sweep (`dse show` makes them too); re-exported here.
-from dse.sweep._folder import REQUIRED_COLUMNS as REQUIRED_COLUMNS
-from dse.sweep._folder import ResultsError as ResultsError
-from dse.sweep._folder import read_folder, read_table
-from dse.sweep._results import FORMAT_VERSION as FORMAT_VERSION
+# The folder's reader lives with its writer (`dse.sweep.results`); re-exported here.
+from dse.sweep.results import FORMAT_VERSION as FORMAT_VERSION
+from dse.sweep.results import REQUIRED_COLUMNS as REQUIRED_COLUMNS
+from dse.sweep.results import (
+    SUMMARY_FILE,
+    Catalogue,
+    as_bool,
+    read_catalogue,
+    read_results,
+    read_table,
+)
+from dse.sweep.results import ResultsError as ResultsError
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,9 @@ class Results:
     summary: dict[str, Any]
     objectives: tuple[Objective, ...]
     exact_front: pd.DataFrame | None
+    # The catalogue models `dse sweep` placed against the front (catalogue.csv); None for a
+    # folder written before it recorded them (the report then places them itself, and says so).
+    catalogue: Catalogue | None = None
 
     @property
     def feasible(self) -> pd.DataFrame:
@@ -177,16 +187,16 @@ def _finite_rows(t: pd.DataFrame, columns: list[str]) -> pd.Series:
 
 def load_results(path: str | Path) -> Results:
     """Read and check a results folder written by `dse sweep` (format version 1): the checks
-    of `dse.sweep._folder.read_folder`, which `dse show` makes too."""
+    of `dse.sweep.results.read_results`, which `dse show` makes too."""
     d = Path(path)
-    summary, trials = read_folder(d)
-    summary_file = d / "summary.json"
+    summary, trials = read_results(d)
+    summary_file = d / SUMMARY_FILE
     objectives = _objectives(summary, trials, summary_file)
     for flag in ("feasible", "on_front"):
-        trials[flag] = _as_bool(trials[flag])
+        trials[flag] = as_bool(trials[flag])
     for flag in ("pred.out_of_range", "loss_out_of_range"):
         if flag in trials:
-            trials[flag] = _as_bool(trials[flag])
+            trials[flag] = as_bool(trials[flag])
     exact = None
     exact_file = d / "exact_front.csv"
     if exact_file.is_file():
@@ -194,13 +204,7 @@ def load_results(path: str | Path) -> Results:
         gone = [o.column for o in objectives if o.column not in exact.columns]
         if gone:
             raise ResultsError(f"{exact_file}: missing objective column(s) {', '.join(gone)}")
-    return Results(d, trials, summary, objectives, exact)
-
-
-def _as_bool(s: pd.Series) -> pd.Series:
-    if s.dtype == bool:
-        return s
-    return s.map(lambda v: str(v).strip().lower() in ("true", "1", "1.0")).astype(bool)
+    return Results(d, trials, summary, objectives, exact, read_catalogue(d, summary))
 
 
 DEFAULT_UNITS = {"latency": "s", "energy": "J"}

@@ -6,6 +6,7 @@
     exact_front(space) -> ExactFront                            # exhaustive, vectorised
     list_studies(storage_url) -> list[StudyInfo]                # `dse studies`
     load_front(target, storage_url=None) -> FrontView           # `dse show`
+    read_results(folder) -> (summary, trials)                   # the checked reader (results.py)
 
 docs/sweeps.md explains the design and its measurements; docs/results_format.md the files.
 """
@@ -13,16 +14,28 @@ docs/sweeps.md explains the design and its measurements; docs/results_format.md 
 from __future__ import annotations
 
 from dse.sweep._columns import space_columns
+from dse.sweep._enumerate import ExactFront, exact_front
 from dse.sweep._evaluate import Evaluation, check_predictor, evaluate
-from dse.sweep._exhaustive import ExactFront, exact_front
 from dse.sweep._inspect import FrontView, StudyInfo, list_studies, load_front
-from dse.sweep._results import read_summary, write_results
-from dse.sweep._run import SweepOptions, SweepOutcome, run_sweep, run_worker, space_from_record
+from dse.sweep._options import SweepOptions, SweepOutcome
+from dse.sweep._run import run_sweep
+from dse.sweep._shared import run_worker
+from dse.sweep._study_record import space_from_record
+from dse.sweep.results import (
+    Catalogue,
+    ResultsError,
+    read_catalogue,
+    read_results,
+    read_summary,
+    write_results,
+)
 
 __all__ = [
+    "Catalogue",
     "Evaluation",
     "ExactFront",
     "FrontView",
+    "ResultsError",
     "StudyInfo",
     "SweepOptions",
     "SweepOutcome",
@@ -31,6 +44,8 @@ __all__ = [
     "exact_front",
     "list_studies",
     "load_front",
+    "read_catalogue",
+    "read_results",
     "read_summary",
     "run_sweep",
     "run_worker",

@@ -11,8 +11,9 @@ import optuna
 import pandas as pd
 
 from dse.errors import ConfigError, DSEError
-from dse.sweep._folder import read_folder
-from dse.sweep._storage import StudyRecord, parse_storage, study_names
+from dse.sweep._storage import parse_storage, study_names
+from dse.sweep._study_record import StudyRecord
+from dse.sweep.results import read_front, read_results, summary_study
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class FrontView:
 def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = True) -> Any:
     """A storage opened to read (a journal file must exist; nothing is created or written).
     A damaged journal is read as its intact records, and what was lost is said on stderr."""
-    from dse.sweep._storage import StorageError, open_rdb, read_journal, warn
+    from dse.sweep._journal_scan import read_journal
+    from dse.sweep._storage import StorageError, open_rdb, warn
 
     spec = parse_storage(url, None)
     if spec.kind == "journal":
@@ -51,20 +53,12 @@ def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = 
         if not spec.path.is_file():
             raise StorageError(f"--storage {url}: no journal file at {spec.path}")
         if name_hint is None:  # a lost study creation takes its results folder's name
-            name_hint = _summary_study(spec.path.parent)
+            name_hint = summary_study(spec.path.parent)
         storage, scan = read_journal(spec.path, name_hint)
         if say_losses:
             warn(scan.messages())
         return storage
     return open_rdb(spec, heartbeat_s=None)
-
-
-def _summary_study(folder: Path) -> str | None:
-    try:
-        name = json.loads((folder / "summary.json").read_text()).get("study")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) else None
 
 
 def stale_results(folder: Path) -> list[str]:
@@ -78,9 +72,10 @@ def stale_results(folder: Path) -> list[str]:
             return []
     except OSError:
         return []
-    from dse.sweep._storage import StorageError, read_journal
+    from dse.sweep._journal_scan import read_journal
+    from dse.sweep._storage import StorageError
 
-    name = _summary_study(folder)
+    name = summary_study(folder)
     try:
         storage, scan = read_journal(journal, name)
     except StorageError as exc:
@@ -116,9 +111,9 @@ def _record(study: optuna.Study) -> StudyRecord | None:
 
 def study_table(study: optuna.Study) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(trials table, front rows, objective names) of a dse study read from its storage."""
-    from dse.sweep._record import trials_table
-    from dse.sweep._results import mark_front
-    from dse.sweep._run import space_from_record
+    from dse.sweep._study_record import space_from_record
+    from dse.sweep._trials import trials_table
+    from dse.sweep.results import mark_front
 
     rec = _record(study)
     if rec is None:
@@ -211,14 +206,14 @@ def load_front(
             warn(notes)
     trials: pd.DataFrame | None = None
     if storage_url is None:
-        summary, trials = read_folder(folder)  # the checks `dse report` makes
+        summary, trials = read_results(folder)  # the checks `dse report` makes
         _check_objectives(summary, folder / "summary.json")
         names = [str(o["name"]) for o in summary["objectives"]]
         dirs = [str(o.get("direction", "minimize")) for o in summary["objectives"]]
-        front = _read_front(folder / "front.csv", names)
+        front = read_front(folder, names)
         name, source = str(summary.get("study", folder.name)), str(folder)
     else:
-        hint = _summary_study(folder) if folder.is_dir() else None
+        hint = summary_study(folder) if folder.is_dir() else None
         storage = open_for_reading(storage_url, hint, say_losses=not notes)
         name = target if storage_url and not Path(target).is_dir() else Path(target).name
         if name not in study_names(storage):
@@ -251,31 +246,3 @@ def _check_objectives(summary: dict[str, Any], path: Path) -> None:
         raise ConfigError(
             f"{path}: objectives: must list the study's objectives by name, got {got}"
         )
-
-
-def _read_front(path: Path, names: list[str]) -> pd.DataFrame:
-    if not path.is_file():
-        raise ConfigError(
-            f"{path}: missing (the sweep did not finish writing its results); run the same "
-            "`dse sweep` again to complete them"
-        )
-    try:
-        front = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise ConfigError(
-            f"{path}: must be the front table `dse sweep` writes, got an empty file"
-        ) from None
-    except (OSError, ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(
-            f"{path}: must be the front table `dse sweep` writes, got unreadable text ({first})"
-        ) from None
-    missing = [c for c in ("number", *(f"obj.{n}" for n in names)) if c not in front.columns]
-    if missing:
-        raise ConfigError(
-            f"{path}: columns: must hold {', '.join(missing)} (as summary.json's objectives), "
-            "got none of them"
-            if len(missing) > 1
-            else f"{path}: column {missing[0]}: required, got none"
-        )
-    return front

@@ -20,6 +20,7 @@ from dse.errors import ConfigError
 from dse.spec.space import SAMPLERS, SearchSpace
 from dse.sweep._evaluate import Predictor
 from dse.sweep._planned import PlannedSampler
+from dse.sweep._study_record import StudyRecord
 
 # `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):
 # about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with
@@ -243,3 +244,17 @@ class ExhaustiveSampler(PlannedSampler):
         if index >= self._space.size():
             raise ConfigError(f"exhaustive sampler: configuration {index} is past the space")
         return config_params(self._space, index)[0]
+
+
+def sampler_for(
+    rec: StudyRecord, space: SearchSpace, done: int, predictor: Predictor | None, salt: int = 0
+) -> optuna.samplers.BaseSampler:
+    """The fresh sampler that draws the batch starting after `done` trials (`salt`: a shared
+    study's worker, so workers draw different batches)."""
+    return make(
+        rec.sampler,
+        space,
+        batch_seed(rec.seed, done, salt),
+        rec.batch_size,
+        predictor=predictor,
+    )

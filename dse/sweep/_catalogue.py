@@ -1,4 +1,5 @@
-"""Catalogue models beside a study's front: `dse show --compare NAME` and the report's markers.
+"""Catalogue models beside a study's front: `dse show --compare NAME` and the report's markers
+(placed when `dse sweep` writes the results folder, `dse.sweep.results.write_catalogue`).
 
 A catalogue model (`dse.spec.catalogue`) fits a space when every architecture field the space fixes
 (its YAML states one value) equals the model's. It is then evaluated exactly as the sweep
@@ -102,7 +103,7 @@ def place_many(
     """`place` for several models in one evaluation (one predictor call for all of them)."""
     from dse.spec.catalogue import lookup_model, model_card
     from dse.sweep._evaluate import evaluate
-    from dse.sweep._record import evaluation_table
+    from dse.sweep._trials import evaluation_table
 
     searched = {p.name: list(p.values) for p in space.searched}
     other = {k: v for k, v in searched.items() if k not in C.ARCH_FIELDS}
@@ -199,21 +200,24 @@ def fitting(space: Any) -> list[str]:
     return out
 
 
-def report_models(summary: dict[str, Any], front: pd.DataFrame) -> tuple[list[Placed], str]:
+def report_models(
+    space: Any,
+    front: pd.DataFrame,
+    directions: tuple[str, ...] | None = None,
+    predictor: Any = None,
+) -> tuple[list[Placed], str]:
     """Catalogue models to mark on the report's scatter: fitting, valid and feasible in the
     space (at most MAX_REPORT_MODELS, by closeness of active parameters to the front's), and
-    a note; nothing, with the reason, when the space or the predictor cannot be used."""
+    a note; nothing, with the reason, when the space or the predictor cannot be used. Run when
+    `dse sweep` writes the results folder (`results.write_catalogue`): the report reads them."""
     try:
-        space = space_from_summary(summary)
         names = fitting(space)
     except DSEError as exc:
         return [], f"catalogue models not placed: {exc}"
     if not names:
         return [], ""
-    directions = tuple(str(o.get("direction", "minimize")) for o in summary.get("objectives") or [])
-    dirs = directions if "maximize" in directions else None
     try:
-        every = place_many(space, names, front, dirs)
+        every = place_many(space, names, front, directions, predictor)
     except DSEError as exc:
         return [], f"catalogue models not placed: {exc}"
     placed = [p for p in every if p.table is not None and p.table["feasible"].astype(bool).any()]
@@ -226,3 +230,14 @@ def report_models(summary: dict[str, Any], front: pd.DataFrame) -> tuple[list[Pl
 
         placed = sorted(placed, key=distance)[:MAX_REPORT_MODELS]
     return placed[:MAX_REPORT_MODELS], ""
+
+
+def report_models_now(summary: dict[str, Any], front: pd.DataFrame) -> tuple[list[Placed], str]:
+    """`report_models` for a results folder written before `dse sweep` recorded its placements
+    (no catalogue.csv): predicted now, with the artifacts installed now."""
+    try:
+        space = space_from_summary(summary)
+    except DSEError as exc:
+        return [], f"catalogue models not placed: {exc}"
+    directions = tuple(str(o.get("direction", "minimize")) for o in summary.get("objectives") or [])
+    return report_models(space, front, directions if "maximize" in directions else None)

@@ -315,8 +315,8 @@ def record_trials(
     chunk: int = CHUNK,
 ) -> list[Any]:
     """Finished Optuna trials (fully evaluated: tokens-to-Wh included) of configurations."""
-    from dse.sweep._record import created_trials
     from dse.sweep._samplers import config_params, distributions
+    from dse.sweep._trials import created_trials
 
     dists = distributions(space)
     out: list[Any] = []
