@@ -237,10 +237,13 @@ def predict_columns(
     n: int,
     gpu: GPU | None = None,
     artifact: Artifact | str | None = "auto",
+    *,
+    texts: bool = True,
 ) -> dict[str, np.ndarray]:
     """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
 
-    `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline.
+    `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline. `texts=False`
+    leaves out `out_of_range_inputs` (see `predict`).
     """
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
     artifact, fitted_for = resolve_artifact(gpu.name, artifact)
@@ -276,7 +279,8 @@ def predict_columns(
         gpu,
     )
     out["out_of_range"] = oor
-    out["out_of_range_inputs"] = _miss_text(misses, flags, n)
+    if texts:  # the text is ~17% of an all-distinct batch (docs/performance.md)
+        out["out_of_range_inputs"] = _miss_text(misses, flags, n)
     out["out_of_range_degree"] = degree
     parts = _breakdown_columns(base, cost, corr.overheads if lvl3 is not None else None)
     if gpu_scale is not None:  # the parts of the scaled GPU time still sum to it
@@ -625,6 +629,8 @@ def _energy_source(artifact: Artifact | None, gpu: GPU, calibrated: bool) -> str
 def predict(
     configs: pd.DataFrame | Mapping[str, Any],
     artifacts: Mapping[str, Artifact | None] | None = None,
+    *,
+    texts: bool = True,
 ) -> dict[str, np.ndarray]:
     """Predict every configuration (rows may mix GPUs).
 
@@ -634,6 +640,11 @@ def predict(
     the roofline fallback), `borrowed_ops` / `borrowed_artifacts` (operators priced with a sibling
     chip's table, and that artifact's id) and `energy_source`. `artifacts` overrides the frozen artifact per GPU
     name (None forces the roofline).
+
+    `texts=False` is for callers that keep only a few rows of a large batch (a sweep's scan for
+    its front): the numbers are the same, `out_of_range` and `out_of_range_degree` included, but
+    `out_of_range_inputs` (the text naming each input outside its fitted range, ~17% of the time
+    of an all-distinct batch) is left out; predict the rows kept again with texts for it.
     """
     cols, n = C.as_columns(configs)
     result: dict[str, np.ndarray] = {}
@@ -644,7 +655,7 @@ def predict(
         art: Artifact | str | None = "auto"
         if artifacts is not None and str(name) in artifacts:
             art = artifacts[str(name)]
-        pred = predict_columns(part, len(idx), gpu=get_gpu(str(name)), artifact=art)
+        pred = predict_columns(part, len(idx), gpu=get_gpu(str(name)), artifact=art, texts=texts)
         if len(idx) == n:
             return pred
         for k, v in pred.items():

@@ -8,6 +8,7 @@ predictions are NaN. One predictor call per batch, one tokens-to-Wh call per GPU
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -111,10 +112,12 @@ def _calibration(t2wh: ModuleType) -> Any:
     return _CALIBRATION[key]
 
 
-def default_predictor() -> Predictor:
+def default_predictor(texts: bool = True) -> Predictor:
+    """`dse.predict.predict`; without `out_of_range_inputs` where `texts` is False (a scan that
+    keeps only its front, which it evaluates again with texts)."""
     from dse.predict import predict
 
-    return predict
+    return predict if texts else functools.partial(predict, texts=False)
 
 
 def _scatter(values: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
@@ -250,12 +253,17 @@ def evaluate(
     *,
     predictor: Predictor | None = None,
     with_tokens2wh: bool = True,
+    texts: bool = True,
 ) -> Evaluation:
     """Sizes, constraints, predictions and objectives of a batch of complete configurations.
 
     Static constraints (sizes, memory) come from the configuration alone; limits on predicted
     metrics (TTFT, TPOT, throughput, loss...) from the predictions of the same batch, so every
     constraint is told with the trial and every sampler sees it.
+
+    `texts=False` (with the default predictor): no `out_of_range_inputs` text in `pred`, for the
+    scans that keep only a front (`dse.sweep._exhaustive`, `dse.sweep._screened`) and evaluate
+    it again with texts.
     """
     n = len(cols["d_model"])
     d = C.derived(cols, n)
@@ -269,7 +277,7 @@ def evaluate(
     need_t2wh = objectives.energy_source == "tokens2wh"
     if len(rows):
         part = {k: np.asarray(v)[rows] for k, v in cols.items()}
-        raw = (predictor or default_predictor())(part)
+        raw = (predictor or default_predictor(texts))(part)
         pred = {k: _scatter(v, rows, n) for k, v in raw.items()}
         module = tokens2wh_module() if (with_tokens2wh or need_t2wh) else None
         if module is None and need_t2wh:

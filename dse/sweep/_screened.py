@@ -204,7 +204,9 @@ class ScreenedSampler(PlannedSampler):
     def _price(self, digits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(signed objectives, feasible and finite, valid) of candidate configurations."""
         cols = digit_columns(self._space, digits)
-        ev = evaluate(self._space, cols, predictor=self._predictor, with_tokens2wh=False)
+        ev = evaluate(
+            self._space, cols, predictor=self._predictor, with_tokens2wh=False, texts=False
+        )
         self.screened += len(digits)
         obj = self._signed(np.asarray(ev.objectives, dtype=float))
         ok = np.asarray(ev.feasible, dtype=bool) & np.isfinite(obj).all(axis=1)
