@@ -567,10 +567,13 @@ def _routed(
     identical: the batch is b copies of one sequence, so its T tokens pick the experts of T / b
     distinct tokens: top_k in a decode step, one sequence's uniform count in prefill. A decode
     step then reads top_k experts' weights: the model prices it as the one distinct token
-    (its weight reads and launches; the b - 1 copies' FLOPs, 2 k m H I per token, are what
-    it leaves out, under 1% of the weight read's time below ~100 tokens per expert on an
-    H100). Prefill is priced at all its tokens as under uniform routing: compute-bound, and
-    a prompt of a few tokens already touches most experts.
+    (its weight reads and launches). It leaves out the b - 1 copies' FLOPs, 2 m H I per token
+    and expert against the expert's m H I w weight bytes: an intensity of about b / w
+    FLOP/byte, which stays under the GPU's ridge (~295 FLOP/byte bf16 on an H100) for any
+    decode batch under ~300, so on the roofline the weight read hides them. The operator's
+    `flops` keep them (the roofline fallback prices them). Prefill is priced at all its tokens
+    as under uniform routing: compute-bound, and a prompt of a few tokens already touches most
+    experts.
     """
     distinct = tokens / np.maximum(sh.b, 1.0)
     one_seq = e * (1.0 - np.power(1.0 - np.minimum(topk / np.maximum(e, 1), 1.0), distinct))
