@@ -568,7 +568,7 @@ def _routed(
     distinct tokens: top_k in a decode step, one sequence's uniform count in prefill. A decode
     step then reads top_k experts' weights: the model prices it as the one distinct token
     (its weight reads and launches). It leaves out the b - 1 copies' FLOPs, 2 m H I per token
-    and expert against the expert's m H I w weight bytes: an intensity of about b / w
+    and expert against the expert's m H I w weight bytes: an intensity of 2 b / w
     FLOP/byte, which stays under the GPU's ridge (~295 FLOP/byte bf16 on an H100) for any
     decode batch under ~300, so on the roofline the weight read hides them. The operator's
     `flops` keep them (the roofline fallback prices them). Prefill is priced at all its tokens
