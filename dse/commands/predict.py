@@ -23,6 +23,7 @@ WORKLOAD_FLAGS: tuple[str, ...] = (
     "engine",
     "batching",
     "engine_version",
+    "routing",
 )
 # Where a configuration comes from: at most one of these.
 SOURCES: tuple[tuple[str, str], ...] = (
@@ -320,6 +321,8 @@ def prediction_info(config: dict[str, Any], r: dict[str, Any]) -> PredictionInfo
     if config.get("batching", "static") != "static":  # the static line as it always was
         workload += f" batching={config['batching']}"
         workload += f" engine_version={config.get('engine_version', DEFAULT_ENGINE_VERSION)}"
+    if config.get("routing", "uniform") != "uniform":
+        workload += f" routing={config['routing']}"
     blocks: dict[str, list[tuple[str, float]]] = {}
     breakdown: dict[str, list[tuple[str, float, float]]] = {}
     for phase in PHASES:

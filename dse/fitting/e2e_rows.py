@@ -6,7 +6,7 @@ quirks, and vidur's block rows for Level 2 (`level2_rows`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,10 +17,6 @@ from dse.models.level3 import GlobalInputs
 from dse.spec import columns as C
 from dse.spec.choices import ENGINES
 from dse.spec.hardware import get_gpu
-
-if TYPE_CHECKING:
-    from dse.predict.request import BaseCost
-    from dse.spec.hardware import GPU
 
 Lookup = Callable[[str], Any]  # model name -> dse.spec.arch.Architecture
 
@@ -71,6 +67,7 @@ def e2e_configs(
         a.update(
             gpu=r.gpu,
             engine=r.engine,
+            routing=source_routing(r.engine),
             batch_size=int(r.batch_size),
             prompt_tokens=int(r.input_tokens),
             output_tokens=int(r.output_tokens),
@@ -108,9 +105,6 @@ def price_rows(
         sub = {k: v[idx] for k, v in cols.items()}
         gpu = get_gpu(str(name))
         base = base_costs(sub, len(idx), gpu, artifact, fitted_on or gpu)
-        same = identical_sequences(sub)
-        if same.any():
-            _route_as_one_sequence(base, sub, same, gpu, artifact, fitted_on or gpu)
         parts.append(global_inputs(sub, base))
         extra["prefill_energy_j"].append(base.prefill.energy_j)
         extra["decode_energy_j"].append(base.decode.energy_j)
@@ -137,51 +131,17 @@ def price_rows(
 IDENTICAL_SEQUENCE_ENGINES = ("trtllm",)
 
 
+def source_routing(engine: str) -> str:
+    """The MoE routing (`workload.routing`) argonne's runs of `engine` decode under: identical
+    for TensorRT-LLM (`IDENTICAL_SEQUENCE_ENGINES`), uniform for vLLM (random prompts, sampled
+    at temperature 1: independent tokens)."""
+    return "identical" if str(engine) in IDENTICAL_SEQUENCE_ENGINES else "uniform"
+
+
 def identical_batch(cols: Mapping[str, Any]) -> np.ndarray:
     """True for argonne rows whose batch is copies of one sequence (any model): their power
     lacks the independent-sequence term of `dse.fitting.level3`."""
     return np.isin(np.asarray(cols["engine"]).astype(str), IDENTICAL_SEQUENCE_ENGINES)
-
-
-def identical_sequences(cols: Mapping[str, Any]) -> np.ndarray:
-    """`identical_batch` rows of MoE models: the ones whose decode routing (every sequence to
-    the same experts) changes their Level-1/2 cost (see `_route_as_one_sequence`)."""
-    return identical_batch(cols) & (np.asarray(cols["n_experts"], dtype=float) > 1)
-
-
-def _route_as_one_sequence(
-    base: BaseCost,
-    cols: Mapping[str, np.ndarray],
-    same: np.ndarray,
-    gpu: GPU,
-    artifact: Artifact | None,
-    artifact_gpu: GPU,
-) -> None:
-    """Reprice the decode MoE operators of rows `same` (in place) as one sequence's: every
-    sequence routes to the same experts, so a step costs what a batch of one costs (the extra
-    tokens' FLOPs are negligible at decode batch sizes), once per wave."""
-    from dse.predict.request import base_costs
-
-    idx = np.flatnonzero(same)
-    one = {k: np.asarray(v)[idx] for k, v in cols.items()}
-    one["batch_size"] = np.ones(len(idx), dtype=np.int64)
-    b1 = base_costs(one, len(idx), gpu, artifact, artifact_gpu)
-    dec, dec1 = base.decode, b1.decode
-    waves = np.asarray(base.waves, dtype=float)[idx]
-    for name, kind in dec.kinds.items():
-        if kind != "moe":
-            continue
-        for items, items1 in ((dec.items_s, dec1.items_s), (dec.items_j, dec1.items_j)):
-            if name in items and name in items1:
-                new = items1[name] * waves
-                delta = new - items[name][idx]
-                items[name] = items[name].astype(float)  # a copy: base's arrays may be shared
-                items[name][idx] = new
-                total = dec.time_s if items is dec.items_s else dec.energy_j
-                total[idx] += delta
-        if name in dec.roof_s and name in dec1.roof_s:
-            dec.roof_s[name] = dec.roof_s[name].astype(float)
-            dec.roof_s[name][idx] = dec1.roof_s[name] * waves
 
 
 # Columns that identify one argonne configuration across All_results and Fig. 22.

@@ -27,7 +27,6 @@ from dse.fitting.e2e_rows import (
     Lookup,
     e2e_configs,
     identical_batch,
-    identical_sequences,
     price_rows,
     ttft_of_runs,
 )
@@ -240,7 +239,7 @@ def _family_predict_rows(artifact: Artifact, kind: str, rows: pd.DataFrame) -> p
             arts = {str(g): artifact for g in cfg["gpu"].unique()}
             p = predict(cfg, artifacts=arts)
             idx = rows.index[kept["_row"].to_numpy()]
-            lat = _as_measured_latency(cfg, p["latency_s"], artifact)
+            lat = p["latency_s"]  # each row under its source's routing (e2e_configs)
             out.loc[idx, "latency_pred_s"] = lat
             _put_level3_band(out, idx, p, "latency", lat)
             out.loc[idx, "band_held_out"] = _level3_held_out(artifact, cfg["engine"])
@@ -305,23 +304,6 @@ def _level3_held_out(artifact: Artifact, engines: pd.Series) -> np.ndarray:
     cov = {e: (v.get("band_held_out") or {}).get("coverage") for e, v in entry.items()}
     got = [cov.get(str(e)) for e in engines]
     return np.array([np.nan if c is None else float(c) for c in got])
-
-
-def _as_measured_latency(
-    cfg: pd.DataFrame, latency_s: np.ndarray, artifact: Artifact
-) -> np.ndarray:
-    """`latency_s` with the rows argonne measured on identical sequences (MoE models under
-    IDENTICAL_SEQUENCE_ENGINES) priced as they ran, as Level 3 was fitted on them."""
-    cols, _ = C.as_columns(cfg)
-    same = identical_sequences(cols)
-    if not same.any() or not artifact.has("level3.e2e"):
-        return latency_s
-    out = np.array(latency_s, dtype=float)
-    sub = cfg[same].reset_index(drop=True)
-    g, _ = price_rows(sub, artifact, artifact.level1_gpu)
-    c = artifact.model("level3.e2e").correct(g)
-    out[same] = c["ttft_s"] + c["decode_s"]
-    return out
 
 
 def as_measured_energy(

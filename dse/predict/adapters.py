@@ -34,7 +34,7 @@ from dse.predict._rows import (
     row_blocks,
     shape_of,
 )
-from dse.predict.ops import Op
+from dse.predict.ops import ROUND_ROBIN, Op
 from dse.predict.power_table import op_power_w, power_table
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import GPU
@@ -496,9 +496,11 @@ def price_generation_attention(
 def price_moe(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
-    """The fused MoE block (router + grouped experts) by the MoE model, balanced routing."""
+    """The fused MoE block (router + grouped experts) by the MoE model, under each row's
+    `routing` (`dse.predict.ops._routed`: the tokens it prices, and the tables' "balanced"
+    rows for round robin); uniform everywhere passes no routing (the models' default)."""
     d = op.dims
-    a = {
+    a: dict[str, Any] = {
         "num_tokens": np.asarray(d["num_tokens"], dtype=float),
         "hidden_size": np.asarray(d["hidden_size"], dtype=float),
         "inter_size": np.asarray(d["inter_size"], dtype=float),
@@ -507,7 +509,13 @@ def price_moe(
         "moe_tp_size": np.asarray(d["moe_tp_size"], dtype=float),
         "moe_ep_size": np.float64(1.0),
     }
-    return _kernel_price(artifact, op, gpu, a, tuple(k for k in a if k != "moe_ep_size"))
+    keys = tuple(k for k in a if k != "moe_ep_size")
+    routing = np.asarray(d.get("routing", 0), dtype=np.int64)
+    if (routing == ROUND_ROBIN).any():  # the only code whose model input differs from uniform
+        a["routing"] = routing.astype(float)
+        a["distribution"] = np.where(routing == ROUND_ROBIN, "balanced", "uniform")
+        keys += ("routing",)
+    return _kernel_price(artifact, op, gpu, a, keys)
 
 
 def price_allreduce(

@@ -493,6 +493,10 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     routed = tokens * topk
     # Expected experts touched when `routed` token slots land uniformly on e experts.
     touched = e * (1.0 - np.power(1.0 - np.minimum(topk / np.maximum(e, 1), 1.0), tokens))
+    routing = moe_routing_code(cols, np.shape(sh.b)[0])
+    model_tokens = tokens
+    if (routing != UNIFORM).any():  # uniform everywhere: the arrays above, untouched
+        touched, model_tokens = _routed(touched, routing, sh, tokens, topk, e)
     moe_flops = 2 * routed * n_mats * d * dffe + 2 * tokens * d * e
     moe_bytes = (
         touched * n_mats * d * dffe * wb
@@ -511,12 +515,13 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
             moe_flops,
             moe_bytes,
             {
-                "num_tokens": tokens,
+                "num_tokens": model_tokens,
                 "hidden_size": d,
                 "inter_size": dffe * tp,
                 "topk": topk,
                 "num_experts": e,
                 "moe_tp_size": tp,
+                "routing": routing,
                 "dtype": gemm_dtype,
             },
         ),
@@ -527,13 +532,75 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     ]
 
 
+# `workload.routing` as the MoE operator's `routing` dimension (a number: the pricer groups rows
+# by their integral dimensions); the model's name of each (`dse.models._moe_routing.NAMES`).
+UNIFORM, ROUND_ROBIN, IDENTICAL = 0, 1, 2
+ROUTING_CODES = {"uniform": UNIFORM, "round_robin": ROUND_ROBIN, "identical": IDENTICAL}
+
+
+def moe_routing_code(cols: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """Each configuration's `routing` as its code (`ROUTING_CODES`); uniform where the columns
+    have none."""
+    r = cols.get("routing")
+    if r is None:
+        return np.zeros(n, dtype=np.int64)
+    names = np.broadcast_to(np.asarray(r).astype(str), (n,))
+    code = np.zeros(n, dtype=np.int64)
+    for name in np.unique(names):
+        code[names == name] = ROUTING_CODES[str(name)]  # the field table checked the names
+    return code
+
+
+def _routed(
+    touched: np.ndarray,
+    routing: np.ndarray,
+    sh: LayerShapes,
+    tokens: np.ndarray,
+    topk: np.ndarray,
+    e: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(experts touched, tokens the MoE model prices) of each configuration under its routing
+    (uniform rows keep `touched` and `tokens`).
+
+    round_robin: token t's j-th expert is (t + j ceil(E / k)) mod E, so min(E, T k) experts
+    are touched; the model prices the rows as the tables' "balanced" ones.
+    identical: the batch is b copies of one sequence, so its T tokens pick the experts of T / b
+    distinct tokens: top_k in a decode step, one sequence's uniform count in prefill. A decode
+    step then reads top_k experts' weights: the model prices it as the one distinct token
+    (its weight reads and launches). It leaves out the b - 1 copies' FLOPs, 2 m H I per token
+    and expert against the expert's m H I w weight bytes: an intensity of 2 b / w
+    FLOP/byte, which stays under the GPU's ridge (~295 FLOP/byte bf16 on an H100) for any
+    decode batch under ~300, so on the roofline the weight read hides them. The operator's
+    `flops` keep them (the roofline fallback prices them). Prefill is priced at all its tokens
+    as under uniform routing: compute-bound, and a prompt of a few tokens already touches most
+    experts.
+    """
+    distinct = tokens / np.maximum(sh.b, 1.0)
+    one_seq = e * (1.0 - np.power(1.0 - np.minimum(topk / np.maximum(e, 1), 1.0), distinct))
+    rr = np.minimum(e, tokens * topk)
+    touched = np.where(routing == ROUND_ROBIN, rr, touched)
+    touched = np.where(routing == IDENTICAL, one_seq, touched)
+    model_tokens = tokens
+    if sh.phase == "decode":
+        model_tokens = np.where(routing == IDENTICAL, distinct, tokens)
+    return touched, model_tokens
+
+
 def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
     """`_moe_ops` of a batch without MoE layers: the same operators, kinds and dimension names,
     every count, size and cost zero (an operator of count 0 everywhere is neither priced nor
     read; building its sizes cost a one-configuration call ~5% of its operator list)."""
     zero = np.zeros_like(sh.d)
     gemm = {"m": zero, "n": zero, "k": zero, "dtype": sh.gemm_dtype}
-    moe = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")
+    moe = (
+        "num_tokens",
+        "hidden_size",
+        "inter_size",
+        "topk",
+        "num_experts",
+        "moe_tp_size",
+        "routing",
+    )
     return [
         Op(
             "ffn/moe",

@@ -23,6 +23,12 @@ ENGINES: tuple[str, ...] = ("vllm", "trtllm")
 # as every measurement Level 3 was fitted on; "continuous" adds the engine's host time per decode
 # step and the GPU's waiting power (`dse.models.serving`, docs/accuracy.md "Serving energy").
 BATCHING: tuple[str, ...] = ("static", "continuous")
+# How a batch's tokens pick their MoE experts (`workload.routing`; `dse.predict.ops._moe_ops`):
+# "uniform" (the default): independent tokens, each drawing top_k of n_experts uniformly;
+# "round_robin": aiconfigurator's deterministic "balanced" routing, min(n_experts, T top_k)
+# experts touched; "identical": every sequence of the batch is a copy of one (argonne's
+# TensorRT-LLM runs: one prompt, greedy decoding), so a decode step touches top_k experts.
+ROUTINGS: tuple[str, ...] = ("uniform", "round_robin", "identical")
 # The engine's version (`workload.engine_version`), read by continuous batching only: its host
 # constants are fitted per version (dse/predict/serving_constants.json). The default is the
 # newest version fitted (vLLM 0.11.1, ml-energy v3); tests/test_serving.py checks that the

@@ -45,6 +45,7 @@ from dse.spec.choices import (
     ENGINES,
     LINEAR_KINDS,
     NORMS,
+    ROUTINGS,
 )
 from dse.spec.pattern import KINDS_OF, Kinds
 from dse.spec.pattern import canonical as canonical_pattern
@@ -75,6 +76,10 @@ def _engines() -> tuple[str, ...]:
 
 def _batching() -> tuple[str, ...]:
     return tuple(BATCHING)
+
+
+def _routings() -> tuple[str, ...]:
+    return tuple(ROUTINGS)
 
 
 def _gpus() -> tuple[str, ...]:
@@ -462,6 +467,16 @@ FIELDS: dict[str, Field] = {
             default="static",
             choices=_batching,
             note="continuous: priced with the engine's fitted host time per decode step",
+            group="workload",
+        ),
+        Field(
+            "routing",
+            "choice",
+            default="uniform",
+            choices=_routings,
+            note="MoE routing of the batch's tokens: uniform (independent tokens), round_robin "
+            "(min(n_experts, tokens x top_k) experts), identical (copies of one sequence: a "
+            "decode step touches top_k experts)",
             group="workload",
         ),
         Field(

@@ -40,7 +40,7 @@ from dse.errors import ConfigError
 from dse.spec import columns as C
 from dse.spec import pattern as P
 from dse.spec.arch import DTYPE_BYTES, NORMS
-from dse.spec.choices import BATCHING, LINEAR_KINDS
+from dse.spec.choices import BATCHING, LINEAR_KINDS, ROUTINGS
 from dse.spec.fields import FIELDS
 from dse.spec.fields import check as check_field
 from dse.spec.hardware import gpu_names
@@ -73,6 +73,7 @@ STR_FIELDS: dict[str, tuple[str, ...]] = {
     "kv_dtype": tuple(DTYPE_BYTES),
     "engine": ENGINES,
     "batching": BATCHING,
+    "routing": ROUTINGS,
     "linear_kind": LINEAR_KINDS,
 }
 # Fields whose one value is a list (a layer pattern: `attention_pattern: [sliding, full]`);

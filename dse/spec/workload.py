@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from dse.spec.choices import BATCHING, DEFAULT_ENGINE_VERSION, ENGINES  # noqa: F401  (re-exported)
+from dse.spec.choices import (  # noqa: F401  (re-exported)
+    BATCHING,
+    DEFAULT_ENGINE_VERSION,
+    ENGINES,
+    ROUTINGS,
+)
 
 
 @dataclass(frozen=True)
@@ -16,6 +21,9 @@ class Workload:
     common in the measurements). `batching` "continuous" prices a serving run whose running
     batch averages `batch_size` sequences (docs/accuracy.md "Serving energy") with the host
     constants of `engine_version` (the engine's version; read by continuous batching only).
+    `routing` says how the batch's tokens pick MoE experts (read by MoE layers only): uniform
+    (independent tokens), round_robin (deterministic, balanced) or identical (copies of one
+    sequence, as argonne's TensorRT-LLM benchmarks run).
     """
 
     batch_size: int = 1
@@ -28,6 +36,9 @@ class Workload:
     batching: str = "static"
     # the newest version whose host constants are fitted (dse.spec.choices)
     engine_version: str = DEFAULT_ENGINE_VERSION
+    # how the batch's tokens pick MoE experts (dse.spec.choices.ROUTINGS); uniform: every
+    # prediction made before `routing` existed
+    routing: str = "uniform"
 
     def validate(self, where: str = "workload") -> Workload:
         """Raise ConfigError with the rule and the value when the workload is impossible.
