@@ -21,7 +21,7 @@ of token sweeps needs consecutive sweep rows, but the files interleave layouts (
 one layout is 1 row in GEMM, at most 3 in prefill attention, 11-14 in MoE and decode), so only
 the lag test applies to every table. The plain autocorrelation of residuals in file order is no
 test either: neighbouring rows share shapes, so a weak own-work model's errors correlate without
-any carry-over (with this own-work fit: GEMM 0.41, attention and MoE -0.07..0.01).
+any carry-over (with this own-work fit: GEMM 0.43, attention and MoE -0.05..0.09).
 Pure functions: arrays in, arrays out, in file order.
 """
 
