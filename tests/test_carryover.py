@@ -4,6 +4,8 @@ table; kernel power predictions stay between idle and the board limit."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -128,3 +130,34 @@ def test_h200_gemm_power_between_idle_and_board_on_a_wide_grid() -> None:
         assert np.isfinite(p).all() and p.size == 17 * 11 * 11
         assert p.min() >= gpu.idle_power_w - 1e-9, (name, p.min())
         assert p.max() <= gpu.board_power_w + 1e-9, (name, p.max())
+
+
+def test_fit_power_family_records_the_count_in_the_manifest_entry() -> None:
+    """`dse fit`'s power family drops the flagged rows and records them per file (manifest
+    `models.power.carryover`)."""
+    from dse.fitting.context import FitContext
+    from dse.fitting.power import fit_power_family
+
+    df, _, _ = _table(True, n=2000)
+    m = np.round(2 ** (df["x"] * 12)).astype(int)
+    rows = pd.DataFrame(
+        {
+            "source": "aiconfigurator",
+            "gpu": "h200_sxm",
+            "file": "h200_sxm/gemm/vllm/0.22.0/gemm_perf.parquet",
+            "dtype": "bfloat16",
+            "m": m,
+            "n": np.where(df["hot"] > 0, 16384, 4096),
+            "k": 4096,
+            "latency_s": 2e-5 * (1 + m / 64),
+            "power_w": df["power_w"],
+        }
+    )
+    lines: list[str] = []
+    ctx = FitContext(Path("unused"), "h200_sxm", cv=False, log=lines.append)
+    ctx._tables["gemm"] = rows  # the loaded table, in file order
+    (fitted,) = fit_power_family(ctx)
+    rec = fitted.info["carryover"]["h200_sxm/gemm/vllm/0.22.0/gemm_perf.parquet"]
+    assert rec["rows"] == 2000 and rec["rows_flagged"] > 100
+    assert fitted.info["rows"] == 2000 - rec["rows_flagged"]
+    assert any("follow the previous row's power" in line for line in lines)
