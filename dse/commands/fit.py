@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "surrogates/<gpu>/ (manifest.json + weights.npz). Deterministic for a given --seed. "
         "Rows faster than their physical floor are left out and counted (manifest "
         "`implausible_rows`); a table with too few rows to fit is named with its row count and "
-        "the minimum (a WARNING line; manifest `skipped_tables`).\n\n"
+        "the minimum (a WARNING line; manifest `skipped_tables`). Measured power rows that "
+        "follow the previous row of their file more than their own work (carry-over) are left "
+        "out of the power fit and counted per table (manifest `models.power.carryover`: "
+        "rows, rows_flagged, rule, noise_floor_pct; docs/accuracy.md 'Carry-over').\n\n"
         "example: dse fit --data ../shared/data --gpu h100_sxm",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -516,7 +516,12 @@ class GemmModel(Model):
         if self.power_model is not None:
             power = self._generic_power(lat["flops"], lat["bytes"], latency)
             if self.power_table_ is not None:
-                power = power * np.exp(_Grid.interp(self.power_table_, cell))
+                # the measured-power residual may not push a kernel outside [idle, board] W
+                power = np.clip(
+                    power * np.exp(_Grid.interp(self.power_table_, cell)),
+                    self.c_["idle_w"],
+                    self.c_["board_w"],
+                )
         else:
             power = np.full_like(latency, np.nan)
         out = {"latency_s": latency, "energy_j": power * latency, "power_w": power}

@@ -35,8 +35,11 @@ if TYPE_CHECKING:
 
 # Utilisations above 1 happen (spec sheets round; L2 hits beat HBM): clip the inputs here.
 UTIL_CLIP = (0.0, 1.5)
-# f may exceed 1 slightly (transients above the power limit in NVML means), never below 0.
+# The fit's target f may exceed 1 slightly (transients above the power limit in NVML means);
+# the prediction never leaves [0, 1]: a kernel's mean power lies between idle and the board
+# limit (physics holds on every number, issue 33).
 FRACTION_CLIP = (0.0, 1.05)
+PREDICT_CLIP = (0.0, 1.0)
 LATENCY_CLIP_S = (1e-6, 1.0)
 MAX_FIT_ROWS = 8000
 DEFAULT_LATENCY_S = 1e-3  # a long kernel: steady-state power
@@ -54,7 +57,7 @@ def _inputs(compute_util: Any, memory_util: Any, latency_s: Any) -> np.ndarray:
 
 
 class PowerModel(Model):
-    """f(compute_util, memory_util, latency_s) in [0, 1.05]: the fraction of the idle-to-board
+    """f(compute_util, memory_util, latency_s) in [0, 1]: the fraction of the idle-to-board
     power span. fit(df) needs columns compute_util, memory_util, latency_s, power_w,
     idle_power_w, board_power_w.
     """
@@ -89,12 +92,12 @@ class PowerModel(Model):
     def fraction(
         self, compute_util: Any, memory_util: Any, latency_s: Any = DEFAULT_LATENCY_S
     ) -> np.ndarray:
-        """f in [0, 1.05], shaped like the broadcast inputs."""
+        """f in [0, 1], shaped like the broadcast inputs: power between idle and board."""
         shape = np.broadcast_shapes(
             np.shape(compute_util), np.shape(memory_util), np.shape(latency_s)
         )
         f = self.mlp_.predict(_inputs(compute_util, memory_util, latency_s))
-        return np.clip(f, *FRACTION_CLIP).reshape(shape)
+        return np.clip(f, *PREDICT_CLIP).reshape(shape)
 
     def predict(
         self,
