@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
 
 from dse import pareto  # noqa: E402
-from dse.spec.space import load_space  # noqa: E402
+from dse.spec.space import DENSE_ONLY_LAWS, LOSS_LAWS, load_space  # noqa: E402
 from dse.sweep._evaluate import evaluate  # noqa: E402
 from dse.sweep.results import directions  # noqa: E402
 
@@ -41,17 +41,8 @@ EXAMPLES = (
     "examples/attention_families_8b",
     "examples/mamba_hybrids_8b",
 )
-LAWS = (
-    "chinchilla",
-    "besiroglu",
-    "joint_moe",
-    "krajewski2024",
-    "gqa_chen2025",
-    "besiroglu_heads",
-    "shen2024",
-    "auto",
-)
-DENSE_ONLY = ("gqa_chen2025", "besiroglu_heads", "shen2024")
+LAWS = LOSS_LAWS  # every law a space can ask for (dse.spec.space)
+DENSE_ONLY = DENSE_ONLY_LAWS
 HEADING = "## How much the law moves the shipped fronts"
 
 

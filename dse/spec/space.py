@@ -711,7 +711,7 @@ def _constraints(
 # Laws that cannot price a family at all (no term for it): the family's field and its test.
 # gqa_chen2025 and besiroglu_heads have no expert term (Chen et al. 2025 fit dense GQA only),
 # nor has shen2024 (Shen et al. 2024 fit dense LLaMA and linear models only).
-_DENSE_ONLY_LAWS = ("gqa_chen2025", "besiroglu_heads", "shen2024")
+DENSE_ONLY_LAWS = ("gqa_chen2025", "besiroglu_heads", "shen2024")
 
 
 def _check_law_families(
@@ -727,7 +727,7 @@ def _check_law_families(
     if "loss" in constraints:
         asked.append((("constraints", "loss", "source"), constraints["loss"]["source"]))
     for keys, law in asked:
-        if law in _DENSE_ONLY_LAWS:
+        if law in DENSE_ONLY_LAWS:
             raise doc.error(
                 keys,
                 f"{law} prices dense models only and space.n_experts reaches {most} "
