@@ -23,7 +23,7 @@ from dse import pareto
 from dse.estimators import quality as Q
 from dse.spec.space import load_space
 from dse.sweep._evaluate import evaluate
-from dse.sweep._results import directions
+from dse.sweep.results import directions
 
 # Hoffmann et al.'s exponents from their TeX source (Besiroglu et al.'s released notebook;
 # docs/quality.md): the ones that give back Hoffmann's own printed optima, as test_quality.py.
