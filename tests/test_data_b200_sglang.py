@@ -139,3 +139,17 @@ def test_b200_nvfp4_table_in_seconds_is_a_located_error(tmp_path: Path) -> None:
     with pytest.raises(DataError) as err:
         data.read_aiconfigurator(tmp_path)
     assert rel in str(err.value) and "FLOP/s" in str(err.value)
+
+
+def test_nvfp4_gemm_reads_4_5_bits_per_element() -> None:
+    """An nvfp4 GEMM's operands are 4-bit values plus one fp8 scale per 16 elements: 4.5 bits
+    (0.5625 bytes) per element of x and W; its roofline runs at B200's fp4 peak."""
+    from dse.models.gemm import canonical_dtype, gemm_work
+
+    assert canonical_dtype("fp4") == "nvfp4"
+    flops, b_in, b_out = gemm_work(16, 4096, 8192, "nvfp4")
+    assert float(flops) == 2.0 * 16 * 4096 * 8192
+    assert float(b_in) == pytest.approx((16 * 8192 + 4096 * 8192) * 4.5 / 8)
+    assert float(b_out) == 16 * 4096 * 2.0  # bf16 output
+    _, bf16_in, _ = gemm_work(16, 4096, 8192, "bfloat16")
+    assert float(b_in) / float(bf16_in) == pytest.approx(4.5 / 16)
