@@ -139,7 +139,7 @@ DTYPES = "float32, bfloat16, float16, fp8, int8, int4"
 @pytest.mark.parametrize(
     ("cmd", "argv", "start", "end"),
     [
-        ("predict", ["--engine", "sglang"], f"--engine: must be one of {', '.join(ENGINES)}", ", got 'sglang'"),
+        ("predict", ["--engine", "tgi"], f"--engine: must be one of {', '.join(ENGINES)}", ", got 'tgi'"),
         ("predict", ["--engine", "VLLM "], "--engine: must be one of vllm, trtllm", ", got 'VLLM '"),
         *[(cmd, ["--gpu", "h900"], "--gpu: must be one of a100_sxm, ", ", got 'h900'")
           for cmd in ("predict", "energy", "arch")],
@@ -268,8 +268,8 @@ def test_arch_and_energy_conflicts_and_gaps(
          ":4: configs.0.architecture.n_layers: must be an integer in [1, 1024], got inf"),
         ("configs:\n  - architecture: {d_model: 64, n_layers: 2, n_heads: 4, d_ff: 8}\n    workload:\n      batch_size: -3\n",
          ":4: configs.0.workload.batch_size: must be an integer in [1, 1048576], got -3"),
-        ("configs:\n  - architecture: {d_model: 64, n_layers: 2, n_heads: 4, d_ff: 8}\n    workload:\n      engine: sglang\n",
-         ":4: configs.0.workload.engine: must be one of vllm, trtllm, got 'sglang'"),
+        ("configs:\n  - architecture: {d_model: 64, n_layers: 2, n_heads: 4, d_ff: 8}\n    workload:\n      engine: tgi\n",
+         ":4: configs.0.workload.engine: must be one of vllm, trtllm, sglang, got 'tgi'"),
         ("configs:\n  - architecture: {d_model: 64, n_layers: 2, n_heads: 4, d_ff: 8}\n    workload:\n      output_tokens: 8.5\n",
          ":4: configs.0.workload.output_tokens: must be an integer in [1, 16777216], got 8.5"),
         ("configs:\n  - architecture:\n      d_model: 64\n      layers: 2\n",
@@ -314,7 +314,7 @@ BAD_CELLS: list[tuple[str, str, str]] = [
       for cell, shown in [("0", "0"), ("-1", "-1"), ("eight", "'eight'")]],
     *[("head_dim", cell, f"head_dim: must be an even integer in [8, 4096], got {shown}")
       for cell, shown in [("7", "7"), ("6", "6"), ("1e30", "1e+30")]],
-    ("engine", "sglang", "engine: must be one of vllm, trtllm, got 'sglang'"),
+    ("engine", "tgi", "engine: must be one of vllm, trtllm, sglang, got 'tgi'"),
     ("weight_dtype", "fp3", f"weight_dtype: must be one of {DTYPES} (did you mean 'fp8'?), got 'fp3'"),
     ("gated_mlp", "maybe", "gated_mlp: must be true or false, got 'maybe'"),
     ("gated_mlp", "2", "gated_mlp: must be true or false, got '2'"),

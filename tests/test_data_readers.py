@@ -79,7 +79,7 @@ def test_main_gpus_use_registry_names(tables: dict[str, pd.DataFrame]) -> None:
     g = tables["gemm"]
     aic = set(g.loc[g["source"] == "aiconfigurator", "gpu"])
     assert {"h100_sxm", "h200_sxm", "a100_sxm"} <= aic <= registry | {"b200_sxm"}
-    # B200 is read under its slug before it joins the registry (the Blackwell issue)
+    # every aiconfigurator GPU is a registry name (B200 joined with issue 35)
     assert not any(c.isupper() or c == " " for name in aic for c in name)
     assert set(tables["layer_op"]["gpu"]) == {"a100_sxm", "h100_sxm", "a40"}
     assert set(tables["serving_energy"]["gpu"]) == {"h100_sxm", "a100_sxm_40gb"}

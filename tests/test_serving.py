@@ -196,7 +196,7 @@ def test_shipped_constants_carry_provenance() -> None:
     old = d["versions"]["0.4.2"]["gpus"]["h100_sxm"]
     assert old["per_sequence_s"] > 0 and old["held_out"]["energy_mape"] <= 0.15
     new = d["versions"]["0.11.1"]
-    assert set(new["gpus"]) == {"h100_sxm"}  # B200 is not in the GPU registry yet
+    assert set(new["gpus"]) == {"h100_sxm"}  # B200 has no fitted artifact yet
     assert new["gpus"]["h100_sxm"]["held_out"]["energy_mape"] <= 0.20
     assert 0.6 < new["gpus"]["h100_sxm"]["gpu_time_scale"] < 1.0
     # the shipped band reaches the prediction as read from the JSON

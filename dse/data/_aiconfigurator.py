@@ -56,7 +56,10 @@ def _peak_flops(gpu: str) -> float:
     off). A profiled device's measured peak is not used: it is one kind of kernel's, and other
     kinds may run faster on it (bf16 SDPA 16x faster than bf16 matmul on an AVX2 CPU)."""
     spec = shipped_gpu(gpu)
-    return 2e16 if spec is None else spec.peak_fp8_flops_per_s or spec.peak_bf16_flops_per_s
+    if spec is None:
+        return 2e16
+    # the fastest tensor-core dtype the GPU has: fp4 (nvfp4 GEMM / MoE rows, B200), else fp8
+    return spec.peak_fp4_flops_per_s or spec.peak_fp8_flops_per_s or spec.peak_bf16_flops_per_s
 
 
 def _hbm_bw(gpu: str) -> float:

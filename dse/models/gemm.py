@@ -61,8 +61,12 @@ DTYPE_ALIASES: dict[str, str] = {
     "float8": "fp8",
     "fp8_e4m3": "fp8",
     "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "fp4": "nvfp4",
 }
-IN_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0}
+# nvfp4 (Blackwell): 4-bit e2m1 values with one fp8 (e4m3) scale per 16 elements of x and W,
+# 0.5 + 1/16 = 0.5625 bytes (4.5 bits) per element, scales included (NVIDIA's NVFP4 format).
+IN_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}
 OUT_BYTES = 2.0  # every kernel here writes bf16 output
 SCALE_BLOCK = 128  # fp8_block: one fp32 scale per 1x128 activation and 128x128 weight block
 INPUTS: tuple[str, ...] = ("m", "n", "k")

@@ -18,7 +18,7 @@ DTYPE_BYTES: dict[str, float] = {
 NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
 # The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
 # spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).
-ENGINES: tuple[str, ...] = ("vllm", "trtllm")
+ENGINES: tuple[str, ...] = ("vllm", "trtllm", "sglang")
 # How the engine batches requests (`workload.batching`): "static" is one batch run to the end,
 # as every measurement Level 3 was fitted on; "continuous" adds the engine's host time per decode
 # step and the GPU's waiting power (`dse.models.serving`, docs/accuracy.md "Serving energy").

@@ -56,6 +56,8 @@ class GPU:
     # (bf16 SDPA 16x faster than bf16 matmul on an AVX2 CPU), so the physical floors of a
     # kind's rows read that kind's own rates (`dse.fitting.plausible`).
     kernel_peaks: tuple[KernelPeak, ...] = ()
+    # Dense FP4 (nvfp4) tensor-core peak; None: no FP4 tensor cores (before Blackwell).
+    peak_fp4_flops_per_s: float | None = None
 
     def kernel_peak(self, kind: str, dtype: str) -> KernelPeak | None:
         """The measured rates of one kernel kind at one dtype (None: not measured)."""
@@ -68,12 +70,18 @@ class GPU:
         """(FLOP/s, bytes/s): the highest rates anything reached on this device, kernel peaks
         and the spec's own peaks together; the bound for a kind or dtype not measured."""
         flops = [self.peak_bf16_flops_per_s, self.peak_fp8_flops_per_s or 0.0]
+        flops += [self.peak_fp4_flops_per_s or 0.0]
         flops += [kp.flops_per_s or 0.0 for kp in self.kernel_peaks]
         nbytes = [self.hbm_bw_bytes_per_s] + [kp.bytes_per_s or 0.0 for kp in self.kernel_peaks]
         return max(flops), max(nbytes)
 
     def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense tensor-core peak for a compute dtype; fp8 falls back to bf16 where absent."""
+        """Dense tensor-core peak for a compute dtype; fp4 falls back to fp8, fp8 to bf16 where
+        absent."""
+        if dtype in ("nvfp4", "fp4", "mxfp4") and self.peak_fp4_flops_per_s:
+            return self.peak_fp4_flops_per_s
+        if dtype in ("nvfp4", "fp4", "mxfp4"):
+            dtype = "fp8"
         if dtype in ("fp8", "fp8_block", "float8") and self.peak_fp8_flops_per_s:
             return self.peak_fp8_flops_per_s
         return self.peak_bf16_flops_per_s
@@ -81,7 +89,7 @@ class GPU:
 
 SPEC_FILE = "gpu.yaml"  # a profiled GPU's spec, in its profile folder and its artifact folder
 # Fields a spec file may leave out (their defaults): a registry sheet has no kernel peaks.
-OPTIONAL_FIELDS = ("kernel_peaks",)
+OPTIONAL_FIELDS = ("kernel_peaks", "peak_fp4_flops_per_s")
 
 
 def kernel_peaks_from_mapping(raw: Any, where: str) -> tuple[KernelPeak, ...]:
@@ -154,7 +162,18 @@ def spec_from_mapping(raw: Any, where: str) -> GPU:
                 raise ConfigError(
                     f"GPU spec {where}: {key} must be a number, got {value!r}"
                 ) from None
-    return GPU(**fields, kernel_peaks=kernel_peaks_from_mapping(raw.get("kernel_peaks"), where))
+    fp4 = raw.get("peak_fp4_flops_per_s")
+    try:
+        fp4 = None if fp4 is None else float(fp4)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"GPU spec {where}: peak_fp4_flops_per_s must be a number or null, got {fp4!r}"
+        ) from None
+    return GPU(
+        **fields,
+        kernel_peaks=kernel_peaks_from_mapping(raw.get("kernel_peaks"), where),
+        peak_fp4_flops_per_s=fp4,
+    )
 
 
 def spec_to_mapping(gpu: GPU) -> dict[str, Any]:
@@ -162,6 +181,8 @@ def spec_to_mapping(gpu: GPU) -> dict[str, Any]:
     records of the GPUs it was fitted for (`dse.models.artifact`, manifest "gpu_specs")."""
     out: dict[str, Any] = {k: getattr(gpu, k) for k in GPU.__dataclass_fields__}
     out["kernel_peaks"] = kernel_peaks_to_mapping(gpu.kernel_peaks)
+    if gpu.peak_fp4_flops_per_s is None:  # pre-Blackwell: records stay as they were
+        del out["peak_fp4_flops_per_s"]
     return out
 
 

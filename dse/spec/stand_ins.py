@@ -22,6 +22,9 @@ in docs/accuracy.md ("Fallbacks across engines, dtypes and sibling GPUs").
 - `level2_rows` / `level3_rows`: the vidur rows (Level 2) and argonne end-to-end rows (Level 3,
   and its power calibration) an artifact's levels are fitted on. argonne's A100s are the 40GB
   part (ALCF Polaris); H200 has no end-to-end rows of its own. A GPU not listed uses its own rows.
+  B200 has neither vidur nor argonne rows: its layer-op family, Level 2 and Level 3 are fitted
+  on H100's rows over B200's own Level-1 kernel models, as H200's are (a transfer: its
+  end-to-end error is unmeasured except against ml-energy v3's B200 serving rows).
 - `level3_power_rows`: the argonne power rows Level 3's power calibration is fitted on, where
   not those of `level3_rows`: GH200 has 8 power rows of its own, which calibrate worse (16.7%
   held out) than H100's rows do for it (12.0%), so it keeps the calibration H200 uses.
@@ -53,6 +56,7 @@ STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
         "h200_sxm": ("h100_sxm",),
         "gh200": ("h100_sxm",),
         "a100_sxm_40gb": ("a100_sxm",),
+        "b200_sxm": ("h100_sxm",),
     },
     "level2_rows": {
         "h100_sxm": ("h100_sxm",),
@@ -60,6 +64,7 @@ STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
         "gh200": ("h100_sxm",),
         "a100_sxm": ("a100_sxm",),
         "a100_sxm_40gb": ("a100_sxm",),
+        "b200_sxm": ("h100_sxm",),
     },
     "level3_rows": {
         "h100_sxm": ("h100_sxm",),
@@ -67,6 +72,7 @@ STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
         "a100_sxm": ("a100_sxm_40gb",),
         "a100_sxm_40gb": ("a100_sxm_40gb",),
         "gh200": ("gh200",),
+        "b200_sxm": ("h100_sxm",),
     },
     "level3_power_rows": {"gh200": ("h100_sxm",)},
     "power_rows": {ANY_GPU: ("h200_sxm",)},
