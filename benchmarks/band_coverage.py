@@ -2,7 +2,7 @@
 Level-1 and Level-2 model of the shipped artifacts on its family's own grouped CV, measure how
 often it holds on layouts it was not calibrated on (the nested protocol of
 `dse.fitting.bands`), record both in each artifact's manifest (`models.<name>.band`; weights
-and artifact ids unchanged) and write the coverage table into docs/accuracy.md ("The band.").
+and artifact ids unchanged) and write the coverage table into docs/bands.md.
 
     PYTHONPATH=. python benchmarks/band_coverage.py --jobs 2             # every GPU, ~2 h
     PYTHONPATH=. python benchmarks/band_coverage.py --gpus a100_sxm --only layer_op --no-write
@@ -37,7 +37,7 @@ from dse.fitting.level3 import level3_band_coverage  # noqa: E402
 from dse.models.artifact import Artifact  # noqa: E402
 
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm", "gh200")
-DOC = REPO / "docs" / "accuracy.md"
+DOC = REPO / "docs" / "bands.md"
 MARK = "band-coverage"  # <!-- band-coverage:start --> ... <!-- band-coverage:end -->
 TARGET = (0.85, 0.95)
 FAMILY_LABEL = {
@@ -213,7 +213,7 @@ def _miss_line(r: dict[str, Any]) -> str:
 
 
 def markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """The generated block of docs/accuracy.md: the coverage table and where it misses."""
+    """The generated block of docs/bands.md: the coverage table and where it misses."""
     runs = "; then ".join(
         f"{r['date']} on {r['machine']}, commit {r['commit']} (`{r['command']}`, "
         f"{r['minutes']:.0f} min)"
