@@ -14,6 +14,7 @@ import pytest
 from dse.cli import main
 from dse.errors import ConfigError
 from dse.spec import arch as A
+from dse.spec import rules as R
 from dse.spec.arch import Architecture
 from dse.spec.catalogue import lookup_model
 from dse.spec.hardware import get_gpu
@@ -266,7 +267,7 @@ MESSAGE = re.compile(r"^[a-z_]+: .+, got .+$")
 
 @pytest.mark.parametrize(("cfg", "tp", "expected"), GRID)
 def test_check_architecture_messages(cfg: dict, tp: int, expected: str) -> None:
-    errors = A.check_architecture(cfg, tp)
+    errors = R.check_architecture(cfg, tp)
     assert (errors[0] if errors else "") == expected
     assert all(MESSAGE.match(e) for e in errors), errors
 
@@ -289,9 +290,9 @@ def _columns(rows: list[dict], object_dtype: bool) -> dict[str, np.ndarray]:
 def test_check_columns_agrees_with_check_architecture_on_the_grid() -> None:
     rows = [cfg for cfg, _, _ in GRID]
     tps = np.array([tp for _, tp, _ in GRID])
-    msgs = A.check_columns(_columns(rows, object_dtype=True), len(rows), tps)
+    msgs = R.check_columns(_columns(rows, object_dtype=True), len(rows), tps)
     for (cfg, tp, expected), got in zip(GRID, msgs, strict=True):
-        scalar = A.check_architecture(cfg, tp)
+        scalar = R.check_architecture(cfg, tp)
         assert got == (scalar[0] if scalar else "") == expected
 
 
@@ -313,10 +314,10 @@ def test_check_columns_native_arrays_agree_with_scalar() -> None:
         "gated_mlp": rng.choice([True, False], n),
     }
     tp = rng.choice([1, 2, 4, 8], n)
-    msgs = A.check_columns(cols, n, tp)
+    msgs = R.check_columns(cols, n, tp)
     for i in range(n):
         row = {k: v[i].item() for k, v in cols.items()}
-        scalar = A.check_architecture(row, int(tp[i]))
+        scalar = R.check_architecture(row, int(tp[i]))
         assert msgs[i] == (scalar[0] if scalar else ""), (row, int(tp[i]))
     assert 0 < (msgs == "").sum() < n  # the grid holds both valid and invalid rows
 
@@ -324,14 +325,14 @@ def test_check_columns_native_arrays_agree_with_scalar() -> None:
 def test_head_dim_defaulted_rows_need_divisibility() -> None:
     cols = {**{k: np.array([v, v]) for k, v in BASE.items()}, "d_model": np.array([4100, 4100])}
     cols["head_dim"] = np.array([128, 128])
-    msgs = A.check_columns(cols, 2, 1, head_dim_defaulted=np.array([False, True]))
+    msgs = R.check_columns(cols, 2, 1, head_dim_defaulted=np.array([False, True]))
     assert msgs[0] == ""
     assert msgs[1] == "n_heads: must divide d_model=4100 (or set head_dim), got 32"
 
 
 def test_validate_and_from_mapping() -> None:
     with pytest.raises(ConfigError, match="n_kv_heads: must divide n_heads=32, got 5"):
-        Architecture(**BASE, n_kv_heads=5).validate()
+        R.validate_architecture(Architecture(**BASE, n_kv_heads=5))
     with pytest.raises(ConfigError, match="unknown architecture field 'd_modle'"):
         Architecture.from_mapping({**BASE, "d_modle": 1})
     a = Architecture.from_mapping({**BASE, "d_model": 4096.0})  # YAML's 4.096e3

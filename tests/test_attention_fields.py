@@ -14,7 +14,8 @@ import pytest
 from dse.errors import ConfigError
 from dse.spec import columns as C
 from dse.spec import pattern as P
-from dse.spec.arch import Architecture, check_architecture
+from dse.spec.arch import Architecture
+from dse.spec.rules import check_architecture
 from dse.spec.space import load_space
 
 BASE = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336}

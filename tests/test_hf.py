@@ -25,6 +25,7 @@ from dse.spec.hf import (
     import_hf_config,
     to_hf_config,
 )
+from dse.spec.rules import validate_architecture
 
 try:  # test-only dependencies
     import torch
@@ -326,7 +327,7 @@ def test_data_model_names_resolve(name: str) -> None:
     card = model_card(name)
     if name in EXPECTED:
         assert card.name == EXPECTED[name]
-    assert card.arch.validate() is not None
+    assert validate_architecture(card.arch) is not None
 
 
 @pytest.mark.parametrize(
@@ -358,7 +359,7 @@ def test_catalogue_is_valid_and_named_uniquely() -> None:
     assert len(names) == len(set(names)) >= 40
     for name in names:
         card = model_card(name)
-        card.arch.validate()
+        validate_architecture(card.arch)
         assert model_card(card.hf_id).name == name  # the Hugging Face id resolves to its entry
     required = ["Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Llama-3-8B", "Llama-3-70B",
                 "Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.1-405B", "Mistral-7B-v0.1",

@@ -24,6 +24,7 @@ from dse.predict.ops import forward_ops
 from dse.predict.request import base_costs, resolve_artifact
 from dse.spec import arch as A
 from dse.spec import columns as C
+from dse.spec import rules as R
 from dse.spec.catalogue import lookup_model
 from dse.spec.hardware import get_gpu
 from dse.spec.hf import import_hf_config, to_hf_config
@@ -251,7 +252,7 @@ def test_a_bad_rope_in_a_config_entry_and_in_columns(
     with pytest.raises(ConfigError) as exc:
         C.as_columns({"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 8, "rope": "maybe"})
     assert str(exc.value) == "rope: must be true or false, got 'maybe'"
-    assert A.check_architecture({**BASE, "rope": 2}) == ["rope: must be true or false, got 2"]
+    assert R.check_architecture({**BASE, "rope": 2}) == ["rope: must be true or false, got 2"]
 
 
 def test_the_flags_set_rope(capsys: pytest.CaptureFixture[str]) -> None:

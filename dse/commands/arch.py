@@ -10,6 +10,7 @@ from dse.commands import _flags
 from dse.commands._flags import WORKLOAD_FLAGS
 from dse.errors import ConfigError
 from dse.spec import arch as A
+from dse.spec import rules as R
 from dse.spec.hardware import get_gpu
 from dse.spec.workload import Workload
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if context is None:
         context = wl.prompt_tokens + wl.output_tokens
     title, arch, notes = _architecture(args)
-    arch.validate(wl.tensor_parallel)
+    R.validate_architecture(arch, wl.tensor_parallel)
     report = summarise(arch, wl, gpu, context)
     report["model"] = title
     report["notes"] = list(notes)
@@ -142,7 +143,7 @@ def _architecture(args: argparse.Namespace) -> tuple[str, A.Architecture, tuple[
             f"{missing[0]}: required unless --model NAME or --hf-config PATH gives the "
             f"architecture; missing {', '.join(missing)}"
         )
-    errors = A.check_architecture(fields)
+    errors = R.check_architecture(fields)
     if errors:
         raise ConfigError(errors[0])
     return title, A.Architecture.from_mapping(fields), notes

@@ -73,7 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _architecture(args: argparse.Namespace, tensor_parallel: int) -> Any:
     from dse.errors import ConfigError
-    from dse.spec.arch import Architecture, check_architecture
+    from dse.spec.arch import Architecture
+    from dse.spec.rules import check_architecture
 
     row: dict[str, Any] = {}
     if args.model:

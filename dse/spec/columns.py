@@ -14,6 +14,7 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import arch as A
+from dse.spec import rules as R
 from dse.spec.fields import FIELDS, is_one_pattern, object_array
 from dse.spec.fields import check as check_field
 from dse.spec.hardware import get_gpu
@@ -50,7 +51,7 @@ PATTERN_FIELDS: tuple[str, ...] = tuple(k for k, f in FIELDS.items() if f.kind =
 DERIVED_FROM: dict[str, str] = {"n_kv_heads": "n_heads", "d_ff_expert": "d_ff"}
 
 
-# The fields of the attention families' validity rules (`dse.spec.arch._attention_rules`).
+# The fields of the attention families' validity rules (`dse.spec.rules._attention_rules`).
 ATTENTION_FIELDS: tuple[str, ...] = (
     "attention_pattern",
     "sliding_window",
@@ -210,7 +211,7 @@ def derived(
             *ATTENTION_FIELDS,
         )
     }
-    msg = A.check_columns(
+    msg = R.check_columns(
         check | {"head_dim": cols["head_dim"]},
         n,
         cols["tensor_parallel"],

@@ -22,7 +22,7 @@ checks the products at the corners):
   2**25 * 2**16 = 2**61.
 
 Relations between fields (n_kv_heads divides n_heads, top_k <= n_experts, tensor-parallel
-splits, memory) are not per-value rules; `dse.spec.arch.check_columns` and the memory rule judge
+splits, memory) are not per-value rules; `dse.spec.rules.check_columns` and the memory rule judge
 them per configuration.
 """
 

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from dse.errors import ConfigError
-from dse.spec.arch import Architecture, check_architecture
+from dse.spec.arch import Architecture
 from dse.spec.pattern import FFNS, HF_LAYER_TYPES, from_layer_types
 from dse.spec.pattern import canonical as canonical_pattern
+from dse.spec.rules import check_architecture
 
 # torch dtype names in config.json ("dtype" since transformers 5, "torch_dtype" before).
 _TORCH_DTYPES = {

@@ -39,8 +39,7 @@ import numpy as np
 from dse.errors import ConfigError
 from dse.spec import columns as C
 from dse.spec import pattern as P
-from dse.spec.arch import DTYPE_BYTES, NORMS
-from dse.spec.choices import BATCHING, LINEAR_KINDS, ROUTINGS
+from dse.spec.choices import BATCHING, DTYPE_BYTES, LINEAR_KINDS, NORMS, ROUTINGS
 from dse.spec.fields import FIELDS
 from dse.spec.fields import check as check_field
 from dse.spec.hardware import gpu_names
@@ -935,7 +934,7 @@ class SpaceCount:
     feasible: int | None
     violations: dict[str, int]  # constraint name -> how many configurations break it
     # why the others are not valid architectures: the first rule each breaks (its message,
-    # `dse.spec.arch.check_columns`) -> how many, most first
+    # `dse.spec.rules.check_columns`) -> how many, most first
     invalid: dict[str, int] = field(default_factory=dict)
 
 
