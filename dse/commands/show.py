@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-# Display scale and unit by objective unit (dse.sweep._evaluate.UNITS); by column name first
+# Display scale and unit by objective unit (dse.spec.space.OBJECTIVE_UNITS); by column name first
 # where one unit covers sizes of different magnitude (KV bytes per token in kB, memory in GB).
 SCALE = {
     "s": (1e3, "ms"),
@@ -22,7 +22,7 @@ NAME_SCALE = {"memory_bytes": (1e-9, "GB")}
 
 def display_scale(name: str) -> tuple[float, str]:
     """(factor, unit) to print objective column `name` in."""
-    from dse.sweep._evaluate import objective_unit
+    from dse.spec.space import objective_unit
 
     return NAME_SCALE.get(name) or SCALE.get(objective_unit(name), (1.0, ""))
 

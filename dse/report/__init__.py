@@ -16,7 +16,7 @@ from typing import Any
 
 from dse.report._results import (
     FORMAT_VERSION,
-    Objective,
+    ObjectiveColumn,
     Results,
     ResultsError,
     fmt_quantity,
@@ -26,7 +26,7 @@ from dse.report._results import (
 
 __all__ = [
     "FORMAT_VERSION",
-    "Objective",
+    "ObjectiveColumn",
     "Results",
     "ResultsError",
     "fmt_quantity",

@@ -17,7 +17,7 @@ import pandas as pd
 from dse import pareto
 from dse.pareto import knee_index
 from dse.report._results import (
-    Objective,
+    ObjectiveColumn,
     Results,
     fmt_quantity,
     objective_matrix,
@@ -70,7 +70,7 @@ PHASES = ("prefill", "decode")
 
 
 class Axis(NamedTuple):
-    objective: Objective
+    objective: ObjectiveColumn
     factor: float  # multiply SI values by this to draw them
     unit_label: str  # the unit after scaling, e.g. "ms"
 
@@ -225,12 +225,12 @@ def _col(t: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(t[name], errors="coerce").astype(float).to_numpy()
 
 
-def _axis(obj: Objective, values: np.ndarray) -> Axis:
+def _axis(obj: ObjectiveColumn, values: np.ndarray) -> Axis:
     factor, label = unit_scale(values, obj.unit)
     return Axis(obj, factor, label)
 
 
-def band(t: pd.DataFrame, obj: Objective) -> tuple[np.ndarray, np.ndarray]:
+def band(t: pd.DataFrame, obj: ObjectiveColumn) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of an objective from the predictor's band columns, NaN where there are none
     (`dse.sweep._fronts.band`: the same band decides which front points are indistinguishable)."""
     return fronts.band(t, obj.name, obj.column)
@@ -367,10 +367,10 @@ def _brief_hover(t: pd.DataFrame, res: Results, status: str) -> list[str]:
 def _points(
     t: pd.DataFrame,
     res: Results,
-    x: Objective,
-    y: Objective,
+    x: ObjectiveColumn,
+    y: ObjectiveColumn,
     status: str,
-    colour: Objective | None = None,
+    colour: ObjectiveColumn | None = None,
 ) -> PointSet:
     x_lo, x_hi = band(t, x)
     y_lo, y_hi = band(t, y)
@@ -421,7 +421,7 @@ def objective_pairs(res: Results) -> list[tuple[int, int]]:
     return [head, *rest]
 
 
-def _colour_objective(res: Results, pair: tuple[int, int]) -> Objective | None:
+def _colour_objective(res: Results, pair: tuple[int, int]) -> ObjectiveColumn | None:
     """The first objective not on the axes (None for a 2-objective study)."""
     return next((o for k, o in enumerate(res.objectives) if k not in pair), None)
 
@@ -775,7 +775,7 @@ def importance_info(res: Results) -> ImportanceInfo | None:
     return ImportanceInfo(method, out, notes)
 
 
-def _study(rows: pd.DataFrame, params: list[str], objectives: tuple[Objective, ...]) -> Any:
+def _study(rows: pd.DataFrame, params: list[str], objectives: tuple[ObjectiveColumn, ...]) -> Any:
     import optuna
     from optuna.distributions import CategoricalDistribution, IntDistribution
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dse.spec import columns as C
+from dse.spec.space import objective_unit
 from dse.sweep import _fronts as fronts
 
 # The folder's reader lives with its writer (`dse.sweep.results`); re-exported here.
@@ -33,7 +34,7 @@ from dse.sweep.results import ResultsError as ResultsError
 
 
 @dataclass(frozen=True)
-class Objective:
+class ObjectiveColumn:
     """One objective of the study: its name, SI unit and column in the trials table."""
 
     name: str  # e.g. "latency_request"
@@ -67,7 +68,7 @@ class Results:
     path: Path
     trials: pd.DataFrame  # one row per finished trial (docs/results_format.md)
     summary: dict[str, Any]
-    objectives: tuple[Objective, ...]
+    objectives: tuple[ObjectiveColumn, ...]
     exact_front: pd.DataFrame | None
     # The catalogue models `dse sweep` placed against the front (catalogue.csv); None for a
     # folder written before it recorded them (the report then places them itself, and says so).
@@ -207,18 +208,9 @@ def load_results(path: str | Path) -> Results:
     return Results(d, trials, summary, objectives, exact, read_catalogue(d, summary))
 
 
-DEFAULT_UNITS = {"latency": "s", "energy": "J"}
-SIZE_UNITS = {
-    "active_params": "parameters",
-    "total_params": "parameters",
-    "kv_bytes_per_token": "bytes",
-    "memory_bytes": "bytes",
-}
-
-
 def _objectives(
     summary: dict[str, Any], trials: pd.DataFrame, where: Path
-) -> tuple[Objective, ...]:
+) -> tuple[ObjectiveColumn, ...]:
     spec = summary.get("objectives")
     if spec:
         out = []
@@ -226,11 +218,13 @@ def _objectives(
             name = o.get("name") if isinstance(o, dict) else o
             if not isinstance(name, str):
                 raise ResultsError(f"{where}: objectives.{i}: must name an objective, got {o!r}")
-            unit = (o.get("unit") if isinstance(o, dict) else None) or default_unit(name)
-            out.append(Objective(name, unit))
+            unit = (o.get("unit") if isinstance(o, dict) else None) or objective_unit(name)
+            out.append(ObjectiveColumn(name, unit))
     else:  # summary without the list: the obj.* columns, in table order
         out = [
-            Objective(c[4:], default_unit(c[4:])) for c in trials.columns if c.startswith("obj.")
+            ObjectiveColumn(c[4:], objective_unit(c[4:]))
+            for c in trials.columns
+            if c.startswith("obj.")
         ]
     if len(out) < 2:
         raise ResultsError(
@@ -240,13 +234,6 @@ def _objectives(
     if gone:
         raise ResultsError(f"{where}: trials have no column(s) {', '.join(gone)}")
     return tuple(out)
-
-
-def default_unit(name: str) -> str:
-    """The SI unit of an objective from its name (latency_* in s, energy_* in J, sizes)."""
-    if name in SIZE_UNITS:
-        return SIZE_UNITS[name]
-    return DEFAULT_UNITS.get(name.split("_", 1)[0], "")
 
 
 class ObjectiveName(NamedTuple):
@@ -382,7 +369,7 @@ def plain(v: Any) -> Any:
     return v
 
 
-def objective_matrix(rows: pd.DataFrame, objectives: tuple[Objective, ...]) -> np.ndarray:
+def objective_matrix(rows: pd.DataFrame, objectives: tuple[ObjectiveColumn, ...]) -> np.ndarray:
     """(n, k) float array of objective values."""
     return (
         np.column_stack(

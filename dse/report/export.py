@@ -34,7 +34,7 @@ from dse.errors import ConfigError, DSEError
 from dse.pareto import Normalisation, knee_index
 from dse.report._files import write_text_atomic
 from dse.report._results import (
-    Objective,
+    ObjectiveColumn,
     Results,
     ResultsError,
     fmt_quantity,
@@ -67,7 +67,7 @@ def rankings(res: Results) -> list[str]:
     return [KNEE, *short, *full]
 
 
-def ranking_objective(res: Results, by: str) -> tuple[Objective, bool]:
+def ranking_objective(res: Results, by: str) -> tuple[ObjectiveColumn, bool]:
     """(objective, maximised) that --by names: its full name, or its first word when a single
     objective of the study starts with it (`loss` -> loss_chinchilla)."""
     match = [o for o in res.objectives if o.name == by] or [

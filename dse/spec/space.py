@@ -217,6 +217,26 @@ class Objective:
         return self.metric  # size: active_params, total_params, ...
 
 
+# SI unit of each objective column, by the first word of its name (`Objective.name`): latency
+# and energy columns in s and J, loss in nats per token, sizes in parameters unless bytes.
+OBJECTIVE_UNITS = {
+    "latency": "s",
+    "energy": "J",
+    "kv": "bytes",
+    "memory": "bytes",
+    "loss": "nats",  # per token, as the scaling laws fit it
+    "throughput": "tokens/s/GPU",
+    "user": "tokens/s",
+    "training": "J",  # training_energy
+    "lifetime": "J",  # lifetime_energy
+}
+
+
+def objective_unit(name: str) -> str:
+    """The SI unit of an objective column from its name (sizes are parameter counts)."""
+    return OBJECTIVE_UNITS.get(name.split("_")[0], "parameters")
+
+
 DEFAULT_OBJECTIVES = (Objective("latency", "request"), Objective("energy", "request", "hymell"))
 
 

@@ -51,24 +51,8 @@ QUALITY_COLUMNS = {
 }
 # The text columns among them ('' where invalid or not priced).
 QUALITY_TEXT = ("out_of_range_inputs", "law")
-UNITS = {
-    "latency": "s",
-    "energy": "J",
-    "kv": "bytes",
-    "memory": "bytes",
-    "loss": "nats",  # per token, as the scaling laws fit it
-    "throughput": "tokens/s/GPU",
-    "user": "tokens/s",
-    "training": "J",  # training_energy
-    "lifetime": "J",  # lifetime_energy
-}
 
 Predictor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-
-
-def objective_unit(name: str) -> str:
-    """The unit of an objective column from its name (sizes are parameter counts)."""
-    return UNITS.get(name.split("_")[0], "parameters")
 
 
 @dataclass
