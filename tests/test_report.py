@@ -18,9 +18,11 @@ from sweep_results import no_feasible_sweep, run_sweep
 from dse.cli import main
 from dse.pareto import knee_index
 from dse.report import ResultsError, fmt_quantity, load_results, unit_scale, write_report
+from dse.report import _header_info as IH
 from dse.report import _info as I
 from dse.report import _page as P
 from dse.report import _render as R
+from dse.report import _study_info as IS
 from dse.spec import columns as C
 
 
@@ -336,7 +338,7 @@ def test_hypervolume_only_for_samplers(main_job: Path, moe: Path) -> None:
     sampler's (NSGA-II) curve stays."""
     res = load_results(main_job)
     assert res.summary["sampler"] == "exact" and res.summary["hypervolume_history"]
-    assert I.hypervolume_info(res) is None and I.exact_front_info(res) is None
+    assert IS.hypervolume_info(res) is None and IS.exact_front_info(res) is None
     sections = {s.anchor: s for s in P.build_sections(res)}
     assert sections["hypervolume"].figures == []
     assert sections["hypervolume"].missing.startswith("sampler exact evaluates every configuration")
@@ -443,7 +445,7 @@ def test_report_prints_a_line_per_stage(main_job: Path, tmp_path: Path, capsys) 
 # ---------------------------------------------------------------------- other figures
 def test_parallel_info(gpu_batch: Path) -> None:
     res = load_results(gpu_batch)
-    info = I.parallel_info(res)
+    info = IS.parallel_info(res)
     assert [d.label for d in info.dimensions] == res.searched
     assert info.n_rows == len(res.distinct) < len(res.feasible)  # one line per configuration
     gpu = next(d for d in info.dimensions if d.label == "gpu")
@@ -455,7 +457,7 @@ def test_parallel_info(gpu_batch: Path) -> None:
 
 def test_importance_uses_ped_anova(gpu_batch: Path) -> None:
     res = load_results(gpu_batch)
-    info = I.importance_info(res)
+    info = IS.importance_info(res)
     assert info.method == "PED-ANOVA (Optuna)"
     assert set(info.importances) == {o.label for o in res.objectives}
     for imp in info.importances.values():
@@ -467,7 +469,7 @@ def test_importance_uses_ped_anova(gpu_batch: Path) -> None:
 def test_correlation_ratio_hand_example() -> None:
     # y depends on a only: a explains all of its variance, b none.
     rows = pd.DataFrame({"a": [1, 1, 2, 2], "b": [1, 2, 1, 2], "y": [1.0, 1.0, 3.0, 3.0]})
-    imp = I.correlation_ratio(rows, ["a", "b"], "y")
+    imp = IS.correlation_ratio(rows, ["a", "b"], "y")
     assert imp == {"a": 1.0, "b": 0.0}
 
 
@@ -478,29 +480,29 @@ def test_importance_falls_back_with_few_trials(gpu_batch: Path, tmp_path: Path) 
         *("--sampler", "random", "--trials", "12", "--seed", "0"),
     )
     res = load_results(d)
-    assert 2 <= len(res.feasible) < I.MIN_IMPORTANCE_TRIALS
-    info = I.importance_info(res)
+    assert 2 <= len(res.feasible) < IS.MIN_IMPORTANCE_TRIALS
+    info = IS.importance_info(res)
     assert info.method.startswith("correlation ratio")
     assert info.notes
 
 
 def test_hypervolume_and_exact_front(moe: Path, heads: Path) -> None:
     res = load_results(moe)  # NSGA-II with --reference exact
-    hv = I.hypervolume_info(res)
+    hv = IS.hypervolume_info(res)
     assert hv is not None
     assert hv.n_trials[-1] == len(res.trials)
     assert hv.exact == res.summary["exact_hypervolume"]
-    ex = I.exact_front_info(res)
+    ex = IS.exact_front_info(res)
     assert ex is not None
     assert ex.n_found <= len(res.exact_front) == len(ex.exact_x) >= 1
     # An exhaustive sweep's front is the exact front, its trial order the enumeration's.
-    assert I.hypervolume_info(load_results(heads)) is None
-    assert I.exact_front_info(load_results(heads)) is None
+    assert IS.hypervolume_info(load_results(heads)) is None
+    assert IS.exact_front_info(load_results(heads)) is None
 
 
 def test_energy_breakdown_sums_to_the_total(gpu_batch: Path) -> None:
     res = load_results(gpu_batch)
-    info = I.breakdown_info(res)
+    info = IS.breakdown_info(res)
     assert info is not None and info.t2wh
     assert {c for c, _ in info.t2wh} >= {"compute", "kv_write", "attn_read", "static"}
     parts = sum(info.t2wh.values())
@@ -511,7 +513,7 @@ def test_energy_breakdown_sums_to_the_total(gpu_batch: Path) -> None:
 
 def test_header_says_how_to_reproduce(gpu_batch: Path) -> None:
     res = load_results(gpu_batch)
-    h = I.header_info(res)
+    h = IH.header_info(res)
     rows = dict(h.rows)
     assert rows["sampler"] == "random · seed 1"
     assert "h100_sxm" in rows["GPU"] and "a100_sxm" in rows["GPU"]
@@ -731,7 +733,7 @@ def test_header_and_hovers_say_when_the_loss_law_extrapolates(tmp_path: Path) ->
     res = load_results(out)
     flagged = res.front["loss_out_of_range"].astype(bool)
     assert flagged.any() and not flagged.all()  # 16B+ models leave Chinchilla's 16B range
-    warn = " ".join(I.header_info(res).warnings)
+    warn = " ".join(IH.header_info(res).warnings)
     assert f"{int(flagged.sum())} of {len(res.front)} front configurations lie outside" in warn
     assert "params ×" in warn
     hovers = I.hover_texts(res.front, res, "front")

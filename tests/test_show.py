@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from dse.cli import main
-from dse.report import _info as I
+from dse.report import _header_info as IH
 from dse.report import load_results
 from dse.sweep import _extrapolation as X
 
@@ -147,7 +147,7 @@ def test_sweep_and_show_say_how_much_of_the_front_is_out_of_range(
     assert "out of range" in header
     assert "level3 n_layers x0.857" in shown  # the 24-layer rows, below the fitted 28
     # The report's banner counts the same inputs (one function for both).
-    warn = " ".join(I.header_info(load_results(folder)).warnings)
+    warn = " ".join(IH.header_info(load_results(folder)).warnings)
     assert "level3 prompt ×4" in warn and "(tokens ×4)" in warn
 
 

@@ -7,9 +7,8 @@ does nothing else (Optuna's two-step style, `optuna/visualization/_pareto_front.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,6 @@ from dse.report._results import (
     unit_scale,
 )
 from dse.spec import columns as C
-from dse.sweep import _extrapolation as extrapolation
 from dse.sweep import _fronts as fronts
 
 # More distinct configurations than this per cloud (dominated, infeasible) are drawn as a
@@ -33,8 +31,6 @@ from dse.sweep import _fronts as fronts
 # then stops growing with trials past a few thousand (docs/reports.md has the sizes). The
 # front is always drawn whole.
 MAX_CLOUD_POINTS = 3_000
-MAX_PARALLEL_ROWS = 3_000
-MAX_TABLE_ROWS = 200
 # Draw the Pareto figure on log axes when the drawn trials span more than this factor on an
 # axis: an infeasible cloud 50 times slower would otherwise squash the front into a corner.
 LOG_AXES_SPAN = 20.0
@@ -45,9 +41,6 @@ LOG_AXES_SPAN = 20.0
 # the width.
 RANGE_MARGIN = 0.05
 MODEL_REACH = 0.25
-# Samplers that evaluate every configuration once in a fixed order: their "hypervolume against
-# trials" only shows that order, and their front is the exact front.
-ENUMERATING_SAMPLERS = ("exact", "exhaustive")
 # Shown when the report placed the catalogue models itself (a results folder without
 # catalogue.csv): their marks then follow today's artifacts, not the sweep's.
 CURRENT_ARTIFACTS_NOTE = (
@@ -55,17 +48,6 @@ CURRENT_ARTIFACTS_NOTE = (
     "predates catalogue.csv; run its `dse sweep` again to record them with the sweep)"
 )
 OFF_AXES_NOTE = "catalogue models off the axes (an arrow on the edge points to them): "
-# Display order of the tokens-to-Wh components; others found in the table follow.
-T2WH_COMPONENTS = (
-    "compute",
-    "params",
-    "param_access",
-    "kv_write",
-    "attn_read",
-    "activations",
-    "allreduce",
-    "static",
-)
 PHASES = ("prefill", "decode")
 
 
@@ -153,79 +135,13 @@ class ParetoInfo(NamedTuple):
     directions: tuple[str, str] = ("minimize", "minimize")  # of x and y
 
 
-class Dimension(NamedTuple):
-    label: str
-    values: np.ndarray  # numeric position of each row on the axis
-    tickvals: list[float] | None  # for categorical / boolean parameters
-    ticktext: list[str] | None
-
-
-class ParallelInfo(NamedTuple):
-    dimensions: list[Dimension]  # one per varying parameter
-    colours: list[tuple[Axis, np.ndarray]]  # per objective: axis and SI values per row
-    n_rows: int
-    notes: list[str]
-
-
-class ImportanceInfo(NamedTuple):
-    method: str  # "PED-ANOVA (Optuna)" or the fallback's name
-    importances: dict[str, dict[str, float]]  # objective label -> parameter -> importance (sum 1)
-    notes: list[str]
-
-
-class HypervolumeInfo(NamedTuple):
-    n_trials: np.ndarray
-    hypervolume: np.ndarray
-    exact: float | None
-    final: float | None
-    reference_point: list[float] | None
-
-
-class ExactFrontInfo(NamedTuple):
-    x: Axis
-    y: Axis
-    sampler_x: np.ndarray
-    sampler_y: np.ndarray
-    exact_x: np.ndarray
-    exact_y: np.ndarray
-    n_found: int  # exact-front points the sampler's front contains
-
-
-class BreakdownInfo(NamedTuple):
-    """Energy of front points split into components, and the two energy estimates side by side."""
-
-    labels: list[str]  # one per front point ("#12")
-    numbers: np.ndarray
-    t2wh: dict[tuple[str, str], np.ndarray] | None  # (component, phase) -> J per point
-    hymell: dict[str, np.ndarray] | None  # phase -> J per point (HYMELL prefill / decode)
-    t2wh_total: np.ndarray | None
-    hymell_total: np.ndarray | None
-    unit: tuple[float, str]  # scale for the energy axis
-    notes: list[str]
-
-
-class HeaderInfo(NamedTuple):
-    title: str
-    rows: list[tuple[str, str]]  # what the study was: space, GPU, workload, sampler, counts, ids
-    fixed: dict[str, Any]  # configuration fields that never vary
-    warnings: list[str]
-    reproduce: str  # the command that reproduces the study
-
-
-class FrontTable(NamedTuple):
-    columns: list[str]
-    rows: list[list[str]]
-    n_total: int
-
-
-# ---------------------------------------------------------------------- helpers
-def _col(t: pd.DataFrame, name: str) -> np.ndarray:
+def column_values(t: pd.DataFrame, name: str) -> np.ndarray:
     if name not in t:
         return np.full(len(t), np.nan)
     return pd.to_numeric(t[name], errors="coerce").astype(float).to_numpy()
 
 
-def _axis(obj: ObjectiveColumn, values: np.ndarray) -> Axis:
+def axis_of(obj: ObjectiveColumn, values: np.ndarray) -> Axis:
     factor, label = unit_scale(values, obj.unit)
     return Axis(obj, factor, label)
 
@@ -253,7 +169,7 @@ def phase_blocks(t: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
             phase, _, op = c[len(prefix) : -2].partition(".")
             if phase in out:
                 f = op.split("/", 1)[0]
-                out[phase][f] = out[phase].get(f, 0.0) + np.nan_to_num(_col(t, c))
+                out[phase][f] = out[phase].get(f, 0.0) + np.nan_to_num(column_values(t, c))
     return out
 
 
@@ -265,18 +181,20 @@ def hover_texts(t: pd.DataFrame, res: Results, status: str, brief: bool = False)
     if brief:
         return _brief_hover(t, res, status)
     varying = res.varying
-    objs = [(o, _col(t, o.column)) for o in res.objectives]
+    objs = [(o, column_values(t, o.column)) for o in res.objectives]
     pred = {
-        k: _col(t, f"pred.{k}")
+        k: column_values(t, f"pred.{k}")
         for k in ("ttft_s", "tpot_s", "prefill_energy_j", "decode_energy_j", "avg_power_w")
     }
-    sizes = {k: _col(t, k) for k in ("total_params", "active_params", "kv_bytes_per_token")}
+    sizes = {
+        k: column_values(t, k) for k in ("total_params", "active_params", "kv_bytes_per_token")
+    }
     fam = phase_blocks(t)
-    t2wh = _col(t, "t2wh.energy_j")
+    t2wh = column_values(t, "t2wh.energy_j")
     oor = t["pred.out_of_range"].to_numpy() if "pred.out_of_range" in t else np.zeros(len(t), bool)
     reasons = t["invalid_reason"].astype(str).to_numpy() if "invalid_reason" in t else None
     cons = [c for c in t.columns if c.startswith("constraint.") and c != "constraint.valid"]
-    cons_vals = {c: _col(t, c) for c in cons}
+    cons_vals = {c: column_values(t, c) for c in cons}
     params = {p: t[p].to_numpy() for p in varying}
     numbers = t["number"].to_numpy()
     out = []
@@ -345,10 +263,10 @@ def hover_texts(t: pd.DataFrame, res: Results, status: str, brief: bool = False)
 
 def _brief_hover(t: pd.DataFrame, res: Results, status: str) -> list[str]:
     """Trial, objectives, searched parameters and the broken constraints: no breakdown."""
-    objs = [(o, _col(t, o.column)) for o in res.objectives]
+    objs = [(o, column_values(t, o.column)) for o in res.objectives]
     params = {p: t[p].to_numpy() for p in res.searched}
     cons = [c for c in t.columns if c.startswith("constraint.") and c != "constraint.valid"]
-    cons_vals = {c: _col(t, c) for c in cons}
+    cons_vals = {c: column_values(t, c) for c in cons}
     numbers = t["number"].to_numpy()
     out = []
     for i in range(len(t)):
@@ -381,8 +299,8 @@ def _points(
     )
     return PointSet(
         t["number"].to_numpy().astype(int),
-        _col(t, x.column),
-        _col(t, y.column),
+        column_values(t, x.column),
+        column_values(t, y.column),
         x_lo,
         x_hi,
         y_lo,
@@ -391,7 +309,7 @@ def _points(
         hover_texts(t, res, status, brief=status not in ("front", "study front")),
         t["trials"].to_numpy().astype(int) if "trials" in t else None,
         t["indistinguishable"].to_numpy().astype(bool) if "indistinguishable" in t else None,
-        _col(t, colour.column) if colour is not None else None,
+        column_values(t, colour.column) if colour is not None else None,
     )
 
 
@@ -402,7 +320,6 @@ def _sample(t: pd.DataFrame, cap: int, what: str, notes: list[str]) -> pd.DataFr
     return t.sample(n=cap, random_state=0).sort_values("number")
 
 
-# ---------------------------------------------------------------------- builders
 def headline_pair(res: Results) -> tuple[int, int]:
     """(x, y) objective indices of the report's first figure: the study's energy objective
     against its latency objective when it has both (the trade the README leads with), else the
@@ -443,7 +360,7 @@ def pareto_info(
     dirs2 = (all_dirs[i], all_dirs[j]) if res.directions else None
     t = res.trials
     complete = t["state"].astype(str) == "COMPLETE"
-    has_xy = np.isfinite(_col(t, xo.column)) & np.isfinite(_col(t, yo.column))
+    has_xy = np.isfinite(column_values(t, xo.column)) & np.isfinite(column_values(t, yo.column))
     first = ~pd.Series(res.config_ids, index=t.index).duplicated()
     feas = res.distinct
     infeas = t[complete & ~t["feasible"] & has_xy & first]
@@ -493,8 +410,8 @@ def pareto_info(
             "drawn once (the front table gives its trial count)"
         )
     sets = [front, dom, inf] + ([study_set] if study_set is not None else [])
-    shown = np.concatenate([_col(x, xo.column) for x in sets])
-    shown_y = np.concatenate([_col(x, yo.column) for x in sets])
+    shown = np.concatenate([column_values(x, xo.column) for x in sets])
+    shown_y = np.concatenate([column_values(x, yo.column) for x in sets])
     marks: list[Marked] = []
     if len(front):
         F = objective_matrix(front, (xo, yo))
@@ -559,9 +476,11 @@ def pareto_info(
             )
         )
     return ParetoInfo(
-        x=_axis(xo, shown),
-        y=_axis(yo, shown_y),
-        colour=_axis(co, np.concatenate([_col(x, co.column) for x in sets])) if co else None,
+        x=axis_of(xo, shown),
+        y=axis_of(yo, shown_y),
+        colour=axis_of(co, np.concatenate([column_values(x, co.column) for x in sets]))
+        if co
+        else None,
         front=pf,
         front_name=front_name,
         study_front=(
@@ -678,453 +597,3 @@ def _wide(values: np.ndarray) -> bool:
     if len(v) < 2 or v.min() <= 0:
         return False
     return bool(v.max() / v.min() > LOG_AXES_SPAN)
-
-
-def _dimension(name: str, values: pd.Series) -> Dimension:
-    if values.dtype.kind in "iuf" and values.dtype != bool:
-        v = values.to_numpy().astype(float)
-        ticks = np.unique(v)
-        if len(ticks) <= 12:  # a few discrete values: tick exactly those
-            return Dimension(name, v, ticks.tolist(), [f"{plain(t):g}" for t in ticks])
-        return Dimension(name, v, None, None)
-    cats = sorted(values.astype(str).unique())
-    pos = {c: float(i) for i, c in enumerate(cats)}
-    return Dimension(
-        name,
-        values.astype(str).map(pos).to_numpy().astype(float),
-        list(pos.values()),
-        cats,
-    )
-
-
-def parallel_info(res: Results) -> ParallelInfo | None:
-    """Parallel coordinates of the varying parameters; None when fewer than one varies."""
-    params = res.searched
-    if not params:
-        return None
-    notes: list[str] = []
-    rows = res.distinct  # one line per configuration
-    if rows.empty:
-        t = res.trials
-        rows = t[np.isfinite(objective_matrix(t, res.objectives)).all(axis=1)]
-        rows = rows[~pd.Series(fronts.config_ids(rows), index=rows.index).duplicated()]
-        notes.append("no feasible trial: lines are infeasible trials")
-    if len(rows) > MAX_PARALLEL_ROWS:
-        on = rows["number"].isin(res.front["number"])
-        front = rows[on]
-        rest = rows[~on]
-        keep = max(MAX_PARALLEL_ROWS - len(front), 0)
-        rest = rest.sample(n=min(keep, len(rest)), random_state=0)
-        notes.append(
-            f"{len(front) + len(rest):,} of {len(rows):,} configurations drawn (front kept)"
-        )
-        rows = pd.concat([front, rest]).sort_values("number")
-    dims = [_dimension(p, rows[p]) for p in params]
-    colours = [(_axis(o, _col(rows, o.column)), _col(rows, o.column)) for o in res.objectives]
-    return ParallelInfo(dims, colours, len(rows), notes)
-
-
-MIN_IMPORTANCE_TRIALS = 10
-# PED-ANOVA over more trials than this is slow and no more telling: a seeded sample is used.
-MAX_IMPORTANCE_ROWS = 5_000
-
-
-def importance_info(res: Results) -> ImportanceInfo | None:
-    """Importance of each varying parameter for each objective, over the feasible trials.
-
-    Optuna's PED-ANOVA on an in-memory study rebuilt from the trials; with fewer than
-    MIN_IMPORTANCE_TRIALS feasible trials, or when PED-ANOVA cannot separate the top
-    quantile (all importances 0), the fallback is the correlation ratio eta^2 (share of the
-    objective's variance explained by grouping on the parameter), normalised to sum 1.
-    """
-    params = res.searched
-    if len(params) < 2:
-        return None
-    rows = res.distinct  # a repeated configuration would weigh its objective twice
-    notes: list[str] = []
-    if len(rows) < 2:
-        return ImportanceInfo("none", {}, ["fewer than 2 feasible trials: no importance"])
-    if len(rows) > MAX_IMPORTANCE_ROWS:
-        notes.append(
-            f"{MAX_IMPORTANCE_ROWS:,} of {len(rows):,} feasible trials used (seeded sample)"
-        )
-        rows = rows.sample(n=MAX_IMPORTANCE_ROWS, random_state=0).sort_values("number")
-    out: dict[str, dict[str, float]] = {}
-    methods: set[str] = set()
-    study = _study(rows, params, res.objectives) if len(rows) >= MIN_IMPORTANCE_TRIALS else None
-    for j, o in enumerate(res.objectives):
-        imp = _ped_anova(study, j, params) if study is not None else None
-        if imp is None:
-            imp = correlation_ratio(rows, params, o.column)
-            methods.add("eta2")
-        else:
-            methods.add("ped")
-        out[o.label] = imp
-    if methods == {"ped"}:
-        method = "PED-ANOVA (Optuna)"
-    elif methods == {"eta2"}:
-        method = "correlation ratio η² (fallback)"
-        notes.append(
-            f"{len(rows)} feasible trials: too few for PED-ANOVA, shown as the share of each "
-            "objective's variance explained by each parameter (η²)"
-            if len(rows) < MIN_IMPORTANCE_TRIALS
-            else "PED-ANOVA could not rank the parameters; shown as η² (variance explained)"
-        )
-    else:
-        method = "PED-ANOVA (Optuna), η² where it could not rank"
-    return ImportanceInfo(method, out, notes)
-
-
-def _study(rows: pd.DataFrame, params: list[str], objectives: tuple[ObjectiveColumn, ...]) -> Any:
-    import optuna
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    dists: dict[str, Any] = {}
-    for p in params:
-        s = rows[p]
-        if s.dtype.kind in "iu" or (s.dtype.kind == "f" and (s == s.round()).all()):
-            dists[p] = IntDistribution(int(s.min()), int(s.max()))
-        else:
-            dists[p] = CategoricalDistribution(sorted({plain(v) for v in s}, key=str))
-    study = optuna.create_study(directions=["minimize"] * len(objectives))
-    values = objective_matrix(rows, objectives)
-    cols = {p: rows[p].to_numpy() for p in params}
-    trials = []
-    for i in range(len(rows)):
-        ps = {}
-        for p in params:
-            v = plain(cols[p][i])
-            ps[p] = int(v) if isinstance(dists[p], IntDistribution) else v
-        trials.append(
-            optuna.trial.create_trial(values=list(values[i]), params=ps, distributions=dists)
-        )
-    study.add_trials(trials)
-    return study
-
-
-def _ped_anova(study: Any, j: int, params: list[str]) -> dict[str, float] | None:
-    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            imp = get_param_importances(
-                study,
-                evaluator=PedAnovaImportanceEvaluator(),
-                params=params,
-                target=lambda t: t.values[j],
-            )
-    except (ValueError, RuntimeError, ZeroDivisionError):
-        return None
-    total = sum(imp.values())
-    if not math.isfinite(total) or total <= 0:
-        return None
-    return {p: float(imp.get(p, 0.0)) / total for p in params}
-
-
-def correlation_ratio(rows: pd.DataFrame, params: list[str], column: str) -> dict[str, float]:
-    """eta^2 of `column` grouped by each parameter, normalised to sum 1 (equal when all 0)."""
-    y = _col(rows, column)
-    total = float(((y - y.mean()) ** 2).sum())
-    raw = {}
-    for p in params:
-        if total <= 0:
-            raw[p] = 0.0
-            continue
-        g = pd.DataFrame({"k": rows[p].astype(str).to_numpy(), "y": y}).groupby("k")["y"]
-        between = float((g.count() * (g.mean() - y.mean()) ** 2).sum())
-        raw[p] = between / total
-    s = sum(raw.values())
-    if s <= 0:
-        return {p: 1.0 / len(params) for p in params}
-    return {p: v / s for p, v in raw.items()}
-
-
-def enumerated(res: Results) -> bool:
-    """The sweep evaluated every configuration once, in a fixed order (sampler exact or
-    exhaustive): trial order is storage order, and the sweep's front is the exact front."""
-    return str(res.summary.get("sampler")) in ENUMERATING_SAMPLERS
-
-
-def hypervolume_info(res: Results) -> HypervolumeInfo | None:
-    """Hypervolume against trials from summary.json; None when the sweep recorded no history,
-    or enumerated the space (`enumerated`: the curve would only show the order in which the
-    configurations were stored, not a sampler's progress)."""
-    if enumerated(res):
-        return None
-    s = res.summary
-    hist = s.get("hypervolume_history") or []
-    pts = [(float(a), float(b)) for a, b in hist if b is not None and math.isfinite(float(b))]
-    if not pts:
-        return None
-    n, hv = np.array(pts).T
-    exact = s.get("exact_hypervolume")
-    final = s.get("hypervolume")
-    return HypervolumeInfo(
-        n,
-        hv,
-        float(exact) if exact is not None else None,
-        float(final) if final is not None else None,
-        s.get("reference_point"),
-    )
-
-
-def exact_front_info(res: Results) -> ExactFrontInfo | None:
-    """The sampler's front against the exact front of the space (exact_front.csv), in the
-    headline pair of objectives; None without exact_front.csv or when the sweep enumerated the
-    space (its front is the exact front)."""
-    if res.exact_front is None or enumerated(res):
-        return None
-    i, j = headline_pair(res)
-    xo, yo = res.objectives[i], res.objectives[j]
-    front = res.front
-    ex = res.exact_front
-    sx, sy = _col(front, xo.column), _col(front, yo.column)
-    ex_x, ex_y = _col(ex, xo.column), _col(ex, yo.column)
-    if len(res.objectives) == 2:
-        found_pts = {(round(a, 12), round(b, 12)) for a, b in zip(sx, sy, strict=True)}
-        n_found = sum(
-            (round(a, 12), round(b, 12)) in found_pts for a, b in zip(ex_x, ex_y, strict=True)
-        )
-    else:
-        k = objective_matrix(front, res.objectives).round(12)
-        found_rows = {tuple(r) for r in k}
-        n_found = sum(
-            tuple(r) in found_rows for r in objective_matrix(ex, res.objectives).round(12)
-        )
-    allx = np.concatenate([sx, ex_x])
-    ally = np.concatenate([sy, ex_y])
-    o = np.argsort(ex_x, kind="stable")
-    return ExactFrontInfo(_axis(xo, allx), _axis(yo, ally), sx, sy, ex_x[o], ex_y[o], int(n_found))
-
-
-def t2wh_components(columns: Any) -> list[str]:
-    """Components of `t2wh.breakdown.<component>.<phase>_j` columns, in display order."""
-    found = []
-    for c in columns:
-        if c.startswith("t2wh.breakdown.") and c.endswith("_j"):
-            comp, _, phase = c[len("t2wh.breakdown.") : -2].rpartition(".")
-            if phase in PHASES and comp not in found:
-                found.append(comp)
-    known = [c for c in T2WH_COMPONENTS if c in found]
-    return known + [c for c in found if c not in known]
-
-
-def breakdown_info(res: Results, max_points: int = 40) -> BreakdownInfo | None:
-    """Energy components of the front points (knee-centred when the front is long)."""
-    front = res.front
-    if front.empty:
-        return None
-    notes: list[str] = []
-    if len(front) > max_points:
-        # Evenly spaced along the front (sorted by the first objective), ends included.
-        idx = np.unique(np.linspace(0, len(front) - 1, max_points).round().astype(int))
-        front = front.iloc[idx]
-        notes.append(f"{len(idx)} of {len(res.front)} front points, evenly spaced along the front")
-    t2wh: dict[tuple[str, str], np.ndarray] | None = {}
-    for comp in t2wh_components(front.columns):
-        for ph in PHASES:
-            c = f"t2wh.breakdown.{comp}.{ph}_j"
-            if c in front:
-                t2wh[(comp, ph)] = np.nan_to_num(_col(front, c))
-    if not t2wh:
-        t2wh = None
-        notes.append("no tokens-to-Wh breakdown in the results (t2wh.breakdown.* columns)")
-    hymell = None
-    if "pred.prefill_energy_j" in front and "pred.decode_energy_j" in front:
-        hymell = {ph: _col(front, f"pred.{ph}_energy_j") for ph in PHASES}
-    t2wh_total = _col(front, "t2wh.energy_j") if "t2wh.energy_j" in front else None
-    hymell_total = _col(front, "pred.energy_j") if "pred.energy_j" in front else None
-    if t2wh is None and hymell is None:
-        return None
-    scale_src = [v for v in (t2wh_total, hymell_total) if v is not None]
-    unit = unit_scale(np.concatenate(scale_src) if scale_src else [1.0], "J")
-    numbers = front["number"].to_numpy().astype(int)
-    return BreakdownInfo(
-        [f"#{n}" for n in numbers], numbers, t2wh, hymell, t2wh_total, hymell_total, unit, notes
-    )
-
-
-def header_info(res: Results) -> HeaderInfo:
-    """What the study was, so that the report can be reproduced from what it shows."""
-    s = res.summary
-    t = res.trials
-    counts = s.get("counts") or {}
-    complete = int((t["state"].astype(str) == "COMPLETE").sum())
-    feasible = len(res.feasible)
-    n_front = len(res.front)
-    fixed = res.fixed
-    gpus = s.get("gpus") or sorted({str(g) for g in t["gpu"].unique()})
-    wl = []
-    for f in C.WORKLOAD_FIELDS:
-        if f in t:
-            vals = sorted({plain(v) for v in t[f].unique()}, key=str)
-            wl.append(
-                f"{f}={vals[0]}" if len(vals) == 1 else f"{f}∈{{{', '.join(map(str, vals))}}}"
-            )
-    arts = s.get("artifacts") or {}
-    if not arts and "pred.artifact_id" in t:
-        arts = {
-            str(g): ", ".join(sorted({str(a) for a in grp.dropna().unique()}))
-            for g, grp in t.groupby("gpu")["pred.artifact_id"]
-        }
-    hv = s.get("hypervolume")
-    rows = [
-        ("study", str(s.get("study", res.path.name))),
-        (
-            "space",
-            f"{s.get('space_file', '?')}"
-            + (
-                f" — {s['space'].get('description')}"
-                if isinstance(s.get("space"), dict) and s["space"].get("description")
-                else ""
-            ),
-        ),
-        ("GPU", ", ".join(map(str, gpus))),
-        ("workload", " · ".join(wl)),
-        (
-            "objectives",
-            ", ".join(
-                f"{o.label} [{o.unit}]" + (" (maximised)" if d == "maximize" else "")
-                for o, d in zip(
-                    res.objectives,
-                    res.directions or ("minimize",) * len(res.objectives),
-                    strict=True,
-                )
-            )
-            + ("" if res.directions else " (minimised)"),
-        ),
-        ("sampler", f"{s.get('sampler', '?')} · seed {s.get('seed', '?')}"),
-        (
-            "trials",
-            f"{counts.get('trials', len(t)):,} finished of {s.get('trials_requested', '?')} "
-            f"requested · {complete:,} complete · {feasible:,} feasible · "
-            f"{_distinct_text(res)} · {n_front:,} on the front",
-        ),
-        ("artifacts", "; ".join(f"{k}: {v}" for k, v in arts.items()) or "not recorded"),
-        (
-            "hypervolume",
-            (f"{hv:.6g}" if isinstance(hv, int | float) else "not recorded")
-            + (
-                f" (exact front: {s['exact_hypervolume']:.6g})"
-                if isinstance(s.get("exact_hypervolume"), int | float)
-                else ""
-            )
-            + (
-                f" · reference point {s['reference_point']} (normalised)"
-                if s.get("reference_point")
-                else ""
-            ),
-        ),
-        ("constraints", _constraints_text(s)),
-        (
-            "written",
-            f"{s.get('created', '?')} by dse {s.get('dse_version', '?')} · "
-            f"format {s.get('format_version')} · {s.get('elapsed_s', '?')} s · storage "
-            f"{s.get('storage', 'n/a')}",
-        ),
-        ("results", str(res.path)),
-    ]
-    warn: list[str] = []
-    if feasible == 0:
-        warn.append(
-            "No feasible trial: every configuration the sweep evaluated breaks a constraint. "
-            "The Pareto figure shows the infeasible cloud; relax the constraints in the space."
-        )
-    rng = extrapolation.summarise(res.front) if n_front else None
-    n_oor = rng.by_source.get("predictor", 0) if rng else 0
-    if "pred.out_of_range" in t and n_oor:
-        which = _counted(rng.labels("predictor") if rng else [])
-        warn.append(
-            f"{n_oor:,} of {n_front:,} front configurations have an input outside the "
-            "predictor's fitted range"
-            + (f" ({which})" if which else "")
-            + (
-                " (ringed in the Pareto figure)"
-                if n_oor < n_front
-                else "; every front point is, so none is ringed"
-            )
-            + ": their predictions are extrapolations."
-        )
-    n_law = rng.by_source.get("loss law", 0) if rng else 0
-    if "loss_out_of_range" in t and n_law:
-        which = _counted(rng.labels("loss law") if rng else [])
-        warn.append(
-            f"{n_law:,} of {n_front:,} front configurations lie outside the range the loss "
-            "scaling law was fitted on"
-            + (f" ({which})" if which else "")
-            + ": their losses are extrapolations (docs/quality.md)."
-        )
-    if "pred.source" in t:
-        srcs = sorted({str(v) for v in t["pred.source"].dropna().unique()} - {"nan", ""})
-        if "roofline" in srcs:
-            warn.append(
-                "Predictions come from the roofline stand-in (pred.source == 'roofline'), not "
-                "from a fitted HYMELL artifact."
-            )
-    reproduce = (
-        f"dse sweep {s.get('space_file', 'SPACE.yaml')} --sampler {s.get('sampler', 'auto')} "
-        f"--seed {s.get('seed', 0)} --trials {s.get('trials_requested', len(t))}"
-    )
-    title = f"dse report — {s.get('study', res.path.name)}"
-    return HeaderInfo(title, rows, fixed, warn, reproduce)
-
-
-def _counted(labels: list[tuple[str, int]]) -> str:
-    """'level3 prompt ×10, operator width ×2' (`dse.sweep._extrapolation` labels and rows)."""
-    return ", ".join(f"{k} ×{n}" for k, n in labels)
-
-
-def _distinct_text(res: Results) -> str:
-    c = res.summary.get("counts") or {}
-    if "distinct_configurations" in c:
-        return f"{c['distinct_configurations']:,} distinct configurations"
-    return f"{fronts.distinct_count(res.trials):,} distinct configurations"
-
-
-def _constraints_text(s: dict[str, Any]) -> str:
-    space = s.get("space")
-    cons = space.get("constraints") if isinstance(space, dict) else None
-    if not cons:
-        return "none"
-    parts = []
-    for k, v in cons.items():
-        if isinstance(v, dict):
-            b = [
-                f"{bk} {bv:.4g}" if isinstance(bv, int | float) else f"{bk} {bv}"
-                for bk, bv in v.items()
-            ]
-            parts.append(f"{k} ({', '.join(b)})")
-        else:
-            parts.append(f"{k}: {v}")
-    return "; ".join(parts)
-
-
-def front_table(res: Results) -> FrontTable:
-    """The front as a table: trial, objectives, varying parameters, sizes."""
-    front = res.front
-    objs = res.objectives
-    params = res.searched
-    cols = [
-        "trial",
-        "trials",
-        *(f"{o.label}" for o in objs),
-        *params,
-        "total params",
-        "active params",
-    ]
-    rows = []
-    for _, r in front.head(MAX_TABLE_ROWS).iterrows():
-        close = bool(r.get("indistinguishable", False))
-        rows.append(
-            [
-                str(int(r["number"])) + (" ≈" if close else ""),
-                str(int(r.get("trials", 1))),
-                *(fmt_quantity(r[o.column], o.unit) for o in objs),
-                *(str(plain(r[p])) for p in params),
-                fmt_quantity(r.get("total_params", math.nan), "parameters"),
-                fmt_quantity(r.get("active_params", math.nan), "parameters"),
-            ]
-        )
-    return FrontTable(cols, rows, len(front))

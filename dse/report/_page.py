@@ -13,8 +13,10 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from dse.errors import DSEError
+from dse.report import _header_info as IH
 from dse.report import _info as I
 from dse.report import _render as R
+from dse.report import _study_info as IS
 from dse.report._files import write_text_atomic
 from dse.report._results import Results, load_results
 
@@ -151,7 +153,7 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
             )
         )
     stage("parallel coordinates")
-    par = I.parallel_info(res)
+    par = IS.parallel_info(res)
     sections.append(
         Section(
             "parallel",
@@ -164,7 +166,7 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
         )
     )
     stage("parameter importance")
-    imp = I.importance_info(res)
+    imp = IS.importance_info(res)
     sections.append(
         Section(
             "importance",
@@ -181,7 +183,7 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
     )
     stage("hypervolume and energy breakdown")
     sampler = str(res.summary.get("sampler", "?"))
-    hv = I.hypervolume_info(res)
+    hv = IS.hypervolume_info(res)
     sections.append(
         Section(
             "hypervolume",
@@ -197,13 +199,13 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
                 f"sampler {sampler} evaluates every configuration once, so the curve would "
                 "only show the order they were stored in; the header gives the exact front's "
                 "hypervolume"
-                if I.enumerated(res)
+                if IS.enumerated(res)
                 else "the sweep recorded no hypervolume history (summary.json)"
             ),
         )
     )
-    ex = I.exact_front_info(res)
-    if ex is not None or (res.exact_front is not None and I.enumerated(res)):
+    ex = IS.exact_front_info(res)
+    if ex is not None or (res.exact_front is not None and IS.enumerated(res)):
         sections.append(
             Section(
                 "exact",
@@ -218,7 +220,7 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
                 "front",
             )
         )
-    bd = I.breakdown_info(res)
+    bd = IS.breakdown_info(res)
     sections.append(
         Section(
             "energy",
@@ -234,7 +236,7 @@ def build_sections(res: Results, stage: Callable[[str], None] = _quiet) -> list[
     return sections
 
 
-def _header_html(h: I.HeaderInfo) -> str:
+def _header_html(h: IH.HeaderInfo) -> str:
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in h.rows
     )
@@ -248,7 +250,7 @@ def _header_html(h: I.HeaderInfo) -> str:
     )
 
 
-def _table_html(t: I.FrontTable) -> str:
+def _table_html(t: IH.FrontTable) -> str:
     if not t.rows:
         return '<p class="missing">The front is empty: no feasible trial.</p>'
     head = "".join(f"<th>{html.escape(c)}</th>" for c in t.columns)
@@ -274,7 +276,7 @@ def _table_html(t: I.FrontTable) -> str:
 def render_html(res: Results, stage: Callable[[str], None] = _quiet) -> str:
     """The whole report as one HTML string (plotly.js embedded, works offline); `stage(name)`
     is called as each of its N_STAGES stages starts (`Stages` prints them)."""
-    header = I.header_info(res)
+    header = IH.header_info(res)
     parts = [_header_html(header)]
     nav = []
     sections = build_sections(res, stage)
@@ -295,7 +297,7 @@ def render_html(res: Results, stage: Callable[[str], None] = _quiet) -> str:
             )
     nav.append('<a href="#sec-front-table">Front table</a>')
     parts.append('<h2 id="sec-front-table">Front table</h2>')
-    parts.append(_table_html(I.front_table(res)))
+    parts.append(_table_html(IH.front_table(res)))
     parts.insert(1, '<p class="note">' + " · ".join(nav) + "</p>")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -9,18 +9,15 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dse.report._info import (
-    PHASES,
+from dse.report._info import PHASES, ModelPoint, ParetoInfo, PointSet
+from dse.report._results import fmt_quantity
+from dse.report._study_info import (
     BreakdownInfo,
     ExactFrontInfo,
     HypervolumeInfo,
     ImportanceInfo,
-    ModelPoint,
     ParallelInfo,
-    ParetoInfo,
-    PointSet,
 )
-from dse.report._results import fmt_quantity
 
 FRONT = "#d62728"
 DOMINATED = "#1f77b4"
