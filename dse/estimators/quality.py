@@ -1,6 +1,6 @@
 """Model quality: pretraining loss predicted by published scaling laws.
 
-Three laws, each evaluated exactly as its paper states it (coefficients copied from the paper,
+Eight laws and `auto`, each evaluated exactly as its paper states it (coefficients copied from the paper,
 parameters counted the paper's way) and flagged wherever an input leaves the range the law was
 fitted on. Losses are the papers' own units (nats per token on their own training data and
 tokenizer); they are not comparable across laws. See docs/quality.md.
@@ -33,6 +33,10 @@ tokenizer); they are not comparable across laws. See docs/quality.md.
 - ``auto``: per row, the most specific of the above for the row's family (dense softmax
   attention: besiroglu_heads; MoE: joint_moe or krajewski2024; a dense space with
   linear-attention layers: shen2024 for every row), named in ``law``.
+
+One file (~800 lines) on purpose: every law shares the same counting helpers, range flags and
+the `_PRICERS` registry, and a law is 40-100 lines of its paper's constants beside the code that
+uses them; splitting by law would scatter the conventions a reader must compare across laws.
 """
 
 from __future__ import annotations

@@ -42,6 +42,10 @@ Widths per operator (per GPU after tensor parallelism, as vidur shards them):
                moves 3 d_ff/tp elements per token, GELU 2 d_ff/tp)
 Models without a gated MLP (vidur: phi-2, also the only LayerNorm / parallel-block model) are a
 separate family when the training rows have one; otherwise the gated coefficients are used.
+
+One file (~1,100 lines) on purpose: the five operators share one wave model, one feature set
+and one fit (the model contract's `fit` / `predict` / `to_state`); each operator's part is the
+per-kind constants and shape rules a reader compares side by side.
 """
 
 from __future__ import annotations

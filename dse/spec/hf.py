@@ -23,6 +23,10 @@ llama4 config's text_config) counts every parameter but is approximate too
 (`APPROXIMATE_TYPES`): its chunked local attention is priced as sliding windows of
 attention_chunk_size and RoPE on every layer. `to_hf_config` exports full-attention GQA models
 only.
+
+One file (~1,200 lines) on purpose: one small importer per model type (~35 types) over a shared
+`_Reader`, registered by name; a new model type is one function added here, and splitting by
+family would spread the reader's conventions over many modules.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ Schema (documented in docs/search_spaces.md):
     study: {sampler: tpe, trials: 2000, seed: 0}
 
 Every user mistake raises ConfigError as `file:line: key.path: rule, got value`.
+
+One file (~1,000 lines) on purpose: the YAML schema, its parameters, objectives, constraints
+and study settings are read and checked together (a constraint names an objective, a setting
+depends on the sampler); the checks of single values live in `dse.spec.fields`.
 """
 
 from __future__ import annotations
