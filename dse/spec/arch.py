@@ -4,6 +4,10 @@ Every function here works on a scalar `Architecture` and, unchanged, on a batch 
 numpy arrays (`Architecture.from_columns`): the arithmetic broadcasts, so the sweep's hot path
 evaluates thousands of configurations in one call. Conventions (what counts as active, the FLOP
 convention, the memory model, tensor-parallel rules) are written up in docs/architecture.md.
+
+One file (~850 lines) on purpose: parameters, FLOPs, bytes and the memory rule are one
+accounting over one `Architecture`, whose terms (KV heads per GPU, MLA and linear dimensions,
+the layer pattern) each count uses; the validity rules are `dse.spec.rules`.
 """
 
 from __future__ import annotations
