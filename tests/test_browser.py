@@ -23,7 +23,7 @@ import pytest
 from sweep_results import no_feasible_sweep, run_sweep
 
 from dse.report import load_results, write_report
-from dse.sweep._fronts import config_ids
+from dse.sweep.fronts import config_ids
 
 pytestmark = pytest.mark.browser
 

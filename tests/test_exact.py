@@ -22,8 +22,8 @@ from dse.cli import main
 from dse.spec.space import load_space
 from dse.sweep import SweepOptions, run_sweep
 from dse.sweep import _enumerate as E
-from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import evaluate
+from dse.sweep.space_index import space_columns
 
 REPO = Path(__file__).resolve().parents[1]
 

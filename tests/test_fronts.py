@@ -24,7 +24,7 @@ from dse.report import load_results, write_report
 from dse.spec import columns as C
 from dse.spec.space import load_space
 from dse.sweep import SweepOptions, evaluate, run_sweep, space_columns
-from dse.sweep import _fronts as F
+from dse.sweep import fronts as F
 
 PARAMS = ["d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"]
 
@@ -291,7 +291,7 @@ def test_show_compare_places_a_catalogue_model(small: Path, tmp_path: Path, caps
 
 
 def test_compare_verdict_agrees_with_dominance(small: Path, tmp_path: Path) -> None:
-    from dse.sweep import _catalogue as K
+    from dse.sweep import catalogue as K
 
     out = tmp_path / "res"
     _sweep(small, out, trials=48)
@@ -359,7 +359,7 @@ def test_sweep_prints_what_the_front_trades(small: Path, tmp_path: Path, capsys)
 def test_training_token_budgets_are_distinct_configurations() -> None:
     """Issue 34: one architecture at two training-token budgets is two configurations (its loss
     and training energy differ), so neither the front nor the distinct count merges them."""
-    from dse.sweep._fronts import config_ids
+    from dse.sweep.fronts import config_ids
 
     table = pd.DataFrame(
         {

@@ -17,8 +17,8 @@ from dse.spec import columns as C
 from dse.spec.inert import INERT_FIELDS, inert_masks
 from dse.spec.space import load_space
 from dse.sweep import SweepOptions, evaluate, exact_front, run_sweep
-from dse.sweep._columns import canonical_index, space_columns
-from dse.sweep._fronts import config_ids
+from dse.sweep.fronts import config_ids
+from dse.sweep.space_index import canonical_index, space_columns
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "attention_families_8b.yaml"

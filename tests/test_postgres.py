@@ -22,7 +22,7 @@ import pytest
 
 from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
-from dse.sweep._storage import open_rdb, parse_storage
+from dse.sweep.storage import open_rdb, parse_storage
 
 URL = os.environ.get("DSE_TEST_POSTGRES_URL")
 pytestmark = [

@@ -9,8 +9,8 @@ import numpy as np
 
 from dse.predict import predict
 from dse.spec.space import load_space
-from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import evaluate
+from dse.sweep.space_index import space_columns
 
 
 def _wide(n: int) -> dict[str, np.ndarray]:

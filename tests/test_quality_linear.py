@@ -198,7 +198,7 @@ def test_flags_name_what_left_the_law() -> None:
     assert "params/N_opt(C) 0.0565 < 0.5 (x8.85)" in text
     assert out["out_of_range"].all()
     # The sweep's summary reads one input per '; '-joined item (no '; ' inside a message).
-    from dse.sweep._extrapolation import items
+    from dse.sweep.extrapolation import items
 
     names = [i.name for i in items(out["out_of_range_inputs"][1], "loss law")]
     assert names == [

@@ -16,8 +16,8 @@ import pandas as pd
 from dse import pareto
 from dse.spec.space import load_space
 from dse.sweep import SweepOptions, exact_front, run_sweep
-from dse.sweep._columns import digit_columns, space_columns
 from dse.sweep._screened import ScreenedSampler, _crowding
+from dse.sweep.space_index import digit_columns, space_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_exact import KILL_SPACE

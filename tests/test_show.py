@@ -16,7 +16,7 @@ import pytest
 from dse.cli import main
 from dse.report import _header_info as IH
 from dse.report import load_results
-from dse.sweep import _extrapolation as X
+from dse.sweep import extrapolation as X
 
 # A dense study at an 8k prompt trained on 15T tokens: every front row lies outside the
 # predictor's level-3 range (prompt 8192 > 2048) and the Chinchilla law's (tokens > 5e11).

@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from dse.spec.space import count_feasible, load_space, require_feasible
-from dse.sweep._columns import canonical_index
+from dse.sweep.space_index import canonical_index
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dse.errors import ConfigError
     from dse.report.export import write_export
-    from dse.sweep._inspect import stale_results
-    from dse.sweep._storage import warn
+    from dse.sweep.storage import warn
+    from dse.sweep.study_reader import stale_results
 
     if args.by is not None and args.top is None:
         raise ConfigError(f"--by {args.by} ranks the trials for --top K: give --top K as well")

@@ -40,8 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dse.report import load_results, write_image, write_report
     from dse.report._page import ImageExportError
-    from dse.sweep._inspect import stale_results
-    from dse.sweep._storage import warn
+    from dse.sweep.storage import warn
+    from dse.sweep.study_reader import stale_results
 
     warn(stale_results(Path(args.results)))  # a damaged or newer journal beside summary.json
     res = load_results(args.results)

@@ -28,14 +28,14 @@ def display_scale(name: str) -> tuple[float, str]:
 
 
 def limit_scale(metric: str) -> tuple[float, str]:
-    """(factor, unit) to print constrained metric `metric` (`dse.sweep._limits.UNITS`) in."""
-    from dse.sweep._limits import UNITS
+    """(factor, unit) to print constrained metric `metric` (`dse.sweep.limits.UNITS`) in."""
+    from dse.sweep.limits import UNITS
 
     return NAME_SCALE.get(metric) or SCALE.get(UNITS.get(metric, ""), (1.0, ""))
 
 
 def limit_text(lim: Any) -> str:
-    """'tpot <= 50 ms' for a `dse.sweep._limits.Limit`."""
+    """'tpot <= 50 ms' for a `dse.sweep.limits.Limit`."""
     scale, unit = limit_scale(lim.metric)
     return f"{lim.metric} {lim.op} {lim.value * scale:.4g} {unit}".rstrip()
 
@@ -107,8 +107,8 @@ def _space(view: Any, args: argparse.Namespace) -> Any | None:
             return space_from_summary(read_summary(folder))
     import optuna
 
-    from dse.sweep._inspect import open_for_reading
-    from dse.sweep._study_record import StudyRecord, space_from_record
+    from dse.sweep.study_reader import open_for_reading
+    from dse.sweep.study_record import StudyRecord, space_from_record
 
     study = optuna.load_study(study_name=view.name, storage=open_for_reading(view.source))
     return space_from_record(StudyRecord.from_attrs(study.user_attrs, view.source))
@@ -181,8 +181,8 @@ def tradeoff_lines(view: Any, space: Any | None = None) -> list[str]:
 def _print_front(view: Any, space: Any, limit: int) -> None:
     import pandas as pd
 
-    from dse.sweep import _extrapolation as X
-    from dse.sweep import _limits as L
+    from dse.sweep import extrapolation as X
+    from dse.sweep import limits as L
 
     f = view.front
     out = pd.DataFrame({"": _mark_column(view)})
@@ -265,7 +265,7 @@ def _print_binding(view: Any, lim: Any) -> None:
     """Says when a limit never binds: lifting it would leave the front as it is."""
     import numpy as np
 
-    from dse.sweep import _limits as L
+    from dse.sweep import limits as L
 
     if view.trials is None:
         return
@@ -291,8 +291,8 @@ def _print_compare(view: Any, space: Any, name: str) -> None:
     import pandas as pd
 
     from dse.errors import ConfigError
-    from dse.sweep import _catalogue as K
-    from dse.sweep import _limits as L
+    from dse.sweep import catalogue as K
+    from dse.sweep import limits as L
 
     if space is None:
         raise ConfigError(f"--compare {name}: the study's search space is not recorded")

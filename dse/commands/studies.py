@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dse.errors import ConfigError, DSEError
     from dse.sweep import list_studies
-    from dse.sweep._storage import mask_url
+    from dse.sweep.storage import mask_url
 
     if args.storage is not None:
         sources = [args.storage]

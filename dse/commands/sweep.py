@@ -147,7 +147,7 @@ def _exact_flags(args: argparse.Namespace) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     from dse.sweep import SweepOptions, run_sweep
-    from dse.sweep._storage import mask_url
+    from dse.sweep.storage import mask_url
 
     outcome = run_sweep(
         SweepOptions(
@@ -221,7 +221,7 @@ def _print_tradeoff(folder: Path) -> None:
     from dse.commands.show import tradeoff_lines
     from dse.errors import DSEError
     from dse.sweep import load_front
-    from dse.sweep._extrapolation import summarise
+    from dse.sweep.extrapolation import summarise
     from dse.sweep.results import read_summary, space_from_summary
 
     try:

@@ -12,8 +12,8 @@ from dse.report._results import (
     plain,
 )
 from dse.spec import columns as C
-from dse.sweep import _extrapolation as extrapolation
-from dse.sweep import _fronts as fronts
+from dse.sweep import extrapolation as extrapolation
+from dse.sweep import fronts as fronts
 
 MAX_TABLE_ROWS = 200
 
@@ -158,7 +158,7 @@ def header_info(res: Results) -> HeaderInfo:
 
 
 def _counted(labels: list[tuple[str, int]]) -> str:
-    """'level3 prompt ×10, operator width ×2' (`dse.sweep._extrapolation` labels and rows)."""
+    """'level3 prompt ×10, operator width ×2' (`dse.sweep.extrapolation` labels and rows)."""
     return ", ".join(f"{k} ×{n}" for k, n in labels)
 
 

@@ -24,7 +24,7 @@ from dse.report._results import (
     unit_scale,
 )
 from dse.spec import columns as C
-from dse.sweep import _fronts as fronts
+from dse.sweep import fronts as fronts
 
 # More distinct configurations than this per cloud (dominated, infeasible) are drawn as a
 # seeded random sample, and cloud points carry a short hover (no breakdown): the page's data
@@ -148,7 +148,7 @@ def axis_of(obj: ObjectiveColumn, values: np.ndarray) -> Axis:
 
 def band(t: pd.DataFrame, obj: ObjectiveColumn) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi) of an objective from the predictor's band columns, NaN where there are none
-    (`dse.sweep._fronts.band`: the same band decides which front points are indistinguishable)."""
+    (`dse.sweep.fronts.band`: the same band decides which front points are indistinguishable)."""
     return fronts.band(t, obj.name, obj.column)
 
 
@@ -542,7 +542,7 @@ def model_marks(res: Results) -> tuple[list[ModelMark], str]:
     if res.catalogue is not None:
         placed, note = res.catalogue.placed, res.catalogue.note
     else:
-        from dse.sweep import _catalogue as K
+        from dse.sweep import catalogue as K
 
         placed, note = K.report_models_now(res.summary, res.front)
         if placed:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from dse.spec import columns as C
 from dse.spec.space import objective_unit
-from dse.sweep import _fronts as fronts
+from dse.sweep import fronts as fronts
 
 # The folder's reader lives with its writer (`dse.sweep.results`); re-exported here.
 from dse.sweep.results import FORMAT_VERSION as FORMAT_VERSION
@@ -107,7 +107,7 @@ class Results:
 
     @cached_property
     def config_ids(self) -> np.ndarray:
-        """`dse.sweep._fronts.config_ids` of the trials: equal ids, equal configurations
+        """`dse.sweep.fronts.config_ids` of the trials: equal ids, equal configurations
         (kept: every Pareto figure of the report asks, and it is the costly part)."""
         return fronts.config_ids(self.trials)
 

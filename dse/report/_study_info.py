@@ -19,7 +19,7 @@ from dse.report._results import (
     plain,
     unit_scale,
 )
-from dse.sweep import _fronts as fronts
+from dse.sweep import fronts as fronts
 
 MAX_PARALLEL_ROWS = 3_000
 # Samplers that evaluate every configuration once in a fixed order: their "hypervolume against

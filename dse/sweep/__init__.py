@@ -13,14 +13,11 @@ docs/sweeps.md explains the design and its measurements; docs/results_format.md 
 
 from __future__ import annotations
 
-from dse.sweep._columns import space_columns
 from dse.sweep._enumerate import ExactFront, exact_front
 from dse.sweep._evaluate import Evaluation, check_predictor, evaluate
-from dse.sweep._inspect import FrontView, StudyInfo, list_studies, load_front
 from dse.sweep._options import SweepOptions, SweepOutcome
 from dse.sweep._run import run_sweep
 from dse.sweep._shared import run_worker
-from dse.sweep._study_record import space_from_record
 from dse.sweep.results import (
     Catalogue,
     ResultsError,
@@ -29,6 +26,9 @@ from dse.sweep.results import (
     read_summary,
     write_results,
 )
+from dse.sweep.space_index import space_columns
+from dse.sweep.study_reader import FrontView, StudyInfo, list_studies, load_front
+from dse.sweep.study_record import space_from_record
 
 __all__ = [
     "Catalogue",

@@ -14,10 +14,10 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from dse.spec.space import SearchSpace
-from dse.sweep._columns import canonical_digits, param_digits
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 from dse.sweep._progress import Progress
 from dse.sweep._trials import evaluated, tell_batch
+from dse.sweep.space_index import canonical_digits, param_digits
 
 
 def evaluate_batch(

@@ -32,8 +32,8 @@ from dse import pareto
 from dse.errors import ConfigError
 from dse.files import atomic_path
 from dse.spec.space import SearchSpace
-from dse.sweep._columns import canonical_index, space_columns
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
+from dse.sweep.space_index import canonical_index, space_columns
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
 PROGRESS_FILE = "exact_progress.npz"  # the sidecar of a running `exact` enumeration

@@ -23,8 +23,8 @@ from dse.sweep._local import journal_study
 from dse.sweep._options import SweepOptions
 from dse.sweep._progress import StopFlag
 from dse.sweep._shared import shared_study
-from dse.sweep._storage import StorageSpec
-from dse.sweep._study_record import StudyRecord
+from dse.sweep.storage import StorageSpec
+from dse.sweep.study_record import StudyRecord
 
 EXACT_ATTR = "dse:exact"  # study user attr: the finished enumeration's counts (a dict)
 

@@ -20,7 +20,7 @@ from dse.sweep._journal_scan import (
     scan_journal,
 )
 from dse.sweep._locks import folder_study
-from dse.sweep._storage import StorageError, StorageSpec, warn
+from dse.sweep.storage import StorageError, StorageSpec, warn
 
 
 class BatchedJournalBackend(BaseJournalBackend):

@@ -18,7 +18,7 @@ from optuna.storages.journal import BaseJournalBackend, JournalStorage
 
 from dse.files import atomic_path
 from dse.sweep._journal_commit import committed_limit, write_committed
-from dse.sweep._storage import StorageError
+from dse.sweep.storage import StorageError
 
 
 class RecoveredBackend(BaseJournalBackend):

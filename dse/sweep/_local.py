@@ -19,16 +19,16 @@ from optuna.trial import TrialState
 from dse.errors import ConfigError
 from dse.spec.space import SearchSpace
 from dse.sweep import _samplers as S
-from dse.sweep._columns import canonical_index, space_columns
 from dse.sweep._config_cache import REPEAT_ATTR, ConfigCache, evaluate_batch, take_rows
 from dse.sweep._evaluate import evaluate
 from dse.sweep._journal import BatchedJournalBackend, open_journal
 from dse.sweep._options import SweepOptions
 from dse.sweep._progress import Progress, StopFlag, progress_add
 from dse.sweep._samplers import sampler_for
-from dse.sweep._storage import StorageSpec, study_names
-from dse.sweep._study_record import StudyRecord, check_same, restore_record
 from dse.sweep._trials import created_trials, evaluated
+from dse.sweep.space_index import canonical_index, space_columns
+from dse.sweep.storage import StorageSpec, study_names
+from dse.sweep.study_record import StudyRecord, check_same, restore_record
 
 
 def journal_study(

@@ -13,8 +13,8 @@ from dse.errors import ConfigError
 from dse.spec.space import SearchSpace
 from dse.sweep._journal_commit import committed_path
 from dse.sweep._journal_scan import parse_record
-from dse.sweep._storage import StorageSpec
 from dse.sweep.results import summary_study
+from dse.sweep.storage import StorageSpec
 
 
 class FolderLock:

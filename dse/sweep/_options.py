@@ -8,8 +8,8 @@ from pathlib import Path
 from dse.sweep import _enumerate as E
 from dse.sweep import _samplers as S
 from dse.sweep._evaluate import Predictor
-from dse.sweep._storage import DEFAULT_HEARTBEAT_S
 from dse.sweep.results import Written
+from dse.sweep.storage import DEFAULT_HEARTBEAT_S
 
 
 @dataclass

@@ -32,14 +32,14 @@ from dse.sweep._locks import FolderLock, check_writable, claim_folder, study_fol
 from dse.sweep._options import SweepOptions, SweepOutcome
 from dse.sweep._progress import StopFlag, quiet_optuna
 from dse.sweep._shared import run_shared
-from dse.sweep._storage import StorageSpec, open_rdb, parse_storage, study_names
-from dse.sweep._study_record import (
+from dse.sweep.results import Written, record_own_exact_front, write_results
+from dse.sweep.storage import StorageSpec, open_rdb, parse_storage, study_names
+from dse.sweep.study_record import (
     StudyRecord,
     check_same,
     json_safe,
     space_hash,
 )
-from dse.sweep.results import Written, record_own_exact_front, write_results
 
 COUNT_LIMIT = 200_000  # spaces up to this size are counted for feasibility before a sweep
 REFERENCE_LIMIT = 20_000_000  # `--reference exact` enumerates at most this many

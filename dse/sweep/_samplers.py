@@ -20,7 +20,7 @@ from dse.errors import ConfigError
 from dse.spec.space import SAMPLERS, SearchSpace
 from dse.sweep._evaluate import Predictor
 from dse.sweep._planned import PlannedSampler
-from dse.sweep._study_record import StudyRecord
+from dse.sweep.study_record import StudyRecord
 
 # `exact` (and `auto`) enumerate a space of up to this many configurations (`--max-configs`):
 # about 60-120 s on one core at the 1.7-3e5 configurations/s measured in docs/sweeps.md, with

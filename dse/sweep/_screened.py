@@ -30,9 +30,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from dse import pareto
 from dse.spec.space import SearchSpace
-from dse.sweep._columns import canonical_digits, digit_columns
 from dse.sweep._evaluate import Predictor, evaluate
 from dse.sweep._planned import PlannedSampler
+from dse.sweep.space_index import canonical_digits, digit_columns
 
 # Candidates priced per trial asked: a batch of 64 trials screens 4,096 configurations, about
 # 40 ms of predictor time beside the ~0.3 s the sweep spends evaluating and recording the batch

@@ -30,7 +30,8 @@ from dse.sweep._evaluate import Predictor, check_predictor
 from dse.sweep._options import SweepOptions
 from dse.sweep._progress import Progress, StopFlag, quiet_optuna
 from dse.sweep._samplers import sampler_for
-from dse.sweep._storage import (
+from dse.sweep._trials import evaluated, suggest_all
+from dse.sweep.storage import (
     DEFAULT_HEARTBEAT_S,
     StorageSpec,
     load_study,
@@ -38,8 +39,7 @@ from dse.sweep._storage import (
     parse_storage,
     study_names,
 )
-from dse.sweep._study_record import StudyRecord, check_same, space_from_record
-from dse.sweep._trials import evaluated, suggest_all
+from dse.sweep.study_record import StudyRecord, check_same, space_from_record
 
 ENQUEUED_ATTR = "dse:enqueued"
 POLL_S = 0.5  # a worker with nothing to claim waits this long before looking again

@@ -32,12 +32,12 @@ from dse import __version__, pareto
 from dse.errors import ConfigError, DSEError
 from dse.files import atomic_path, write_atomic
 from dse.spec.space import SearchSpace, objective_unit
-from dse.sweep import _catalogue as K
-from dse.sweep import _fronts as F
-from dse.sweep._catalogue import space_from_summary as space_from_summary
+from dse.sweep import catalogue as K
+from dse.sweep import fronts as F
 from dse.sweep._enumerate import ExactFront, evaluate_index
 from dse.sweep._evaluate import Predictor
 from dse.sweep._trials import evaluation_table, trials_table
+from dse.sweep.catalogue import space_from_summary as space_from_summary
 
 FORMAT_VERSION = 1
 SUMMARY_FILE = "summary.json"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dse.sweep._fronts import oriented
+from dse.sweep.fronts import oriented
 
 # SI unit of each constrainable metric (dse.spec.space.CONSTRAINT_KEYS): latencies in s,
 # HYMELL energies in J, loss in nats per token, throughput in output tokens/s per GPU,

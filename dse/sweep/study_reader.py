@@ -11,9 +11,9 @@ import optuna
 import pandas as pd
 
 from dse.errors import ConfigError, DSEError
-from dse.sweep._storage import parse_storage, study_names
-from dse.sweep._study_record import StudyRecord
 from dse.sweep.results import read_front, read_results, summary_study
+from dse.sweep.storage import parse_storage, study_names
+from dse.sweep.study_record import StudyRecord
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def open_for_reading(url: str, name_hint: str | None = None, say_losses: bool = 
     """A storage opened to read (a journal file must exist; nothing is created or written).
     A damaged journal is read as its intact records, and what was lost is said on stderr."""
     from dse.sweep._journal_scan import read_journal
-    from dse.sweep._storage import StorageError, open_rdb, warn
+    from dse.sweep.storage import StorageError, open_rdb, warn
 
     spec = parse_storage(url, None)
     if spec.kind == "journal":
@@ -73,7 +73,7 @@ def stale_results(folder: Path) -> list[str]:
     except OSError:
         return []
     from dse.sweep._journal_scan import read_journal
-    from dse.sweep._storage import StorageError
+    from dse.sweep.storage import StorageError
 
     name = summary_study(folder)
     try:
@@ -111,9 +111,9 @@ def _record(study: optuna.Study) -> StudyRecord | None:
 
 def study_table(study: optuna.Study) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(trials table, front rows, objective names) of a dse study read from its storage."""
-    from dse.sweep._study_record import space_from_record
     from dse.sweep._trials import trials_table
     from dse.sweep.results import mark_front
+    from dse.sweep.study_record import space_from_record
 
     rec = _record(study)
     if rec is None:
@@ -144,7 +144,7 @@ def list_studies(url: str) -> list[StudyInfo]:
             try:
                 _, f, names = study_table(study)
             except DSEError as exc:  # a record that no longer parses (damaged, older dse)
-                from dse.sweep._storage import warn
+                from dse.sweep.storage import warn
 
                 warn([f"{url}: study {name!r}: no front ({exc})"])
             else:
@@ -196,7 +196,7 @@ def load_front(
             )
     notes: list[str] = []
     if storage_url is None:
-        from dse.sweep._storage import warn
+        from dse.sweep.storage import warn
 
         notes = stale_results(folder)
         if notes and any("older than journal.log" in n for n in notes):

@@ -21,7 +21,7 @@ import pandas as pd
 
 from dse.errors import DSEError
 from dse.spec import columns as C
-from dse.sweep import _fronts as fronts
+from dse.sweep import fronts as fronts
 
 MAX_COMBINATIONS = 64  # workload x GPU combinations a model is placed at, at most
 # Models placed on the report's scatter unprompted: those that fit and are feasible in the

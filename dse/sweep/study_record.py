@@ -15,7 +15,7 @@ import optuna
 
 from dse.errors import ConfigError
 from dse.spec.space import SearchSpace
-from dse.sweep._storage import warn
+from dse.sweep.storage import warn
 from dse.yamlio import Located
 
 ATTR_PREFIX = "dse:"
