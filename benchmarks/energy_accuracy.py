@@ -30,8 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from _docsection import replace_section  # noqa: E402  (benchmarks/, the script's folder)
 
-from dse.estimators import _measured as M  # noqa: E402
 from dse.estimators import _paper, calibrate  # noqa: E402
+from dse.estimators import measured as M  # noqa: E402
 from dse.estimators.tokens2wh import load_calibration  # noqa: E402
 from dse.spec.arch import Architecture, total_params  # noqa: E402
 

@@ -17,3 +17,7 @@ class ArtifactError(DSEError):
 
 class DataError(DSEError):
     """A measured-data file is malformed (names the file and the problem)."""
+
+
+class ImageExportError(DSEError):
+    """The static image of the main figure could not be written (no Chrome for kaleido, ...)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dse.estimators import _measured as M
+from dse.estimators import measured as M
 from dse.predict import predict
 from dse.spec.arch import Architecture
 

@@ -11,7 +11,7 @@ import pytest
 
 from dse.data import load
 from dse.errors import DataError
-from dse.estimators import _measured as M
+from dse.estimators import measured as M
 from dse.spec.catalogue import lookup_model
 
 # Calls that would read a file (or list a folder) without dse.data.

@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from dse.errors import ImageExportError
     from dse.report import load_results, write_image, write_report
-    from dse.report._page import ImageExportError
     from dse.sweep.storage import warn
     from dse.sweep.study_reader import stale_results
 

@@ -15,7 +15,7 @@ from dse.data._llmcompass import read_llmcompass
 from dse.data._load import KINDS, READERS, SOURCE_KINDS, load
 from dse.data._ml_energy import read_ml_energy
 from dse.data._splitwise import read_splitwise
-from dse.data._vidur import read_vidur
+from dse.data._vidur import read_vidur, vidur_gpu
 
 __all__ = [
     "COMMON_COLUMNS",
@@ -30,4 +30,5 @@ __all__ = [
     "read_ml_energy",
     "read_splitwise",
     "read_vidur",
+    "vidur_gpu",
 ]

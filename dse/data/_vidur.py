@@ -66,7 +66,7 @@ def _stat_columns(df: pd.DataFrame, file: str) -> dict[str, dict[str, str]]:
     return ops
 
 
-def _gpu_from_dir(name: str) -> str:
+def vidur_gpu(name: str) -> str:
     # compute/<gpu>: a100, h100, a40; network/<cluster>: a100_dgx, h100_pairwise_nvlink, ...
     return c.normalise_gpu(re.split(r"[_\-]", name.strip().lower(), maxsplit=1)[0])
 
@@ -130,7 +130,7 @@ def _read_compute(path: Path, root: Path) -> pd.DataFrame | None:
     long = long.rename(columns=_RENAME)
     lat = long["latency_median_s"].to_numpy()
     c.check_range(lat, *_LATENCY_RANGE_S, "time_stats median (s, after ms -> s)", file)
-    gpu = _gpu_from_dir(gpu_dir)
+    gpu = vidur_gpu(gpu_dir)
     out = pd.DataFrame(
         {
             "source": SOURCE,
@@ -234,7 +234,7 @@ def _read_network(path: Path, root: Path) -> pd.DataFrame | None:
     out = pd.DataFrame(
         {
             "source": SOURCE,
-            "gpu": _gpu_from_dir(cluster),
+            "gpu": vidur_gpu(cluster),
             "engine": "nccl",
             "engine_version": ENGINE_VERSION,
             "kind": "allreduce",

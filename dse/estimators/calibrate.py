@@ -36,7 +36,7 @@ import pandas as pd
 from scipy.optimize import least_squares, nnls
 
 from dse.estimators import _corrected as C
-from dse.estimators import _measured as M
+from dse.estimators import measured as M
 from dse.estimators._constants import CALIBRATION_FILE, CALIBRATION_FORMAT
 from dse.estimators.tokens2wh import estimate
 from dse.files import sha256_file, write_atomic

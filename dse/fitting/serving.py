@@ -28,7 +28,7 @@ from scipy.optimize import nnls
 
 from dse.data import load
 from dse.errors import DataError
-from dse.estimators import _measured as M
+from dse.estimators import measured as M
 from dse.files import sha256_file
 from dse.models.serving import HostConstants, continuous
 from dse.predict.request import BAND_KEYS, OUTPUT_KEYS
@@ -111,7 +111,7 @@ V3_WEIGHT_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "mxfp4": "int4"}
 
 
 def serving_rows(data: Path) -> pd.DataFrame:
-    """The ml-energy v2 runs (`dse.estimators._measured.ml_energy`), one row each, as a batch of
+    """The ml-energy v2 runs (`dse.estimators.measured.ml_energy`), one row each, as a batch of
     `batch_size` = the run's average batch rounded (the predictor takes whole sequences): the
     measured `time_s` and `energy_j` (all GPUs) of that many requests, and the static
     prediction's OUTPUT_KEYS and BAND_KEYS as `static.<key>`."""

@@ -42,8 +42,7 @@ def check_name(name: str, layer_ops: bool) -> str:
     """A GPU name the data readers give back unchanged (so `dse fit --gpu NAME` finds the
     rows): lowercase letters and digits; underscores only for a registry GPU, since vidur's
     reader cuts a folder name at the first '_' or '-'."""
-    from dse.data import normalise_gpu
-    from dse.data._vidur import _gpu_from_dir
+    from dse.data import normalise_gpu, vidur_gpu
 
     n = str(name).strip()
     if not NAME_RE.match(n) or normalise_gpu(n) != n:
@@ -54,7 +53,7 @@ def check_name(name: str, layer_ops: bool) -> str:
     if layer_ops and vidur_dir(n) is None:
         raise ConfigError(
             f"GPU name {name!r}: vidur's layer-op layout cuts a folder name at the first '_' "
-            f"(it would read {_gpu_from_dir(n)!r}); use a name without '_', e.g. "
+            f"(it would read {vidur_gpu(n)!r}); use a name without '_', e.g. "
             f"{n.replace('_', '')!r}"
         )
     return n
@@ -62,10 +61,10 @@ def check_name(name: str, layer_ops: bool) -> str:
 
 def vidur_dir(name: str) -> str | None:
     """The compute/<gpu> folder name vidur's reader maps back to `name` (None if none does)."""
-    from dse.data._vidur import _gpu_from_dir
+    from dse.data import vidur_gpu
 
     for cand in (name, name.split("_")[0]):
-        if _gpu_from_dir(cand) == name:
+        if vidur_gpu(cand) == name:
             return cand
     return None
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import plotly.graph_objects as go
 import plotly.offline
 
-from dse.errors import DSEError
+from dse.errors import ImageExportError
 from dse.report import _header_info as IH
 from dse.report import _info as I
 from dse.report import _render as R
@@ -37,10 +37,6 @@ th { background: #f5f5f5; }
 .missing { color: #777; font-style: italic; }
 code { background: #f3f3f3; padding: 1px 4px; border-radius: 3px; }
 """
-
-
-class ImageExportError(DSEError):
-    """The static image of the main figure could not be written (no Chrome for kaleido, ...)."""
 
 
 class Section(NamedTuple):
