@@ -32,8 +32,8 @@ import numpy as np
 from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
-from dse.predict._rows import ndim_of, shape_of, unique_float_rows
-from dse.predict.adapters import ADAPTERS, L1Price
+from dse.predict._rows import Groups, distinct_columns, ndim_of, shape_of, unique_float_rows
+from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
 from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
@@ -461,6 +461,54 @@ def _joined_parts(
     return times, ops
 
 
+# ---------------------------------------------------------------------------- shape groups
+def phase_groups(
+    ops: Sequence[Op], runs: OpRuns, cols: Mapping[str, np.ndarray] | None, n: int
+) -> Groups | None:
+    """The configurations of a phase whose operators are the same calls (every operator's
+    sizes, FLOPs, bytes and dims, whether it runs, and the columns the adapters read,
+    `adapters.CTX_COLUMNS`): one row per group and each row's group, or None when most rows
+    are distinct (`_rows.distinct_columns`). The counts are left out: a sweep's configurations
+    that differ only in depth (n_layers) make the same calls, a different number of times."""
+    arrays: list[Any] = []
+    for op, mask in zip(ops, runs.mask, strict=True):
+        arrays += [mask, op.flops, op.bytes, *op.dims.values()]
+    if cols is not None:
+        arrays += [cols[k] for k in CTX_COLUMNS if k in cols]
+    return distinct_columns(arrays, n)
+
+
+def _per_call(op: Op, rows: np.ndarray, n: int) -> Op:
+    """The operator at configurations `rows`, its count 1 where it runs (0 elsewhere): the
+    pricer's times are then per call, `_expanded` multiplies in each configuration's count."""
+    o = _op_rows(op, rows, n)
+    return Op(o.name, o.kind, o.block, (np.asarray(o.count) > 0).astype(float), o.flops,
+              o.bytes, o.dims)  # fmt: skip
+
+
+def _expanded(d: _Draft, ops: Sequence[Op], inverse: np.ndarray, n: int) -> _Draft:
+    """A draft priced once per group of configurations (`phase_groups`, operators `_per_call`)
+    spread back over all n: each configuration its group's prices, times by its own counts."""
+    m = len(d.zero)
+
+    def at(v: Any) -> Any:
+        return _at(v, inverse, m)
+
+    out = _Draft(at(d.oor), np.zeros(n))
+    for (_, t, p), op in zip(d.per_op, ops, strict=True):
+        if t is d.zero:  # runs nowhere
+            out.per_op.append((op, out.zero, out.zero))
+        else:
+            out.per_op.append((op, at(t) * op.count, at(p)))
+    out.sources = dict(d.sources)
+    counts = {o.name: o.count for o in ops}  # `roof` keeps an operator name's last entry
+    out.roof = {k: at(v) * counts[k] for k, v in d.roof.items()}
+    out.oor_by = {k: at(v) for k, v in d.oor_by.items()}
+    out.misses = {k: RangeMiss(at(v.excess), at(v.value), at(v.bound)) for k, v in d.misses.items()}
+    out.source_rows = {k: at(v) for k, v in d.source_rows.items()}
+    return out
+
+
 def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
     """The phase's `PhaseCost`: the node axis reduced with the quadrature `weights`."""
     n = len(d.zero)
@@ -501,6 +549,9 @@ class Pricer:
         # of the same compute (A100 40GB priced with the 80GB part's kernels): times move with
         # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
         self.artifact_gpu = artifact_gpu if artifact_gpu is not None else gpu
+        # Per phase of the last `price_phases`, the configurations Level 1 priced: fewer than
+        # the batch where configurations shared their operator calls (`phase_groups`).
+        self.priced_rows: list[int] = []
 
     def price_phases(
         self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]]
@@ -514,14 +565,36 @@ class Pricer:
         pre: dict[int, dict[int, L1Price | None]] = {}
         if self.artifact is not None and n <= self.stack_at_most:
             pre = self._stacked(phases, n, runs)
+        # A larger batch prices each phase once per group of configurations that make the same
+        # operator calls (a sweep's grid repeats them), Levels 1 and 2 on one row per group.
+        groups: list[Groups | None] = [
+            phase_groups(ops, runs[i], self.cols, n)
+            if self.artifact is not None and n > self.stack_at_most
+            else None
+            for i, (ops, _, _) in enumerate(phases)
+        ]
+        self.priced_rows = [n if g is None else len(g.rows) for g in groups]
         drafts = [
             self._level1(ops, phase, pre.get(i), runs[i])
-            for i, (ops, phase, _) in enumerate(phases)
+            if g is None
+            else self._at_rows(g.rows)._level1(
+                [_per_call(op, g.rows, n) for op in ops], phase, None
+            )
+            for i, ((ops, phase, _), g) in enumerate(zip(phases, groups, strict=True))
         ]
         self._apply_level2(drafts)
+        drafts = [
+            d if g is None else _expanded(d, ops, g.inverse, n)
+            for d, (ops, _, _), g in zip(drafts, phases, groups, strict=True)
+        ]
         return [
             _finish(d, ops, weights) for d, (ops, _, weights) in zip(drafts, phases, strict=True)
         ]
+
+    def _at_rows(self, rows: np.ndarray) -> Pricer:
+        """This pricer on the configurations `rows` (their columns gathered when read)."""
+        cols = None if self.cols is None else _Rows(self.cols, rows)
+        return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols)
 
     def _stacked(
         self,
