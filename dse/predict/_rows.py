@@ -112,6 +112,7 @@ DISTINCT_BELOW = 0.7
 # freely).
 SAMPLE_ROWS = 4000
 SAMPLE_DISTINCT = 0.97
+SAMPLE_ARRAYS = (4, 16)
 
 
 def _key_columns(arrays: Sequence[Any], n: int) -> list[np.ndarray]:
@@ -176,13 +177,14 @@ def distinct_columns(arrays: Sequence[Any], n: int, below: float = DISTINCT_BELO
         sample = [a[..., ::step] for a in sorted(arrays, key=lambda a: -a.ndim)]
         m = len(range(0, n, step))
         # the sample's rows are distinct as soon as those of some of its arrays are: checked
-        # after 4, 16, 64... arrays, so that a batch of distinct workloads stops early
-        h, done, check = np.zeros(m, dtype=np.uint64), 0, 4
-        while done < len(sample):
+        # after SAMPLE_ARRAYS[i] arrays (a batch of distinct workloads stops at the first);
+        # one distinct only by later arrays is found by the full pass
+        h, done = np.zeros(m, dtype=np.uint64), 0
+        for check in SAMPLE_ARRAYS:
             part = _key_columns(sample[done:check], m)
             if part:
                 h = _row_hash([h, *part])
-            done, check = check, 4 * check
+            done = check
             if len(pd.unique(h)) > SAMPLE_DISTINCT * m:
                 return None
     columns = _key_columns(arrays, n)
