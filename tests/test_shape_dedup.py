@@ -176,5 +176,8 @@ def test_a_hash_collision_never_merges_two_rows() -> None:
     s2 = np.where(np.arange(80) < 40, s, "x")
     g = distinct_columns([a, s2], 80)
     assert g is not None and len(g.rows) == 4
+    # values as a plain list count too
+    g = distinct_columns([a, list(s2)], 80)
+    assert g is not None and len(g.rows) == 4
     # most rows distinct: not worth it
     assert distinct_columns([np.arange(80)], 80) is None

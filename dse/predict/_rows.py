@@ -165,12 +165,9 @@ def distinct_columns(arrays: Sequence[Any], n: int, below: float = DISTINCT_BELO
         return None
     import pandas as pd
 
-    # the per-configuration arrays, each once
-    arrays = list(
-        {
-            id(a): a for a in arrays if isinstance(a, np.ndarray) and a.ndim and a.shape[-1] == n
-        }.values()
-    )
+    # the per-configuration arrays, each once (a sequence of values as an array)
+    arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+    arrays = list({id(a): a for a in arrays if a.ndim and a.shape[-1] == n}.values())
     if n > 2 * SAMPLE_ROWS:  # every step-th row, as strided views (no copies)
         step = n // SAMPLE_ROWS
         # node arrays (k, n) first: decode's KV lengths tell distinct workloads apart soonest
