@@ -1,9 +1,12 @@
 """Where a bulk prediction spends its time (issue 37): cProfile of `dse.predict.predict` on
 batches of four 7-13B models on h100_sxm (benchmarks/predictor_speed.py's all-distinct and
-sweep-like batches), a Mixtral-like MoE batch and a continuous-batching batch, split into the
-predictor's stages by the cumulative time of the function of each stage.
+sweep-like batches), its exact-sweep grid (distinct dense decoders, `exact_grid`), a
+Mixtral-like MoE batch and a continuous-batching batch, split into the predictor's stages by the
+cumulative time of the function of each stage.
 
-    PYTHONPATH=. python benchmarks/predictor_profile.py [--n 50000]
+    PYTHONPATH=. python benchmarks/predictor_profile.py [--n 50000] [--scan]
+
+`--scan`: `predict(cols, texts=False)`, what a sweep's scan calls (default: `predict(cols)`).
 
 Pinned to one core, one BLAS thread; prints a Markdown table (shares of `predict`'s time under
 the profiler, which slows the many small calls more than the big ones: read shares, not
@@ -29,12 +32,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from predictor_speed import all_distinct, sweep_like
+from predictor_speed import all_distinct, exact_grid, sweep_like
 
 # (label, file suffix, function): the stages, each the cumulative time of its function. The
 # Level-1 rows are parts of "Level-1 operator models"; the others do not overlap.
 STAGES = [
     ("operator lists (`ops.forward_ops`)", "predict/ops.py", "forward_ops"),
+    ("shape groups (`pricing.phase_groups`)", "predict/pricing.py", "phase_groups"),
     ("Level-1 operator models (`pricing._level1`)", "predict/pricing.py", "_level1"),
     ("- GEMMs", "predict/adapters.py", "price_gemm"),
     ("- layer ops (norms, adds, activation...)", "predict/adapters.py", "price_layer_op"),
@@ -44,6 +48,8 @@ STAGES = [
     ("- all-reduce", "predict/adapters.py", "price_allreduce"),
     ("- operator power (`power_table.op_power_w`)", "predict/power_table.py", "op_power_w"),
     ("Level 2 (`pricing._apply_level2`)", "predict/pricing.py", "_apply_level2"),
+    ("phase totals (`pricing._finish`, `_finish_grouped`)", "predict/pricing.py", "_finish"),
+    ("", "predict/pricing.py", "_finish_grouped"),
     ("Level 3 (`request._level3_terms`)", "predict/request.py", "_level3_terms"),
     ("range flags (`flags._range_flags`, `_oor_degree`)", "predict/flags.py", "_range_flags"),
     ("", "predict/flags.py", "_oor_degree"),
@@ -79,13 +85,16 @@ def continuous(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return cols
 
 
-def profile(cols: dict[str, np.ndarray]) -> tuple[float, dict[tuple[str, str], float]]:
+def profile(
+    cols: dict[str, np.ndarray], scan: bool = False
+) -> tuple[float, dict[tuple[str, str], float]]:
     from dse.predict import predict
 
-    predict(cols)  # warm: lazy imports, tables
+    kw = {"texts": False} if scan else {}
+    predict(cols, **kw)  # warm: lazy imports, tables
     prof = cProfile.Profile(time.process_time)  # CPU time: the machine may be shared
     prof.enable()
-    predict(cols)
+    predict(cols, **kw)
     prof.disable()
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     cum: dict[tuple[str, str], float] = {}
@@ -104,16 +113,20 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--n", type=int, default=50_000)
+    p.add_argument("--scan", action="store_true", help="predict(cols, texts=False)")
     args = p.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     batches = {
         "all distinct": all_distinct,
         "sweep-like": sweep_like,
+        "exact-sweep grid": exact_grid,
         "MoE": moe,
         "continuous": continuous,
     }
-    results = {k: profile(make(args.n, np.random.default_rng(0))) for k, make in batches.items()}
+    results = {
+        k: profile(make(args.n, np.random.default_rng(0)), args.scan) for k, make in batches.items()
+    }
     print("| stage | " + " | ".join(batches) + " |")
     print("|---|" + "---|" * len(batches))
     rows: list[tuple[str, list[float]]] = []

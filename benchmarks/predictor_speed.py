@@ -15,6 +15,9 @@ times, by CPU time, best of 3:
   drawn independently from wide integer ranges (the worst case for shape deduplication);
 - sweep-like: the same four models, workloads from grids like the bundled search spaces
   (operator shapes repeat, as in a sweep);
+- exact-sweep grid (`exact_grid`): distinct dense decoders drawn from a grid like
+  benchmarks/sweep_3m_space.yaml's at one workload (no configuration repeats, the operator
+  calls do: what a chunk of an exact sweep predicts);
 - one configuration, warm process: the median CPU time of 50 one-row calls.
 The ratio of each checkout to the first one is taken within each round (the checkouts of a
 round are seconds apart, so a change in a shared machine's speed falls on them alike) and the
@@ -100,6 +103,38 @@ def all_distinct(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
 BATCHES = {"all_distinct": all_distinct, "sweep_like": sweep_like}
 
 
+def exact_grid(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A chunk of an exact sweep: n distinct configurations drawn without repetition from a
+    grid of dense decoders like benchmarks/sweep_3m_space.yaml's (d_model x layers x heads x
+    KV heads x FFN width, 24,192 architectures; cycled past that), one workload, GPU and TP.
+    No configuration repeats, but the operator calls do: every depth makes the same calls."""
+    grid = np.array(
+        np.meshgrid(
+            [2048, 3072, 4096, 5120, 6144, 8192],
+            np.arange(16, 77, 4),
+            [16, 32, 64],
+            [1, 2, 4, 8],
+            np.arange(8192, 28673, 1024),
+            indexing="ij",
+        )
+    ).reshape(5, -1)
+    pick = np.concatenate([rng.permutation(grid.shape[1]) for _ in range(-(-n // grid.shape[1]))])
+    g = grid[:, pick[:n]]
+    cols = dict(zip(("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"), g, strict=True))
+    cols["head_dim"] = cols["d_model"] // cols["n_heads"]
+    cols["vocab_size"] = np.full(n, 128256)
+    cols["batch_size"] = np.full(n, 16)
+    cols["prompt_tokens"] = np.full(n, 1024)
+    cols["output_tokens"] = np.full(n, 256)
+    cols["tensor_parallel"] = np.full(n, 4)
+    cols["gpu"] = np.full(n, GPU)
+    return cols
+
+
+# Batches of other architectures than the four models (timed like BATCHES).
+OTHER_BATCHES = {"exact_grid": exact_grid}
+
+
 def worker(n: int, repeats: int) -> dict[str, float]:
     """Rates of the checkout on sys.path (a fresh process per checkout and round)."""
     from dse.predict import predict
@@ -116,7 +151,7 @@ def worker(n: int, repeats: int) -> dict[str, float]:
     # a sweep's scan (exact, screened) predicts without the out-of-range text where the code
     # has that option (issue 37); older code builds the text on every row
     scan = {"texts": False} if "texts" in inspect.signature(predict).parameters else {}
-    for name, make in BATCHES.items():
+    for name, make in {**BATCHES, **OTHER_BATCHES}.items():
         cols = make(n, np.random.default_rng(0))
         for suffix, kw in (("", {}), ("_scan", scan)):
             best = np.inf
@@ -253,6 +288,7 @@ def main() -> None:
         "sweep_like_per_s",
         "all_distinct_scan_per_s",
         "sweep_like_scan_per_s",
+        "exact_grid_scan_per_s",
         "one_row_cpu_ms",
     )
 
@@ -278,21 +314,23 @@ def main() -> None:
         "baseline's, lower is faster):",
         "",
         "| code | all distinct (configs/s) | ratio | sweep-like (configs/s) | ratio "
-        "| all distinct, scan | ratio | sweep-like, scan | ratio "
-        "| one configuration, warm (CPU ms) | ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| all distinct, scan | ratio | sweep-like, scan | ratio | exact-sweep grid, scan "
+        "| ratio | one configuration, warm (CPU ms) | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, lab in enumerate(labels):
         med = {k: statistics.median(x[k] for x in runs[i]) for k in keys}
-        cells = [f"{med[k]:,.0f} | {ratio(i, k):.2f}" for k in keys[:4]]
-        cells.append(f"{med[keys[4]]:.2f} | {ratio(i, keys[4]):.2f}")
+        cells = [f"{med[k]:,.0f} | {ratio(i, k):.2f}" for k in keys[:-1]]
+        cells.append(f"{med[keys[-1]]:.2f} | {ratio(i, keys[-1]):.2f}")
         lines.append(f"| {lab} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "All distinct and sweep-like: `predict(cols)`, every output (the out-of-range text",
         "included). Scan: what a sweep's exact and screened scans call, which keep only a front",
         "and evaluate it again in full: `predict(cols, texts=False)` where the code has it (no",
-        "`out_of_range_inputs` text), `predict(cols)` in code before it.",
+        "`out_of_range_inputs` text), `predict(cols)` in code before it. Exact-sweep grid:",
+        "distinct dense decoders from a grid like benchmarks/sweep_3m_space.yaml's",
+        "(`exact_grid`: what one chunk of `--sampler exact` predicts), scan path.",
     ]
     if args.level1_n:
         if hasattr(os, "sched_setaffinity"):

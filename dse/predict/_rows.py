@@ -1,11 +1,12 @@
 """Row helpers the Level-1 adapters share: price each distinct input row once (`unique_rows`,
-`dedupe`, `Groups`, `evaluate_rows`, `at_rows`) and in bounded blocks of rows and columns
-(`row_blocks`, `column_blocks`).
+`dedupe`, `Groups`, `evaluate_rows`, `at_rows`; `distinct_columns` for a whole phase's
+operators, `dse.predict.pricing`) and in bounded blocks of rows and columns (`row_blocks`,
+`column_blocks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,102 @@ def unique_float_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     if not np.array_equal(bits[rep][codes], bits):
         return None
     return rep, codes
+
+
+# A phase's operators are priced once per distinct row (`distinct_columns`) when at most this
+# fraction of the rows is distinct: below it the gathers and scatters around the pricing cost
+# less than the rows saved (a sweep's grid); above it every row is priced as it comes.
+DISTINCT_BELOW = 0.7
+# Batches of more than twice as many rows first hash a sample of about this many: an almost
+# all-distinct sample (more than SAMPLE_DISTINCT of it) skips the full pass (workloads drawn
+# freely).
+SAMPLE_ROWS = 4000
+SAMPLE_DISTINCT = 0.97
+SAMPLE_ARRAYS = (4, 16)
+
+
+def _key_columns(arrays: Sequence[Any], n: int) -> list[np.ndarray]:
+    """Every per-configuration array of `arrays` (last axis n) that is not the same on every
+    row, as (n,) uint64 columns, each array once: numbers by their bits (a (k, n) array gives
+    k columns), strings by their codes."""
+    import pandas as pd  # hash-based factorize: O(n)
+
+    seen: set[int] = set()
+    out: list[np.ndarray] = []
+    for a in arrays:
+        if not isinstance(a, np.ndarray) or a.ndim == 0 or a.shape[-1] != n or id(a) in seen:
+            continue
+        seen.add(id(a))
+        for row in a.reshape(-1, n):
+            if row.strides[-1] == 0 or (row == row[0]).all():  # the same on every row
+                continue
+            if row.dtype.kind in "US":  # fixed-width strings: their bytes, 8 at a time
+                b = np.ascontiguousarray(row).view(np.uint8).reshape(n, -1)
+                pad = -b.shape[1] % 8
+                if pad:
+                    b = np.concatenate([b, np.zeros((n, pad), dtype=np.uint8)], axis=1)
+                out.extend(np.ascontiguousarray(b.view(np.uint64).T))
+            elif row.dtype.kind in "OT":
+                out.append(pd.factorize(row.astype(object), sort=False)[0].astype(np.uint64))
+            elif row.dtype.itemsize == 8 and row.dtype.kind in "fiu":
+                out.append(row.view(np.uint64))  # its bits, no copy (-0.0 apart from 0.0)
+            else:
+                out.append(row.astype(np.float64).view(np.uint64))
+    return out
+
+
+def _row_hash(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """A multiplicative hash of each row of the columns (wraps)."""
+    h = np.zeros(len(columns[0]), dtype=np.uint64)
+    for j, c in enumerate(columns):
+        h *= np.uint64(0x9E3779B97F4A7C15 + 2 * j)
+        h += c
+    return h
+
+
+def distinct_columns(arrays: Sequence[Any], n: int, below: float = DISTINCT_BELOW) -> Groups | None:
+    """The rows of n configurations that agree on every per-configuration array of `arrays`
+    (bit for bit; arrays of shape (n,) or (k, n), numbers or strings): `Groups` of one row per
+    distinct row and each row's group, or None when at least `below` of the rows are distinct
+    (deduplication would not pay) or n < DEDUPE_MIN_ROWS. Rows are hashed, then every row is
+    checked against its representative, so a hash collision only costs the deduplication,
+    never a wrong row."""
+    if n < DEDUPE_MIN_ROWS:
+        return None
+    import pandas as pd
+
+    # the per-configuration arrays, each once (a sequence of values as an array)
+    arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+    arrays = list({id(a): a for a in arrays if a.ndim and a.shape[-1] == n}.values())
+    if n > 2 * SAMPLE_ROWS:  # every step-th row, as strided views (no copies)
+        step = n // SAMPLE_ROWS
+        # node arrays (k, n) first: decode's KV lengths tell distinct workloads apart soonest
+        sample = [a[..., ::step] for a in sorted(arrays, key=lambda a: -a.ndim)]
+        m = len(range(0, n, step))
+        # the sample's rows are distinct as soon as those of some of its arrays are: checked
+        # after SAMPLE_ARRAYS[i] arrays (a batch of distinct workloads stops at the first);
+        # one distinct only by later arrays is found by the full pass
+        h, done = np.zeros(m, dtype=np.uint64), 0
+        for check in SAMPLE_ARRAYS:
+            part = _key_columns(sample[done:check], m)
+            if part:
+                h = _row_hash([h, *part])
+            done = check
+            if len(pd.unique(h)) > SAMPLE_DISTINCT * m:
+                return None
+    columns = _key_columns(arrays, n)
+    if not columns:  # every array the same on every row
+        return Groups(np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp))
+    codes, uniq = pd.factorize(_row_hash(columns), sort=False)
+    if len(uniq) >= below * n:
+        return None
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[codes] = np.arange(n)  # one (the last) row of each distinct key
+    back = rep[codes]
+    for c in columns:
+        if not np.array_equal(c[back], c):
+            return None
+    return Groups(rep, codes.astype(np.intp, copy=False))
 
 
 def dedupe(

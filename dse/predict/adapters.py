@@ -63,6 +63,21 @@ class L1Price:
 # ctx: "cols" (the configuration columns the operators were built from), "phase", "tokens"
 # (tokens per forward pass per GPU: batch x prompt for prefill, batch for decode).
 Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
+# The configuration columns an adapter may read from ctx["cols"] (the layer-op model's sizes)
+# and those "tokens" is made of: the pricer prices a phase once per distinct row of these and of
+# the operators' own arrays (`dse.predict.pricing.Pricer.price_phases`), so an adapter that reads
+# another column must add it here (tests/test_shape_dedup.py checks what they read).
+CTX_COLUMNS: tuple[str, ...] = (
+    "gated_mlp",
+    "norm",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "tensor_parallel",
+    "batch_size",
+    "prompt_tokens",
+)
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
 

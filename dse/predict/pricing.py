@@ -32,8 +32,8 @@ import numpy as np
 from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
-from dse.predict._rows import ndim_of, shape_of, unique_float_rows
-from dse.predict.adapters import ADAPTERS, L1Price
+from dse.predict._rows import Groups, distinct_columns, ndim_of, shape_of, unique_float_rows
+from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
 from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
@@ -461,6 +461,93 @@ def _joined_parts(
     return times, ops
 
 
+# ---------------------------------------------------------------------------- shape groups
+def phase_groups(
+    ops: Sequence[Op],
+    runs: OpRuns,
+    cols: Mapping[str, np.ndarray] | None,
+    n: int,
+    weights: np.ndarray | None = None,
+) -> Groups | None:
+    """The configurations of a phase whose operators are the same calls (every operator's
+    sizes, FLOPs, bytes and dims, whether it runs, and the columns the adapters read,
+    `adapters.CTX_COLUMNS`) with the same quadrature `weights`: one row per group and each
+    row's group, or None when most rows are distinct (`_rows.distinct_columns`). The counts
+    are left out: a sweep's configurations that differ only in depth (n_layers) make the same
+    calls, a different number of times."""
+    arrays: list[Any] = [weights]
+    for op, mask in zip(ops, runs.mask, strict=True):
+        arrays += [mask, op.flops, op.bytes, *op.dims.values()]
+    if cols is not None:
+        arrays += [cols[k] for k in CTX_COLUMNS if k in cols]
+    return distinct_columns(arrays, n)
+
+
+def _per_call(op: Op, rows: np.ndarray, n: int) -> Op:
+    """The operator at configurations `rows`, its count 1 where it runs (0 elsewhere): the
+    pricer's times are then per call, `_finish_grouped` multiplies in each configuration's
+    count."""
+    o = _op_rows(op, rows, n)
+    return Op(o.name, o.kind, o.block, (np.asarray(o.count) > 0).astype(float), o.flops,
+              o.bytes, o.dims)  # fmt: skip
+
+
+def _finish_grouped(
+    d: _Draft,
+    ops: Sequence[Op],
+    weights: np.ndarray | None,
+    inverse: np.ndarray,
+    n: int,
+) -> PhaseCost:
+    """`_finish` of a draft priced once per group of configurations (`phase_groups`: the
+    operators `_per_call`, `weights` at the groups' rows): each operator's seconds, joules and
+    roofline seconds reduced over the node axis per group, then spread over all n in one
+    gather and multiplied by each configuration's own count; totals are the sums of the rows,
+    in operator order (as `_collapse` adds them)."""
+    m = len(d.zero)
+    wsum = None if weights is None else weights.sum(axis=0)
+    names: list[str] = []
+    rows: list[np.ndarray] = []
+    counts: list[Any] = []
+    last: dict[str, Any] = {}  # `roof` keeps the last running operator of a name
+    for (_, t, p), op in zip(d.per_op, ops, strict=True):
+        names.append(op.name)
+        if t is d.zero:  # runs nowhere
+            rows += [d.zero, d.zero]
+        else:
+            rows += list(_reduced(t, p, weights, wsum, m))
+            last[op.name] = op.count
+        counts += [op.count, op.count]
+    roofs = _reduced_roofs(d.roof, weights, m, wsum)
+    rows += list(roofs.values())
+    counts += [last[k] for k in roofs]
+    # one C-ordered gather (x[:, inverse] would be column-major), then the counts row by row
+    spread = np.take(np.array(rows, dtype=float).reshape(len(rows), m), inverse, axis=1)
+    for row, c in zip(spread, counts, strict=True):
+        row *= c
+    k = len(names)
+    pairs = spread[: 2 * k].reshape(k, 2, n)
+    out = PhaseCost(
+        pairs[:, 0].sum(axis=0),
+        pairs[:, 1].sum(axis=0),
+        sources=dict(d.sources),
+        out_of_range=d.oor[inverse],
+        kinds={op.name: op.kind for op in ops},
+        blocks={op.name: op.block for op in ops},
+        roof_s=dict(zip(roofs, spread[2 * k :], strict=True)),
+        oor_by={key: v[inverse] for key, v in d.oor_by.items()},
+        misses={
+            key: RangeMiss(*(_at(a, inverse, m) for a in (v.excess, v.value, v.bound)))
+            for key, v in d.misses.items()
+        },
+        source_rows={key: v[inverse] for key, v in d.source_rows.items()},
+    )
+    for name, (t_r, e_r) in zip(names, pairs, strict=True):
+        _acc(out.items_s, name, t_r)
+        _acc(out.items_j, name, e_r)
+    return out
+
+
 def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
     """The phase's `PhaseCost`: the node axis reduced with the quadrature `weights`."""
     n = len(d.zero)
@@ -501,6 +588,9 @@ class Pricer:
         # of the same compute (A100 40GB priced with the 80GB part's kernels): times move with
         # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
         self.artifact_gpu = artifact_gpu if artifact_gpu is not None else gpu
+        # Per phase of the last `price_phases`, the configurations Level 1 priced: fewer than
+        # the batch where configurations shared their operator calls (`phase_groups`).
+        self.priced_rows: list[int] = []
 
     def price_phases(
         self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]]
@@ -514,14 +604,35 @@ class Pricer:
         pre: dict[int, dict[int, L1Price | None]] = {}
         if self.artifact is not None and n <= self.stack_at_most:
             pre = self._stacked(phases, n, runs)
+        # A larger batch prices each phase once per group of configurations that make the same
+        # operator calls (a sweep's grid repeats them), Levels 1 and 2 on one row per group.
+        groups: list[Groups | None] = [
+            phase_groups(ops, runs[i], self.cols, n, weights)
+            if self.artifact is not None and n > self.stack_at_most
+            else None
+            for i, (ops, _, weights) in enumerate(phases)
+        ]
+        self.priced_rows = [n if g is None else len(g.rows) for g in groups]
         drafts = [
             self._level1(ops, phase, pre.get(i), runs[i])
-            for i, (ops, phase, _) in enumerate(phases)
+            if g is None
+            else self._at_rows(g.rows)._level1(
+                [_per_call(op, g.rows, n) for op in ops], phase, None
+            )
+            for i, ((ops, phase, _), g) in enumerate(zip(phases, groups, strict=True))
         ]
         self._apply_level2(drafts)
         return [
-            _finish(d, ops, weights) for d, (ops, _, weights) in zip(drafts, phases, strict=True)
+            _finish(d, ops, weights)
+            if g is None
+            else _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n)
+            for d, (ops, _, weights), g in zip(drafts, phases, groups, strict=True)
         ]
+
+    def _at_rows(self, rows: np.ndarray) -> Pricer:
+        """This pricer on the configurations `rows` (their columns gathered when read)."""
+        cols = None if self.cols is None else _Rows(self.cols, rows)
+        return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols)
 
     def _stacked(
         self,
