@@ -171,7 +171,10 @@ def fit_levels(
         pw, pinfo = fit_power3(gpu, data_root, artifact, model, lookup, tables)
         if pw is not None:
             pfiles = sorted(
-                {*(str(Path(data_root) / f) for f in energy["file"].unique()), *pinfo.pop("files")}
+                {
+                    *(str(Path(data_root) / f) for f in energy["file"].unique()),
+                    *(str(Path(data_root) / f) for f in pinfo.pop("files")),
+                }
             )
             out.append(
                 FittedModel("level3.power", pw, cv=pinfo.pop("cv"), files=tuple(pfiles), info=pinfo)

@@ -144,6 +144,7 @@ def _frame(source: str, kept: pd.DataFrame, cfg: pd.DataFrame, m: pd.DataFrame, 
             "gpu": gpus,
             "model": kept["model"].astype(str).to_numpy(),
             "file": kept["file"].astype(str).to_numpy(),
+            "row": kept.index.to_numpy(),
             "engine": cfg["engine"].astype(str).to_numpy(),
             "shape": shape_key(cfg),
             "power_w": measured,
@@ -182,11 +183,14 @@ def serving_v2_rows(data: Path, artifact: Artifact) -> pd.DataFrame:
     return _serving_frame("ml-energy-v2", cfg, rows, artifact, busy_from_time=True)
 
 
-def serving_v3_rows(data: Path, artifact: Artifact) -> pd.DataFrame:
-    """ml-energy v3 (vLLM 0.11.1) runs: the host step hides behind the GPU (busy = 1)."""
+def serving_v3_rows(
+    data: Path, artifact: Artifact, prompt_tokens: dict[str, int] | None = None
+) -> pd.DataFrame:
+    """ml-energy v3 (vLLM 0.11.1) runs: the host step hides behind the GPU (busy = 1). Prompt
+    lengths per task as `dse.fitting.serving.V3_PROMPT_TOKENS` unless given."""
     from dse.fitting import serving as S
 
-    cfg, rows = S.v3_configs(data)
+    cfg, rows = S.v3_configs(data, prompt_tokens)
     return _serving_frame("ml-energy-v3", cfg, rows, artifact, busy_from_time=False)
 
 
@@ -217,6 +221,7 @@ def calibration_rows(
     artifact: Artifact,
     tables: dict[str, pd.DataFrame] | None = None,
     lookup: Any = None,
+    prompt_tokens: dict[str, int] | None = None,
 ) -> pd.DataFrame:
     """Every source's rows (`argonne_rows`, `serving_v2_rows`, `serving_v3_rows`; a source whose
     files are missing is left out)."""
@@ -229,9 +234,12 @@ def calibration_rows(
     parts = []
     if energy is not None and not energy.empty:
         parts.append(argonne_rows(energy, artifact, lookup))
-    for read in (serving_v2_rows, serving_v3_rows):
+    for source in ("v2", "v3"):
         try:
-            parts.append(read(data, artifact))
+            if source == "v2":
+                parts.append(serving_v2_rows(data, artifact))
+            else:
+                parts.append(serving_v3_rows(data, artifact, prompt_tokens))
         except DataError:
             continue
     parts = [p for p in parts if len(p)]
@@ -317,3 +325,48 @@ def uncalibrated_power_w(rows: pd.DataFrame) -> np.ndarray:
     idle, _ = _spans(rows)
     busy = rows["busy"].to_numpy(float)
     return busy * rows["p_model_w"].to_numpy(float) + (1.0 - busy) * idle
+
+
+STATIC_ENERGY_KEYS = (
+    "prefill_energy_j",
+    "decode_energy_j",
+    "energy_j",
+    "energy_per_output_token_j",
+    "avg_power_w",
+    "energy_lo_j",
+    "energy_hi_j",
+)
+
+
+def held_out_static(
+    static: pd.DataFrame,
+    data: str | Path,
+    source: str,
+    prompt_tokens: dict[str, int] | None = None,
+) -> pd.DataFrame:
+    """Serving rows with their static prediction (`dse.fitting.serving.serving_rows` /
+    `serving_rows_v3`, columns `static.<key>`, `row`) whose energies are re-priced by the
+    calibration fitted without the row's architecture (on every source), so a score on them is
+    held out: the shipped artifact's calibration has seen every row. `source`: "ml-energy-v2"
+    or "ml-energy-v3". Rows the calibration rows lack keep the shipped energies."""
+    from dse.fitting.serving import STATIC
+    from dse.predict import load_artifact
+
+    out = static.copy()
+    for gpu in out["gpu"].astype(str).unique():
+        art, _ = load_artifact(gpu)
+        if art is None:
+            continue
+        pool = calibration_rows(data, art, prompt_tokens=prompt_tokens)
+        held = held_out_gpu_power_w(calibration(pool), pool)
+        mine = ((pool["source"] == source) & (pool["gpu"] == gpu)).to_numpy()
+        by_row = pd.Series(held[mine], index=pool.loc[mine, "row"].to_numpy())
+        at = (out["gpu"].astype(str) == gpu).to_numpy()
+        p_held = by_row.reindex(out.loc[at, "row"].to_numpy()).to_numpy()
+        tp = out.loc[at, "tensor_parallel"].to_numpy(float)
+        e = out.loc[at, STATIC + "energy_j"].to_numpy(float)
+        ratio = p_held * tp * out.loc[at, STATIC + "latency_s"].to_numpy(float) / e
+        ratio = np.where(np.isfinite(ratio), ratio, 1.0)
+        for k in STATIC_ENERGY_KEYS:
+            out.loc[at, STATIC + k] = out.loc[at, STATIC + k].to_numpy(float) * ratio
+    return out

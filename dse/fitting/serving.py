@@ -166,6 +166,7 @@ def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame) -> pd.DataFrame:
             "output_tokens": cfg["output_tokens"].to_numpy(),
             "time_s": rows["time_s"].to_numpy() * scale,
             "energy_j": rows["measured_j"].to_numpy() * scale,
+            "row": rows.index.to_numpy(),  # the run's row in `v2_configs` / `v3_configs`
         }
     )
     for k in (*OUTPUT_KEYS, *BAND_KEYS):
