@@ -330,7 +330,7 @@ def protocol_check(en: pd.DataFrame) -> list[str]:
         own = _protocol_c(x)
         lines.append(
             f"| {a} | {mape_pct(_energy_with_protocol(x, 0.0), meas):.1f}% "
-            f"| {mape_pct(_energy_with_protocol(x, None), meas):.1f}% (c = {own:.3f}) "
+            f"| {mape_pct(_energy_with_protocol(x, own), meas):.1f}% (c = {own:.3f}) "
             f"| {mape_pct(_energy_with_protocol(x, other), meas):.1f}% (c = {other:.3f}) "
             f"| {mape_pct(lomo, meas):.1f}% (c = {', '.join(f'{c:.3f}' for c in cs)}) |"
         )

@@ -6,7 +6,8 @@ whole architecture; its terms side by side (docs/accuracy.md "Energy and power")
 Prints the rows per source (models, architectures) and, per source, the held-out per-GPU power
 MAPE of: the operator power model alone, the calibration with its terms one by one (the shipped
 one has them all), and the shipped form plus the older engine term c log2(batch)/6 (c fitted on
-argonne's vLLM / TensorRT-LLM pairs of the same model and batch: 1-2 models).
+argonne's vLLM / TensorRT-LLM pairs of the same model and batch, 1-2 models, on every row:
+`dse fit` would not fit it on fewer than 5 models).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dse.fitting import power_calibration as PC  # noqa: E402
-from dse.models.level3_power import Power3  # noqa: E402
+from dse.models.level3_power import Power3, fit_protocol  # noqa: E402
 from dse.predict import load_artifact  # noqa: E402
 
 
@@ -40,14 +41,22 @@ def _with_engine_term(rows: pd.DataFrame) -> Power3:
     keys = rows["gpu"] + "|" + rows["model"] + "|" + rows["batch"].astype(str)
     keys = np.where(argonne, keys, np.arange(len(rows)).astype(str))
     wait = np.where(rows["busy"].to_numpy(float) < 1.0, rows["gpu"].astype(str), "")
+    identical = rows["identical"].to_numpy(bool)
+    # c on every pair (Power3.fit leaves it at 0 below MIN_ENGINE_MODELS models; shown anyway)
+    c = fit_protocol(
+        rows["y"].to_numpy(float) - rows["u"].to_numpy(float),
+        rows["batch"].to_numpy(float),
+        identical,
+        keys,
+    )
     return Power3().fit(
         rows["u"].to_numpy(float),
         rows["batch"].to_numpy(float),
         rows["y"].to_numpy(float),
         rows["shape"].to_numpy(),
-        identical=rows["identical"].to_numpy(bool),
+        identical=identical,
         pair_keys=keys,
-        protocol=None,
+        protocol=c,
         tp=rows["tp"].to_numpy(float),
         kv=rows["kv_share"].to_numpy(float),
         busy=rows["busy"].to_numpy(float),

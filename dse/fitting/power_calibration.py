@@ -37,7 +37,6 @@ from dse.spec.hardware import GPU, get_gpu
 CALIBRATION = "level3.power"
 MODELLED = ("p_model_w", "u", "batch", "tp", "kv_share", "latency_s", "energy_j")
 SHAPE_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_experts")
-MIN_ENGINE_MODELS = 5  # an engine-only term needs pairs of at least this many models
 
 
 class _Probe(Power3):
@@ -294,7 +293,8 @@ def fit_calibration(rows: pd.DataFrame) -> tuple[Power3, dict[str, Any]]:
         "terms": ["1", "u", "log2(batch)/8", "log2(tp)/3", "kv_share"],
         "coefficients": [float(v) for v in pw.coef_],
         "waiting_fraction": {k: float(v) for k, v in pw.wait_.items()},
-        "protocol_c": 0.0,  # no engine-only term: no pairs of MIN_ENGINE_MODELS models
+        # no engine-only term: argonne's protocol pairs are of 1-2 models (MIN_ENGINE_MODELS)
+        "protocol_c": 0.0,
         "calibrated": bool(pw.calibrated_),
     }
     return pw, info

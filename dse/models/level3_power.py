@@ -47,6 +47,8 @@ RIDGE = 1e-3
 # y = u: the operator power model uncalibrated; coefficients of (1, u, batch, tp, kv_share)
 IDENTITY = np.array([0.0, 1.0, 0.0, 0.0, 0.0])
 N_COEF = len(IDENTITY)
+# an engine-only term is fitted only on pairs of at least this many models (held-out groups)
+MIN_ENGINE_MODELS = 5
 PROTOCOL_BATCH = 64.0  # x = log2(batch) / log2(PROTOCOL_BATCH): 0 at batch 1, 1 at batch 64
 
 
@@ -56,18 +58,29 @@ def protocol_x(batch: np.ndarray) -> np.ndarray:
 
 
 def fit_protocol(
-    resid: np.ndarray, batch: np.ndarray, identical: np.ndarray, keys: np.ndarray
+    resid: np.ndarray,
+    batch: np.ndarray,
+    identical: np.ndarray,
+    keys: np.ndarray,
+    models: np.ndarray | None = None,
+    min_models: int = 1,
 ) -> float:
     """c >= 0 of the independent-sequence term from pairs of rows with the same key (model,
     batch) measured under both protocols: d = resid(independent) - resid(identical) = c x.
-    `resid`: measured minus modelled dynamic fraction. 0 where no pair exists."""
-    x, d = [], []
+    `resid`: measured minus modelled dynamic fraction. 0 where no pair exists, or where the
+    pairs come from fewer than `min_models` distinct `models` (an engine term fitted on one or
+    two models is that model's, not the engine's: issue 33)."""
+    x, d, seen = [], [], set()
     for k in np.unique(keys):
         at = keys == k
         ind, ide = at & ~identical, at & identical
         if ind.any() and ide.any():
             x.append(float(protocol_x(batch[at]).mean()))
             d.append(float(resid[ind].mean() - resid[ide].mean()))
+            if models is not None:
+                seen.update(str(m) for m in np.asarray(models)[at])
+    if models is not None and len(seen) < min_models:
+        return 0.0
     xa, da = np.asarray(x), np.asarray(d)
     den = float(xa @ xa)
     return max(float(xa @ da) / den, 0.0) if den > 0 else 0.0
@@ -142,7 +155,8 @@ class Power3(Model):
         dynamic fraction (clocks and cooling differ per board), applied when that GPU is
         predicted.
         `identical` / `pair_keys` / `protocol`: the older independent-sequence term (None:
-        fitted on pairs, as before; 0: none, what `dse fit` passes)."""
+        fitted on pairs, if they come from MIN_ENGINE_MODELS groups or more, else 0; a number:
+        used as given; `dse fit` passes 0)."""
         n = len(y)
         identical = np.zeros(n, bool) if identical is None else np.asarray(identical, bool)
         keys = np.arange(n) if pair_keys is None else np.asarray(pair_keys)
@@ -152,7 +166,7 @@ class Power3(Model):
         wk = np.full(n, "") if wait_key is None else np.asarray(wait_key).astype(str)
         gk = np.full(n, "") if gpu_key is None else np.asarray(gpu_key).astype(str)
         X = _phi(u, batch, tp, kv)
-        data = (X, y, identical, keys, batch, busy, wk, gk)
+        data = (X, y, identical, keys, batch, busy, wk, gk, np.asarray(groups))
         self.protocol_, self.coef_, self.wait_, self.offsets_ = self._fit_once(
             data, np.ones(n, bool), protocol
         )
@@ -182,9 +196,12 @@ class Power3(Model):
     def _fit_once(
         self, data: tuple[np.ndarray, ...], tr: np.ndarray, protocol: float | None
     ) -> tuple[float, np.ndarray, dict[str, float], dict[str, float]]:
-        X, y, identical, keys, batch, busy, wk, gk = (a[tr] for a in data)
+        X, y, identical, keys, batch, busy, wk, gk, groups = (a[tr] for a in data)
         u = X[:, 1]
-        c = fit_protocol(y - u, batch, identical, keys) if protocol is None else protocol
+        if protocol is None:
+            c = fit_protocol(y - u, batch, identical, keys, groups, MIN_ENGINE_MODELS)
+        else:
+            c = protocol
         y_neutral = y - c * protocol_x(batch) * ~identical * busy
         waits = sorted({str(w) for w in wk[busy < 1.0]})
         # waiting rows: busy share x the calibration, (1 - busy) x their wait draw (unshrunk)
