@@ -52,7 +52,7 @@ from dse.spec.stand_ins import STAND_INS  # noqa: E402
 
 SECTION = "## HYMELL end to end (Levels 2-3)"
 COMMAND = "PYTHONPATH=. python benchmarks/e2e_accuracy.py"
-GPUS = ("h100_sxm", "a100_sxm")
+GPUS = ("h100_sxm", "a100_sxm", "gh200")
 TARGETS = {
     ("h100_sxm", "vllm"): "<= 5%",
     ("a100_sxm", "vllm"): "<= 8%",
@@ -259,7 +259,8 @@ def energy_cv(
     # The calibration as `dse fit` fits it (dse.fitting.power_calibration): every source's
     # per-GPU power, this chip's argonne rows with the held-out Level 3's modelled power,
     # held out by whole architecture.
-    pool = PC.calibration_rows(ARGS.data, load_artifact(gpu)[0], tables=dict(tables))
+    art = load_artifact(gpu)[0]
+    pool = PC.calibration_rows(ARGS.data, art, tables=dict(tables), gpus=PC.power_gpus(art.gpu))
     key = ["gpu", "engine", "model", "batch"]
     mine = kept.assign(batch=kept["batch_size"].astype(float), _row=np.arange(len(kept)))
     at = pool.reset_index().merge(mine[[*key, "_row"]], on=key, how="inner")
@@ -497,8 +498,9 @@ def report() -> str:
         lines += [
             "Energy = held-out latency x held-out average power (GPU 0, TP 1, 1024 in / 1024 out,",
             "batch 1-64). The power calibration is fitted as `dse fit` fits it, on every source of",
-            "per-GPU power (argonne, ml-energy v2 and v3; dse.fitting.power_calibration), with the",
-            "row's whole architecture held out of it (on every source); the latency that",
+            "per-GPU power measured on the artifact's GPUs (argonne, ml-energy v2 and v3;",
+            "dse.fitting.power_calibration), with the row's whole architecture held out of it (on",
+            "every source); the latency that",
             "multiplies it is leave-one-model-out.",
             "",
             "| artifact | engine | rows | scheme | power, uncalibrated MAPE | power MAPE | latency MAPE | energy MAPE |",

@@ -392,15 +392,17 @@ def fit_power3(
     tables: Mapping[str, pd.DataFrame] | None = None,
 ) -> tuple[Power3 | None, dict[str, Any]]:
     """Fit the power calibration of artifact `gpu` on per-GPU power of every source that
-    measured it (`dse.fitting.power_calibration`), each row priced by `artifact`'s Levels 1-2
-    and `level3` moved to the row's GPU; held out by whole architecture. None without
+    measured it (`dse.fitting.power_calibration`) on the GPUs of its "level3_power_rows"
+    lenders (else those of its Level 3), each row priced by `artifact`'s Levels 1-2 and
+    `level3`; held out by whole architecture. None without
     Level-1/2 models (the roofline has no power model to calibrate)."""
-    from dse.fitting.power_calibration import calibration_rows, fit_calibration
+    from dse.fitting.power_calibration import calibration_rows, fit_calibration, power_gpus
 
     if artifact is None:
         return None, {"cv": {}}
     art = with_model(artifact, "level3.e2e", level3)
-    rows = calibration_rows(data_root, art, tables=dict(tables or {}), lookup=lookup)
+    gpus = power_gpus(gpu)
+    rows = calibration_rows(data_root, art, tables=dict(tables or {}), lookup=lookup, gpus=gpus)
     if len(rows) < 3:
         return None, {"cv": {}}
     return fit_calibration(rows)

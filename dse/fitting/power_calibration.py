@@ -33,6 +33,7 @@ from dse.models.artifact import Artifact
 from dse.models.level3 import GlobalInputs
 from dse.models.level3_power import BAND_QUANTILES, Power3, kv_share
 from dse.spec.hardware import GPU, get_gpu
+from dse.spec.stand_ins import lenders
 
 CALIBRATION = "level3.power"
 MODELLED = ("p_model_w", "u", "batch", "tp", "kv_share", "latency_s", "energy_j")
@@ -173,29 +174,47 @@ def argonne_rows(energy: pd.DataFrame, artifact: Artifact, lookup: Any = None) -
     )
 
 
-def serving_v2_rows(data: Path, artifact: Artifact) -> pd.DataFrame:
-    """ml-energy v2 (vLLM 0.4.2) runs, priced as static batches by `artifact`: busy = the static
-    prediction's time over the measured wall time (of the same B requests)."""
+def serving_v2_rows(
+    data: Path, artifact: Artifact, gpus: tuple[str, ...] | None = None
+) -> pd.DataFrame:
+    """ml-energy v2 (vLLM 0.4.2) runs on `gpus` (None: all), priced as static batches by
+    `artifact`: busy = the static prediction's time over the measured wall time (of the same B
+    requests)."""
     from dse.fitting import serving as S
 
-    cfg, rows = S.v2_configs(data)
+    cfg, rows = _on(*S.v2_configs(data), gpus)
     return _serving_frame("ml-energy-v2", cfg, rows, artifact, busy_from_time=True)
 
 
 def serving_v3_rows(
-    data: Path, artifact: Artifact, prompt_tokens: dict[str, int] | None = None
+    data: Path,
+    artifact: Artifact,
+    prompt_tokens: dict[str, int] | None = None,
+    gpus: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
-    """ml-energy v3 (vLLM 0.11.1) runs: the host step hides behind the GPU (busy = 1). Prompt
-    lengths per task as `dse.fitting.serving.V3_PROMPT_TOKENS` unless given."""
+    """ml-energy v3 (vLLM 0.11.1) runs on `gpus` (None: all): the host step hides behind the
+    GPU (busy = 1). Prompt lengths per task as `dse.fitting.serving.V3_PROMPT_TOKENS` unless
+    given."""
     from dse.fitting import serving as S
 
-    cfg, rows = S.v3_configs(data, prompt_tokens)
+    cfg, rows = _on(*S.v3_configs(data, prompt_tokens), gpus)
     return _serving_frame("ml-energy-v3", cfg, rows, artifact, busy_from_time=False)
+
+
+def _on(
+    cfg: pd.DataFrame, rows: pd.DataFrame, gpus: tuple[str, ...] | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if gpus is None:
+        return cfg, rows
+    keep = cfg["gpu"].astype(str).isin(gpus).to_numpy()
+    return cfg[keep], rows[keep]
 
 
 def _serving_frame(
     source: str, cfg: pd.DataFrame, rows: pd.DataFrame, artifact: Artifact, busy_from_time: bool
 ) -> pd.DataFrame:
+    if cfg.empty:
+        return pd.DataFrame()
     m = modelled(cfg, artifact)
     b = rows["batch_size"].to_numpy(float)
     scale = cfg["batch_size"].to_numpy(float) / b  # measured batch of b requests -> of B
@@ -215,15 +234,22 @@ def _serving_frame(
     )
 
 
+def power_gpus(gpu: str) -> tuple[str, ...]:
+    """The GPUs whose measured per-GPU power calibrates artifact `gpu`: its
+    "level3_power_rows" lenders, else those of its Level 3 (`dse.spec.stand_ins`)."""
+    return lenders("level3_power_rows", gpu) or lenders("level3_rows", gpu)
+
+
 def calibration_rows(
     data: str | Path,
     artifact: Artifact,
     tables: dict[str, pd.DataFrame] | None = None,
     lookup: Any = None,
     prompt_tokens: dict[str, int] | None = None,
+    gpus: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
     """Every source's rows (`argonne_rows`, `serving_v2_rows`, `serving_v3_rows`; a source whose
-    files are missing is left out)."""
+    files are missing is left out) measured on `gpus` (None: every GPU)."""
     data = Path(data)
     energy = (tables or {}).get("e2e_energy")
     if energy is None:
@@ -231,14 +257,16 @@ def calibration_rows(
 
         energy = load(data, ["e2e_energy"]).get("e2e_energy")
     parts = []
+    if energy is not None and gpus is not None:
+        energy = energy[energy["gpu"].isin(gpus)]
     if energy is not None and not energy.empty:
         parts.append(argonne_rows(energy, artifact, lookup))
     for source in ("v2", "v3"):
         try:
             if source == "v2":
-                parts.append(serving_v2_rows(data, artifact))
+                parts.append(serving_v2_rows(data, artifact, gpus))
             else:
-                parts.append(serving_v3_rows(data, artifact, prompt_tokens))
+                parts.append(serving_v3_rows(data, artifact, prompt_tokens, gpus))
         except DataError:
             continue
     parts = [p for p in parts if len(p)]
@@ -261,7 +289,18 @@ def calibration(rows: pd.DataFrame, **terms: bool) -> Power3:
         kv=rows["kv_share"].to_numpy(float) if terms.get("kv", True) else None,
         busy=rows["busy"].to_numpy(float),
         wait_key=wait_key,
+        weight=source_weights(rows) if terms.get("balanced", BALANCED) else None,
     )
+
+
+BALANCED = False  # each source the same total weight (True) or each row (False)
+
+
+def source_weights(rows: pd.DataFrame) -> np.ndarray:
+    """Weights that give each source the same total weight (argonne's 32 rows against the
+    serving sources' hundreds)."""
+    n = rows.groupby("source")["source"].transform("size").to_numpy(float)
+    return len(rows) / (rows["source"].nunique() * n)
 
 
 def fit_calibration(rows: pd.DataFrame) -> tuple[Power3, dict[str, Any]]:
@@ -357,7 +396,7 @@ def held_out_static(
         art, _ = load_artifact(gpu)
         if art is None:
             continue
-        pool = calibration_rows(data, art, prompt_tokens=prompt_tokens)
+        pool = calibration_rows(data, art, prompt_tokens=prompt_tokens, gpus=power_gpus(art.gpu))
         held = held_out_gpu_power_w(calibration(pool), pool)
         mine = ((pool["source"] == source) & (pool["gpu"] == gpu)).to_numpy()
         by_row = pd.Series(held[mine], index=pool.loc[mine, "row"].to_numpy())

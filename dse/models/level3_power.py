@@ -144,6 +144,7 @@ class Power3(Model):
         busy: np.ndarray | None = None,
         wait_key: np.ndarray | None = None,
         gpu_key: np.ndarray | None = None,
+        weight: np.ndarray | None = None,
     ) -> Self:
         """Fit on rows of modelled (`u`) and measured (`y`) dynamic fraction, held out by `groups`.
 
@@ -153,7 +154,7 @@ class Power3(Model):
         time is measured, ml-energy v2), so such a row reads y = busy y_gpu + (1 - busy) w.
         `gpu_key`: the GPU of each row, "" for none; a GPU named gets its own offset of the
         dynamic fraction (clocks and cooling differ per board), applied when that GPU is
-        predicted.
+        predicted. `weight`: each row's weight in the least squares (None: 1).
         `identical` / `pair_keys` / `protocol`: the older independent-sequence term (None:
         fitted on pairs, if they come from MIN_ENGINE_MODELS groups or more, else 0; a number:
         used as given; `dse fit` passes 0)."""
@@ -166,7 +167,8 @@ class Power3(Model):
         wk = np.full(n, "") if wait_key is None else np.asarray(wait_key).astype(str)
         gk = np.full(n, "") if gpu_key is None else np.asarray(gpu_key).astype(str)
         X = _phi(u, batch, tp, kv)
-        data = (X, y, identical, keys, batch, busy, wk, gk, np.asarray(groups))
+        w = np.ones(n) if weight is None else np.asarray(weight, float)
+        data = (X, y, identical, keys, batch, busy, wk, gk, np.asarray(groups), w)
         self.protocol_, self.coef_, self.wait_, self.offsets_ = self._fit_once(
             data, np.ones(n, bool), protocol
         )
@@ -196,7 +198,7 @@ class Power3(Model):
     def _fit_once(
         self, data: tuple[np.ndarray, ...], tr: np.ndarray, protocol: float | None
     ) -> tuple[float, np.ndarray, dict[str, float], dict[str, float]]:
-        X, y, identical, keys, batch, busy, wk, gk, groups = (a[tr] for a in data)
+        X, y, identical, keys, batch, busy, wk, gk, groups, w = (a[tr] for a in data)
         u = X[:, 1]
         if protocol is None:
             c = fit_protocol(y - u, batch, identical, keys, groups, MIN_ENGINE_MODELS)
@@ -211,7 +213,8 @@ class Power3(Model):
         A = np.hstack([busy[:, None] * X, *(v[:, None] for v in G)])
         A = A if W is None else np.hstack([A, W])
         nw = N_COEF + len(gpus)
-        k = _ridge(A, y_neutral, self.ridge, free=[0, *range(nw, A.shape[1])])
+        sw = np.sqrt(w / w.mean())[:, None]  # weighted least squares
+        k = _ridge(A * sw, y_neutral * sw[:, 0], self.ridge, free=[0, *range(nw, A.shape[1])])
         wait = {w: float(v) for w, v in zip(waits, k[nw:], strict=True)}
         off = {x: float(v) for x, v in zip(gpus, k[N_COEF:nw], strict=True)}
         if k[1] <= 0:  # not a calibration (`_physical`): no offsets either
