@@ -3,9 +3,11 @@ whole architecture; its terms side by side (docs/accuracy.md "Energy and power")
 
     PYTHONPATH=. python experiments/power_calibration_pool.py [--data ../shared/data] [--gpu h100_sxm]
 
-Prints the rows per source (models, architectures) and, per source, the held-out per-GPU power
-MAPE of: the operator power model alone, the calibration with its terms one by one (the shipped
-one has them all), and the shipped form plus the older engine term c log2(batch)/6 (c fitted on
+Prints the rows per source (models, architectures) of the artifact's GPUs
+(`power_calibration.power_gpus`) and, per source, the held-out per-GPU power MAPE of: the
+operator power model alone, the calibration with its terms one by one (the shipped one has them
+all), with each source weighted alike, fitted on every GPU's rows (priced by this artifact moved
+to each GPU), and the shipped form plus the older engine term c log2(batch)/6 (c fitted on
 argonne's vLLM / TensorRT-LLM pairs of the same model and batch, 1-2 models, on every row:
 `dse fit` would not fit it on fewer than 5 models).
 """
@@ -70,29 +72,42 @@ def main() -> None:
     p.add_argument("--gpu", default="h100_sxm", help="the artifact pricing every row")
     a = p.parse_args()
     art, _ = load_artifact(a.gpu)
-    rows = PC.calibration_rows(a.data, art)
-    print(f"artifact {a.gpu} {art.artifact_id}; rows per source:")
-    agg = rows.groupby("source").agg(
+    gpus = PC.power_gpus(art.gpu)
+    rows = PC.calibration_rows(a.data, art, gpus=gpus)
+    print(f"artifact {a.gpu} {art.artifact_id}; rows of {', '.join(gpus)} per source:")
+    agg = rows.groupby(["source", "gpu"]).agg(
         rows=("y", "size"), models=("model", "nunique"), architectures=("shape", "nunique")
     )
     print(agg.to_string())
     print()
-    print(f"| variant | {' | '.join(sorted(rows['source'].unique()))} | coefficients |")
-    print("|---|---|---|---|---|")
+    names = sorted(rows["source"].unique())
+    print(f"| variant | {' | '.join(names)} | coefficients (1, u, batch, tp, kv_share) |")
+    print("|---" * (len(names) + 2) + "|")
     print(f"| operator power model alone | {_scores(rows, PC.uncalibrated_power_w(rows))} | |")
     for label, terms in (
         ("u, batch", {"tp": False, "kv": False}),
         ("u, batch, tp", {"kv": False}),
         ("u, batch, tp, kv_share (shipped)", {}),
+        ("shipped, each source the same total weight", {"balanced": True}),
     ):
         pw = PC.calibration(rows, **terms)
         print(
-            f"| {label} | {_scores(rows, PC.held_out_power_w(pw, rows))} | {np.round(pw.coef_, 3)} |"
+            f"| {label} | {_scores(rows, PC.held_out_power_w(pw, rows))} "
+            f"| {np.round(pw.coef_, 3)} |"
         )
     pw = _with_engine_term(rows)
     print(
         f"| shipped + engine term (c = {pw.protocol_:.3f}) "
         f"| {_scores(rows, PC.held_out_power_w(pw, rows))} | {np.round(pw.coef_, 3)} |"
+    )
+    # every GPU's rows priced by this one artifact (moved to each row's GPU), scored on its own
+    pool = PC.calibration_rows(a.data, art)
+    pw = PC.calibration(pool)
+    own = pool["gpu"].isin(gpus).to_numpy()
+    held = PC.held_out_power_w(pw, pool)[own]
+    print(
+        f"| shipped terms, rows of every GPU ({pool['gpu'].nunique()}) "
+        f"| {_scores(pool[own].reset_index(drop=True), held)} | {np.round(pw.coef_, 3)} |"
     )
 
 
