@@ -42,7 +42,7 @@ STAGES = [
     ("- decode attention", "predict/adapters.py", "price_generation_attention"),
     ("- MoE", "predict/adapters.py", "price_moe"),
     ("- all-reduce", "predict/adapters.py", "price_allreduce"),
-    ("- operator power (`op_power.op_power_w`)", "predict/op_power.py", "op_power_w"),
+    ("- operator power (`power_table.op_power_w`)", "predict/power_table.py", "op_power_w"),
     ("Level 2 (`pricing._apply_level2`)", "predict/pricing.py", "_apply_level2"),
     ("Level 3 (`request._level3_terms`)", "predict/request.py", "_level3_terms"),
     ("range flags (`flags._range_flags`, `_oor_degree`)", "predict/flags.py", "_range_flags"),

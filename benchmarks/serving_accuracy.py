@@ -40,7 +40,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _provenance import short_commit  # noqa: E402  (benchmarks/, the script's folder)
 
-from dse.fitting import power_calibration as PC  # noqa: E402
 from dse.fitting import serving as S  # noqa: E402
 from dse.predict.serving import CONSTANTS_FILE, FORMAT_VERSION  # noqa: E402
 
@@ -60,7 +59,7 @@ PROMPTS = (128, 256, 512, 1024, 2048)  # every task at one assumed prompt length
 def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """vLLM 0.4.2 on ml-energy v2: (rows, held-out scores per GPU with the band's nested
     coverage, A100 scores with H100's constants, the held-out predictions)."""
-    rows = PC.held_out_static(S.serving_rows(data), data, "ml-energy-v2")
+    rows = S.serving_rows(data)
     pred = S.leave_one_model_out(rows)
     own = S.scores(pred).merge(S.nested_band_coverage(rows).drop(columns="rows"), on="gpu")
     transfer = S.scores(S.leave_one_model_out(rows, train_gpu=TRAIN_GPU))
@@ -103,7 +102,7 @@ def measure_v3(
     table, per-task table of the shipped terms, held-out predictions of the shipped terms)."""
     from dse.predict.serving import constants_for
 
-    rows = PC.held_out_static(S.serving_rows_v3(data), data, "ml-energy-v3")
+    rows = S.serving_rows_v3(data)
     g = rows[S.STATIC + "latency_s"].to_numpy()
     lines = [_line("static prediction (batching: static)", g, rows[S.STATIC + "energy_j"], rows)]
     before = S.price(rows, constants_for(TRAIN_GPU, V2))
@@ -126,11 +125,7 @@ def measure_v3(
         ),
         *((f"{p} every task", dict.fromkeys(S.V3_PROMPT_TOKENS, p)) for p in PROMPTS),
     ):
-        r = (
-            rows
-            if prompts is None
-            else PC.held_out_static(S.serving_rows_v3(data, prompts), data, "ml-energy-v3", prompts)
-        )
+        r = rows if prompts is None else S.serving_rows_v3(data, prompts)
         st = _line("static", r[S.STATIC + "latency_s"], r[S.STATIC + "energy_j"], r)
         ho = _held_out(r, shipped, "held out")
         c = S.fit_constants(r, shipped)

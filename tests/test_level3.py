@@ -223,13 +223,12 @@ def test_an_unphysical_power_calibration_falls_back_to_the_power_model() -> None
     np.testing.assert_allclose(pw.held_out_, rising, atol=1e-2)
 
 
-def _protocol_rows(c: float, n_models: int = 2) -> tuple[np.ndarray, ...]:
-    """n_models models x batch 1-64 x two protocols; independent sequences draw c log2(b)/6
-    more."""
-    batch = np.tile(np.repeat([1.0, 16.0, 32.0, 64.0], 2), n_models)
-    identical = np.tile([True, False], 4 * n_models)
-    model = np.repeat([f"m{i + 1}" for i in range(n_models)], 8)
-    u = 0.3 + 0.02 * np.log2(batch) + 0.05 * (np.char.lstrip(model, "m").astype(int) - 1)
+def _protocol_rows(c: float) -> tuple[np.ndarray, ...]:
+    """Two models x batch 1-64 x two protocols; independent sequences draw c log2(b)/6 more."""
+    batch = np.tile(np.repeat([1.0, 16.0, 32.0, 64.0], 2), 2)
+    identical = np.tile([True, False], 8)
+    model = np.repeat(["m1", "m2"], 8)
+    u = 0.3 + 0.02 * np.log2(batch) + np.where(model == "m2", 0.05, 0.0)
     y = u + c * np.log2(batch) / 6.0 * ~identical
     keys = np.char.add(model, batch.astype(int).astype(str))
     return u, batch, y, identical, model, keys
@@ -240,22 +239,14 @@ def test_independent_sequence_power_term_is_fitted_on_pairs_and_held_out() -> No
     from dse.spec.hardware import get_gpu
 
     u, batch, y, identical, model, keys = _protocol_rows(0.2)
-    # two models: no engine term from their pairs (issue 33: not fewer than 5 models)
-    assert Power3().fit(u, batch, y, model, identical=identical, pair_keys=keys).protocol_ == 0.0
-    assert fit_protocol(y - u, batch, identical, keys, model, 5) == 0.0
-    u, batch, y, identical, model, keys = _protocol_rows(0.2, n_models=5)
     assert np.isclose(fit_protocol(y - u, batch, identical, keys), 0.2)
-    assert np.isclose(fit_protocol(y - u, batch, identical, keys, model, 5), 0.2)
     # No pair measured both ways: no term. Independent drawing less: clipped at 0.
     assert fit_protocol(y - u, batch, identical, np.arange(len(u))) == 0.0
     assert fit_protocol(u - y, batch, identical, keys) == 0.0
     pw = Power3().fit(u, batch, y, model, identical=identical, pair_keys=keys)
     assert np.isclose(pw.protocol_, 0.2)
     np.testing.assert_allclose(pw.coef_, IDENTITY, atol=0.1)  # ridge-shrunk identity
-    # Held out by model: each model's term from the other models' pairs: 4 models, fewer than
-    # 5, so none.
-    np.testing.assert_allclose(pw.held_out_[~identical], pw.held_out_[identical], atol=0.05)
-    pw = Power3().fit(u, batch, y, model, identical=identical, pair_keys=keys, protocol=0.2)
+    # Held out by model: each model's term from the other model's pairs (both show c = 0.2).
     gap = pw.held_out_[~identical] - pw.held_out_[identical]
     np.testing.assert_allclose(gap, 0.2 * np.log2(batch[identical]) / 6.0, atol=1e-9)
     gpu = get_gpu("h100_sxm")
@@ -273,7 +264,7 @@ def test_power_state_without_the_protocol_term_loads_as_before() -> None:
     from dse.models.level3_power import Power3
     from dse.spec.hardware import get_gpu
 
-    u, batch, y, identical, model, keys = _protocol_rows(0.2, n_models=5)
+    u, batch, y, identical, model, keys = _protocol_rows(0.2)
     pw = Power3().fit(u, batch, y, model, identical=identical, pair_keys=keys)
     state = pw.to_state()
     again = Power3.from_state(state)
@@ -336,8 +327,8 @@ def test_runs_beyond_the_model_context_are_not_priced() -> None:
 def test_gh200_has_its_own_level3_over_h200_kernels() -> None:
     """GH200 has end-to-end rows but no kernel tables: its artifact carries H200's Level-1 and
     Level-2 models (manifest level1_gpu, times moved to GH200's bandwidth by the roofline)
-    under a Level 3 fitted on GH200's own rows, and a power calibration fitted on every GPU's
-    measured power. Its Levels 1-2 price a configuration exactly as the h200_sxm artifact does."""
+    under a Level 3 fitted on GH200's own rows, and the power calibration H200 uses (H100's
+    rows). Its Levels 1-2 price a configuration exactly as the h200_sxm artifact does."""
     import pytest
 
     from dse.predict import load_artifact
@@ -351,8 +342,7 @@ def test_gh200_has_its_own_level3_over_h200_kernels() -> None:
         pytest.skip("no shipped gh200 / h200_sxm artifact")
     assert level1 == art.level1_gpu == "h200_sxm"
     assert art.manifest["models"]["level3.e2e"]["rows_from_gpus"] == ["gh200"]
-    # the power calibration: every GPU's measured power (dse.fitting.power_calibration)
-    assert {"h100_sxm", "gh200"} <= set(art.manifest["models"]["level3.power"]["rows_from_gpus"])
+    assert art.manifest["models"]["level3.power"]["rows_from_gpus"] == ["h100_sxm"]
     for name in h200.names():
         if not name.startswith("level3."):
             assert name in art.names(), name

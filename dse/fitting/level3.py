@@ -168,14 +168,9 @@ def fit_levels(
     out = [FittedModel("level3.e2e", model, cv=cv, files=tuple(files), info=info)]
     energy = tables.get("e2e_energy")
     if energy is not None and not energy.empty:
-        pw, pinfo = fit_power3(gpu, data_root, artifact, model, lookup, tables)
+        pw, pinfo = fit_power3(gpu, energy, artifact, model, lookup)
         if pw is not None:
-            pfiles = sorted(
-                {
-                    *(str(Path(data_root) / f) for f in energy["file"].unique()),
-                    *(str(Path(data_root) / f) for f in pinfo.pop("files")),
-                }
-            )
+            pfiles = sorted({str(Path(data_root) / f) for f in energy["file"].unique()})
             out.append(
                 FittedModel("level3.power", pw, cv=pinfo.pop("cv"), files=tuple(pfiles), info=pinfo)
             )
@@ -385,37 +380,51 @@ def pair_keys(kept: pd.DataFrame) -> np.ndarray:
 
 def fit_power3(
     gpu: str,
-    data_root: str | Path,
+    energy_rows: pd.DataFrame,
     artifact: Artifact | None,
     level3: Level3,
     lookup: Any = None,
-    tables: Mapping[str, pd.DataFrame] | None = None,
 ) -> tuple[Power3 | None, dict[str, Any]]:
-    """Fit the power calibration of artifact `gpu` on per-GPU power of every source that
-    measured it (`dse.fitting.power_calibration`) on the GPUs of its "level3_power_rows"
-    lenders (else those of its Level 3), each row priced by `artifact`'s Levels 1-2 and
-    `level3`; held out by whole architecture. None without
-    Level-1/2 models (the roofline has no power model to calibrate)."""
-    from dse.fitting.power_calibration import calibration_rows, fit_calibration, power_gpus
-
-    if artifact is None:
+    """Fit the power calibration of artifact `gpu` on the argonne power rows of its
+    "level3_power_rows" lenders (else those of its Level 3)."""
+    sources = lenders("level3_power_rows", gpu) or lenders("level3_rows", gpu)
+    rows = energy_rows[energy_rows["gpu"].isin(sources)]
+    cfg, kept = e2e_configs(rows, lookup)
+    if len(cfg) < 3:
         return None, {"cv": {}}
-    art = with_model(artifact, "level3.e2e", level3)
-    gpus = power_gpus(gpu)
-    rows = calibration_rows(data_root, art, tables=dict(tables or {}), lookup=lookup, gpus=gpus)
-    if len(rows) < 3:
-        return None, {"cv": {}}
-    return fit_calibration(rows)
-
-
-def with_model(artifact: Artifact, name: str, model: Any) -> Artifact:
-    """`artifact` with `model` (a fitted instance) as `name`, its other models shared."""
-    entries = {**artifact.manifest["models"], name: {"kind": type(model).kind}}
-    art = Artifact(
-        manifest={**artifact.manifest, "models": entries},
-        models={**artifact.models, name: {}},
-        path=artifact.path,
+    g, extra = price_rows(cfg, artifact, _level1_gpu(artifact, gpu))
+    gpus = cfg["gpu"].to_numpy()
+    p_model = model_power_w(level3.correct(g), extra, gpus)
+    measured = kept["power_w"].to_numpy(float)
+    groups, scheme = power_groups(kept)
+    pw = Power3().fit(
+        dynamic_fraction(p_model, gpus),
+        g.value("batch"),
+        dynamic_fraction(measured, gpus),
+        groups,
+        identical=identical_batch(kept),
+        pair_keys=pair_keys(kept),
     )
-    art._instances.update(artifact._instances)
-    art._instances[name] = model
-    return art
+    held_p = from_fraction(pw.held_out_, gpus)
+    ok = np.isfinite(pw.held_out_)
+    logres = np.log(measured[ok] / held_p[ok])
+    pw.band_log_ = np.quantile(logres, BAND_QUANTILES) if ok.any() else np.zeros(2)
+    cv = {
+        "scheme": scheme,
+        "rows": int(ok.sum()),
+        "power_mape_pct": float(np.mean(np.abs(held_p[ok] / measured[ok] - 1)) * 100)
+        if ok.any()
+        else None,
+        "uncalibrated_power_mape_pct": float(np.mean(np.abs(p_model / measured - 1)) * 100),
+    }
+    info = {
+        "cv": cv,
+        "rows_from_gpus": list(sources),
+        "rows_used": len(kept),
+        "coefficients": [float(v) for v in pw.coef_],
+        # Independent sequences' extra dynamic fraction at batch 64 (0 at batch 1).
+        "protocol_c": float(pw.protocol_),
+        # False: the fit was not physical (k1 <= 0); the operator power model is used as is.
+        "calibrated": bool(pw.calibrated_),
+    }
+    return pw, info

@@ -115,50 +115,32 @@ def serving_rows(data: Path) -> pd.DataFrame:
     `batch_size` = the run's average batch rounded (the predictor takes whole sequences): the
     measured `time_s` and `energy_j` (all GPUs) of that many requests, and the static
     prediction's OUTPUT_KEYS and BAND_KEYS as `static.<key>`."""
-    cfg, rows = v2_configs(data)
-    return pd.concat(
-        [_with_static(rows.loc[at], cfg.loc[at]) for at in _by_gpu(cfg)], ignore_index=True
-    )
-
-
-def _by_gpu(cfg: pd.DataFrame) -> list[pd.Index]:
-    return [cfg.index[cfg["gpu"] == g] for g in sorted(cfg["gpu"].unique())]
-
-
-def v2_configs(data: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The ml-energy v2 runs as static configurations (`static_configs`) and the runs."""
     df, _ = M.ml_energy(load(data, kinds=["serving_energy"]))
-    df = df.reset_index(drop=True)
-    cols = M.architecture_columns(df["model"])
-    cfg = pd.DataFrame({k: v for k, v in cols.items() if k in Architecture.field_names()})
-    return static_configs(df, cfg, df["gpu"].astype(str).to_numpy()), df
+    parts = []
+    for gpu, rows in df.groupby("gpu", sort=True):
+        cols = M.architecture_columns(rows["model"])
+        cfg = pd.DataFrame({k: v for k, v in cols.items() if k in Architecture.field_names()})
+        parts.append(_with_static(rows, cfg, str(gpu)))
+    return pd.concat(parts, ignore_index=True)
 
 
-def static_configs(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: Any) -> pd.DataFrame:
-    """Measured runs (`rows`: prompt_tokens, output_tokens, tensor_parallel, batch_size (the
-    average, fractional)) as the static batch `dse.predict` prices (`cfg`: the architecture
-    columns, same order), on `gpu` (a name or one per row)."""
-    cfg = cfg.reset_index(drop=True).copy()
+def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: str) -> pd.DataFrame:
+    """Measured runs (`rows`: model, file, prompt_tokens, output_tokens, tensor_parallel,
+    batch_size (the average, fractional), time_s, measured_j) with the static prediction of
+    each on `gpu` (`cfg`: the architecture columns)."""
+    from dse.predict import predict
+
+    cfg = cfg.reset_index(drop=True)
     for k in ("prompt_tokens", "output_tokens", "tensor_parallel"):
         cfg[k] = np.rint(rows[k].to_numpy()).astype(int)
     b = rows["batch_size"].to_numpy(dtype=float)
     cfg["batch_size"] = np.maximum(np.rint(b), 1).astype(int)
     cfg["gpu"], cfg["engine"] = gpu, ENGINE
-    cfg.index = rows.index
-    return cfg
-
-
-def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame) -> pd.DataFrame:
-    """Measured runs (`rows`: model, file, batch_size (the average, fractional), time_s,
-    measured_j) with the static prediction of each (`cfg`: `static_configs`)."""
-    from dse.predict import predict
-
-    p = predict(cfg.reset_index(drop=True))
-    b = rows["batch_size"].to_numpy(dtype=float)
+    p = predict(cfg)
     scale = cfg["batch_size"].to_numpy() / b  # measured batch of b requests -> of B
     out = pd.DataFrame(
         {
-            "gpu": cfg["gpu"].to_numpy(),
+            "gpu": gpu,
             "model": rows["model"].to_numpy(),
             "file": rows["file"].to_numpy(),
             "batch_size": cfg["batch_size"].to_numpy(),
@@ -166,7 +148,6 @@ def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame) -> pd.DataFrame:
             "output_tokens": cfg["output_tokens"].to_numpy(),
             "time_s": rows["time_s"].to_numpy() * scale,
             "energy_j": rows["measured_j"].to_numpy() * scale,
-            "row": rows.index.to_numpy(),  # the run's row in `v2_configs` / `v3_configs`
         }
     )
     for k in (*OUTPUT_KEYS, *BAND_KEYS):
@@ -227,29 +208,21 @@ def read_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataF
 
 def serving_rows_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataFrame:
     """`read_v3`'s runs with the static prediction of each (as `serving_rows`), and `task`."""
-    cfg, df = v3_configs(data, prompt_tokens)
+    df = read_v3(data, prompt_tokens)
     parts = []
-    for at in _by_gpu(cfg):
-        out = _with_static(df.loc[at], cfg.loc[at])
-        out["task"] = df.loc[at, "task"].to_numpy()
+    for gpu, rows in df.groupby("gpu", sort=True):
+        archs = {m: v3_architecture(m).to_dict() for m in rows["model"].unique()}
+        cfg = pd.DataFrame(
+            [
+                {k: v for k, v in archs[m].items() if k in Architecture.field_names()}
+                for m in rows["model"]
+            ]
+        )
+        cfg["weight_dtype"] = rows["weight_dtype"].to_numpy()
+        out = _with_static(rows, cfg, str(gpu))
+        out["task"] = rows["task"].to_numpy()
         parts.append(out)
     return pd.concat(parts, ignore_index=True)
-
-
-def v3_configs(
-    data: Path, prompt_tokens: dict[str, int] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """`read_v3`'s runs as static configurations (`static_configs`) and the runs."""
-    df = read_v3(data, prompt_tokens).reset_index(drop=True)
-    archs = {m: v3_architecture(m).to_dict() for m in df["model"].unique()}
-    cfg = pd.DataFrame(
-        [
-            {k: v for k, v in archs[m].items() if k in Architecture.field_names()}
-            for m in df["model"]
-        ]
-    )
-    cfg["weight_dtype"] = df["weight_dtype"].to_numpy()
-    return static_configs(df, cfg, df["gpu"].astype(str).to_numpy()), df
 
 
 def _static(rows: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -257,8 +257,6 @@ def predict_columns(
     cost = apply_level3(base, corr, gpu.idle_power_w)
     pw = _model(artifact, POWER3_MODEL)
     cost, power_band = _calibrated_energy(pw, g, cost, gpu, n)
-    if pw is not None:
-        misses.update({f"level3 power: {k}": v for k, v in pw.range_misses_of(g).items()})
     oor, degree = _oor_degree(misses, flags, n)
     out = _totals(cost, base.steps, cols, _bands(corr.band_lo, corr.band_hi, power_band, degree))
     host: dict[str, np.ndarray] = {}

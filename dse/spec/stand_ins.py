@@ -19,17 +19,15 @@ in docs/accuracy.md ("Fallbacks across engines, dtypes and sibling GPUs").
   14-190%: no fallback.
 - `layer_op_rows`: a GPU without vidur rows fits its layer-op family on the rows of the chip it
   shares compute (SMs, kernels) with; the model is then a transfer and its manifest says so.
-- `level2_rows` / `level3_rows`: the vidur rows (Level 2) and argonne end-to-end rows (Level 3)
-  an artifact's levels are fitted on. argonne's A100s are the 40GB
+- `level2_rows` / `level3_rows`: the vidur rows (Level 2) and argonne end-to-end rows (Level 3,
+  and its power calibration) an artifact's levels are fitted on. argonne's A100s are the 40GB
   part (ALCF Polaris); H200 has no end-to-end rows of its own. A GPU not listed uses its own rows.
   B200 has neither vidur nor argonne rows: its layer-op family, Level 2 and Level 3 are fitted
   on H100's rows over B200's own Level-1 kernel models, as H200's are (a transfer: its
   end-to-end error is unmeasured except against ml-energy v3's B200 serving rows).
-- `level3_power_rows`: the GPUs whose measured per-GPU power (argonne, ml-energy v2 and v3)
-  calibrates an artifact's Level-3 power (`dse.fitting.power_calibration`), where not those of
-  `level3_rows`: GH200's own rows are of 2 models (15.1% held out alone), with H100's added
-  8.7%. Rows of other chips priced by one artifact calibrate it worse (all GPUs' rows for the
-  H100 artifact: H100 serving power 10.3 -> 11.6%, experiments/power_calibration_pool.py).
+- `level3_power_rows`: the argonne power rows Level 3's power calibration is fitted on, where
+  not those of `level3_rows`: GH200 has 8 power rows of its own, which calibrate worse (16.7%
+  held out) than H100's rows do for it (12.0%), so it keeps the calibration H200 uses.
 - `power_rows`: the Level-1 power model is fitted on the only GPU with measured kernel power in
   the training share, for every GPU.
 """
@@ -76,7 +74,7 @@ STAND_INS: dict[str, dict[str, tuple[str, ...]]] = {
         "gh200": ("gh200",),
         "b200_sxm": ("h100_sxm",),
     },
-    "level3_power_rows": {"gh200": ("gh200", "h100_sxm")},
+    "level3_power_rows": {"gh200": ("h100_sxm",)},
     "power_rows": {ANY_GPU: ("h200_sxm",)},
 }
 POWER_GPU = STAND_INS["power_rows"][ANY_GPU][0]  # the only GPU with measured kernel power
