@@ -111,7 +111,7 @@ def heldout_like(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
         [
             a.head(2),
             a.head(2).assign(Model="newco/Unheard-7B"),
-            a.head(2).assign(Framework="SGLang"),
+            a.head(2).assign(Framework="MLC-LLM"),  # an engine no model knows (SGLang now is one)
             a.head(2).assign(Hardware="Nvidia B200 GPU"),
         ]
     )
@@ -147,7 +147,7 @@ def test_heldout_like_folder_loses_no_row(heldout_like: Path, tmp_path: Path, ca
     known_engine = one(kind="e2e", gpu="h100_sxm", engine="trtllm")
     assert known_engine["predicted_rows"] == 2
     assert "unknown model 'newco/Unheard-7B'" in known_engine["unpredicted_reason"]
-    assert "engine sglang not modelled" in one(kind="e2e", engine="sglang")["unpredicted_reason"]
+    assert "engine mlc-llm not modelled" in one(kind="e2e", engine="mlc-llm")["unpredicted_reason"]
     assert "dtype nvfp4" in one(engine="sglang", dtype="nvfp4")["unpredicted_reason"]
     err = capsys.readouterr().err
     assert "2 data file(s) gave no rows" in err

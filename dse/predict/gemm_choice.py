@@ -93,6 +93,9 @@ class Gemm:
         "fp8": ("fp8_block",),
         "fp8_block": ("fp8",),
         "bfloat16": (),
+        # nvfp4 only where a table measured it (Blackwell): no other dtype's kernels stand in
+        # for 4-bit weights, so a GPU without one says so (ArtifactError) instead of guessing.
+        "nvfp4": (),
     }
 
     def __init__(
