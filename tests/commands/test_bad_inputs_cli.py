@@ -28,7 +28,7 @@ from dse.spec import columns as C
 from dse.spec import fields as F
 from dse.spec.workload import ENGINES, Workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL = ["--model", "llama-3-8b"]
 
 # field -> (low, high) of the integer flags every command has

@@ -13,7 +13,7 @@ import pytest
 
 from dse.cli import COMMANDS, _available
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def dse(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

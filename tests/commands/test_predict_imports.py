@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pandas", "pyarrow", "optuna", "plotly", "sklearn", "scipy", "torch")
 
 # Runs `dse <argv>` in this interpreter, then prints the exit code and the heavy top-level

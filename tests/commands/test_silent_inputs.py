@@ -23,7 +23,7 @@ from dse.commands import predict as P
 from dse.spec import fields as F
 from dse.spec.space import CONSTRAINT_KEYS, load_space
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SPACE = "space:\n  d_model: 64\n  n_layers: 2\n  n_heads: 4\n  d_ff: 128\n"  # lines 1-5
 
 

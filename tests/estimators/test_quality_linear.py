@@ -252,7 +252,7 @@ def test_auto_prices_a_dense_space_with_linear_layers_by_shen2024() -> None:
 def test_mamba_hybrids_example_under_auto_is_one_law(tmp_path: Path) -> None:
     """The shipped mamba_hybrids_8b example asked for `auto`: every row (attention-only ones
     too) priced by shen2024, and at equal compute the hybrids beat the Llama-shaped rows."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     text = (repo / "examples" / "mamba_hybrids_8b.yaml").read_text()
     path = tmp_path / "m.yaml"
     path.write_text(text.replace("source: chinchilla", "source: auto"))

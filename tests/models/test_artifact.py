@@ -16,7 +16,7 @@ from dse.models import model_class
 from dse.models.artifact import FORMAT_VERSION, Artifact, default_dir, weights_id
 from dse.predict.gemm_choice import Gemm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
 
 

@@ -25,7 +25,7 @@ from dse.models.artifact import GPU_SPECS, MANIFEST, WEIGHTS, Artifact
 from dse.resources import surrogates_dir
 from dse.spec import hardware
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.parent.name for p in surrogates_dir().glob(f"*/{MANIFEST}"))
 pytestmark = pytest.mark.skipif(not SHIPPED, reason="shipped artifacts not found")
 

@@ -20,7 +20,7 @@ from dse.spec.arch import Architecture
 from dse.spec.catalogue import lookup_model
 from dse.spec.workload import Workload
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 C = HostConstants(
     engine="vllm",
     engine_version="0.4.2",

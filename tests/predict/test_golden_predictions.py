@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "golden_predictions.npz"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_predictions.npz"
 GPUS = ("h100_sxm", "h200_sxm", "a100_sxm", "a100_sxm_40gb", "gh200")
 ENGINES = ("vllm", "trtllm")
 TPS = (1, 2, 4, 8)
@@ -226,7 +226,7 @@ def test_predictions_match_the_golden_file() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     GOLDEN.parent.mkdir(exist_ok=True)
     outs = golden_outputs()
     np.savez_compressed(GOLDEN, **outs)

@@ -22,7 +22,7 @@ from dse.resources import surrogates_dir
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LLAMA3_8B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=128256)
 LLAMA2_7B = dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=11008)
 MIXTRAL = dict(LLAMA3_8B, vocab_size=32000, n_experts=8, top_k=2)

@@ -72,7 +72,7 @@ def test_search_space_yaml_takes_it(tmp_path) -> None:
 
     from dse.spec.space import load_space
 
-    src = Path(__file__).resolve().parents[1] / "search_spaces" / "moe.yaml"
+    src = Path(__file__).resolve().parents[2] / "search_spaces" / "moe.yaml"
     text = src.read_text().replace(
         "tensor_parallel: 1}", "tensor_parallel: 1, routing: {values: [uniform, identical]}}"
     )

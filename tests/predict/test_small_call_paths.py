@@ -17,7 +17,7 @@ from dse.predict.pricing import op_runs, roofline_op, roofline_times
 from dse.predict.stacking import STACK_AT_MOST
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
-from tests.test_golden_small import golden_configs
+from tests.predict.test_golden_small import golden_configs
 
 # float32 products in another blocking: ~1e-7 of a log factor; a wrong member, weight block
 # or scaler moves it by 1e-2 or more

@@ -12,7 +12,7 @@ from dse.predict.pricing import Pricer, op_runs
 from dse.predict.stacking import STACK_AT_MOST, stack_ops
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
-from tests.test_golden_small import golden_configs
+from tests.predict.test_golden_small import golden_configs
 
 # Float outputs agree to float32 round-off of the residual MLPs (their products see other
 # matrix shapes when stacked); a row priced with another operator's shape moves by percents.

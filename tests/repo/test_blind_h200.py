@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AIC = ROOT / "benchmarks" / "measurements" / "h200_gemm_bf16_aic_2026-11-29.csv"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from dse.spec import fields as F
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 ARCH_FIELDS = [f for f in F.FIELDS.values() if f.group == "architecture"]
 
 

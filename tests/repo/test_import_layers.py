@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PKG = "dse"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

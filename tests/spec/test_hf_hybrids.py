@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover
     HAVE_HF = False
 needs_hf = pytest.mark.skipif(not HAVE_HF, reason="torch and transformers are not importable")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
         "num_key_value_heads": 2, "vocab_size": 100}  # fmt: skip
 NEMO = {"model_type": "nemotron_h", **TINY, "head_dim": 16, "mamba_num_heads": 8,

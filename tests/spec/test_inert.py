@@ -20,7 +20,7 @@ from dse.sweep import SweepOptions, evaluate, exact_front, run_sweep
 from dse.sweep._columns import canonical_index, space_columns
 from dse.sweep._fronts import config_ids
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "attention_families_8b.yaml"
 BASE = {"d_model": 2048, "n_layers": 16, "n_heads": 16, "n_kv_heads": 4, "d_ff": 5632,
         "vocab_size": 32000, "batch_size": 4, "prompt_tokens": 2048, "output_tokens": 64}  # fmt: skip

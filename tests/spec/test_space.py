@@ -11,7 +11,7 @@ from dse.errors import ConfigError
 from dse.spec import columns as C
 from dse.spec.space import bundled_spaces, count_feasible, load_space, require_feasible
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOOD = """\
 name: t
 hardware: h100_sxm

@@ -8,7 +8,7 @@ from pathlib import Path
 from dse.spec.hardware import gpu_names
 from dse.spec.stand_ins import ANY_GPU, PURPOSES, STAND_INS, lender, lenders
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_entry_names_registered_gpus() -> None:

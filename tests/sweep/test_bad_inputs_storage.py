@@ -25,7 +25,7 @@ from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
 from dse.sweep._journal_scan import LOST_ATTR, scan_journal
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -25,7 +25,7 @@ from dse.sweep import _enumerate as E
 from dse.sweep._columns import space_columns
 from dse.sweep._evaluate import evaluate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # 7 x 3 x 5 x 2 x 2 x 2 = 840 configurations. Batch size trades time per output token against
 # energy per token, so the front is long; n_heads 48 does not divide d_model 2048/4096 (invalid).

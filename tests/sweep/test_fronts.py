@@ -185,7 +185,7 @@ def test_exact_enumeration_matches_brute_force(
 
 
 def test_auto_says_why_it_samples(tmp_path: Path, capsys) -> None:
-    big = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_big_space.yaml"
+    big = Path(__file__).resolve().parents[2] / "benchmarks" / "sweep_big_space.yaml"
     from dse.sweep import _samplers as S
 
     msg = S.explain("auto", load_space(big), 2000, max_configs=1_000_000)

@@ -32,7 +32,7 @@ pytestmark = [
         reason="DSE_TEST_POSTGRES_URL is not set: `source .ci/postgres.sh` starts a server",
     ),
 ]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PARAMS = ["d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"]
 # 2 x 3 x 2 x 2 x 2 = 48 configurations, 12 of them invalid (24 heads do not divide 4096).
 SPACE = """\

@@ -22,7 +22,7 @@ from dse.sweep import SweepOptions, evaluate, exact_front, run_sweep
 from dse.sweep._evaluate import tokens2wh_module
 from dse.sweep._samplers import resolve
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # A larger space (3 x 13 x 3 x 4 x 17 = 7,956) where sampling matters.
 MEDIUM = (

@@ -19,7 +19,7 @@ from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
 from dse.sweep._journal_commit import read_committed
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OBJ = ["obj.latency_request", "obj.energy_hymell_request"]
 
 
