@@ -1,6 +1,6 @@
 """The attention families on the command line: `dse arch` says how many layers of each kind a
 model has and what its KV cache and state hold; the family flags reach the accounting of
-`dse arch`, `dse energy` and `dse predict` (bad values: tests/test_bad_inputs_cli.py)."""
+`dse arch`, `dse energy` and `dse predict` (bad values: tests/commands/test_bad_inputs_cli.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (`FILE:LINE: key: rule, got value`, exit 2, no traceback) or a warning on stderr that names the
 value, its unit and what is plausible.
 
-Runs the commands in-process through `dse.cli.main`, on real files, as tests/test_bad_inputs_cli.py
+Runs the commands in-process through `dse.cli.main`, on real files, as tests/commands/test_bad_inputs_cli.py
 does. The expected limits and ranges are written out here, not read from `dse.spec.fields`, so a
 changed one fails a test.
 """

@@ -1,7 +1,7 @@
 """The corrected tokens-to-watt-hours accounting of the attention families: sliding windows,
 MLA's latent cache and linear layers' constant state, against the dse.spec.arch accounting
 and closed forms summed token by token (a model of full GQA layers keeps its numbers:
-tests/test_tokens2wh.py and the golden tests)."""
+tests/estimators/test_tokens2wh.py and the golden tests)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 for 2,560 configurations (5 GPUs x 2 engines x {dense, MoE} x TP {1, 2, 4, 8}, 32 each: half
 published models from the catalogue, half random shapes) plus 160 roofline-only ones.
 
-    PYTHONPATH=. python tests/test_golden_predictions.py     # (re)writes tests/data/golden_predictions.npz
+    PYTHONPATH=. python tests/predict/test_golden_predictions.py     # (re)writes tests/data/golden_predictions.npz
 
 Rewrite the file only in a commit that means to move predictions (a new artifact), and say so.
 """

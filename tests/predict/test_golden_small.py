@@ -2,7 +2,7 @@
 
 tests/data/golden_small.npz holds every float output (less the `blocks.*` sums) of `dse.predict.predict` for the 500
 configurations of `golden_configs()`, written with the code before the small-call work
-(commit 47be5c9) by running this file: `PYTHONPATH=. python tests/test_golden_small.py`.
+(commit 47be5c9) by running this file: `PYTHONPATH=. python tests/predict/test_golden_small.py`.
 Rewrite it only when a change is meant to move predictions (a new artifact), and say so.
 """
 

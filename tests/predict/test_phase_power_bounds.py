@@ -3,7 +3,7 @@
 Per GPU, a phase's power is its energy over its time on every GPU of the tensor-parallel
 group: prefill_energy_j / (ttft_s x tp), decode_energy_j / ((latency_s - ttft_s) x tp), and
 the request's energy_j / (latency_s x tp). The operators are held under the board limit
-(tests/test_board_limit.py); the Level-3 power calibration of the whole request used to scale
+(tests/predict/test_board_limit.py); the Level-3 power calibration of the whole request used to scale
 both phases by one factor, which put prefill at up to 1,811 W on a 700 W GPU. This checks a
 grid of 10,000+ configurations (every registered GPU, both engines, static and continuous
 batching, batch 1..256, prompt 128..8192, TP 1..8, dense and MoE models from the catalogue)

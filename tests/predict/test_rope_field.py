@@ -3,8 +3,8 @@
 with RoPE (ALiBi and learned positions, BLOOM, OPT, Falcon with alibi, keep the RoPE-sized pass
 as the stand-in for their positional work); the Hugging Face importer
 and the catalogue set it; a bad value gets the located message; the default moves nothing (the
-golden tests: tests/test_golden_predictions.py, tests/test_golden_small.py). `--rope maybe` is in
-tests/test_bad_inputs_cli.py's catalogue, the inert cases in tests/test_inert.py."""
+golden tests: tests/predict/test_golden_predictions.py, tests/predict/test_golden_small.py). `--rope maybe` is in
+tests/commands/test_bad_inputs_cli.py's catalogue, the inert cases in tests/spec/test_inert.py."""
 
 from __future__ import annotations
 

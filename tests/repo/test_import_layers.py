@@ -5,7 +5,7 @@ at module level, inside functions (function-level imports are how cycles hide) A
 `if TYPE_CHECKING:` (a type a module names is a dependency too: issue 36 found a cycle and an
 upward import that hid there). Run as a script for the report:
 
-    python tests/test_import_layers.py [ROOT]      # edges, cycles, upward imports
+    python tests/repo/test_import_layers.py [ROOT]      # edges, cycles, upward imports
 
 KNOWN_CYCLES and KNOWN_UPWARD list accepted violations (both empty since issue 23's moves): the
 tests fail on a new one AND on a listed one that is gone, so the lists only shrink.

@@ -1,6 +1,6 @@
 """dse.spec.arch accounting: hand-worked examples, independent closed forms, validity rules, batching.
 
-The counts against Hugging Face transformers are in tests/test_hf.py; here nothing needs torch.
+The counts against Hugging Face transformers are in tests/spec/test_hf.py; here nothing needs torch.
 """
 
 from __future__ import annotations
