@@ -1,4 +1,4 @@
-# Headless Chromium for the HTML report test (tests/test_browser.py) and for kaleido's static
+# Headless Chromium for the HTML report test (tests/report/test_browser.py) and for kaleido's static
 # image export (dse report --image).
 #
 #   source .ci/browser.sh      # exports DSE_CHROMIUM, DSE_CHROMEDRIVER, DSE_REQUIRE_BROWSER=1

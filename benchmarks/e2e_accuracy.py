@@ -99,7 +99,7 @@ METHOD_TEXT = [
     "(tabulated); Level 2 scales the attention projections and the dense FFN by block residual",
     "MLPs fitted on vidur's block sums; decode is integrated over the KV length with composite",
     "Simpson (5 nodes; exact where the step cost is piecewise linear between nodes, error vs the",
-    "step-by-step sum < 0.2% in tests/test_predictor.py); a batch whose KV cache does not fit runs",
+    "step-by-step sum < 0.2% in tests/predict/test_predictor.py); a batch whose KV cache does not fit runs",
     "in waves. Level 3 then corrects the whole request per engine: a structured stage with named",
     "coefficients (each kernel group -- prefill, decode GEMMs and elementwise, decode attention,",
     "all-reduce -- as a blend of its Levels 1-2 time and its roofline time with a prior summing",

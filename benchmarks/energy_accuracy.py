@@ -269,7 +269,7 @@ def render(
         "The printed equations do not reproduce the published per-request column (the paper "
         "gives the same estimate for 70B and 72B); the per-token table (218.4 mJ per output "
         "token for 70B, etc.) is reproduced exactly by the parameters-only estimator "
-        "(`tests/test_tokens2wh.py`).",
+        "(`tests/estimators/test_tokens2wh.py`).",
         "",
         "Known limits: argonne power rows cover only Llama-2-7B and Llama-3-8B at 1024/1024 "
         "(H100: Llama-2-7B only, so its held-out score relies on ml-energy and the other "

@@ -64,7 +64,7 @@ NOTES = [
     "(n, 2) columns; the power table's two axes in one array; `as_shape` / `ndim_of` /",
     "`clip` instead of numpy's broadcast, dispatch and clip wrappers; a dense batch's MoE",
     "operators with zero sizes; the artifact lookup cached per folder. Each fast path is",
-    "tested against the general one in tests/test_small_call_paths.py (every output of a",
+    "tested against the general one in tests/predict/test_small_call_paths.py (every output of a",
     "row alone against the same row in a batch of 200; range_miss of one value against the",
     "vectorised rule; op_runs; the one-value field check; the idle MoE operators).",
     "",

@@ -7,7 +7,7 @@ values the registry gives the model's own GPU today, the values its predictions 
 read (`dse.models.artifact.with_gpu_constants` fills them the same way at load). No other
 array changes (checked byte for byte); the artifact id changes, because it hashes every state
 array, so the ids recorded in the golden files are rewritten (their strings only: no number
-moves, which `tests/test_golden_predictions.py` then checks). The manifest gets the specs of
+moves, which `tests/predict/test_golden_predictions.py` then checks). The manifest gets the specs of
 the artifact's GPU and of its `level1_gpu` ("gpu_specs", `Artifact.gpu_spec`), which the
 predictor reads for the roofline transfers between chips.
 

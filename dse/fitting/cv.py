@@ -75,7 +75,7 @@ NOT_ARCHITECTURE_FIELDS = frozenset(
     }
 )
 # Held-out schemes that are not by architecture, each a diagnostic beside (or, where a table has
-# no architecture input or a single one, instead of) the claim; tests/test_cv_groups.py pins it.
+# no architecture input or a single one, instead of) the claim; tests/fitting/test_cv_groups.py pins it.
 NOT_BY_ARCHITECTURE: dict[str, str] = {
     "gemm by_m": "GroupKFold by m (token count): extrapolation in m, reported beside (n, k)",
     "allreduce": "leave one message-size octave out (a collective has no architecture input)",

@@ -9,7 +9,7 @@ from dse.errors import ArtifactError
 
 # Model kind (as a manifest records it) -> "module:Class". An explicit table: loading an artifact
 # imports the module of each kind it holds, and nothing registers itself on import. The class
-# paths manifests record are for the reader; loading goes by kind (tests/test_artifact_kinds.py).
+# paths manifests record are for the reader; loading goes by kind (tests/models/test_artifact_kinds.py).
 MODEL_CLASSES: dict[str, str] = {
     "allreduce": "dse.models.allreduce:AllReduceModel",
     "collective": "dse.models.allreduce:CollectiveModel",

@@ -123,7 +123,7 @@ LOG_CLIP = 0.35  # the MLP may move a prediction by at most x0.70 .. x1.42
 # (`dse.predict.ops.Op.kind`), per phase; "*": every other kind. Written once: the predictor's factors
 # per operator, the GlobalInputs parts (`t_dec_attn_s`, `t_dec_comm_s`) and the design matrix's
 # column split (`rest = t_dec - attn - comm`) all follow it, so the corrected totals of
-# `correct` equal the sum of the corrected operators (tests/test_level3_once.py).
+# `correct` equal the sum of the corrected operators (tests/predict/test_level3_once.py).
 KERNEL_GROUPS: dict[str, dict[str, str]] = {
     "prefill": {"*": "pre_factor"},
     "decode": {

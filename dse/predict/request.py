@@ -79,7 +79,7 @@ def decode_nodes(kv_start: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, n
     The step sum equals the integral of f over [kv_start - 1/2, kv_start + steps - 1/2] exactly
     when f is linear (midpoint rule), and composite Simpson is exact on every segment where f is
     linear or quadratic, so the only error comes from the segments holding a kink where an
-    operator changes regime (tested against the step-by-step sum in tests/test_predictor.py).
+    operator changes regime (tested against the step-by-step sum in tests/predict/test_predictor.py).
     """
     a = np.asarray(kv_start, dtype=float) - 0.5
     width = np.asarray(steps, dtype=float)
@@ -107,7 +107,7 @@ def node_strata(k: int) -> np.ndarray:
     A decode-attention residual that is a mean of 3 MLPs then runs one member per node
     (`_hybrid.apply_residual`): the integral weighs each member by a third, as the mean does,
     at one member's cost (its difference from evaluating every member at every node is
-    measured in docs/accuracy.md and bounded in tests/test_predictor.py)."""
+    measured in docs/accuracy.md and bounded in tests/predict/test_predictor.py)."""
     if k % 4 != 1:
         raise ValueError(f"node_strata needs 4 j + 1 nodes, got {k}")
     return _strata(k)

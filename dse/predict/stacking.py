@@ -9,7 +9,7 @@ one-configuration `predict` in <= 5 ms).
 
 Every adapter stacked here is row-wise: a row's price depends on that row alone, so a stacked
 price is the per-operator price up to floating-point reassociation in the MLP products
-(tests/test_golden_small.py compares one-row predictions with the batch path within 1e-6).
+(tests/predict/test_golden_small.py compares one-row predictions with the batch path within 1e-6).
 Operators that carry the quadrature's node axis (decode attention) or do not run in every
 configuration are left to the per-operator path.
 """

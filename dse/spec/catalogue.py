@@ -3,7 +3,7 @@
 Each entry is the subset of the model's Hugging Face `config.json` that fixes its shapes, written
 here as data and turned into an `Architecture` by `dse.spec.hf.import_hf_config`, so the catalogue
 and the config importer cannot disagree. Weights are taken as 16-bit (bfloat16), as served.
-tests/test_hf.py builds every entry whose model type transformers ships on the meta device and
+tests/spec/test_hf.py builds every entry whose model type transformers ships on the meta device and
 checks that total_params plus the parameters the mapping leaves out equals its count.
 
 Names are matched leniently: organisation prefixes ("meta-llama/"), case, "-hf", "-Instruct",

@@ -31,7 +31,7 @@ BATCHING: tuple[str, ...] = ("static", "continuous")
 ROUTINGS: tuple[str, ...] = ("uniform", "round_robin", "identical")
 # The engine's version (`workload.engine_version`), read by continuous batching only: its host
 # constants are fitted per version (dse/predict/serving_constants.json). The default is the
-# newest version fitted (vLLM 0.11.1, ml-energy v3); tests/test_serving.py checks that the
+# newest version fitted (vLLM 0.11.1, ml-energy v3); tests/models/test_serving.py checks that the
 # JSON's newest version is this one. Any version text is accepted; one not fitted is priced
 # with the nearest fitted version's constants and flagged out of range.
 DEFAULT_ENGINE_VERSION = "0.11.1"

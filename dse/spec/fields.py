@@ -11,7 +11,7 @@ the same everywhere:
 - every batch of configurations the predictor sees (`dse.spec.columns.as_columns`).
 
 The limits reject what cannot be a model or a workload, and they are chosen so that the
-accounting's int64 arithmetic cannot overflow anywhere inside them (tests/test_bad_inputs_cli.py
+accounting's int64 arithmetic cannot overflow anywhere inside them (tests/commands/test_bad_inputs_cli.py
 checks the products at the corners):
 
 - parameters: n_layers x n_experts x 3 x d_model x d_ff_expert <= 2**10 * 2**12 * 3 * 2**16 *

@@ -5,7 +5,7 @@ num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermedi
 vocab_size, tie_word_embeddings, the MoE fields, biases, dtype); `to_hf_config` writes a config
 that `transformers.AutoConfig` loads and from which `AutoModelForCausalLM.from_config` builds a
 model with exactly `dse.spec.arch.total_params` parameters. Nothing here imports transformers or
-torch: they are test-only dependencies (tests/test_hf.py checks the counts on the meta device).
+torch: they are test-only dependencies (tests/spec/test_hf.py checks the counts on the meta device).
 
 Model types whose parameters the Architecture counts exactly: llama, mistral, mixtral, qwen2,
 qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, phi3, falcon (without biases), the attention

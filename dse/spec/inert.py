@@ -17,7 +17,7 @@ FLOPs, memory, every prediction and estimate) depends on its value there:
 Whether a field is inert depends only on fields that are not inert in that configuration, so
 the configurations that differ from one another only in inert fields are all the combinations
 of those fields' values (what `dse.sweep` counts as one configuration: `inert_masks` here,
-tests/test_inert.py checks every prediction equal across such a set). A search space that
+tests/spec/test_inert.py checks every prediction equal across such a set). A search space that
 crosses `kv_lora_rank {0, 512}` with `n_kv_heads {8, 32}` has three configurations, not four.
 """
 

@@ -1,7 +1,7 @@
 """Measure bf16 GEMM latency and board power on the GPU this runs on (a blind check set).
 
 Feeds docs/blind_h200.md (it measured benchmarks/measurements/*.csv, which
-benchmarks/gemm_blind_h200.py and tests/test_blind_h200.py read).
+benchmarks/gemm_blind_h200.py and tests/repo/test_blind_h200.py read).
 
 Run on a machine with an NVIDIA GPU, PyTorch and nvidia-ml-py (the lent H200 has both):
 

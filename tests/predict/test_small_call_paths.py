@@ -1,0 +1,235 @@
+"""The few-row paths of issue 18's small calls compute what the general paths compute: the
+ensemble run as one block-diagonal network (`dse.models._nn._StackedMembers`), the roofline
+of a small batch's operators in one pass (`dse.predict.pricing.roofline_times`), Level 3's
+linear stage and a row's independence from its batch; the one-row rules (range misses, the
+inside test, field checks) and the operators' run masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dse.models._base import range_miss, within
+from dse.models._nn import STACK_MEMBERS_ROWS, MeanMLP
+from dse.predict import load_artifact, predict
+from dse.predict.ops import forward_ops
+from dse.predict.pricing import op_runs, roofline_op, roofline_times
+from dse.predict.stacking import STACK_AT_MOST
+from dse.spec import columns as C
+from dse.spec.hardware import get_gpu
+from tests.predict.test_golden_small import golden_configs
+
+# float32 products in another blocking: ~1e-7 of a log factor; a wrong member, weight block
+# or scaler moves it by 1e-2 or more
+LOG_ATOL = 2e-6
+
+
+def _ensembles() -> list[tuple[str, MeanMLP]]:
+    art, _ = load_artifact("h100_sxm")
+    if art is None:
+        pytest.skip("no shipped h100_sxm artifact")
+    out = []
+    for name in art.names():
+        mlp = getattr(art.model(name), "mlp_", None)
+        if isinstance(mlp, MeanMLP):
+            out.append((name, mlp))
+    assert out, "the shipped artifact has ensembles"
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 17, STACK_MEMBERS_ROWS])
+def test_stacked_members_give_each_members_own_prediction(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for name, mlp in _ensembles():
+        X = rng.normal(0.0, 2.0, (n, mlp.n_features))
+        each = np.stack([m.predict(X) for m in mlp.members], axis=1)  # the members' own passes
+        np.testing.assert_allclose(mlp.predict(X), each.mean(axis=1), atol=LOG_ATOL, err_msg=name)
+        member = rng.integers(0, len(mlp.members), n)
+        np.testing.assert_allclose(
+            mlp.predict_member(X, member), each[np.arange(n), member], atol=LOG_ATOL, err_msg=name
+        )
+
+
+def test_stacked_members_give_a_row_its_value_in_any_batch() -> None:
+    """A row predicted alone and among others of a small batch: the same value, to float32
+    round-off (which BLAS kernel a CPU picks for the padded blocks is not ours to promise)."""
+    rng = np.random.default_rng(3)
+    for name, mlp in _ensembles():
+        X = rng.normal(0.0, 2.0, (STACK_MEMBERS_ROWS, mlp.n_features))
+        whole = mlp.predict(X)
+        for i in (0, 5, STACK_MEMBERS_ROWS - 1):
+            assert abs(mlp.predict(X[i : i + 1])[0] - whole[i]) <= LOG_ATOL, name
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm", "a100_sxm"])
+def test_roofline_of_a_small_batch_in_one_pass_equals_each_operators(gpu: str) -> None:
+    cfg = golden_configs()
+    cols, n = C.as_columns({k: v[:40] for k, v in cfg.items()})
+    cols["weight_dtype"] = np.where(np.arange(n) % 3 == 0, "fp8", "bfloat16")  # fp8 peaks too
+    g = get_gpu(gpu)
+    for phase in ("prefill", "decode"):
+        ops = forward_ops(cols, phase)
+        for t, op in zip(roofline_times(ops, g), ops, strict=True):
+            np.testing.assert_array_equal(t, roofline_op(op, g)[0], err_msg=f"{phase} {op.name}")
+
+
+def test_one_row_predicts_as_in_a_batch() -> None:
+    """A configuration alone (the few-row paths) and in a batch of 200 (the general paths)."""
+    cfg = golden_configs()
+    cols = {k: v[:200] for k, v in cfg.items()}
+    whole = predict(cols)
+    for i in (0, 17, 123, 199):
+        one = predict({k: v[i : i + 1] for k, v in cols.items()})
+        for k in ("latency_s", "ttft_s", "tpot_s", "energy_j"):
+            np.testing.assert_allclose(one[k][0], whole[k][i], rtol=1e-6, err_msg=f"{i} {k}")
+        assert one["out_of_range"][0] == whole["out_of_range"][i]
+        assert one["roofline_ops"][0] == whole["roofline_ops"][i]
+
+
+def test_one_row_gives_every_output_of_a_batch() -> None:
+    """Every column a prediction returns (times, energies, bands, out-of-range degree and text,
+    breakdowns, provenance) equals, for one configuration alone (the few-row paths: stacked
+    operators, one-row range checks, (operators, n) matrices), what the general paths of a
+    batch of 200 give it; configurations of every kind in the golden set (MoE, tensor parallel,
+    fp8, out of range). The out-of-range text is compared as the misses it lists: misses equal
+    over a whole batch share one label there (`flags._merged`), so its grouping depends on the
+    batch."""
+    cfg = golden_configs()
+    cols = {k: v[:200] for k, v in cfg.items()}
+    whole = predict(cols)
+    assert whole["out_of_range"].any() and not whole["out_of_range"].all()
+    for i in range(0, 200, 9):
+        one = predict({k: v[i : i + 1] for k, v in cols.items()})
+        assert set(one) == set(whole)
+        for k, v in whole.items():
+            if k == "out_of_range_inputs":  # misses shared batch-wide are merged batch-wide
+                assert _miss_facts(one[k][0]) == _miss_facts(v[i]), f"{i}: {one[k][0]!r}"
+            elif v.dtype.kind == "f":
+                np.testing.assert_allclose(
+                    one[k][0], v[i], rtol=1e-6, atol=1e-12, err_msg=f"{i} {k}"
+                )
+            else:
+                assert one[k][0] == v[i], f"{i} {k}: {one[k][0]!r} != {v[i]!r}"
+
+
+def _miss_facts(text: str) -> set[tuple[str, str, str]]:
+    """(phase, part, miss) of every miss an out_of_range_inputs text lists, labels that name
+    several phases or parts ('prefill+decode a, b: width ...') expanded."""
+    facts = set()
+    for item in filter(None, text.split("; ")):
+        head, _, miss = item.partition(": ")
+        phases, _, parts = head.partition(" ")
+        for phase in phases.split("+"):
+            for part in parts.split(", ") if parts else [""]:
+                facts.add((phase, part, miss))
+    return facts
+
+
+@pytest.mark.parametrize("linear", [False, True])
+@pytest.mark.parametrize("lo, hi", [(1.0, 100.0), (0.0, 5.0), (-1.0, 0.0), (64.0, 64.0)])
+def test_range_miss_of_one_value_equals_the_vectorised_rule(
+    lo: float, hi: float, linear: bool
+) -> None:
+    rng = np.random.default_rng(5)
+    values = np.concatenate(
+        [rng.uniform(-10.0, 300.0, 100), [lo, hi, lo * 0.995, hi * 1.005, 0.0, np.nan]]
+    )
+    many = range_miss(values, lo, hi, linear)
+    for i, x in enumerate(values):
+        one = range_miss(np.array([x]), lo, hi, linear)
+        got, want = (one.excess, one.value, one.bound), (many.excess, many.value, many.bound)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b[i : i + 1], rtol=1e-12, equal_nan=True, err_msg=str(x))
+
+
+def test_within_is_inside_for_one_value_and_many() -> None:
+    for v, expect in (
+        ([3.0], True),
+        ([0.5], False),
+        ([np.nan], False),
+        ([1.0, 10.0], True),
+        ([1.0, 10.5], False),
+        ([1.0, np.nan], False),
+        ([], False),
+    ):
+        assert within(np.array(v, dtype=float), 1.0, 10.0) is expect, v
+
+
+def test_op_runs_of_a_few_rows_and_of_many_agree() -> None:
+    cfg = golden_configs()
+    for n in (1, 40, STACK_AT_MOST + 1):
+        cols, _ = C.as_columns({k: v[:n] for k, v in cfg.items()})
+        ops = forward_ops(cols, "prefill")
+        runs = op_runs(ops, n)
+        for j, op in enumerate(ops):
+            np.testing.assert_array_equal(np.broadcast_to(runs.mask[j], (n,)), op.count > 0)
+            assert runs.every[j] == bool((op.count > 0).all())
+            assert runs.some[j] == bool((op.count > 0).any())
+
+
+@pytest.mark.parametrize(
+    "name, value", [("n_layers", 32), ("n_layers", 0), ("weight_dtype", "fp3"), ("gated_mlp", 2)]
+)
+def test_one_value_field_check_says_what_the_array_rule_says(name: str, value: object) -> None:
+    """`check` of a one-element column (its fast path) and of the same value in a longer one:
+    the same typed value, or the same message (without the index a longer column adds)."""
+    from dse.errors import ConfigError
+    from dse.spec.fields import check
+
+    try:
+        many = check(name, np.array([value, value]), "x")
+    except ConfigError as e:
+        with pytest.raises(ConfigError) as one:
+            check(name, np.array([value]), "x")
+        assert str(one.value) == str(e).replace("x[0]", "x")
+    else:
+        one = check(name, np.array([value]), "x")
+        assert one.dtype == many.dtype and one[0] == many[0]
+
+
+def test_idle_moe_operators_of_a_dense_batch_match_the_sized_ones() -> None:
+    """A batch without MoE layers gets the MoE operators with zero sizes (`_idle_moe_ops`):
+    the same names, kinds, blocks and dimension names as the sized ones, which run nowhere."""
+    from dse.predict import ops as O
+
+    cfg = golden_configs()
+    cols, _ = C.as_columns({k: v[:200] for k, v in cfg.items()})
+    dense = {k: v[cols["n_experts"] <= 1] for k, v in cols.items()}
+    assert len(dense["n_experts"]) > 0
+    for phase in ("prefill", "decode"):
+        sh = O.LayerShapes.of(dense, phase)
+        fam = O._Families.of(dense, sh)
+        idle, sized = O._idle_moe_ops(sh), O._moe_ops_sized(sh, dense, fam)
+        for a, b in zip(idle, sized, strict=True):
+            assert (a.name, a.kind, a.block, list(a.dims)) == (
+                b.name,
+                b.kind,
+                b.block,
+                list(b.dims),
+            )
+            assert not (b.count > 0).any() and not (a.count > 0).any()
+
+
+def test_layer_op_family_of_a_few_rows_equals_the_vectorised_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`LayerOpModel._row_key_index` row by row (few rows) and by operator (many): the same
+    coefficient row for every operator, gated or not, and -1 for one the model lacks."""
+    from dse.models import layer_ops as L
+
+    art, _ = load_artifact("h100_sxm")
+    if art is None:
+        pytest.skip("no shipped h100_sxm artifact")
+    model = art.model(art.names("layer_op")[0])
+    names = ["input_layernorm", "post_attention_layernorm", "add", "attn_rope", "mlp_act", "emb"]
+    ops = np.array([*names, "no_such_op"] * 3)
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        rows = rng.permutation(len(ops))[: rng.integers(1, len(ops))]
+        gated = rng.random(len(rows)) < 0.5
+        few = model._row_key_index(ops[rows], gated)
+        with monkeypatch.context() as m:
+            m.setattr(L, "FEW_ROWS", 0)
+            many = model._row_key_index(ops[rows], gated)
+        np.testing.assert_array_equal(few, many)
+        assert (few[ops[rows] == "no_such_op"] == -1).all()
