@@ -66,7 +66,7 @@ Level1Adapter = Callable[[Artifact, Op, GPU, Mapping[str, Any]], L1Price | None]
 # The configuration columns an adapter may read from ctx["cols"] (the layer-op model's sizes)
 # and those "tokens" is made of: the pricer prices a phase once per distinct row of these and of
 # the operators' own arrays (`dse.predict.pricing.Pricer.price_phases`), so an adapter that reads
-# another column must add it here (tests/test_shape_dedup.py checks what they read).
+# another column must add it here (tests/predict/test_shape_dedup.py checks what they read).
 CTX_COLUMNS: tuple[str, ...] = (
     "gated_mlp",
     "norm",
