@@ -72,10 +72,16 @@ MAX_ITER = 300
 MAX_ROWS = 20000
 MEMBERS = 2
 # Query rows per thread block of the context kernel (FlashAttention tiles of 128 rows per head
-# and sequence) and query heads per block of the decode kernel (FlashMLA / TensorRT-LLM's MLA
-# decode process 64 heads of one sequence per block, split along the cache).
+# and sequence), and the query heads per block the decode kernels may take (FlashMLA-style
+# kernels process a tile of one sequence's heads per block, split along the cache: 64 rows on
+# Hopper; B200's TensorRT-LLM kernel runs 128 heads at the cost of 2): the fit picks the one
+# whose roofline fits the table best (`head_tile_`).
 CONTEXT_TILE_ROWS = 128.0
-DECODE_HEADS_PER_BLOCK = 64.0
+# The base never runs faster than the GPU's bf16 peak and HBM bandwidth (its efficiencies <= 1):
+# unbounded, the decode fits traded an impossible memory efficiency (1.35) for a tiny compute
+# one. Rows that beat the bandwidth (small caches held in L2) are the residual's to learn.
+MAX_EFF = 1.0
+DECODE_HEAD_TILES = (64.0, 128.0)
 
 
 def mla_work(phase: str, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -95,32 +101,31 @@ def mla_work(phase: str, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nd
     return flops, bytes_
 
 
-def padded_heads(phase: str, h: np.ndarray) -> np.ndarray:
+def padded_heads(h: np.ndarray, tile: float) -> np.ndarray:
     """The query heads the tensor cores compute: decode packs a sequence's heads into the rows of
-    a 64-row tile, so any count up to 64 costs what 64 do (H100 TensorRT-LLM, kv_len 131071,
-    64 sequences: 3.09 ms at 2 heads, 3.13 ms at 64, 3.57 ms at 128); prefill computes each."""
-    if phase == "context":
-        return h
-    return np.ceil(h / DECODE_HEADS_PER_BLOCK) * DECODE_HEADS_PER_BLOCK
+    a `tile`-row tile, so any count up to the tile costs what the tile does (H100 TensorRT-LLM,
+    kv_len 131071, 64 sequences: 3.09 ms at 2 heads, 3.13 ms at 64, 3.57 ms at 128: 64 rows;
+    B200's kernel takes 128 heads at the cost of 2). Prefill computes each head (tile 1)."""
+    return np.ceil(h / tile) * tile
 
 
-def work_items(phase: str, v: Mapping[str, np.ndarray]) -> np.ndarray:
+def work_items(phase: str, v: Mapping[str, np.ndarray], tile: float = 64.0) -> np.ndarray:
     """Thread blocks of one call: context, 128 query rows x head x sequence; generation, blocks
-    of 64 heads x sequence (before the split along the cache)."""
+    of `tile` heads x sequence (before the split along the cache)."""
     if phase == "context":
         return v["batch_size"] * v["num_heads"] * np.ceil(v["isl"] / CONTEXT_TILE_ROWS)
-    return v["batch_size"] * np.ceil(v["num_heads"] / DECODE_HEADS_PER_BLOCK)
+    return v["batch_size"] * np.ceil(v["num_heads"] / tile)
 
 
 def _features(
-    phase: str, v: Mapping[str, np.ndarray], flops, bytes_, log_t0, n_sms: float
+    phase: str, v: Mapping[str, np.ndarray], flops, bytes_, log_t0, n_sms: float, tile: float
 ) -> np.ndarray:
     """Residual MLP inputs: log sizes, the cache's bytes per element, log work and base time,
     and the wave quantisation of the thread blocks over the SMs (a grid of 1.1 waves costs
     nearly 2)."""
     b, h = v["batch_size"], v["num_heads"]
     length = v["isl"] if phase == "context" else v["kv_len"] + 1.0
-    ctas = work_items(phase, v)
+    ctas = work_items(phase, v, tile)
     waves = np.ceil(ctas / n_sms)
     return np.stack(
         [
@@ -203,8 +208,19 @@ class MLAModel(_base.Model):
         v = self._inputs(mla_inputs(d))
         y = d["latency_s"].to_numpy(np.float64)
         self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
+        self.head_tile_ = 1.0 if self.phase == "context" else DECODE_HEAD_TILES[0]
+        if self.phase == "generation":  # the tile whose fitted roofline misses least
+            best = np.inf
+            for tile in DECODE_HEAD_TILES:
+                self.head_tile_ = tile
+                flops, bytes_, items = self._work(v)
+                roof = fit_roofline(flops, bytes_, y, *self._peak(), items, MAX_EFF)
+                miss = np.median(np.abs(np.log(roof.parts(flops, bytes_, items)["base_s"] / y)))
+                if miss < best:
+                    best, chosen = miss, tile
+            self.head_tile_ = chosen
         flops, bytes_, items = self._work(v)
-        self.roof_ = fit_roofline(flops, bytes_, y, *self._peak(), items)
+        self.roof_ = fit_roofline(flops, bytes_, y, *self._peak(), items, MAX_EFF)
         out, X = self.design(v)
         self.mlp_, self.power_mlp_ = fit_hybrid_heads(
             X,
@@ -230,15 +246,16 @@ class MLAModel(_base.Model):
     def _work(self, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(FLOPs the tensor cores issue, bytes, thread blocks) of inputs `v`."""
         flops, bytes_ = mla_work(self.phase, v)
-        issued = flops * padded_heads(self.phase, v["num_heads"]) / v["num_heads"]
-        return issued, bytes_, work_items(self.phase, v)
+        issued = flops * padded_heads(v["num_heads"], self.head_tile_) / v["num_heads"]
+        return issued, bytes_, work_items(self.phase, v, self.head_tile_)
 
     def design(self, v: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(roofline parts with FLOPs and bytes, residual features) of inputs `v` (`_inputs`)."""
         issued, bytes_, items = self._work(v)
         flops = mla_work(self.phase, v)[0]
         out = self.roof_.parts(issued, bytes_, items)
-        X = _features(self.phase, v, flops, bytes_, np.log(out["base_s"]), self.gpu_spec_["n_sms"])
+        n_sms = self.gpu_spec_["n_sms"]
+        X = _features(self.phase, v, flops, bytes_, np.log(out["base_s"]), n_sms, self.head_tile_)
         out["flops"] = flops
         out["bytes"] = bytes_
         return out, X
@@ -254,13 +271,14 @@ class MLAModel(_base.Model):
             "phase": np.array(self.phase),
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
+            "head_tile": np.array(self.head_tile_, dtype=np.float64),
             **_base.gpu_constants_to_state(self.gpu_spec_),
             **hybrid_state(self),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        _base.need(state, ("phase", "gpu", "engine", "roofline"), "MLA")
+        _base.need(state, ("phase", "gpu", "engine", "head_tile", "roofline"), "MLA")
         phase = str(state["phase"])
         klass = ContextMLAModel if phase == "context" else GenerationMLAModel
         if not issubclass(klass, cls) and cls is not MLAModel:
@@ -272,6 +290,7 @@ class MLAModel(_base.Model):
             raise ArtifactError(f"MLA model state: {exc}") from None
         load_hybrid(m, state)
         m.gpu_spec_ = _base.gpu_constants_from_state(state, cls.gpu_fields, "MLA")
+        m.head_tile_ = float(state["head_tile"])
         return m
 
 
