@@ -175,7 +175,7 @@ def _deepseek(**over) -> dict:
 def _has_mla(gpu: str) -> bool:
     from dse.predict.artifacts import load_artifact
 
-    art = load_artifact(gpu)
+    art = load_artifact(gpu)[0]
     return art is not None and bool(art.names("context_mla")) and bool(art.names("generation_mla"))
 
 

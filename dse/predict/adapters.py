@@ -554,7 +554,8 @@ def price_mla(
         _any_outside(misses, shape),
         f"{price.model}+roofline",
         misses,
-        (~covered).astype(np.int8),
+        # per configuration (the last axis; decode's node axis shares its geometry)
+        (~covered).reshape(-1, shape[-1]).any(axis=0).astype(np.int8),
     )
 
 
