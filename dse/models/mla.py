@@ -16,12 +16,13 @@ v = v_head_dim, h heads, b sequences, kvb bytes per cached element):
   sums r-wide values; the latent is read once for all heads):
               FLOPs = 2 b h L (2 r + p), L = kv_len + 1;
               bytes = b L (r + p) kvb + 2 b h (2 r + p) [q in, o out]
-The time is `dse.models._hybrid`'s fitted roofline of that work times a small residual MLP
-(log shape sizes, the waves of thread blocks over the SMs). The heads enter the base linearly
-(FLOPs, bytes and work items), so a head count the tables lack is priced by the physics and a
-residual learned on the neighbouring counts: held out by head count (every row of one count
-kept out of the fit), 1.5-4.3% on H100 and B200 (docs/accuracy.md, "MLA kernels";
-`experiments/mla_heads_cv.py`).
+The time is `dse.models._hybrid`'s fitted roofline of that work (efficiencies at most 1: never
+faster than the peak or the bandwidth) times a small residual MLP (log shape sizes, the waves of
+thread blocks over the SMs). The heads enter the base through the work (FLOPs, bytes, blocks),
+decode's in tiles (`padded_heads`: the fit picks the tile), so a head count the tables lack is
+priced by the physics and a residual learned on the neighbouring counts. Held out by head count
+(every row of one count kept out of the fit): prefill 2.5-4.0% on H100 and B200, decode
+4.1-10.2% (docs/accuracy.md, "MLA kernels"; `experiments/mla_heads_cv.py`).
 
 Other latent ranks: the tables measure DeepSeek-V3's geometry only (kv_lora_rank 512,
 qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128; also DeepSeek-V2's, Kimi-K2's).
@@ -81,7 +82,7 @@ CONTEXT_TILE_ROWS = 128.0
 # unbounded, the decode fits traded an impossible memory efficiency (1.35) for a tiny compute
 # one. Rows that beat the bandwidth (small caches held in L2) are the residual's to learn.
 MAX_EFF = 1.0
-DECODE_HEAD_TILES = (64.0, 128.0)
+DECODE_HEAD_TILES = (1.0, 64.0, 128.0)
 
 
 def mla_work(phase: str, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -208,17 +209,9 @@ class MLAModel(_base.Model):
         v = self._inputs(mla_inputs(d))
         y = d["latency_s"].to_numpy(np.float64)
         self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
-        self.head_tile_ = 1.0 if self.phase == "context" else DECODE_HEAD_TILES[0]
-        if self.phase == "generation":  # the tile whose fitted roofline misses least
-            best = np.inf
-            for tile in DECODE_HEAD_TILES:
-                self.head_tile_ = tile
-                flops, bytes_, items = self._work(v)
-                roof = fit_roofline(flops, bytes_, y, *self._peak(), items, MAX_EFF)
-                miss = np.median(np.abs(np.log(roof.parts(flops, bytes_, items)["base_s"] / y)))
-                if miss < best:
-                    best, chosen = miss, tile
-            self.head_tile_ = chosen
+        self.head_tile_ = 1.0
+        if self.phase == "generation":
+            self.head_tile_ = self._choose_tile(v, y)
         flops, bytes_, items = self._work(v)
         self.roof_ = fit_roofline(flops, bytes_, y, *self._peak(), items, MAX_EFF)
         out, X = self.design(v)
@@ -238,6 +231,31 @@ class MLAModel(_base.Model):
         return self
 
     # ---- prediction -----------------------------------------------------------------------
+    def _choose_tile(self, v: Mapping[str, np.ndarray], y: np.ndarray) -> float:
+        """The decode head tile (DECODE_HEAD_TILES) whose fitted roofline best prices head
+        counts it was not fitted on: per tile, the median |log error| of the base on each head
+        count with the roofline fitted on the others, averaged over the counts (the base alone:
+        least squares of four constants, no MLP)."""
+        heads = v["num_heads"]
+        best, chosen = np.inf, DECODE_HEAD_TILES[0]
+        for tile in DECODE_HEAD_TILES:
+            self.head_tile_ = tile
+            flops, bytes_, items = self._work(v)
+            misses = []
+            for h in np.unique(heads):
+                te = heads == h
+                if te.all():
+                    continue
+                roof = fit_roofline(
+                    flops[~te], bytes_[~te], y[~te], *self._peak(), items[~te], MAX_EFF
+                )
+                base = roof.parts(flops[te], bytes_[te], items[te])["base_s"]
+                misses.append(np.median(np.abs(np.log(base / y[te]))))
+            miss = float(np.mean(misses)) if misses else 0.0
+            if miss < best:
+                best, chosen = miss, tile
+        return chosen
+
     def _peak(self) -> tuple[float, float]:
         """(bf16 peak FLOP/s, HBM bytes/s): fit time only (the fitted roofline keeps them)."""
         g = get_gpu(self.gpu)
