@@ -75,14 +75,14 @@ MEMBERS = 2
 # Query rows per thread block of the context kernel (FlashAttention tiles of 128 rows per head
 # and sequence), and the query heads per block the decode kernels may take (FlashMLA-style
 # kernels process a tile of one sequence's heads per block, split along the cache: 64 rows on
-# Hopper; B200's TensorRT-LLM kernel runs 128 heads at the cost of 2): the fit picks the one
-# whose roofline fits the table best (`head_tile_`).
+# Hopper's TensorRT-LLM; B200's runs 128 heads at the cost of 2; 1: no tile): the fit picks the
+# one whose roofline best prices head counts it did not see (`MLAModel._choose_tile`).
 CONTEXT_TILE_ROWS = 128.0
+DECODE_HEAD_TILES = (1.0, 64.0, 128.0)
 # The base never runs faster than the GPU's bf16 peak and HBM bandwidth (its efficiencies <= 1):
 # unbounded, the decode fits traded an impossible memory efficiency (1.35) for a tiny compute
 # one. Rows that beat the bandwidth (small caches held in L2) are the residual's to learn.
 MAX_EFF = 1.0
-DECODE_HEAD_TILES = (1.0, 64.0, 128.0)
 
 
 def mla_work(phase: str, v: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
