@@ -29,6 +29,12 @@ _TABLES: dict[str, str] = {
     "moe_perf": "moe",
     "nccl_perf": "allreduce",
     "custom_allreduce_perf": "allreduce",
+    # DeepSeek-V3's latent attention (MLA): the kernel alone, and the whole module with its
+    # projections (`_mla`)
+    "context_mla_perf": "context_mla",
+    "generation_mla_perf": "generation_mla",
+    "mla_context_module_perf": "context_mla_module",
+    "mla_generation_module_perf": "generation_mla_module",
 }
 
 _DTYPE_COLUMN: dict[str, str] = {
@@ -38,6 +44,10 @@ _DTYPE_COLUMN: dict[str, str] = {
     "moe_perf": "moe_dtype",
     "nccl_perf": "nccl_dtype",
     "custom_allreduce_perf": "allreduce_dtype",
+    "context_mla_perf": "mla_dtype",
+    "generation_mla_perf": "mla_dtype",
+    "mla_context_module_perf": "mla_dtype",
+    "mla_generation_module_perf": "mla_dtype",
 }
 
 # Board power in watts must be physically possible: idle ~60 W; board limits reach 1000 W (B200)
@@ -129,6 +139,10 @@ def _read_table(path: Path, root: Path) -> tuple[str, pd.DataFrame] | None:
         "generation_attention": _generation_attention,
         "moe": _moe,
         "allreduce": _allreduce,
+        "context_mla": _mla,
+        "generation_mla": _mla,
+        "context_mla_module": _mla,
+        "generation_mla_module": _mla,
     }[kind]
     df = builder(raw, df, file, stem)
     return kind, c.finish(df)
@@ -234,6 +248,59 @@ def _generation_attention(
     c.check_peak_rate(
         kv_bytes, df["latency_s"].to_numpy(), c.rate_floor(gpu, 1e10), 1.5 * bw, "KV bytes/s", file
     )
+    return df
+
+
+def _mla(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.DataFrame:
+    """DeepSeek-V3's latent attention (`dse.models.mla`): `num_heads` query heads per GPU
+    (`tp_size` is the split the collector named; the heads alone set the work), `batch_size`
+    sequences; context: `isl` new tokens, causal (`step` = tokens cached before, 0 in every
+    table); generation: one new token over `step` cached tokens (the kernel collectors pass
+    the cached history: kv_len = step; the module tables start at step 2, the kernel ones at
+    1). The latent geometry is not in the tables: the collectors build DeepSeek-V3's layer
+    (kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128;
+    aiconfigurator collector/*/collect_mla*.py), written here as columns so a model records
+    the geometry it was fitted on. Module tables (`mla_*_module_perf`) time the projections
+    too: `gemm_type` is their GEMM dtype, `model` the model whose layer was built."""
+    from dse.models.mla import (
+        DEEPSEEK_V3_GEOMETRY,
+        ContextMLAModel,
+        GenerationMLAModel,
+        mla_inputs,
+        mla_work,
+    )
+
+    context = "context" in stem
+    _ints(raw, df, {"batch_size": "batch_size", "num_heads": "num_heads"}, file)
+    _ints(raw, df, {"isl": "isl", "step": "kv_len" if not context else "past_kv_len"}, file)
+    if "tp_size" in raw.columns:
+        df["tp_size"] = c.numeric(raw, "tp_size", file).astype(np.int64)
+    bad = df["num_heads"].to_numpy() < 1
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{file}: num_heads must be >= 1, got {df['num_heads'].iloc[i]} at row {i}")
+    c.require_columns(raw, ["kv_cache_dtype"], file)
+    df["kv_cache_dtype"] = c.normalise_dtype(raw["kv_cache_dtype"])
+    for key, value in DEEPSEEK_V3_GEOMETRY.items():
+        df[key] = np.int64(value)
+    for col in ("gemm_type", "model"):
+        if col in raw.columns:
+            df[col] = raw[col].astype(str).to_numpy()
+    phase = "context" if context else "generation"
+    model = ContextMLAModel() if context else GenerationMLAModel()
+    flops, nbytes = mla_work(phase, model._inputs(mla_inputs(df)))
+    gpu = str(df["gpu"].iloc[0])
+    lat = df["latency_s"].to_numpy()
+    if context:
+        # causal attention FLOPs: best rate at least 0.1 TFLOP/s, median below 1.3x the peak
+        c.check_peak_rate(
+            flops, lat, c.rate_floor(gpu, 1e11), 1.3 * _peak_flops(gpu), "FLOP/s", file
+        )
+    else:
+        # the latent cache streamed from HBM: between 10 GB/s and 1.5x the HBM bandwidth
+        c.check_peak_rate(
+            nbytes, lat, c.rate_floor(gpu, 1e10), 1.5 * _hbm_bw(gpu), "latent bytes/s", file
+        )
     return df
 
 

@@ -17,6 +17,14 @@ from dse.data._vidur import read_vidur
 from dse.errors import DataError
 from dse.spec.hardware import register_folder_spec
 
+# DeepSeek-V3 latent attention (aiconfigurator): the kernels, and the modules with projections.
+MLA_KINDS: tuple[str, ...] = (
+    "context_mla",
+    "generation_mla",
+    "context_mla_module",
+    "generation_mla_module",
+)
+
 Reader = Callable[[Path | str], dict[str, pd.DataFrame]]
 
 # source name -> reader; a reader returns {} when its folder is absent.
@@ -32,7 +40,14 @@ READERS: dict[str, Reader] = {
 # The kinds each source can produce (lets `load(kinds=...)` skip whole sources).
 SOURCE_KINDS: dict[str, frozenset[str]] = {
     "aiconfigurator": frozenset(
-        {"gemm", "context_attention", "generation_attention", "moe", "allreduce"}
+        {
+            "gemm",
+            "context_attention",
+            "generation_attention",
+            "moe",
+            "allreduce",
+            *MLA_KINDS,
+        }
     ),
     "vidur": frozenset({"layer_op", "allreduce"}),
     "argonne": frozenset({"e2e", "e2e_energy", "e2e_ttft"}),
@@ -57,6 +72,7 @@ KINDS: tuple[str, ...] = (
     "softmax",
     "layernorm",
     "gelu",
+    *MLA_KINDS,
 )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from dse.fitting import allreduce, attention, layer_ops, level2, level3, moe, reductions
+from dse.fitting import allreduce, attention, layer_ops, level2, level3, mla, moe, reductions
 from dse.fitting.bands import BandTable
 from dse.fitting.gemm import fit_gemm_family, gemm_band_tables, predict_gemm_rows
 from dse.fitting.power import fit_power_family
@@ -88,6 +88,14 @@ FAMILIES: tuple[Family, ...] = (
         ("moe",),
         order=41,
         band_tables=moe.moe_band_tables,
+    ),
+    Family(
+        "mla",
+        mla.fit_mla_family,
+        mla.predict_mla_rows,
+        ("context_mla", "generation_mla"),
+        order=42,
+        band_tables=mla.mla_band_tables,
     ),
     Family(
         level3.FAMILY,

@@ -84,6 +84,10 @@ KERNEL_KINDS = (
     "layer_op",
     "allreduce",
     "collective",
+    "context_mla",
+    "generation_mla",
+    "context_mla_module",
+    "generation_mla_module",
 )
 COLLECTIVE_KINDS = ("allreduce", "collective")
 
@@ -200,6 +204,21 @@ def attention_work_rows(kind: str, rows: pd.DataFrame) -> Work:
     )
 
 
+def mla_work_rows(kind: str, rows: pd.DataFrame) -> Work:
+    """Latent attention (`dse.models.mla.mla_work`): the kernel's FLOPs and bytes; a module
+    row (projections included) does at least that."""
+    from dse.models.mla import ContextMLAModel, GenerationMLAModel, mla_inputs, mla_work
+
+    cls = ContextMLAModel if kind.startswith("context") else GenerationMLAModel
+    flops, nbytes = mla_work(cls.phase_default, cls()._inputs(mla_inputs(rows)))
+    n = len(rows)
+    return Work(
+        np.broadcast_to(np.asarray(flops, float), (n,)).copy(),
+        np.broadcast_to(np.asarray(nbytes, float), (n,)).copy(),
+        _dtypes(rows),
+    )
+
+
 def moe_work_rows(rows: pd.DataFrame) -> Work:
     """Fused MoE on one rank: the routed token slots' expert GEMM FLOPs, and each expert weight
     the rank's slots touch read once. Lower bounds where the table does not say: two weight
@@ -268,6 +287,8 @@ def kernel_work(kind: str, rows: pd.DataFrame) -> Work:
         return layer_op_work_rows(rows)
     if kind in COLLECTIVE_KINDS:
         return collective_work_rows(rows)
+    if kind.endswith(("_mla", "_mla_module")):
+        return mla_work_rows(kind, rows)
     raise ValueError(f"no kernel work for kind {kind!r}; kernel kinds: {', '.join(KERNEL_KINDS)}")
 
 
@@ -442,6 +463,8 @@ LABELS: Mapping[str, tuple[str, ...]] = {
     # an MoE call: its series (`dse.models._moe_splits.SERIES`) with the token count after dtype
     "moe": (*MOE_SERIES[:3], "num_tokens", *MOE_SERIES[3:]),
     "layer_op": ("gpu", "model", "op", "num_tokens", "tensor_parallel"),
+    "context_mla": ("gpu", "engine", "kv_cache_dtype", "batch_size", "isl", "num_heads"),
+    "generation_mla": ("gpu", "engine", "kv_cache_dtype", "batch_size", "kv_len", "num_heads"),
     "allreduce": ("source", "gpu", "implementation", "op", "n_gpus", "message_bytes"),
     "e2e": ("gpu", "engine", "model", "n_gpus", "batch_size", "input_tokens", "output_tokens"),
     "serving_energy": ("gpu", "model", "tensor_parallel", "max_batch_size", "task"),
@@ -450,6 +473,8 @@ LABELS = {
     **LABELS,
     "e2e_energy": LABELS["e2e"],
     "e2e_ttft": LABELS["e2e"],
+    "context_mla_module": (*LABELS["context_mla"], "gemm_type"),
+    "generation_mla_module": (*LABELS["generation_mla"], "gemm_type"),
     "softmax": ("gpu", "m", "n"),
     "layernorm": ("gpu", "m", "n"),
     "gelu": ("gpu", "m"),

@@ -23,6 +23,8 @@ MODEL_CLASSES: dict[str, str] = {
     "level3_power": "dse.models.level3_power:Power3",
     "moe": "dse.models.moe:MoEModel",
     "moe_physics": "dse.models.moe_physics:MoEModel",
+    "context_mla": "dse.models.mla:ContextMLAModel",
+    "generation_mla": "dse.models.mla:GenerationMLAModel",
     "power": "dse.models.power:PowerModel",
 }
 

@@ -97,8 +97,11 @@ def fit_roofline(
     peak: float,
     bw: float,
     items: np.ndarray | None = None,
+    max_eff: float | None = None,
 ) -> Roofline:
-    """Least-squares fit (log space, robust) of the roofline constants to measured times."""
+    """Least-squares fit (log space, robust) of the roofline constants to measured times.
+    `max_eff`: the highest compute and memory efficiency allowed (1.0: never faster than the
+    peak and the bandwidth; None: unbounded, as the attention and MoE models were fitted)."""
     from scipy.optimize import least_squares  # fitting only
 
     ly = np.log(y_s)
@@ -114,7 +117,15 @@ def fit_roofline(
     th0 = np.array(
         [np.log(max(np.quantile(y_s, 0.01) * 1e6, 1.0)), np.log(0.5), np.log(0.7), np.log(1.0)]
     )
-    res = least_squares(resid, th0, loss="soft_l1", f_scale=0.1, max_nfev=300)
+    if max_eff is None:
+        res = least_squares(resid, th0, loss="soft_l1", f_scale=0.1, max_nfev=300)
+    else:
+        top = np.log(max_eff)
+        hi = np.array([np.inf, top, top, np.inf])
+        th0 = np.minimum(th0, hi - 1e-3)
+        res = least_squares(
+            resid, th0, bounds=(-np.inf, hi), loss="soft_l1", f_scale=0.1, max_nfev=300
+        )
     th = res.x
     item_s = float(np.exp(th[3]) * 1e-9) if items is not None else 0.0
     return Roofline(

@@ -345,6 +345,9 @@ KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
     # the fused-kernel model (vLLM tables) and the kernel-sum one (TensorRT-LLM tables)
     "moe": ("moe", "moe_physics", "fused_moe"),
     "allreduce": ("allreduce", "all_reduce", "comm"),
+    # latent attention (kind `attention_mla`) by phase: `price_mla`
+    "attention_mla_prefill": ("context_mla",),
+    "attention_mla_decode": ("generation_mla",),
 }
 
 
@@ -355,6 +358,11 @@ PREFER: dict[str, tuple[str, ...]] = {
     "attention_decode": ("vllm",),
     "moe": ("vllm.bfloat16", "vllm"),
     "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
+    # MLA: TensorRT-LLM's kernel tables (its MLA kernels are the ones the collector measured on
+    # every GPU; SGLang's are TensorRT-LLM's on B200 and FlashAttention-3 on H100). vLLM has
+    # module tables only (projections included), which the kernel models do not fit.
+    "attention_mla_prefill": ("trtllm", "sglang"),
+    "attention_mla_decode": ("trtllm", "sglang"),
 }
 
 
@@ -403,12 +411,18 @@ def _accepted(model: Any) -> frozenset[str] | None:
 
 
 def _kernel_price(
-    artifact: Artifact, op: Op, gpu: GPU, arrays: dict[str, np.ndarray], keys: tuple[str, ...]
+    artifact: Artifact,
+    op: Op,
+    gpu: GPU,
+    arrays: dict[str, np.ndarray],
+    keys: tuple[str, ...],
+    lookup: str | None = None,
 ) -> L1Price | None:
     """Price by a kernel-table model. `keys`: the integral inputs that determine every array
     passed (the others are constants or copies of them), so the model runs once per distinct
-    row of `keys` over the batch and the quadrature nodes."""
-    name = _find_model(artifact, op.kind)
+    row of `keys` over the batch and the quadrature nodes. `lookup`: the KIND_CANDIDATES key
+    to find the model by (default the operator's kind)."""
+    name = _find_model(artifact, lookup or op.kind)
     if name is None:
         return None
     model = artifact.model(name)
@@ -508,6 +522,58 @@ def price_generation_attention(
     return _kernel_price(artifact, op, gpu, a, keys)
 
 
+def price_mla(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """Latent attention (`attention/mla_core`) by the MLA kernel model of its phase
+    (`dse.models.mla`). Rows whose latent geometry (kv_lora_rank, rope / nope / value widths)
+    is not the one measured are priced on the roofline instead and named in `roofline_ops`
+    (the model's correction was fitted at one rank: `dse.models.mla` module doc)."""
+    d = op.dims
+    prefill = d.get("phase") == "prefill"
+    length = "isl" if prefill else "kv_len"
+    if length not in d or "num_heads" not in d:  # operators built without the model's inputs
+        return None
+    geometry = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+    a = {
+        "batch_size": np.asarray(d["batch_size"], dtype=float),
+        length: np.rint(np.asarray(d[length], dtype=float)),
+        "num_heads": np.asarray(d["num_heads"], dtype=float),
+        "kv_fp8": (np.asarray(d["kv_dtype"]) == "fp8").astype(float),
+        **{k: np.asarray(d[k], dtype=float) for k in geometry},
+    }
+    lookup = "attention_mla_prefill" if prefill else "attention_mla_decode"
+    name = _find_model(artifact, lookup)
+    if name is None:
+        return None
+    rng = artifact.manifest["models"][name].get("fitted_range", {})
+    shape = np.broadcast_shapes(*(shape_of(v) for v in a.values()))
+    covered = np.ones(shape, dtype=bool)
+    for k in geometry:
+        lo, hi = rng.get(k, (-np.inf, np.inf))
+        covered &= (as_shape(a[k], shape) >= lo) & (as_shape(a[k], shape) <= hi)
+    if not covered.any():
+        return None
+    keys = ("batch_size", length, "num_heads", "kv_fp8", *geometry)
+    price = _kernel_price(artifact, op, gpu, a, keys, lookup)
+    if price is None or covered.all():
+        return price
+    # another latent geometry: the roofline there (the geometry's own range miss is that flag)
+    t_roof = roofline_s(op.flops, op.bytes, gpu.peak_bf16_flops_per_s, gpu.hbm_bw_bytes_per_s)
+    lat = np.where(covered, price.latency_s, as_shape(t_roof + LAUNCH_S, shape))
+    misses = {k: m.masked(covered) for k, m in (price.misses or {}).items() if k not in geometry}
+    misses = {k: m for k, m in misses.items() if m.outside.any()}
+    return L1Price(
+        lat,
+        op_power_w(artifact, op, gpu, lat),
+        _any_outside(misses, shape),
+        f"{price.model}+roofline",
+        misses,
+        # per configuration (the last axis; decode's node axis shares its geometry)
+        (~covered).reshape(-1, shape[-1]).any(axis=0).astype(np.int8),
+    )
+
+
 def price_moe(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
@@ -593,4 +659,5 @@ ADAPTERS: dict[str, Level1Adapter] = {
     "attention_decode": price_generation_attention,
     "moe": price_moe,
     "allreduce": price_allreduce,
+    "attention_mla": price_mla,
 }

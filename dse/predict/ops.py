@@ -374,10 +374,11 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
     MLA: its projections as GEMMs (measured models): the query (through the q latent when
     q_lora_rank > 0), the KV down-projection to the latent + RoPE key (replicated on every
     GPU) and the up-projection to the heads' K (nope) and V, and the output. Its attention over
-    the latent has no measured table: kind `attention_mla`, priced on the roofline (flagged in
-    `roofline_ops`) with FlashAttention-style FLOPs in prefill (heads of qk_nope + qk_rope and
-    v_head_dim) and the absorbed form in decode (scores and values over the latent of
-    kv_lora_rank + qk_rope_head_dim per key, read once for all heads).
+    the latent is kind `attention_mla`, priced by the measured MLA kernel models where the
+    artifact has them and the latent geometry is the one measured (`dse.models.mla`), else on
+    the roofline (flagged in `roofline_ops`) with FlashAttention-style FLOPs in prefill (heads
+    of qk_nope + qk_rope and v_head_dim) and the absorbed form in decode (scores and values
+    over the latent of kv_lora_rank + qk_rope_head_dim per key, read once for all heads).
     Linear layers: in_proj and out_proj as GEMMs, and the mixer (conv + chunked scan in
     prefill, one recurrent step in decode) as kind `linear_scan`, on the roofline: its FLOPs
     (`dse.spec.arch.linear_flops_per_token`) and its state traffic (the state read and written
@@ -409,8 +410,12 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
         else:
             flops = b * h_tp * 2 * (2 * r + rope) * s  # absorbed: scores over r + rope, values r
             traffic = b * s * latent + b * h_tp * (2 * r + rope) * ACT_BYTES
-        ops.append(Op("attention/mla_core", "attention_mla", "attention", c, flops, traffic,
-                      {"batch_size": b, "kv_len": s}))  # fmt: skip
+        # the MLA kernel models' inputs (`dse.models.mla`; `dse.predict.adapters.price_mla`)
+        dims = {"batch_size": b, "isl" if sh.phase == "prefill" else "kv_len": s,
+                "num_heads": h_tp, "kv_dtype": cols["kv_dtype"], "kv_lora_rank": r,
+                "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "v_head_dim": vd,
+                "phase": sh.phase}  # fmt: skip
+        ops.append(Op("attention/mla_core", "attention_mla", "attention", c, flops, traffic, dims))
         ops.append(_gemm("attention/mla_out", "attention", c, tokens, d, h_tp * vd, wb, gd))
     if (fam.linear > 0).any():
         nv = np.where(cols["linear_n_heads"] > 0, cols["linear_n_heads"], cols["n_heads"])

@@ -174,6 +174,14 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
             "num_kv_heads": np.array([1.0, 2, 4, 8, 8, 32, 32]),
             "head_dim": np.full(7, 128.0),
         }
+    if kind in ("context_mla", "generation_mla"):
+        length = "isl" if kind == "context_mla" else "kv_len"
+        return {
+            "batch_size": count("batch_size"),
+            length: count(length),
+            "num_heads": np.array([1.0, 2, 16, 64, 128, 128, 256]),
+            "kv_cache_dtype": np.array(["bfloat16", "fp8"] * 3 + ["fp8"]),
+        }
     if kind in ("moe", "moe_physics"):
         return {
             "num_tokens": count("num_tokens"),
@@ -261,7 +269,8 @@ def tables(data_dir: Path) -> dict[str, pd.DataFrame]:
     from dse.data import load
 
     kinds = ["gemm", "layer_op", "allreduce", "softmax", "layernorm", "gelu"]
-    return load(data_dir, [*kinds, "context_attention", "generation_attention", "moe"])
+    mla = ["context_mla", "generation_mla"]
+    return load(data_dir, [*kinds, "context_attention", "generation_attention", "moe", *mla])
 
 
 def _synthetic_level3() -> tuple[Any, ...]:
@@ -340,6 +349,8 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
         return cls("h100_sxm", key, smooth=1e-3), lambda m: m.fit(rows)
     if kind in ("context_attention", "generation_attention"):
         return cls(gpu="h100_sxm", engine="vllm", **FAST), lambda m: m.fit(tables[kind])
+    if kind in ("context_mla", "generation_mla"):
+        return cls(gpu="h100_sxm", engine="trtllm", **FAST), lambda m: m.fit(tables[kind])
     if kind == "moe":
         return cls("h100_sxm", "vllm", "bfloat16", **FAST), lambda m: m.fit(tables["moe"])
     if kind == "moe_physics":
