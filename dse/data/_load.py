@@ -32,7 +32,7 @@ READERS: dict[str, Reader] = {
 # The kinds each source can produce (lets `load(kinds=...)` skip whole sources).
 SOURCE_KINDS: dict[str, frozenset[str]] = {
     "aiconfigurator": frozenset(
-        {"gemm", "context_attention", "generation_attention", "moe", "allreduce"}
+        {"gemm", "context_attention", "generation_attention", "moe", "allreduce", "linear_layer"}
     ),
     "vidur": frozenset({"layer_op", "allreduce"}),
     "argonne": frozenset({"e2e", "e2e_energy", "e2e_ttft"}),
@@ -48,6 +48,7 @@ KINDS: tuple[str, ...] = (
     "generation_attention",
     "moe",
     "allreduce",
+    "linear_layer",
     "layer_op",
     "e2e",
     "e2e_energy",
