@@ -45,7 +45,9 @@ def ops_roofline_s(rows: pd.DataFrame, gpu: str, phase: str, conv_only: bool) ->
     """The roofline dse priced linear/scan with (`dse.predict.ops`, tensor parallelism already
     in the per-GPU shapes; a bf16 state): FLOPs and bytes of the conv + scan of one call."""
     g = get_gpu(gpu)
-    nv, dv, ng, ds = (rows[c].to_numpy(float) for c in ("n_heads", "head_dim", "n_groups", "state_dim"))
+    nv, dv, ng, ds = (
+        rows[c].to_numpy(float) for c in ("n_heads", "head_dim", "n_groups", "state_dim")
+    )
     cw = rows["conv_width"].to_numpy(float)
     b = rows["batch_size"].to_numpy(float)
     tokens = b * (rows["seq_len"].to_numpy(float) if phase == "context" else 1.0)
@@ -64,7 +66,9 @@ def ops_roofline_s(rows: pd.DataFrame, gpu: str, phase: str, conv_only: bool) ->
     return roofline_s(flops, traffic, g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s) + LAUNCH_S
 
 
-def run_table(d: pd.DataFrame, gpu: str, engine: str, layer: str, phase: str, seed: int) -> dict[str, Any]:
+def run_table(
+    d: pd.DataFrame, gpu: str, engine: str, layer: str, phase: str, seed: int
+) -> dict[str, Any]:
     lay = d[list(LAYOUT)].astype(str).agg("x".join, axis=1).to_numpy()
     n_lay = len(np.unique(lay))
     pred = np.full(len(d), np.nan)
@@ -78,7 +82,11 @@ def run_table(d: pd.DataFrame, gpu: str, engine: str, layer: str, phase: str, se
             got = np.where(kern == k, p[f"{k}_s"], got)
         pred[te] = got
     y = d["latency_s"].to_numpy(float)
-    out: dict[str, Any] = {"rows": len(d), "layouts": n_lay, "fit_s": round(time.perf_counter() - t0, 1)}
+    out: dict[str, Any] = {
+        "rows": len(d),
+        "layouts": n_lay,
+        "fit_s": round(time.perf_counter() - t0, 1),
+    }
     for k in ("conv", "scan"):
         s = (d["kernel"] == k).to_numpy()
         if s.any():
@@ -87,10 +95,16 @@ def run_table(d: pd.DataFrame, gpu: str, engine: str, layer: str, phase: str, se
     # the layer: conv + scan of the same call (both kernels measured)
     dd = d.assign(pred=pred)
     kernels = sorted(dd["kernel"].unique())
-    calls = dd.groupby(list(CALL), sort=False).agg(
-        y=("latency_s", "sum"), p=("pred", "sum"), n=("kernel", "nunique"),
-        conv_width=("conv_width", "first"),
-    ).reset_index()
+    calls = (
+        dd.groupby(list(CALL), sort=False)
+        .agg(
+            y=("latency_s", "sum"),
+            p=("pred", "sum"),
+            n=("kernel", "nunique"),
+            conv_width=("conv_width", "first"),
+        )
+        .reset_index()
+    )
     calls = calls[calls["n"] == len(kernels)]
     out["layer_rows"] = len(calls)
     out["layer_mape_pct"] = round(mape_pct(calls["p"].to_numpy(), calls["y"].to_numpy()), 2)
@@ -119,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         r = run_table(d.reset_index(drop=True), gpu, engine, layer, phase, a.seed)
         r.update(gpu=gpu, engine=engine, layer=layer, phase=phase)
         results.append(r)
-        kern = ", ".join(f"{k} {r[f'{k}_mape_pct']}%" for k in ("conv", "scan") if f"{k}_mape_pct" in r)
+        kern = ", ".join(
+            f"{k} {r[f'{k}_mape_pct']}%" for k in ("conv", "scan") if f"{k}_mape_pct" in r
+        )
         print(
             f"{gpu} {engine} {layer} {phase}: {r['rows']} rows, {r['layouts']} layouts; held out "
             f"{kern}; layer {r['layer_mape_pct']}% ({r['layer_rows']} calls) vs roofline "

@@ -10,7 +10,16 @@ from typing import Any
 
 import pandas as pd
 
-from dse.fitting import allreduce, attention, layer_ops, level2, level3, moe, reductions
+from dse.fitting import (
+    allreduce,
+    attention,
+    layer_ops,
+    level2,
+    level3,
+    linear_layers,
+    moe,
+    reductions,
+)
 from dse.fitting.bands import BandTable
 from dse.fitting.gemm import fit_gemm_family, gemm_band_tables, predict_gemm_rows
 from dse.fitting.power import fit_power_family
@@ -88,6 +97,14 @@ FAMILIES: tuple[Family, ...] = (
         ("moe",),
         order=41,
         band_tables=moe.moe_band_tables,
+    ),
+    Family(
+        linear_layers.FAMILY,
+        linear_layers.fit_linear_family,
+        linear_layers.predict_linear_rows,
+        (linear_layers.KIND,),
+        order=42,
+        band_tables=linear_layers.linear_band_tables,
     ),
     Family(
         level3.FAMILY,

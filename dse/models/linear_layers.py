@@ -49,6 +49,11 @@ INPUTS = ("batch_size", "seq_len", "n_heads", "head_dim", "n_groups", "state_dim
 MIN_ROWS = 20  # the fewest rows of one kernel a model fits (a decode table has ~11 per layout)
 
 
+def model_name(layer: str, phase: str, engine: str) -> str:
+    """The artifact's name of the model of one table (`dse fit`'s linear_layer family)."""
+    return f"linear_layer.{layer}.{phase}.{engine}"
+
+
 def conv_channels(layer: str, engine: str, v: Mapping[str, np.ndarray]) -> np.ndarray:
     """Channels of the conv kernel (`dse.data._linear_layers.conv_channels`): q|k|v or x|B|C;
     TensorRT-LLM's GDN collector ran the key channels alone."""
@@ -141,7 +146,11 @@ class LinearLayerModel(_base.Model):
 
     def _inputs(self, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
         n = _base.batch_size_of(arrays)
-        need = [k for k in INPUTS[:6] if k not in arrays and not (k == "seq_len" and self.phase == "generation")]
+        need = [
+            k
+            for k in INPUTS[:6]
+            if k not in arrays and not (k == "seq_len" and self.phase == "generation")
+        ]
         if need:
             raise DataError(f"{self.layer} {self.phase} linear layer needs inputs {need}")
         v = {k: _base.as_float(k, arrays[k], n) for k in INPUTS[:6] if k in arrays}
