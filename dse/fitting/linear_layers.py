@@ -25,8 +25,9 @@ from dse.models.linear_layers import INPUTS, LinearLayerModel, linear_inputs, mo
 KIND = "linear_layer"
 FAMILY = "linear_layer"
 LAYOUT_GROUP = U.cv_group(FAMILY, ("n_heads", "head_dim", "n_groups", "state_dim", "chunk_size"))
-# one call of a layer's kernels: the layout and the batch (d_model does not enter the kernels)
-CALL = (*LAYOUT_GROUP, "conv_width", "batch_size", "seq_len")
+# one call of a layer's kernels as the collector ran it (per model: d_model enters no kernel, but
+# two models of one per-GPU layout are two calls)
+CALL = ("d_model", *LAYOUT_GROUP, "conv_width", "batch_size", "seq_len")
 MIN_LINEAR_ROWS = 50
 # (layer, engine) tables not fitted, and why: the collector's conv is not what the engine runs.
 NOT_FITTED = {

@@ -7,7 +7,8 @@ priced by the GEMM models):
   conv:  the causal depthwise conv over C channels (q|k|v packed for GDN, x|B|C for Mamba-2);
          prefill FLOPs = 2 w C T, bytes = 4 C T (read x, write y) + 4 b C (w - 1) (conv state);
          decode (one token per sequence) FLOPs = 2 w C b, bytes = 4 C b + 4 b C (w - 1);
-         work items (thread blocks): ceil(C / 64) per sequence per 64 tokens.
+         work items: ceil(C / 64) channel blocks per sequence (a cost per sequence and
+         channel that does not grow with the length up to ~512 tokens).
   scan:  Gated DeltaNet's chunked delta rule in prefill: per token and value head 6 dk dv
          (state update and read-out) + 2 x 64 (dk + dv) (the chunk's intra-chunk attention)
          FLOPs; bytes = 2 T (2 nk dk + 2 nv dv) (q, k, v in, o out) + 8 T nv (gate, beta, fp32)
@@ -74,7 +75,9 @@ def kernel_work(
         c = conv_channels(layer, engine, v)
         flops = 2.0 * w * c * t
         bytes_ = 4.0 * c * t + 4.0 * b * c * (w - 1.0)
-        items = b * np.ceil(c / CONV_BLOCK) * np.ceil(s / CONV_BLOCK)
+        # a fixed cost per (sequence, channel block), whatever the length: TensorRT-LLM's
+        # Mamba-2 conv costs the same 1.1 ns per sequence-channel at 1 to 512 tokens (H100)
+        items = b * np.ceil(c / CONV_BLOCK)
         return flops, bytes_, items
     state = nv * dk * dv
     io = 2.0 * (2.0 * nk * dk + 2.0 * nv * dv)
@@ -87,22 +90,38 @@ def kernel_work(
 
 
 def _features(
-    v: Mapping[str, np.ndarray], flops, bytes_, items, log_t0, n_sms: float
+    kernel: str,
+    channels: np.ndarray,
+    v: Mapping[str, np.ndarray],
+    flops,
+    bytes_,
+    items,
+    log_t0,
+    n_sms: float,
 ) -> np.ndarray:
     """Residual-MLP inputs: log sizes, log work, log base time, and the waves of work items
-    over the SMs (a grid of 1.1 waves costs nearly 2)."""
+    over the SMs (a grid of 1.1 waves costs nearly 2). The conv is depthwise: its channels are
+    all of the layout it sees (heads and widths only through them), so its MLP reads log
+    channels and no head sizes, and a held-out layout is a new channel count between measured
+    ones rather than a new corner of five head inputs."""
     b, s = v["batch_size"], v["seq_len"]
     waves = np.ceil(items / n_sms)
-    return np.stack(
-        [
-            np.log(b),
-            np.log(s),
-            np.log(b * s),
+    if kernel == "conv":
+        layout = [np.log(channels)]
+    else:
+        layout = [
             np.log(v["n_heads"]),
             np.log(v["n_groups"]),
             np.log(v["n_heads"] / v["n_groups"]),
             np.log(v["head_dim"]),
             np.log(v["state_dim"]),
+        ]
+    return np.stack(
+        [
+            np.log(b),
+            np.log(s),
+            np.log(b * s),
+            *layout,
             np.log(flops),
             np.log(bytes_),
             log_t0,
@@ -196,7 +215,8 @@ class LinearLayerModel(_base.Model):
                 items,
             )
             base = self.roofs_[k].parts(flops, bytes_, items)["base_s"]
-            X = _features(v, flops, bytes_, items, np.log(base), self.gpu_spec_["n_sms"])
+            ch = conv_channels(self.layer, self.engine, v)
+            X = _features(k, ch, v, flops, bytes_, items, np.log(base), self.gpu_spec_["n_sms"])
             self.mlps_[k], _ = fit_hybrid_heads(
                 X,
                 y,
@@ -227,7 +247,10 @@ class LinearLayerModel(_base.Model):
         for k in self.kernels_:
             flops, bytes_, items = kernel_work(self.layer, self.phase, k, self.engine, v)
             part = self.roofs_[k].parts(flops, bytes_, items)
-            X = _features(v, flops, bytes_, items, np.log(part["base_s"]), self.gpu_spec_["n_sms"])
+            ch = conv_channels(self.layer, self.engine, v)
+            X = _features(
+                k, ch, v, flops, bytes_, items, np.log(part["base_s"]), self.gpu_spec_["n_sms"]
+            )
             apply_residual(part, X, self.mlps_[k], None)
             # physics: never faster than the plain roofline of the kernel's work
             floor = np.maximum(flops / peak, bytes_ / bw)
