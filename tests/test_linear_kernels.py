@@ -157,7 +157,7 @@ def _qwen3_next(**kw):
 def _h100_has_linear_models() -> bool:
     from dse.predict.artifacts import load_artifact
 
-    art = load_artifact("h100_sxm")
+    art, _ = load_artifact("h100_sxm")
     return art is not None and bool(art.names("linear_layer"))
 
 
@@ -173,3 +173,39 @@ def test_a_linear_hybrid_is_priced_by_the_measured_models() -> None:
     wide = predict(_qwen3_next(linear_head_dim=512))
     assert "linear/scan" in wide["roofline_ops"][0].split(",")
     assert "linear/scan: head_dim" in wide["out_of_range_inputs"][0]
+
+
+def _scan_price(cfg: dict, phase: str = "prefill"):
+    from dse.predict.adapters import price_linear_scan
+    from dse.predict.artifacts import load_artifact
+    from dse.predict.ops import forward_ops
+    from dse.spec.columns import as_columns
+    from dse.spec.hardware import get_gpu
+
+    cols = as_columns(cfg)
+    cols = cols[0] if isinstance(cols, tuple) else cols
+    op = next(o for o in forward_ops(cols, phase) if o.name == "linear/scan")
+    art, _ = load_artifact("h100_sxm")
+    return price_linear_scan(art, op, get_gpu("h100_sxm"), {"cols": cols, "phase": phase})
+
+
+def test_a_batch_beyond_the_table_is_priced_as_blocks_inside_it() -> None:
+    if not _h100_has_linear_models():
+        pytest.skip("the H100 artifact has no linear_layer models")
+    one = _scan_price(_qwen3_next(batch_size=64))
+    four = _scan_price(_qwen3_next(batch_size=256))  # the prefill tables stop at 64 sequences
+    assert one.model == four.model == "linear_layer.gdn.context.vllm"
+    assert four.latency_s[0] == pytest.approx(4 * one.latency_s[0], rel=1e-12)
+    assert not four.out_of_range[0]
+
+
+def test_mamba2_and_the_engine_choice() -> None:
+    if not _h100_has_linear_models():
+        pytest.skip("the H100 artifact has no linear_layer models")
+    # the share measured Mamba-2's conv alone: its mixer stays on the roofline
+    assert _scan_price(_qwen3_next(linear_kind="mamba2")) is None
+    assert _scan_price(_qwen3_next(engine="sglang")).model == "linear_layer.gdn.context.sglang"
+    # TensorRT-LLM's GDN table is not fitted (its conv is not the engine's): vLLM's model
+    assert _scan_price(_qwen3_next(engine="trtllm"), "decode").model == (
+        "linear_layer.gdn.generation.vllm"
+    )

@@ -591,8 +591,9 @@ def price_linear_scan(
 ) -> L1Price | None:
     """A linear-attention layer's mixer (conv + chunked scan in prefill, conv update + recurrent
     step in decode) by the measured model of its table (`dse.models.linear_layers`): the
-    configuration's engine's, else vLLM's. Rows whose layer has no table, or whose shapes leave
-    the model's fitted range, keep the roofline (`model_rows` marks them: `roofline_ops` names
+    configuration's engine's, else vLLM's. A batch or prompt beyond the table is priced as
+    `row_blocks` of equal size inside it, summed. Rows whose layer has no table, or whose
+    layout (heads, widths, conv width) leaves the model's fitted range, keep the roofline (`model_rows` marks them: `roofline_ops` names
     the operator there) and their range misses are flagged."""
     names = set(artifact.names("linear_layer"))
     if not names or "linear_kind" not in op.dims or ctx is None:
@@ -625,6 +626,15 @@ def price_linear_scan(
             sel = (kinds == kind) & (engines == engine)
             model = artifact.model(name)
             ins = {k: v[sel] for k, v in arrays.items()}
+            # More sequences (or a longer prompt) than the table measured: priced as blocks of
+            # equal batch (length) inside it, summed; the kernels are linear in both there
+            # (sequences are independent; the chunked scan carries its state chunk to chunk).
+            blocks = np.ones(int(sel.sum()))
+            for key in ("batch_size", "seq_len"):
+                hi = model.fitted_range().get(key, (0.0, np.inf))[1]
+                split = row_blocks(ins[key], hi)
+                ins[key] = np.ceil(ins[key] / split)
+                blocks = blocks * split
             part = model.range_misses(**ins)
             inside = ~_any_outside(part, (int(sel.sum()),))
             for key, miss in part.items():
@@ -632,19 +642,22 @@ def price_linear_scan(
             if not inside.any():
                 continue
             rows = np.flatnonzero(sel)[inside]
-            keys = [np.rint(arrays[k][rows]).astype(np.int64) for k in LINEAR_INPUTS]
+            keys = [np.rint(ins[k][inside]).astype(np.int64) for k in LINEAR_INPUTS]
             res = dedupe(
                 lambda *a, m=model: {
                     "latency_s": m.predict(**dict(zip(LINEAR_INPUTS, a, strict=True)))["latency_s"]
                 },
                 *keys,
             )
-            lat[rows] = res["latency_s"]
+            lat[rows] = res["latency_s"] * blocks[inside]
             if name not in used:
                 used.append(name)
             which[rows] = used.index(name)
-    if not used:
-        return None
+    if not used:  # no model priced a row: the roofline, with the misses that sent it there
+        if not misses:
+            return None
+        return L1Price(lat, op_power_w(artifact, op, gpu, lat), _any_outside(misses, (n,)),
+                       "roofline", misses)  # fmt: skip
     model_label = "+".join(used)
     roof_rows = which < 0
     if roof_rows.any():
