@@ -209,3 +209,27 @@ def test_mamba2_and_the_engine_choice() -> None:
     assert _scan_price(_qwen3_next(engine="trtllm"), "decode").model == (
         "linear_layer.gdn.generation.vllm"
     )
+
+
+@pytest.mark.parametrize(
+    ("phase", "table_phase"), [("prefill", "context"), ("decode", "generation")]
+)
+def test_the_benchmarks_roofline_is_the_pricers(phase: str, table_phase: str) -> None:
+    """benchmarks/linear_layers_cv.py scores the roofline dse priced linear/scan with: the same
+    seconds as the operator's own FLOPs and bytes on the roofline (plus the launch)."""
+    from benchmark_scripts import load_benchmark
+
+    from dse.predict.ops import forward_ops
+    from dse.roofline import LAUNCH_S, roofline_s
+    from dse.spec.columns import as_columns
+    from dse.spec.hardware import get_gpu
+
+    cols = as_columns(_qwen3_next(batch_size=3, prompt_tokens=1000))
+    cols = cols[0] if isinstance(cols, tuple) else cols
+    op = next(o for o in forward_ops(cols, phase) if o.name == "linear/scan")
+    g = get_gpu("h100_sxm")
+    want = roofline_s(op.flops, op.bytes, g.peak_bf16_flops_per_s, g.hbm_bw_bytes_per_s) + LAUNCH_S
+    keys = ("batch_size", "seq_len", "n_heads", "head_dim", "n_groups", "state_dim", "conv_width")
+    rows = pd.DataFrame({k: np.broadcast_to(np.asarray(op.dims[k], float), (1,)) for k in keys})
+    got = load_benchmark("linear_layers_cv").ops_roofline_s(rows, "h100_sxm", table_phase, False)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
