@@ -38,6 +38,7 @@ import pandas as pd
 
 from dse.data import _common as c
 from dse.errors import DataError
+from dse.models.linear_layers import conv_channels
 from dse.spec.hardware import shipped_gpu
 
 KIND = "linear_layer"
@@ -81,16 +82,6 @@ PHASES = ("context", "generation")
 def _hbm_bw(gpu: str) -> float:
     spec = shipped_gpu(gpu)
     return 16e12 if spec is None else spec.hbm_bw_bytes_per_s  # outside: twice B200's 8 TB/s
-
-
-def conv_channels(layer: str, engine: str, n_groups, state_dim, n_heads, head_dim) -> np.ndarray:
-    """Channels the conv kernel runs on: q|k|v packed (GDN 2 nk dk + nv dv; Mamba-2 x|B|C,
-    nheads head_dim + 2 n_groups d_state); the TensorRT-LLM GDN collector's keys alone (nk dk)."""
-    qk = np.asarray(n_groups, float) * np.asarray(state_dim, float)
-    v = np.asarray(n_heads, float) * np.asarray(head_dim, float)
-    if layer == "gdn" and engine == "trtllm":
-        return qk
-    return 2.0 * qk + v
 
 
 def least_bytes(rows: pd.DataFrame) -> np.ndarray:
@@ -177,9 +168,8 @@ def read_linear_table(
             f"(generation), got {df['num_tokens'].iloc[i]} for batch_size "
             f"{df['batch_size'].iloc[i]}, seq_len {df['seq_len'].iloc[i]}"
         )
-    df["conv_channels"] = conv_channels(
-        layer, df["engine"].iloc[0], df["n_groups"], df["state_dim"], df["n_heads"], df["head_dim"]
-    ).astype(np.int64)
+    shapes = {k: df[k].to_numpy(float) for k in ("n_groups", "state_dim", "n_heads", "head_dim")}
+    df["conv_channels"] = conv_channels(layer, df["engine"].iloc[0], shapes).astype(np.int64)
     # bytes moved over time: the best row reaches 10 GB/s (a seconds-for-ms slip would not),
     # the median stays under 1.5x the HBM bandwidth (a microseconds-for-ms slip would not)
     c.check_peak_rate(

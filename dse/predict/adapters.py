@@ -574,16 +574,6 @@ def price_allreduce(
 # stays on the roofline (`docs/accuracy.md`, "Linear-attention layers"); Mamba-1 has no table.
 LINEAR_LAYER_OF = {"gated_deltanet": "gdn"}
 LINEAR_ENGINE = "vllm"  # the model used for an engine whose table the artifact lacks
-# the linear_scan op's dims -> the model's inputs
-LINEAR_INPUTS = (
-    "batch_size",
-    "seq_len",
-    "n_heads",
-    "head_dim",
-    "n_groups",
-    "state_dim",
-    "conv_width",
-)
 
 
 def price_linear_scan(
@@ -598,6 +588,7 @@ def price_linear_scan(
     names = set(artifact.names("linear_layer"))
     if not names or "linear_kind" not in op.dims or ctx is None:
         return None
+    from dse.models.linear_layers import INPUTS as LINEAR_INPUTS
     from dse.models.linear_layers import model_name
 
     phase = "context" if ctx.get("phase") == "prefill" else "generation"
