@@ -583,8 +583,9 @@ def price_linear_scan(
     step in decode) by the measured model of its table (`dse.models.linear_layers`): the
     configuration's engine's, else vLLM's. A batch or prompt beyond the table is priced as
     `row_blocks` of equal size inside it, summed. Rows whose layer has no table, or whose
-    layout (heads, widths, conv width) leaves the model's fitted range, keep the roofline (`model_rows` marks them: `roofline_ops` names
-    the operator there) and their range misses are flagged."""
+    layout (heads, widths, conv width) leaves the model's fitted range, keep the roofline
+    (`model_rows` marks them: `roofline_ops` names the operator there) and their range misses
+    are flagged. The model is imported here: a batch without linear layers never loads it."""
     names = set(artifact.names("linear_layer"))
     if not names or "linear_kind" not in op.dims or ctx is None:
         return None
