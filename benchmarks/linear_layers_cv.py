@@ -7,11 +7,12 @@ Feeds docs/accuracy.md ("Linear-attention layers").
 
 Per table (GPU, engine, layer, phase): seeded group folds (5, or one per layout below 5) over
 the layout (n_heads, head_dim, n_groups, state_dim, chunk_size): every batch and length of a
-held-out layout is out of the fit. It reports the held-out MAPE of each kernel's rows (conv,
+held-out layout is out of the fit. `--max-rows 2000` fits each residual MLP on a seeded
+subsample (a few minutes for everything on one idle core; docs/accuracy.md gives both). It reports the held-out MAPE of each kernel's rows (conv,
 scan), of the layer (conv + scan of the same call, what `dse predict` prices as linear/scan),
 and on the same layer rows the roofline dse used before (`dse.predict.ops`'s linear/scan work
 at the bf16 peak and HBM bandwidth plus the 5 us launch); for Mamba-2 (conv rows only in the
-share) the roofline of the conv's work alone. One core, every row (no subsample).
+share) the roofline of the conv's work alone. One process, one core; every row unless --max-rows.
 """
 
 from __future__ import annotations
@@ -67,14 +68,21 @@ def ops_roofline_s(rows: pd.DataFrame, gpu: str, phase: str, conv_only: bool) ->
 
 
 def run_table(
-    d: pd.DataFrame, gpu: str, engine: str, layer: str, phase: str, seed: int
+    d: pd.DataFrame,
+    gpu: str,
+    engine: str,
+    layer: str,
+    phase: str,
+    seed: int,
+    max_rows: int | None = None,
 ) -> dict[str, Any]:
     lay = d[list(LAYOUT)].astype(str).agg("x".join, axis=1).to_numpy()
     n_lay = len(np.unique(lay))
     pred = np.full(len(d), np.nan)
     t0 = time.perf_counter()
     for te in group_folds(lay, min(FOLDS, n_lay), seed):
-        m = LinearLayerModel(layer, phase, gpu, engine, seed=seed).fit(d[~te])
+        kw = {} if max_rows is None else {"max_rows": max_rows}
+        m = LinearLayerModel(layer, phase, gpu, engine, seed=seed, **kw).fit(d[~te])
         p = m.predict(**linear_inputs(d[te]))
         kern = d["kernel"].to_numpy()[te]
         got = np.full(te.sum(), np.nan)
@@ -121,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tables", nargs="*", default=None, help="engine/layer filters, e.g. vllm/gdn")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="JSON file for the results")
+    ap.add_argument(
+        "--max-rows",
+        type=int,
+        default=None,
+        help="fit each kernel's residual MLP on a seeded subsample of at most this many rows "
+        "(every row is still predicted); default: every row, as dse fit",
+    )
     a = ap.parse_args(argv)
     t = load(a.data, ["linear_layer"]).get("linear_layer")
     if t is None or t.empty:
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for (gpu, engine, layer, phase), d in t.groupby(["gpu", "engine", "layer", "phase"], sort=True):
         if gpu not in a.gpus or (a.tables and f"{engine}/{layer}" not in a.tables):
             continue
-        r = run_table(d.reset_index(drop=True), gpu, engine, layer, phase, a.seed)
+        r = run_table(d.reset_index(drop=True), gpu, engine, layer, phase, a.seed, a.max_rows)
         r.update(gpu=gpu, engine=engine, layer=layer, phase=phase)
         results.append(r)
         kern = ", ".join(
