@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dse.data import _common as c
+from dse.data import _linear_layers as linear
 from dse.errors import DataError
 from dse.spec.hardware import shipped_gpu
 
@@ -410,6 +411,19 @@ def _allreduce(raw: pd.DataFrame, df: pd.DataFrame, file: str, stem: str) -> pd.
     return df
 
 
+def _add_linear(out: dict[str, list[pd.DataFrame]], path: Path, root: Path) -> None:
+    """A linear-attention table (`dse.data._linear_layers`) under its GPU, engine and version."""
+    parts = path.relative_to(root).parts
+    if len(parts) < 5:
+        raise DataError(
+            f"{c.rel(path, root)}: expected .../<gpu>/<op>/<engine>/<version>/{path.name}"
+        )
+    gpu_dir, _op, engine_dir, version_dir = parts[-5:-1]
+    df = linear.read_linear_table(path, root, gpu_dir, engine_dir, version_dir)
+    if df is not None:
+        c.add_table(out, linear.KIND, df)
+
+
 def read_aiconfigurator(
     root: Path | str, kinds: Iterable[str] | None = None
 ) -> dict[str, pd.DataFrame]:
@@ -424,6 +438,10 @@ def read_aiconfigurator(
         return {}
     wanted = None if kinds is None else set(kinds)
     for path in sorted(base.rglob("*.parquet")):
+        if path.stem in linear.TABLES:  # linear-attention layers: their own reader
+            if wanted is None or linear.KIND in wanted:
+                _add_linear(out, path, root)
+            continue
         if wanted is not None and _TABLES.get(path.stem) not in wanted:
             continue
         got = _read_table(path, root)

@@ -47,6 +47,7 @@ SOURCE_KINDS: dict[str, frozenset[str]] = {
             "moe",
             "allreduce",
             *MLA_KINDS,
+            "linear_layer",
         }
     ),
     "vidur": frozenset({"layer_op", "allreduce"}),
@@ -63,6 +64,7 @@ KINDS: tuple[str, ...] = (
     "generation_attention",
     "moe",
     "allreduce",
+    "linear_layer",
     "layer_op",
     "e2e",
     "e2e_energy",

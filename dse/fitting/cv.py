@@ -36,6 +36,10 @@ ARCHITECTURE_FIELDS = frozenset(
         "topk",
         "num_experts",
         "model",  # a whole model (vidur layer ops and Level 2, argonne Level 3)
+        "n_heads",  # linear-attention layer layout (per GPU, as the kernels ran)
+        "n_groups",
+        "state_dim",
+        "chunk_size",
     }
 )
 # Fields that must never be in a held-out group: they describe how a layout was run, not the

@@ -10,7 +10,17 @@ from typing import Any
 
 import pandas as pd
 
-from dse.fitting import allreduce, attention, layer_ops, level2, level3, mla, moe, reductions
+from dse.fitting import (
+    allreduce,
+    attention,
+    layer_ops,
+    level2,
+    level3,
+    linear_layers,
+    mla,
+    moe,
+    reductions,
+)
 from dse.fitting.bands import BandTable
 from dse.fitting.gemm import fit_gemm_family, gemm_band_tables, predict_gemm_rows
 from dse.fitting.power import fit_power_family
@@ -96,6 +106,14 @@ FAMILIES: tuple[Family, ...] = (
         ("context_mla", "generation_mla"),
         order=42,
         band_tables=mla.mla_band_tables,
+    ),
+    Family(
+        linear_layers.FAMILY,
+        linear_layers.fit_linear_family,
+        linear_layers.predict_linear_rows,
+        (linear_layers.KIND,),
+        order=43,
+        band_tables=linear_layers.linear_band_tables,
     ),
     Family(
         level3.FAMILY,

@@ -425,6 +425,10 @@ def _floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
             return reduction_floor_s(rows)
         if kind in ("e2e", "e2e_energy", "e2e_ttft", "serving_energy"):
             return e2e_floor_s(kind, rows)
+        if kind == "linear_layer":
+            from dse.data._linear_layers import floor_s as linear_floor_s
+
+            return linear_floor_s(rows, _hbm(rows))
     return np.full(len(rows), np.nan)
 
 
@@ -465,6 +469,18 @@ LABELS: Mapping[str, tuple[str, ...]] = {
     "layer_op": ("gpu", "model", "op", "num_tokens", "tensor_parallel"),
     "context_mla": ("gpu", "engine", "kv_cache_dtype", "batch_size", "isl", "num_heads"),
     "generation_mla": ("gpu", "engine", "kv_cache_dtype", "batch_size", "kv_len", "num_heads"),
+    "linear_layer": (
+        "gpu",
+        "engine",
+        "layer",
+        "phase",
+        "kernel",
+        "batch_size",
+        "seq_len",
+        "n_heads",
+        "n_groups",
+        "state_dim",
+    ),
     "allreduce": ("source", "gpu", "implementation", "op", "n_gpus", "message_bytes"),
     "e2e": ("gpu", "engine", "model", "n_gpus", "batch_size", "input_tokens", "output_tokens"),
     "serving_energy": ("gpu", "model", "tensor_parallel", "max_batch_size", "task"),

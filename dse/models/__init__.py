@@ -21,6 +21,7 @@ MODEL_CLASSES: dict[str, str] = {
     "level2_block": "dse.models.level2:Level2Block",
     "level3_e2e": "dse.models.level3:Level3",
     "level3_power": "dse.models.level3_power:Power3",
+    "linear_layer": "dse.models.linear_layers:LinearLayerModel",
     "moe": "dse.models.moe:MoEModel",
     "moe_physics": "dse.models.moe_physics:MoEModel",
     "context_mla": "dse.models.mla:ContextMLAModel",

@@ -649,6 +649,105 @@ def price_allreduce(
     return L1Price(lat, power, oor, "+".join(used), misses, which if len(used) > 1 else None)
 
 
+# ---------------------------------------------------------------------------- linear layers
+# linear_kind -> the measured table (`dse.models.linear_layers` layer) whose model prices the
+# whole mixer (conv + scan). Mamba-2 is absent: the share measured its conv only, so its mixer
+# stays on the roofline (`docs/accuracy.md`, "Linear-attention layers"); Mamba-1 has no table.
+LINEAR_LAYER_OF = {"gated_deltanet": "gdn"}
+LINEAR_ENGINE = "vllm"  # the model used for an engine whose table the artifact lacks
+
+
+def price_linear_scan(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
+) -> L1Price | None:
+    """A linear-attention layer's mixer (conv + chunked scan in prefill, conv update + recurrent
+    step in decode) by the measured model of its table (`dse.models.linear_layers`): the
+    configuration's engine's, else vLLM's. A batch or prompt beyond the table is priced as
+    `row_blocks` of equal size inside it, summed. Rows whose layer has no table, or whose
+    layout (heads, widths, conv width) leaves the model's fitted range, keep the roofline
+    (`model_rows` marks them: `roofline_ops` names the operator there) and their range misses
+    are flagged. The model is imported here: a batch without linear layers never loads it."""
+    names = set(artifact.names("linear_layer"))
+    if not names or "linear_kind" not in op.dims or ctx is None:
+        return None
+    from dse.models.linear_layers import INPUTS as LINEAR_INPUTS
+    from dse.models.linear_layers import model_name
+
+    phase = "context" if ctx.get("phase") == "prefill" else "generation"
+    d = op.dims
+    n = len(np.atleast_1d(op.flops))
+    kinds = as_shape(np.asarray(d["linear_kind"]).astype(str), (n,))
+    cols = ctx.get("cols")
+    engines = (
+        as_shape(np.asarray(cols["engine"]).astype(str), (n,))
+        if cols is not None and "engine" in cols
+        else np.full(n, LINEAR_ENGINE)
+    )
+    arrays = {k: as_shape(np.asarray(d[k], dtype=float), (n,)) for k in LINEAR_INPUTS}
+    t_roof = roofline_s(op.flops, op.bytes, gpu.peak_bf16_flops_per_s, gpu.hbm_bw_bytes_per_s)
+    lat = as_shape(np.asarray(t_roof + LAUNCH_S, dtype=float), (n,)).copy()
+    used: list[str] = []
+    which = np.full(n, -1, dtype=np.int8)  # -1: the roofline (index fixed below)
+    misses: dict[str, RangeMiss] = {}
+    for kind, layer in LINEAR_LAYER_OF.items():
+        for engine in np.unique(engines[kinds == kind]):
+            name = model_name(layer, phase, str(engine))
+            if name not in names:
+                name = model_name(layer, phase, LINEAR_ENGINE)
+            if name not in names:
+                continue
+            sel = (kinds == kind) & (engines == engine)
+            model = artifact.model(name)
+            ins = {k: v[sel] for k, v in arrays.items()}
+            # More sequences (or a longer prompt) than the table measured: priced as blocks of
+            # equal batch (length) inside it, summed; the kernels are linear in both there
+            # (sequences are independent; the chunked scan carries its state chunk to chunk).
+            blocks = np.ones(int(sel.sum()))
+            for key in ("batch_size", "seq_len"):
+                hi = model.fitted_range().get(key, (0.0, np.inf))[1]
+                split = row_blocks(ins[key], hi)
+                ins[key] = np.ceil(ins[key] / split)
+                blocks = blocks * split
+            part = model.range_misses(**ins)
+            inside = ~_any_outside(part, (int(sel.sum()),))
+            for key, miss in part.items():
+                _put_miss(misses, key, miss, sel, (n,))
+            if not inside.any():
+                continue
+            rows = np.flatnonzero(sel)[inside]
+            keys = [np.rint(ins[k][inside]).astype(np.int64) for k in LINEAR_INPUTS]
+            res = dedupe(
+                lambda *a, m=model: {
+                    "latency_s": m.predict(**dict(zip(LINEAR_INPUTS, a, strict=True)))["latency_s"]
+                },
+                *keys,
+            )
+            lat[rows] = res["latency_s"] * blocks[inside]
+            if name not in used:
+                used.append(name)
+            which[rows] = used.index(name)
+    if not used:  # no model priced a row: the roofline, with the misses that sent it there
+        if not misses:
+            return None
+        return L1Price(lat, op_power_w(artifact, op, gpu, lat), _any_outside(misses, (n,)),
+                       "roofline", misses)  # fmt: skip
+    model_label = "+".join(used)
+    roof_rows = which < 0
+    if roof_rows.any():
+        which[roof_rows] = len(used)
+        model_label += "+roofline"
+    power = op_power_w(artifact, op, gpu, lat)
+    oor = _any_outside(misses, (n,))
+    return L1Price(
+        lat,
+        power,
+        oor,
+        model_label,
+        misses or None,
+        which if len(used) > 1 or roof_rows.any() else None,
+    )
+
+
 # Op.kind -> the adapter that prices operators of that kind from an artifact (an explicit table:
 # dse.predict.pricing.Pricer reads it; an adapter returning None leaves the roofline).
 ADAPTERS: dict[str, Level1Adapter] = {
@@ -660,4 +759,5 @@ ADAPTERS: dict[str, Level1Adapter] = {
     "moe": price_moe,
     "allreduce": price_allreduce,
     "attention_mla": price_mla,
+    "linear_scan": price_linear_scan,
 }

@@ -380,7 +380,9 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
     of qk_nope + qk_rope and v_head_dim) and the absorbed form in decode (scores and values
     over the latent of kv_lora_rank + qk_rope_head_dim per key, read once for all heads).
     Linear layers: in_proj and out_proj as GEMMs, and the mixer (conv + chunked scan in
-    prefill, one recurrent step in decode) as kind `linear_scan`, on the roofline: its FLOPs
+    prefill, one recurrent step in decode) as kind `linear_scan`, with the per-GPU shapes the
+    measured linear-layer models read (`dse.predict.adapters.price_linear_scan`); the roofline
+    (without a model, or outside its fitted range) counts its FLOPs
     (`dse.spec.arch.linear_flops_per_token`) and its state traffic (the state read and written
     once per sequence per forward pass, the conv window, q/k/v in and the output out)."""
     ops: list[Op] = []
@@ -441,7 +443,9 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
             _gemm("linear/in_proj", "attention", c, tokens, n_in, d, wb, gd),
             *_mamba1_ops(sh, fam, mamba1, nv_tp * dv, ds),
             Op("linear/scan", "linear_scan", "attention", c, tokens * per_token, traffic,
-               {"tokens": tokens}),
+               {"tokens": tokens, "batch_size": sh.b, "seq_len": sh.s if prefill else 1.0,
+                "n_heads": nv_tp, "head_dim": dv, "n_groups": ng_tp, "state_dim": ds,
+                "conv_width": cw, "linear_kind": cols["linear_kind"]}),
             _gemm("linear/out", "attention", c, tokens, d, nv_tp * dv, wb, gd),
         ]  # fmt: skip
     return ops

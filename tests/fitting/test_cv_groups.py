@@ -18,6 +18,7 @@ from dse.fitting import (
     layer_ops,
     level2,
     level3,
+    linear_layers,
     mla,
     moe,
 )
@@ -37,7 +38,16 @@ FORBIDDEN = {
 
 
 def test_every_family_declares_architecture_groups() -> None:
-    assert set(U.CV_GROUPS) == {"gemm", "attention", "moe", "mla", "layer_op", "level2", "level3"}
+    assert set(U.CV_GROUPS) == {
+        "gemm",
+        "attention",
+        "moe",
+        "mla",
+        "layer_op",
+        "level2",
+        "level3",
+        "linear_layer",
+    }
     forbidden = {f for fields in FORBIDDEN.values() for f in fields}
     assert forbidden <= U.NOT_ARCHITECTURE_FIELDS
     assert not U.ARCHITECTURE_FIELDS & U.NOT_ARCHITECTURE_FIELDS
@@ -52,6 +62,13 @@ def test_the_declared_layouts() -> None:
     assert attention.HEAD_GROUP == ("num_heads", "num_kv_heads", "head_dim")
     assert mla.HEAD_GROUP == ("num_heads",)  # MLA tables vary the query heads alone
     assert gemm.GEMM_GROUP == ("n", "k")
+    assert linear_layers.LAYOUT_GROUP == (
+        "n_heads",
+        "head_dim",
+        "n_groups",
+        "state_dim",
+        "chunk_size",
+    )
     assert layer_ops.LAYER_OP_GROUP == level2.LEVEL2_GROUP == level3.LEVEL3_GROUP == ("model",)
     assert U.CV_GROUPS["moe"] is moe.MOE_SHAPE_GROUP
 

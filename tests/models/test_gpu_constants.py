@@ -302,6 +302,7 @@ ALLOWED = {
     ("dse/models/layer_ops.py", "fit"),
     ("dse/models/mla.py", "_peak"),  # fit: kept in roof_
     ("dse/models/mla.py", "fit"),
+    ("dse/models/linear_layers.py", "fit"),  # kept as gpu_spec_ (SMs, bf16 peak, HBM bandwidth)
     ("dse/models/moe.py", "_peak"),  # fit: kept in roof_
     ("dse/models/moe_physics.py", "fit"),
     ("dse/models/reductions.py", "fit"),  # kept as bw_scale_

@@ -190,6 +190,15 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
             "topk": np.full(7, 2.0),
             "num_experts": np.full(7, 8.0),
         }
+    if kind == "linear_layer":
+        return {
+            "batch_size": count("batch_size"),
+            "seq_len": np.geomspace(1.0, 65536.0, 7),
+            "n_heads": np.array([2.0, 4, 8, 16, 32, 64, 128]),
+            "head_dim": np.full(7, 128.0),
+            "n_groups": np.array([1.0, 2, 4, 8, 16, 16, 32]),
+            "state_dim": np.full(7, 128.0),
+        }
     if kind == "reduction_op":
         ops = [str(o) for o in model.ops_]
         return {
@@ -270,7 +279,10 @@ def tables(data_dir: Path) -> dict[str, pd.DataFrame]:
 
     kinds = ["gemm", "layer_op", "allreduce", "softmax", "layernorm", "gelu"]
     mla = ["context_mla", "generation_mla"]
-    return load(data_dir, [*kinds, "context_attention", "generation_attention", "moe", *mla])
+    return load(
+        data_dir,
+        [*kinds, "context_attention", "generation_attention", "moe", *mla, "linear_layer"],
+    )
 
 
 def _synthetic_level3() -> tuple[Any, ...]:
@@ -360,6 +372,10 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
         t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "trtllm") & (t["dtype"] == "fp8_block")]
         t = t[t["moe_tp_size"].isin([1, 2]) & (t["moe_ep_size"] == 1)]
         return cls("h100_sxm", "trtllm", "fp8_block", **FAST), lambda m: m.fit(t)
+    if kind == "linear_layer":
+        t = tables["linear_layer"]
+        t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["phase"] == "generation")]
+        return cls("gdn", "generation", "h100_sxm", "vllm", max_iter=20), lambda m: m.fit(t)
     raise AssertionError(f"no fit fixture for kind {kind!r}")
 
 
