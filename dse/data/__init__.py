@@ -12,6 +12,7 @@ from __future__ import annotations
 from dse.data._aiconfigurator import read_aiconfigurator
 from dse.data._argonne import read_argonne
 from dse.data._common import COMMON_COLUMNS, normalise_gpu
+from dse.data._linear_layers import floor_s as linear_layer_floor_s
 from dse.data._llmcompass import read_llmcompass
 from dse.data._load import KINDS, MLA_KINDS, READERS, SOURCE_KINDS, load
 from dse.data._ml_energy import read_ml_energy
@@ -24,6 +25,7 @@ __all__ = [
     "MLA_KINDS",
     "READERS",
     "SOURCE_KINDS",
+    "linear_layer_floor_s",
     "load",
     "normalise_gpu",
     "read_aiconfigurator",

@@ -426,7 +426,7 @@ def _floor_s(kind: str, rows: pd.DataFrame) -> np.ndarray:
         if kind in ("e2e", "e2e_energy", "e2e_ttft", "serving_energy"):
             return e2e_floor_s(kind, rows)
         if kind == "linear_layer":
-            from dse.data._linear_layers import floor_s as linear_floor_s
+            from dse.data import linear_layer_floor_s as linear_floor_s
 
             return linear_floor_s(rows, _hbm(rows))
     return np.full(len(rows), np.nan)
