@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dse.models.threads import threaded_fit
+
 # Correlation of the residual with the previous row's pull below which a table is clean: H200
 # GEMM measures 0.27, H200 attention and MoE -0.02..0.02 (experiments/carryover_detect.py);
 # iid noise gives |corr| ~ 1/sqrt(rows) (0.01 at 10,000 rows).
@@ -98,6 +100,8 @@ def detect_carryover(
     return CarryOver(flags, corr, slope)
 
 
+@threaded_fit  # the trees' OpenMP threads: 1 unless `dse fit --threads` says otherwise (on a
+# loaded 2-core VM their default of one per core made a 4,000-row detector test take 300 s)
 def own_work_log_power(features: pd.DataFrame, power_w: np.ndarray, seed: int = 0) -> np.ndarray:
     """Out-of-fold log power from the row's own features (numeric columns; strings are coded),
     gradient-boosted trees on the median (absolute loss: the rows lifted by

@@ -22,8 +22,8 @@ from dse.errors import DataError
 from dse.fitting.artifacts import LEVEL_PREFIXES
 from dse.fitting.context import FitContext
 from dse.fitting.families import families
-from dse.models._threads import fit_threads
 from dse.models.artifact import GPU_SPECS, Artifact
+from dse.models.threads import fit_threads
 from dse.spec.hardware import SPEC_FILE, get_gpu, gpu_names, register_folder_spec, shipped_gpu
 
 
@@ -95,7 +95,7 @@ def fit_artifact(
         band_coverage=band_coverage,
         models=wanted_models,
     )
-    with fit_threads(threads):  # every model's fit runs with these (`dse.models._threads`)
+    with fit_threads(threads):  # every model's fit runs with these (`dse.models.threads`)
         for fam in fams:
             np.random.seed(seed)  # families that draw from the global generator stay seeded
             for fm in fam.fit(ctx):

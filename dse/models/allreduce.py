@@ -33,7 +33,7 @@ import numpy as np
 
 from dse.errors import DataError
 from dse.models import _base, _curves
-from dse.models._threads import threaded_fit
+from dse.models.threads import threaded_fit
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -30,7 +30,7 @@ from dse.models._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.models._threads import threaded_fit
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:

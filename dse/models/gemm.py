@@ -36,8 +36,8 @@ import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
 from dse.models._base import Model
-from dse.models._threads import threaded_fit
 from dse.models.power import PowerModel
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:

@@ -62,7 +62,7 @@ from dse.errors import ArtifactError, DataError
 from dse.metrics import mape_pct
 from dse.models import _base, _curves
 from dse.models._base import RangeMiss, range_miss, within
-from dse.models._threads import threaded_fit
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:

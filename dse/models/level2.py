@@ -14,7 +14,7 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.models._base import Model, RangeMiss, range_miss, within
 from dse.models._nn import MLP
-from dse.models._threads import threaded_fit
+from dse.models.threads import threaded_fit
 
 if TYPE_CHECKING:
     from dse.spec.hardware import GPU

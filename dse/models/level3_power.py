@@ -43,8 +43,8 @@ import numpy as np
 from dse.errors import ConfigError
 from dse.models import _base
 from dse.models._base import Model
-from dse.models._threads import threaded_fit
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import GPU
 
 if TYPE_CHECKING:

@@ -32,6 +32,7 @@ from dse.errors import ArtifactError, ConfigError, DataError
 from dse.models import _base
 from dse.models._hybrid import Roofline, apply_residual, fit_hybrid_heads, fit_roofline
 from dse.models._nn import mlp_from_state
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ class LinearLayerModel(_base.Model):
         return v
 
     # ---- fitting --------------------------------------------------------------------------
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the rows of `df` for this GPU, engine, layer and phase (kind linear_layer);
         each kernel the rows hold gets its base and residual."""

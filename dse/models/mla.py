@@ -49,8 +49,8 @@ from dse.models._hybrid import (
     hybrid_state,
     load_hybrid,
 )
-from dse.models._threads import threaded_fit
 from dse.models.attention import kv_bytes_of
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:

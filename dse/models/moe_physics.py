@@ -56,8 +56,8 @@ from dse.models._hybrid import (
 )
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
 from dse.models._nn import MLP, mlp_from_state
-from dse.models._threads import threaded_fit
 from dse.models.moe import INPUTS, combination_inputs  # noqa: F401  (re-exported)
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ import numpy as np
 from dse.errors import ConfigError
 from dse.models._base import Model
 from dse.models._nn import MLP, fit_mlp
-from dse.models._threads import threaded_fit
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import GPU
 
 if TYPE_CHECKING:

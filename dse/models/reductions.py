@@ -11,7 +11,7 @@ import numpy as np
 
 from dse.errors import ArtifactError, DataError
 from dse.models import _base, _curves
-from dse.models._threads import threaded_fit
+from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Every model's fit runs with one BLAS / OpenMP thread unless `fit_threads` widens it
-(`dse.models._threads`): whoever calls it, `dse fit`, a family's CV or a test. Nothing here
+(`dse.models.threads`): whoever calls it, `dse fit`, a family's CV or a test. Nothing here
 sets the machine's BLAS settings; the fits set their own limit and restore the caller's.
 """
 
@@ -12,7 +12,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from dse.models import MODEL_CLASSES, model_class
-from dse.models._threads import current, fit_threads, threaded_fit
+from dse.models.threads import current, fit_threads, threaded_fit
 
 
 def _blas_threads() -> list[int]:

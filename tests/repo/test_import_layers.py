@@ -216,7 +216,6 @@ KNOWN_PRIVATE: set[tuple[str, str]] = {
     ("dse.fitting.gemm", "dse.models._base"),
     ("dse.fitting.moe", "dse.models._moe_splits"),
     ("dse.fitting.plausible", "dse.models._moe_splits"),
-    ("dse.fitting.run", "dse.models._threads"),
     ("dse.predict._rows", "dse.models._base"),
     ("dse.predict.adapters", "dse.models._base"),
     ("dse.predict.flags", "dse.models._base"),
