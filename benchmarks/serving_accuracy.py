@@ -8,7 +8,8 @@ vLLM 0.4.2, the ml-energy v2 runs (H100 and A100 40GB): every row priced by
 (leave-one-model-out, `dse.fitting.serving`), and A100 also with constants fitted on H100's
 rows alone (the transfer check).
 
-vLLM 0.11.1, the ml-energy v3 runs (H100; B200 is not in the GPU registry): the static
+vLLM 0.11.1, the ml-energy v3 runs, per GPU (H100, B200; each GPU's terms fitted on its own
+rows, the model priced held out; only H100's are written to the constants file): the static
 prediction, the 0.4.2 constants (what `batching: continuous` priced before the version was a
 field), and each candidate set of fitted terms held out by whole model and by whole shape
 (every post-trained variant of one base held out together); then the shipped terms at several
@@ -96,19 +97,33 @@ def _by_shape(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure_v3(
-    data: Path,
+    data: Path, gpu: str = TRAIN_GPU
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """vLLM 0.11.1 on ml-energy v3's H100 rows: (rows, variants table, prompt-sensitivity
-    table, per-task table of the shipped terms, held-out predictions of the shipped terms)."""
+    """vLLM 0.11.1 on ml-energy v3's rows of one GPU: (rows, variants table, prompt-sensitivity
+    table, per-task table of the shipped terms, held-out predictions of the shipped terms).
+    Every fitted term of `gpu` comes from its own rows, the model priced held out."""
     from dse.predict.serving import constants_for
 
-    rows = S.serving_rows_v3(data)
+    def of_gpu(r: pd.DataFrame) -> pd.DataFrame:
+        return r[r["gpu"] == gpu].reset_index(drop=True)
+
+    rows = of_gpu(S.serving_rows_v3(data))
     g = rows[S.STATIC + "latency_s"].to_numpy()
     lines = [_line("static prediction (batching: static)", g, rows[S.STATIC + "energy_j"], rows)]
     before = S.price(rows, constants_for(TRAIN_GPU, V2))
     lines.append(
         _line(f"vLLM {V2} constants (before)", before["latency_s"], before["energy_j"], rows)
     )
+    if gpu != TRAIN_GPU:  # what `batching: continuous` prices it with: the shipped constants
+        now = S.price(rows, constants_for(TRAIN_GPU, V3))
+        lines.append(
+            _line(
+                f"vLLM {V3} constants of {TRAIN_GPU} (shipped)",
+                now["latency_s"],
+                now["energy_j"],
+                rows,
+            )
+        )
     shipped = S.VERSIONS[V3].terms
     for label, terms in V3_CANDIDATES.items():
         mark = " (shipped)" if terms == shipped else ""
@@ -125,7 +140,7 @@ def measure_v3(
         ),
         *((f"{p} every task", dict.fromkeys(S.V3_PROMPT_TOKENS, p)) for p in PROMPTS),
     ):
-        r = rows if prompts is None else S.serving_rows_v3(data, prompts)
+        r = rows if prompts is None else of_gpu(S.serving_rows_v3(data, prompts))
         st = _line("static", r[S.STATIC + "latency_s"], r[S.STATIC + "energy_j"], r)
         ho = _held_out(r, shipped, "held out")
         c = S.fit_constants(r, shipped)
@@ -191,9 +206,11 @@ def render(own: pd.DataFrame, transfer: pd.DataFrame, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def render_v3(variants: pd.DataFrame, sens: pd.DataFrame, tasks: pd.DataFrame) -> str:
+def render_v3(
+    variants: pd.DataFrame, sens: pd.DataFrame, tasks: pd.DataFrame, gpu: str = TRAIN_GPU
+) -> str:
     lines = [
-        f"vLLM {V3} on ml-energy v3, H100 (leave-one-model-out unless said; prompt tokens per "
+        f"vLLM {V3} on ml-energy v3, {gpu} (leave-one-model-out unless said; prompt tokens per "
         "task as shipped):",
         "",
         "| variant | rows | models | energy MAPE | time MAPE | power MAPE | energy median ratio |",
@@ -309,14 +326,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     data = Path(args.data)
     rows, own, transfer, pred = measure(data)
-    rows3, variants, sens, tasks, pred3 = measure_v3(data)
     shipped = S.VERSIONS[V3].terms
+    print(render(own, transfer, time.perf_counter() - t0))
+    # the H100 rows alone make the shipped constants; every other v3 GPU is scored held out by
+    # model on its own rows (its constants are not written: `default_gpu` prices it)
+    for gpu in sorted(set(S.V3_GPUS.values()), key=lambda g: g != TRAIN_GPU):
+        got = measure_v3(data, gpu)
+        if gpu == TRAIN_GPU:
+            rows3, pred3 = got[0], got[4]
+        print()
+        print(render_v3(*got[1:4], gpu=gpu))
     own3 = S.scores(pred3).merge(
         S.nested_band_coverage(rows3, shipped).drop(columns="rows"), on="gpu"
     )
-    print(render(own, transfer, time.perf_counter() - t0))
-    print()
-    print(render_v3(variants, sens, tasks))
     print(f"\nMachine: {platform.platform()}; {time.perf_counter() - t0:.0f} s in all.")
     if args.write_constants:
         doc = constants_json((rows, own, pred), (rows3, own3, pred3), data)

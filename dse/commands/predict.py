@@ -297,6 +297,8 @@ class Provenance(NamedTuple):
     borrowed_artifacts: Any
     banded: bool  # the totals carry a band
     out_of_range_inputs: str | None  # the text of predict's column, when out of range
+    # models of the artifact fitted on another GPU's rows: "<gpu>: <model>, <model>" per GPU
+    stand_ins: tuple[str, ...] = ()
 
 
 class PredictionInfo(NamedTuple):
@@ -397,7 +399,19 @@ def _provenance(config: dict[str, Any], r: dict[str, Any]) -> Provenance:
         out_of_range_inputs=(r.get("out_of_range_inputs") or None)
         if r.get("out_of_range")
         else None,
+        stand_ins=_stand_ins(config["gpu"], r.get("artifact_id")),
     )
+
+
+def _stand_ins(gpu: str, artifact_id: Any) -> tuple[str, ...]:
+    """ "<gpu>: <model>, ..." per GPU whose rows fitted models of the artifact that priced `gpu`
+    (`artifact_id`, as predict reported it; () for the roofline or another artifact)."""
+    from dse.predict.artifacts import fitted_elsewhere, load_artifact
+
+    art, _ = load_artifact(gpu)
+    if art is None or art.artifact_id != artifact_id:
+        return ()
+    return tuple(f"{g}: {', '.join(names)}" for g, names in fitted_elsewhere(art).items())
 
 
 def _warnings(r: dict[str, Any]) -> list[str]:
@@ -443,6 +457,8 @@ def render_table(info: PredictionInfo) -> str:
             f"  priced with a sibling chip's table ({p.borrowed_artifacts}): "
             + ", ".join(p.borrowed_ops)
         )
+    for text in p.stand_ins:
+        lines.append(f"  fitted on another GPU's rows (a stand-in, unmeasured here): {text}")
     if p.banded:
         lines.append("  band: held-out residual quantiles (5%..95%) of the whole stack")
     lines += [f"  warning: {w}" for w in info.warnings]

@@ -52,6 +52,8 @@ def _attention_tasks(ctx: Any) -> list[tuple[str, str]]:
             continue
         counts = table.loc[table["gpu"] == ctx.gpu, "engine"].value_counts()
         for e in sorted(counts.index):
+            if not ctx.wants(f"{kind}.{e}"):  # `dse fit --model`: kept as it is
+                continue
             if counts[e] >= MIN_ATTENTION_ROWS:
                 tasks.append((kind, str(e)))
             else:

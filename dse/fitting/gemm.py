@@ -151,8 +151,27 @@ def fit_gemm_family(ctx: FitContext) -> list[FittedModel]:
     if rows_all.empty:
         ctx.log(f"gemm: no aiconfigurator GEMM rows for {ctx.gpu}; skipped")
         return []
-    keys = sorted(rows_all.groupby(["engine", "dtype"], sort=True).groups)
-    return map_tasks(ctx, _fit_gemm_table, [(str(e), str(d)) for e, d in keys])
+    return map_tasks(ctx, _fit_gemm_table, gemm_tasks(ctx, rows_all))
+
+
+def gemm_tasks(ctx: FitContext, rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """(engine, dtype) of every GEMM table in `rows` this run refits: all of them, or those
+    `dse fit --model` names (the others are kept as they are, not fitted and dropped)."""
+    from dse.predict.gemm_choice import model_name
+
+    keys = sorted(rows.groupby(["engine", "dtype"], sort=True).groups)
+    return [(str(e), str(d)) for e, d in keys if ctx.wants(model_name(str(e), str(d)))]
+
+
+def power_model_of(ctx: FitContext) -> Any:
+    """The power model the GEMM models add their energy with: this run's, else the one of the
+    artifact the run keeps (`dse fit --only gemm` over it), else None."""
+    power = ctx.fitted.get("power")
+    if power is not None:
+        return power.model
+    if ctx.keep is not None and ctx.keep.has("power"):
+        return ctx.keep.model("power")
+    return None
 
 
 def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
@@ -162,8 +181,7 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
     from dse.predict.gemm_choice import model_name
 
     rows = gemm_table_rows(ctx, engine, dtype)
-    power = ctx.fitted.get("power")
-    power_model = power.model if power is not None else None
+    power_model = power_model_of(ctx)
     t0 = time.perf_counter()
 
     def make() -> GemmModel:

@@ -1,7 +1,7 @@
 """The host constants of continuous-batching serving (`dse.models.serving`), fitted per engine
 version with whole models held out (docs/accuracy.md "Continuous batching"): vLLM 0.4.2 on the
-ml-energy v2 runs, vLLM 0.11.1 on the ml-energy v3 runs (H100; v3's B200 rows wait for a B200
-artifact: B200 is in the GPU registry, not fitted yet).
+ml-energy v2 runs, vLLM 0.11.1 on the ml-energy v3 runs (H100's rows make the shipped constants;
+B200's rows are scored with constants fitted on B200's other models, leave-one-model-out).
 
     rows = serving_rows(data)                  # v2: measured runs + the static prediction of each
     rows3 = serving_rows_v3(data)              # v3 (prompt lengths assumed per task)
@@ -82,7 +82,7 @@ VERSIONS: dict[str, Version] = {
 # assumed. benchmarks/serving_accuracy.py measures how much the assumption moves the answer.
 V3_PROMPT_TOKENS: dict[str, int] = {"gpqa": 200, "lm-arena-chat": 256, "sourcegraph-fim": 1024}
 V3_TASKS_GLOB = "ml-energy-v3/public/data/tasks/{task}.json"
-V3_GPUS = {"H100": "h100_sxm"}  # B200: in the registry, no fitted artifact yet (issue 35)
+V3_GPUS = {"H100": "h100_sxm", "B200": "b200_sxm"}
 # ml-energy v3 model id -> the catalogue model of the same shape (post-trained variants of one
 # base share its architecture). Qwen3-14B is not in the catalogue: its config.json below.
 # Left out: Llama-4-Maverick (not in the catalogue) and Nemotron-Nano-9B-v2 (hybrid Mamba-2,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dse.errors import ArtifactError
 from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.predict._rows import (
@@ -111,10 +112,17 @@ def price_gemm(
     used = []
     which = np.zeros(m.shape, dtype=np.int8)
     kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
+    try:
+        chosen = {str(dt): g.choose(str(dt), GEMM_ENGINE) for dt in kinds}
+    except ArtifactError:
+        # a dtype no table of this chip (or its sibling) prices, e.g. fp8 weights on an artifact
+        # fitted with bf16 GEMMs only: the roofline prices the operator, flagged in
+        # `roofline_ops`, instead of the whole prediction failing
+        return None
     for dt in kinds:
         sel = slice(None) if len(kinds) == 1 else dtypes == dt
         which[sel] = len(used)
-        ch = g.choose(str(dt), GEMM_ENGINE)
+        ch = chosen[str(dt)]
         model = ch.model()
         if ch.borrowed:  # the sibling chip's table, moved to this GPU (as Gemm.predict does)
             host = g.power_host(str(dt), GEMM_ENGINE)

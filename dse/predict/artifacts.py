@@ -72,3 +72,25 @@ def sibling_artifact(artifact: Artifact) -> Artifact | None:
     except OSError:
         return None
     return _sibling_at(str(folder), stamp)
+
+
+# manifest keys of a model fitted on rows of other GPUs than its artifact's (`dse.spec.stand_ins`:
+# layer ops, Levels 2-3 and the power model)
+_ROWS_FROM = ("rows_from_gpus", "fitted_on_gpus", "fitted_on_gpu")
+
+
+def fitted_elsewhere(artifact: Artifact | None) -> dict[str, tuple[str, ...]]:
+    """GPU -> the models of `artifact` fitted on that other GPU's rows (stand-ins: its manifest
+    says so per model), both sorted; {} for the roofline or an artifact fitted on its own rows."""
+    if artifact is None:
+        return {}
+    out: dict[str, list[str]] = {}
+    for name, entry in sorted((artifact.manifest.get("models") or {}).items()):
+        for key in _ROWS_FROM:
+            got = entry.get(key)
+            gpus = [got] if isinstance(got, str) else list(got or [])
+            for g in sorted(set(gpus) - {artifact.gpu}):
+                out.setdefault(str(g), []).append(name)
+            if got:
+                break
+    return {g: tuple(v) for g, v in sorted(out.items())}

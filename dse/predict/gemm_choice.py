@@ -88,7 +88,8 @@ class Gemm:
     sibling chip's artifact up at once; `Gemm(artifact)` looks it up on first use
     (`find_sibling`), `Gemm(artifact, find_sibling=False)` never."""
 
-    # When no table of the asked dtype exists (own or sibling), try these in order.
+    # When no table of the asked dtype exists (own or sibling), try these in order (a dtype not
+    # listed, e.g. nvfp4, has no stand-in: its own table or none).
     DTYPE_FALLBACK: ClassVar[dict[str, tuple[str, ...]]] = {
         "fp8": ("fp8_block",),
         "fp8_block": ("fp8",),
@@ -147,7 +148,7 @@ class Gemm:
         engines = [engine] if engine in self.engines() else []
         engines.append(self.default_engine())
         for eng in engines:
-            for d in (dt, *self.DTYPE_FALLBACK[dt]):
+            for d in (dt, *self.DTYPE_FALLBACK.get(dt, ())):
                 name = model_name(eng, d)
                 if name in self.names:
                     return name
@@ -169,7 +170,7 @@ class Gemm:
             return list(dict.fromkeys([e for e in (engine, _preferred_engine(have)) if e in have]))
 
         out: list[tuple[Artifact, str]] = []
-        for d in (dt, *self.DTYPE_FALLBACK[dt]):
+        for d in (dt, *self.DTYPE_FALLBACK.get(dt, ())):
             own = [(a, model_name(e, d)) for a in arts for e in engines_of(a)]
             if d in ENGINE_OWN_DTYPES:  # the asked engine on either chip, then the default
                 own.sort(key=lambda p: p[1].split(".")[1] != engine)

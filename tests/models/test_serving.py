@@ -196,7 +196,7 @@ def test_shipped_constants_carry_provenance() -> None:
     old = d["versions"]["0.4.2"]["gpus"]["h100_sxm"]
     assert old["per_sequence_s"] > 0 and old["held_out"]["energy_mape"] <= 0.15
     new = d["versions"]["0.11.1"]
-    assert set(new["gpus"]) == {"h100_sxm"}  # B200 has no fitted artifact yet
+    assert set(new["gpus"]) == {"h100_sxm"}  # B200: scored held out, priced with H100's
     assert new["gpus"]["h100_sxm"]["held_out"]["energy_mape"] <= 0.20
     assert 0.6 < new["gpus"]["h100_sxm"]["gpu_time_scale"] < 1.0
     # the shipped band reaches the prediction as read from the JSON
@@ -277,3 +277,21 @@ def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     assert s.loc["2048 every task", "static energy"] > 2 * s.loc["128 every task", "static energy"]
     assert (sens["energy"] <= 0.30).all()
     assert set(tasks["task"]) == {"gpqa", "lm-arena-chat", "sourcegraph-fim"}
+
+
+def test_v3_b200_is_scored_on_its_own_rows_held_out(data_dir: Path) -> None:
+    """ml-energy v3's B200 rows (issue 35), priced by B200's artifact: each model's energy by
+    terms fitted on B200's other models; H100's rows and the shipped constants do not enter."""
+    if not (data_dir / "ml-energy-v3").is_dir():
+        pytest.skip("no ml-energy-v3 in the shared data")
+    rows, variants, _, tasks, _ = _bench().measure_v3(data_dir, "b200_sxm")
+    assert set(rows["gpu"]) == {"b200_sxm"} and len(rows) >= 150
+    assert rows["model"].nunique() >= 12
+    assert np.all(np.isfinite(rows["static.energy_j"])) and (rows["static.latency_s"] > 0).all()
+    v = variants.set_index("variant")
+    held = v.loc["GPU-time scale (shipped), model held out"]
+    # docs/accuracy.md "B200 SXM and SGLang": not the <= 20% target; gpt-oss bounds it
+    assert held["energy_mape"] < v.loc["vLLM 0.4.2 constants (before)"]["energy_mape"]
+    assert held["energy_mape"] < 0.6
+    assert "vLLM 0.11.1 constants of h100_sxm (shipped)" in v.index
+    assert set(tasks["task"]) <= {"gpqa", "lm-arena-chat", "sourcegraph-fim"}
