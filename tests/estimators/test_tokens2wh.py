@@ -398,6 +398,7 @@ def test_user_errors_are_config_errors():
 
 
 # ---------------------------------------------------------------------- measured data
+@pytest.mark.slow
 def test_calibration_reproduces_from_the_data(data_dir: Path):
     from dse.estimators import calibrate
     from dse.files import sha256_file

@@ -18,6 +18,9 @@ from dse.models.allreduce import (
     shape_implementation,
 )
 
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def groups(data_dir) -> dict[str, dict[str, pd.DataFrame]]:

@@ -20,6 +20,9 @@ from dse.models.artifact import WEIGHTS, Artifact
 from dse.models.band import Band
 from dse.resources import surrogates_dir
 
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 GEMM = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/{gpu}/gemm/{eng}/{ver}"
 
 

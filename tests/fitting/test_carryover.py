@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dse.fitting.carryover import detect_carryover, own_work_log_power
 from dse.fitting.power import drop_carryover
@@ -39,6 +40,7 @@ def _table(
     return df, decayed, after_hot
 
 
+@pytest.mark.slow
 def test_detector_flags_a_planted_decay_and_nothing_on_a_clean_table() -> None:
     for planted in (True, False):
         df, decayed, after_hot = _table(planted)
@@ -61,6 +63,7 @@ def test_detector_is_silent_when_own_work_explains_the_rows() -> None:
     assert not co.flags.any()
 
 
+@pytest.mark.slow
 def test_drop_carryover_counts_per_file() -> None:
     """The manifest's per-table record: rows, rows flagged (= dropped), rule, noise floor."""
     parts = []
@@ -132,6 +135,7 @@ def test_h200_gemm_power_between_idle_and_board_on_a_wide_grid() -> None:
         assert p.max() <= gpu.board_power_w + 1e-9, (name, p.max())
 
 
+@pytest.mark.slow
 def test_fit_power_family_records_the_count_in_the_manifest_entry() -> None:
     """`dse fit`'s power family drops the flagged rows and records them per file (manifest
     `models.power.carryover`)."""

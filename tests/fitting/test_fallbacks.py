@@ -123,6 +123,7 @@ def test_sibling_borrowing_measured_on_the_share(data_dir: Path) -> None:
     assert as_block > 10 * borrowed
 
 
+@pytest.mark.slow
 def test_validate_names_the_borrowed_allreduce_model(data_dir: Path) -> None:
     """H200 all-reduce rows whose model the H200 artifact lacks are priced by H100's (same
     NVLink and NVSwitch) and the result says so; an artifact with its own model is untouched."""

@@ -144,7 +144,9 @@ def test_heldout_like_folder_loses_no_row(heldout_like: Path, tmp_path: Path, ca
     assert (far["rows"], far["unpredicted_rows"], far["out_of_range_rows"]) == (20, 0, 10)
     assert far["latency_mape_pct"] is not None
     e2e = [r for r in res if r["kind"] == "e2e"]
-    assert sum(r["unpredicted_rows"] for r in e2e) == 6  # unknown model, engine, GPU spelling "b200"
+    assert (
+        sum(r["unpredicted_rows"] for r in e2e) == 6
+    )  # unknown model, engine, GPU spelling "b200"
     known_engine = one(kind="e2e", gpu="h100_sxm", engine="trtllm")
     assert known_engine["predicted_rows"] == 2
     assert "unknown model 'newco/Unheard-7B'" in known_engine["unpredicted_reason"]

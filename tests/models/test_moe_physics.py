@@ -128,6 +128,7 @@ def test_residual_inputs_carry_no_raw_layout_coordinate():
         assert not any(c in f for c in ("hidden", "inter", "experts_local", "topk")), f
 
 
+@pytest.mark.slow
 def test_moe_power_stays_under_the_board_limit(data_dir):
     from dse.data import load
     from dse.spec.hardware import get_gpu
@@ -196,6 +197,7 @@ def test_kernel_sum_base_recovers_its_constants():
     assert (np.exp(fit_fast.theta)[1:4] <= math.exp(0.4) + 1e-9).all()
 
 
+@pytest.mark.slow
 def test_physics_alone_when_the_residual_is_not_chosen(data_dir, monkeypatch):
     from dse.data import load
 

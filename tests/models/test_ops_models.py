@@ -457,6 +457,7 @@ class _Ctx:
         pass
 
 
+@pytest.mark.slow  # minutes on a 2-core VM
 def test_allreduce_family_artifact_round_trip_and_validate_hook(tables, tmp_path):
     ctx = _Ctx(tables, "h100_sxm")
     fitted = allreduce.fit_allreduce_family(ctx) + reductions.fit_reduction_family(ctx)
@@ -676,6 +677,7 @@ def _quiet(_: str) -> None:
     """A fit log that drops its lines (module level: the workers get it pickled)."""
 
 
+@pytest.mark.slow  # minutes on a 2-core VM
 def test_gemm_attention_and_moe_families_fit_the_same_in_parallel(tables, data_dir, tmp_path):
     """`dse fit --jobs 2` fits the tables in 2 spawned worker processes; every table's fit is
     seeded by itself, so the models (every array of their state) equal the one-process fits, in

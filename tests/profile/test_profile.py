@@ -20,6 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]

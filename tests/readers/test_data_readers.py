@@ -30,6 +30,7 @@ def test_every_table_has_the_common_columns(tables: dict[str, pd.DataFrame]) -> 
         assert np.isfinite(lat).all() and (lat > 0).all(), kind
 
 
+@pytest.mark.slow
 def test_aiconfigurator_kinds_present(tables: dict[str, pd.DataFrame]) -> None:
     for kind in ("gemm", "context_attention", "generation_attention", "moe", "allreduce"):
         df = tables[kind]
@@ -457,6 +458,7 @@ def test_each_source_alone(data_dir: Path, tmp_path: Path) -> None:
         assert getattr(data, reader)(tmp_path) == {}
 
 
+@pytest.mark.slow
 def test_kinds_filter_matches_the_full_read(
     data_dir: Path, tables: dict[str, pd.DataFrame]
 ) -> None:

@@ -8,6 +8,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

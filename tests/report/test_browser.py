@@ -25,7 +25,7 @@ from sweep_results import no_feasible_sweep, run_sweep
 from dse.report import load_results, write_report
 from dse.sweep.fronts import config_ids
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 # The flags a sandboxed, offline machine needs (no GPU, no background network, root user).
 CHROMIUM_FLAGS = (

@@ -682,6 +682,7 @@ def test_image_with_an_unknown_extension_fails_clearly(gpu_batch: Path, tmp_path
     assert out.is_file()  # the HTML report is written all the same
 
 
+@pytest.mark.slow
 def test_image_svg(gpu_batch: Path, tmp_path: Path) -> None:
     pytest.importorskip("kaleido", reason="kaleido (static image export) is not installed")
     if not (shutil.which("chromium") or shutil.which("google-chrome")):

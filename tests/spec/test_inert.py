@@ -195,6 +195,7 @@ study: {sampler: exhaustive, seed: 0}
 """
 
 
+@pytest.mark.slow
 def test_a_repeat_beyond_the_batch_is_told_the_stored_trial(tmp_path: Path) -> None:
     """n_kv_heads first: an MLA row's first twin lies 1,204 configurations earlier, past the
     exhaustive sweep's 1,024-configuration batch; it is copied from the stored trial."""

@@ -25,6 +25,9 @@ from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
 from dse.sweep._journal_scan import LOST_ATTR, scan_journal
 
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

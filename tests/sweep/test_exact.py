@@ -25,6 +25,9 @@ from dse.sweep import _enumerate as E
 from dse.sweep._evaluate import evaluate
 from dse.sweep.space_index import space_columns
 
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 # 7 x 3 x 5 x 2 x 2 x 2 = 840 configurations. Batch size trades time per output token against

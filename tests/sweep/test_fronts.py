@@ -140,6 +140,7 @@ def test_no_configuration_is_predicted_twice_across_resume(small: Path, tmp_path
     assert set(swept) == set(_keys(valid))
 
 
+@pytest.mark.slow  # minutes on a 2-core VM
 def test_shared_storage_predicts_each_configuration_once(small: Path, tmp_path: Path) -> None:
     db = tmp_path / "study.db"
     counting = _sweep(small, tmp_path / "res", trials=120, storage=f"sqlite:///{db}")
@@ -306,6 +307,7 @@ def test_compare_verdict_agrees_with_dominance(small: Path, tmp_path: Path) -> N
 
 
 # ---------------------------------------------------------------------- the report
+@pytest.mark.slow
 def test_report_size_grows_slowly_with_trials(small: Path, tmp_path: Path) -> None:
     """Ten times the trials, and the page's data (everything but plotly.js, which is in it
     once) grows by well under ten times: repeats are drawn once, clouds are capped."""

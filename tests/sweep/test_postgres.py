@@ -27,6 +27,7 @@ from dse.sweep.storage import open_rdb, parse_storage
 URL = os.environ.get("DSE_TEST_POSTGRES_URL")
 pytestmark = [
     pytest.mark.postgres,
+    pytest.mark.slow,
     pytest.mark.skipif(
         not URL,
         reason="DSE_TEST_POSTGRES_URL is not set: `source .ci/postgres.sh` starts a server",

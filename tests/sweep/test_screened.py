@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pandas as pd
+import pytest
 
 from dse import pareto
 from dse.spec.space import load_space
@@ -21,6 +22,9 @@ from dse.sweep.space_index import digit_columns, space_columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_exact import KILL_SPACE
+
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
 
 # test_exact's kill-test space (7 x 3 x 33 x 2 x 2 x 9 = 24,948 configurations: batch size
 # trades TPOT against energy per token, so the exact front is long; 48 heads do not divide

@@ -380,6 +380,7 @@ def brute() -> dict[str, np.ndarray]:
 @pytest.mark.parametrize(
     "sampler", ["screened", "tpe", "nsga2", "nsga3", "random", "gp", "exhaustive"]
 )
+@pytest.mark.slow
 def test_a_tpot_limit_is_seen_by_every_sampler_and_no_front_row_breaks_it(
     tmp_path: Path, sampler: str, brute: dict[str, np.ndarray]
 ) -> None:

@@ -190,6 +190,7 @@ def test_results_folder_follows_the_format(small: Path, tmp_path: Path) -> None:
     assert all(set(tr.constraints) >= {"valid", "active_params_min"} for tr in trials)
 
 
+@pytest.mark.slow
 def test_same_seed_same_study_other_seed_other_study(small: Path, tmp_path: Path) -> None:
     space = tmp_path / "medium.yaml"
     space.write_text(MEDIUM)

@@ -31,6 +31,7 @@ def get(url: str) -> dict:
         return json.loads(r.read())
 
 
+@pytest.mark.slow
 def test_dashboard_reads_a_finished_study_on_loopback(tmp_path: Path) -> None:
     space = tmp_path / "small.yaml"
     space.write_text(SMALL)

@@ -19,6 +19,9 @@ from dse.cli import main
 from dse.sweep import SweepOptions, run_sweep
 from dse.sweep._journal_commit import read_committed
 
+# slow: minutes on a 2-core VM (fits, sweeps, builds); `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 OBJ = ["obj.latency_request", "obj.energy_hymell_request"]
 
