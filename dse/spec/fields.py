@@ -447,6 +447,7 @@ FIELDS: dict[str, Field] = {
             default="bfloat16",
             choices=_weight_dtypes,
             note="nvfp4 on Blackwell GPUs only",
+            refused=(("fp4", "did you mean 'nvfp4'?"),),
         ),
         Field(
             "kv_dtype",
