@@ -22,7 +22,8 @@ DTYPE_BYTES: dict[str, float] = {
 WEIGHT_DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
 # Weight dtypes whose GEMMs run on FP4 tensor cores only (Blackwell and later: a GPU spec with
 # `peak_fp4_flops_per_s`); on an earlier GPU the configuration is invalid (`dse.spec.rules.
-# check_weight_dtype_on_gpu`): no engine runs them there, and no GEMM table measured them.
+# check_weight_dtype_on_gpu`): no FP4 MMA there, and no GEMM table measured them (docs/
+# architecture.md "Weight and KV dtypes": `int4` is the nearest value priced there).
 FP4_WEIGHT_DTYPES: tuple[str, ...] = ("nvfp4",)
 # The values of `kv_dtype`: what the engines store a KV cache in (bf16 / fp16, fp8, ...). nvfp4
 # is a weight (and GEMM input) format only: no engine the predictor knows keeps its cache in it.

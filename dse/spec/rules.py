@@ -85,10 +85,12 @@ def check_weight_dtype_on_gpu(
     """Per row, '' or why the weight dtype cannot run on the row's GPU: an FP4 weight dtype
     (nvfp4) on a GPU without FP4 tensor cores (`has_fp4` False: the GPU spec has no
     `peak_fp4_flops_per_s`; every GPU before Blackwell). Hopper and Ampere have no FP4 MMA
-    instruction, and the engines run nvfp4 checkpoints on Blackwell only, so there is nothing to
-    price: the configuration is invalid, as a broken architecture rule is (a sweep counts it
-    infeasible with this reason, `dse predict` refuses it). `fp4_gpus`: the registry GPUs that
-    have FP4 tensor cores, named in the message."""
+    instruction and no table measured nvfp4 GEMMs there (a weight-only 4-bit kernel that
+    dequantises to bf16 is another kernel; `weight_dtype: int4` is the nearest value priced
+    there), so the
+    configuration is invalid, as a broken architecture rule is: a sweep counts it infeasible
+    with this reason, `dse predict` refuses it. `fp4_gpus`: the registry GPUs that have FP4
+    tensor cores, named in the message."""
     wd = np.asarray(weight_dtype)
     n = wd.size
     gpus = np.broadcast_to(np.asarray(gpu), (n,))
