@@ -18,9 +18,9 @@ from dse.spec.arch import (
     LINEAR_STATE_FLOPS,
     MAMBA1_DT_RANK_DIVISOR,
     dtype_bytes,
+    fp4_weights,
     sliding_keys_sum,
 )
-from dse.spec.choices import FP4_WEIGHT_DTYPES
 from dse.spec.pattern import ffn_counts, mixer_counts
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
@@ -32,7 +32,7 @@ def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
     too); any other weights narrower than 2 bytes (fp8, int8, int4) the fp8 tables; the rest
     bf16's. MoE layers pass it on but are priced with the bf16 MoE table (the only one fitted)."""
     out = np.where(wb < 2, "fp8", "bfloat16")
-    fp4 = np.isin(np.asarray(weight_dtype).astype(str), FP4_WEIGHT_DTYPES)
+    fp4 = fp4_weights(weight_dtype)
     return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out
 
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import pattern as P
-from dse.spec.arch import BOOL_FIELDS, Architecture
-from dse.spec.choices import FP4_WEIGHT_DTYPES, KV_DTYPES, LINEAR_KINDS, NORMS, WEIGHT_DTYPES
+from dse.spec.arch import BOOL_FIELDS, Architecture, fp4_weights
+from dse.spec.choices import KV_DTYPES, LINEAR_KINDS, NORMS, WEIGHT_DTYPES
 
 
 def validate_architecture(a: Architecture, tensor_parallel: int = 1) -> Architecture:
@@ -95,7 +95,7 @@ def check_weight_dtype_on_gpu(
     n = wd.size
     gpus = np.broadcast_to(np.asarray(gpu), (n,))
     fp4 = np.broadcast_to(np.asarray(has_fp4, dtype=bool), (n,))
-    bad = np.isin(wd.reshape(n).astype(str), FP4_WEIGHT_DTYPES) & ~fp4
+    bad = fp4_weights(wd.reshape(n)) & ~fp4
     msg = np.full(n, "", dtype=object)
     where = (
         f" (Blackwell and later: {', '.join(fp4_gpus)})" if fp4_gpus else " (Blackwell and later)"
