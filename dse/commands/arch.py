@@ -11,7 +11,7 @@ from dse.commands._flags import WORKLOAD_FLAGS
 from dse.errors import ConfigError
 from dse.spec import arch as A
 from dse.spec import rules as R
-from dse.spec.hardware import get_gpu
+from dse.spec.hardware import fp4_gpu_names, get_gpu
 from dse.spec.workload import Workload
 
 # Architecture fields settable by flag (they override --model / --hf-config).
@@ -201,6 +201,16 @@ def summarise(arch: A.Architecture, wl: Workload, gpu: Any, context: int) -> dic
             "fits": bool(A.fits_memory(mem["required"], gpu.hbm_capacity_bytes)),
             "fits_whole_batch": bool(A.fits_memory(mem["total"], gpu.hbm_capacity_bytes)),
             "warning": str(A.memory_messages(mem, gpu.hbm_capacity_bytes, gpu.name)[1][0]),
+            # '' or why the weights cannot run there (nvfp4 without FP4 tensor cores): the
+            # accounting above still holds, but `dse predict` and a sweep refuse the pair
+            "refusal": str(
+                R.check_weight_dtype_on_gpu(
+                    a.weight_dtype,
+                    gpu.name,
+                    gpu.peak_fp4_flops_per_s is not None,
+                    fp4_gpu_names(),
+                )[0]
+            ),
         },
     }
 
@@ -428,6 +438,8 @@ def _print_text(r: dict[str, Any]) -> None:
     )
     if g["warning"]:
         print(f"  warning: {g['warning']}")
+    if g["refusal"]:
+        print(f"  warning: cannot run there: {g['refusal']}")
 
 
 def _list_models() -> int:

@@ -105,6 +105,20 @@ def _architecture(args: argparse.Namespace, tensor_parallel: int) -> Any:
     return Architecture.from_mapping(row)
 
 
+def _check_runs_on(a: Any, gpu: str) -> None:
+    """Refuse weights the GPU has no kernels for (nvfp4 without FP4 tensor cores), as `dse
+    predict` does: an energy of a configuration that cannot run is no estimate."""
+    from dse.errors import ConfigError
+    from dse.spec.hardware import fp4_gpu_names, get_gpu
+    from dse.spec.rules import check_weight_dtype_on_gpu
+
+    spec = get_gpu(gpu)
+    has_fp4 = spec.peak_fp4_flops_per_s is not None
+    why = check_weight_dtype_on_gpu(a.weight_dtype, gpu, has_fp4, fp4_gpu_names())[0]
+    if why:
+        raise ConfigError(why)
+
+
 def _scalars(out: dict[str, Any]) -> dict[str, Any]:
     return {k: (bool(v) if k == "calibrated" else float(v)) for k, v in out.items()}
 
@@ -119,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     preset = _flags.read_flag(args, "preset")
     time_s = _flags.read_flag(args, "time_s")
     a = _architecture(args, wl.tensor_parallel)
+    _check_runs_on(a, gpu)
     presets = ("paper", "corrected") if preset == "both" else (preset,)
     results: dict[str, Any] = {}
     notes: dict[str, str] = {}

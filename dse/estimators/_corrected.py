@@ -302,12 +302,13 @@ def energy_items(
     phase_time_s: dict[str, Any],
     tensor_parallel: Any,
     coef: Coefficients,
-    fp8_compute_scale: Any = 1.0,
+    compute_scale: Any = 1.0,
 ) -> dict[tuple[str, str], np.ndarray]:
     """Joules by (component, phase) for the whole batch, summed over GPUs.
 
-    `fp8_compute_scale` multiplies the energy of linear-layer FLOPs (0.5 where fp8 weights run on
-    fp8 tensor cores at twice the bf16 rate for the same power; 1 otherwise).
+    `compute_scale` multiplies the energy of linear-layer FLOPs: the bf16 peak over the peak of
+    the tensor cores the weights run on (0.5 where fp8 weights run on fp8 tensor cores at twice
+    the bf16 rate for the same power, 0.25 for nvfp4 on Blackwell's FP4 ones; 1 otherwise).
     """
     e_flop = coef.e_flop_pj * 1e-12
     e_bit = coef.e_bit_pj * 1e-12 * 8.0  # J per byte
@@ -315,7 +316,7 @@ def energy_items(
     out: dict[tuple[str, str], np.ndarray] = {}
     for ph in PHASES:
         out[("compute", ph)] = e_flop * (
-            _f(fp8_compute_scale) * c[f"flops_linear_{ph}"] + c[f"flops_attn_{ph}"]
+            _f(compute_scale) * c[f"flops_linear_{ph}"] + c[f"flops_attn_{ph}"]
         )
         out[("param_access", ph)] = e_bit * c[f"weight_bytes_{ph}"]
         out[("kv_write", ph)] = e_bit * c[f"kv_write_bytes_{ph}"]

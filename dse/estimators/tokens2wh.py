@@ -190,13 +190,14 @@ def estimate(
         coef,
     )
     phase_t = _phase_times(time_s, roof)
-    fp8 = np.asarray(a.weight_dtype) == "fp8"
-    fp8_scale = (
-        np.where(fp8, g.peak_bf16_flops_per_s / g.peak_fp8_flops_per_s, 1.0)
-        if g.peak_fp8_flops_per_s
-        else 1.0
-    )
-    items = _corrected.energy_items(counts, phase_t, tp, coef, fp8_scale)
+    # fp8 / nvfp4 weights run their GEMMs on fp8 / FP4 tensor cores: a FLOP at bf16_peak / peak
+    # of bf16's energy (int8 / int4 weights are dequantised to bf16: no change)
+    wd = np.asarray(a.weight_dtype)
+    scale: Any = 1.0
+    for dt in ("fp8", "nvfp4"):
+        if np.any(wd == dt):
+            scale = np.where(wd == dt, g.peak_bf16_flops_per_s / g.peak_flops_per_s(dt), scale)
+    items = _corrected.energy_items(counts, phase_t, tp, coef, scale)
     out = _assemble(items, cols, shape)
     for ph in PHASES:
         out[f"{ph}_time_s"] = np.broadcast_to(phase_t[ph], shape).astype(float)

@@ -18,11 +18,22 @@ from dse.spec.arch import (
     LINEAR_STATE_FLOPS,
     MAMBA1_DT_RANK_DIVISOR,
     dtype_bytes,
+    fp4_weights,
     sliding_keys_sum,
 )
 from dse.spec.pattern import ffn_counts, mixer_counts
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
+
+
+def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
+    """The GEMM table dtype of each configuration's weights (`wb` their bytes per element):
+    nvfp4 runs Blackwell's block-scaled FP4 GEMMs (the "nvfp4" tables, x quantised to nvfp4
+    too); any other weights narrower than 2 bytes (fp8, int8, int4) the fp8 tables; the rest
+    bf16's. MoE layers pass it on but are priced with the bf16 MoE table (the only one fitted)."""
+    out = np.where(wb < 2, "fp8", "bfloat16")
+    fp4 = fp4_weights(weight_dtype)
+    return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out
 
 
 @dataclass
@@ -152,7 +163,7 @@ class LayerShapes:
             topk=cols["top_k"].astype(float),
             wb=wb,
             kvb=dtype_bytes(cols["kv_dtype"]),
-            gemm_dtype=np.where(wb < 2, "fp8", "bfloat16"),
+            gemm_dtype=gemm_dtype(cols["weight_dtype"], wb),
             gated=cols["gated_mlp"].astype(bool),
             moe=e > 1,
             s=s,

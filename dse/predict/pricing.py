@@ -46,16 +46,31 @@ from dse.roofline import (
 )
 from dse.spec.hardware import GPU
 
-
 # ---------------------------------------------------------------------------- roofline
+# GEMM dtypes run on narrower tensor cores than bf16 (`GPU.peak_flops_per_s`: fp8's peak, and
+# nvfp4's FP4 peak on Blackwell); every other dtype's GEMM runs at the bf16 peak.
+FAST_GEMM_DTYPES = ("fp8", "nvfp4")
+
+
+def gemm_peak(dtype: Any, gpu: GPU) -> Any:
+    """The dense tensor-core peak (FLOP/s) of GEMMs of `dtype` (a name or an array of names)."""
+    d = np.asarray(dtype)
+    peak: Any = gpu.peak_bf16_flops_per_s
+    for dt in FAST_GEMM_DTYPES:
+        hit = d == dt
+        if np.any(hit):
+            peak = np.where(hit, gpu.peak_flops_per_s(dt), peak)
+    return peak
+
+
 def roofline_op(op: Op, gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
     """(seconds per call, utilisation in [0, 1]) of one operator on the roofline."""
     if op.kind == "allreduce":
         t = ring_allreduce_s(op.bytes, op.dims["n_gpus"], gpu.nvlink_bw_bytes_per_s)
         return t, np.zeros_like(t)
-    peak = gpu.peak_bf16_flops_per_s
+    peak: Any = gpu.peak_bf16_flops_per_s
     if op.kind == "gemm":
-        peak = np.where(op.dims["dtype"] == "fp8", gpu.peak_flops_per_s("fp8"), peak)
+        peak = gemm_peak(op.dims["dtype"], gpu)
     t_roof = roofline_s(op.flops, op.bytes, peak, gpu.hbm_bw_bytes_per_s)
     t = t_roof + LAUNCH_S
     return t, t_roof / t
@@ -76,15 +91,13 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
     flat = [j for j in flat if len(ops[j].flops) == n and len(ops[j].bytes) == n]
     if len(flat) > 1 and n <= STACK_AT_MOST:
         peak = np.full(len(flat) * n, gpu.peak_bf16_flops_per_s)
-        fp8_rows: dict[int, np.ndarray] = {}  # the GEMMs of a pass share one dtype column
+        peaks: dict[int, np.ndarray] = {}  # the GEMMs of a pass share one dtype column
         for i, j in enumerate(flat):
             if ops[j].kind == "gemm":
                 dt = ops[j].dims["dtype"]
-                if id(dt) not in fp8_rows:
-                    fp8_rows[id(dt)] = as_shape(np.asarray(dt) == "fp8", (n,))
-                if fp8_rows[id(dt)].any():
-                    part = peak[i * n : (i + 1) * n]
-                    part[fp8_rows[id(dt)]] = gpu.peak_flops_per_s("fp8")
+                if id(dt) not in peaks:
+                    peaks[id(dt)] = as_shape(gemm_peak(dt, gpu), (n,))
+                peak[i * n : (i + 1) * n] = peaks[id(dt)]
         t = roofline_s(
             np.concatenate([ops[j].flops for j in flat]),
             np.concatenate([ops[j].bytes for j in flat]),

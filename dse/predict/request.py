@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse.errors import ArtifactError
+from dse.errors import ArtifactError, ConfigError
 from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.band import widen
@@ -33,7 +33,8 @@ from dse.predict.serving import apply as apply_serving
 from dse.predict.stacking import STACK_AT_MOST
 from dse.spec import arch as A
 from dse.spec import columns as C
-from dse.spec.hardware import GPU, get_gpu
+from dse.spec import rules as R
+from dse.spec.hardware import GPU, fp4_gpu_names, get_gpu
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -246,6 +247,10 @@ def predict_columns(
     leaves out `out_of_range_inputs` (see `predict`).
     """
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
+    if gpu.peak_fp4_flops_per_s is None:  # nvfp4 weights have no kernels here: nothing to price
+        why = R.check_weight_dtype_on_gpu(cols["weight_dtype"], gpu.name, False, fp4_gpu_names())
+        if (why != "").any():
+            raise ConfigError(next(m for m in why if m))
     artifact, fitted_for = resolve_artifact(gpu.name, artifact)
     base = base_costs(cols, n, gpu, artifact, _fitted_on(artifact, fitted_for, gpu))
     g = global_inputs(cols, base)

@@ -20,7 +20,7 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import pattern as P
-from dse.spec.choices import DTYPE_BYTES
+from dse.spec.choices import DTYPE_BYTES, FP4_WEIGHT_DTYPES
 
 
 def dtype_bytes(dtype: Any) -> Any:
@@ -43,6 +43,17 @@ def dtype_bytes(dtype: Any) -> Any:
     for u in uniq:
         out[arr == u] = DTYPE_BYTES[str(u)]
     return out
+
+
+def fp4_weights(weight_dtype: Any) -> np.ndarray:
+    """Per entry, whether the weight dtype runs on FP4 tensor cores only (nvfp4), vectorised; a
+    comparison per FP4 dtype (fast on fixed-width and object columns alike, unlike np.isin of
+    an object column's text)."""
+    wd = np.asarray(weight_dtype)
+    hit = np.zeros(wd.shape, dtype=bool)
+    for d in FP4_WEIGHT_DTYPES:
+        hit |= wd == d
+    return hit
 
 
 # Fields that hold true / false (never coerced to int when read back as floats).

@@ -6,7 +6,9 @@ and nothing here imports the rest of dse. (The GPU names are the registry's, `ds
 
 from __future__ import annotations
 
-# Bytes per element of each storage dtype. fp8 halves bf16's 16 bits.
+# Bytes per element of each storage dtype. fp8 halves bf16's 16 bits; nvfp4 (Blackwell's
+# block-scaled 4-bit float) stores 4-bit e2m1 values plus one fp8 (e4m3) scale per 16 elements:
+# 4 + 8 / 16 = 4.5 bits = 0.5625 bytes (`dse.models.gemm.IN_BYTES` reads its GEMMs the same way).
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4.0,
     "bfloat16": 2.0,
@@ -14,7 +16,18 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1.0,
     "int8": 1.0,
     "int4": 0.5,
+    "nvfp4": 0.5625,
 }
+# The values of `weight_dtype`: every storage dtype.
+WEIGHT_DTYPES: tuple[str, ...] = tuple(DTYPE_BYTES)
+# Weight dtypes whose GEMMs run on FP4 tensor cores only (Blackwell and later: a GPU spec with
+# `peak_fp4_flops_per_s`); on an earlier GPU the configuration is invalid (`dse.spec.rules.
+# check_weight_dtype_on_gpu`): no FP4 MMA there, and no GEMM table measured them (docs/
+# architecture.md "Weight and KV dtypes": `int4` is the nearest value priced there).
+FP4_WEIGHT_DTYPES: tuple[str, ...] = ("nvfp4",)
+# The values of `kv_dtype`: what the engines store a KV cache in (bf16 / fp16, fp8, ...). nvfp4
+# is a weight (and GEMM input) format only: no engine the predictor knows keeps its cache in it.
+KV_DTYPES: tuple[str, ...] = tuple(d for d in DTYPE_BYTES if d not in FP4_WEIGHT_DTYPES)
 NORMS: tuple[str, ...] = ("rmsnorm", "layernorm")
 # The serving engines the end-to-end level knows: the one list the CLI flags (`--engine`), search
 # spaces (`workload.engine`) and batch CSVs are checked against (through `dse.spec.fields`).

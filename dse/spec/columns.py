@@ -17,7 +17,7 @@ from dse.spec import arch as A
 from dse.spec import rules as R
 from dse.spec.fields import FIELDS, is_one_pattern, object_array
 from dse.spec.fields import check as check_field
-from dse.spec.hardware import get_gpu
+from dse.spec.hardware import fp4_gpu_names, get_gpu
 from dse.spec.workload import Workload
 
 if TYPE_CHECKING:  # pandas is imported only where a DataFrame or a missing value needs it
@@ -217,6 +217,14 @@ def derived(
         cols["tensor_parallel"],
         head_dim_defaulted=cols.get("head_dim_defaulted"),
     )
+    # the weight dtype's kernels must exist on the row's GPU (nvfp4: FP4 tensor cores)
+    on_gpu = R.check_weight_dtype_on_gpu(
+        cols["weight_dtype"],
+        cols["gpu"],
+        np.isfinite(gpu_table(cols["gpu"], "peak_fp4_flops_per_s")),
+        fp4_gpu_names(),
+    )
+    msg = np.where(msg == "", on_gpu, msg)
     a = architecture(cols)
     p = A.param_breakdown(a)
     mem = A.memory_breakdown(

@@ -41,11 +41,12 @@ from dse.errors import ConfigError
 from dse.spec.choices import (
     BATCHING,
     DEFAULT_ENGINE_VERSION,
-    DTYPE_BYTES,
     ENGINES,
+    KV_DTYPES,
     LINEAR_KINDS,
     NORMS,
     ROUTINGS,
+    WEIGHT_DTYPES,
 )
 from dse.spec.pattern import KINDS_OF, Kinds
 from dse.spec.pattern import canonical as canonical_pattern
@@ -58,8 +59,12 @@ _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
 
-def _dtypes() -> tuple[str, ...]:
-    return tuple(DTYPE_BYTES)
+def _weight_dtypes() -> tuple[str, ...]:
+    return tuple(WEIGHT_DTYPES)
+
+
+def _kv_dtypes() -> tuple[str, ...]:
+    return tuple(KV_DTYPES)
 
 
 def _norms() -> tuple[str, ...]:
@@ -110,6 +115,9 @@ class Field:
     # (low, high) in `unit`: values outside are allowed but warned about (`implausible`); a
     # limit there is most likely a unit slip (50 for a TPOT of 50 ms), or nothing can meet it
     plausible: tuple[float, float] | None = None
+    # choice: (value, why) for values a user may try that are not options (kv_dtype nvfp4): the
+    # message says why instead of a "did you mean"
+    refused: tuple[tuple[str, str], ...] = ()
 
     def options(self) -> tuple[str, ...]:
         c = self.choices
@@ -177,7 +185,10 @@ class Field:
     def message(self, raw: Any) -> str:
         """'<rule>, got <value>' for a value that breaks the rule (with a hint for a choice)."""
         hint = ""
-        if self.kind == "choice" and isinstance(raw, str | np.str_):
+        why = dict(self.refused).get(str(raw).strip()) if isinstance(raw, str | np.str_) else None
+        if self.kind == "choice" and why:
+            hint = f" ({why})"
+        elif self.kind == "choice" and isinstance(raw, str | np.str_):
             close = difflib.get_close_matches(str(raw).strip(), self.options(), n=1)
             if close:
                 hint = f" (did you mean {close[0]!r}?)"
@@ -430,8 +441,21 @@ FIELDS: dict[str, Field] = {
         Field("shared_expert_gate", "bool", default=False),
         Field("qkv_bias", "bool", default=False),
         Field("norm", "choice", default="rmsnorm", choices=_norms),
-        Field("weight_dtype", "choice", default="bfloat16", choices=_dtypes),
-        Field("kv_dtype", "choice", default="bfloat16", choices=_dtypes),
+        Field(
+            "weight_dtype",
+            "choice",
+            default="bfloat16",
+            choices=_weight_dtypes,
+            note="nvfp4 on Blackwell GPUs only",
+            refused=(("fp4", "did you mean 'nvfp4'?"),),
+        ),
+        Field(
+            "kv_dtype",
+            "choice",
+            default="bfloat16",
+            choices=_kv_dtypes,
+            refused=(("nvfp4", "nvfp4 is a weight dtype: no engine stores its KV cache in it"),),
+        ),
         _int("norms_per_layer", 1, 8, 2),
         Field("qk_norm", "bool", default=False),
         # attention beyond GQA (issue 21; docs/architecture.md "Attention families"). Every

@@ -230,6 +230,12 @@ def register_folder_spec(folder: str | Path) -> GPU | None:
     return gpu
 
 
+def fp4_gpu_names() -> list[str]:
+    """The shipped registry's GPUs with FP4 tensor cores (`peak_fp4_flops_per_s`), sorted: where
+    an nvfp4 weight dtype can run (`dse.spec.rules.check_weight_dtype_on_gpu` names them)."""
+    return sorted(n for n, g in _registry().items() if g.peak_fp4_flops_per_s)
+
+
 def shipped_gpu(name: str) -> GPU | None:
     """The spec sheet of a GPU of the shipped registry (None for a profiled or unknown one)."""
     return _registry().get(name)

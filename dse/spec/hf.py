@@ -251,7 +251,12 @@ class _Reader:
         weight = act
         q = self.cfg.get("quantization_config")
         if isinstance(q, Mapping):
-            if str(q.get("quant_method", "")).startswith("fp8"):
+            # NVIDIA ModelOpt's checkpoints say quant_algo: NVFP4; llm-compressor's format:
+            # nvfp4-pack-quantized (4-bit values + an fp8 scale per 16: `weight_dtype: nvfp4`)
+            algo = str(q.get("quant_algo", "")).upper()
+            if algo == "NVFP4" or str(q.get("format", "")).lower().startswith("nvfp4"):
+                weight = "nvfp4"
+            elif str(q.get("quant_method", "")).startswith("fp8"):
                 weight = "fp8"
             elif q.get("bits") == 4 or q.get("load_in_4bit"):
                 weight = "int4"
@@ -1164,8 +1169,9 @@ def hf_model_type_for(arch: Architecture) -> str:
 def to_hf_config(arch: Architecture) -> dict[str, Any]:
     """A config.json dict for `arch` that transformers loads with the same parameter count.
 
-    Carried: every field except kv_dtype, and weight_dtype only as a torch dtype (fp8/int8/int4
-    weights export as bfloat16). For Mixtral, whose layers are all MoE, d_ff is not carried:
+    Carried: every field except kv_dtype, and weight_dtype only as a torch dtype (fp8/int8/int4/
+    nvfp4 weights export as bfloat16: nvfp4 is no torch dtype, and a quantised checkpoint's
+    quantization_config is its quantiser's to write). For Mixtral, whose layers are all MoE, d_ff is not carried:
     importing sets it to d_ff_expert.
     """
     errors = check_architecture(arch.to_dict())

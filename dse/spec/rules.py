@@ -9,7 +9,7 @@ verdicts and messages agree by construction. Messages have the form '<field>: <r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -17,8 +17,8 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import pattern as P
-from dse.spec.arch import BOOL_FIELDS, Architecture
-from dse.spec.choices import DTYPE_BYTES, LINEAR_KINDS, NORMS
+from dse.spec.arch import BOOL_FIELDS, Architecture, fp4_weights
+from dse.spec.choices import KV_DTYPES, LINEAR_KINDS, NORMS, WEIGHT_DTYPES
 
 
 def validate_architecture(a: Architecture, tensor_parallel: int = 1) -> Architecture:
@@ -76,6 +76,35 @@ def check_columns(
         for i in idx:
             msg[i] = text(i)
         done[idx] = True
+    return msg
+
+
+def check_weight_dtype_on_gpu(
+    weight_dtype: Any, gpu: Any, has_fp4: Any, fp4_gpus: Sequence[str] = ()
+) -> np.ndarray:
+    """Per row, '' or why the weight dtype cannot run on the row's GPU: an FP4 weight dtype
+    (nvfp4) on a GPU without FP4 tensor cores (`has_fp4` False: the GPU spec has no
+    `peak_fp4_flops_per_s`; every GPU before Blackwell). Hopper and Ampere have no FP4 MMA
+    instruction and no table measured nvfp4 GEMMs there (a weight-only 4-bit kernel that
+    dequantises to bf16 is another kernel; `weight_dtype: int4` is the nearest value priced
+    there), so the
+    configuration is invalid, as a broken architecture rule is: a sweep counts it infeasible
+    with this reason, `dse predict` refuses it. `fp4_gpus`: the registry GPUs that have FP4
+    tensor cores, named in the message."""
+    wd = np.asarray(weight_dtype)
+    n = wd.size
+    gpus = np.broadcast_to(np.asarray(gpu), (n,))
+    fp4 = np.broadcast_to(np.asarray(has_fp4, dtype=bool), (n,))
+    bad = fp4_weights(wd.reshape(n)) & ~fp4
+    msg = np.full(n, "", dtype=object)
+    where = (
+        f" (Blackwell and later: {', '.join(fp4_gpus)})" if fp4_gpus else " (Blackwell and later)"
+    )
+    for i in np.nonzero(bad)[0]:
+        msg[i] = (
+            f"weight_dtype: {wd.flat[i]} needs FP4 tensor cores, which {gpus[i]} lacks{where}, "
+            f"got {_fmt(str(wd.flat[i]))}"
+        )
     return msg
 
 
@@ -215,8 +244,8 @@ def _rules(
             good = np.array([_is_flag(x) for x in r], dtype=bool)
         yield ~good, lambda i, name=name, r=r: f"{name}: must be true or false, got {_fmt(r[i])}"
     for name, valid in (
-        ("weight_dtype", DTYPE_BYTES),
-        ("kv_dtype", DTYPE_BYTES),
+        ("weight_dtype", WEIGHT_DTYPES),
+        ("kv_dtype", KV_DTYPES),
         ("norm", NORMS),
         ("linear_kind", LINEAR_KINDS),
     ):

@@ -43,7 +43,14 @@ import numpy as np
 from dse.errors import ConfigError
 from dse.spec import columns as C
 from dse.spec import pattern as P
-from dse.spec.choices import BATCHING, DTYPE_BYTES, LINEAR_KINDS, NORMS, ROUTINGS
+from dse.spec.choices import (
+    BATCHING,
+    KV_DTYPES,
+    LINEAR_KINDS,
+    NORMS,
+    ROUTINGS,
+    WEIGHT_DTYPES,
+)
 from dse.spec.fields import FIELDS
 from dse.spec.fields import check as check_field
 from dse.spec.hardware import gpu_names
@@ -72,8 +79,8 @@ BOOL_FIELDS = (
 )
 STR_FIELDS: dict[str, tuple[str, ...]] = {
     "norm": NORMS,
-    "weight_dtype": tuple(DTYPE_BYTES),
-    "kv_dtype": tuple(DTYPE_BYTES),
+    "weight_dtype": WEIGHT_DTYPES,
+    "kv_dtype": KV_DTYPES,
     "engine": ENGINES,
     "batching": BATCHING,
     "routing": ROUTINGS,

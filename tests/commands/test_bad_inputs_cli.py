@@ -133,7 +133,8 @@ def test_command_only_numeric_flags(
 
 
 # ---------------------------------------------------------------------- choices
-DTYPES = "float32, bfloat16, float16, fp8, int8, int4"
+KV_DTYPES = "float32, bfloat16, float16, fp8, int8, int4"
+DTYPES = f"{KV_DTYPES}, nvfp4"  # weight dtypes: nvfp4 is one, not a KV-cache dtype
 
 
 @pytest.mark.parametrize(
@@ -147,7 +148,7 @@ DTYPES = "float32, bfloat16, float16, fp8, int8, int4"
           for cmd in ("predict", "energy", "arch")],
         *[(cmd, ["--weight-dtype", "fp3"], f"--weight-dtype: must be one of {DTYPES} (did you mean 'fp8'?)", ", got 'fp3'")
           for cmd in ("predict", "energy", "arch")],
-        *[(cmd, ["--kv-dtype", "int2"], f"--kv-dtype: must be one of {DTYPES}", ", got 'int2'")
+        *[(cmd, ["--kv-dtype", "int2"], f"--kv-dtype: must be one of {KV_DTYPES}", ", got 'int2'")
           for cmd in ("predict", "energy", "arch")],
         ("arch", ["--norm", "batchnorm"], "--norm: must be one of rmsnorm, layernorm", ", got 'batchnorm'"),
         ("energy", ["--preset", "best"], "--preset: must be one of paper, corrected, both", ", got 'best'"),

@@ -250,7 +250,7 @@ GRID: list[tuple[dict, int, str]] = [
     ({**BASE, "norms_per_layer": 0}, 1, "norms_per_layer: must be an integer >= 1, got 0"),
     ({**BASE, "gated_mlp": "yes"}, 1, "gated_mlp: must be true or false, got 'yes'"),
     ({**BASE, "qk_norm": 2}, 1, "qk_norm: must be true or false, got 2"),
-    ({**BASE, "weight_dtype": "fp4"}, 1, "weight_dtype: must be one of float32, bfloat16, float16, fp8, int8, int4, got 'fp4'"),
+    ({**BASE, "weight_dtype": "fp4"}, 1, "weight_dtype: must be one of float32, bfloat16, float16, fp8, int8, int4, nvfp4, got 'fp4'"),
     ({**BASE, "kv_dtype": "e5m2"}, 1, "kv_dtype: must be one of float32, bfloat16, float16, fp8, int8, int4, got 'e5m2'"),
     ({**BASE, "norm": "batchnorm"}, 1, "norm: must be one of rmsnorm, layernorm, got 'batchnorm'"),
     (BASE, 0, "tensor_parallel: must be an integer >= 1, got 0"),

@@ -34,7 +34,11 @@ def test_choice_fields_read_the_one_list() -> None:
         c = FIELDS[name].choices
         return tuple(c() if callable(c) else c)
 
-    assert of("weight_dtype") == of("kv_dtype") == tuple(choices.DTYPE_BYTES)
+    assert of("weight_dtype") == choices.WEIGHT_DTYPES == tuple(choices.DTYPE_BYTES)
+    # every KV dtype is a storage dtype; nvfp4 is a weight dtype only
+    assert (
+        of("kv_dtype") == choices.KV_DTYPES == tuple(d for d in choices.DTYPE_BYTES if d != "nvfp4")
+    )
     assert of("norm") == choices.NORMS
     assert of("engine") == choices.ENGINES
     assert A.DTYPE_BYTES is choices.DTYPE_BYTES
