@@ -247,7 +247,9 @@ def predict_columns(
     leaves out `out_of_range_inputs` (see `predict`).
     """
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
-    if gpu.peak_fp4_flops_per_s is None:  # nvfp4 weights have no kernels here: nothing to price
+    # nvfp4 weights have no kernels on a GPU without FP4 tensor cores: nothing to price. The
+    # registry (for the message's list of FP4 GPUs) is read only when such a row is there.
+    if gpu.peak_fp4_flops_per_s is None and A.fp4_weights(cols["weight_dtype"]).any():
         why = R.check_weight_dtype_on_gpu(cols["weight_dtype"], gpu.name, False, fp4_gpu_names())
         if (why != "").any():
             raise ConfigError(next(m for m in why if m))

@@ -105,6 +105,7 @@ def _flag_cases() -> list[tuple[str, str, str, str]]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cmd", "flag", "value", "message"), _flag_cases())
 def test_numeric_flag_is_refused_with_rule_and_value(
     capsys: pytest.CaptureFixture[str], cmd: str, flag: str, value: str, message: str
@@ -436,6 +437,7 @@ def test_batch_out_is_checked_before_predicting(
          "dse energy: error: --time-s: must be a number in [1e-09, 1e+09], got nan"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_console_process_exits_2_without_traceback(args: list[str], message: str) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "dse", *args], capture_output=True, text=True, cwd=REPO, timeout=120
@@ -655,6 +657,7 @@ def _attention_flag_cases() -> list[tuple[str, list[str], str]]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("cmd", "argv", "message"), _attention_flag_cases())
 def test_attention_family_flag_is_refused_with_rule_and_value(
     capsys: pytest.CaptureFixture[str], cmd: str, argv: list[str], message: str

@@ -26,6 +26,7 @@ def dse(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow
 def test_help_lists_every_available_subcommand() -> None:
     r = dse("--help")
     assert r.returncode == 0
@@ -35,6 +36,7 @@ def test_help_lists_every_available_subcommand() -> None:
         assert " ".join(COMMANDS[name][1].split()) in flat, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(_available()))
 def test_each_subcommand_help_has_an_example(name: str) -> None:
     r = dse(name, "--help")
@@ -42,6 +44,7 @@ def test_each_subcommand_help_has_an_example(name: str) -> None:
     assert "example" in r.stdout.lower()
 
 
+@pytest.mark.slow
 def test_check_reports_errors_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -53,6 +56,7 @@ def test_check_reports_errors_without_traceback(tmp_path: Path) -> None:
     assert f"{bad}:3: space.n_layers: `low <= high` must hold" in r.stderr
 
 
+@pytest.mark.slow
 def test_check_counts_the_example_space() -> None:
     r = dse("check", "search_spaces/dense_8b.yaml")
     assert r.returncode == 0, r.stderr
@@ -97,6 +101,7 @@ def test_predict_json_is_consistent() -> None:
         (["--n-layers", "320", "--gpu", "a100_sxm_40gb"], "does not fit in memory"),
     ],
 )
+@pytest.mark.slow
 def test_predict_bad_input_is_a_clear_error(args: list[str], message: str) -> None:
     full = list(ARCH)
     for flag, value in zip(args[::2], args[1::2], strict=True):
@@ -110,6 +115,7 @@ def test_predict_bad_input_is_a_clear_error(args: list[str], message: str) -> No
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_predict_batch_marks_rows_that_break_a_rule(tmp_path: Path) -> None:
     """Values of their columns that make no valid or runnable configuration get a message in
     the `error` column; the other rows are predicted (an empty optional cell is its default)."""
@@ -184,6 +190,7 @@ def test_predict_batch_given_a_number_points_to_batch_size(tmp_path: Path) -> No
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_unknown_flag_names_the_subcommand_and_the_closest_flag() -> None:
     r = dse("predict", "--layers", "32", "--ffn=14336", "--gpu", "h100_sxm")
     assert r.returncode == 2
@@ -214,6 +221,7 @@ def test_cli_imports_what_it_uses() -> None:
     assert "h100_sxm" in r.stdout
 
 
+@pytest.mark.slow
 def test_predict_flags_a_run_beyond_the_model_context() -> None:
     """llama-7b has a 2048-token context: 2048 + 2048 tokens is flagged, 1024 + 1024 is not."""
     base = ("predict", "--model", "huggyllama/llama-7b", "--gpu", "h100_sxm", "--batch-size", "1")
@@ -227,6 +235,7 @@ def test_predict_flags_a_run_beyond_the_model_context() -> None:
     assert "exceed the model's context of 2048 tokens" in table.stdout
 
 
+@pytest.mark.slow
 def test_predict_warns_when_the_batch_queues_and_refuses_what_cannot_run(tmp_path: Path) -> None:
     """dse predict uses dse.spec.arch's memory rule: Llama-2-7B's 64 x 4096-token MHA cache cannot
     be resident at once on a 40 GB A100 (a warning, as the engine queues), Llama-3-70B's bf16

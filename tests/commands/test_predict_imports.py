@@ -54,6 +54,7 @@ def run_probe(*args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
         ),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_predict_one_configuration_imports_no_heavy_package(args: tuple[str, ...]) -> None:
     r, probe = run_probe("predict", *args)
     assert probe["code"] == 0, r.stderr

@@ -410,6 +410,7 @@ def _facts(text: str) -> set[tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [1, 7, 25])
 def test_batch_in_chunks_predicts_what_one_call_predicts(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, chunk: int

@@ -303,6 +303,7 @@ def test_joint_moe_flags_experts_routing_and_shared_expert() -> None:
     assert a["loss"][0] == pytest.approx(b["loss"][0], rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law", Q.SOURCES)
 def test_vectorised_equals_row_by_row(law: str) -> None:
     """n rows at once give what each row gives alone (loss within 1e-12 relative, same text)."""

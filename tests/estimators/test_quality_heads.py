@@ -244,6 +244,7 @@ def test_unknown_source_lists_auto() -> None:
 
 
 # --------------------------------------------------------------------------- the heads study
+@pytest.mark.slow
 def test_heads_study_front_answers_its_question(tmp_path: Path) -> None:
     """search_spaces/heads_study.yaml (docs/search_spaces.md): with the head-aware law the exact
     front holds at least 5 distinct head configurations, no two neighbours indistinguishable,

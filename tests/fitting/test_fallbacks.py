@@ -91,6 +91,7 @@ def test_borrowed_prediction_is_the_siblings_moved_by_the_roofline() -> None:
     np.testing.assert_allclose(price.latency_s, got["latency_s"])
 
 
+@pytest.mark.slow
 def test_sibling_borrowing_measured_on_the_share(data_dir: Path) -> None:
     """The evidence behind borrowing (docs/accuracy.md): H100's vLLM bf16 table priced onto
     H200's bf16 rows (an H200 artifact without its own) scores 8.0%, half the unscaled 15.4%;
@@ -147,6 +148,7 @@ def test_validate_names_the_borrowed_allreduce_model(data_dir: Path) -> None:
     assert entry(got, "int8") == entry(own, "int8")  # its own model still prices it
 
 
+@pytest.mark.slow
 def test_validate_names_a_gemm_priced_by_another_table(data_dir: Path, tmp_path: Path) -> None:
     """A surrogates folder whose H200 artifact lacks the bf16 table prices H200 bf16 GEMMs with
     the H100 table stored next to it, and `dse validate` names it."""

@@ -148,6 +148,7 @@ def a100_rows(data_dir: Path) -> pd.DataFrame:
 HELD_OUT = {(4096, 4096), (1024, 8192), (12288, 4096), (2048, 2048), (8192, 1024)}
 
 
+@pytest.mark.slow
 def test_fit_on_unseen_weight_shapes_beats_the_roofline(a100_rows: pd.DataFrame) -> None:
     key = list(zip(a100_rows["n"], a100_rows["k"], strict=True))
     test = np.array([kk in HELD_OUT for kk in key])
@@ -164,6 +165,7 @@ def test_fit_on_unseen_weight_shapes_beats_the_roofline(a100_rows: pd.DataFrame)
     assert fitted < 10.0 and fitted < roofline / 4
 
 
+@pytest.mark.slow
 def test_fit_is_deterministic(a100_rows: pd.DataFrame) -> None:
     sub = a100_rows[a100_rows["n"] <= 4096]
     a = GemmModel("a100_sxm", tree_iter=20, seed=3).fit(sub).to_state()

@@ -115,6 +115,7 @@ def _gpu_fields_models(art: Artifact) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- models
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", SHIPPED)
 def test_shipped_artifacts_carry_their_gpu_constants(gpu: str) -> None:
     """Written into the artifact (experiments/gpu_constants_in_artifacts.py), not filled at

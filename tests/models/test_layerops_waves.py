@@ -45,6 +45,7 @@ def h100_rows(data_dir) -> pd.DataFrame:
     return O.layer_op_rows(load(data_dir, ["layer_op"])["layer_op"], "h100_sxm")
 
 
+@pytest.mark.slow
 def test_held_out_width_steps_at_its_own_wave_boundaries(h100_rows) -> None:
     held = h100_rows["model"].str.contains("Llama-2-7b").to_numpy()
     model = LayerOpModel("h100_sxm").fit(h100_rows[~held])

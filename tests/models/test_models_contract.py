@@ -231,6 +231,7 @@ def _level2_x(rng: np.random.Generator, n: int, extra: float = 0.0) -> np.ndarra
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("gpu", "name"), SHIPPED_MODELS)
 def test_shipped_models_round_trip_exactly(gpu: str, name: str) -> None:
     art = SHIPPED[gpu]
@@ -253,6 +254,7 @@ def test_shipped_models_round_trip_exactly(gpu: str, name: str) -> None:
     assert model.fitted_range() == again.fitted_range()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", sorted(SHIPPED))
 def test_a_rebuilt_artifact_predicts_identically(gpu: str) -> None:
     """Every model of the artifact through to_state -> from_state: `predict` is unchanged."""
@@ -379,6 +381,7 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
     raise AssertionError(f"no fit fixture for kind {kind!r}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_fit_returns_self_keeps_its_parameters_and_names_learned_state(
     kind: str, request: pytest.FixtureRequest

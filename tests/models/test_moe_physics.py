@@ -227,6 +227,7 @@ def test_backend_split_only_where_expert_parallelism_tells_the_backend():
     assert not M.backend_split(d.drop(columns="kernel_source"))
 
 
+@pytest.mark.slow
 def test_each_backend_fitted_apart_and_a_row_priced_by_its_split(data_dir, monkeypatch):
     from dse.data import load
 

@@ -255,6 +255,7 @@ def test_vllm_cutlass_rows_priced_by_the_kernel_sum(h100) -> None:
     assert _search_model(h100, "moe") == "moe.vllm.bfloat16"
 
 
+@pytest.mark.slow
 def test_fit_model_refits_only_the_named_models(data_dir, h100) -> None:
     from dse.errors import DataError
     from dse.fitting.run import fit_artifact

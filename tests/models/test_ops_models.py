@@ -102,6 +102,7 @@ def layer_model_without_codellama(h100_layer_ops):
     return LayerOpModel("h100_sxm").fit(rows[~held]), rows[held]
 
 
+@pytest.mark.slow
 def test_layer_op_beats_roofline_on_held_out_model(layer_model_without_codellama):
     model, held = layer_model_without_codellama
     y = held["latency_s"].to_numpy()
@@ -199,6 +200,7 @@ def test_layer_op_more_tokens_never_much_faster(layer_model_without_codellama, o
         assert t[-1] > 2 * t[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["h100_sxm", "a100_sxm"])
 def test_layer_op_embedding_kernel_switch_and_wave_steps(tables, gpu):
     # held-out token counts on either side of a measured step read their own side: the
@@ -375,6 +377,7 @@ def test_attention_accepts_adapter_inputs_and_scales_sanely(h100_context):
     assert a["latency_s"][2] > 10 * a["latency_s"][0]
 
 
+@pytest.mark.slow
 def test_generation_attention_with_power_gives_energy(tables):
     t = tables["generation_attention"]
     rows = t[(t["gpu"] == "h200_sxm") & (t["engine"] == "vllm")].reset_index(drop=True)

@@ -216,6 +216,7 @@ def measured(data_dir: Path):
     return _bench().measure(data_dir)
 
 
+@pytest.mark.slow
 def test_held_out_serving_energy_h100_within_15_percent(measured) -> None:
     _, own, transfer, _ = measured
     h100 = own[own["gpu"] == "h100_sxm"].iloc[0]
@@ -253,6 +254,7 @@ def measured_v3(data_dir: Path):
     return _bench().measure_v3(data_dir)
 
 
+@pytest.mark.slow
 def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     """vLLM 0.11.1 on ml-energy v3's H100 rows, whole models held out: the shipped terms beat the
     static prediction and the 0.4.2 constants by far; the numbers docs/accuracy.md reports."""
@@ -279,6 +281,7 @@ def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     assert set(tasks["task"]) == {"gpqa", "lm-arena-chat", "sourcegraph-fim"}
 
 
+@pytest.mark.slow
 def test_v3_b200_is_scored_on_its_own_rows_held_out(data_dir: Path) -> None:
     """ml-energy v3's B200 rows (issue 35), priced by B200's artifact: each model's energy by
     terms fitted on B200's other models; H100's rows and the shipped constants do not enter."""

@@ -210,6 +210,7 @@ def golden_outputs() -> dict[str, np.ndarray]:
     return out
 
 
+@pytest.mark.slow
 def test_predictions_match_the_golden_file() -> None:
     if not GOLDEN.is_file():
         pytest.skip(f"{GOLDEN} not found")

@@ -44,6 +44,7 @@ def _golden_inputs(gpu: str, limit: int | None = None):  # type: ignore[no-untyp
     return part, global_inputs(part, base), art
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm", "a100_sxm", "gh200"])
 def test_the_corrected_operators_sum_to_level3s_totals(gpu: str) -> None:
     part, g, art = _golden_inputs(gpu)

@@ -136,6 +136,7 @@ def test_the_grid_covers_every_gpu_engine_and_over_10000_configurations() -> Non
     assert (cols["n_experts"] > 1).any() and (cols["n_experts"] == 1).any()
 
 
+@pytest.mark.slow
 def test_every_phase_stays_between_idle_and_the_board_limit(priced) -> None:
     cols, p = priced
     bad = violations(cols, p)

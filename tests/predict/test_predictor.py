@@ -388,6 +388,7 @@ SHIPPED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", SHIPPED)
 def test_shipped_artifact_round_trips_and_carries_level3(gpu: str, tmp_path: Path) -> None:
     art, fitted_for = load_artifact(gpu)

@@ -63,6 +63,7 @@ def _artifact(gpu: str):
         (("a100_sxm_40gb", "gh200"), True),
     ],
 )
+@pytest.mark.slow
 def test_a_repeating_batch_predicts_each_row_as_alone(
     gpus: tuple[str, str], continuous: bool
 ) -> None:

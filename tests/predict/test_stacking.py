@@ -59,6 +59,7 @@ def batch() -> tuple[dict[str, np.ndarray], dict]:
     return cfg, predict(cfg)
 
 
+@pytest.mark.slow
 def test_one_row_predictions_equal_the_per_operator_path(batch, monkeypatch) -> None:
     """Every output (floats, flags, the out-of-range text, provenance) of 42 configurations
     predicted one at a time, stacked and not: dense and MoE, every GPU, both engines, fp8,

@@ -40,6 +40,7 @@ def _rows(tables: dict[str, pd.DataFrame], kind: str, gpu: str, engine: str) -> 
     return df[(df["gpu"] == gpu) & (df["engine"] == engine)]
 
 
+@pytest.mark.slow
 def test_every_b200_engine_has_gemm_attention_moe(new_tables: dict[str, pd.DataFrame]) -> None:
     for engine, version in B200_ENGINES.items():
         gemm = _rows(new_tables, "gemm", "b200_sxm", engine)

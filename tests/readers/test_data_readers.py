@@ -21,6 +21,7 @@ def tables(data_dir: Path) -> dict[str, pd.DataFrame]:
     return data.load(data_dir)
 
 
+@pytest.mark.slow
 def test_every_table_has_the_common_columns(tables: dict[str, pd.DataFrame]) -> None:
     for kind, df in tables.items():
         assert len(df) > 0, kind
@@ -64,6 +65,7 @@ def test_readme_gemm_sanity_figures(tables: dict[str, pd.DataFrame]) -> None:
     assert 8192 * 8192 * 2 / (gemv / 1e3) == pytest.approx(2.6e12, rel=0.03)
 
 
+@pytest.mark.slow
 def test_h200_energy_is_latency_times_power(tables: dict[str, pd.DataFrame]) -> None:
     for kind in ("gemm", "context_attention", "generation_attention", "moe"):
         df = tables[kind]

@@ -19,6 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 PKG = "dse"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -264,6 +266,7 @@ def test_every_module_has_a_layer() -> None:
     assert not unlisted, f"modules without a layer in LAYERS: {unlisted}"
 
 
+@pytest.mark.slow
 def test_no_new_import_cycle() -> None:
     edges = graph()
     found = {frozenset(c) for c in cycles(edges)}
@@ -273,6 +276,7 @@ def test_no_new_import_cycle() -> None:
     assert not gone, f"cycles fixed, remove from KNOWN_CYCLES: {[sorted(c) for c in gone]}"
 
 
+@pytest.mark.slow
 def test_no_new_upward_import() -> None:
     ups = upward(graph())
     new = {k: v for k, v in ups.items() if k not in KNOWN_UPWARD}
@@ -284,6 +288,7 @@ def test_no_new_upward_import() -> None:
     assert not gone, f"upward imports fixed, remove from KNOWN_UPWARD: {sorted(gone)}"
 
 
+@pytest.mark.slow
 def test_no_new_private_import_across_packages() -> None:
     found = private_imports(graph())
     new = sorted(found - KNOWN_PRIVATE)

@@ -174,6 +174,7 @@ def test_hf_dense_gqa(dense: Path, tmp_path: Path) -> None:
     assert "AutoConfig.from_pretrained" in (dest / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_hf_moe(moe: Path, tmp_path: Path) -> None:
     dest = write_export(moe, fmt="hf", out=tmp_path / "hf", top=1, by="energy")
     (folder,) = [p for p in dest.iterdir() if p.is_dir()]

@@ -77,6 +77,7 @@ def _objectives(t: pd.DataFrame, names: list[str]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- loading
+@pytest.mark.slow
 def test_load_results_reads_the_folder(gpu_batch: Path) -> None:
     res = load_results(gpu_batch)
     assert [o.name for o in res.objectives] == ["latency_tpot", "energy_hymell_per_output_token"]
@@ -208,6 +209,7 @@ def test_hover_shows_parameters_and_breakdown(gpu_batch: Path) -> None:
     assert "violates: " in info.infeasible.hover[0]
 
 
+@pytest.mark.slow
 def test_third_objective_as_colour(moe: Path) -> None:
     res = load_results(moe)
     info = I.pareto_info(res)
@@ -235,6 +237,7 @@ def test_no_colour_with_two_objectives(gpu_batch: Path) -> None:
 # ---------------------------------------------------------------------- the README's main job
 # `dse sweep search_spaces/gpu_batch.yaml` (issue 32): loss, TPOT and energy per output token,
 # 360 configurations evaluated exactly, 8-15B dense models beside the catalogue's Llama-3.2-1B.
+@pytest.mark.slow
 def test_headline_is_energy_against_latency_coloured_by_loss(main_job: Path) -> None:
     res = load_results(main_job)
     names = [o.name for o in res.objectives]
@@ -333,6 +336,7 @@ def test_axis_range_hand_example() -> None:
     assert I.axis_range(np.array([np.nan])) is None
 
 
+@pytest.mark.slow
 def test_hypervolume_only_for_samplers(main_job: Path, moe: Path) -> None:
     """An exact sweep's trial order is storage order: no hypervolume curve, one line why; a
     sampler's (NSGA-II) curve stays."""
@@ -430,6 +434,7 @@ def test_image_figure_has_no_buttons(main_job: Path) -> None:
     assert not P.image_figure(res).layout.updatemenus
 
 
+@pytest.mark.slow
 def test_report_prints_a_line_per_stage(main_job: Path, tmp_path: Path, capsys) -> None:
     assert main(["report", str(main_job), "--out", str(tmp_path / "a.html")]) == 0
     err = capsys.readouterr().err
@@ -473,6 +478,7 @@ def test_correlation_ratio_hand_example() -> None:
     assert imp == {"a": 1.0, "b": 0.0}
 
 
+@pytest.mark.slow
 def test_importance_falls_back_with_few_trials(gpu_batch: Path, tmp_path: Path) -> None:
     d = run_sweep(
         "tests/data/spaces/gpu_batch.yaml",
@@ -557,6 +563,7 @@ def test_command_writes_the_report(gpu_batch: Path, tmp_path: Path, capsys) -> N
     assert "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_report_reads_the_catalogue_the_sweep_placed(
     main_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -695,6 +702,7 @@ def test_image_svg(gpu_batch: Path, tmp_path: Path) -> None:
     assert ">linear<" not in svg and ">log<" not in svg  # no buttons in a static image
 
 
+@pytest.mark.slow
 def test_image_without_a_browser_says_so(
     gpu_batch: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:

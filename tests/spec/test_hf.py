@@ -123,6 +123,7 @@ def test_active_params_equal_transformers_minus_idle_experts(name: str) -> None:
     assert active_params(arch) == n - idle
 
 
+@pytest.mark.slow
 @needs_hf
 @pytest.mark.parametrize("name", model_names())
 def test_catalogue_matches_transformers(name: str) -> None:

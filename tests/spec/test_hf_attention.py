@@ -87,6 +87,7 @@ def hf_model(cfg: dict[str, Any]) -> tuple[int, Any]:
     return sum(p.numel() for p in model.parameters()), conf
 
 
+@pytest.mark.slow
 @needs_hf
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_params_and_pattern_equal_transformers(name: str) -> None:

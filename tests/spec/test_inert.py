@@ -240,6 +240,7 @@ study: {sampler: random, trials: 300, seed: 3}
 """
 
 
+@pytest.mark.slow
 def test_a_sampler_repeating_a_configuration_but_for_inert_fields_is_told_it(
     tmp_path: Path,
 ) -> None:

@@ -78,6 +78,7 @@ def _keys(t: pd.DataFrame) -> list[tuple[object, ...]]:
 
 
 # ---------------------------------------------------------------------- dedupe
+@pytest.mark.slow
 def test_front_has_distinct_configurations_and_trial_counts(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "res"
     _sweep(small, out, trials=160)  # 160 random trials of 64 configurations: many repeats
@@ -127,6 +128,7 @@ def test_copies_that_differ_by_float_noise_are_one_front_row() -> None:
 
 
 # ---------------------------------------------------------------------- predicted once
+@pytest.mark.slow
 def test_no_configuration_is_predicted_twice_across_resume(small: Path, tmp_path: Path) -> None:
     out = tmp_path / "res"
     first = _sweep(small, out, trials=60)
@@ -150,6 +152,7 @@ def test_shared_storage_predicts_each_configuration_once(small: Path, tmp_path: 
     assert len(t) == 120 and len(set(_keys(t))) < 120
 
 
+@pytest.mark.slow
 def test_budget_beyond_the_space_warns(small: Path, tmp_path: Path, capsys) -> None:
     assert main(["sweep", str(small), "--out", str(tmp_path / "r"), "--trials", "100", "-q"]) == 0
     err = capsys.readouterr().err
@@ -166,6 +169,7 @@ def _brute_force_front(space_file: Path) -> set[tuple[object, ...]]:
     return {tuple(np.asarray(cols[k])[i].item() for k in PARAMS) for i in keep}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["exhaustive", "auto"])
 def test_exact_enumeration_matches_brute_force(
     small: Path, tmp_path: Path, sampler: str, capsys
@@ -259,6 +263,7 @@ def test_maximised_objectives_front() -> None:
 
 
 # ---------------------------------------------------------------------- dse show
+@pytest.mark.slow
 def test_show_prints_every_searched_column(small: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "res"
     _sweep(small, out, trials=160)
@@ -275,6 +280,7 @@ def test_show_prints_every_searched_column(small: Path, tmp_path: Path, capsys) 
         assert "~ indistinguishable" in text
 
 
+@pytest.mark.slow
 def test_show_compare_places_a_catalogue_model(small: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "res"
     _sweep(small, out, trials=48)
@@ -323,6 +329,7 @@ def test_report_size_grows_slowly_with_trials(small: Path, tmp_path: Path) -> No
     assert sizes[1] / sizes[0] < 3.0, sizes
 
 
+@pytest.mark.slow
 def test_report_front_has_one_point_per_configuration(small: Path, tmp_path: Path) -> None:
     from dse.report import _info as I
 
@@ -339,6 +346,7 @@ def test_report_front_has_one_point_per_configuration(small: Path, tmp_path: Pat
     assert len(res.front[fields].astype(str).drop_duplicates()) == len(res.front)
 
 
+@pytest.mark.slow
 def test_sweep_prints_what_the_front_trades(small: Path, tmp_path: Path, capsys) -> None:
     """`dse sweep` ends with the front's best configuration in each objective and its knee,
     each with every objective and every searched column, read from the written front."""

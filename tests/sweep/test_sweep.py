@@ -202,6 +202,7 @@ def test_same_seed_same_study_other_seed_other_study(small: Path, tmp_path: Path
     assert not a[PARAMS].equals(c[PARAMS])
 
 
+@pytest.mark.slow
 def test_resume_runs_only_the_missing_trials_and_continues_the_same_sequence(
     tmp_path: Path,
 ) -> None:
@@ -255,6 +256,7 @@ def test_reference_exact_scores_a_sampler_against_the_exact_front(tmp_path: Path
     assert exact["on_front"].all() and exact["feasible"].all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["screened", "tpe", "nsga2", "nsga3", "random", "gp"])
 def test_every_sampler_runs_batched_and_respects_constraints(
     sampler: str, small: Path, tmp_path: Path
@@ -283,6 +285,7 @@ def test_auto_enumerates_small_spaces(small: Path, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the command line
+@pytest.mark.slow
 def test_cli_sweep_show_and_studies(small: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", str(small), "--trials", "32"]) == 0
@@ -330,6 +333,7 @@ def test_yaml_error_is_reported_with_its_line(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_existing_study_with_another_space_is_refused_untouched(
     small: Path, tmp_path: Path, capsys
 ) -> None:
