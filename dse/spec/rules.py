@@ -51,7 +51,9 @@ def check_architecture(a: Mapping[str, Any], tensor_parallel: Any = 1) -> list[s
     cols = {k: _one(v) for k, v in a.items()}
     return [
         _text(template, shown, 0)
-        for mask, template, shown in _rules(cols, 1, np.array([tensor_parallel], dtype=object), None)
+        for mask, template, shown in _rules(
+            cols, 1, np.array([tensor_parallel], dtype=object), None
+        )
         if mask[0]
     ]
 
@@ -389,8 +391,7 @@ def _attention_rules(
     sliding = known & (np.asarray(shape[2]) > 0)
     yield (
         sliding & ~(win >= 1),
-        "sliding_window: must be an integer >= 1 when attention_pattern has sliding "
-        "layers, got {}",
+        "sliding_window: must be an integer >= 1 when attention_pattern has sliding layers, got {}",
         (raw("sliding_window"),),
     )
     # MLA: K and V come up from the latent; a latent at least as wide as what it compresses
