@@ -317,11 +317,12 @@ def _rules(
         ("linear_kind", LINEAR_KINDS),
     ):
         r = raw(name)
-        good = (
-            np.array([isinstance(x, str | np.str_) and str(x) in valid for x in r])
-            if r.dtype.kind == "O"
-            else np.isin(r.astype(str), list(valid))
-        )
+        if r.dtype.kind == "O":
+            good = np.array([isinstance(x, str | np.str_) and str(x) in valid for x in r])
+        elif r.dtype.kind in "US" and n and bool((r == r[0]).all()):
+            good = np.full(n, str(r[0]) in valid)  # one name for the batch: looked up once
+        else:
+            good = np.isin(r.astype(str), list(valid))
         yield (
             ~good,
             _literal(f"{name}: must be one of {', '.join(valid)}") + ", got {}",
