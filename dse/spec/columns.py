@@ -185,14 +185,16 @@ def gpu_table(gpus: np.ndarray, attr: str) -> np.ndarray:
 
 
 def derived(
-    cols: Mapping[str, np.ndarray], n: int, messages: bool = False
+    cols: Mapping[str, np.ndarray], n: int, messages: bool = False, texts: bool = True
 ) -> dict[str, np.ndarray]:
     """Validity and sizes of every configuration: the inputs of constraints and reports.
 
-    Keys: invalid (message, '' when valid), total_params, active_params, kv_bytes_per_token,
-    memory_bytes (per GPU with the whole batch resident), memory_required_bytes (per GPU with
-    one sequence's KV cache: the least the engine runs with), memory_capacity_bytes,
-    fits_memory (the required bytes fit: the configuration can run), memory_margin (usable
+    Keys: invalid_code (0 when valid, else the first broken rule: `dse.spec.rules.check_codes`),
+    invalid (its message, '' when valid; left out with `texts=False`, for the scans that need
+    only the verdict: an invalid row's text is formatted in Python), total_params,
+    active_params, kv_bytes_per_token, memory_bytes (per GPU with the whole batch resident),
+    memory_required_bytes (per GPU with one sequence's KV cache: the least the engine runs
+    with), memory_capacity_bytes, fits_memory (the required bytes fit: the configuration can run), memory_margin (usable
     memory left with the whole batch, a fraction of the usable; < 0: sequences queue).
     With `messages`, also memory_refusal and memory_warning, the text `dse predict` prints
     ('' where there is none; `dse.spec.arch.memory_messages`).
@@ -211,20 +213,26 @@ def derived(
             *ATTENTION_FIELDS,
         )
     }
-    msg = R.check_columns(
-        check | {"head_dim": cols["head_dim"]},
-        n,
-        cols["tensor_parallel"],
-        head_dim_defaulted=cols.get("head_dim_defaulted"),
-    )
-    # the weight dtype's kernels must exist on the row's GPU (nvfp4: FP4 tensor cores)
-    on_gpu = R.check_weight_dtype_on_gpu(
-        cols["weight_dtype"],
-        cols["gpu"],
-        np.isfinite(gpu_table(cols["gpu"], "peak_fp4_flops_per_s")),
-        fp4_gpu_names(),
-    )
-    msg = np.where(msg == "", on_gpu, msg)
+    check["head_dim"] = cols["head_dim"]
+    tp, hdd = cols["tensor_parallel"], cols.get("head_dim_defaulted")
+    code = R.check_codes(check, n, tp, head_dim_defaulted=hdd)
+    # the weight dtype's kernels must exist on the row's GPU (nvfp4: FP4 tensor cores), judged
+    # after the architecture's rules (its code is the last of `reasons()`)
+    has_fp4 = np.isfinite(gpu_table(cols["gpu"], "peak_fp4_flops_per_s"))
+    off_gpu = (code == 0) & R.weight_dtype_off_gpu(cols["weight_dtype"], has_fp4)
+    code[off_gpu] = R.weight_dtype_off_gpu_code()
+    out: dict[str, np.ndarray] = {}
+    if texts:  # the text of the invalid rows only (their rules again, on those rows)
+        out["invalid"] = np.full(n, "", dtype=object)
+        bad = np.flatnonzero((code != 0) & ~off_gpu)
+        if len(bad):
+            out["invalid"][bad] = R.messages(check, bad, tp, head_dim_defaulted=hdd)
+        gpu_bad = np.flatnonzero(off_gpu)
+        if len(gpu_bad):
+            wd, gpus = (np.broadcast_to(np.asarray(cols[k]), (n,)) for k in ("weight_dtype", "gpu"))
+            out["invalid"][gpu_bad] = R.check_weight_dtype_on_gpu(
+                wd[gpu_bad], gpus[gpu_bad], False, fp4_gpu_names()
+            )
     a = architecture(cols)
     p = A.param_breakdown(a)
     mem = A.memory_breakdown(
@@ -240,7 +248,8 @@ def derived(
     if messages:
         extra["memory_refusal"], extra["memory_warning"] = A.memory_messages(mem, cap, cols["gpu"])
     return {
-        "invalid": msg,
+        **out,
+        "invalid_code": code,
         "total_params": np.broadcast_to(p["total"], (n,)),
         "active_params": np.broadcast_to(p["active"], (n,)),
         "kv_bytes_per_token": np.broadcast_to(A.kv_bytes_per_token(a), (n,)).astype(float),
@@ -264,7 +273,7 @@ def constraint_values(
     are comparable across constraints and units; validity is 1 for an invalid configuration, 0
     otherwise. A metric that could not be computed (NaN) breaks its bound by 1.
     """
-    out: dict[str, np.ndarray] = {"valid": (d["invalid"] != "").astype(float)}
+    out: dict[str, np.ndarray] = {"valid": (np.asarray(d["invalid_code"]) != 0).astype(float)}
     for name, spec in constraints.items():
         if name == "fits_memory":
             if spec:
@@ -273,7 +282,8 @@ def constraint_values(
                 )
             continue
         if name not in d:
-            raise ConfigError(f"constraints.{name}: no such metric among {', '.join(d)}")
+            metrics = ", ".join(k for k in d if k != "invalid_code")
+            raise ConfigError(f"constraints.{name}: no such metric among {metrics}")
         value = np.asarray(d[name], dtype=float)
         if spec.get("min") is not None:
             out[f"{name}_min"] = 1.0 - value / float(spec["min"])

@@ -1,16 +1,20 @@
 """Validity rules of an architecture: which field values and combinations are possible.
 
-One ordered rule list serves both entry points: `check_architecture` (every broken rule of one
-configuration) and `check_columns` (the first broken rule of each row of a batch), so their
-verdicts and messages agree by construction. Messages have the form '<field>: <rule>, got
-<value>'. The accounting of a valid architecture (parameters, FLOPs, bytes, memory) is
-`dse.spec.arch`.
+One ordered rule list (`_rules`) serves every entry point: `check_architecture` (every broken
+rule of one configuration), `check_columns` (the first broken rule of each row of a batch, as
+text) and `check_codes` (the same verdict as a number per row: 0 valid, k the k-th rule of
+`reasons()`), so their verdicts and messages agree by construction. Each rule is a mask, a
+message template and the values the message shows; the text of a row is formatted only when a
+caller asks for it (`check_columns`, `messages`), never in the bulk scans of a sweep, which need
+only the verdict. Messages have the form '<field>: <rule>, got <value>'. The accounting of a
+valid architecture (parameters, FLOPs, bytes, memory) is `dse.spec.arch`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -19,6 +23,10 @@ from dse.errors import ConfigError
 from dse.spec import pattern as P
 from dse.spec.arch import BOOL_FIELDS, Architecture, fp4_weights
 from dse.spec.choices import KV_DTYPES, LINEAR_KINDS, NORMS, WEIGHT_DTYPES
+
+# The one rule that reads the GPU: weights whose kernels need FP4 tensor cores (nvfp4) on a GPU
+# without them. Its place in `reasons()` is last, after every architecture rule.
+WEIGHT_DTYPE_OFF_GPU = "weight_dtype: {} needs FP4 tensor cores, which {} lacks{}, got {}"
 
 
 def validate_architecture(a: Architecture, tensor_parallel: int = 1) -> Architecture:
@@ -37,12 +45,19 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
+# A rule as `_rules` yields it: (broken mask (n,), message template with one '{}' per shown
+# value, the shown values: arrays of n values each, formatted by `_fmt`).
+Rule = tuple[np.ndarray, str, tuple[Any, ...]]
+
+
 def check_architecture(a: Mapping[str, Any], tensor_parallel: Any = 1) -> list[str]:
     """Every rule broken by one scalar architecture, as messages '<field>: <rule>, got <value>'."""
     cols = {k: _one(v) for k, v in a.items()}
     return [
-        text(0)
-        for mask, text in _rules(cols, 1, np.array([tensor_parallel], dtype=object), None)
+        _text(template, shown, 0)
+        for mask, template, shown in _rules(
+            cols, 1, np.array([tensor_parallel], dtype=object), None
+        )
         if mask[0]
     ]
 
@@ -65,17 +80,16 @@ def check_columns(
     Each message is the first rule the row breaks, the same text `check_architecture` puts
     first. `head_dim_defaulted` marks rows whose head_dim column was derived as
     d_model // n_heads: there n_heads must divide d_model (rows without a head_dim column, or
-    with None in it, are defaulted too).
+    with None in it, are defaulted too). Bulk scans that need only the verdict call
+    `check_codes` (no text).
     """
-    c = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items() if v is not None}
-    tp = np.broadcast_to(np.asarray(tensor_parallel), (n,))
     msg = np.full(n, "", dtype=object)
     done = np.zeros(n, dtype=bool)  # rows that already hold their first message
-    for mask, text in _rules(c, n, tp, head_dim_defaulted):
-        idx = np.nonzero(mask & ~done)[0]
-        for i in idx:
-            msg[i] = text(i)
-        done[idx] = True
+    for mask, template, shown in _batch_rules(cols, n, tensor_parallel, head_dim_defaulted):
+        idx = np.flatnonzero(mask & ~done)
+        if len(idx):
+            msg[idx] = _texts(template, shown, idx)
+            done[idx] = True
     return msg
 
 
@@ -101,11 +115,102 @@ def check_weight_dtype_on_gpu(
         f" (Blackwell and later: {', '.join(fp4_gpus)})" if fp4_gpus else " (Blackwell and later)"
     )
     for i in np.nonzero(bad)[0]:
-        msg[i] = (
-            f"weight_dtype: {wd.flat[i]} needs FP4 tensor cores, which {gpus[i]} lacks{where}, "
-            f"got {_fmt(str(wd.flat[i]))}"
-        )
+        msg[i] = WEIGHT_DTYPE_OFF_GPU.format(wd.flat[i], gpus[i], where, _fmt(str(wd.flat[i])))
     return msg
+
+
+def weight_dtype_off_gpu_code() -> int:
+    """`check_codes`-style code of `check_weight_dtype_on_gpu`'s rule: the last of `reasons()`."""
+    return len(reasons())
+
+
+def weight_dtype_off_gpu(weight_dtype: Any, has_fp4: Any) -> np.ndarray:
+    """`check_weight_dtype_on_gpu`'s verdict with no text: True where the row's weights need
+    FP4 tensor cores its GPU lacks (code `WEIGHT_DTYPE_OFF_GPU_CODE` of `reasons()`)."""
+    wd = np.asarray(weight_dtype)
+    return fp4_weights(wd) & ~np.asarray(has_fp4, dtype=bool)
+
+
+def check_codes(
+    cols: Mapping[str, Any],
+    n: int,
+    tensor_parallel: Any = 1,
+    head_dim_defaulted: Any = None,
+) -> np.ndarray:
+    """`check_columns`'s verdict as numbers, with no text: int16 (n,), 0 where the row is
+    valid, else k >= 1 for the first rule it breaks, whose template is `reasons()[k - 1]`.
+    `messages` turns the codes of chosen rows into `check_columns`'s text."""
+    code = np.zeros(n, dtype=np.int16)
+    done = np.zeros(n, dtype=bool)
+    for k, (mask, _, _) in enumerate(
+        _batch_rules(cols, n, tensor_parallel, head_dim_defaulted), start=1
+    ):
+        first = mask & ~done
+        code[first] = k
+        done |= first
+    return code
+
+
+def messages(
+    cols: Mapping[str, Any],
+    rows: Any,
+    tensor_parallel: Any = 1,
+    head_dim_defaulted: Any = None,
+) -> np.ndarray:
+    """`check_columns`'s messages of the chosen rows only (indices into the n rows of `cols`):
+    the text for the rows a caller shows (the front, one configuration, examples), after
+    `check_codes` judged them all. A row's verdict reads only that row's values."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+
+    def take(v: Any) -> Any:
+        a = np.asarray(v)
+        return a if a.ndim == 0 else a[rows]
+
+    part = {k: take(v) for k, v in cols.items() if v is not None}
+    hdd = None if head_dim_defaulted is None else take(head_dim_defaulted)
+    return check_columns(part, len(rows), take(tensor_parallel), hdd)
+
+
+@cache
+def reasons() -> tuple[str, ...]:
+    """The message template of every rule in rule order ('{}' where a message shows a value):
+    code k of `check_codes` is reasons()[k - 1]. The same for every batch (rules never depend
+    on the batch for their place in the order). The last is `check_weight_dtype_on_gpu`'s,
+    which reads the GPU registry, so `dse.spec.columns.derived` judges it after these."""
+    rules = tuple(template for _, template, _ in _rules({}, 1, np.ones(1), None))
+    return (*rules, WEIGHT_DTYPE_OFF_GPU)
+
+
+def _batch_rules(
+    cols: Mapping[str, Any], n: int, tensor_parallel: Any, head_dim_defaulted: Any
+) -> Iterator[Rule]:
+    c = {k: np.broadcast_to(np.asarray(v), (n,)) for k, v in cols.items() if v is not None}
+    tp = np.broadcast_to(np.asarray(tensor_parallel), (n,))
+    return _rules(c, n, tp, head_dim_defaulted)
+
+
+def _text(template: str, shown: Sequence[Any], i: int) -> str:
+    """The message of row i."""
+    return template.format(*(_fmt(a[i]) for a in shown))
+
+
+def _texts(template: str, shown: Sequence[Any], idx: np.ndarray) -> list[str]:
+    """The messages of rows idx, each distinct set of shown values formatted once (a sweep's
+    invalid rows repeat a few values: `dse check` counts hundreds of thousands of them)."""
+    if not shown:
+        return [template] * len(idx)
+    arrays = [np.asarray(a) for a in shown]
+    if any(a.dtype.kind == "O" for a in arrays):
+        # mixed objects (None, lists, 1 and True, equal as keys but shown differently): each row
+        return [_text(template, arrays, int(i)) for i in idx]
+    memo: dict[tuple[Any, ...], str] = {}
+    out = []
+    for key in zip(*(a[idx].tolist() for a in arrays), strict=True):
+        t = memo.get(key)
+        if t is None:
+            t = memo[key] = template.format(*(_fmt(v) for v in key))
+        out.append(t)
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -159,8 +264,12 @@ def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _rules(
     cols: Mapping[str, np.ndarray], n: int, tp_raw: np.ndarray, head_dim_defaulted: Any
-) -> Iterator[tuple[np.ndarray, Callable[[int], str]]]:
-    """Yield (broken mask, message of row i) for every rule, in message order."""
+) -> Iterator[Rule]:
+    """Yield (broken mask, message template, shown values) for every rule, in message order.
+
+    Every rule is yielded for every batch, in the same order (its place is its code in
+    `check_codes`), and a row's verdict reads only that row's values.
+    """
 
     def raw(name: str) -> np.ndarray:
         if name in cols:
@@ -175,7 +284,7 @@ def _rules(
     for name in _INT_MIN1:
         r, x = raw(name), _num(raw(name))
         bad = ~(_integral(x) & (x >= 1))
-        yield bad, lambda i, name=name, r=r: f"{name}: must be an integer >= 1, got {_fmt(r[i])}"
+        yield bad, f"{name}: must be an integer >= 1, got {{}}", (r,)
         num[name] = x
         ok &= ~bad
     d, h, ff = num["d_model"], num["n_heads"], num["d_ff"]
@@ -187,11 +296,12 @@ def _rules(
     kv = _num(r_kv)
     kv = np.where(_is_missing(r_kv) | (kv == 0), h, kv)
     kv_ok = _integral(kv) & (kv >= 1)
-    yield ok & ~kv_ok, lambda i: f"n_kv_heads: must be an integer >= 1, got {_fmt(r_kv[i])}"
+    yield ok & ~kv_ok, "n_kv_heads: must be an integer >= 1, got {}", (r_kv,)
     kv_ok &= ok & ~(_int_col(raw("kv_lora_rank")) >= 1)
     yield (
         kv_ok & (_mod(h, kv) != 0),
-        lambda i: f"n_kv_heads: must divide n_heads={_fmt(h[i])}, got {_fmt(kv[i])}",
+        "n_kv_heads: must divide n_heads={}, got {}",
+        (h, kv),
     )
 
     # 3. head_dim: derived rows need n_heads | d_model; every head_dim is even (RoPE rotates pairs).
@@ -202,7 +312,8 @@ def _rules(
     divides = _mod(d, h) == 0
     yield (
         ok & defaulted & ~divides,
-        lambda i: f"n_heads: must divide d_model={_fmt(d[i])} (or set head_dim), got {_fmt(h[i])}",
+        "n_heads: must divide d_model={} (or set head_dim), got {}",
+        (d, h),
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         hd = np.where(defaulted, np.floor(d / np.where(h >= 1, h, 1.0)), _num(r_hd))
@@ -210,39 +321,39 @@ def _rules(
     hd_ok = _integral(hd) & (hd >= 8) & (_mod(hd, np.full(n, 2.0)) == 0)
     yield (
         ok & (divides | ~defaulted) & ~hd_ok,
-        lambda i: (
-            f"head_dim: must be an even integer >= 8 (RoPE rotates pairs), got {_fmt(shown_hd[i])}"
-        ),
+        "head_dim: must be an even integer >= 8 (RoPE rotates pairs), got {}",
+        (shown_hd,),
     )
 
     # 4. Experts.
-    yield ok & (k > e), lambda i: f"top_k: must be <= n_experts={_fmt(e[i])}, got {_fmt(k[i])}"
+    yield ok & (k > e), "top_k: must be <= n_experts={}, got {}", (e, k)
     r_dffe = raw("d_ff_expert")
     dffe = _num(r_dffe)
     dffe = np.where(_is_missing(r_dffe) | (dffe == 0), ff, dffe)
     dffe_ok = _integral(dffe) & (dffe >= 1)
-    yield ok & ~dffe_ok, lambda i: f"d_ff_expert: must be an integer >= 1, got {_fmt(r_dffe[i])}"
+    yield ok & ~dffe_ok, "d_ff_expert: must be an integer >= 1, got {}", (r_dffe,)
     r_sff = raw("shared_expert_d_ff")
     sff = np.where(_is_missing(r_sff), 0.0, _num(r_sff))
     sff_ok = _integral(sff) & (sff >= 0)
-    yield ~sff_ok, lambda i: f"shared_expert_d_ff: must be an integer >= 0, got {_fmt(r_sff[i])}"
+    yield ~sff_ok, "shared_expert_d_ff: must be an integer >= 0, got {}", (r_sff,)
     r_npl = raw("norms_per_layer")
     npl = _num(r_npl)
     yield (
         ~(_integral(npl) & (npl >= 1)),
-        lambda i: f"norms_per_layer: must be an integer >= 1, got {_fmt(r_npl[i])}",
+        "norms_per_layer: must be an integer >= 1, got {}",
+        (r_npl,),
     )
 
     # 5. Flags and names.
     for name in BOOL_FIELDS:
         r = raw(name)
         if r.dtype.kind == "b":
-            continue
-        if r.dtype.kind in "iuf":
+            good = np.ones(n, dtype=bool)  # still yielded: a rule's place is its code
+        elif r.dtype.kind in "iuf":
             good = np.isin(r, (0, 1))
         else:
             good = np.array([_is_flag(x) for x in r], dtype=bool)
-        yield ~good, lambda i, name=name, r=r: f"{name}: must be true or false, got {_fmt(r[i])}"
+        yield ~good, f"{name}: must be true or false, got {{}}", (r,)
     for name, valid in (
         ("weight_dtype", WEIGHT_DTYPES),
         ("kv_dtype", KV_DTYPES),
@@ -250,50 +361,49 @@ def _rules(
         ("linear_kind", LINEAR_KINDS),
     ):
         r = raw(name)
-        good = (
-            np.array([isinstance(x, str | np.str_) and str(x) in valid for x in r])
-            if r.dtype.kind == "O"
-            else np.isin(r.astype(str), list(valid))
-        )
+        if r.dtype.kind == "O":
+            good = np.array([isinstance(x, str | np.str_) and str(x) in valid for x in r])
+        elif r.dtype.kind in "US" and n and bool((r == r[0]).all()):
+            good = np.full(n, str(r[0]) in valid)  # one name for the batch: looked up once
+        else:
+            good = np.isin(r.astype(str), list(valid))
         yield (
             ~good,
-            lambda i, name=name, r=r, valid=valid: (
-                f"{name}: must be one of {', '.join(valid)}, got {_fmt(r[i])}"
-            ),
+            _literal(f"{name}: must be one of {', '.join(valid)}") + ", got {}",
+            (r,),
         )
 
     # 6. Tensor parallelism: heads, KV heads (or replicas of them), FFN widths split evenly.
     tp = _num(np.asarray(tp_raw))
     tp_ok = _integral(tp) & (tp >= 1)
-    yield ~tp_ok, lambda i: f"tensor_parallel: must be an integer >= 1, got {_fmt(tp_raw[i])}"
+    yield ~tp_ok, "tensor_parallel: must be an integer >= 1, got {}", (tp_raw,)
     split = ok & tp_ok & (tp > 1)
     yield (
         split & (_mod(h, tp) != 0),
-        lambda i: f"n_heads: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(h[i])}",
+        "n_heads: must be divisible by tensor_parallel={}, got {}",
+        (tp, h),
     )
     # vLLM replicates KV heads when there are fewer than GPUs, so either direction works.
     yield (
         split & kv_ok & (_mod(kv, tp) != 0) & (_mod(tp, kv) != 0),
-        lambda i: (
-            f"n_kv_heads: must divide or be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(kv[i])}"
-        ),
+        "n_kv_heads: must divide or be divisible by tensor_parallel={}, got {}",
+        (tp, kv),
     )
     moe = e > 1
     yield (
         split & ~moe & (_mod(ff, tp) != 0),
-        lambda i: f"d_ff: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(ff[i])}",
+        "d_ff: must be divisible by tensor_parallel={}, got {}",
+        (tp, ff),
     )
     yield (
         split & moe & dffe_ok & (_mod(dffe, tp) != 0),
-        lambda i: (
-            f"d_ff_expert: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(dffe[i])}"
-        ),
+        "d_ff_expert: must be divisible by tensor_parallel={}, got {}",
+        (tp, dffe),
     )
     yield (
         split & moe & sff_ok & (sff > 0) & (_mod(sff, tp) != 0),
-        lambda i: (
-            f"shared_expert_d_ff: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(sff[i])}"
-        ),
+        "shared_expert_d_ff: must be divisible by tensor_parallel={}, got {}",
+        (tp, sff),
     )
     yield from _attention_rules(raw, num, ok, tp, split, hd)
 
@@ -305,7 +415,7 @@ def _attention_rules(
     tp: np.ndarray,
     split: np.ndarray,
     hd: np.ndarray,
-) -> Iterator[tuple[np.ndarray, Callable[[int], str]]]:
+) -> Iterator[Rule]:
     """7. The attention families (issue 21): the pattern, sliding windows, MLA, linear layers,
     the FFN pattern."""
     L, h = num["n_layers"], num["n_heads"]
@@ -313,28 +423,21 @@ def _attention_rules(
     text = _pattern_texts(r_pat)
     n = len(text)
     known = text != ""
-    yield (
-        ~known,
-        lambda i: f"attention_pattern: {P.RULE}, got {_fmt(r_pat[i])}",
-    )
+    yield ~known, _literal(f"attention_pattern: {P.RULE}") + ", got {}", (r_pat,)
     # (period, full, sliding, linear, mixers) per row; '' counts as full
     shape = tuple(np.broadcast_to(np.asarray(x), (n,)) for x in P.counts(text))
     per = np.asarray(shape[0], dtype=float)
     yield (
         ok & known & ~_divides(L, per),
-        lambda i: (
-            f"attention_pattern: its length ({_fmt(per[i])} layers) must divide "
-            f"n_layers={_fmt(L[i])}, got {_fmt(text[i])}"
-        ),
+        "attention_pattern: its length ({} layers) must divide n_layers={}, got {}",
+        (per, L, text),
     )
     win = _int_col(raw("sliding_window"))
     sliding = known & (np.asarray(shape[2]) > 0)
     yield (
         sliding & ~(win >= 1),
-        lambda i: (
-            "sliding_window: must be an integer >= 1 when attention_pattern has sliding "
-            f"layers, got {_fmt(raw('sliding_window')[i])}"
-        ),
+        "sliding_window: must be an integer >= 1 when attention_pattern has sliding layers, got {}",
+        (raw("sliding_window"),),
     )
     # MLA: K and V come up from the latent; a latent at least as wide as what it compresses
     # saves nothing (and the ranks below are per model, not per head).
@@ -351,35 +454,31 @@ def _attention_rules(
     ):
         yield (
             ~mla & (col > 0),
-            lambda i, name=name, col=col: (
-                f"{name}: needs kv_lora_rank >= 1 (multi-head latent attention), got {_fmt(col[i])}"
-            ),
+            f"{name}: needs kv_lora_rank >= 1 (multi-head latent attention), got {{}}",
+            (col,),
         )
     implied = mla & (nope_raw == 0)
     yield (
         ok & implied & ~(rope < hd),
-        lambda i: (
-            f"qk_rope_head_dim: must be < head_dim={_fmt(hd[i])} (the rest of each query/key "
-            f"head is qk_nope_head_dim) with MLA, got {_fmt(rope[i])}"
-        ),
+        "qk_rope_head_dim: must be < head_dim={} (the rest of each query/key "
+        "head is qk_nope_head_dim) with MLA, got {}",
+        (hd, rope),
     )
     nope = np.where(nope_raw > 0, nope_raw, hd - rope)
     vd = np.where(v_raw > 0, v_raw, hd)
     kv_full = h * (nope + vd)
     yield (
         ok & mla & (r > kv_full),
-        lambda i: (
-            f"kv_lora_rank: must be <= n_heads x (qk_nope_head_dim + v_head_dim) = "
-            f"{_fmt(kv_full[i])} (the keys and values it compresses), got {_fmt(r[i])}"
-        ),
+        "kv_lora_rank: must be <= n_heads x (qk_nope_head_dim + v_head_dim) = "
+        "{} (the keys and values it compresses), got {}",
+        (kv_full, r),
     )
     q_full = h * (nope + rope)
     yield (
         ok & mla & (qr > q_full),
-        lambda i: (
-            f"q_lora_rank: must be <= n_heads x (qk_nope_head_dim + qk_rope_head_dim) = "
-            f"{_fmt(q_full[i])} (the queries it compresses), got {_fmt(qr[i])}"
-        ),
+        "q_lora_rank: must be <= n_heads x (qk_nope_head_dim + qk_rope_head_dim) = "
+        "{} (the queries it compresses), got {}",
+        (q_full, qr),
     )
     for name in ("qkv_bias", "attn_output_gate"):
         flag = raw(name)
@@ -390,7 +489,8 @@ def _attention_rules(
         )
         yield (
             mla & on,
-            lambda i, name=name: f"{name}: must be false with kv_lora_rank (MLA), got True",
+            f"{name}: must be false with kv_lora_rank (MLA), got True",
+            (),
         )
     # Linear layers: key heads (B/C groups) are shared by whole groups of value heads.
     linear = known & (np.asarray(shape[3]) > 0)
@@ -401,13 +501,13 @@ def _attention_rules(
     grouped = raw("linear_kind") != "mamba1"  # Mamba-1's B and C are not grouped
     yield (
         ok & linear & grouped & (_mod(nv, ng) != 0),
-        lambda i: f"linear_n_groups: must divide linear_n_heads={_fmt(nv[i])}, got {_fmt(ng[i])}",
+        "linear_n_groups: must divide linear_n_heads={}, got {}",
+        (nv, ng),
     )
     yield (
         ok & linear & split & (_mod(nv, tp) != 0),
-        lambda i: (
-            f"linear_n_heads: must be divisible by tensor_parallel={_fmt(tp[i])}, got {_fmt(nv[i])}"
-        ),
+        "linear_n_heads: must be divisible by tensor_parallel={}, got {}",
+        (tp, nv),
     )
     # FFNs: the pattern's kinds and length, the dense first layers of an MoE model (a dense
     # model ignores n_dense_layers), and no layer without a mixer and an FFN.
@@ -415,48 +515,46 @@ def _attention_rules(
     nd = _int_col(raw("n_dense_layers"))
     yield (
         ok & moe & (nd >= L),
-        lambda i: (
-            f"n_dense_layers: must be < n_layers={_fmt(L[i])} (the rest are MoE), got {_fmt(nd[i])}"
-        ),
+        "n_dense_layers: must be < n_layers={} (the rest are MoE), got {}",
+        (L, nd),
     )
     r_ffn = raw("ffn_pattern")
     ffn_text = _pattern_texts(r_ffn, P.FFNS)
     ffn_known = ffn_text != ""
-    yield ~ffn_known, lambda i: f"ffn_pattern: {P.FFNS.rule}, got {_fmt(r_ffn[i])}"
+    yield ~ffn_known, _literal(f"ffn_pattern: {P.FFNS.rule}") + ", got {}", (r_ffn,)
     f_per, f_own, f_dense = (
         np.broadcast_to(np.asarray(x), (n,)) for x in P.counts(ffn_text, P.FFNS)
     )
     ffn_per = f_per.astype(float)
     yield (
         ok & ffn_known & ~_divides(L, ffn_per),
-        lambda i: (
-            f"ffn_pattern: its length ({_fmt(ffn_per[i])} layers) must divide "
-            f"n_layers={_fmt(L[i])}, got {_fmt(ffn_text[i])}"
-        ),
+        "ffn_pattern: its length ({} layers) must divide n_layers={}, got {}",
+        (ffn_per, L, ffn_text),
     )
     yield (  # one spelling per model: a dense model's every FFN is its `ffn`
         ok & ~moe & ffn_known & (f_dense > 0),
-        lambda i: (
-            "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
-            f"dense FFN: write ffn), got {_fmt(ffn_text[i])}"
-        ),
+        "ffn_pattern: a dense layer needs n_experts > 1 (every FFN of a dense model is its "
+        "dense FFN: write ffn), got {}",
+        (ffn_text,),
     )
     yield (
         ok & moe & (nd > 0) & ffn_known & (f_own != f_per),
-        lambda i: (
-            f"n_dense_layers: must be 0 when ffn_pattern is not 'ffn' (the pattern says which "
-            f"layers are dense), got {_fmt(nd[i])}"
-        ),
+        "n_dense_layers: must be 0 when ffn_pattern is not 'ffn' (the pattern says which "
+        "layers are dense), got {}",
+        (nd,),
     )
     both_none = (np.asarray(shape[0]) > np.asarray(shape[4])) & (f_per > f_own + f_dense)
     empty = _empty_layers(text, ffn_text, both_none)
     yield (
         known & ffn_known & (empty >= 0),
-        lambda i: (
-            f"ffn_pattern: layer {int(empty[i])} has neither a mixer (attention_pattern "
-            f"{_fmt(text[i])}) nor an FFN, got {_fmt(ffn_text[i])}"
-        ),
+        "ffn_pattern: layer {} has neither a mixer (attention_pattern {}) nor an FFN, got {}",
+        (empty, text, ffn_text),
     )
+
+
+def _literal(text: str) -> str:
+    """Text taken as is in a message template (braces doubled)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _divides(L: np.ndarray, period: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 
 from dse.errors import ConfigError
 from dse.spec import columns as C
+from dse.spec import rules as R
 from dse.spec.space import SearchSpace
 
 SIZE_KEYS = ("total_params", "active_params", "kv_bytes_per_token", "memory_bytes")
@@ -64,7 +65,9 @@ class Evaluation:
     constraints: dict[str, np.ndarray]  # name -> value, <= 0 feasible
     valid: np.ndarray  # bool: the architecture exists (reached the predictor)
     feasible: np.ndarray  # bool: valid and every constraint <= 0
-    invalid_reason: np.ndarray  # str, '' when valid
+    # str, '' when valid; with `evaluate(texts=False)` the broken rule's template ('{}' for
+    # the values: `dse.spec.rules.reasons`), not its message
+    invalid_reason: np.ndarray
     sizes: dict[str, np.ndarray]
     pred: dict[str, np.ndarray]  # every key of predictor output, NaN/None where invalid
     t2wh: dict[str, np.ndarray] = field(default_factory=dict)
@@ -74,6 +77,8 @@ class Evaluation:
     # Metrics the predicted constraints read: latency, ttft, tpot, energy,
     # energy_per_output_token, throughput, user_speed, loss (NaN where invalid).
     metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    # int16: 0 when valid, else the first broken rule (`dse.spec.rules.check_codes`)
+    invalid_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
 
 
 def tokens2wh_module() -> ModuleType | None:
@@ -245,14 +250,16 @@ def evaluate(
     metrics (TTFT, TPOT, throughput, loss...) from the predictions of the same batch, so every
     constraint is told with the trial and every sampler sees it.
 
-    `texts=False` (with the default predictor): no `out_of_range_inputs` text in `pred`, for the
-    scans that keep only a front (`dse.sweep._exhaustive`, `dse.sweep._screened`) and evaluate
-    it again with texts.
+    `texts=False`: no `out_of_range_inputs` text in `pred` (with the default predictor) and no
+    message per invalid row (`invalid_reason` holds its rule's template), for the scans that
+    keep only a front (`dse.sweep._enumerate`, `dse.sweep._screened`) and evaluate it again
+    with texts.
     """
     n = len(cols["d_model"])
-    d = C.derived(cols, n)
-    reason = np.asarray(d["invalid"]).astype(str)
-    valid = reason == ""
+    d = C.derived(cols, n, texts=texts)
+    code = np.asarray(d["invalid_code"])
+    valid = code == 0
+    reason = np.asarray(d["invalid"]).astype(str) if texts else _templates()[code]
     sizes = {k: np.asarray(d[k], dtype=float) for k in SIZE_KEYS}
     rows = np.nonzero(valid)[0]
     pred: dict[str, np.ndarray] = {}
@@ -308,7 +315,14 @@ def evaluate(
         t2wh=t2wh_out,
         quality=losses[space.loss_laws[0]] if space.loss_laws else {},
         metrics=metrics,
+        invalid_code=code,
     )
+
+
+@functools.cache
+def _templates() -> np.ndarray:
+    """'' then every rule's message template, indexed by `check_codes`' code."""
+    return np.array(("", *R.reasons()), dtype=object)
 
 
 def check_predictor(space: SearchSpace, predictor: Predictor | None = None) -> dict[str, str]:
@@ -317,8 +331,7 @@ def check_predictor(space: SearchSpace, predictor: Predictor | None = None) -> d
     examples = space.examples(256, seed=space.study.seed)
     cols = space.complete({k: np.asarray([e[k] for e in examples]) for k in examples[0]})
     n = len(cols["d_model"])
-    d = C.derived(cols, n)
-    valid = np.asarray(d["invalid"]).astype(str) == ""
+    valid = C.derived(cols, n, texts=False)["invalid_code"] == 0
     pick: list[int] = []
     for gpu in dict.fromkeys(cols["gpu"].tolist()):
         idx = np.nonzero(valid & (cols["gpu"] == gpu))[0]

@@ -66,6 +66,29 @@ def test_a_constant_column_is_judged_as_its_value_and_as_a_varied_one() -> None:
                 assert (const == varied[:5]).all() and const.dtype == varied.dtype, (name, v)
 
 
+def test_a_constant_text_column_is_judged_as_its_value_and_as_a_varied_one() -> None:
+    """Texts too (choices, patterns, versions): a column of one text is judged once, without
+    np.unique's sort (an exact sweep's fixed fields), with the verdict and text of a column
+    that varies."""
+    import numpy as np
+
+    cases = [
+        ("weight_dtype", ["bfloat16", "fp8", "fp3", ""]),
+        ("engine", ["vllm", "sglang", "tgi-nope"]),
+        ("attention_pattern", ["full", "sliding*3,full", "sliding,sliding,sliding,full", "bogus"]),
+        ("ffn_pattern", ["ffn", "dense,ffn", "ffn*3", "bogus"]),
+        ("engine_version", ["0.11.1", "0.6.3", "banana"]),
+    ]
+    for name, values in cases:
+        f = FIELDS[name]
+        for v in values:
+            const, bad_c = f.parse_array(np.full(5, v))
+            varied, bad_v = f.parse_array(np.array([v] * 5 + [values[0]]))
+            assert bad_c.tolist() == bad_v[:5].tolist(), (name, v)
+            assert const.tolist() == varied[:5].tolist() and const.dtype.kind == "U", (name, v)
+            assert bool(bad_c.all()) == (not f.parse(v)[0]), (name, v)  # the scalar rule
+
+
 def test_every_default_passes_its_own_rule() -> None:
     """`as_columns` fills a column left out with its default unchecked: each default must be a
     value its field accepts, typed as the check types it."""

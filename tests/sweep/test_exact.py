@@ -123,6 +123,32 @@ def test_exact_front_equals_brute_force(tmp_path: Path) -> None:
     assert _keys(pd.read_csv(out / "front.csv")) == _keys(pd.read_csv(out / "exact_front.csv"))
 
 
+def test_the_scan_judges_by_code_and_the_trials_keep_the_messages(tmp_path: Path) -> None:
+    """The enumeration evaluates with texts=False: validity from the rules' codes, no message
+    formatted; its verdicts are the full evaluation's row for row, and the recorded trials
+    carry the full messages (the same text `dse check` counts)."""
+    from dse.spec import rules as R
+
+    space = load_space(_write(tmp_path, SPACE))
+    cols = space_columns(space, np.arange(space.size()))
+    full = evaluate(space, cols)
+    scan = evaluate(space, cols, with_tokens2wh=False, texts=False)
+    np.testing.assert_array_equal(scan.valid, full.valid)
+    np.testing.assert_array_equal(scan.feasible, full.feasible)
+    np.testing.assert_array_equal(scan.invalid_code, full.invalid_code)
+    np.testing.assert_array_equal(scan.objectives, full.objectives)
+    bad = ~full.valid
+    assert bad.sum() == 7 * 5 * 2 * 2 * 2  # n_heads 48 with d_model 2048 or 4096
+    assert set(full.invalid_reason[bad]) == {
+        "n_heads: must divide d_model=2048 (or set head_dim), got 48",
+        "n_heads: must divide d_model=4096 (or set head_dim), got 48",
+    }
+    assert set(scan.invalid_reason[bad]) == {R.reasons()[int(scan.invalid_code[bad][0]) - 1]}
+    assert (full.invalid_reason[~bad] == "").all() and (scan.invalid_code[~bad] == 0).all()
+    trials = E.record_trials(space, np.flatnonzero(bad)[:3])
+    assert [t.user_attrs["invalid_reason"] for t in trials] == list(full.invalid_reason[bad][:3])
+
+
 def test_sample_is_seeded_and_off_the_front(tmp_path: Path) -> None:
     f = _write(tmp_path, SPACE)
     space = load_space(f)
