@@ -6,13 +6,15 @@ numba is not a dependency of dse: install it apart, never into the project's env
     pip install --target /tmp/nb numba            # then remove /tmp/nb/numpy* (keep yours)
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 NUMBA_NUM_THREADS=1 PYTHONPATH=.:/tmp/nb \\
         taskset -c 1 python experiments/numba_kernels.py shares|ab|cold [--n 50000 --rounds 7]
+        [--tanh libm|rational] [--only replay rows predict]
 
 - `shares`: CPU time of `dse.predict.predict` spent in the MLP forward passes
   (`MLP.predict`, `_StackedMembers.outputs`) and in the decode quadrature (`decode_nodes`, the
   node-axis reductions `pricing._reduced`, `_reduced_roofs`), for a 50k all-distinct batch, a
   50k sweep-like batch and a one-row call (benchmarks/predictor_speed.py's batches); no numba.
 - `ab`: the numba forward pass (`forward_nb`: one row at a time, float32 layers like the NumPy
-  path, tanh from libm) against the NumPy one, alternated round by round in one process:
+  path; tanh from libm, or `--tanh rational`: a vectorisable rational tanh with fastmath)
+  against the NumPy one, alternated round by round in one process:
   (1) the MLP calls of a real 50k all-distinct batch replayed on their own inputs, (2) one-row
   calls of each artifact MLP shape, (3) the whole `predict` with `MLP.predict` swapped for
   the kernel (50k all distinct, 50k sweep-like, one row); median of the per-round ratios, and
@@ -25,8 +27,10 @@ from __future__ import annotations
 
 import os
 
-for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_k, "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import argparse
 import collections
@@ -44,11 +48,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from predictor_speed import all_distinct, sweep_like  # noqa: E402
+
 import dse.models._nn as nn  # noqa: E402
 import dse.predict.pricing as pricing  # noqa: E402
 import dse.predict.request as request  # noqa: E402
 from dse.predict import predict  # noqa: E402
-from predictor_speed import all_distinct, sweep_like  # noqa: E402
 
 KERNEL_SRC = '''
 import math
@@ -108,9 +113,7 @@ def forward_nb(X, mean, inv, Ws, bs, w_out, b_out, y_mean, y_scale, out):
 '''
 
 
-def load_kernel(
-    cache: bool, where: Path | None = None, tanh: str = "libm"
-) -> Callable[..., None]:
+def load_kernel(cache: bool, where: Path | None = None, tanh: str = "libm") -> Callable[..., None]:
     """The numba kernel, compiled from a file (numba caches only functions defined in one).
     `tanh`: "libm" (math.tanh, exact to float32 rounding) or "rational" (`tanh_rational`,
     with fastmath: the layer loops and tanh vectorise)."""
@@ -123,7 +126,7 @@ def load_kernel(
         .replace("TANH", "tanh_rational" if fast else "math.tanh")
     )
     sys.path.insert(0, str(where))
-    import dse_nb_kernel  # noqa: PLC0415
+    import dse_nb_kernel
 
     return dse_nb_kernel.forward_nb
 
@@ -256,7 +259,9 @@ def cmd_ab(args: argparse.Namespace) -> None:
     nn.MLP.predict = orig  # type: ignore[method-assign]
     for m, X in calls:  # compile every signature before timing
         nb.predict(m, X[:1])
-    print(f"compile of the kernel's signatures: {time.perf_counter() - t0:.1f} s wall (incl. recording)")
+    print(
+        f"compile of the kernel's signatures: {time.perf_counter() - t0:.1f} s wall (incl. recording)"
+    )
     rows = sum(len(X) for _, X in calls)
     print(f"replayed: {len(calls)} MLP calls, {rows} rows, of one all-distinct batch of {args.n}")
 
@@ -282,8 +287,13 @@ def cmd_ab(args: argparse.Namespace) -> None:
         shapes.setdefault(tuple(c.shape for c in m.coefs), (m, np.ascontiguousarray(X[:1])))
     for sh, (m, X1) in shapes.items() if "rows" in parts else ():
         label = "one row, " + "-".join(str(s[0]) for s in sh) + "-1"
-        _ab(label, lambda m=m, X1=X1: orig(m, X1), lambda m=m, X1=X1: nb.predict(m, X1),
-            args.rounds, 200)
+        _ab(
+            label,
+            lambda m=m, X1=X1: orig(m, X1),
+            lambda m=m, X1=X1: nb.predict(m, X1),
+            args.rounds,
+            200,
+        )
 
     # (3) the whole predictor with the forward pass swapped
     swap = Swap(nb)
@@ -325,15 +335,15 @@ def cmd_cold(args: argparse.Namespace) -> None:
     py = sys.executable
     cache = Path(tempfile.mkdtemp(prefix="dse-nb-cold-"))
     probe = (
-        "import time, sys, numpy as np; t=time.perf_counter(); c=time.process_time();"
+        "import time, sys; t=time.perf_counter(); import numba;"
+        "t1=time.perf_counter(); import numpy as np;"
         f"sys.path.insert(0, {str(REPO)!r}); from experiments.numba_kernels import load_kernel;"
-        "import numba; t1=time.perf_counter();"
         f"k=load_kernel(cache=True, where=__import__('pathlib').Path({str(cache)!r}));"
-        "X=np.ones((1,13)); f=np.ones(13,np.float32);"
-        "W=(np.ones((13,64),np.float32), np.ones((64,64),np.float32), np.ones((64,64),np.float32));"
-        "B=tuple(np.ones(64,np.float32) for _ in range(3)); o=np.empty(1);"
+        "X=np.ones((1,13)); W=(np.ones((13,64),np.float32), np.ones((64,64),np.float32),"
+        "np.ones((64,64),np.float32)); B=tuple(np.ones(64,np.float32) for _ in range(3));"
+        "o=np.empty(1); t2=time.perf_counter();"
         "k(X, np.ones(13), np.ones(13), W, B, np.ones(64,np.float32), 0.0, 0.0, 1.0, o);"
-        "print(f'{t1-t:.3f} {time.perf_counter()-t1:.3f} {time.process_time()-c:.3f}')"
+        "print(f'{t1-t:.3f} {time.perf_counter()-t2:.3f}')"
     )
     cli = [py, "-m", "dse", "predict", "--gpu", "h100_sxm", "--model", "llama-3-8b", "--json"]
     rows: dict[str, list[float]] = collections.defaultdict(list)
@@ -342,7 +352,7 @@ def cmd_cold(args: argparse.Namespace) -> None:
             if r % 2 == 0:
                 f.unlink()  # even rounds compile, odd rounds load what the even round cached
         out = subprocess.run([py, "-c", probe], env=env, capture_output=True, text=True, check=True)
-        imp, first, cpu = (float(x) for x in out.stdout.split())
+        imp, first = (float(x) for x in out.stdout.split())
         key = "compile" if r % 2 == 0 else "cache load"
         rows["import numba (wall s)"].append(imp)
         rows[f"first call, {key} (wall s)"].append(first)
@@ -356,12 +366,18 @@ def cmd_cold(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("what", choices=("shares", "ab", "cold"))
     p.add_argument("--n", type=int, default=50_000)
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--tanh", choices=("libm", "rational"), default="libm", help="ab: the kernel's tanh")
-    p.add_argument("--only", nargs="*", default=None, help="ab: parts to run (replay, rows, predict)")
+    p.add_argument(
+        "--tanh", choices=("libm", "rational"), default="libm", help="ab: the kernel's tanh"
+    )
+    p.add_argument(
+        "--only", nargs="*", default=None, help="ab: parts to run (replay, rows, predict)"
+    )
     args = p.parse_args()
     {"shares": cmd_shares, "ab": cmd_ab, "cold": cmd_cold}[args.what](args)
 
