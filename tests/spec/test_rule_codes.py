@@ -161,3 +161,36 @@ def test_derived_without_texts_keeps_the_verdict() -> None:
     expected = R.check_columns(check, n, cols["tensor_parallel"], head_dim_defaulted=hd)
     np.testing.assert_array_equal(with_text["invalid"], expected)
     assert 0 < (bare["invalid_code"] == 0).sum() < n
+
+
+def test_the_gpu_rule_comes_after_the_architecture_rules() -> None:
+    """nvfp4 weights on a GPU without FP4 tensor cores: the last code of `reasons()`, its message
+    only where the architecture itself is valid (an architecture rule is told first), and the
+    same verdict with and without texts."""
+    n = 400
+    rng = np.random.default_rng(5)
+    cfg = {
+        "d_model": rng.choice([4096, 4100], n),
+        "n_layers": np.full(n, 32),
+        "n_heads": np.full(n, 32),
+        "d_ff": np.full(n, 14336),
+        "gpu": rng.choice(["h100_sxm", "b200_sxm", "a100_sxm"], n),
+        "weight_dtype": rng.choice(["bfloat16", "fp8", "nvfp4"], n),
+    }
+    cols, n = C.as_columns(cfg)
+    with_text = C.derived(cols, n)
+    bare = C.derived(cols, n, texts=False)
+    np.testing.assert_array_equal(bare["invalid_code"], with_text["invalid_code"])
+    code = with_text["invalid_code"]
+    arch_bad = cfg["d_model"] == 4100
+    off = (cfg["weight_dtype"] == "nvfp4") & (cfg["gpu"] != "b200_sxm")
+    gpu_code = R.weight_dtype_off_gpu_code()
+    assert R.reasons()[gpu_code - 1] == R.WEIGHT_DTYPE_OFF_GPU
+    np.testing.assert_array_equal(code == gpu_code, off & ~arch_bad)
+    np.testing.assert_array_equal(code == 0, ~off & ~arch_bad)
+    for i in np.flatnonzero(off & ~arch_bad):
+        text = with_text["invalid"][i]
+        assert text.startswith(f"weight_dtype: nvfp4 needs FP4 tensor cores, which {cfg['gpu'][i]}")
+        assert "b200_sxm" in text
+    assert all(t.startswith("n_heads: must divide") for t in with_text["invalid"][arch_bad])
+    assert (off & ~arch_bad).sum() > 0 and (code == 0).sum() > 0
