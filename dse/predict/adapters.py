@@ -369,7 +369,7 @@ PREFER: dict[str, tuple[str, ...]] = {
     # 4-bit weights (int4: 0.5 bytes) run a weight-only 4-bit MoE kernel, bf16 activations:
     # vLLM's MXFP4 tables (H100: its gpt-oss Triton kernel, gpt-oss-20b's layout measured), else
     # its Marlin int4 one. At gpt-oss-20b's layout and 8-256 tokens the measured MXFP4 kernel
-    # takes 0.33-0.39x the bf16 table's time (H100 vLLM; docs/accuracy.md "Serving on today's
+    # takes 0.33-0.40x the bf16 table's time (H100 vLLM; docs/accuracy.md "Serving on today's
     # engines"); an artifact without such a table prices them with the bf16 one.
     "moe_4bit": ("vllm.w4a16_mxfp4", "vllm.int4_wo"),
     "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
