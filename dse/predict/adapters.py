@@ -352,6 +352,7 @@ KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
     "attention_decode": ("generation_attention", "attention_generation", "attention.generation"),
     # the fused-kernel model (vLLM tables) and the kernel-sum one (TensorRT-LLM tables)
     "moe": ("moe", "moe_physics", "fused_moe"),
+    "moe_4bit": ("moe", "moe_physics", "fused_moe"),
     "allreduce": ("allreduce", "all_reduce", "comm"),
     # latent attention (kind `attention_mla`) by phase: `price_mla`
     "attention_mla_prefill": ("context_mla",),
@@ -365,6 +366,12 @@ PREFER: dict[str, tuple[str, ...]] = {
     "attention_prefill": ("vllm",),
     "attention_decode": ("vllm",),
     "moe": ("vllm.bfloat16", "vllm"),
+    # 4-bit weights (int4: 0.5 bytes) run a weight-only 4-bit MoE kernel, bf16 activations:
+    # vLLM's MXFP4 tables (H100: its gpt-oss Triton kernel, gpt-oss-20b's layout measured), else
+    # its Marlin int4 one. At gpt-oss-20b's layout and 8-256 tokens the measured MXFP4 kernel
+    # takes 0.33-0.40x the bf16 table's time (H100 vLLM; docs/accuracy.md "Serving on today's
+    # engines"); an artifact without such a table prices them with the bf16 one.
+    "moe_4bit": ("vllm.w4a16_mxfp4", "vllm.int4_wo"),
     "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
     # MLA: TensorRT-LLM's kernel tables (its MLA kernels are the ones the collector measured on
     # every GPU; SGLang's are TensorRT-LLM's on B200 and FlashAttention-3 on H100). vLLM has
@@ -387,6 +394,10 @@ def _find_model(artifact: Artifact, op_kind: str) -> str | None:
 _FOUND: dict[tuple[int, str, int, str], str | None] = {}
 
 
+# Lookups that take only a PREFER match (no fallback to another table of the kind)
+STRICT_LOOKUPS = ("moe_4bit",)
+
+
 def _search_model(artifact: Artifact, op_kind: str) -> str | None:
     # the names of every candidate kind together: PREFER then picks among classes too (the MoE
     # tables of one artifact are of two kinds, `dse.fitting.moe.model_class_of`)
@@ -397,7 +408,7 @@ def _search_model(artifact: Artifact, op_kind: str) -> str | None:
         hit = [n for n in names if pref in n]
         if hit:
             return hit[0]
-    return names[0]
+    return None if op_kind in STRICT_LOOKUPS else names[0]
 
 
 _ACCEPTS: dict[int, tuple[Any, frozenset[str] | None]] = {}
@@ -587,7 +598,45 @@ def price_moe(
 ) -> L1Price | None:
     """The fused MoE block (router + grouped experts) by the MoE model, under each row's
     `routing` (`dse.predict.ops._routed`: the tokens it prices, and the tables' "balanced"
-    rows for round robin); uniform everywhere passes no routing (the models' default)."""
+    rows for round robin); uniform everywhere passes no routing (the models' default). Rows of
+    4-bit weights take the artifact's 4-bit weight-only MoE model (PREFER["moe_4bit"]) where it
+    has one, the rest the bf16 one."""
+    wb = op.dims.get("weight_bytes")
+    four = None if wb is None else np.asarray(wb, dtype=float) == 0.5
+    if four is None or not four.any() or _find_model(artifact, "moe_4bit") is None:
+        return _price_moe(artifact, op, gpu, None)
+    if four.all():
+        return _price_moe(artifact, op, gpu, "moe_4bit")
+    wide, narrow = _price_moe(artifact, op, gpu, None), _price_moe(artifact, op, gpu, "moe_4bit")
+    if wide is None or narrow is None:
+        return None
+    shape = wide.latency_s.shape
+    sel = np.broadcast_to(four, shape)
+
+    def pick(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+        if a is None or b is None:
+            return None
+        return np.where(sel, np.broadcast_to(b, shape), np.broadcast_to(a, shape))
+
+    misses: dict[str, RangeMiss] = {}
+    for key in {*(wide.misses or {}), *(narrow.misses or {})}:
+        zero = RangeMiss(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+        a, b = (wide.misses or {}).get(key, zero), (narrow.misses or {}).get(key, zero)
+        misses[key] = RangeMiss(
+            *(pick(getattr(a, f), getattr(b, f)) for f in ("excess", "value", "bound"))
+        )
+    misses = {k: m for k, m in misses.items() if m.outside.any()}
+    return L1Price(
+        np.where(sel, narrow.latency_s, wide.latency_s),
+        pick(wide.power_w, narrow.power_w),
+        _any_outside(misses, shape),
+        f"{wide.model}+{narrow.model}",
+        misses,
+        sel.reshape(-1, shape[-1]).any(axis=0).astype(np.int8),
+    )
+
+
+def _price_moe(artifact: Artifact, op: Op, gpu: GPU, lookup: str | None) -> L1Price | None:
     d = op.dims
     a: dict[str, Any] = {
         "num_tokens": np.asarray(d["num_tokens"], dtype=float),
@@ -604,7 +653,7 @@ def price_moe(
         a["routing"] = routing.astype(float)
         a["distribution"] = np.where(routing == ROUND_ROBIN, "balanced", "uniform")
         keys += ("routing",)
-    return _kernel_price(artifact, op, gpu, a, keys)
+    return _kernel_price(artifact, op, gpu, a, keys, lookup)
 
 
 def price_allreduce(

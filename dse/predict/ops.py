@@ -30,7 +30,8 @@ def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
     """The GEMM table dtype of each configuration's weights (`wb` their bytes per element):
     nvfp4 runs Blackwell's block-scaled FP4 GEMMs (the "nvfp4" tables, x quantised to nvfp4
     too); any other weights narrower than 2 bytes (fp8, int8, int4) the fp8 tables; the rest
-    bf16's. MoE layers pass it on but are priced with the bf16 MoE table (the only one fitted)."""
+    bf16's. MoE layers pass it on but are priced with the bf16 MoE table, 4-bit weights with the
+    artifact's 4-bit weight-only MoE table where it has one (`dse.predict.adapters.price_moe`)."""
     out = np.where(wb < 2, "fp8", "bfloat16")
     fp4 = fp4_weights(weight_dtype)
     return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out
@@ -543,6 +544,9 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
                 "moe_tp_size": tp,
                 "routing": routing,
                 "dtype": gemm_dtype,
+                # bytes per expert weight: 4-bit weights pick the 4-bit MoE table
+                # (`dse.predict.adapters.price_moe`)
+                "weight_bytes": wb,
             },
         ),
         _gemm("ffn/shared_gate_up", "ffn", shared_count, tokens, n_up * sff, d, wb, gemm_dtype),
@@ -629,7 +633,7 @@ def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
             zero,
             zero,
             zero,
-            {**dict.fromkeys(moe, zero), "dtype": sh.gemm_dtype},
+            {**dict.fromkeys(moe, zero), "dtype": sh.gemm_dtype, "weight_bytes": sh.wb},
         ),
         Op("ffn/shared_gate_up", "gemm", "ffn", zero, zero, zero, dict(gemm)),
         Op("ffn/shared_down", "gemm", "ffn", zero, zero, zero, dict(gemm)),

@@ -162,7 +162,7 @@ def test_continuous_is_the_model_on_the_static_prediction(version: str) -> None:
         assert (cont["avg_power_w"] < static["avg_power_w"]).all()
         # batch 8 lies below the fitted range: flagged, with the serving part named
         assert "serving: batch_size 8 <" in cont["out_of_range_inputs"][0]
-    else:  # current vLLM: the static batch's GPU time x0.79, at the static power
+    else:  # current vLLM: the static batch's GPU time x0.89, at the static power
         assert (cont["latency_s"] < static["latency_s"]).all()
         assert np.allclose(cont["avg_power_w"], static["avg_power_w"], rtol=1e-9)
 
@@ -267,8 +267,13 @@ def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     before = v.loc["vLLM 0.4.2 constants (before)"]
     shipped = v.loc["GPU-time scale (shipped), model held out"]
     assert before["time_mape"] > 1.5 and before["energy_mape"] > 0.6  # x3.25 too long
-    assert shipped["energy_mape"] <= 0.20 and shipped["time_mape"] <= 0.25
-    assert shipped["energy_mape"] < 0.7 * static["energy_mape"]
+    assert shipped["energy_mape"] <= 0.17 and shipped["time_mape"] <= 0.15
+    assert shipped["energy_mape"] < 0.8 * static["energy_mape"]
+    # gpt-oss's MXFP4 experts priced on H100's 4-bit MoE table: its static energy within 15%
+    # (median per model; +63% / +26% for -120b / -20b on the bf16 table)
+    for model, r in rows[rows["model"].str.startswith("openai/gpt-oss")].groupby("model"):
+        ratio = float(np.median(r["static.energy_j"] / r["energy_j"]))
+        assert abs(ratio - 1) < 0.15, (model, ratio)
     assert v.loc["GPU-time scale (shipped), shape held out"]["energy_mape"] <= 0.20
     # the constants fitted on every row, as shipped
     c = S.fit_constants(rows, S.VERSIONS["0.11.1"].terms)
@@ -277,7 +282,7 @@ def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     # the assumed prompt length moves the static prediction far more than the fitted one
     s = sens.set_index("prompt tokens")
     assert s.loc["2048 every task", "static energy"] > 2 * s.loc["128 every task", "static energy"]
-    assert (sens["energy"] <= 0.30).all()
+    assert (sens["energy"] <= 0.32).all()  # 2,048 tokens every task: 30.3%
     assert set(tasks["task"]) == {"gpqa", "lm-arena-chat", "sourcegraph-fim"}
 
 
