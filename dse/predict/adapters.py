@@ -353,6 +353,7 @@ KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
     # the fused-kernel model (vLLM tables) and the kernel-sum one (TensorRT-LLM tables)
     "moe": ("moe", "moe_physics", "fused_moe"),
     "moe_4bit": ("moe", "moe_physics", "fused_moe"),
+    "moe_nvfp4": ("moe", "moe_physics", "fused_moe"),
     "allreduce": ("allreduce", "all_reduce", "comm"),
     # latent attention (kind `attention_mla`) by phase: `price_mla`
     "attention_mla_prefill": ("context_mla",),
@@ -372,6 +373,9 @@ PREFER: dict[str, tuple[str, ...]] = {
     # takes 0.33-0.40x the bf16 table's time (H100 vLLM; docs/accuracy.md "Serving on today's
     # engines"); an artifact without such a table prices them with the bf16 one.
     "moe_4bit": ("vllm.w4a16_mxfp4", "vllm.int4_wo"),
+    # nvfp4 weights (0.5625 bytes; Blackwell only): vLLM's NVFP4 MoE kernel (FP4 tensor cores,
+    # activations quantised to FP4 too); an artifact without that table prices them with bf16's.
+    "moe_nvfp4": ("vllm.nvfp4",),
     "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
     # MLA: TensorRT-LLM's kernel tables (its MLA kernels are the ones the collector measured on
     # every GPU; SGLang's are TensorRT-LLM's on B200 and FlashAttention-3 on H100). vLLM has
@@ -395,7 +399,10 @@ _FOUND: dict[tuple[int, str, int, str], str | None] = {}
 
 
 # Lookups that take only a PREFER match (no fallback to another table of the kind)
-STRICT_LOOKUPS = ("moe_4bit",)
+STRICT_LOOKUPS = ("moe_4bit", "moe_nvfp4")
+# The MoE lookup of a row by its weight bytes per element (dse.spec.choices: int4 0.5, nvfp4
+# 0.5625); any other width takes the bf16 table (PREFER["moe"]).
+MOE_BY_WEIGHT_BYTES: dict[float, str] = {0.5: "moe_4bit", 0.5625: "moe_nvfp4"}
 
 
 def _search_model(artifact: Artifact, op_kind: str) -> str | None:
@@ -599,40 +606,52 @@ def price_moe(
     """The fused MoE block (router + grouped experts) by the MoE model, under each row's
     `routing` (`dse.predict.ops._routed`: the tokens it prices, and the tables' "balanced"
     rows for round robin); uniform everywhere passes no routing (the models' default). Rows of
-    4-bit weights take the artifact's 4-bit weight-only MoE model (PREFER["moe_4bit"]) where it
-    has one, the rest the bf16 one."""
+    4-bit or nvfp4 weights take the artifact's MoE model of that format (MOE_BY_WEIGHT_BYTES,
+    PREFER) where it has one, the rest the bf16 one."""
     wb = op.dims.get("weight_bytes")
-    four = None if wb is None else np.asarray(wb, dtype=float) == 0.5
-    if four is None or not four.any() or _find_model(artifact, "moe_4bit") is None:
+    lookups: list[tuple[str | None, np.ndarray | None]] = []
+    if wb is not None:
+        w = np.asarray(wb, dtype=float)
+        for width, lookup in MOE_BY_WEIGHT_BYTES.items():
+            rows = w == width
+            if rows.any() and _find_model(artifact, lookup) is not None:
+                lookups.append((lookup, rows))
+    if not lookups:
         return _price_moe(artifact, op, gpu, None)
-    if four.all():
-        return _price_moe(artifact, op, gpu, "moe_4bit")
-    wide, narrow = _price_moe(artifact, op, gpu, None), _price_moe(artifact, op, gpu, "moe_4bit")
-    if wide is None or narrow is None:
+    if len(lookups) == 1 and lookups[0][1].all():
+        return _price_moe(artifact, op, gpu, lookups[0][0])
+    rest = ~np.logical_or.reduce([rows for _, rows in lookups])
+    if rest.any():
+        lookups.insert(0, (None, rest))
+    prices = [_price_moe(artifact, op, gpu, lookup) for lookup, _ in lookups]
+    if any(p is None for p in prices):
         return None
-    shape = wide.latency_s.shape
-    sel = np.broadcast_to(four, shape)
+    shape = prices[0].latency_s.shape
+    sels = [np.broadcast_to(rows, shape) for _, rows in lookups]
 
-    def pick(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
-        if a is None or b is None:
+    def pick(arrays: list[np.ndarray | None]) -> np.ndarray | None:
+        if any(a is None for a in arrays):
             return None
-        return np.where(sel, np.broadcast_to(b, shape), np.broadcast_to(a, shape))
+        return np.select(sels, [np.broadcast_to(a, shape) for a in arrays])
 
     misses: dict[str, RangeMiss] = {}
-    for key in {*(wide.misses or {}), *(narrow.misses or {})}:
-        zero = RangeMiss(np.zeros(shape), np.zeros(shape), np.zeros(shape))
-        a, b = (wide.misses or {}).get(key, zero), (narrow.misses or {}).get(key, zero)
+    zero = RangeMiss(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+    for key in {k for p in prices for k in (p.misses or {})}:
+        per = [(p.misses or {}).get(key, zero) for p in prices]
         misses[key] = RangeMiss(
-            *(pick(getattr(a, f), getattr(b, f)) for f in ("excess", "value", "bound"))
+            *(pick([getattr(m, f) for m in per]) for f in ("excess", "value", "bound"))
         )
     misses = {k: m for k, m in misses.items() if m.outside.any()}
     return L1Price(
-        np.where(sel, narrow.latency_s, wide.latency_s),
-        pick(wide.power_w, narrow.power_w),
+        pick([p.latency_s for p in prices]),
+        pick([p.power_w for p in prices]),
         _any_outside(misses, shape),
-        f"{wide.model}+{narrow.model}",
+        "+".join(p.model for p in prices),
         misses,
-        sel.reshape(-1, shape[-1]).any(axis=0).astype(np.int8),
+        # per configuration, which of the models priced it (an index into `model`'s names)
+        np.select(
+            [sel.reshape(-1, shape[-1]).any(axis=0) for sel in sels], list(range(len(sels)))
+        ).astype(np.int8),
     )
 
 

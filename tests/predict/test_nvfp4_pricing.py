@@ -194,3 +194,22 @@ def test_a_sweep_over_gpu_and_weight_dtype_counts_h100_nvfp4_infeasible(tmp_path
     # the same model on B200: nvfp4 ahead of bf16 in both objectives
     for obj in ("obj.latency_tpot", "obj.energy_hymell_per_output_token"):
         assert b200.loc["nvfp4", obj] < b200.loc["bfloat16", obj], obj
+
+
+def test_b200_nvfp4_experts_take_the_nvfp4_moe_table_and_each_row_its_own() -> None:
+    """A MoE block on nvfp4 weights is priced by B200's `moe.vllm.nvfp4` model (vLLM's FP4
+    MoE kernel), faster than the bf16 table for a decode step of a large batch; one call mixing
+    bf16, int4 (the 4-bit MXFP4 table) and nvfp4 rows gives each row what it gets alone."""
+    rows = _rows(B200, ["bfloat16", "int4", "nvfp4"], batch=128, prompt=1024, output=64,
+                 model="Qwen3-30B-A3B")  # fmt: skip
+    together = predict(rows)
+    key = "breakdown.decode.ffn/moe_s"
+    for i in range(3):
+        alone = predict({k: [v[i]] for k, v in rows.items()})
+        for k in ("latency_s", "energy_j", key):
+            assert together[k][i] == pytest.approx(alone[k][0], rel=1e-9), (i, k)
+    bf16, _, fp4 = together[key]
+    assert fp4 < bf16, (fp4, bf16)
+    assert np.isfinite(together["energy_j"]).all()
+    art, _ = resolve_artifact(B200, "auto")
+    assert "moe.vllm.nvfp4" in art.manifest["models"]
