@@ -25,6 +25,9 @@ Three stages, each in log space, all evaluated with numpy only:
 Energy: power = the family power model f(compute_util, memory_util) scaled by the GPU's idle and
 board power (`dse.models.power`); where the fit saw measured power (H200) a second tabulated
 residual (trees + the same neighbour smoothing) corrects it. energy_j = power_w * latency_s.
+
+One file (~650 lines) on purpose: the three stages (fitted roofline, regimes, residual table)
+and their fit are one model contract (`fit` / `predict` / `to_state`) over one feature set.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ stack, widened for configurations outside the fitted range.
 
     lvl3 = Level3.from_state(state)
     out = lvl3.correct(g)   # g: GlobalInputs arrays; returns ttft_s, decode_s, factors, band
+
+One file (~640 lines) on purpose: the two stages (the physical overhead model, the residual) and
+their per-engine kinds are one model contract over one set of global inputs.
 """
 
 from __future__ import annotations

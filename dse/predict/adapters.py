@@ -9,6 +9,10 @@ maps each `Op.kind` to its adapter (an explicit table; nothing registers on impo
   (`dse.predict._rows.unique_rows`) and the results are scattered back;
 - power is read from a bilinear table of the artifact's power model over the utilisations
   (`dse.predict.power_table.PowerTable`), not by running its MLP once per operator call.
+
+One file (~840 lines) on purpose: one adapter per kernel family (GEMM, attention, MoE, all-
+reduce, MLA, linear layers) over one model lookup (`PREFER`, `_find_model`) and one range-miss
+plumbing, and `ADAPTERS` maps every kind in one table.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Each operator carries its shape as arrays (one entry per configuration), its FLOPs and the bytes
 it moves, and `count`: how many times it runs per forward pass (n_layers for layer operators).
 The predictor's levels price these operators; the totals are sums of the items.
+
+One file (~670 lines) on purpose: every operator family of a forward pass (dense, MoE, MLA,
+linear layers, communication) is built from one `LayerShapes`, so their FLOP and byte counts can
+be compared side by side.
 """
 
 from __future__ import annotations

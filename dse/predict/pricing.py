@@ -19,6 +19,10 @@ time and an energy from the GPU's frozen artifact, Level 2 calibrates the measur
 Decode is priced once for all quadrature nodes: an operator whose arrays have a leading node axis
 (shape (k, n), only attention over the KV length) is reduced with the node weights, every other
 operator (shape (n,)) is multiplied by the sum of the weights.
+
+One file (~850 lines) on purpose: Levels 1 and 2, the shape groups and the operator power share
+the Pricer's per-phase state (operator list, group index, per-call counts); split, each part
+would pass that state across modules.
 """
 
 from __future__ import annotations

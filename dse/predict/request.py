@@ -7,6 +7,10 @@ the growing KV cache with a quadrature, and corrects the whole request with Leve
 (`dse.models.level3`). Without an artifact a GPU falls back to the roofline
 (`source == "roofline"`). Only numpy (and pandas for batches of 64+ rows) run here: no Optuna,
 plotly or scikit-learn.
+
+One file (~670 lines) on purpose: the objective function's steps (artifact resolution, base
+costs, decode quadrature, Level 3, phase bounds, outputs) in the order they run; each heavy step
+lives in its own module.
 """
 
 from __future__ import annotations

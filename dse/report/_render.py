@@ -2,6 +2,9 @@
 
 Every point trace carries `meta="points:<group>"` so that a test (or a user's script) can find
 the plotted trials in the page's data without relying on legend text.
+
+One file (~640 lines) on purpose: every figure of the report is one renderer of a few dozen
+lines over shared styling helpers; a figure's look is changed in one place.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ checks the products at the corners):
 Relations between fields (n_kv_heads divides n_heads, top_k <= n_experts, tensor-parallel
 splits, memory) are not per-value rules; `dse.spec.rules.check_columns` and the memory rule judge
 them per configuration.
+
+One file (~670 lines) on purpose: the field table (one row per field: type, limits, unit, help)
+is the one source flags, YAML and CSV read, and the value checks it drives sit beside it so a
+field's rule and its check are read together.
 """
 
 from __future__ import annotations
