@@ -95,7 +95,10 @@ def test_predict_json_is_consistent() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--gpu", "h900"], "--gpu: must be one of a100_sxm, a100_sxm_40gb, b200_sxm, gh200, h100_sxm"),
+        (
+            ["--gpu", "h900"],
+            "--gpu: must be one of a100_sxm, a100_sxm_40gb, b200_sxm, gh200, h100_sxm",
+        ),
         (["--n-heads", "30", "--n-kv-heads", "30"], "n_heads: must divide d_model=4096"),
         (["--n-kv-heads", "5"], "n_kv_heads: must divide n_heads=32, got 5"),
         (["--n-layers", "320", "--gpu", "a100_sxm_40gb"], "does not fit in memory"),

@@ -33,7 +33,10 @@ from dse.resources import surrogates_dir
 from dse.spec.hardware import get_gpu
 
 KINDS = sorted(MODEL_CLASSES)
-FAST = {"max_rows": 1000, "max_iter": 20}  # smaller than tests/models/test_ops_models.py: shape only
+FAST = {
+    "max_rows": 1000,
+    "max_iter": 20,
+}  # smaller than tests/models/test_ops_models.py: shape only
 
 
 def _shipped() -> dict[str, Artifact]:
