@@ -154,23 +154,24 @@ def _qwen3_next(**kw):
             "tensor_parallel": 8, "prompt_tokens": 2048, "output_tokens": 64, **kw}  # fmt: skip
 
 
-def _h100_has_linear_models() -> bool:
+def _has_linear_models(gpu: str) -> bool:
     from dse.predict.artifacts import load_artifact
 
-    art, _ = load_artifact("h100_sxm")
+    art, _ = load_artifact(gpu)
     return art is not None and bool(art.names("linear_layer"))
 
 
-def test_a_linear_hybrid_is_priced_by_the_measured_models() -> None:
-    if not _h100_has_linear_models():
-        pytest.skip("the H100 artifact has no linear_layer models")
+@pytest.mark.parametrize("gpu", ["h100_sxm", "b200_sxm"])
+def test_a_linear_hybrid_is_priced_by_the_measured_models(gpu: str) -> None:
+    if not _has_linear_models(gpu):
+        pytest.fail(f"the shipped {gpu} artifact has no linear_layer models")
     from dse.predict import predict
 
-    out = predict(_qwen3_next())
+    out = predict(_qwen3_next(gpu=gpu))
     assert "linear/scan" not in out["roofline_ops"][0].split(",")
     assert out["breakdown.prefill.linear/scan_s"][0] > 0
     # a head width no table measured: the roofline, named, and the miss flagged
-    wide = predict(_qwen3_next(linear_head_dim=512))
+    wide = predict(_qwen3_next(gpu=gpu, linear_head_dim=512))
     assert "linear/scan" in wide["roofline_ops"][0].split(",")
     assert "linear/scan: head_dim" in wide["out_of_range_inputs"][0]
 
@@ -190,7 +191,7 @@ def _scan_price(cfg: dict, phase: str = "prefill"):
 
 
 def test_a_batch_beyond_the_table_is_priced_as_blocks_inside_it() -> None:
-    if not _h100_has_linear_models():
+    if not _has_linear_models("h100_sxm"):
         pytest.skip("the H100 artifact has no linear_layer models")
     one = _scan_price(_qwen3_next(batch_size=64))
     four = _scan_price(_qwen3_next(batch_size=256))  # the prefill tables stop at 64 sequences
@@ -200,7 +201,7 @@ def test_a_batch_beyond_the_table_is_priced_as_blocks_inside_it() -> None:
 
 
 def test_mamba2_and_the_engine_choice() -> None:
-    if not _h100_has_linear_models():
+    if not _has_linear_models("h100_sxm"):
         pytest.skip("the H100 artifact has no linear_layer models")
     # the share measured Mamba-2's conv alone: its mixer stays on the roofline
     assert _scan_price(_qwen3_next(linear_kind="mamba2")) is None

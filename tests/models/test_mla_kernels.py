@@ -179,17 +179,18 @@ def _has_mla(gpu: str) -> bool:
     return art is not None and bool(art.names("context_mla")) and bool(art.names("generation_mla"))
 
 
-def test_an_mla_model_is_priced_by_the_measured_kernels() -> None:
+@pytest.mark.parametrize("gpu", ["h100_sxm", "b200_sxm"])
+def test_an_mla_model_is_priced_by_the_measured_kernels(gpu: str) -> None:
     from dse.predict import predict
 
-    if not _has_mla("h100_sxm"):
-        pytest.fail("the shipped H100 artifact has no MLA models (dse fit --only mla)")
-    out = predict(_deepseek())
+    if not _has_mla(gpu):
+        pytest.fail(f"the shipped {gpu} artifact has no MLA models (dse fit --only mla)")
+    out = predict(_deepseek(gpu=gpu))
     assert "attention/mla_core" not in out["roofline_ops"][0].split(",")
     for phase in ("prefill", "decode"):
         assert out[f"breakdown.{phase}.attention/mla_core_s"][0] > 0
     # another latent rank is outside the measured geometry: the roofline, and said so
-    other = predict(_deepseek(kv_lora_rank=256))
+    other = predict(_deepseek(gpu=gpu, kv_lora_rank=256))
     assert "attention/mla_core" in other["roofline_ops"][0].split(",")
     assert np.isfinite(other["latency_s"][0])
 
