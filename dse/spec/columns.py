@@ -217,10 +217,13 @@ def derived(
     tp, hdd = cols["tensor_parallel"], cols.get("head_dim_defaulted")
     code = R.check_codes(check, n, tp, head_dim_defaulted=hdd)
     # the weight dtype's kernels must exist on the row's GPU (nvfp4: FP4 tensor cores), judged
-    # after the architecture's rules (its code is the last of `reasons()`)
-    has_fp4 = np.isfinite(gpu_table(cols["gpu"], "peak_fp4_flops_per_s"))
-    off_gpu = (code == 0) & R.weight_dtype_off_gpu(cols["weight_dtype"], has_fp4)
-    code[off_gpu] = R.weight_dtype_off_gpu_code()
+    # after the architecture's rules (its code is the last of `reasons()`); the GPU table is read
+    # only when some row has FP4 weights (a sweep's chunk rarely does)
+    off_gpu = np.zeros(n, dtype=bool)
+    if A.fp4_weights(cols["weight_dtype"]).any():
+        has_fp4 = np.isfinite(gpu_table(cols["gpu"], "peak_fp4_flops_per_s"))
+        off_gpu = (code == 0) & R.weight_dtype_off_gpu(cols["weight_dtype"], has_fp4)
+        code[off_gpu] = R.weight_dtype_off_gpu_code()
     out: dict[str, np.ndarray] = {}
     if texts:  # the text of the invalid rows only (their rules again, on those rows)
         out["invalid"] = np.full(n, "", dtype=object)

@@ -108,8 +108,7 @@ def check_weight_dtype_on_gpu(
     wd = np.asarray(weight_dtype)
     n = wd.size
     gpus = np.broadcast_to(np.asarray(gpu), (n,))
-    fp4 = np.broadcast_to(np.asarray(has_fp4, dtype=bool), (n,))
-    bad = fp4_weights(wd.reshape(n)) & ~fp4
+    bad = weight_dtype_off_gpu(wd.reshape(n), np.broadcast_to(has_fp4, (n,)))
     msg = np.full(n, "", dtype=object)
     where = (
         f" (Blackwell and later: {', '.join(fp4_gpus)})" if fp4_gpus else " (Blackwell and later)"
@@ -126,7 +125,7 @@ def weight_dtype_off_gpu_code() -> int:
 
 def weight_dtype_off_gpu(weight_dtype: Any, has_fp4: Any) -> np.ndarray:
     """`check_weight_dtype_on_gpu`'s verdict with no text: True where the row's weights need
-    FP4 tensor cores its GPU lacks (code `WEIGHT_DTYPE_OFF_GPU_CODE` of `reasons()`)."""
+    FP4 tensor cores its GPU lacks (code `weight_dtype_off_gpu_code()` of `reasons()`)."""
     wd = np.asarray(weight_dtype)
     return fp4_weights(wd) & ~np.asarray(has_fp4, dtype=bool)
 

@@ -202,5 +202,7 @@ def test_a_batch_mixing_latent_ranks_prices_each_row_as_alone() -> None:
     both = predict({k: [r[k] for r in rows] for k in rows[0]})
     for i, r in enumerate(rows):
         alone = predict(r)
-        assert both["latency_s"][i] == pytest.approx(alone["latency_s"][0], rel=1e-9)
+        # rel 1e-6: float32 MLPs may differ in the last bits across batch layouts on another
+        # CPU's BLAS; a row priced by the wrong table is off by 2x or more
+        assert both["latency_s"][i] == pytest.approx(alone["latency_s"][0], rel=1e-6)
         assert both["roofline_ops"][i] == alone["roofline_ops"][0]

@@ -76,7 +76,9 @@ def test_mixed_batch_prices_each_row_as_alone() -> None:
     for i, r in enumerate(rows):
         alone = predict(r)
         for key in ("latency_s", "energy_j", "breakdown.decode.ffn/moe_s"):
-            assert together[key][i] == pytest.approx(alone[key][0], rel=1e-9), (i, key)
+            # rel 1e-6: float32 MLPs may differ in the last bits across batch layouts on another
+            # CPU's BLAS; a row priced by the wrong table is off by 2x or more
+            assert together[key][i] == pytest.approx(alone[key][0], rel=1e-6), (i, key)
     # the 4-bit table makes gpt-oss-20b's MoE step 2-4x faster than bf16's (measured 3.0x)
     four = predict({**rows[2], "weight_dtype": ["int4"]})
     ratio = together["breakdown.decode.ffn/moe_s"][2] / four["breakdown.decode.ffn/moe_s"][0]

@@ -207,7 +207,9 @@ def test_b200_nvfp4_experts_take_the_nvfp4_moe_table_and_each_row_its_own() -> N
     for i in range(3):
         alone = predict({k: [v[i]] for k, v in rows.items()})
         for k in ("latency_s", "energy_j", key):
-            assert together[k][i] == pytest.approx(alone[k][0], rel=1e-9), (i, k)
+            # rel 1e-6: float32 MLPs may differ in the last bits across batch layouts on another
+            # CPU's BLAS; a row priced by the wrong table is off by 2x or more
+            assert together[k][i] == pytest.approx(alone[k][0], rel=1e-6), (i, k)
     bf16, _, fp4 = together[key]
     assert fp4 < bf16, (fp4, bf16)
     assert np.isfinite(together["energy_j"]).all()
