@@ -1,18 +1,38 @@
 """Row helpers the Level-1 adapters share: price each distinct input row once (`unique_rows`,
 `dedupe`, `Groups`, `evaluate_rows`, `at_rows`; `distinct_columns` for a whole phase's
 operators, `dse.predict.pricing`) and in bounded blocks of rows and columns (`row_blocks`,
-`column_blocks`).
+`column_blocks`); `ColumnsAt`, configuration columns at some rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dse.models._base import as_shape
+
+
+class ColumnsAt(Mapping[str, np.ndarray]):
+    """Configuration columns at some rows, gathered on first access (the columns an adapter
+    reads of the configurations a Level-1 price is taken at)."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> None:
+        self._cols, self._idx, self._memo = cols, idx, {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._memo:
+            self._memo[key] = np.asarray(self._cols[key])[self._idx]
+        return self._memo[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
+
 
 # ---------------------------------------------------------------------------- shared helpers
 # Rows per call of a kernel model: its feature matrix (~16 float64 columns) stays in cache

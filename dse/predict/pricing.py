@@ -27,7 +27,7 @@ would pass that state across modules.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -36,7 +36,14 @@ import numpy as np
 from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
-from dse.predict._rows import Groups, distinct_columns, ndim_of, shape_of, unique_float_rows
+from dse.predict._rows import (
+    ColumnsAt,
+    Groups,
+    distinct_columns,
+    ndim_of,
+    shape_of,
+    unique_float_rows,
+)
 from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, L1Price
 from dse.predict.ops import Op
 from dse.predict.power_table import op_power_w
@@ -198,24 +205,6 @@ class PhaseCost:
 # An operator that runs in fewer than this fraction of a batch's configurations (count 0: the
 # MoE block of a dense model, the all-reduce without tensor parallelism) is priced on those only.
 SUBSET_BELOW = 0.9
-
-
-class _Rows(Mapping[str, np.ndarray]):
-    """Configuration columns at some rows, gathered on first access."""
-
-    def __init__(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> None:
-        self._cols, self._idx, self._memo = cols, idx, {}
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if key not in self._memo:
-            self._memo[key] = np.asarray(self._cols[key])[self._idx]
-        return self._memo[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._cols)
-
-    def __len__(self) -> int:
-        return len(self._cols)
 
 
 def _at(v: Any, idx: np.ndarray, n: int) -> Any:
@@ -648,7 +637,7 @@ class Pricer:
 
     def _at_rows(self, rows: np.ndarray) -> Pricer:
         """This pricer on the configurations `rows` (their columns gathered when read)."""
-        cols = None if self.cols is None else _Rows(self.cols, rows)
+        cols = None if self.cols is None else ColumnsAt(self.cols, rows)
         return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols)
 
     def _stacked(
@@ -776,7 +765,7 @@ class Pricer:
         # e.g. the MoE block in a batch of mostly dense models
         idx = np.flatnonzero(runs)
         sub_ctx = {
-            "cols": None if self.cols is None else _Rows(self.cols, idx),
+            "cols": None if self.cols is None else ColumnsAt(self.cols, idx),
             "phase": ctx["phase"],
             "tokens": None if ctx["tokens"] is None else ctx["tokens"][idx],
         }
