@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dse.data import load
 from dse.metrics import mape_pct
-from dse.models._base import group_folds
+from dse.models.base import group_folds
 from dse.models.linear_layers import LinearLayerModel, linear_inputs
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.arch import LINEAR_CHUNK_TOKENS, LINEAR_STATE_FLOPS

@@ -1,7 +1,7 @@
 """Write the GPU constants each model predicts with into artifacts saved before models kept them
 (issue 36): after this an artifact describes itself and predicting never reads the GPU registry.
 
-For every model whose class lists `gpu_fields` (`dse.models._base.Model`), the state arrays
+For every model whose class lists `gpu_fields` (`dse.models.base.Model`), the state arrays
 `gpu_spec/<field>` (and `<part>/gpu_spec/<field>` of a model with parts) are added, with the
 values the registry gives the model's own GPU today, the values its predictions have always
 read (`dse.models.artifact.with_gpu_constants` fills them the same way at load). No other
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from dse.models import model_class
-from dse.models._base import GPU_SPEC
 from dse.models.artifact import GPU_SPECS, MANIFEST, Artifact
+from dse.models.base import GPU_SPEC
 from dse.resources import surrogates_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "data" / "golden_predictions.npz"

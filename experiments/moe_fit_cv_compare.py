@@ -7,7 +7,7 @@ same rows and folds: the numbers behind docs/accuracy.md's MoE paragraph (sessio
         --tables h100_sxm/trtllm/bfloat16 h100_sxm/trtllm/fp8 h100_sxm/trtllm/fp8_block
 
 Rows: `dse.data.load` after `dse.fitting.plausible.screen`, as `dse fit` reads them. Every row
-is scored held out, the anomalous parallel splits (`dse.models._moe_splits`) included; the
+is scored held out, the anomalous parallel splits (`dse.models.moe_splits`) included; the
 "regular" column leaves those rows out of the score (the new model also leaves them out of
 its fits).
 """
@@ -30,7 +30,7 @@ from dse.fitting import bands
 from dse.fitting._hybrid_tables import hybrid_band_table
 from dse.fitting.moe import MOE_SHAPE_GROUP
 from dse.models import moe, moe_physics
-from dse.models._moe_splits import split_anomalies
+from dse.models.moe_splits import split_anomalies
 
 TABLES = ("h100_sxm/trtllm/bfloat16", "h100_sxm/trtllm/fp8", "h100_sxm/trtllm/fp8_block")
 CLASSES = {"old": moe.MoEModel, "new": moe_physics.MoEModel}

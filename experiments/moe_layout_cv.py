@@ -36,7 +36,7 @@ from dse.data import load
 from dse.fitting import cv as U
 from dse.fitting import plausible
 from dse.metrics import mape_pct
-from dse.models._moe_splits import split_anomalies
+from dse.models.moe_splits import split_anomalies
 from dse.spec.hardware import get_gpu
 
 TABLES = (

@@ -14,7 +14,7 @@ import pandas as pd
 from dse.fitting import bands
 from dse.fitting.cv import held_out_predict, leave_one_group_out
 from dse.metrics import mape_pct, reported
-from dse.models import _base
+from dse.models import base as _base
 from dse.models.allreduce import (
     AllReduceModel,
     CollectiveModel,

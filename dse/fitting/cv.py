@@ -1,6 +1,6 @@
 """Cross-validation of the fits: grouped folds and labels, out-of-fold predictions, the fold
 counts and percentage errors `dse fit` reports, and the process pool a fit spreads its tasks
-over. (The curves are `dse.models._curves`, the range and state helpers `dse.models._base`.)
+over. (The curves are `dse.models._curves`, the range and state helpers `dse.models.base`.)
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from dse.models._base import group_folds  # the fitting families import it from here
+from dse.models.base import group_folds  # the fitting families import it from here
 
 
 def group_labels(df: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:

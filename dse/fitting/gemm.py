@@ -24,7 +24,7 @@ from dse.fitting.cv import (
     map_tasks,
 )
 from dse.metrics import mape_pct, reported
-from dse.models import _base
+from dse.models import base as _base
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.band import degree_of
 from dse.roofline import LAUNCH_S, roofline_s

@@ -17,9 +17,9 @@ from dse.fitting import bands
 from dse.fitting import cv as U
 from dse.fitting._hybrid_tables import _fit_hybrid_table, hybrid_band_table
 from dse.models import moe_physics
-from dse.models._moe_splits import split_anomalies
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.moe import MoEModel, moe_inputs, moe_work
+from dse.models.moe_splits import split_anomalies
 from dse.roofline import roofline_s
 
 MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted

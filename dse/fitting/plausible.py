@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from dse.errors import DSEError
-from dse.models._moe_splits import SERIES as MOE_SERIES
+from dse.models.moe_splits import SERIES as MOE_SERIES
 from dse.roofline import roofline_s
 from dse.spec.hardware import GPU, KernelPeak, get_gpu
 
@@ -464,7 +464,7 @@ LABELS: Mapping[str, tuple[str, ...]] = {
         "num_kv_heads",
         "head_dim",
     ),
-    # an MoE call: its series (`dse.models._moe_splits.SERIES`) with the token count after dtype
+    # an MoE call: its series (`dse.models.moe_splits.SERIES`) with the token count after dtype
     "moe": (*MOE_SERIES[:3], "num_tokens", *MOE_SERIES[3:]),
     "layer_op": ("gpu", "model", "op", "num_tokens", "tensor_parallel"),
     "context_mla": ("gpu", "engine", "kv_cache_dtype", "batch_size", "isl", "num_heads"),

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models import _base
+from dse.models import base as _base
 from dse.models._nn import MLP, MeanMLP, fit_mlp, mlp_from_state
 
 SMOOTH_MAX_P = 4.0  # exponent of the smooth maximum between compute and memory time

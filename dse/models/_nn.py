@@ -18,7 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import as_shape
+from dse.models.base import as_shape
 
 ACTIVATIONS = ("relu", "tanh")
 # Rows per block of the forward pass: a 4096 x 64 float32 activation block (1 MiB) stays in the

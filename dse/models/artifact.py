@@ -6,11 +6,11 @@ One folder per GPU, `surrogates/<gpu>/`:
                  cross-validated errors, measured_power; gpu_specs: the specs of the
                  artifact's gpu and level1_gpu (`Artifact.gpu_spec`).
   weights.npz    plain arrays only (no pickles), key "<model name>/<array name>"; the GPU
-                 constants a model predicts with among them (`dse.models._base.GPU_SPEC`):
+                 constants a model predicts with among them (`dse.models.base.GPU_SPEC`):
                  after loading, nothing is read from the GPU registry.
 
 A model class (GEMM, power, layer ops, all-reduce, attention, MoE, blocks, end to end) derives
-from `dse.models._base.Model` (inert constructor, fit -> self, learned state ending in `_`,
+from `dse.models.base.Model` (inert constructor, fit -> self, learned state ending in `_`,
 to_state / from_state, fitted_range), declares its `kind` (a ClassVar) and is listed by kind in
 `dse.models.MODEL_CLASSES`. The model *families* that `dse fit` runs and `dse validate` scores
 are `dse.fitting.families.FAMILIES`.
@@ -39,7 +39,8 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError
 from dse.files import sha256_file, write_atomic
 from dse.models import class_path, model_class
-from dse.models._base import (
+from dse.models.band import Band, degree_of
+from dse.models.base import (
     GPU_SPEC,
     Model,
     RangeMiss,
@@ -47,7 +48,6 @@ from dse.models._base import (
     gpu_constants_to_state,
     range_misses,
 )
-from dse.models.band import Band, degree_of
 from dse.spec.hardware import GPU, spec_from_mapping
 
 FORMAT_VERSION = 1

@@ -3,7 +3,7 @@
 conformal), widened outside the fitted range.
 
 A prediction p with band (lo, hi) and range degree d (0 inside, |log(value / bound)| outside:
-`dse.models._base.RangeMiss.degree`) lies in [p exp(lo w(d)), p exp(hi w(d))], where w grows
+`dse.models.base.RangeMiss.degree`) lies in [p exp(lo w(d)), p exp(hi w(d))], where w grows
 from 1 inside to OOR_BAND_WIDEN from a factor 2 outside on (`widen`). Level 3's end-to-end band
 and every Level-1 / Level-2 kernel band follow this one rule.
 
@@ -35,7 +35,7 @@ def widen(degree: Any) -> np.ndarray:
 
 def degree_of(misses: Mapping[str, Any], n: int) -> np.ndarray:
     """Per row, the farthest distance outside the fitted range over the inputs of `misses`
-    (input -> `dse.models._base.RangeMiss`, as `range_misses` returns them): 0 inside."""
+    (input -> `dse.models.base.RangeMiss`, as `range_misses` returns them): 0 inside."""
     out = np.zeros(n)
     for miss in misses.values():
         out = np.maximum(out, np.broadcast_to(np.asarray(miss.degree, dtype=float), (n,)))

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
-from dse.models._base import Model
+from dse.models.base import Model
 from dse.models.power import PowerModel
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu

@@ -60,8 +60,9 @@ import numpy as np
 
 from dse.errors import ArtifactError, DataError
 from dse.metrics import mape_pct
-from dse.models import _base, _curves
-from dse.models._base import RangeMiss, range_miss, within
+from dse.models import _curves
+from dse.models import base as _base
+from dse.models.base import RangeMiss, range_miss, within
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 

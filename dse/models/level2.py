@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import Model, RangeMiss, range_miss, within
 from dse.models._nn import MLP
+from dse.models.base import Model, RangeMiss, range_miss, within
 from dse.models.threads import threaded_fit
 
 if TYPE_CHECKING:

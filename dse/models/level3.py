@@ -39,10 +39,10 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import Model, RangeMiss, clip, range_miss, within
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
+from dse.models.base import Model, RangeMiss, clip, range_miss, within
 from dse.models.threads import threaded_fit
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.

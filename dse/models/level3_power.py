@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.models import _base
-from dse.models._base import Model
+from dse.models import base as _base
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES
+from dse.models.base import Model
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import GPU
 

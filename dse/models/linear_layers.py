@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError, DataError
-from dse.models import _base
+from dse.models import base as _base
 from dse.models._hybrid import Roofline, apply_residual, fit_hybrid_heads, fit_roofline
 from dse.models._nn import mlp_from_state
 from dse.models.threads import threaded_fit

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import DataError
-from dse.models import _base
+from dse.models import base as _base
 from dse.models._hybrid import (
     apply_residual,
     fit_hybrid_heads,

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, DataError
-from dse.models import _base
+from dse.models import base as _base
 from dse.models import moe as shipped  # the constructor, fit and state: compared on equal terms
 from dse.models._hybrid import (
     SMOOTH_MAX_P,
@@ -94,7 +94,7 @@ FEATURES = (
 # Held out by layout, fitted physics alone (journal, session 13): H100 TRT-LLM bf16 23.8 -> 18.1%,
 # fp8_block 19.9 -> 8.5%, vLLM bf16 19.7 -> 14.0%.
 BASE = "kernels"
-# Parallel splits slower than their half-parallel twin (`dse.models._moe_splits`) left out of
+# Parallel splits slower than their half-parallel twin (`dse.models.moe_splits`) left out of
 # the fit: a tuner's kernel choice, not physics of the layout.
 SCREEN_SPLITS = True
 # "always": physics x bounded residual MLP; "never": physics alone; "inner_cv": per table, the
@@ -378,7 +378,7 @@ class MoEModel(shipped.MoEModel):
         self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype].reset_index(drop=True)
-        from dse.models._moe_splits import split_anomalies  # fitting only (pandas)
+        from dse.models.moe_splits import split_anomalies  # fitting only (pandas)
 
         if SCREEN_SPLITS:
             d = d[~split_anomalies(d)].reset_index(drop=True)

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.models._base import Model
 from dse.models._nn import MLP, fit_mlp
+from dse.models.base import Model
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import GPU
 

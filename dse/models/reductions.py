@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import ArtifactError, DataError
-from dse.models import _base, _curves
+from dse.models import _curves
+from dse.models import base as _base
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 

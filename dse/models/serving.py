@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.models._base import RangeMiss
+from dse.models.base import RangeMiss
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.models._base import as_shape
+from dse.models.base import as_shape
 
 
 class ColumnsAt(Mapping[str, np.ndarray]):

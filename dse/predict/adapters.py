@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dse.errors import ArtifactError
-from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
+from dse.models.base import RangeMiss, as_shape
 from dse.predict._rows import (
     BLOCK_ROWS,
     DEDUPE_MIN_ROWS,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dse.models._base import RangeMiss, as_shape
+from dse.models.base import RangeMiss, as_shape
 
 if TYPE_CHECKING:
     from dse.predict.pricing import PhaseCost

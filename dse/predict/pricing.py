@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
+from dse.models.base import RangeMiss, as_shape
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict._rows import (
     ColumnsAt,

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dse.errors import ArtifactError, ConfigError
-from dse.models._base import RangeMiss
 from dse.models.artifact import Artifact
 from dse.models.band import widen
+from dse.models.base import RangeMiss
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags

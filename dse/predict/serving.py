@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dse.errors import ConfigError
-from dse.models._base import RangeMiss
+from dse.models.base import RangeMiss
 from dse.models.serving import HostConstants, continuous, range_misses
 from dse.spec.hardware import GPU
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from dse.models._base import RangeMiss, as_shape
 from dse.models.artifact import Artifact
+from dse.models.base import RangeMiss, as_shape
 from dse.models.layer_ops import LayerOpModel, op_geometry
 from dse.predict._rows import ndim_of
 from dse.predict.adapters import (

@@ -52,12 +52,14 @@ def test_fit_threads_widens_and_nests() -> None:
     if not _blas_threads():
         pytest.skip("no BLAS library that threadpoolctl can see")
     before = _blas_threads()
-    cap = max(before)  # OpenBLAS cannot go past the threads it started with
+    # OpenBLAS may not go past the threads it started with (OMP_NUM_THREADS=1 in the caller's
+    # environment), or may (a build that allocates more on request): either is the library's
+    lo = min(2, max(before))
     assert current() == 1
     with fit_threads(2):
         assert current() == 2
         probe = _Probe().fit()
-        assert probe.seen == [[min(2, cap)] * len(before)]
+        assert len(probe.seen) == 1 and all(lo <= t <= 2 for t in probe.seen[0]), probe.seen
         with fit_threads(1):
             assert _Probe().fit().seen == [[1] * len(before)]
         assert current() == 2

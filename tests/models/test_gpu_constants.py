@@ -1,5 +1,5 @@
 """Artifacts describe their GPUs (issue 36): every fitted model keeps the GPU constants it
-predicts with as learned state (`dse.models._base.GPU_SPEC`), an artifact records the specs of
+predicts with as learned state (`dse.models.base.GPU_SPEC`), an artifact records the specs of
 the GPUs it was fitted for (manifest "gpu_specs", `Artifact.gpu_spec`), and the GPU registry
 (`dse.spec.hardware`, which scans artifact folders and `register_folder_spec` changes at run
 time) is read only at the edges: the predict entry, fitting, and loading an artifact saved
@@ -20,8 +20,8 @@ from test_golden_small import golden_configs
 from test_models_contract import _sample_inputs
 
 from dse.models import model_class
-from dse.models._base import GPU_SPEC
 from dse.models.artifact import GPU_SPECS, MANIFEST, WEIGHTS, Artifact
+from dse.models.base import GPU_SPEC
 from dse.resources import surrogates_dir
 from dse.spec import hardware
 

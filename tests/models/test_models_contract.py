@@ -1,4 +1,4 @@
-"""The contract every fitted model class keeps (issue 23, `dse.models._base.Model`), checked over
+"""The contract every fitted model class keeps (issue 23, `dse.models.base.Model`), checked over
 every kind of `dse.models.MODEL_CLASSES`:
 
 - the constructor stores its arguments and nothing else: no I/O (open, stat, Artifact.load and
@@ -27,8 +27,8 @@ from test_golden_small import golden_configs
 
 from dse.errors import ConfigError
 from dse.models import MODEL_CLASSES, model_class
-from dse.models._base import Model
 from dse.models.artifact import Artifact
+from dse.models.base import Model
 from dse.resources import surrogates_dir
 from dse.spec.hardware import get_gpu
 

@@ -165,7 +165,7 @@ def _split_rows(slow_tp: int) -> pd.DataFrame:
 
 
 def test_split_anomalies_flag_the_split_slower_than_its_half_parallel_twin():
-    from dse.models._moe_splits import split_anomalies, twin_ratios
+    from dse.models.moe_splits import split_anomalies, twin_ratios
 
     bad = split_anomalies(_split_rows(slow_tp=2))
     rows = _split_rows(slow_tp=2)

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dse.models._base import RANGE_TOL, range_miss
 from dse.models.artifact import Artifact
+from dse.models.base import RANGE_TOL, range_miss
 from dse.models.level3 import OOR_BAND_WIDEN
 from dse.predict import _rows, load_artifact, predict
 from dse.predict import adapters as L
@@ -173,7 +173,7 @@ def test_few_row_texts_equal_the_grouped_batch_texts() -> None:
     """A batch of a few configurations writes its out-of-range texts row by row in plain
     Python (dse.predict.flags.FEW_ROWS); they must be the grouped path's texts, digit for
     digit: integers, 4 significant digits, ratios to 3, both directions, a zero bound."""
-    from dse.models._base import RangeMiss
+    from dse.models.base import RangeMiss
     from dse.predict import flags as F
 
     rng = np.random.default_rng(7)

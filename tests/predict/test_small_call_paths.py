@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dse.models._base import range_miss, within
 from dse.models._nn import STACK_MEMBERS_ROWS, MeanMLP
+from dse.models.base import range_miss, within
 from dse.predict import load_artifact, predict
 from dse.predict.ops import forward_ops
 from dse.predict.pricing import op_runs, roofline_op, roofline_times
