@@ -267,7 +267,12 @@ def evaluate(
     objectives = space.objectives
     need_t2wh = objectives.energy_source == "tokens2wh"
     if len(rows):
-        part = {k: np.asarray(v)[rows] for k, v in cols.items()}
+        # a checked batch (`SearchSpace.columns_from`) stays checked: the predictor takes it as is
+        part = (
+            cols.take(rows)
+            if isinstance(cols, C.Configs)
+            else {k: np.asarray(v)[rows] for k, v in cols.items()}
+        )
         raw = (predictor or default_predictor(texts))(part)
         pred = {k: _scatter(v, rows, n) for k, v in raw.items()}
         module = tokens2wh_module() if (with_tokens2wh or need_t2wh) else None
@@ -339,7 +344,7 @@ def check_predictor(space: SearchSpace, predictor: Predictor | None = None) -> d
             pick.append(int(idx[0]))
     if not pick:
         return {}
-    part = {k: v[np.asarray(pick)] for k, v in cols.items()}
+    part = cols.take(np.asarray(pick))
     ev = evaluate(space, part, predictor=predictor)
     ids = ev.pred.get("artifact_id")
     return {str(g): (str(ids[i]) if ids is not None else "") for i, g in enumerate(part["gpu"])}
