@@ -1,7 +1,8 @@
 """The objective of a sweep on arrays: configurations in, objectives, constraints and predictions out.
 
-Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.spec.columns`) and
-returns an `Evaluation` of arrays. Invalid configurations (an architecture that cannot exist)
+Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.spec.columns`: a
+checked `Configs` from `SearchSpace.columns_from`, whose valid rows go to the predictor still
+checked, so not checked again) and returns an `Evaluation` of arrays. Invalid configurations (an architecture that cannot exist)
 are decided first by `dse.spec.columns.derived` and never reach the predictor: their objectives and
 predictions are NaN. One predictor call per batch, one tokens-to-Wh call per GPU in it.
 """
