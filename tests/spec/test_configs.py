@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dse.errors import ConfigError
@@ -64,6 +65,10 @@ def test_the_callers_arrays_stay_writeable() -> None:
     raw["batch_size"][0] = 7  # the caller's array is not the checked column
     cols, _ = C.as_columns(_raw())
     assert cols["batch_size"][0] == 1
+    frame = pd.DataFrame(_raw())
+    cols, _ = C.as_columns(frame)
+    frame.loc[0, "batch_size"] = 9  # the frame's columns are not frozen either
+    assert cols["batch_size"][0] == 1 and not cols["batch_size"].flags.writeable
 
 
 def test_a_changed_copy_is_checked_again() -> None:
