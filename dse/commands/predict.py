@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -189,7 +190,9 @@ def _from_config_file(path: Path, entry: int) -> dict[str, Any]:
     return row
 
 
-def check_rows_and_warnings(cols: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+def check_rows_and_warnings(
+    cols: Mapping[str, np.ndarray], n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(error, warning) per row, '' where there is none. Errors: an unknown GPU, a broken
     architecture rule, a configuration that cannot run because one sequence does not fit
     (`dse.spec.arch.memory_messages`); warnings: memory near the limit or a batch that queues."""
@@ -688,7 +691,7 @@ def _output_rows(
 
 
 def _predict_in_chunks(
-    cols: dict[str, np.ndarray], n: int, quiet: bool, chunk_rows: int
+    cols: C.Configs, n: int, quiet: bool, chunk_rows: int
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """(error, warning, predictions) of every row, predicted `chunk_rows` rows at a time with
     a progress bar on stderr (not with `quiet`, nor when stderr is no terminal).
@@ -730,7 +733,7 @@ def _predict_in_chunks(
             gpu_order: list[str] = []
             for start in range(0, len(rows), chunk_rows):
                 sub = rows[start : start + chunk_rows]
-                pred = predict({k: v[sub] for k, v in cols.items()})
+                pred = predict(cols.take(sub))  # checked rows: not checked again
                 keys = list(pred)
                 for k, v in pred.items():
                     v = np.asarray(v)

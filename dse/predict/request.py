@@ -638,7 +638,7 @@ def _energy_source(artifact: Artifact | None, gpu: GPU, calibrated: bool) -> str
 
 # ---------------------------------------------------------------------------- public API
 def predict(
-    configs: pd.DataFrame | Mapping[str, Any],
+    configs: C.Configs | pd.DataFrame | Mapping[str, Any],
     artifacts: Mapping[str, Artifact | None] | None = None,
     *,
     texts: bool = True,
@@ -656,13 +656,19 @@ def predict(
     its front): the numbers are the same, `out_of_range` and `out_of_range_degree` included, but
     `out_of_range_inputs` (the text naming each input outside its fitted range, ~17% of the time
     of an all-distinct batch) is left out; predict the rows kept again with texts for it.
+
+    A `dse.spec.columns.Configs` (`as_columns`, `SearchSpace.columns_from`) was checked when it
+    was made and is taken as it is; any other batch (DataFrame, mapping) is checked here.
     """
-    cols, n = C.as_columns(configs)
+    if isinstance(configs, C.Configs):  # checked when it was made: not again
+        cols, n = configs, configs.n
+    else:
+        cols, n = C.as_columns(configs)
     result: dict[str, np.ndarray] = {}
     gpus = cols["gpu"]
     for name in _unique(gpus):
         idx = np.nonzero(gpus == name)[0]
-        part = cols if len(idx) == n else {k: v[idx] for k, v in cols.items()}
+        part = cols if len(idx) == n else cols.take(idx)
         art: Artifact | str | None = "auto"
         if artifacts is not None and str(name) in artifacts:
             art = artifacts[str(name)]

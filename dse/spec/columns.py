@@ -2,11 +2,18 @@
 
 A configuration batch is a mapping of column name -> numpy array of length n, with one column per
 `Architecture` field, per `Workload` field, and `gpu`. Everything here is vectorised.
+
+`as_columns` is the one checker: it completes a batch (defaults, derived defaults) and checks
+every value against the field table, and returns a `Configs`, the checked batch. A `Configs` is
+made only there, is read-only (its arrays reject writes), and says by its type that its columns
+were checked: `dse.predict.predict` takes one without checking it again, so a sweep's batch is
+checked once (`SearchSpace.columns_from`). `derived` (validity, sizes, memory) is computed from a
+`Configs`, not kept in it: its answers depend on the GPU table and on what the caller asks for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -70,12 +77,106 @@ ATTENTION_FIELDS: tuple[str, ...] = (
 )
 
 
-def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
-    """Normalise a DataFrame or mapping to complete columns (defaults filled, derived resolved)."""
+# The key only `as_columns` (and unpickling) holds: a `Configs` is never built unchecked.
+_CHECKED = object()
+# Columns a `Configs` holds besides CONFIG_FIELDS that the check itself made.
+CHECK_COLUMNS: tuple[str, ...] = ("head_dim_defaulted",)
+
+
+class Configs(Mapping[str, np.ndarray]):
+    """A checked batch of configurations: complete columns (`as_columns`), n rows each.
+
+    A read-only mapping of column name -> numpy array whose arrays reject writes, so a
+    column cannot change after its check; `dict(configs)` is a plain (unchecked) copy to change.
+    Made by `as_columns` / `Configs.check` only; `take` (rows) and `with_columns` (columns
+    outside the configuration, e.g. a space's training_tokens) keep it checked.
+    """
+
+    __slots__ = ("_cols", "n")
+
+    def __init__(self, cols: dict[str, np.ndarray], n: int, *, _key: object = None) -> None:
+        if _key is not _CHECKED:
+            raise TypeError(
+                "Configs is made by dse.spec.columns.as_columns or Configs.check (the checker), "
+                "not built directly"
+            )
+        self._cols = cols
+        self.n = n
+
+    @classmethod
+    def check(cls, configs: pd.DataFrame | Mapping[str, Any]) -> Configs:
+        """The checked batch of `configs` (`as_columns`); a `Configs` comes back as it is."""
+        return as_columns(configs)[0]
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._cols[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cols
+
+    def __repr__(self) -> str:
+        return f"Configs(n={self.n}, columns={len(self._cols)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled arrays come back writeable: frozen again on the way in
+        return (_restore, (self._cols, self.n))
+
+    def take(self, rows: Any) -> Configs:
+        """The rows `rows` (indices or a boolean mask) as a Configs: checked rows stay checked."""
+        part = {k: v[rows] for k, v in self._cols.items()}
+        return Configs(_frozen(part, own=True), len(part["gpu"]), _key=_CHECKED)
+
+    def with_columns(self, extra: Mapping[str, Any]) -> Configs:
+        """This batch plus columns outside the configuration (a space's training_tokens, which
+        the predictor does not read), each n long; a configuration column cannot be replaced
+        (that would skip its check: change `dict(configs)` and check it again)."""
+        taken = [k for k in extra if k in CONFIG_FIELDS or k in CHECK_COLUMNS]
+        if taken:
+            raise ValueError(f"with_columns: {', '.join(taken)}: checked columns are not replaced")
+        add = {k: np.asarray(v) for k, v in extra.items()}
+        for k, v in add.items():
+            if v.shape != (self.n,):
+                raise ValueError(f"with_columns: {k}: must hold {self.n} rows, got shape {v.shape}")
+        return Configs({**self._cols, **_frozen(add, own=False)}, self.n, _key=_CHECKED)
+
+
+def _frozen(cols: dict[str, np.ndarray], own: bool) -> dict[str, np.ndarray]:
+    """`cols` with every array read-only. An array that may be someone else's (a view, or not
+    `own`ed) is copied first, so freezing a checked column never freezes a caller's input.
+    (~1 us a column: a one-row call freezes ~50; `setflags` is the cheaper spelling.)"""
+    for k, v in cols.items():
+        if v.base is not None or not own:
+            v = cols[k] = v.copy()
+        v.setflags(write=False)
+    return cols
+
+
+def _restore(cols: dict[str, np.ndarray], n: int) -> Configs:
+    return Configs(_frozen(dict(cols), own=False), n, _key=_CHECKED)
+
+
+def as_columns(
+    configs: pd.DataFrame | Mapping[str, Any], *, own: bool = False
+) -> tuple[Configs, int]:
+    """Normalise and check a DataFrame or mapping: complete columns (defaults filled, derived
+    resolved, every value checked against the field table) as a `Configs`, and n.
+
+    A `Configs` is already checked: it comes back as it is. `own=True`: the caller hands its
+    arrays over (built for this call, e.g. `SearchSpace.columns_from`), frozen in place rather
+    than copied."""
+    if isinstance(configs, Configs):
+        return configs, configs.n
     if _is_frame(configs):
         raw = {c: configs[c].to_numpy() for c in configs.columns}
     else:
         raw = dict(configs)
+    inputs = {id(v) for v in raw.values() if isinstance(v, np.ndarray)} if not own else set()
     n = 1
     for k, v in raw.items():
         if k in PATTERN_FIELDS and not isinstance(v, np.ndarray):
@@ -136,7 +237,10 @@ def as_columns(configs: pd.DataFrame | Mapping[str, Any]) -> tuple[dict[str, np.
     default_hd = cols["d_model"] // cols["n_heads"]
     cols["head_dim"] = np.where(cols["head_dim_defaulted"], default_hd, cols["head_dim"])
     cols["gpu"] = cols["gpu"].astype(str)
-    return cols, n
+    for k, v in cols.items():  # a caller's array (passed through unchanged) is copied, not frozen
+        if id(v) in inputs:
+            cols[k] = v.copy()
+    return Configs(_frozen(cols, own=True), n, _key=_CHECKED), n
 
 
 def _is_frame(x: Any) -> bool:

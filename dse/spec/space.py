@@ -345,20 +345,22 @@ class SearchSpace:
         laws = [self.objectives.loss_law, (self.constraints.get("loss") or {}).get("source")]
         return tuple(dict.fromkeys(law for law in laws if law))
 
-    def complete(self, cols: dict[str, Any]) -> dict[str, np.ndarray]:
-        """`dse.spec.columns.as_columns` of a batch, keeping this space's extra fields
-        (training_tokens, an integer count of tokens) that it would drop."""
-        out, n = C.as_columns(cols)
+    def complete(self, cols: dict[str, Any], *, own: bool = False) -> C.Configs:
+        """The checked batch (`dse.spec.columns.as_columns`), keeping this space's extra fields
+        (training_tokens, an integer count of tokens) that it would drop. `own`: the arrays of
+        `cols` were built for this call (frozen in place, not copied)."""
+        out, n = C.as_columns(cols, own=own)
+        extra = {}
         for k in self.extra_fields:
             v = np.asarray(cols[k])
-            out[k] = (np.full(n, v.item()) if v.ndim == 0 else v).astype(np.int64)
-        return out
+            extra[k] = (np.full(n, v.item()) if v.ndim == 0 else v).astype(np.int64)
+        return out.with_columns(extra) if extra else out
 
     def size(self) -> int:
         """Number of distinct configurations (product of each parameter's value count)."""
         return int(np.prod([len(p.values) for p in self.params], dtype=object))
 
-    def enumerate(self, limit: int = 20_000_000) -> dict[str, np.ndarray]:
+    def enumerate(self, limit: int = 20_000_000) -> C.Configs:
         """Every configuration as complete columns (cartesian product), row-major in declaration order."""
         n = self.size()
         if n > limit:
@@ -374,16 +376,22 @@ class SearchSpace:
                     p.values, dtype=object if isinstance(p.values[0], str) else None
                 )[ix]
         return self.complete(
-            {k: (np.full(n, v) if np.ndim(v) == 0 else v) for k, v in cols.items()}
+            {k: (np.full(n, v) if np.ndim(v) == 0 else v) for k, v in cols.items()}, own=True
         )
 
-    def columns_from(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-        """Complete columns for a list of sampled searched-parameter dicts."""
+    def raw_columns(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """The columns of a list of sampled searched-parameter dicts over the fixed values, not
+        yet checked (`columns_from` checks them; change a copy, then `complete` it)."""
         n = len(rows)
         cols: dict[str, Any] = {k: np.full(n, v) for k, v in self.fixed.items()}
         for p in self.searched:
             cols[p.name] = np.asarray([r[p.name] for r in rows])
-        return self.complete(cols)
+        return cols
+
+    def columns_from(self, rows: list[dict[str, Any]]) -> C.Configs:
+        """The checked batch of a list of sampled searched-parameter dicts: checked here once,
+        `dse.predict.predict` takes it as it is."""
+        return self.complete(self.raw_columns(rows), own=True)
 
     def examples(self, k: int = 3, seed: int = 0) -> list[dict[str, Any]]:
         """k configurations drawn uniformly (for `dse check`)."""

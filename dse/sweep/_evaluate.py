@@ -1,7 +1,8 @@
 """The objective of a sweep on arrays: configurations in, objectives, constraints and predictions out.
 
-Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.spec.columns`) and
-returns an `Evaluation` of arrays. Invalid configurations (an architecture that cannot exist)
+Pure core: `evaluate(space, cols)` takes complete configuration columns (`dse.spec.columns`: a
+checked `Configs` from `SearchSpace.columns_from`, whose valid rows go to the predictor still
+checked, so not checked again) and returns an `Evaluation` of arrays. Invalid configurations (an architecture that cannot exist)
 are decided first by `dse.spec.columns.derived` and never reach the predictor: their objectives and
 predictions are NaN. One predictor call per batch, one tokens-to-Wh call per GPU in it.
 """
@@ -267,7 +268,12 @@ def evaluate(
     objectives = space.objectives
     need_t2wh = objectives.energy_source == "tokens2wh"
     if len(rows):
-        part = {k: np.asarray(v)[rows] for k, v in cols.items()}
+        # a checked batch (`SearchSpace.columns_from`) stays checked: the predictor takes it as is
+        part = (
+            cols.take(rows)
+            if isinstance(cols, C.Configs)
+            else {k: np.asarray(v)[rows] for k, v in cols.items()}
+        )
         raw = (predictor or default_predictor(texts))(part)
         pred = {k: _scatter(v, rows, n) for k, v in raw.items()}
         module = tokens2wh_module() if (with_tokens2wh or need_t2wh) else None
@@ -339,7 +345,7 @@ def check_predictor(space: SearchSpace, predictor: Predictor | None = None) -> d
             pick.append(int(idx[0]))
     if not pick:
         return {}
-    part = {k: v[np.asarray(pick)] for k, v in cols.items()}
+    part = cols.take(np.asarray(pick))
     ev = evaluate(space, part, predictor=predictor)
     ids = ev.pred.get("artifact_id")
     return {str(g): (str(ids[i]) if ids is not None else "") for i, g in enumerate(part["gpu"])}

@@ -127,16 +127,16 @@ def place_many(
     if not fit:
         return out
     per = len(rows)
-    cols = space.columns_from(rows * len(fit))
+    raw = space.raw_columns(rows * len(fit))
     n = per * len(fit)
-    for k in C.ARCH_FIELDS:
-        if k in cols:
-            # Object arrays: a fixed-width string column would cut 'layernorm' to the width
-            # of the space's own value.
-            col = np.empty(n, dtype=object)
-            for j, (_, arch) in enumerate(fit):
-                col[j * per : (j + 1) * per] = getattr(arch, k)
-            cols[k] = col if col.dtype.kind == "O" and isinstance(col[0], str) else _typed(col)
+    for k in C.ARCH_FIELDS:  # each model's architecture over the space's rows
+        # Object arrays: a fixed-width string column would cut 'layernorm' to the width
+        # of the space's own value.
+        col = np.empty(n, dtype=object)
+        for j, (_, arch) in enumerate(fit):
+            col[j * per : (j + 1) * per] = getattr(arch, k)
+        raw[k] = col if col.dtype.kind == "O" and isinstance(col[0], str) else _typed(col)
+    cols = space.complete(raw, own=True)  # checked once, with the models' fields
     ev = evaluate(space, cols, predictor=predictor)
     table = evaluation_table(space, cols, ev, np.arange(n))
     names_o = list(space.objectives.names)

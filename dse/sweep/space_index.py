@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from dse.spec.columns import Configs
 from dse.spec.inert import DECIDING_FIELDS, INERT_FIELDS, inert_masks
 from dse.spec.space import SearchSpace
 
 
-def space_columns(space: SearchSpace, index: np.ndarray) -> dict[str, np.ndarray]:
+def space_columns(space: SearchSpace, index: np.ndarray) -> Configs:
     """Complete configuration columns of the configurations at `index` (enumeration order)."""
     idx = np.asarray(index, dtype=np.int64)
     searched = space.searched
@@ -27,7 +28,7 @@ def space_columns(space: SearchSpace, index: np.ndarray) -> dict[str, np.ndarray
     return digit_columns(space, np.column_stack(digits))
 
 
-def digit_columns(space: SearchSpace, digits: np.ndarray) -> dict[str, np.ndarray]:
+def digit_columns(space: SearchSpace, digits: np.ndarray) -> Configs:
     """Complete configuration columns of configurations given as (n, searched) digit rows, one
     digit per searched parameter (the index of its value): a space of any size, even one whose
     flat index would not fit in 64 bits."""
@@ -37,7 +38,7 @@ def digit_columns(space: SearchSpace, digits: np.ndarray) -> dict[str, np.ndarra
     for j, p in enumerate(space.searched):
         values = np.asarray(p.values, dtype=object if isinstance(p.values[0], str) else None)
         cols[p.name] = values[digits[:, j]]
-    return space.complete(cols)  # as_columns, keeping training_tokens
+    return space.complete(cols, own=True)  # as_columns, keeping training_tokens
 
 
 def canonical_digits(space: SearchSpace, digits: np.ndarray) -> np.ndarray:

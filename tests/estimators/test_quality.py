@@ -285,8 +285,7 @@ def test_joint_moe_flags_experts_routing_and_shared_expert() -> None:
     """
     base = _joint_paper_model(1024, 16, 64)
     rows = [base, {**base, "n_experts": 8, "top_k": 2}, {**base, "n_experts": 8}]
-    cols = _batch(rows)
-    cols["shared_expert_d_ff"] = np.array([0, 0, 1408])
+    cols = _batch([{**r, "shared_expert_d_ff": s} for r, s in zip(rows, [0, 0, 1408], strict=True)])
     out = Q.predict_loss(cols, np.array([16e9, 16e9, 16e9]), "joint_moe")
     e64, top2, shared = out["out_of_range_inputs"]
     assert "n_experts 64 > 32 (x2)" in e64

@@ -83,7 +83,7 @@ def test_an_inert_field_changes_nothing_the_sweep_computes(
         "d_ff: 5632, training_tokens: 1.0e+12}\nobjectives:\n  loss: {source: chinchilla}\n"
         "  latency: {metric: request}\n  energy: {source: tokens2wh}\n"
     ))  # fmt: skip
-    full["training_tokens"] = np.full(n, 10**12, dtype=np.int64)
+    full = full.with_columns({"training_tokens": np.full(n, 10**12, dtype=np.int64)})
     ev = evaluate(space, full)
     assert ev.valid.all(), ev.invalid_reason
     blocks = {"objectives": ev.objectives, **ev.sizes, **ev.constraints}
