@@ -201,7 +201,11 @@ def as_columns(
         v = raw[name]
         nd = v.ndim if isinstance(v, np.ndarray) else np.ndim(v)
         if v is None or (nd > 0 and _all_missing(v)):
-            cols[name] = None  # type: ignore[assignment]
+            # a column of None / NaN is an absent one: its default (an empty list stays an error)
+            t = _DEFAULT_ROW.get(name) if v is None or np.size(v) else None
+            if t is not None:
+                defaulted.add(name)
+            cols[name] = None if t is None else t.repeat(n)  # type: ignore[assignment]
             continue
         if name in PATTERN_FIELDS and not isinstance(v, np.ndarray):
             # One pattern for every row ([sliding, full] from YAML), or one per row: a list of

@@ -134,3 +134,15 @@ def test_a_space_batch_is_a_configs(tmp_path: Path) -> None:
     assert list(cols["d_model"]) == [64, 128] and list(cols["training_tokens"]) == [10**9] * 2
     assert all(not v.flags.writeable for v in cols.values())
     assert isinstance(space.enumerate(), C.Configs)
+
+
+def test_an_empty_column_takes_the_fields_default() -> None:
+    """A column of None (a CSV's empty gpu column read into a dict) is an absent column: the
+    field's default, not an AttributeError deep in the checker."""
+    base = dict(d_model=[4096], n_layers=[32], n_heads=[32], n_kv_heads=[8], d_ff=[14336],
+                vocab_size=[128256])  # fmt: skip
+    cols, _ = C.as_columns({**base, "gpu": [None], "batch_size": [None]})
+    ref, _ = C.as_columns(base)
+    assert cols["gpu"][0] == ref["gpu"][0] and cols["batch_size"][0] == ref["batch_size"][0]
+    cols, _ = C.as_columns({**base, "gpu": None})
+    assert cols["gpu"][0] == ref["gpu"][0]
