@@ -38,8 +38,8 @@ from dse.models.artifact import Artifact
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict._rows import Groups, distinct_columns, ndim_of, shape_of, unique_float_rows
 from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, L1Price
+from dse.predict.op_power import op_power_w
 from dse.predict.ops import Op
-from dse.predict.power_table import op_power_w
 from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
 from dse.roofline import (
     LAUNCH_S,
