@@ -6,7 +6,8 @@ scores (each family's `predict_rows`, then `validate._bound_kernel_energy`) to 1
 Rows are those the pricer would price with the same model: the engine it prices with (vLLM) and,
 for MoE, the balanced routing without expert parallelism it assumes, bf16 (the pricer prices
 every MoE dtype with the vLLM bf16 table, `adapters.PREFER`; noted in docs/accuracy.md).
-Without the fix the H200 GEMM power of the two paths differed by up to 383%.
+Without the fix the H200 GEMM power of the two paths differed by up to 383%. vidur's projection
+GEMM rows (`test_vidur_projections_one_path`) are scored on the pricer's Level 1 x Level 2 item.
 """
 
 from __future__ import annotations
@@ -155,3 +156,54 @@ def test_moe_one_path(tables: dict[str, pd.DataFrame], gpu: str) -> None:
     if sub.empty:
         pytest.skip(f"{gpu}: no MoE table of balanced routing (the pricer's) in the data")
     _check("moe", gpu, sub, _moe_op(sub))
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "a100_sxm"])
+def test_vidur_projections_one_path(data_dir: Path, gpu: str) -> None:
+    """vidur's projection GEMM rows as `dse validate` scores them equal the pricer's Level 1 x
+    Level 2 item of the same operator (one layer, num_tokens single-token sequences); it
+    scored the GEMM table alone before (issue 33 item 5: 18-22% on H100 where the pricer's
+    path scores 6-9%)."""
+    from dse.data import load
+    from dse.fitting.layer_ops import predict_layer_op_rows
+    from dse.predict.ops import forward_ops
+    from dse.predict.pricing import Pricer
+    from dse.spec import columns as C
+
+    names = {
+        "attn_pre_proj": "attention/qkv",
+        "attn_post_proj": "attention/out",
+        "mlp_up_proj": "ffn/gate_up",
+        "mlp_down_proj": "ffn/down",
+    }
+    rows = load(data_dir, ["layer_op"])["layer_op"]
+    rows = rows[(rows["gpu"] == gpu) & rows["op"].isin(list(names))]
+    rows = rows.sample(min(40, len(rows)), random_state=0).reset_index(drop=True)
+    art = Artifact.load(gpu)
+    assert art.has("level2.attention_proj") or art.has("level2.ffn_dense")
+    got = predict_layer_op_rows(art, "layer_op", rows)["latency_pred_s"].to_numpy(float)
+    n = len(rows)
+    cols, _ = C.as_columns(
+        {
+            "d_model": rows["d_model"].to_numpy(np.int64),
+            "n_layers": np.ones(n, dtype=np.int64),
+            "n_heads": rows["n_heads"].to_numpy(np.int64),
+            "n_kv_heads": rows["n_kv_heads"].to_numpy(np.int64),
+            "d_ff": rows["d_ff"].to_numpy(np.int64),
+            "vocab_size": rows["vocab_size"].to_numpy(np.int64),
+            "gated_mlp": rows["gated_mlp"].to_numpy(bool),
+            "batch_size": rows["num_tokens"].to_numpy(np.int64),
+            "prompt_tokens": np.ones(n, dtype=np.int64),
+            "output_tokens": np.ones(n, dtype=np.int64),
+            "tensor_parallel": rows["tensor_parallel"].to_numpy(np.int64),
+            "gpu": np.full(n, gpu),
+        }
+    )
+    spec = get_gpu(gpu)
+    cost = Pricer(spec, art, get_gpu(art.level1_gpu), cols).price(
+        forward_ops(cols, "prefill"), "prefill"
+    )
+    want = np.array(
+        [cost.items_s[names[op]][i] for i, op in enumerate(rows["op"].astype(str))], dtype=float
+    )
+    np.testing.assert_allclose(got, want, rtol=TOL)
