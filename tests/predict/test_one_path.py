@@ -27,7 +27,7 @@ from dse.roofline import board_limited_w
 from dse.spec.arch import dtype_bytes
 from dse.spec.hardware import get_gpu
 
-GPUS = ("h100_sxm", "h200_sxm", "a100_sxm")
+GPUS = ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm")
 PER_TABLE = 150  # rows sampled per (gpu, dtype) table: every regime shows up in a few hundred
 TOL = 1e-6
 
