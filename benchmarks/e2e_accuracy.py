@@ -96,7 +96,7 @@ METHOD_TEXT = [
     "How a prediction is made (`dse.predict.predict`): every operator of `dse.predict.ops.forward_ops`",
     "is priced by the Level-1 model of the GPU's artifact that covers it (roofline with a launch",
     "floor where none does; `roofline_ops` names those), with power from the Level-1 power model",
-    "(tabulated); Level 2 scales the attention projections and the dense FFN by block residual",
+    "(at each call's duration); Level 2 scales the attention projections and the dense FFN by block residual",
     "MLPs fitted on vidur's block sums; decode is integrated over the KV length with composite",
     "Simpson (5 nodes; exact where the step cost is piecewise linear between nodes, error vs the",
     "step-by-step sum < 0.2% in tests/predict/test_predictor.py); a batch whose KV cache does not fit runs",

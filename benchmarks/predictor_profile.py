@@ -46,7 +46,7 @@ STAGES = [
     ("- decode attention", "predict/adapters.py", "price_generation_attention"),
     ("- MoE", "predict/adapters.py", "price_moe"),
     ("- all-reduce", "predict/adapters.py", "price_allreduce"),
-    ("- operator power (`power_table.op_power_w`)", "predict/power_table.py", "op_power_w"),
+    ("- operator power (`op_power.op_power_w`)", "predict/op_power.py", "op_power_w"),
     ("Level 2 (`pricing._apply_level2`)", "predict/pricing.py", "_apply_level2"),
     ("phase totals (`pricing._finish`, `_finish_grouped`)", "predict/pricing.py", "_finish"),
     ("", "predict/pricing.py", "_finish_grouped"),

@@ -282,8 +282,7 @@ def _mape_shift(err: np.ndarray) -> float:
 
 class GemmModel(Model):
     """One GPU, engine and dtype. `fit(df)` needs columns m, n, k, latency_s (+ power_w for the
-    measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays,
-    `latency_and_power_residual(m, n, k)` the latency items and the power residual alone.
+    measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays.
 
     `power_model`: the family power model (`dse.models.power`, fitted) energy is priced with;
     None: latency only (power and energy NaN)."""
@@ -534,18 +533,6 @@ class GemmModel(Model):
         out = {"latency_s": latency, "energy_j": power * latency, "power_w": power}
         out.update((key, v) for key, v in lat.items() if key != "latency_s")
         return {key: v.reshape(shape) for key, v in out.items()}
-
-    def latency_and_power_residual(
-        self, m: Any, n: Any, k: Any
-    ) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-        """(the latency items of `predict` without power_w and energy_j, the log measured-power
-        residual at the same shapes, None without one): the table cell found once for both. The
-        predictor prices power from the artifact's power table, so the power model is not run."""
-        lat, shape, cell = self._latency(m, n, k)
-        out = {key: v.reshape(shape) for key, v in lat.items()}
-        if self.power_table_ is None:
-            return out, None
-        return out, _Grid.interp(self.power_table_, cell).reshape(shape)
 
     def _latency(
         self, m: Any, n: Any, k: Any

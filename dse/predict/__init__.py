@@ -9,7 +9,7 @@ requests for the serving engine; power is calibrated on the whole request.
 numpy only at import time. The modules: `ops` (the operators of one forward pass), `adapters`
 (the Level-1 model of each operator kind, `ADAPTERS`), `pricing` (Levels 1-2 over an operator
 list), `request` (waves, quadrature, Level 3 and power, the outputs), `flags` (range flags),
-`artifacts` (which artifact prices a GPU), `gemm_choice`, `power_table`, `_rows`.
+`artifacts` (which artifact prices a GPU), `gemm_choice`, `op_power`, `_rows`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ maps each `Op.kind` to its adapter (an explicit table; nothing registers on impo
 
 - shapes repeat (a sweep draws from grids): each model is evaluated once per distinct shape
   (`dse.predict._rows.unique_rows`) and the results are scattered back;
-- power is read from a bilinear table of the artifact's power model over the utilisations
-  (`dse.predict.power_table.PowerTable`), not by running its MLP once per operator call.
+- power is the artifact's power model at each operator's utilisations and duration
+  (`dse.predict.op_power.op_power_w`), run once per group of rows that share them.
 
 One file (~840 lines) on purpose: one adapter per kernel family (GEMM, attention, MoE, all-
 reduce, MLA, linear layers) over one model lookup (`PREFER`, `_find_model`) and one range-miss
@@ -39,8 +39,8 @@ from dse.predict._rows import (
     row_blocks,
     shape_of,
 )
+from dse.predict.op_power import op_power_w
 from dse.predict.ops import ROUND_ROBIN, Op
-from dse.predict.power_table import op_power_w, power_table
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import GPU
 
@@ -136,7 +136,7 @@ def price_gemm(
         else:
 
             def call(a, b, c, mdl=model):
-                return _gemm_call(artifact, mdl, a, b, c)
+                return _gemm_call(mdl, a, b, c)
 
         rng = ch.artifact.manifest["models"][ch.name].get("fitted_range", {})
         blocks, n_block = column_blocks(n[sel], rng.get("n", (0.0, np.inf))[1])
@@ -176,20 +176,12 @@ def _latency_power(out: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _gemm_call(
-    artifact: Artifact, model: GemmModel, m: np.ndarray, n: np.ndarray, k: np.ndarray
+    model: GemmModel, m: np.ndarray, n: np.ndarray, k: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Latency of one GEMM model and its power from the power table (plus the model's measured
-    power residual where it has one), without running the power MLP per call. The model is the
-    artifact's cached instance, shared by every caller: it is read, never changed."""
-    table = power_table(artifact)
-    if table is not None and model.power_model is not None:
-        out, log_power_residual = model.latency_and_power_residual(m, n, k)
-        span = model.c_["board_w"] - model.c_["idle_w"]
-        # The power model's shape scaled to the GPU the model was fitted for (idle..board).
-        p = model.c_["idle_w"] + span * table.fraction(out["compute_util"], out["memory_util"])
-        if log_power_residual is not None:
-            p = p * np.exp(log_power_residual)
-        return {"latency_s": out["latency_s"], "power_w": p}
+    """Latency and power of one GEMM model: `GemmModel.predict` itself, the function `dse
+    validate` scores (power at the call's utilisations and duration, times the measured-power
+    residual where the model has one). The model is the artifact's cached instance, shared by
+    every caller: it is read, never changed."""
     out = model.predict(m, n, k)
     return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
 

@@ -8,7 +8,8 @@ time and an energy from the GPU's frozen artifact, Level 2 calibrates the measur
   floor, and the pricer records which model priced each operator (`PhaseCost.sources`). The
   adapters live in `dse.predict.adapters`; the roofline time of every operator is kept
   too (`PhaseCost.roof_s`), for Level 3 to weigh against the models.
-- Energy: power per operator from the artifact's power model when it has one (tabulated), else
+- Energy: power per operator from the artifact's power model at the call's duration when it has
+  one (`dse.predict.op_power`, as `dse validate` scores it), else
   the roofline stand-in (idle + a fixed fraction of the idle-to-board span times utilisation).
 - Level 2: an eager-GEMM calibration for the blocks whose whole time is measured (vidur,
   PyTorch eager): the attention projections (QKV, RoPE, output) and the dense FFN (gate/up,
@@ -45,8 +46,8 @@ from dse.predict._rows import (
     unique_float_rows,
 )
 from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, L1Price
+from dse.predict.op_power import op_power_w
 from dse.predict.ops import Op
-from dse.predict.power_table import op_power_w
 from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
 from dse.roofline import (
     LAUNCH_S,

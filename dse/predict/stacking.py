@@ -34,8 +34,8 @@ from dse.predict.adapters import (
     price_layer_op,
     price_moe,
 )
+from dse.predict.op_power import op_power_w
 from dse.predict.ops import Op
-from dse.predict.power_table import op_power_w
 from dse.roofline import LAUNCH_S, roofline_s
 from dse.spec.hardware import GPU
 

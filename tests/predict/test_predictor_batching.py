@@ -1,5 +1,5 @@
 """The predictor's fast paths give every row the numbers it would get alone: deduplicated
-operator shapes, rows priced only where an operator runs, float32 MLPs, tabulated power."""
+operator shapes, rows priced only where an operator runs, float32 MLPs, power once per group."""
 
 from __future__ import annotations
 
