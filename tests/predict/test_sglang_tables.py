@@ -88,7 +88,10 @@ def test_sglang_configurations_name_the_sglang_tables(gpu: str) -> None:
     used = [set(t.split(",")) for t in p["kernel_models"]]
     want = {"gemm.sglang.bfloat16", *KERNEL_MODELS}
     assert want <= used[0], used[0]
-    assert not any(".vllm." in m or m.endswith(".vllm") for m in used[0] if "linear" not in m)
+    vllm_left = {m for m in used[0] if ".vllm." in m or m.endswith(".vllm")}
+    if gpu == "h100_sxm":  # H100's share has no SGLang all-reduce table: vLLM's custom one
+        vllm_left = {m for m in vllm_left if not m.startswith("allreduce.")}
+    assert not vllm_left, used[0]
     for other in used[1:]:
         assert {"gemm.vllm.bfloat16", "context_attention.vllm", "moe.vllm.bfloat16"} <= other
         assert not any("sglang" in m for m in other), other
