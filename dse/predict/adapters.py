@@ -82,6 +82,9 @@ CTX_COLUMNS: tuple[str, ...] = (
     "tensor_parallel",
     "batch_size",
     "prompt_tokens",
+    # the linear-layer adapter's model per row; the other adapters take the batch's engine
+    # (ctx["engine"], `Pricer.engine`, read from this column)
+    "engine",
 )
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
