@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(err[0])
     from dse.predict import predict
 
-    pred = predict(cols)
+    pred = predict(cols, models=True)
     config = {k: _plain(cols[k][0]) for k in C.CONFIG_FIELDS}
     result = {k: _plain(v[0]) for k, v in pred.items()}
     if warn[0]:
@@ -302,6 +302,9 @@ class Provenance(NamedTuple):
     out_of_range_inputs: str | None  # the text of predict's column, when out of range
     # models of the artifact fitted on another GPU's rows: "<gpu>: <model>, <model>" per GPU
     stand_ins: tuple[str, ...] = ()
+    # the fitted models that priced the operators (predict's `kernel_models`), e.g. an SGLang
+    # configuration's `gemm.sglang.bfloat16`
+    kernel_models: tuple[str, ...] = ()
 
 
 class PredictionInfo(NamedTuple):
@@ -403,6 +406,7 @@ def _provenance(config: dict[str, Any], r: dict[str, Any]) -> Provenance:
         if r.get("out_of_range")
         else None,
         stand_ins=_stand_ins(config["gpu"], r.get("artifact_id")),
+        kernel_models=names("kernel_models"),
     )
 
 
@@ -453,6 +457,8 @@ def render_table(info: PredictionInfo) -> str:
     )
     if p.energy_source:
         lines.append(f"  energy: {p.energy_source}")
+    if p.kernel_models:
+        lines.append(f"  kernel models: {', '.join(p.kernel_models)}")
     if p.roofline_ops:
         lines.append(f"  priced by the roofline (no fitted model): {', '.join(p.roofline_ops)}")
     if p.borrowed_ops:

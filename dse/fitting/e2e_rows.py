@@ -100,8 +100,14 @@ def price_rows(
     extra: dict[str, list[np.ndarray]] = {k: [] for k in keys}
     order = []
     fitted_on = get_gpu(artifact_gpu) if artifact is not None else None
-    for name in np.unique(cols["gpu"]):
-        idx = np.nonzero(cols["gpu"] == name)[0]
+    # per GPU, and apart the rows of an engine priced by its own kernel tables (the pricer
+    # takes one engine's tables per batch: `dse.predict.pricing.batch_engine`)
+    from dse.predict.pricing import own_engine_groups
+
+    keys = np.char.add(cols["gpu"].astype(str), np.char.add("|", own_engine_groups(cols["engine"])))
+    for key in np.unique(keys):
+        idx = np.nonzero(keys == key)[0]
+        name = cols["gpu"][idx[0]]
         sub = {k: v[idx] for k, v in cols.items()}
         gpu = get_gpu(str(name))
         base = base_costs(sub, len(idx), gpu, artifact, fitted_on or gpu)

@@ -82,9 +82,40 @@ CTX_COLUMNS: tuple[str, ...] = (
     "tensor_parallel",
     "batch_size",
     "prompt_tokens",
+    # the linear-layer adapter's model per row; the other adapters take the batch's engine
+    # (ctx["engine"], `Pricer.engine`, read from this column)
+    "engine",
 )
 
 GEMM_ENGINE = "vllm"  # kernel tables of this engine price GEMMs when the artifact has several
+# Engines whose configurations are priced by their own kernel tables (GEMM, attention, MoE, MLA,
+# all-reduce) wherever the artifact has one of the kind (`OWN_PREFER`), else by the default
+# tables above (vLLM's), as every other engine's are. TensorRT-LLM keeps vLLM's tables on
+# purpose: Level 3 was fitted on its end-to-end rows priced that way (docs/accuracy.md). The
+# pricer prices such an engine's configurations apart from the rest (`Pricer.engine`: one
+# engine per batch, `dse.predict.request.predict_columns` splits a mixed one) and passes it to
+# the adapters as ctx["engine"].
+OWN_TABLE_ENGINES: tuple[str, ...] = ("sglang",)
+
+
+def table_engine(ctx: Mapping[str, Any] | None) -> str | None:
+    """The engine whose own tables price this call (ctx["engine"]), None: the default tables."""
+    if ctx is None:
+        return None
+    engine = ctx.get("engine")
+    return engine if engine in OWN_TABLE_ENGINES else None
+
+
+def gemm_engine(names: Any, dtype: str, engine: str | None) -> str:
+    """The engine whose GEMM table prices `dtype`: `engine`'s where the artifact (its model
+    `names`) has that engine's table of the dtype, else GEMM_ENGINE (as `Gemm.choose` then
+    looks further: a fallback dtype, the sibling chip's table)."""
+    if engine is not None:
+        from dse.predict.gemm_choice import model_name
+
+        if model_name(engine, dtype) in names:
+            return engine
+    return GEMM_ENGINE
 
 
 # ---------------------------------------------------------------------------- GEMM
@@ -116,8 +147,10 @@ def price_gemm(
     used = []
     which = np.zeros(m.shape, dtype=np.int8)
     kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
+    own = table_engine(ctx)
+    engine_of = {str(dt): gemm_engine(g.names, str(dt), own) for dt in kinds}
     try:
-        chosen = {str(dt): g.choose(str(dt), GEMM_ENGINE) for dt in kinds}
+        chosen = {str(dt): g.choose(str(dt), engine_of[str(dt)]) for dt in kinds}
     except ArtifactError:
         # a dtype no table of this chip (or its sibling) prices, e.g. fp8 weights on an artifact
         # fitted with bf16 GEMMs only: the roofline prices the operator, flagged in
@@ -129,7 +162,7 @@ def price_gemm(
         ch = chosen[str(dt)]
         model = ch.model()
         if ch.borrowed:  # the sibling chip's table, moved to this GPU (as Gemm.predict does)
-            host = g.power_host(str(dt), GEMM_ENGINE)
+            host = g.power_host(str(dt), engine_of[str(dt)])
 
             def call(a, b, c, mdl=model, ch=ch, d=str(dt), host=host):
                 return _latency_power(borrowed(mdl.predict(a, b, c), ch, d, (a, b, c), host))
@@ -381,17 +414,48 @@ PREFER: dict[str, tuple[str, ...]] = {
 }
 
 
-def _find_model(artifact: Artifact, op_kind: str) -> str | None:
-    """The artifact's model for an operator kind (PREFER's first match), found once per
-    artifact and kind."""
+# The own tables of an engine of OWN_TABLE_ENGINES, per lookup (substrings of the model name, most
+# preferred first): a configuration of that engine takes the first the artifact has, else the
+# default lookup (PREFER). SGLang's MoE of 8- and 16-bit weights is its bf16 table, as vLLM's;
+# its all-reduce its custom kernel (CUDA graph first), then NCCL, never another engine's.
+OWN_PREFER: dict[str, dict[str, tuple[str, ...]]] = {
+    "sglang": {
+        "attention_prefill": ("sglang",),
+        "attention_decode": ("sglang",),
+        "moe": ("sglang.bfloat16",),
+        "moe_4bit": ("sglang.w4a16_mxfp4", "sglang.int4_wo"),
+        "moe_nvfp4": ("sglang.nvfp4",),
+        "allreduce": ("sglang.custom.sglang_graph", "sglang.custom"),
+        "attention_mla_prefill": ("sglang",),
+        "attention_mla_decode": ("sglang",),
+    },
+}
+
+
+def _find_model(artifact: Artifact, op_kind: str, engine: str | None = None) -> str | None:
+    """The artifact's model for an operator kind: `engine`'s own table (OWN_PREFER) where the
+    artifact has one, else PREFER's first match; found once per artifact, kind and engine."""
     # an artifact being built gains models: the key holds how many it has
-    key = (id(artifact), artifact.artifact_id, len(artifact.manifest["models"]), op_kind)
+    key = (id(artifact), artifact.artifact_id, len(artifact.manifest["models"]), op_kind, engine)
     if key not in _FOUND:
-        _FOUND[key] = _search_model(artifact, op_kind)
+        _FOUND[key] = _own_model(artifact, op_kind, engine) or _search_model(artifact, op_kind)
     return _FOUND[key]
 
 
-_FOUND: dict[tuple[int, str, int, str], str | None] = {}
+_FOUND: dict[tuple[int, str, int, str, str | None], str | None] = {}
+
+
+def _own_model(artifact: Artifact, op_kind: str, engine: str | None) -> str | None:
+    """`engine`'s own model for an operator kind (OWN_PREFER's first match), or None."""
+    prefs = OWN_PREFER.get(engine or "", {}).get(op_kind, ())
+    if not prefs:
+        return None
+    names = sorted({n for kind in KIND_CANDIDATES.get(op_kind, ()) for n in artifact.names(kind)})
+    for pref in prefs:
+        hit = [n for n in names if pref in n]
+        if hit:
+            return hit[0]
+    return None
 
 
 # Lookups that take only a PREFER match (no fallback to another table of the kind)
@@ -439,12 +503,14 @@ def _kernel_price(
     arrays: dict[str, np.ndarray],
     keys: tuple[str, ...],
     lookup: str | None = None,
+    engine: str | None = None,
 ) -> L1Price | None:
     """Price by a kernel-table model. `keys`: the integral inputs that determine every array
     passed (the others are constants or copies of them), so the model runs once per distinct
     row of `keys` over the batch and the quadrature nodes. `lookup`: the KIND_CANDIDATES key
-    to find the model by (default the operator's kind)."""
-    name = _find_model(artifact, lookup or op.kind)
+    to find the model by (default the operator's kind); `engine`: whose own table comes first
+    (`table_engine`)."""
+    name = _find_model(artifact, lookup or op.kind, engine)
     if name is None:
         return None
     model = artifact.model(name)
@@ -524,6 +590,7 @@ def price_context_attention(
         gpu,
         a,
         ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim", "kv_fp8"),
+        engine=table_engine(ctx),
     )
 
 
@@ -541,7 +608,7 @@ def price_generation_attention(
     if "stratum" in op.dims:  # the quadrature's strata: an ensemble member per node
         a["stratum"] = np.asarray(op.dims["stratum"], dtype=np.int64)
         keys += ("stratum",)
-    return _kernel_price(artifact, op, gpu, a, keys)
+    return _kernel_price(artifact, op, gpu, a, keys, engine=table_engine(ctx))
 
 
 def price_mla(
@@ -565,7 +632,8 @@ def price_mla(
         **{k: np.asarray(d[k], dtype=float) for k in geometry},
     }
     lookup = "attention_mla_prefill" if prefill else "attention_mla_decode"
-    name = _find_model(artifact, lookup)
+    engine = table_engine(ctx)
+    name = _find_model(artifact, lookup, engine)
     if name is None:
         return None
     rng = artifact.manifest["models"][name].get("fitted_range", {})
@@ -577,7 +645,7 @@ def price_mla(
     if not covered.any():
         return None
     keys = ("batch_size", length, "num_heads", "kv_fp8", *geometry)
-    price = _kernel_price(artifact, op, gpu, a, keys, lookup)
+    price = _kernel_price(artifact, op, gpu, a, keys, lookup, engine)
     if price is None or covered.all():
         return price
     # another latent geometry: the roofline there (the geometry's own range miss is that flag)
@@ -605,21 +673,22 @@ def price_moe(
     4-bit or nvfp4 weights take the artifact's MoE model of that format (MOE_BY_WEIGHT_BYTES,
     PREFER) where it has one, the rest the bf16 one."""
     wb = op.dims.get("weight_bytes")
+    engine = table_engine(ctx)
     lookups: list[tuple[str | None, np.ndarray | None]] = []
     if wb is not None:
         w = np.asarray(wb, dtype=float)
         for width, lookup in MOE_BY_WEIGHT_BYTES.items():
             rows = w == width
-            if rows.any() and _find_model(artifact, lookup) is not None:
+            if rows.any() and _find_model(artifact, lookup, engine) is not None:
                 lookups.append((lookup, rows))
     if not lookups:
-        return _price_moe(artifact, op, gpu, None)
+        return _price_moe(artifact, op, gpu, None, engine)
     if len(lookups) == 1 and lookups[0][1].all():
-        return _price_moe(artifact, op, gpu, lookups[0][0])
+        return _price_moe(artifact, op, gpu, lookups[0][0], engine)
     rest = ~np.logical_or.reduce([rows for _, rows in lookups])
     if rest.any():
         lookups.insert(0, (None, rest))
-    prices = [_price_moe(artifact, op, gpu, lookup) for lookup, _ in lookups]
+    prices = [_price_moe(artifact, op, gpu, lookup, engine) for lookup, _ in lookups]
     if any(p is None for p in prices):
         return None
     shape = prices[0].latency_s.shape
@@ -651,7 +720,9 @@ def price_moe(
     )
 
 
-def _price_moe(artifact: Artifact, op: Op, gpu: GPU, lookup: str | None) -> L1Price | None:
+def _price_moe(
+    artifact: Artifact, op: Op, gpu: GPU, lookup: str | None, engine: str | None = None
+) -> L1Price | None:
     d = op.dims
     a: dict[str, Any] = {
         "num_tokens": np.asarray(d["num_tokens"], dtype=float),
@@ -668,7 +739,7 @@ def _price_moe(artifact: Artifact, op: Op, gpu: GPU, lookup: str | None) -> L1Pr
         a["routing"] = routing.astype(float)
         a["distribution"] = np.where(routing == ROUND_ROBIN, "balanced", "uniform")
         keys += ("routing",)
-    return _kernel_price(artifact, op, gpu, a, keys, lookup)
+    return _kernel_price(artifact, op, gpu, a, keys, lookup, engine)
 
 
 def price_allreduce(
@@ -681,7 +752,11 @@ def price_allreduce(
     if not names:
         return None
     ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
+    own = [n for pref in OWN_PREFER.get(table_engine(ctx) or "", {}).get("allreduce", ())
+           for n in names if pref in n]  # fmt: skip
     ranked = list(dict.fromkeys(ranked + names))
+    if own:  # the engine's own custom kernel, then NCCL (never another engine's custom one)
+        ranked = list(dict.fromkeys(own + [n for n in ranked if ".custom" not in n]))
     d = op.dims
     msg = np.asarray(d["message_bytes"], dtype=float)
     n_gpus = as_shape(np.asarray(d["n_gpus"], dtype=float), msg.shape)

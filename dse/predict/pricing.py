@@ -45,7 +45,7 @@ from dse.predict._rows import (
     shape_of,
     unique_float_rows,
 )
-from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, L1Price
+from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, OWN_TABLE_ENGINES, L1Price
 from dse.predict.op_power import op_power_w
 from dse.predict.ops import Op
 from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
@@ -575,8 +575,36 @@ def _finish(d: _Draft, ops: list[Op], weights: np.ndarray | None) -> PhaseCost:
     return out
 
 
+def own_engine_groups(engines: np.ndarray) -> np.ndarray:
+    """Per configuration, the engine whose own kernel tables price it (`adapters.OWN_TABLE_ENGINES`),
+    "" for the default tables: configurations of different groups are priced apart."""
+    e = np.asarray(engines).astype(str)
+    return np.where(np.isin(e, OWN_TABLE_ENGINES), e, "")
+
+
+def batch_engine(cols: Mapping[str, np.ndarray] | None) -> str | None:
+    """The engine of OWN_TABLE_ENGINES every configuration of `cols` runs, None when they run
+    others (or say no engine). A batch mixing the two is a caller's mistake (ValueError): its
+    configurations would be priced by one set of tables; `dse.predict.request.predict_columns`
+    splits such a batch first."""
+    if cols is None or "engine" not in cols:
+        return None
+    groups = np.unique(own_engine_groups(cols["engine"]))
+    if len(groups) > 1:
+        raise ValueError(
+            f"a batch mixing engines {sorted(groups.tolist())} reached the pricer: price each "
+            "engine's configurations apart (dse.predict.request.predict_columns does)"
+        )
+    if not len(groups) or not groups[0]:
+        return None
+    return str(groups[0])
+
+
 class Pricer:
-    """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits)."""
+    """Prices operator lists with an artifact's Level-1/2 models (roofline where none fits).
+
+    `engine`: the engine whose own kernel tables price the batch (`adapters.OWN_TABLE_ENGINES`;
+    None: the default tables), read from cols["engine"] when not given."""
 
     # Batches of at most this many configurations stack their operators (`price_phases`).
     stack_at_most: int = STACK_AT_MOST
@@ -587,10 +615,12 @@ class Pricer:
         artifact: Artifact | None = None,
         artifact_gpu: GPU | None = None,
         cols: Mapping[str, np.ndarray] | None = None,
+        engine: str | None = None,
     ) -> None:
         self.gpu = gpu
         self.artifact = artifact
         self.cols = cols  # configuration columns: some Level-1 models need sizes ops do not carry
+        self.engine = engine if engine is not None else batch_engine(cols)
         # The GPU whose measurements the Level-1 models were fitted on, when it is another chip
         # of the same compute (A100 40GB priced with the 80GB part's kernels): times move with
         # the memory-bandwidth ratio where an operator is memory-bound (`transfer_factor`).
@@ -639,7 +669,7 @@ class Pricer:
     def _at_rows(self, rows: np.ndarray) -> Pricer:
         """This pricer on the configurations `rows` (their columns gathered when read)."""
         cols = None if self.cols is None else ColumnsAt(self.cols, rows)
-        return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols)
+        return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols, self.engine)
 
     def _stacked(
         self,
@@ -655,7 +685,12 @@ class Pricer:
             runs = [op_runs(ops, n) for ops, _, _ in phases]
         stacks: dict[int, tuple[StackedAdapter, list[tuple[int, int, Op, dict[str, Any]]]]] = {}
         for p, (ops, phase, _) in enumerate(phases):
-            ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase)}
+            ctx = {
+                "cols": self.cols,
+                "phase": phase,
+                "tokens": _tokens(self.cols, phase),
+                "engine": self.engine,
+            }
             every = runs[p].every
             for j, op in enumerate(ops):
                 adapter = STACKED.get(op.kind)
@@ -697,7 +732,13 @@ class Pricer:
         n = len(np.atleast_1d(ops[0].count))
         d = _Draft(np.zeros(n, dtype=bool), np.zeros(n))
         # "cache": adapters may share results between operators of this phase.
-        ctx = {"cols": self.cols, "phase": phase, "tokens": _tokens(self.cols, phase), "cache": {}}
+        ctx = {
+            "cols": self.cols,
+            "phase": phase,
+            "tokens": _tokens(self.cols, phase),
+            "cache": {},
+            "engine": self.engine,
+        }
         sources, source_rows = d.sources, d.source_rows
         runs = op_runs(ops, n) if runs is None else runs
         runs_of, every_of = runs.mask, runs.every
@@ -769,6 +810,7 @@ class Pricer:
             "cols": None if self.cols is None else ColumnsAt(self.cols, idx),
             "phase": ctx["phase"],
             "tokens": None if ctx["tokens"] is None else ctx["tokens"][idx],
+            "engine": self.engine,
         }
         price = adapter(self.artifact, _op_rows(op, idx, n), self.gpu, sub_ctx)
         return None if price is None else _scatter(price, idx, n)

@@ -31,7 +31,7 @@ from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import LayerShapes, forward_ops
 from dse.predict.power_bounds import bounded_energy_band, bounded_phases
-from dse.predict.pricing import PhaseCost, Pricer
+from dse.predict.pricing import PhaseCost, Pricer, own_engine_groups
 from dse.predict.serving import any_continuous
 from dse.predict.serving import apply as apply_serving
 from dse.predict.stacking import STACK_AT_MOST
@@ -244,12 +244,25 @@ def predict_columns(
     artifact: Artifact | str | None = "auto",
     *,
     texts: bool = True,
+    models: bool = False,
 ) -> dict[str, np.ndarray]:
     """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
 
     `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline. `texts=False`
-    leaves out `out_of_range_inputs` (see `predict`).
+    leaves out `out_of_range_inputs`, `models=True` adds `kernel_models` (see `predict`).
+    Configurations of an engine priced by its own kernel tables (SGLang,
+    `adapters.OWN_TABLE_ENGINES`) are priced apart from the others, each as if alone.
     """
+    groups = own_engine_groups(cols["engine"])
+    if n > 1 and (groups != groups[0]).any():
+        parts = []
+        for g in np.unique(groups):
+            idx = np.flatnonzero(groups == g)
+            part = {k: v[idx] for k, v in cols.items()}
+            parts.append(
+                (idx, predict_columns(part, len(idx), gpu, artifact, texts=texts, models=models))
+            )
+        return _merged(parts, n)
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
     # nvfp4 weights have no kernels on a GPU without FP4 tensor cores: nothing to price. The
     # registry (for the message's list of FP4 GPUs) is read only when such a row is there.
@@ -299,7 +312,42 @@ def predict_columns(
     out.update(parts)
     out.update(host)
     out.update(_provenance(base, artifact, fitted_for, gpu, pw is not None, lvl3 is not None, n))
+    if models:
+        out["kernel_models"] = _kernel_models(base, n)
     return out
+
+
+def _merged(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], n: int) -> dict[str, np.ndarray]:
+    """Predictions of disjoint configuration subsets (their indices, their outputs) as one of n
+    rows; a column one subset lacks is 0 (text: "") there, text columns are object arrays."""
+    out: dict[str, np.ndarray] = {}
+    for _, pred in parts:
+        for k, v in pred.items():
+            if k not in out:
+                text = v.dtype.kind in "OUS"
+                out[k] = _const_object(n, "") if text else np.zeros(n, dtype=v.dtype)
+    for idx, pred in parts:
+        for k, v in pred.items():
+            out[k][idx] = v
+    return out
+
+
+def _kernel_models(base: BaseCost, n: int) -> np.ndarray:
+    """Per configuration, the fitted models that priced its operators (sorted, comma-joined;
+    the roofline is named in `roofline_ops` instead): `dse predict`'s provenance of which
+    engine's kernel tables priced it."""
+    entries: list[tuple[str, np.ndarray]] = []
+    for c in (base.prefill, base.decode):
+        for k, s in c.sources.items():
+            runs = c.items_s[k] > 0
+            if not runs.any() or s == "none":
+                continue
+            rows = c.source_rows.get(k)
+            for i, label in enumerate(s.split("+")):
+                here = runs if rows is None else runs & (rows == i)
+                if label != "roofline" and here.any():
+                    entries.append((label, here))
+    return _joined(entries, n)
 
 
 @dataclass(frozen=True)
@@ -642,8 +690,9 @@ def predict(
     artifacts: Mapping[str, Artifact | None] | None = None,
     *,
     texts: bool = True,
+    models: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Predict every configuration (rows may mix GPUs).
+    """Predict every configuration (rows may mix GPUs and engines).
 
     Returns arrays keyed as OUTPUT_KEYS, the band (BAND_KEYS), `out_of_range`, itemised
     `breakdown.<phase>.<op>_s` and `blocks.<phase>.<block>_s`, and provenance strings `source`
@@ -659,6 +708,10 @@ def predict(
 
     A `dse.spec.columns.Configs` (`as_columns`, `SearchSpace.columns_from`) was checked when it
     was made and is taken as it is; any other batch (DataFrame, mapping) is checked here.
+
+    `models=True` adds `kernel_models`: per configuration, the fitted models that priced its
+    operators (e.g. `gemm.sglang.bfloat16` for an SGLang configuration on H100: an engine of
+    `adapters.OWN_TABLE_ENGINES` is priced by its own kernel tables where the artifact has them).
     """
     if isinstance(configs, C.Configs):  # checked when it was made: not again
         cols, n = configs, configs.n
@@ -672,7 +725,9 @@ def predict(
         art: Artifact | str | None = "auto"
         if artifacts is not None and str(name) in artifacts:
             art = artifacts[str(name)]
-        pred = predict_columns(part, len(idx), gpu=get_gpu(str(name)), artifact=art, texts=texts)
+        pred = predict_columns(
+            part, len(idx), gpu=get_gpu(str(name)), artifact=art, texts=texts, models=models
+        )
         if len(idx) == n:
             return pred
         for k, v in pred.items():

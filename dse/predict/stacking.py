@@ -112,7 +112,8 @@ def split_price(price: L1Price | None, k: int, n: int) -> list[L1Price | None]:
 
 
 def _row_wise(adapter: Callable[..., L1Price | None]) -> StackedAdapter:
-    """A row-wise adapter that reads only the operator (not the phase's context), stacked."""
+    """A row-wise adapter that reads only the operator and the batch's engine (not the rest of
+    the phase's context), stacked."""
 
     def stacked(
         artifact: Artifact, items: Sequence[tuple[Op, Mapping[str, Any]]], gpu: GPU, n: int
@@ -120,7 +121,9 @@ def _row_wise(adapter: Callable[..., L1Price | None]) -> StackedAdapter:
         op = stack_ops([o for o, _ in items], n)
         if op is None:
             return [adapter(artifact, o, gpu, ctx) for o, ctx in items]
-        return split_price(adapter(artifact, op, gpu, None), len(items), n)
+        # the batch's engine only (one Pricer: the same in every phase's context)
+        ctx = {"engine": items[0][1].get("engine")}
+        return split_price(adapter(artifact, op, gpu, ctx), len(items), n)
 
     return stacked
 

@@ -497,7 +497,14 @@ FIELDS: dict[str, Field] = {
         _int("prompt_tokens", 1, 2**24, 1024, "tokens", group="workload"),
         _int("output_tokens", 1, 2**24, 256, "tokens", group="workload"),
         _int("tensor_parallel", 1, 1024, 1, "GPUs", power_of_two=True, group="workload"),
-        Field("engine", "choice", default="vllm", choices=_engines, group="workload"),
+        Field(
+            "engine",
+            "choice",
+            default="vllm",
+            choices=_engines,
+            note="sglang: SGLang's own kernel tables where the GPU's artifact has them",
+            group="workload",
+        ),
         Field(
             "batching",
             "choice",
