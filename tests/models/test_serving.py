@@ -266,9 +266,13 @@ def test_current_vllm_fit_on_v3_h100(measured_v3) -> None:
     static = v.loc["static prediction (batching: static)"]
     before = v.loc["vLLM 0.4.2 constants (before)"]
     shipped = v.loc["GPU-time scale (shipped), model held out"]
-    assert before["time_mape"] > 1.5 and before["energy_mape"] > 0.6  # x3.25 too long
+    # x3.25 too long (energy 58% off on the one power path, 2026-12-03; 65% before it)
+    assert before["time_mape"] > 1.5 and before["energy_mape"] > 0.5
     assert shipped["energy_mape"] <= 0.17 and shipped["time_mape"] <= 0.15
-    assert shipped["energy_mape"] < 0.8 * static["energy_mape"]
+    # the fitted scale beats the static prediction (energy 15.2 against 17.3% on the one power
+    # path, 2026-12-03: the static prediction's power improved; 15.8 against 21.4% before)
+    assert shipped["energy_mape"] < static["energy_mape"]
+    assert shipped["time_mape"] < 0.9 * static["time_mape"]
     # gpt-oss's MXFP4 experts priced on H100's 4-bit MoE table: its static energy within 15%
     # (median per model; +63% / +26% for -120b / -20b on the bf16 table)
     for model, r in rows[rows["model"].str.startswith("openai/gpt-oss")].groupby("model"):
