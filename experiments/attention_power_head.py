@@ -18,7 +18,12 @@ shipped 28.28 / 28.78%, 15.29 / 16.36% (reproduces the manifest); mlp_log 25.20 
 14.84 / 15.93%; hgb_log 22.49 / 23.03%, 14.23 / 15.40%; hgb_log_small 22.44 / 23.02%,
 14.46 / 15.61%. On decode, utilisation inputs (log bytes / latency, log FLOPs / latency) add
 nothing to the trees (22.54%), stronger regularisation hurts (22.79%), 100 trees instead of 200
-22.54%, 63 leaves 22.39%, trees trained at the fold model's in-sample latency 22.50%.
+22.54%, 63 leaves 22.39%, trees trained at the fold model's in-sample latency 22.50%; without
+early stopping (100 trees) 22.57%, feature subsampling 0.5 / 0.3 22.72 / 22.63%, 300 trees at
+rate 0.05 with subsampling 0.5 22.43%, 63 leaves and 50 rows a leaf 22.38%, depth 4 22.64%.
+Shipped (`dse.models._hybrid.LogPowerHead`): the 32 x 32 MLP fitted to the trees' in-sample
+log power, 22.77% / 14.11% here (prefill 14.17% in `dse fit`'s own run, whose MLP sees <= 8,000
+rows), where the trees would cost ~70x the MLP to evaluate.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/attention_power_head.py --data ../shared/data
 """
