@@ -1,5 +1,5 @@
 """H200 vLLM attention power heads, scored as `dse fit`'s CV scores them (issue 33: decode /
-prefill attention energy targets 22 / 10%; shipped held-out power 28.28 / 15.29%).
+prefill attention energy targets 22 / 10%; held-out power 28.28 / 15.29% before this head).
 
 The folds are `dse fit`'s (3 seeded group folds by head configuration, CV fits on <= 8,000
 rows, seed 0): each fold fits the shipped latency model on the other rows, then every power
