@@ -4,7 +4,8 @@
               t_c = FLOPs / (peak * e_c),  t_m = bytes / (bw * e_m)
     residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass;
               or the mean of several seeded MLPs, `fit_residual_ensemble`)
-    power:    P_board = MLP(same features, log t)                 (only where power was measured)
+    power:    P_board = MLP(same features, log t)                 (only where power was measured;
+              attention: `LogPowerHead`, log P from trees' smoothed targets, within [idle, board])
 
 The base is a roofline with four fitted constants (launch floor, a per-work-item overhead for
 the model's natural work item: thread blocks, query heads, routed slots; compute and memory
@@ -37,6 +38,15 @@ STRATA = 3
 POWER_HIDDEN = (32, 32)
 POWER_MAX_ITER = 150
 POWER_MAX_ROWS = 15000
+# The log-power head (`fit_log_power_head`): gradient-boosted trees, absolute loss on log power,
+# fitted on every power row (the median follows a shape's typical power, not the rows a
+# preceding kernel's heat or an averaging lag pushed off: issue 33), then the MLP above fitted
+# to the trees' in-sample predictions, so prediction stays an MLP forward pass. On H200 vLLM
+# decode / prefill attention, `dse fit`'s CV (3 folds by head configuration) reads power 28.28 ->
+# 22.77% / 15.29 -> 14.17% against the MLP on watts; the trees themselves read 22.57% but cost
+# ~70x the MLP to evaluate (1.9 s against 0.027 s per 10^5 rows; experiments/attention_power_head.py).
+POWER_TREE_ITER = 100
+POWER_TREE_LEAVES = 31
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,66 @@ def fit_power_mlp(
     )
 
 
+@dataclass(frozen=True)
+class LogPowerHead:
+    """Board power (W) = exp(MLP(features, log t)), clipped to the GPU's [idle, board] power."""
+
+    mlp: MLP
+    idle_w: float
+    board_w: float
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.clip(np.exp(self.mlp.predict(X)), self.idle_w, self.board_w)
+
+    def to_state(self, prefix: str) -> dict[str, np.ndarray]:
+        bounds = np.array([self.idle_w, self.board_w], dtype=np.float64)
+        return {**self.mlp.to_state(prefix), f"{prefix}log_power_bounds_w": bounds}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, np.ndarray], prefix: str) -> LogPowerHead:
+        idle, board = (float(v) for v in state[f"{prefix}log_power_bounds_w"])
+        if not 0.0 < idle < board:
+            raise ArtifactError(f"log power head: need 0 < idle < board W, got {idle}, {board}")
+        return cls(MLP.from_state(dict(state), prefix), idle, board)
+
+
+def fit_log_power_head(
+    X: np.ndarray,
+    latency_s: np.ndarray,
+    power_w: np.ndarray,
+    bounds_w: tuple[float, float],
+    *,
+    max_iter: int,
+    max_rows: int,
+    seed: int,
+) -> LogPowerHead | None:
+    """The log-power head (see POWER_TREE_ITER) on the rows with measured board power (W);
+    None below 50 such rows. `bounds_w`: the GPU's (idle, board) power, W."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    ok = np.isfinite(power_w) & (power_w > 0)
+    if ok.sum() < 50:
+        return None
+    Xp = np.column_stack([X[ok], np.log(latency_s[ok])])
+    y = np.log(power_w[ok])
+    trees = HistGradientBoostingRegressor(
+        loss="absolute_error",
+        max_iter=POWER_TREE_ITER,
+        max_leaf_nodes=POWER_TREE_LEAVES,
+        early_stopping=False,
+        random_state=seed,
+    ).fit(Xp, y)
+    mlp = fit_residual_mlp(
+        Xp,
+        trees.predict(Xp),
+        hidden=POWER_HIDDEN,
+        max_iter=min(max_iter, POWER_MAX_ITER),
+        max_rows=min(max_rows, POWER_MAX_ROWS),
+        seed=seed,
+    )
+    return LogPowerHead(mlp, float(bounds_w[0]), float(bounds_w[1]))
+
+
 def fit_hybrid_heads(
     X: np.ndarray,
     latency_s: np.ndarray,
@@ -211,10 +281,12 @@ def fit_hybrid_heads(
     max_iter: int,
     max_rows: int,
     seed: int,
-) -> tuple[MLP | MeanMLP, MLP | None]:
+    power_bounds_w: tuple[float, float] | None = None,
+) -> tuple[MLP | MeanMLP, MLP | LogPowerHead | None]:
     """What a hybrid kernel model learns on top of its fitted roofline `base_s`: the latency
-    residual ensemble on log(measured / base) and the power MLP (None without 50 rows of
-    measured board power, W)."""
+    residual ensemble on log(measured / base) and the power head (None without 50 rows of
+    measured board power, W): with `power_bounds_w` (the GPU's idle and board power, W) the
+    log-power head (`fit_log_power_head`), else the MLP on watts (`fit_power_mlp`)."""
     mlp = fit_residual_ensemble(
         X,
         np.log(latency_s / base_s),
@@ -224,6 +296,11 @@ def fit_hybrid_heads(
         max_rows=max_rows,
         seed=seed,
     )
+    if power_bounds_w is not None:
+        head = fit_log_power_head(
+            X, latency_s, power_w, power_bounds_w, max_iter=max_iter, max_rows=max_rows, seed=seed
+        )
+        return mlp, head
     power = fit_power_mlp(X, latency_s, power_w, max_iter=max_iter, max_rows=max_rows, seed=seed)
     return mlp, power
 
@@ -232,7 +309,7 @@ def apply_residual(
     out: dict[str, np.ndarray],
     X: np.ndarray,
     mlp: MLP | MeanMLP,
-    power_mlp: MLP | None,
+    power_mlp: MLP | LogPowerHead | None,
     stratum: np.ndarray | None = None,
 ) -> None:
     """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted.
@@ -269,5 +346,8 @@ def load_hybrid(model: Any, state: Mapping[str, np.ndarray]) -> None:
     """Set what `hybrid_state` saved on a freshly constructed model."""
     model.roof_ = Roofline.from_state(state, "")
     model.mlp_ = mlp_from_state(dict(state), "resid/")
-    model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+    if "power/log_power_bounds_w" in state:
+        model.power_mlp_ = LogPowerHead.from_state(state, "power/")
+    else:
+        model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
     model.range_ = _base.range_from_state(state)

@@ -10,8 +10,10 @@ Work per call (per GPU, heads already divided by tensor parallelism):
   generation: FLOPs = 4 b h hd L', L' = min(kv_len + 1, w);
               bytes = 2 b L' kv hd kv_bytes [read the cache] + 4 b h hd [q in, o out]
 The time is `dse.models._hybrid`'s roofline base times a residual MLP factor; where the
-training rows carry measured board power (H200), a second MLP predicts the power and the model
-returns energy = power x latency.
+training rows carry measured board power (H200), a second MLP predicts log power from the same
+inputs and the log latency (`_hybrid.LogPowerHead`: fitted to gradient-boosted trees' median
+of log power, clipped to the GPU's idle and board power) and the model returns
+energy = power x latency.
 """
 
 from __future__ import annotations
@@ -328,6 +330,7 @@ class AttentionModel(_base.Model):
         self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
         out, X = self.design(v, y)
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
+        g = get_gpu(self.gpu)
         self.mlp_, self.power_mlp_ = fit_hybrid_heads(
             X,
             y,
@@ -338,6 +341,7 @@ class AttentionModel(_base.Model):
             max_iter=self.max_iter,
             max_rows=self.max_rows,
             seed=self.seed,
+            power_bounds_w=(g.idle_power_w, g.board_power_w),
         )
         rng = {
             k: v[k]
