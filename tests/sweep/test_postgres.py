@@ -107,7 +107,17 @@ def test_three_workers_one_killed_exact_count_no_repeats_same_front(tmp_path: Pa
         running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         return any(t.user_attrs.get("worker") == b_id for t in running)
 
-    wait(b_holds_a_trial, [a, b, c], "worker B to hold a trial")
+    # Freeze B, then look: a trial it holds while frozen is one it still holds when killed (B
+    # could otherwise finish the trial seen running between the look and the kill, and die
+    # holding none: the stale path below would go untested).
+    for _ in range(100):
+        wait(b_holds_a_trial, [a, b, c], "worker B to hold a trial")
+        b.send_signal(signal.SIGSTOP)
+        if b_holds_a_trial():
+            break
+        b.send_signal(signal.SIGCONT)
+    else:
+        raise AssertionError("worker B never held a trial while frozen")
     b.send_signal(signal.SIGKILL)
     b.wait()
     assert a.wait(timeout=120) == 0, a.communicate()[1][-3000:]
