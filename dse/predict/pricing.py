@@ -589,7 +589,11 @@ def batch_engine(cols: Mapping[str, np.ndarray] | None) -> str | None:
     splits such a batch first."""
     if cols is None or "engine" not in cols:
         return None
-    groups = np.unique(own_engine_groups(cols["engine"]))
+    e = np.asarray(cols["engine"])
+    if e.size and (e == e.flat[0]).all():  # one engine (a sweep's chunk): no string sort
+        first = str(e.flat[0])
+        return first if first in OWN_TABLE_ENGINES else None
+    groups = np.unique(own_engine_groups(e))
     if len(groups) > 1:
         raise ValueError(
             f"a batch mixing engines {sorted(groups.tolist())} reached the pricer: price each "

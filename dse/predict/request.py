@@ -253,8 +253,9 @@ def predict_columns(
     Configurations of an engine priced by its own kernel tables (SGLang,
     `adapters.OWN_TABLE_ENGINES`) are priced apart from the others, each as if alone.
     """
-    groups = own_engine_groups(cols["engine"])
-    if n > 1 and (groups != groups[0]).any():
+    engines = cols["engine"]
+    groups = None if n < 2 or (engines == engines[0]).all() else own_engine_groups(engines)
+    if groups is not None and (groups != groups[0]).any():
         parts = []
         for g in np.unique(groups):
             idx = np.flatnonzero(groups == g)
@@ -717,7 +718,7 @@ def predict(
         cols, n = configs, configs.n
     else:
         cols, n = C.as_columns(configs)
-    result: dict[str, np.ndarray] = {}
+    parts = []
     gpus = cols["gpu"]
     for name in _unique(gpus):
         idx = np.nonzero(gpus == name)[0]
@@ -730,10 +731,5 @@ def predict(
         )
         if len(idx) == n:
             return pred
-        for k, v in pred.items():
-            if k not in result:
-                result[k] = (
-                    np.zeros(n, dtype=v.dtype) if v.dtype != object else _const_object(n, "")
-                )
-            result[k][idx] = v
-    return result
+        parts.append((idx, pred))
+    return _merged(parts, n)
