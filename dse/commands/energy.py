@@ -11,6 +11,7 @@ from dse.commands import _flags
 from dse.commands._flags import ARCH_FLAGS, WORKLOAD_FLAGS
 
 REQUIRED = ("d_model", "n_layers", "n_heads", "d_ff")
+TIMES = ("roofline", "predicted")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,13 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="tokens-to-watt-hours energy breakdown of one configuration",
         description="Analytical accelerator energy of one static batch, itemised by component "
         "(compute, parameter access, KV write, attention read, activations, all-reduce, static) "
-        "and by phase (prefill, decode), with energy per input and per output token.\n"
+        "and by phase (prefill, decode), with energy per output token (the whole request's, as "
+        "`dse predict` defines it) and the paper's per-phase figures (prefill energy per input "
+        "token, decode energy per output token).\n"
         "Presets: 'paper' is Vartziotis et al. (2026) as published (plus its parameters-only "
         "per-token estimate); 'corrected' is ours, calibrated on measured energy.\n\n"
         "examples:\n"
         "  dse energy --d-model 4096 --n-layers 32 --n-heads 32 --n-kv-heads 8 --d-ff 14336 "
         "--vocab-size 128256 --batch-size 8 --prompt-tokens 1024 --output-tokens 256\n"
-        "  dse energy --model llama-3-8b --gpu a100_sxm --preset corrected --json",
+        "  dse energy --model llama-3-8b --gpu a100_sxm --preset corrected --json\n"
+        "  dse energy --model llama-3-8b --batch-size 8 --times predicted   "
+        "# static term over dse predict's TTFT and decode time",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -66,6 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
             "time_s": "total batch time in seconds from a latency predictor, for the corrected "
             "preset's static energy (default: its own roofline)"
         },
+    )
+    p.add_argument(
+        "--times",
+        choices=TIMES,
+        default="roofline",
+        help="where the corrected preset's static energy takes its prefill and decode times: "
+        "'roofline' (its own, the default; what it was calibrated with) or 'predicted' (`dse "
+        "predict`'s TTFT and decode time of the same batch, vLLM, static batching; prints the "
+        "predictor's energy beside it). Not with --time-s",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(command="energy")
@@ -137,6 +151,14 @@ def run(args: argparse.Namespace) -> int:
     presets = ("paper", "corrected") if preset == "both" else (preset,)
     results: dict[str, Any] = {}
     notes: dict[str, str] = {}
+    predicted: dict[str, Any] | None = None
+    if args.times == "predicted":
+        if time_s is not None:
+            from dse.errors import ConfigError
+
+            raise ConfigError("--times predicted: the times come from dse predict; drop --time-s")
+        predicted = _predicted_times(a, wl, gpu)
+        time_s = {"prefill": predicted["ttft_s"], "decode": predicted["decode_s"]}
     for name in presets:
         t = time_s if name == "corrected" else None
         results[name] = _scalars(T.estimate(a, wl, gpu, name, time_s=t))
@@ -158,14 +180,40 @@ def run(args: argparse.Namespace) -> int:
         },
         "gpu": gpu,
     }
+    doc: dict[str, Any] = {"config": config, "estimates": results, "constants": notes}
+    if predicted is not None:
+        doc["predicted_times"] = predicted
     if args.json:
-        json.dump(
-            {"config": config, "estimates": results, "constants": notes}, sys.stdout, indent=2
-        )
+        json.dump(doc, sys.stdout, indent=2)
         print()
         return 0
-    _print(config, results, notes)
+    _print(config, results, notes, predicted)
     return 0
+
+
+def _predicted_times(a: Any, wl: Any, gpu: str) -> dict[str, Any]:
+    """`dse predict`'s TTFT and decode time (s) of the same static batch, with its energy and
+    provenance, so the corrected preset's static term runs over the predictor's times."""
+    from dse.predict import predict
+
+    row = dict(a.to_dict())
+    row.update(
+        batch_size=wl.batch_size,
+        prompt_tokens=wl.prompt_tokens,
+        output_tokens=wl.output_tokens,
+        tensor_parallel=wl.tensor_parallel,
+        gpu=gpu,
+    )
+    r = predict({k: [v] for k, v in row.items()}, texts=False)
+    ttft = float(r["ttft_s"][0])
+    return {
+        "ttft_s": ttft,
+        "decode_s": max(float(r["latency_s"][0]) - ttft, 0.0),
+        "energy_j": float(r["energy_j"][0]),
+        "energy_per_output_token_j": float(r["energy_per_output_token_j"][0]),
+        "source": str(r["source"][0]),
+        "artifact_id": str(r["artifact_id"][0]),
+    }
 
 
 def _fmt_j(j: float) -> str:
@@ -176,7 +224,12 @@ def _fmt_j(j: float) -> str:
     return f"{j:.4g} J"
 
 
-def _print(config: dict[str, Any], results: dict[str, Any], notes: dict[str, str]) -> None:
+def _print(
+    config: dict[str, Any],
+    results: dict[str, Any],
+    notes: dict[str, str],
+    predicted: dict[str, Any] | None = None,
+) -> None:
     from dse.estimators.tokens2wh import COMPONENTS
 
     w = config["workload"]
@@ -203,20 +256,32 @@ def _print(config: dict[str, Any], results: dict[str, Any], notes: dict[str, str
         )
         print(
             f"  per request {_fmt_j(r['energy_per_request_j'])} ({r['energy_wh'] / w['batch_size']:.4g} Wh); "
-            f"per input token {_fmt_j(r['energy_per_input_token_j'])}; "
-            f"per output token {_fmt_j(r['energy_per_output_token_j'])}"
+            f"per output token {_fmt_j(r['energy_per_output_token_j'])} (whole request)"
+        )
+        print(
+            f"  prefill energy per input token {_fmt_j(r['prefill_energy_per_input_token_j'])}; "
+            f"decode energy per output token {_fmt_j(r['decode_energy_per_output_token_j'])}"
         )
         if preset == "corrected":
+            where = "its own roofline"
+            if predicted is not None:
+                where = f"dse predict ({predicted['source']} {predicted['artifact_id']})"
             print(
                 f"  static energy over {r['time_s']:.4g} s "
-                f"(prefill {r['prefill_time_s']:.4g} s, decode {r['decode_time_s']:.4g} s)"
+                f"(prefill {r['prefill_time_s']:.4g} s, decode {r['decode_time_s']:.4g} s; "
+                f"times from {where})"
             )
+            if predicted is not None:
+                print(
+                    f"  dse predict's energy of the same batch: {_fmt_j(predicted['energy_j'])} "
+                    f"(per output token {_fmt_j(predicted['energy_per_output_token_j'])})"
+                )
         if not r["calibrated"]:
             print("  warning: this GPU's constants are uncalibrated (derived from another GPU)")
     if "simplified" in results:
         s = results["simplified"]
         print(
-            f"\npaper, parameters-only estimate (compute only): per input token "
-            f"{_fmt_j(s['energy_per_input_token_j'])}, per output token "
-            f"{_fmt_j(s['energy_per_output_token_j'])}"
+            f"\npaper, parameters-only estimate (compute only): prefill energy per input token "
+            f"{_fmt_j(s['prefill_energy_per_input_token_j'])}, decode energy per output token "
+            f"{_fmt_j(s['decode_energy_per_output_token_j'])}"
         )

@@ -74,7 +74,9 @@ def simplified_per_token(n_params: Any, prompt_tokens: Any, alpha_tc_pj: float) 
     """
     e_out = alpha_tc_pj * 1e-12 * K_PAPER * np.asarray(n_params, dtype=float)
     e_in = prompt_multiplier(prompt_tokens) * e_out
-    return {"energy_per_output_token_j": e_out, "energy_per_input_token_j": e_in}
+    # The paper's per-token figures are per phase: decode energy per output token and prefill
+    # energy per input token (named so; `energy_per_output_token_j` means the whole request's).
+    return {"decode_energy_per_output_token_j": e_out, "prefill_energy_per_input_token_j": e_in}
 
 
 def paper_items(

@@ -15,8 +15,11 @@ the GPUs of the tensor-parallel group:
   `time_s` (total seconds of the batch, or {"prefill": s, "decode": s}) from a latency
   predictor to use that instead.
 
-Per-token figures follow the paper: energy per input token = prefill energy / (B * T_in),
-energy per output token = decode energy / (B * T_out).
+Per-token figures, one definition per name across `dse energy`, `dse predict` and a sweep:
+energy per output token = the whole request's energy / (B * T_out), prefill included, as
+`dse predict` defines it; the paper's per-phase figures keep their phase in the name:
+prefill energy per input token = prefill energy / (B * T_in), decode energy per output token =
+decode energy / (B * T_out).
 """
 
 from __future__ import annotations
@@ -125,8 +128,9 @@ def _assemble(
     out["energy_wh"] = out["energy_j"] / J_PER_WH
     out["energy_per_request_j"] = out["energy_j"] / b
     out["energy_per_gpu_j"] = out["energy_j"] / tp
-    out["energy_per_input_token_j"] = out["prefill_energy_j"] / (b * cols["prompt_tokens"])
-    out["energy_per_output_token_j"] = out["decode_energy_j"] / (b * cols["output_tokens"])
+    out["energy_per_output_token_j"] = out["energy_j"] / (b * cols["output_tokens"])
+    out["prefill_energy_per_input_token_j"] = out["prefill_energy_j"] / (b * cols["prompt_tokens"])
+    out["decode_energy_per_output_token_j"] = out["decode_energy_j"] / (b * cols["output_tokens"])
     return out
 
 
@@ -143,8 +147,9 @@ def estimate(
     `arch` may be a batch (`Architecture.from_columns`); `workload` a Workload or a mapping of
     columns batch_size, prompt_tokens, output_tokens, tensor_parallel (default 1). Keys:
     energy_j, prefill_energy_j, decode_energy_j, energy_wh, energy_per_request_j,
-    energy_per_gpu_j (mean over the group's GPUs), energy_per_input_token_j,
-    energy_per_output_token_j, breakdown.<component>.<prefill|decode|total>_j, calibrated
+    energy_per_gpu_j (mean over the group's GPUs), energy_per_output_token_j (the whole
+    request's energy per output token, as `dse predict`'s), prefill_energy_per_input_token_j,
+    decode_energy_per_output_token_j, breakdown.<component>.<prefill|decode|total>_j, calibrated
     (False where the GPU's constants were derived from another GPU) and, for "corrected",
     prefill_time_s / decode_time_s / time_s (the time the static term used).
     """
@@ -168,8 +173,8 @@ def estimate(
         else:
             tok = _paper.simplified_per_token(n_params, s, const.alpha_tc_pj)
             per_req = {
-                ("compute", "prefill"): tok["energy_per_input_token_j"] * s,
-                ("compute", "decode"): tok["energy_per_output_token_j"] * o,
+                ("compute", "prefill"): tok["prefill_energy_per_input_token_j"] * s,
+                ("compute", "decode"): tok["decode_energy_per_output_token_j"] * o,
             }
         items = {key: b * v for key, v in per_req.items()}
         out = _assemble(items, cols, shape)

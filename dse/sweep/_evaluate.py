@@ -40,7 +40,7 @@ ENERGY_KEYS = {
     ("hymell", "request"): ("pred", "energy_j"),
     ("hymell", "per_output_token"): ("pred", "energy_per_output_token_j"),
     ("tokens2wh", "request"): ("t2wh", "energy_j"),
-    ("tokens2wh", "per_output_token"): ("t2wh", "energy_per_generated_token_j"),
+    ("tokens2wh", "per_output_token"): ("t2wh", "energy_per_output_token_j"),
 }
 LATENCY_KEYS = {"request": "latency_s", "ttft": "ttft_s", "tpot": "tpot_s"}
 # Quality columns of the trials table <- keys of `predict_loss`'s result.
@@ -153,9 +153,6 @@ def _tokens2wh(
                     else np.full(n, None, dtype=object)
                 )
             out[k][idx] = arr
-    if "energy_j" in out:
-        gen = cols["batch_size"].astype(float) * cols["output_tokens"].astype(float)
-        out["energy_per_generated_token_j"] = out["energy_j"] / gen
     return out
 
 

@@ -57,8 +57,8 @@ def _cal(gpu: str = "h100_sxm", **factors: float) -> dict:
 )
 def test_simplified_reproduces_published_per_token_numbers(n_params, out_mj, in_mj):
     r = T.simplified_per_token(n_params, prompt_tokens=500, gpu="h100_sxm")
-    assert r["energy_per_output_token_j"] * 1e3 == pytest.approx(out_mj, rel=1e-12)
-    assert r["energy_per_input_token_j"] * 1e3 == pytest.approx(in_mj, rel=1e-12)
+    assert r["decode_energy_per_output_token_j"] * 1e3 == pytest.approx(out_mj, rel=1e-12)
+    assert r["prefill_energy_per_input_token_j"] * 1e3 == pytest.approx(in_mj, rel=1e-12)
 
 
 def test_prompt_multiplier_steps():
@@ -66,8 +66,8 @@ def test_prompt_multiplier_steps():
     assert _paper.prompt_multiplier(t).tolist() == [1.2, 1.2, 1.8, 1.8, 3.0, 3.0, 4.0, 4.0]
     # A100's published alpha (0.70 pJ/FLOP): 70 B -> 0.70e-12 * 6 * 70e9 = 0.294 J per token.
     a100 = T.simplified_per_token(70e9, 3000, "a100_sxm")
-    assert a100["energy_per_output_token_j"] == pytest.approx(0.294, rel=1e-12)
-    assert a100["energy_per_input_token_j"] == pytest.approx(1.8 * 0.294, rel=1e-12)
+    assert a100["decode_energy_per_output_token_j"] == pytest.approx(0.294, rel=1e-12)
+    assert a100["prefill_energy_per_input_token_j"] == pytest.approx(1.8 * 0.294, rel=1e-12)
 
 
 def test_paper_scaling_factors_at_reference_size():
@@ -177,8 +177,12 @@ def test_totals_are_sums_of_items_and_per_token_definitions():
             r[f"breakdown.{c}.prefill_j"] + r[f"breakdown.{c}.decode_j"], rel=1e-12
         )
     assert r["energy_j"] == pytest.approx(r["prefill_energy_j"] + r["decode_energy_j"], rel=1e-12)
-    assert r["energy_per_input_token_j"] == pytest.approx(r["prefill_energy_j"] / (8 * 1024))
-    assert r["energy_per_output_token_j"] == pytest.approx(r["decode_energy_j"] / (8 * 256))
+    # One definition per name: energy per output token is the whole request's (prefill
+    # included), as `dse predict` defines it; the paper's per-phase figures carry the phase.
+    assert r["energy_per_output_token_j"] == pytest.approx(r["energy_j"] / (8 * 256))
+    assert r["prefill_energy_per_input_token_j"] == pytest.approx(r["prefill_energy_j"] / (8 * 1024))
+    assert r["decode_energy_per_output_token_j"] == pytest.approx(r["decode_energy_j"] / (8 * 256))
+    assert "energy_per_input_token_j" not in r
     assert r["energy_per_request_j"] == pytest.approx(r["energy_j"] / 8)
     assert r["energy_per_gpu_j"] == pytest.approx(r["energy_j"] / 2)
     assert r["energy_wh"] == pytest.approx(r["energy_j"] / 3600)
