@@ -127,9 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     names = [k for k in names if not k.endswith("(median ratio)")]
     gpus = list(table)
     print(f"Command: `{COMMAND}` ({time.time() - t0:.0f} s)\n")
-    print("| energy per output token, ml-energy v3 | " + " | ".join(
-        f"{g} ({int(table[g]['rows'])} rows, {int(table[g]['models'])} models)" for g in gpus
-    ) + " |")
+    print(
+        "| energy per output token, ml-energy v3 | "
+        + " | ".join(
+            f"{g} ({int(table[g]['rows'])} rows, {int(table[g]['models'])} models)" for g in gpus
+        )
+        + " |"
+    )
     print("|---|" + "---|" * len(gpus))
     for k in names:
         cells = [

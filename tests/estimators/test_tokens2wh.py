@@ -180,7 +180,9 @@ def test_totals_are_sums_of_items_and_per_token_definitions():
     # One definition per name: energy per output token is the whole request's (prefill
     # included), as `dse predict` defines it; the paper's per-phase figures carry the phase.
     assert r["energy_per_output_token_j"] == pytest.approx(r["energy_j"] / (8 * 256))
-    assert r["prefill_energy_per_input_token_j"] == pytest.approx(r["prefill_energy_j"] / (8 * 1024))
+    assert r["prefill_energy_per_input_token_j"] == pytest.approx(
+        r["prefill_energy_j"] / (8 * 1024)
+    )
     assert r["decode_energy_per_output_token_j"] == pytest.approx(r["decode_energy_j"] / (8 * 256))
     assert "energy_per_input_token_j" not in r
     assert r["energy_per_request_j"] == pytest.approx(r["energy_j"] / 8)
