@@ -297,6 +297,7 @@ def constants_json(
         versions[version] = {
             "source": spec.source,
             "terms": list(spec.terms),
+            "gqa_aware_attention": spec.gqa_aware_attention,
             **(
                 {"prompt_tokens_assumed": S.V3_PROMPT_TOKENS}
                 if version == V3
@@ -310,7 +311,8 @@ def constants_json(
         "format_version": FORMAT_VERSION,
         "engine": S.ENGINE,
         "model": "host per decode step = step_s + per_sequence_s * batch + per_extra_gpu_s * "
-        "(tp - 1); the static prediction's GPU time and energy x gpu_time_scale (1 when absent); "
+        "(tp - 1); the static prediction's GPU time and energy x gpu_time_scale (1 when absent), "
+        "its decode attention GQA-aware where the version says gqa_aware_attention; "
         "waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
         "versions": versions,
     }

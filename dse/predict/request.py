@@ -34,6 +34,7 @@ from dse.predict.power_bounds import bounded_energy_band, bounded_phases
 from dse.predict.pricing import PhaseCost, Pricer, own_engine_groups
 from dse.predict.serving import any_continuous
 from dse.predict.serving import apply as apply_serving
+from dse.predict.serving import gqa_aware as serving_gqa_aware
 from dse.predict.stacking import STACK_AT_MOST
 from dse.spec import arch as A
 from dse.spec import columns as C
@@ -245,11 +246,15 @@ def predict_columns(
     *,
     texts: bool = True,
     models: bool = False,
+    gqa_aware: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
 
     `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline. `texts=False`
     leaves out `out_of_range_inputs`, `models=True` adds `kernel_models` (see `predict`).
+    `gqa_aware` (bool per row) overrides which rows Level 3 prices with GQA-aware decode
+    attention (default: continuous rows of an engine version fitted so,
+    `dse.predict.serving.gqa_aware`); the serving fits use it on static rows.
     Configurations of an engine priced by its own kernel tables (SGLang,
     `adapters.OWN_TABLE_ENGINES`) are priced apart from the others, each as if alone.
     """
@@ -260,8 +265,14 @@ def predict_columns(
         for g in np.unique(groups):
             idx = np.flatnonzero(groups == g)
             part = {k: v[idx] for k, v in cols.items()}
+            aware = None if gqa_aware is None else np.asarray(gqa_aware)[idx]
             parts.append(
-                (idx, predict_columns(part, len(idx), gpu, artifact, texts=texts, models=models))
+                (
+                    idx,
+                    predict_columns(
+                        part, len(idx), gpu, artifact, texts=texts, models=models, gqa_aware=aware
+                    ),
+                )
             )
         return _merged(parts, n)
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
@@ -276,7 +287,9 @@ def predict_columns(
     g = global_inputs(cols, base)
     lvl3 = _model(artifact, LEVEL3_MODEL)
     misses, flags = _range_flags(base.prefill, base.decode)
-    corr = _level3_terms(lvl3, g, n, base.steps > 0)
+    if gqa_aware is None:
+        gqa_aware = serving_gqa_aware(cols)
+    corr = _level3_terms(lvl3, g, n, base.steps > 0, gqa_aware)
     misses.update(corr.misses)  # Level 3's parts come after the operators' in the text
     flags.update(corr.flags)
     cost = apply_level3(base, corr, gpu.idle_power_w)
@@ -389,13 +402,20 @@ class RequestCost:
         return _decode_only(v, self.has_decode, self.every_decode)
 
 
-def _level3_terms(lvl3: Any, g: GlobalInputs, n: int, has_decode: np.ndarray) -> Level3Correction:
-    """Level 3's factors, overheads and band for the batch; the roofline's (factors 1, no
-    overhead, x0.5 .. x2) without a Level 3."""
+def _level3_terms(
+    lvl3: Any,
+    g: GlobalInputs,
+    n: int,
+    has_decode: np.ndarray,
+    gqa_aware: np.ndarray | None = None,
+) -> Level3Correction:
+    """Level 3's factors, overheads and band for the batch (`gqa_aware` rows without the
+    argonne engines' GQA excess, `Level3.correct`); the roofline's (factors 1, no overhead,
+    x0.5 .. x2) without a Level 3."""
     misses: dict[str, RangeMiss] = {}
     flags: dict[str, np.ndarray] = {}
     if lvl3 is not None:
-        c = lvl3.correct(g)
+        c = lvl3.correct(g, gqa_aware)
         misses = {f"level3: {k}": v for k, v in lvl3.range_misses(g).items()}
         if not c["engine_known"].all():
             flags["level3: engine not fitted"] = ~c["engine_known"]

@@ -128,6 +128,25 @@ def apply(
     return added, scale
 
 
+def gqa_aware(cols: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Per row: continuous batching on an engine version whose constants were fitted with
+    GQA-aware decode attention (the version entry's `gqa_aware_attention`; vLLM 0.11.1), which
+    Level 3 then prices without argonne's GQA excess. None when no row is (the usual case:
+    nothing to change)."""
+    if not any_continuous(cols):
+        return None
+    n = len(cols["batching"])
+    asked = cols.get("engine_version")
+    asked = np.full(n, fitted_versions()[-1]) if asked is None else np.asarray(asked).astype(str)
+    continuous_rows = cols["batching"] == "continuous"
+    versions = load_constants()["versions"]
+    out = np.zeros(n, dtype=bool)
+    for version in np.unique(asked[continuous_rows]):
+        if versions[nearest_version(str(version))].get("gqa_aware_attention", False):
+            out |= continuous_rows & (asked == version)
+    return out if out.any() else None
+
+
 def _merge(a: RangeMiss, b: RangeMiss, rows: np.ndarray) -> RangeMiss:
     """Two versions' misses of one input: `b` on `rows`, `a` elsewhere."""
     return RangeMiss(
