@@ -108,11 +108,24 @@ def measure_v3(
         return r[r["gpu"] == gpu].reset_index(drop=True)
 
     rows = of_gpu(S.serving_rows_v3(data))
-    g = rows[S.STATIC + "latency_s"].to_numpy()
-    lines = [_line("static prediction (batching: static)", g, rows[S.STATIC + "energy_j"], rows)]
-    before = S.price(rows, constants_for(TRAIN_GPU, V2))
+    plain = of_gpu(S.serving_rows_v3(data, gqa_aware=False))
+    lines = [
+        _line(
+            "static prediction (batching: static)",
+            plain[S.STATIC + "latency_s"],
+            plain[S.STATIC + "energy_j"],
+            plain,
+        ),
+        _line(
+            "static prediction, GQA-aware attention (scale 1)",
+            rows[S.STATIC + "latency_s"],
+            rows[S.STATIC + "energy_j"],
+            rows,
+        ),
+    ]
+    before = S.price(plain, constants_for(TRAIN_GPU, V2))  # 0.4.2 is not GQA-aware
     lines.append(
-        _line(f"vLLM {V2} constants (before)", before["latency_s"], before["energy_j"], rows)
+        _line(f"vLLM {V2} constants (before)", before["latency_s"], before["energy_j"], plain)
     )
     if gpu != TRAIN_GPU:  # what `batching: continuous` prices it with: the shipped constants
         now = S.price(rows, constants_for(TRAIN_GPU, V3))

@@ -220,8 +220,14 @@ def read_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataF
     return pd.DataFrame(recs)
 
 
-def serving_rows_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataFrame:
-    """`read_v3`'s runs with the static prediction of each (as `serving_rows`), and `task`."""
+def serving_rows_v3(
+    data: Path, prompt_tokens: dict[str, int] | None = None, gqa_aware: bool | None = None
+) -> pd.DataFrame:
+    """`read_v3`'s runs with the static prediction of each (as `serving_rows`; GQA-aware as
+    vLLM 0.11.1 unless `gqa_aware` says otherwise), and `task`."""
+    version = VERSIONS[V3_VERSION]
+    if gqa_aware is not None:
+        version = replace(version, gqa_aware_attention=gqa_aware)
     df = read_v3(data, prompt_tokens)
     parts = []
     for gpu, rows in df.groupby("gpu", sort=True):
@@ -233,7 +239,7 @@ def serving_rows_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> 
             ]
         )
         cfg["weight_dtype"] = rows["weight_dtype"].to_numpy()
-        out = _with_static(rows, cfg, str(gpu), VERSIONS[V3_VERSION])
+        out = _with_static(rows, cfg, str(gpu), version)
         out["task"] = rows["task"].to_numpy()
         parts.append(out)
     return pd.concat(parts, ignore_index=True)
