@@ -108,7 +108,7 @@ def measure_v3(
         return r[r["gpu"] == gpu].reset_index(drop=True)
 
     rows = of_gpu(S.serving_rows_v3(data))
-    plain = of_gpu(S.serving_rows_v3(data, gqa_aware=False))
+    plain = of_gpu(S.serving_rows_v3(data, as_static=True))
     lines = [
         _line(
             "static prediction (batching: static)",
@@ -117,7 +117,7 @@ def measure_v3(
             plain,
         ),
         _line(
-            "static prediction, GQA-aware attention (scale 1)",
+            "static prediction as 0.11.1 runs it (scale 1)",
             rows[S.STATIC + "latency_s"],
             rows[S.STATIC + "energy_j"],
             rows,
@@ -311,6 +311,7 @@ def constants_json(
             "source": spec.source,
             "terms": list(spec.terms),
             "gqa_aware_attention": spec.gqa_aware_attention,
+            "kv_at_mean_context": spec.kv_at_mean_context,
             **(
                 {"prompt_tokens_assumed": S.V3_PROMPT_TOKENS}
                 if version == V3
@@ -325,7 +326,8 @@ def constants_json(
         "engine": S.ENGINE,
         "model": "host per decode step = step_s + per_sequence_s * batch + per_extra_gpu_s * "
         "(tp - 1); the static prediction's GPU time and energy x gpu_time_scale (1 when absent), "
-        "its decode attention GQA-aware where the version says gqa_aware_attention; "
+        "its decode attention GQA-aware (gqa_aware_attention) and its running batch's KV at "
+        "the mean context (kv_at_mean_context) where the version says so; "
         "waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
         "versions": versions,
     }

@@ -52,6 +52,9 @@ class Version:
     # the static prediction priced with GQA-aware decode attention (Level 3 without argonne's
     # `a_attn_gqa` excess: vLLM 0.11.1's kernels read each KV head once per query group)
     gqa_aware_attention: bool = False
+    # the running batch's KV at its mean context (prompt + half the output a sequence): the
+    # measured average running batch is resident, no waves of full-length sequences
+    kv_at_mean_context: bool = False
 
 
 VERSIONS: dict[str, Version] = {
@@ -78,6 +81,7 @@ VERSIONS: dict[str, Version] = {
             "tokens assumed per task (V3_PROMPT_TOKENS; not recorded)",
             ("gpu_time_scale",),
             gqa_aware_attention=True,
+            kv_at_mean_context=True,
         ),
     )
 }
@@ -146,7 +150,12 @@ def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: str, version: Versi
     cfg["batch_size"] = np.maximum(np.rint(b), 1).astype(int)
     cfg["gpu"], cfg["engine"] = gpu, ENGINE
     cols, n = as_columns(cfg)
-    p = predict_columns(cols, n, gqa_aware=np.full(n, version.gqa_aware_attention))
+    p = predict_columns(
+        cols,
+        n,
+        gqa_aware=np.full(n, version.gqa_aware_attention),
+        kv_mean_context=np.full(n, version.kv_at_mean_context),
+    )
     scale = cfg["batch_size"].to_numpy() / b  # measured batch of b requests -> of B
     out = pd.DataFrame(
         {
@@ -221,13 +230,14 @@ def read_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataF
 
 
 def serving_rows_v3(
-    data: Path, prompt_tokens: dict[str, int] | None = None, gqa_aware: bool | None = None
+    data: Path, prompt_tokens: dict[str, int] | None = None, as_static: bool = False
 ) -> pd.DataFrame:
-    """`read_v3`'s runs with the static prediction of each (as `serving_rows`; GQA-aware as
-    vLLM 0.11.1 unless `gqa_aware` says otherwise), and `task`."""
+    """`read_v3`'s runs with the static prediction of each (as `serving_rows`; as vLLM 0.11.1
+    prices it, GQA-aware with the KV at its mean context, or `as_static`: as `batching:
+    static` does), and `task`."""
     version = VERSIONS[V3_VERSION]
-    if gqa_aware is not None:
-        version = replace(version, gqa_aware_attention=gqa_aware)
+    if as_static:
+        version = replace(version, gqa_aware_attention=False, kv_at_mean_context=False)
     df = read_v3(data, prompt_tokens)
     parts = []
     for gpu, rows in df.groupby("gpu", sort=True):
