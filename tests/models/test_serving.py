@@ -405,3 +405,19 @@ def test_v3_b200_is_scored_on_its_own_rows_held_out(data_dir: Path) -> None:
     assert held["energy_mape"] < 0.6
     assert "vLLM 0.11.1 constants of h100_sxm (shipped)" in v.index
     assert set(tasks["task"]) <= {"gpqa", "lm-arena-chat", "sourcegraph-fim"}
+
+
+def test_unfitted_gpu_is_priced_with_the_default_and_flagged() -> None:
+    """B200 has no 0.11.1 constants of its own (held out by model they lose to H100's, docs/
+    accuracy.md "B200 SXM and SGLang"): a continuous B200 row is priced with H100's, flagged;
+    its static batch still gets 0.11.1's engine traits (they are the version's, not the GPU's)."""
+    cfg = {**_configs(1), "gpu": ["b200_sxm"], "batching": ["continuous"]}
+    p = predict(cfg)
+    assert "serving: host constants of h100_sxm" in p["out_of_range_inputs"][0]
+    assert p["out_of_range"][0]
+    c = constants_for("b200_sxm", "0.11.1")
+    assert c.gpu == "h100_sxm" and c.gpu_time_scale == constants_for("h100_sxm").gpu_time_scale
+    static = _static_as({**_configs(1), "gpu": ["b200_sxm"]}, "0.11.1")
+    assert p["latency_s"][0] == pytest.approx(c.gpu_time_scale * static["latency_s"][0], rel=1e-9)
+    h100 = predict({**_configs(1), "batching": ["continuous"]})
+    assert "host constants of" not in h100["out_of_range_inputs"][0]
