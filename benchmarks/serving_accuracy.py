@@ -108,11 +108,24 @@ def measure_v3(
         return r[r["gpu"] == gpu].reset_index(drop=True)
 
     rows = of_gpu(S.serving_rows_v3(data))
-    g = rows[S.STATIC + "latency_s"].to_numpy()
-    lines = [_line("static prediction (batching: static)", g, rows[S.STATIC + "energy_j"], rows)]
-    before = S.price(rows, constants_for(TRAIN_GPU, V2))
+    plain = of_gpu(S.serving_rows_v3(data, as_static=True))
+    lines = [
+        _line(
+            "static prediction (batching: static)",
+            plain[S.STATIC + "latency_s"],
+            plain[S.STATIC + "energy_j"],
+            plain,
+        ),
+        _line(
+            "static prediction as 0.11.1 runs it (scale 1)",
+            rows[S.STATIC + "latency_s"],
+            rows[S.STATIC + "energy_j"],
+            rows,
+        ),
+    ]
+    before = S.price(plain, constants_for(TRAIN_GPU, V2))  # 0.4.2 is not GQA-aware
     lines.append(
-        _line(f"vLLM {V2} constants (before)", before["latency_s"], before["energy_j"], rows)
+        _line(f"vLLM {V2} constants (before)", before["latency_s"], before["energy_j"], plain)
     )
     if gpu != TRAIN_GPU:  # what `batching: continuous` prices it with: the shipped constants
         now = S.price(rows, constants_for(TRAIN_GPU, V3))
@@ -297,6 +310,8 @@ def constants_json(
         versions[version] = {
             "source": spec.source,
             "terms": list(spec.terms),
+            "gqa_aware_attention": spec.gqa_aware_attention,
+            "kv_at_mean_context": spec.kv_at_mean_context,
             **(
                 {"prompt_tokens_assumed": S.V3_PROMPT_TOKENS}
                 if version == V3
@@ -310,7 +325,9 @@ def constants_json(
         "format_version": FORMAT_VERSION,
         "engine": S.ENGINE,
         "model": "host per decode step = step_s + per_sequence_s * batch + per_extra_gpu_s * "
-        "(tp - 1); the static prediction's GPU time and energy x gpu_time_scale (1 when absent); "
+        "(tp - 1); the static prediction's GPU time and energy x gpu_time_scale (1 when absent), "
+        "its decode attention GQA-aware (gqa_aware_attention) and its running batch's KV at "
+        "the mean context (kv_at_mean_context) where the version says so; "
         "waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
         "versions": versions,
     }

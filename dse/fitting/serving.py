@@ -49,6 +49,12 @@ class Version:
     version: str
     source: str
     terms: tuple[str, ...]
+    # the static prediction priced with GQA-aware decode attention (Level 3 without argonne's
+    # `a_attn_gqa` excess: vLLM 0.11.1's kernels read each KV head once per query group)
+    gqa_aware_attention: bool = False
+    # the running batch's KV at its mean context (prompt + half the output a sequence): the
+    # measured average running batch is resident, no waves of full-length sequences
+    kv_at_mean_context: bool = False
 
 
 VERSIONS: dict[str, Version] = {
@@ -61,9 +67,11 @@ VERSIONS: dict[str, Version] = {
             "rounded; prompt tokens assumed 256 (not recorded)",
             HOST_TERMS,
         ),
-        # Current vLLM runs the static prediction's batch faster (median x0.90 of it on v3's
-        # H100 rows) and hides its host step behind the GPU: with the host terms fitted too,
-        # held-out energy is worse (benchmarks/serving_accuracy.py prints both)
+        # Current vLLM reads each KV head once per query group (GQA-aware decode attention:
+        # without Level 3's GQA excess, 8-9k-token reasoning outputs come out 15-20% less
+        # slow), runs the rest of the static batch a little faster and hides its host step
+        # behind the GPU: with the host terms fitted too, held-out energy is worse
+        # (benchmarks/serving_accuracy.py prints both)
         Version(
             "0.11.1",
             "ml-energy-v3 (ml-energy/leaderboard, commit 0cd52da), public/data/tasks/"
@@ -72,6 +80,8 @@ VERSIONS: dict[str, Version] = {
             "(ml-energy/benchmark docs/overview.md); batch = avg_batch_size rounded; prompt "
             "tokens assumed per task (V3_PROMPT_TOKENS; not recorded)",
             ("gpu_time_scale",),
+            gqa_aware_attention=True,
+            kv_at_mean_context=True,
         ),
     )
 }
@@ -80,6 +90,7 @@ VERSIONS: dict[str, Version] = {
 # "Continuous batching"): GPQA questions with four choices, ~840 characters (~200 tokens); LMArena
 # chat turns with their history and Sourcegraph's context-aware FIM prompts were not looked up:
 # assumed. benchmarks/serving_accuracy.py measures how much the assumption moves the answer.
+V3_VERSION = "0.11.1"  # the vLLM of every ml-energy v3 run
 V3_PROMPT_TOKENS: dict[str, int] = {"gpqa": 200, "lm-arena-chat": 256, "sourcegraph-fim": 1024}
 V3_TASKS_GLOB = "ml-energy-v3/public/data/tasks/{task}.json"
 V3_GPUS = {"H100": "h100_sxm", "B200": "b200_sxm"}
@@ -120,15 +131,17 @@ def serving_rows(data: Path) -> pd.DataFrame:
     for gpu, rows in df.groupby("gpu", sort=True):
         cols = M.architecture_columns(rows["model"])
         cfg = pd.DataFrame({k: v for k, v in cols.items() if k in Architecture.field_names()})
-        parts.append(_with_static(rows, cfg, str(gpu)))
+        parts.append(_with_static(rows, cfg, str(gpu), VERSIONS[ENGINE_VERSION]))
     return pd.concat(parts, ignore_index=True)
 
 
-def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: str) -> pd.DataFrame:
+def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: str, version: Version) -> pd.DataFrame:
     """Measured runs (`rows`: model, file, prompt_tokens, output_tokens, tensor_parallel,
     batch_size (the average, fractional), time_s, measured_j) with the static prediction of
-    each on `gpu` (`cfg`: the architecture columns)."""
-    from dse.predict import predict
+    each on `gpu` (`cfg`: the architecture columns) as engine `version` prices it (its GQA
+    awareness)."""
+    from dse.predict.request import predict_columns
+    from dse.spec.columns import as_columns
 
     cfg = cfg.reset_index(drop=True)
     for k in ("prompt_tokens", "output_tokens", "tensor_parallel"):
@@ -136,7 +149,13 @@ def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: str) -> pd.DataFram
     b = rows["batch_size"].to_numpy(dtype=float)
     cfg["batch_size"] = np.maximum(np.rint(b), 1).astype(int)
     cfg["gpu"], cfg["engine"] = gpu, ENGINE
-    p = predict(cfg)
+    cols, n = as_columns(cfg)
+    p = predict_columns(
+        cols,
+        n,
+        gqa_aware=np.full(n, version.gqa_aware_attention),
+        kv_mean_context=np.full(n, version.kv_at_mean_context),
+    )
     scale = cfg["batch_size"].to_numpy() / b  # measured batch of b requests -> of B
     out = pd.DataFrame(
         {
@@ -152,6 +171,10 @@ def _with_static(rows: pd.DataFrame, cfg: pd.DataFrame, gpu: str) -> pd.DataFram
     )
     for k in (*OUTPUT_KEYS, *BAND_KEYS):
         out[STATIC + k] = np.asarray(p[k], dtype=float)
+    # Level 3's host-side overhead in the static latency (argonne-fitted; 0 without a Level 3)
+    for phase in ("prefill", "decode"):
+        k = f"breakdown.{phase}.system_overhead_s"
+        out[STATIC + k] = np.asarray(p[k], dtype=float) if k in p else np.zeros(len(out))
     return out
 
 
@@ -206,8 +229,15 @@ def read_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataF
     return pd.DataFrame(recs)
 
 
-def serving_rows_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataFrame:
-    """`read_v3`'s runs with the static prediction of each (as `serving_rows`), and `task`."""
+def serving_rows_v3(
+    data: Path, prompt_tokens: dict[str, int] | None = None, as_static: bool = False
+) -> pd.DataFrame:
+    """`read_v3`'s runs with the static prediction of each (as `serving_rows`; as vLLM 0.11.1
+    prices it, GQA-aware with the KV at its mean context, or `as_static`: as `batching:
+    static` does), and `task`."""
+    version = VERSIONS[V3_VERSION]
+    if as_static:
+        version = replace(version, gqa_aware_attention=False, kv_at_mean_context=False)
     df = read_v3(data, prompt_tokens)
     parts = []
     for gpu, rows in df.groupby("gpu", sort=True):
@@ -219,7 +249,7 @@ def serving_rows_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> 
             ]
         )
         cfg["weight_dtype"] = rows["weight_dtype"].to_numpy()
-        out = _with_static(rows, cfg, str(gpu))
+        out = _with_static(rows, cfg, str(gpu), version)
         out["task"] = rows["task"].to_numpy()
         parts.append(out)
     return pd.concat(parts, ignore_index=True)

@@ -395,14 +395,20 @@ class Level3(Model):
         return EngineFit(theta, tuple(mlps), np.zeros(2), float("nan"))
 
     # ---- prediction -----------------------------------------------------------------------
-    def correct(self, g: GlobalInputs) -> dict[str, np.ndarray]:
+    def correct(
+        self, g: GlobalInputs, gqa_aware: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """Corrected ttft_s and decode_s, the factor each Level-2 time was scaled by, the
-        additive overhead seconds, and the band (log quantiles) per configuration."""
+        additive overhead seconds, and the band (log quantiles) per configuration.
+
+        `gqa_aware` (bool per configuration; None: none): rows whose engine's decode attention
+        reads each KV head once per group of query heads (vLLM 0.11.1's kernels), priced
+        without the `a_attn_gqa` excess that argonne's engines showed."""
         n = len(g.t_pre_s)
         if n and (n == 1 or (g.engine == g.engine[0]).all()):  # one engine: no scatter
             fit, known = self._fit_of(str(g.engine[0]))
             return {
-                **_parts(fit, g),
+                **_parts(fit, g, gqa_aware),
                 "band_lo": np.full(n, float(fit.band_log[0])),
                 "band_hi": np.full(n, float(fit.band_log[1])),
                 "engine_known": np.full(n, known),
@@ -424,7 +430,8 @@ class Level3(Model):
             idx = np.nonzero(g.engine == engine)[0]
             fit, known = self._fit_of(str(engine))
             out["engine_known"][idx] = known
-            parts = _parts(fit, g.take(idx))
+            aware = None if gqa_aware is None else np.asarray(gqa_aware)[idx]
+            parts = _parts(fit, g.take(idx), aware)
             for k, v in parts.items():
                 out[k][idx] = v
             out["band_lo"][idx] = fit.band_log[0]
@@ -532,14 +539,26 @@ def _rows_dot(X: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (X * np.asarray(w, dtype=float)).sum(axis=1)
 
 
-def _structured(theta: np.ndarray, g: GlobalInputs) -> tuple[np.ndarray, np.ndarray]:
+def _structured(
+    theta: np.ndarray, g: GlobalInputs, gqa_aware: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     x_ttft, x_dec = design(g)
+    if gqa_aware is not None:  # a GQA-aware engine reads each KV head once: no excess
+        x_dec[:, TERMS.index("a_attn_gqa")] *= ~np.asarray(gqa_aware, dtype=bool)
     return _rows_dot(x_ttft, theta), _rows_dot(x_dec, theta)
 
 
-def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
+def gqa_excess_of(g: GlobalInputs, gqa_aware: np.ndarray | None) -> np.ndarray:
+    """`gqa_excess`, 0 on the rows of a GQA-aware engine (`gqa_aware`; None: none is)."""
+    x = gqa_excess(g)
+    return x if gqa_aware is None else np.where(gqa_aware, 0.0, x)
+
+
+def _parts(
+    fit: EngineFit, g: GlobalInputs, gqa_aware: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     th = fit.theta
-    ttft_s, dec_s = _structured(th, g)
+    ttft_s, dec_s = _structured(th, g, gqa_aware)
     log_f = np.zeros_like(ttft_s)
     if fit.mlps:
         X = mlp_features(g, ttft_s, dec_s)
@@ -561,7 +580,7 @@ def _parts(fit: EngineFit, g: GlobalInputs) -> dict[str, np.ndarray]:
         "dec_factor": (_factor(th, "a_dec", rest_roof, rest) + over) * f,
         "dec_attn_factor": (
             _factor(th, "a_attn", g.t_dec_attn_roof_s, g.t_dec_attn_s)
-            + th[TERMS.index("a_attn_gqa")] * gqa_excess(g)
+            + th[TERMS.index("a_attn_gqa")] * gqa_excess_of(g, gqa_aware)
             + over
         )
         * f,

@@ -32,7 +32,7 @@ from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_fla
 from dse.predict.ops import LayerShapes, forward_ops
 from dse.predict.power_bounds import bounded_energy_band, bounded_phases
 from dse.predict.pricing import PhaseCost, Pricer, own_engine_groups
-from dse.predict.serving import any_continuous
+from dse.predict.serving import any_continuous, engine_traits
 from dse.predict.serving import apply as apply_serving
 from dse.predict.stacking import STACK_AT_MOST
 from dse.spec import arch as A
@@ -134,16 +134,26 @@ def _strata(k: int) -> np.ndarray:
 LEVEL3_RESERVED_BYTES = 2 * 1024**3
 
 
-def kv_memory(cols: Mapping[str, np.ndarray], gpu: GPU) -> tuple[np.ndarray, np.ndarray]:
+def kv_memory(
+    cols: Mapping[str, np.ndarray], gpu: GPU, mean_context: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(KV bytes the whole batch needs at full length, bytes left for the KV cache), per GPU, as
     Level 3 was fitted: tokens not rounded to blocks, 2 GiB held back (LEVEL3_RESERVED_BYTES),
     activations not counted. These are model inputs; whether a configuration runs is
-    `dse.spec.arch.memory_breakdown`'s rule."""
+    `dse.spec.arch.memory_breakdown`'s rule.
+
+    `mean_context` rows (bool; None: none) need the KV of a continuous engine's running batch
+    instead: its sequences are spread evenly over their output, so each holds prompt + half
+    the output on average (vLLM 0.11.1, `dse.predict.serving.engine_traits`)."""
     a = C.architecture(cols).resolved()  # once: the accounting below shares it
     tp = cols["tensor_parallel"]
     # each sequence at its full length: sliding layers hold at most their window, linear
     # layers a constant state (for plain GQA: tokens x KV bytes per token, as fitted)
-    seq = A.kv_cache_bytes_per_gpu(a, cols["prompt_tokens"] + cols["output_tokens"], tp)
+    tokens = cols["prompt_tokens"] + cols["output_tokens"]
+    if mean_context is not None:
+        half = cols["prompt_tokens"] + (cols["output_tokens"] + 1) // 2
+        tokens = np.where(mean_context, half, tokens)
+    seq = A.kv_cache_bytes_per_gpu(a, tokens, tp)
     need = cols["batch_size"] * seq
     weights = A.params_per_gpu(a, tp) * A.dtype_bytes(a.weight_dtype)
     free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - weights - LEVEL3_RESERVED_BYTES
@@ -211,11 +221,13 @@ def base_costs(
     gpu: GPU,
     artifact: Artifact | None,
     artifact_gpu: GPU | None = None,
+    kv_mean_context: np.ndarray | None = None,
 ) -> BaseCost:
     """Levels 1-2: prefill and the sum of all decode steps on one GPU, and the step count.
 
-    `artifact_gpu`: the chip the artifact's kernels were measured on, when not `gpu` itself."""
-    fill, waves, per_wave = kv_waves(cols["batch_size"], *kv_memory(cols, gpu))
+    `artifact_gpu`: the chip the artifact's kernels were measured on, when not `gpu` itself;
+    `kv_mean_context`: rows whose KV need is a running batch's (`kv_memory`)."""
+    fill, waves, per_wave = kv_waves(cols["batch_size"], *kv_memory(cols, gpu, kv_mean_context))
     queued = waves > 1
     if queued.any():
         cols = dict(cols)
@@ -245,24 +257,42 @@ def predict_columns(
     *,
     texts: bool = True,
     models: bool = False,
+    gqa_aware: np.ndarray | None = None,
+    kv_mean_context: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
 
     `artifact="auto"` loads the GPU's frozen artifact; None forces the roofline. `texts=False`
     leaves out `out_of_range_inputs`, `models=True` adds `kernel_models` (see `predict`).
+    `gqa_aware` and `kv_mean_context` (bool per row) override which rows Level 3 prices with
+    GQA-aware decode attention and which rows' KV need is a running batch's at its mean context
+    (default: continuous rows of an engine version fitted so, `dse.predict.serving.
+    engine_traits`); the serving fits set them on static rows.
     Configurations of an engine priced by its own kernel tables (SGLang,
     `adapters.OWN_TABLE_ENGINES`) are priced apart from the others, each as if alone.
     """
     engines = cols["engine"]
     groups = None if n < 2 or (engines == engines[0]).all() else own_engine_groups(engines)
+    if gqa_aware is None and kv_mean_context is None:
+        gqa_aware, kv_mean_context = engine_traits(cols)
+    traits = (gqa_aware, kv_mean_context)
     if groups is not None and (groups != groups[0]).any():
         parts = []
         for g in np.unique(groups):
             idx = np.flatnonzero(groups == g)
             part = {k: v[idx] for k, v in cols.items()}
-            parts.append(
-                (idx, predict_columns(part, len(idx), gpu, artifact, texts=texts, models=models))
+            aware, mean = (None if v is None else np.asarray(v)[idx] for v in traits)
+            one = predict_columns(
+                part,
+                len(idx),
+                gpu,
+                artifact,
+                texts=texts,
+                models=models,
+                gqa_aware=aware,
+                kv_mean_context=mean,
             )
+            parts.append((idx, one))
         return _merged(parts, n)
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
     # nvfp4 weights have no kernels on a GPU without FP4 tensor cores: nothing to price. The
@@ -272,11 +302,13 @@ def predict_columns(
         if (why != "").any():
             raise ConfigError(next(m for m in why if m))
     artifact, fitted_for = resolve_artifact(gpu.name, artifact)
-    base = base_costs(cols, n, gpu, artifact, _fitted_on(artifact, fitted_for, gpu))
+    base = base_costs(
+        cols, n, gpu, artifact, _fitted_on(artifact, fitted_for, gpu), kv_mean_context
+    )
     g = global_inputs(cols, base)
     lvl3 = _model(artifact, LEVEL3_MODEL)
     misses, flags = _range_flags(base.prefill, base.decode)
-    corr = _level3_terms(lvl3, g, n, base.steps > 0)
+    corr = _level3_terms(lvl3, g, n, base.steps > 0, gqa_aware)
     misses.update(corr.misses)  # Level 3's parts come after the operators' in the text
     flags.update(corr.flags)
     cost = apply_level3(base, corr, gpu.idle_power_w)
@@ -389,13 +421,20 @@ class RequestCost:
         return _decode_only(v, self.has_decode, self.every_decode)
 
 
-def _level3_terms(lvl3: Any, g: GlobalInputs, n: int, has_decode: np.ndarray) -> Level3Correction:
-    """Level 3's factors, overheads and band for the batch; the roofline's (factors 1, no
-    overhead, x0.5 .. x2) without a Level 3."""
+def _level3_terms(
+    lvl3: Any,
+    g: GlobalInputs,
+    n: int,
+    has_decode: np.ndarray,
+    gqa_aware: np.ndarray | None = None,
+) -> Level3Correction:
+    """Level 3's factors, overheads and band for the batch (`gqa_aware` rows without the
+    argonne engines' GQA excess, `Level3.correct`); the roofline's (factors 1, no overhead,
+    x0.5 .. x2) without a Level 3."""
     misses: dict[str, RangeMiss] = {}
     flags: dict[str, np.ndarray] = {}
     if lvl3 is not None:
-        c = lvl3.correct(g)
+        c = lvl3.correct(g, gqa_aware)
         misses = {f"level3: {k}": v for k, v in lvl3.range_misses(g).items()}
         if not c["engine_known"].all():
             flags["level3: engine not fitted"] = ~c["engine_known"]

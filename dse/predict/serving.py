@@ -128,6 +128,30 @@ def apply(
     return added, scale
 
 
+def engine_traits(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per row, how the static prediction of a continuous run is priced for its engine version
+    (the version entry's fields; a version not fitted: `nearest_version`'s): (GQA-aware decode
+    attention, `gqa_aware_attention`: Level 3 without argonne's GQA excess; the running batch's
+    KV at its mean context, `kv_at_mean_context`: prompt + half the output a sequence, so the
+    measured running batch fits where a static batch of full-length sequences ran in waves).
+    vLLM 0.11.1 has both. None for a trait no row has (static rows have none)."""
+    if not any_continuous(cols):
+        return None, None
+    n = len(cols["batching"])
+    asked = cols.get("engine_version")
+    asked = np.full(n, fitted_versions()[-1]) if asked is None else np.asarray(asked).astype(str)
+    continuous_rows = cols["batching"] == "continuous"
+    versions = load_constants()["versions"]
+    out = {k: np.zeros(n, dtype=bool) for k in ("gqa_aware_attention", "kv_at_mean_context")}
+    for version in np.unique(asked[continuous_rows]):
+        entry = versions[nearest_version(str(version))]
+        for k, v in out.items():
+            if entry.get(k, False):
+                v |= continuous_rows & (asked == version)
+    aware, mean = (v if v.any() else None for v in out.values())
+    return aware, mean
+
+
 def _merge(a: RangeMiss, b: RangeMiss, rows: np.ndarray) -> RangeMiss:
     """Two versions' misses of one input: `b` on `rows`, `a` elsewhere."""
     return RangeMiss(

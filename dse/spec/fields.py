@@ -528,7 +528,9 @@ FIELDS: dict[str, Field] = {
             "version",
             default=DEFAULT_ENGINE_VERSION,
             note="continuous batching's host constants are fitted per version (vLLM 0.4.2, "
-            "0.11.1); another version takes the nearest fitted one's and is flagged out of range",
+            "0.11.1; 0.11.1 also prices GQA-aware decode attention and the running batch's KV "
+            "at mean context); another version takes the nearest fitted one's and is flagged "
+            "out of range",
             group="workload",
         ),
         # hardware
