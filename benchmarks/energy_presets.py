@@ -17,7 +17,8 @@ batch's energy is the same number):
   predicted`);
 - corrected preset over the *measured* time (a number no prediction has: the preset's bound);
 - `dse predict`, static batching (`batching: static`), and continuous batching with vLLM
-  0.11.1's terms fitted on the other models (what `batching: continuous` prices).
+  0.11.1's terms fitted on the other models (what `batching: continuous` prices; a GPU with no
+  terms of its own, B200, is priced with H100's, as `dse predict` does).
 Prints a Markdown table; nothing is written.
 """
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from dse.estimators import tokens2wh as T  # noqa: E402
 from dse.fitting import serving as S  # noqa: E402
 from dse.predict import predict  # noqa: E402
+from dse.predict.serving import constants_for  # noqa: E402
 
 COMMAND = "PYTHONPATH=. python benchmarks/energy_presets.py"
 V3 = "0.11.1"
@@ -56,8 +58,9 @@ def _workload(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
-def score_gpu(rows: pd.DataFrame, gpu: str) -> dict[str, float]:
-    """Energy-per-output-token MAPE of each column on one GPU's v3 rows (read_v3's)."""
+def score_gpu(rows: pd.DataFrame, gpu: str, served: pd.DataFrame) -> dict[str, float]:
+    """Energy-per-output-token MAPE of each column on one GPU's v3 rows (`read_v3`'s), with
+    `served` (`serving_rows_v3`'s, every GPU) for the continuous-batching column."""
     rows = rows.reset_index(drop=True)
     wl = _workload(rows)
     # Measured energy of the rounded batch: the run's J per request times the whole batch.
@@ -99,11 +102,16 @@ def score_gpu(rows: pd.DataFrame, gpu: str) -> dict[str, float]:
             if times is None:
                 ratios["paper"][i] = float(T.estimate(a, w, gpu, "paper")["energy_j"]) / meas_j[i]
     ratios["dse predict, batching: static"] = np.asarray(p["energy_j"], float) / meas_j
-    srows = S.serving_rows_v3(_data)
-    srows = srows[srows["gpu"] == gpu].reset_index(drop=True)
-    held = S.leave_one_model_out(srows, terms=S.VERSIONS[V3].terms)
+    # A GPU without its own fitted terms is priced with the default GPU's, as `batching:
+    # continuous` prices it (the model's rows on that GPU held out too).
+    lender = constants_for(gpu, V3).gpu
+    pool = served[served["gpu"].isin({gpu, lender})].reset_index(drop=True)
+    held = S.leave_one_model_out(
+        pool, train_gpu=None if lender == gpu else lender, terms=S.VERSIONS[V3].terms
+    )
+    held = held[held["gpu"] == gpu]
     ratios[f"dse predict, batching: continuous (vLLM {V3}, model held out)"] = (
-        held["pred_energy_j"].to_numpy() / srows["energy_j"].to_numpy()
+        held["pred_energy_j"].to_numpy() / held["energy_j"].to_numpy()
     )
     for k, r in ratios.items():
         out[k] = _mape(r)
@@ -111,18 +119,14 @@ def score_gpu(rows: pd.DataFrame, gpu: str) -> dict[str, float]:
     return out
 
 
-_data = Path()
-
-
 def main(argv: list[str] | None = None) -> int:
-    global _data
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     args = ap.parse_args(argv)
-    _data = args.data
     t0 = time.time()
     rows = S.read_v3(args.data)
-    table = {gpu: score_gpu(r, str(gpu)) for gpu, r in rows.groupby("gpu", sort=True)}
+    served = S.serving_rows_v3(args.data)
+    table = {gpu: score_gpu(r, str(gpu), served) for gpu, r in rows.groupby("gpu", sort=True)}
     names = [k for k in next(iter(table.values())) if k not in ("rows", "models")]
     names = [k for k in names if not k.endswith("(median ratio)")]
     gpus = list(table)
