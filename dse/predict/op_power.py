@@ -16,6 +16,7 @@ all the calls of a model and GPU in one evaluation (the same rows, the same numb
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import numpy as np
 
 from dse.models.artifact import Artifact
 from dse.models.power import PowerModel
-from dse.predict._rows import Groups, at_rows
+from dse.predict._rows import Groups, at_rows, shape_of
 from dse.predict.ops import Op
 from dse.roofline import board_limited_w
 from dse.spec.hardware import GPU
@@ -59,8 +60,9 @@ def op_power_w(
     if model is None:
         return None
     peak = gpu.peak_bf16_flops_per_s if peak is None else peak
-    if _BATCH is not None:  # evaluated with the batch's other calls in `resolve`
-        return _BATCH.add(model, gpu, op.flops, op.bytes, latency_s, peak)
+    batch = _STATE.batch
+    if batch is not None:  # evaluated with the batch's other calls in `resolve`
+        return batch.add(model, gpu, op.flops, op.bytes, latency_s, peak)
     shape = np.shape(latency_s)
     if groups is not None and groups.rows is not None:
         idx = np.unravel_index(groups.rows, shape)
@@ -117,7 +119,7 @@ class _Batch:
         lat = np.asarray(latency_s, dtype=float)
         uc, um = _utils(gpu, flops, nbytes, lat, peak)
         shape = lat.shape
-        uc, um = (np.broadcast_to(u, shape) for u in (uc, um))
+        uc, um = (u if shape_of(u) == shape else np.broadcast_to(u, shape) for u in (uc, um))
         out = np.full(shape, np.nan)
         item = _Pending(model, gpu, uc.ravel(), um.ravel(), lat.ravel(), out)
         self.items.append(item)
@@ -153,7 +155,11 @@ class _Batch:
         self.by_buffer.clear()
 
 
-_BATCH: _Batch | None = None
+class _State(threading.local):
+    batch: _Batch | None = None  # the open `batched()` of this thread (predict may run in several)
+
+
+_STATE = _State()
 
 
 @contextmanager
@@ -161,28 +167,28 @@ def batched(on: bool = True) -> Iterator[None]:
     """Inside, `op_power_w` defers its model evaluation to `resolve` (at the latest on leaving):
     for a few configurations' operators, whose arrays the caller only stores or slices until
     then. Code that computes from an operator's power inside calls `resolve` first."""
-    global _BATCH
-    if not on or _BATCH is not None:
+    if not on or _STATE.batch is not None:
         yield
         return
-    _BATCH = _Batch()
+    batch = _STATE.batch = _Batch()
     try:
         yield
-        _BATCH.resolve()
+        batch.resolve()
     finally:
-        _BATCH = None
+        _STATE.batch = None
 
 
 def resolve() -> None:
     """Fill the arrays `op_power_w` returned inside `batched()` so far (no-op outside)."""
-    if _BATCH is not None:
-        _BATCH.resolve()
+    if _STATE.batch is not None:
+        _STATE.batch.resolve()
 
 
 def board_limited(gpu: GPU, power_w: Any) -> np.ndarray:
     """`dse.roofline.board_limited_w`; a pending power array is limited when resolved (in
     place: it is only stored until then)."""
-    item = None if _BATCH is None else _BATCH.pending(power_w)
+    batch = _STATE.batch
+    item = None if batch is None else batch.pending(power_w)
     if item is None:
         return board_limited_w(gpu, power_w)
     item.limit = True
