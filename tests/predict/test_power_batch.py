@@ -79,3 +79,17 @@ def test_batched_power_fills_each_call_as_its_own_evaluation() -> None:
         np.testing.assert_allclose(p, np.minimum(e, gpu.board_power_w) if p is pending[0] else e,
                                    rtol=RTOL)  # fmt: skip
     np.testing.assert_allclose(after, each[0], rtol=RTOL)
+
+
+def test_power_inputs_of_one_shape_equal_the_general_path() -> None:
+    """`PowerModel`'s inputs of three float arrays of one shape (written straight into the
+    matrix) are those of the general path (clip, broadcast, stack), out-of-range values too."""
+    from dse.models.power import _inputs, _inputs_same_shape
+
+    rng = np.random.default_rng(1)
+    uc, um = rng.uniform(-0.5, 2.5, (2, 3, 40))
+    lat = 10 ** rng.uniform(-8, 1, (3, 40))
+    fast = _inputs_same_shape(uc, um, lat)
+    general = _inputs(uc.tolist(), um.tolist(), lat.tolist())  # lists: not the fast path
+    np.testing.assert_array_equal(fast, general)
+    np.testing.assert_array_equal(_inputs(uc, um, lat), general)
