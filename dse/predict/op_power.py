@@ -119,7 +119,9 @@ class _Batch:
         lat = np.asarray(latency_s, dtype=float)
         uc, um = _utils(gpu, flops, nbytes, lat, peak)
         shape = lat.shape
-        uc, um = (u if shape_of(u) == shape else np.broadcast_to(u, shape) for u in (uc, um))
+        if shape_of(uc) != shape or shape_of(um) != shape:  # as `_power_w` would broadcast
+            shape = np.broadcast_shapes(shape, shape_of(uc), shape_of(um))
+            uc, um, lat = (np.broadcast_to(u, shape) for u in (uc, um, lat))
         out = np.full(shape, np.nan)
         item = _Pending(model, gpu, uc.ravel(), um.ravel(), lat.ravel(), out)
         self.items.append(item)

@@ -67,6 +67,8 @@ def test_batched_power_fills_each_call_as_its_own_evaluation() -> None:
     ops = [op for op in forward_ops(cols, "prefill") if np.ndim(op.flops) == 1][:6]
     rng = np.random.default_rng(0)
     lats = [10 ** rng.uniform(-6, -2, 9) for _ in ops]
+    lats[-1] = 10 ** rng.uniform(-6, -2, (3, 9))  # per-node times of (9,) work: broadcast
+    lats[1] = np.asarray(3e-5)  # one time for every row's work
     each = [op_power_w(art, op, gpu, t) for op, t in zip(ops, lats, strict=True)]
     with batched():
         pending = [op_power_w(art, op, gpu, t) for op, t in zip(ops, lats, strict=True)]
