@@ -27,6 +27,7 @@ import numpy as np
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
 from dse.models.base import RangeMiss, as_shape
+from dse.predict import op_power
 from dse.predict._rows import (
     BLOCK_ROWS,
     DEDUPE_MIN_ROWS,
@@ -695,6 +696,7 @@ def price_moe(
     sels = [np.broadcast_to(rows, shape) for _, rows in lookups]
 
     def pick(arrays: list[np.ndarray | None]) -> np.ndarray | None:
+        op_power.resolve()  # the powers are copied here: their values first
         if any(a is None for a in arrays):
             return None
         return np.select(sels, [np.broadcast_to(a, shape) for a in arrays])

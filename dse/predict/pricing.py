@@ -37,6 +37,7 @@ import numpy as np
 from dse.models.artifact import Artifact
 from dse.models.base import RangeMiss, as_shape
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
+from dse.predict import op_power
 from dse.predict._rows import (
     ColumnsAt,
     Groups,
@@ -51,7 +52,6 @@ from dse.predict.ops import Op
 from dse.predict.stacking import STACK_AT_MOST, STACKED, StackedAdapter
 from dse.roofline import (
     LAUNCH_S,
-    board_limited_w,
     ring_allreduce_s,
     roofline_s,
     standin_power_w,
@@ -226,6 +226,7 @@ def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
     """A price of configurations idx spread over all n (latency 1 s, power 0 W elsewhere: the
     pricer zeroes the time of configurations that do not run the operator)."""
     shape = (*shape_of(price.latency_s)[:-1], n)
+    op_power.resolve()  # the power is copied here: its values first
 
     def put(v: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
         out = np.full(shape, fill, dtype=dtype)
@@ -612,6 +613,8 @@ class Pricer:
 
     # Batches of at most this many configurations stack their operators (`price_phases`).
     stack_at_most: int = STACK_AT_MOST
+    # Such a batch evaluates every operator's power in one power-model call (`op_power.batched`)
+    batch_power: bool = True
 
     def __init__(
         self,
@@ -641,6 +644,21 @@ class Pricer:
         phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls.
         Level 2 calibrates each block over all phases in one call."""
         n = len(np.atleast_1d(phases[0][0][0].count))
+        # a few configurations: every operator's power in one model call (`op_power.batched`)
+        with op_power.batched(self.batch_power and n <= self.stack_at_most):
+            drafts, groups = self._level1_phases(phases, n)
+        self._apply_level2(drafts)
+        return [
+            _finish(d, ops, weights)
+            if g is None
+            else _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n)
+            for d, (ops, _, weights), g in zip(drafts, phases, groups, strict=True)
+        ]
+
+    def _level1_phases(
+        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]], n: int
+    ) -> tuple[list[_Draft], list[Groups | None]]:
+        """`price_phases`' Level-1 drafts, and each phase's shape groups (None: row by row)."""
         runs = [op_runs(ops, n) for ops, _, _ in phases]
         pre: dict[int, dict[int, L1Price | None]] = {}
         if self.artifact is not None and n <= self.stack_at_most:
@@ -662,13 +680,7 @@ class Pricer:
             )
             for i, ((ops, phase, _), g) in enumerate(zip(phases, groups, strict=True))
         ]
-        self._apply_level2(drafts)
-        return [
-            _finish(d, ops, weights)
-            if g is None
-            else _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n)
-            for d, (ops, _, weights), g in zip(drafts, phases, groups, strict=True)
-        ]
+        return drafts, groups
 
     def _at_rows(self, rows: np.ndarray) -> Pricer:
         """This pricer on the configurations `rows` (their columns gathered when read)."""
@@ -796,7 +808,7 @@ class Pricer:
         power = price.power_w
         if power is None:
             power = self._op_power(op, t_call, None)
-        return OpPrice(t_call, board_limited_w(self.gpu, power), price.model), price
+        return OpPrice(t_call, op_power.board_limited(self.gpu, power), price.model), price
 
     def _model_price(
         self, op: Op, runs: np.ndarray, ctx: dict[str, Any], n: int, every: bool = False
