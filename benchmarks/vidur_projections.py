@@ -72,9 +72,7 @@ class Fold:
     gemm_rows: int
 
 
-def fit_fold(
-    tables: dict[str, pd.DataFrame], held_out: Sequence[str], shipped: Artifact
-) -> Fold:
+def fit_fold(tables: dict[str, pd.DataFrame], held_out: Sequence[str], shipped: Artifact) -> Fold:
     """Both Level-2 blocks refitted on every block's GEMM rows except those of `held_out`'s
     models (the pooled calibration `dse fit` fits, with the shipped blocks' hyperparameters)."""
     keep = {b: ~t["model"].isin(list(held_out)).to_numpy() for b, t in tables.items()}
@@ -206,9 +204,8 @@ def cell(results: dict[str, dict[str, float]], group: str) -> str:
     return (
         f"per operator as `dse validate --kind layer_op` scores them (Level 1 x Level 2), "
         f"{held} held out of Level 2 (command W): " + ", ".join(parts) + " (QKV / O / gate+up "
-        "/ down); in-sample " + ", ".join(
-            f"{g.split('_')[0].upper()} {s['all_in']:.2f}%" for g, s in results.items()
-        )
+        "/ down); in-sample "
+        + ", ".join(f"{g.split('_')[0].upper()} {s['all_in']:.2f}%" for g, s in results.items())
     )
 
 
