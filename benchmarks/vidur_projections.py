@@ -28,8 +28,8 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -61,8 +61,7 @@ ROW = "| vidur projections"
 COMMAND = "PYTHONPATH=. python benchmarks/vidur_projections.py --no-write"
 
 
-@dataclass(frozen=True)
-class Fold:
+class Fold(NamedTuple):
     """One fold's Level-2 refit: the models of each block, the vidur models whose GEMM rows
     the fit read, and how many GEMM rows that was."""
 
