@@ -147,6 +147,11 @@ def held_out_predictions(
         got["pred_s"] = predict_layer_op_rows(art, "layer_op", part)["latency_pred_s"]
         got["in_sample_s"] = predict_layer_op_rows(shipped, "layer_op", part)["latency_pred_s"]
         out.append(got)
+    if not out:
+        have = ", ".join(sorted(map(str, rows["model"].unique())))
+        raise SystemExit(
+            f"--models: must name a vidur model of {gpu} ({have}), got {list(only or [])}"
+        )
     return pd.concat(out), folds
 
 
@@ -245,9 +250,14 @@ def main() -> None:
             results[gpu] = summary(d)
             print(report(d, gpu), flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
-    if not args.no_write and args.models is None and args.group == "model":
+    whole = args.models is None and args.group == "model" and list(args.gpus) == list(GPUS)
+    if not args.no_write and whole:
         write_row(results, args.group, args.target_pct)
         print(f"wrote the {ROW[2:]!r} row of {DOC.relative_to(REPO)}")
+    elif not args.no_write:
+        print(
+            "not written: the docs row holds the default run (every model and GPU, --group model)"
+        )
 
 
 if __name__ == "__main__":
