@@ -71,23 +71,28 @@ class Fold(NamedTuple):
     gemm_rows: int
 
 
-def fit_fold(tables: dict[str, pd.DataFrame], held_out: Sequence[str], shipped: Artifact) -> Fold:
+def fit_fold(
+    tables: dict[str, pd.DataFrame],
+    held_out: Sequence[str],
+    shipped: Artifact,
+    wave_steps: bool | None = None,
+) -> Fold:
     """Both Level-2 blocks refitted on every block's GEMM rows except those of `held_out`'s
-    models (the pooled calibration `dse fit` fits, with the shipped blocks' hyperparameters)."""
+    models (the pooled calibration `dse fit` fits, with the shipped blocks' hyperparameters;
+    `wave_steps` True / False: with / without `dse.models.level2.STEP_FEATURES`, None: as
+    shipped)."""
     keep = {b: ~t["model"].isin(list(held_out)).to_numpy() for b, t in tables.items()}
     trained_on = frozenset(
         str(m) for b, t in tables.items() for m in t["model"].to_numpy()[keep[b]]
     )
-    G, r = _gemm_rows(tables, keep)
-    blocks = {}
-    for block, rows in tables.items():
-        name = f"level2.{block}"
-        if not shipped.has(name):  # `dse fit` kept only the blocks that beat Level 1
-            continue
-        s = shipped.model(name)
-        blocks[block] = Level2Block(
-            block, hidden=s.hidden, alpha=s.alpha, n_ensemble=s.n_ensemble, seed=s.seed
-        ).fit(G, r, _x(rows)[keep[block]])
+    # `dse fit` kept only the blocks that beat Level 1
+    names = [b for b in tables if shipped.has(f"level2.{b}")]
+    params = {b: shipped.model(f"level2.{b}").get_params() for b in names}
+    if wave_steps is not None:
+        params = {b: {**p, "wave_steps": wave_steps} for b, p in params.items()}
+    steps = {bool(p["wave_steps"]) for p in params.values()}
+    G, r = _gemm_rows(tables, keep, wave_steps=steps.pop() if len(steps) == 1 else False)
+    blocks = {b: Level2Block(**params[b]).fit(G, r, _x(tables[b])[keep[b]]) for b in names}
     return Fold(tuple(held_out), blocks, trained_on, len(r))
 
 
@@ -127,9 +132,11 @@ def held_out_predictions(
     group: str = "model",
     only: Sequence[str] | None = None,
     shipped: Artifact | None = None,
+    wave_steps: bool | None = None,
 ) -> tuple[pd.DataFrame, list[Fold]]:
     """Every projection row of `gpu` (of the models in `only`, default all) with `pred_s`
-    priced by a Level 2 fitted without its fold's models, `in_sample_s` by the shipped one."""
+    priced by a Level 2 fitted without its fold's models (`wave_steps`: see `fit_fold`),
+    `in_sample_s` by the shipped one."""
     shipped = shipped or Artifact.load(gpu)
     rows = projection_rows(layer_ops, gpu)
     # Level 1 alone prices the block rows, as `dse fit` does before it fits Level 2
@@ -139,7 +146,7 @@ def held_out_predictions(
         score = [m for m in held if only is None or m in only]
         if not score:
             continue
-        fold = fit_fold(tables, held, shipped)
+        fold = fit_fold(tables, held, shipped, wave_steps)
         folds.append(fold)
         part = rows[rows["model"].isin(score)]
         art = with_level2(shipped, fold.blocks)
@@ -236,6 +243,11 @@ def main() -> None:
     p.add_argument("--gpus", nargs="+", default=list(GPUS))
     p.add_argument("--group", choices=("model", "d_model"), default="model")
     p.add_argument("--models", nargs="+", help="score only these models (each still held out)")
+    p.add_argument(
+        "--wave-steps",
+        action="store_true",
+        help="score the unshipped candidate Level2Block(wave_steps=True) held out (never written)",
+    )
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--target-pct", type=float, default=6.0)
     args = p.parse_args()
@@ -246,11 +258,13 @@ def main() -> None:
     results = {}
     with threadpool_limits(limits=1):  # one core, as `dse fit` fits Level 2
         for gpu in args.gpus:
-            d, _ = held_out_predictions(layer_ops, gpu, args.group, args.models)
+            steps = True if args.wave_steps else None
+            d, _ = held_out_predictions(layer_ops, gpu, args.group, args.models, wave_steps=steps)
             results[gpu] = summary(d)
             print(report(d, gpu), flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
     whole = args.models is None and args.group == "model" and list(args.gpus) == list(GPUS)
+    whole = whole and not args.wave_steps
     if not args.no_write and whole:
         write_row(results, args.group, args.target_pct)
         print(f"wrote the {ROW[2:]!r} row of {DOC.relative_to(REPO)}")

@@ -47,6 +47,10 @@ def test_held_out_rows_never_reach_the_fit(vp, layer_ops) -> None:
         for c in ("measured_gemm1_s", "measured_gemm2_s")
     )
     assert fold.gemm_rows == want
+    steps = vp.fit_fold(tables, [HELD], shipped, wave_steps=True)  # the candidate's folds too
+    assert steps.trained_on == others and steps.gemm_rows == want
+    assert all(b.wave_steps for b in steps.blocks.values())
+    assert not any(b.wave_steps for b in fold.blocks.values())  # as shipped
     # the held-out model's measurements changed (x2) leave the fold's calibration unchanged
     doubled = {
         b: t.assign(
