@@ -2,7 +2,7 @@
 operator as `dse validate --kind layer_op` scores them (issue 33).
 
     PYTHONPATH=. python benchmarks/vidur_projections.py [--data ../shared/data] [--no-write]
-        [--gpus h100_sxm a100_sxm] [--group model|d_model] [--models NAME ...]
+        [--gpus h100_sxm a100_sxm] [--group model|d_model] [--models NAME ...] [--wave-steps]
 
 `dse validate` prices a projection row with `dse.fitting.layer_ops.predict_layer_op_rows`: the
 row's (model, tokens, tp) as a one-layer prefill through the pricer, Level 1's GEMM model times
@@ -18,6 +18,7 @@ artifact in place of its own, and scores the held-out model's rows with that sam
 `--group d_model` holds out every model of the held-out model's width together: vidur's 70B,
 34B and 72B models share d_model 8192 and the attention projections' shapes, so a model held out
 by name still leaves its QKV / O shapes in the fit (a harder, layout-held-out diagnostic).
+`--wave-steps` scores the unshipped candidate `Level2Block(wave_steps=True)` the same way.
 Without `--no-write` the "now" cell of the "vidur projections" row of docs/accuracy.md's
 "Targets at a glance" is rewritten.
 """
