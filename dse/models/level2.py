@@ -64,6 +64,14 @@ GEMM_FEATURES: tuple[str, ...] = (
 )
 RANGE_FEATURES: tuple[str, ...] = ("log2_tokens", "log2_d_model", "log2_width")
 WAVE_TILE = 128  # a CTA tile edge: waves = ceil(m / 128) ceil(n / 128) / SMs
+# `Level2Block(wave_steps=True)` (a candidate, not in the shipped artifacts): cuBLAS's eager kernel
+# choice steps in the token count, so each GEMM also gets its last wave's fill and log wave count
+# under three more (m, n) CTA tiles. vidur's projections per operator, each model held out (issue
+# 33, benchmarks/vidur_projections.py --wave-steps): H100 7.99 -> 6.93%, A100 5.52 -> 4.80%.
+STEP_TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128), (64, 128))
+STEP_FEATURES: tuple[str, ...] = tuple(
+    f"{what}_{tm}x{tn}" for tm, tn in STEP_TILES for what in ("wave_fill", "log_waves")
+)
 
 
 class SizedOp(Protocol):
@@ -100,10 +108,10 @@ def block_features(
     return X
 
 
-def gemm_inputs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The `GEMM_FEATURES` of the block's first and second GEMM from its raw inputs (both
-    GEMMs as the two columns of (n, 2) arrays: the same element-wise arithmetic, half the
-    numpy calls of a block)."""
+def gemm_inputs(X: np.ndarray, wave_steps: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The `GEMM_FEATURES` (`wave_steps`: and `STEP_FEATURES`) of the block's first and second
+    GEMM from its raw inputs (both GEMMs as the two columns of (n, 2) arrays: the same
+    element-wise arithmetic, half the numpy calls of a block)."""
     m = np.exp2(X[:, 3:4])  # (n, 1): tokens, shared by the two GEMMs
     peak, bw, sms = np.exp(X[:, 8:9]), np.exp(X[:, 9:10]), X[:, 10:11]
     log_n, log_k = X[:, [4, 6]], X[:, [5, 7]]  # (n, 2): first GEMM, second GEMM
@@ -113,9 +121,12 @@ def gemm_inputs(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     waves = np.ceil(m / WAVE_TILE - 1e-9) * np.ceil(n / WAVE_TILE - 1e-9) / sms
     fill = waves / np.maximum(np.ceil(waves - 1e-9), 1.0)
     log_m = np.broadcast_to(X[:, 3:4], log_n.shape)
-    feats = np.stack(
-        [log_m, log_n, log_k, np.log(flops / byts), X[:, [0, 2]] - np.log(roof), fill], axis=2
-    )  # (n, 2, 6)
+    cols = [log_m, log_n, log_k, np.log(flops / byts), X[:, [0, 2]] - np.log(roof), fill]
+    for tm, tn in STEP_TILES if wave_steps else ():
+        w = np.ceil(m / tm - 1e-9) * np.ceil(n / tn - 1e-9) / sms
+        whole = np.maximum(np.ceil(w - 1e-9), 1.0)
+        cols += [w / whole, np.log(whole)]
+    feats = np.stack(cols, axis=2)  # (n, 2, 6) or (n, 2, 12)
     return feats[:, 0], feats[:, 1]
 
 
@@ -134,7 +145,10 @@ class Level2Block(Model):
     GEMMs; each factor is clipped to +-L2_CLIP. The op between them keeps its Level-1 time."""
 
     kind: ClassVar[str] = "level2_block"  # the manifest's kind; dse.models.MODEL_CLASSES
-    _parameter_constraints: ClassVar[dict[str, Any]] = {"block": tuple(LEVEL2_BLOCKS)}
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "block": tuple(LEVEL2_BLOCKS),
+        "wave_steps": (False, True),
+    }
 
     def __init__(
         self,
@@ -143,12 +157,18 @@ class Level2Block(Model):
         alpha: float = 1.0,
         n_ensemble: int = 3,
         seed: int = 0,
+        wave_steps: bool = False,
     ) -> None:
         self.block = block
         self.hidden = hidden
         self.alpha = alpha
         self.n_ensemble = n_ensemble
         self.seed = seed
+        self.wave_steps = wave_steps
+
+    def gemm_features(self) -> tuple[str, ...]:
+        """The names of the per-GEMM inputs the calibration reads (`gemm_inputs`)."""
+        return GEMM_FEATURES + (STEP_FEATURES if self.wave_steps else ())
 
     @threaded_fit
     def fit(self, G: np.ndarray, log_ratio: np.ndarray, X: np.ndarray) -> Self:
@@ -156,6 +176,12 @@ class Level2Block(Model):
         GEMM's measured log ratio to its Level-1 time; `X` (the block's raw inputs,
         `block_features`) sets the block sizes the model answers for."""
         self._validate_params()
+        if G.shape[1] != len(self.gemm_features()):
+            raise ValueError(
+                f"Level2Block(wave_steps={self.wave_steps}): G must have "
+                f"{len(self.gemm_features())} columns (`gemm_inputs(X, wave_steps)`), got "
+                f"{G.shape[1]}"
+            )
         from dse.models._nn import fit_mlp, merge_ensemble
         from dse.models.level3 import RESIDUAL_MLP
 
@@ -180,7 +206,7 @@ class Level2Block(Model):
 
     def gemm_log_factors(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Clipped log factors of the block's first and second GEMM."""
-        g1, g2 = gemm_inputs(X)
+        g1, g2 = gemm_inputs(X, self.wave_steps)
         # np.clip as two ufuncs (its wrapper costs more than both on a block's few rows)
         both = np.minimum(
             np.maximum(self.mlp_.predict(np.concatenate([g1, g2])), -L2_CLIP), L2_CLIP
@@ -239,18 +265,19 @@ class Level2Block(Model):
             **self.mlp_.to_state("mlp/"),
             "block": np.array(self.block),
             "features": np.array(LEVEL2_FEATURES),
-            "gemm_features": np.array(GEMM_FEATURES),
+            "gemm_features": np.array(self.gemm_features()),
             "range": np.array(list(self.range_.values()), dtype=float),
         }
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray]) -> Self:
-        if (
-            tuple(str(f) for f in state["features"]) != LEVEL2_FEATURES
-            or tuple(str(f) for f in state.get("gemm_features", ())) != GEMM_FEATURES
+        gemm = tuple(str(f) for f in state.get("gemm_features", ()))
+        steps = gemm == GEMM_FEATURES + STEP_FEATURES
+        if tuple(str(f) for f in state["features"]) != LEVEL2_FEATURES or not (
+            steps or gemm == GEMM_FEATURES
         ):
             raise ArtifactError("level-2 block model has other features; re-fit with `dse fit`")
-        self = cls(block=str(state["block"]))
+        self = cls(block=str(state["block"]), wave_steps=steps)
         self.mlp_ = MLP.from_state(dict(state), "mlp/")
         self.range_ = {
             k: (float(lo), float(hi))

@@ -87,3 +87,33 @@ def test_state_round_trip_and_old_features_refused(
     with pytest.raises(ArtifactError, match="re-fit"):
         Level2Block.from_state(old)
     assert len(LEVEL2_FEATURES) == X.shape[1]
+
+
+def test_wave_steps_inputs_and_state() -> None:
+    """The wave-step candidate (issue 33): each GEMM's last-wave fill and log wave count under
+    `STEP_TILES` after the shipped inputs, kept through the artifact state; a model without it
+    (every shipped artifact) reads its six inputs as before, and a G of the other width is
+    refused."""
+    from dse.models.level2 import STEP_FEATURES, STEP_TILES
+
+    X = _x(np.random.default_rng(2), 40)
+    g1, g2 = gemm_inputs(X)
+    s1, s2 = gemm_inputs(X, wave_steps=True)
+    assert s1.shape == (40, len(GEMM_FEATURES) + len(STEP_FEATURES))
+    np.testing.assert_array_equal(s1[:, : len(GEMM_FEATURES)], g1)
+    np.testing.assert_array_equal(s2[:, : len(GEMM_FEATURES)], g2)
+    # hand-worked: m = 300 tokens, n = 4096 on 132 SMs, 256 x 128 tiles: 2 x 32 = 64 CTAs,
+    # 64 / 132 of one wave
+    one = X[:1].copy()
+    one[0, 3], one[0, 4], one[0, 10] = np.log2(300), 12.0, 132.0
+    at = 2 * STEP_TILES.index((256, 128))
+    got = gemm_inputs(one, wave_steps=True)[0][0, len(GEMM_FEATURES) + at :][:2]
+    np.testing.assert_allclose(got, [64 / 132, 0.0])
+    r = 0.1 * np.sin(s1[:, 0])
+    model = Level2Block("ffn_dense", n_ensemble=1, wave_steps=True).fit(s1, r, X)
+    again = Level2Block.from_state(model.to_state())
+    assert again.wave_steps and again.gemm_features() == GEMM_FEATURES + STEP_FEATURES
+    np.testing.assert_array_equal(again.log_factor(X), model.log_factor(X))
+    assert not Level2Block.from_state(Level2Block(n_ensemble=1).fit(g1, r, X).to_state()).wave_steps
+    with pytest.raises(ValueError, match="columns"):
+        Level2Block("ffn_dense", n_ensemble=1, wave_steps=True).fit(g1, r, X)
