@@ -253,3 +253,24 @@ def test_a_table_without_quantisation_keeps_the_four_coefficient_base() -> None:
     df = _synthetic_fp8_table(quantised=False)
     model = GemmModel("b200_sxm", "fp8", "vllm", tree_iter=5, bags=1).fit(df)
     assert len(model.theta_) == 4 and "quant_efficiency" not in model.coefficients()
+
+
+def test_despike_clips_single_row_spikes_and_keeps_steps() -> None:
+    from dse.fitting.gemm import gemm_options
+    from dse.models.gemm import _despike
+
+    m = np.arange(1.0, 13.0)
+    y = np.log(np.where(m < 7, 10e-6, 20e-6))  # a real 2x step at m = 7 (six rows each side)
+    y[2] = np.log(30e-6)  # one row 3x off its neighbours (as B200 vLLM per-tensor fp8's)
+    n, k = np.full_like(m, 4096.0), np.full_like(m, 4096.0)
+    out = _despike(m, n, k, y, 0.3)
+    assert out[2] == pytest.approx(np.log(10e-6) + 0.3)  # to the edge of the band
+    np.testing.assert_array_equal(np.delete(out, 2), np.delete(y, 2))  # the step stays
+    # other (n, k) are their own neighbourhoods, whatever the row order
+    perm = np.random.default_rng(0).permutation(24)
+    mm, nn = np.tile(m, 2)[perm], np.repeat([4096.0, 8192.0], 12)[perm]
+    yy = np.concatenate([y, y + 1.0])[perm]
+    both = _despike(mm, nn, np.full(24, 4096.0), yy, 0.3)
+    np.testing.assert_allclose(np.sort(both), np.sort(np.concatenate([out, out + 1.0])))
+    assert gemm_options("b200_sxm", "vllm", "fp8") == {"despike": 0.3}
+    assert gemm_options("h100_sxm", "vllm", "fp8") == {}  # no other table is clipped
