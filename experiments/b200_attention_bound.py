@@ -1,7 +1,7 @@
 """What bounds B200 vLLM attention latency (issue 35: prefill / decode <= 3%; shipped, `dse fit`'s
 CV by head configuration, 4.86 / 4.18%). A flexible learner (gradient-boosted trees on the median
 of log latency; inputs: the table's shape columns, batch, sequence length or decode step, heads,
-KV heads, head_dim, KV-cache dtype, window) scores latency out of fold three ways:
+KV heads, head_dim, KV-cache dtype, window, and the call's log work: `_work_features`) scores latency out of fold three ways:
 
 - repeats: rows of one key measured more than once (their spread is the table's own noise);
 - row folds (5, shuffled): every head configuration seen; what is left is scatter the inputs
@@ -40,6 +40,21 @@ def _numeric(c: pd.Series) -> np.ndarray:
     if pd.api.types.is_numeric_dtype(c):
         return c.to_numpy(float)
     return pd.factorize(c)[0].astype(float)
+
+
+def _work_features(d: pd.DataFrame, name: str) -> list[np.ndarray]:
+    """log2 work of the call, so the trees need not build products from single columns: prefill
+    attention's FLOPs ~ batch * isl^2 * heads * head_dim (a causal half, windows ignored) and its
+    KV bytes ~ batch * isl * kv_heads * head_dim; decode's KV bytes ~ batch * (isl + step) *
+    kv_heads * head_dim and its query FLOPs ~ that times heads / kv_heads."""
+    lb, ld = np.log2(d["batch_size"].to_numpy(float)), np.log2(d["head_dim"].to_numpy(float))
+    lh = np.log2(d["num_heads"].to_numpy(float))
+    lkv = np.log2(d["num_key_value_heads"].to_numpy(float))
+    if name == "context_attention":
+        ls = np.log2(d["isl"].to_numpy(float))
+        return [lb + 2 * ls + lh + ld, lb + ls + lkv + ld, lb + ls + lh + ld]
+    ls = np.log2(d["isl"].to_numpy(float) + d["step"].to_numpy(float))
+    return [lb + ls + lkv + ld, lb + ls + lh + ld, lh - lkv]
 
 
 def oof_ape(X: np.ndarray, y: np.ndarray, splits) -> np.ndarray:
@@ -82,8 +97,9 @@ def main() -> None:
         y = np.log(d["latency"].to_numpy(float))
         groups = pd.factorize(pd.MultiIndex.from_frame(d[HEADS]))[0]
         res = {}
+        work = _work_features(d, name)
         for tag, cols in (("", keys), (" +kernel", [*keys, "kernel_source"])):
-            X = np.column_stack([_numeric(d[c]) for c in cols])
+            X = np.column_stack([_numeric(d[c]) for c in cols] + work)
             rows = oof_ape(X, y, KFold(5, shuffle=True, random_state=0).split(X))
             heads = oof_ape(X, y, GroupKFold(3).split(X, groups=groups))
             res[tag] = (rows, heads)
