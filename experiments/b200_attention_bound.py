@@ -3,7 +3,9 @@ CV by head configuration, 4.86 / 4.18%). A flexible learner (gradient-boosted tr
 of log latency; inputs: the table's shape columns, batch, sequence length or decode step, heads,
 KV heads, head_dim, KV-cache dtype, window, and the call's log work: `_work_features`) scores latency out of fold three ways:
 
-- repeats: rows of one key measured more than once (their spread is the table's own noise);
+- repeats: rows of one key measured more than once (their spread is the table's own noise; B200
+  vLLM's tables have none), and each row against the log-log interpolation of its neighbours
+  along isl (prefill) / decode step (`--scatter-only`: that alone, seconds);
 - row folds (5, shuffled): every head configuration seen; what is left is scatter the inputs
   cannot explain (the noise floor a model of these inputs meets);
 - head-configuration folds (3, grouped by num_heads / num_key_value_heads / head_dim, as `dse
@@ -57,6 +59,21 @@ def _work_features(d: pd.DataFrame, name: str) -> list[np.ndarray]:
     return [lb + ls + lkv + ld, lb + ls + lh + ld, lh - lkv]
 
 
+def interp_scatter(d: pd.DataFrame, keys: list[str], axis: str) -> np.ndarray:
+    """APE (%) of each row against the log-log interpolation of its two neighbours along `axis`
+    (isl for prefill, step for decode) at the same other keys: the table's local roughness,
+    curvature included (no key is measured twice, so no repeat spread)."""
+    others = [c for c in keys if c != axis]
+    s = d.sort_values([*others, axis])
+    x = np.log(s[axis].to_numpy(float) + 1.0)
+    y = np.log(s["latency"].to_numpy(float))
+    key = pd.factorize(pd.MultiIndex.from_frame(s[others]))[0]
+    ok = (key[1:-1] == key[:-2]) & (key[1:-1] == key[2:])
+    t = (x[1:-1] - x[:-2]) / np.maximum(x[2:] - x[:-2], 1e-12)
+    pred = y[:-2] + t * (y[2:] - y[:-2])
+    return 100 * np.abs(np.expm1(pred[ok] - y[1:-1][ok]))
+
+
 def oof_ape(X: np.ndarray, y: np.ndarray, splits) -> np.ndarray:
     """Latency APE (%) of out-of-fold predictions of log latency y, per row."""
     out = np.full(y.size, np.nan)
@@ -85,6 +102,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="../shared/data")
     ap.add_argument("--max-rows", type=int, default=0, help="seeded subsample (0: every row)")
+    ap.add_argument("--scatter-only", action="store_true", help="the interpolation scatter alone")
     a = ap.parse_args()
     for name in ("context_attention", "generation_attention"):
         t0 = time.perf_counter()
@@ -94,6 +112,14 @@ def main() -> None:
             d = d.sample(a.max_rows, random_state=0).reset_index(drop=True)
         keys = [c for c in INPUTS if d[c].nunique() > 1]
         n_rep, spread = repeat_spread(d, keys)
+        sc = interp_scatter(d, keys, "isl" if name == "context_attention" else "step")
+        print(
+            f"{name}: interpolating each row from its two neighbours along the sequence axis "
+            f"(isl / step): {sc.size} rows, MAPE {sc.mean():.2f}% (median {np.median(sc):.2f}%)",
+            flush=True,
+        )
+        if a.scatter_only:
+            continue
         y = np.log(d["latency"].to_numpy(float))
         groups = pd.factorize(pd.MultiIndex.from_frame(d[HEADS]))[0]
         res = {}
