@@ -29,7 +29,7 @@ Energy: power = the family power model f(compute_util, memory_util) scaled by th
 board power (`dse.models.power`); where the fit saw measured power (H200) a second tabulated
 residual (trees + the same neighbour smoothing) corrects it. energy_j = power_w * latency_s.
 
-One file (~650 lines) on purpose: the three stages (fitted roofline, regimes, residual table)
+One file (~730 lines) on purpose: the three stages (fitted roofline, regimes, residual table)
 and their fit are one model contract (`fit` / `predict` / `to_state`) over one feature set.
 """
 
@@ -92,8 +92,9 @@ BAG_FRACTION = 0.75
 # writes one byte), and the share of the plain base's stage-1 cost (soft-L1 in log time) the
 # two extra coefficients must reach to be kept. B200 vLLM per-tensor fp8 (its dynamic scale is
 # a reduction over every row of x before the CUTLASS GEMM: 5 ns a row) 554 -> 224, nvfp4 232 ->
-# 159; bf16 (no quantisation) and fp8_block (fused into the GEMM's launch) move by < 2%, so
-# they keep the 4-coefficient base and their fits are unchanged.
+# 159; fp8_block (its ~180 us floor per call dwarfs it) moves by 1% and keeps the 4-coefficient
+# base, bf16 (no quantisation) is not tried: their fits are unchanged. The regimes below are
+# read from t_c', t_m' and the launch floor alone.
 QUANT_BYTES = 3.0
 QUANT_GAIN = 0.8
 # Hampel clip of the fit's target (`GemmModel(despike=...)`, off by default): rows on either
@@ -503,7 +504,7 @@ class GemmModel(Model):
     # ---- the model ----------------------------------------------------------------------
     @staticmethod
     def _base(
-        tc: np.ndarray, tm: np.ndarray, th: np.ndarray, tq: np.ndarray | float = 0.0
+        tc: np.ndarray, tm: np.ndarray, th: np.ndarray, tq: np.ndarray | None = None
     ) -> np.ndarray:
         """Stage 1's time: launch + overlap of compute and memory (+ quantisation `tq`)."""
         t_launch, eta_c, eta_m, p = np.exp(th[:4])
@@ -511,13 +512,14 @@ class GemmModel(Model):
         hi = np.maximum(a, b)
         # (a^p + b^p)^(1/p) computed as hi * (1 + (lo/hi)^p)^(1/p) to avoid under/overflow.
         smooth = hi * (1.0 + (np.minimum(a, b) / hi) ** p) ** (1.0 / p)
-        return t_launch + smooth + tq
+        return t_launch + smooth if tq is None else t_launch + smooth + tq
 
     @staticmethod
-    def _quant_s(m: np.ndarray, k: np.ndarray, th: np.ndarray, bw: float) -> np.ndarray:
-        """Activation quantisation time t_q (0 for a 4-coefficient theta); `bw` in bytes/s."""
+    def _quant_s(m: np.ndarray, k: np.ndarray, th: np.ndarray, bw: float) -> np.ndarray | None:
+        """Activation quantisation time t_q (None for a 4-coefficient theta: no term, no array
+        on the predict path); `bw` in bytes/s."""
         if len(th) <= 4:
-            return np.zeros_like(m)
+            return None
         eta_q, t_row = np.exp(th[4:6])
         return QUANT_BYTES * m * k / (eta_q * bw) + m * t_row
 
@@ -588,8 +590,9 @@ class GemmModel(Model):
         """Itemised prediction per call; inputs broadcast, outputs are float arrays (regime int8).
 
         latency_s = roofline_s + correction_s, roofline_s = launch_s + overlap of the
-        fitted-efficiency compute and memory times; t_compute_s / t_memory_s are the spec-sheet
-        ideal times (2mnk / peak, bytes / bandwidth) and *_util = ideal / latency; power_w from
+        fitted-efficiency compute and memory times (+ the activation quantisation, where
+        fitted); t_compute_s / t_memory_s are the spec-sheet ideal times (2mnk / peak, bytes /
+        bandwidth) and *_util = ideal / latency; power_w from
         `power_model` (times the measured-power residual where fitted), energy_j = power * time.
         """
         lat, shape, cell = self._latency(m, n, k)
