@@ -28,6 +28,7 @@ from dse.fitting.context import FitContext
 from dse.fitting.gemm import (
     _roofline_baselines,
     cross_validate_gemm,
+    gemm_options,
     gemm_table_rows,
     weight_shape_groups,
 )
@@ -63,7 +64,8 @@ def main() -> None:
     power = Artifact.load(folder).model("power") if (folder / "manifest.json").is_file() else None
 
     def make() -> GemmModel:
-        return GemmModel(gpu, args.dtype, args.engine, power_model=power, seed=args.seed)
+        opts = gemm_options(gpu, args.engine, args.dtype)  # as `dse fit` fits this table
+        return GemmModel(gpu, args.dtype, args.engine, power_model=power, seed=args.seed, **opts)
 
     with threadpool_limits(1):
         cv = cross_validate_gemm(rows, make, args.folds, groups)

@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 
 
 GEMM_GROUP = cv_group("gemm", ("n", "k"))  # the power family holds out the same shapes
+# Tables whose fit clips single-row spikes first (`GemmModel(despike=...)`, log-time tolerance):
+# B200 vLLM per-tensor fp8 times 4.8% of its rows 2-5x off both m-neighbours (every other table
+# <= 0.6% but SGLang's and fp8_block's, whose every-other-m step is real and would be clipped).
+# Held out by (n, k): 10.56 -> 9.05% (docs/dev/accuracy-journal.md "B200 vLLM GEMM").
+DESPIKE: dict[tuple[str, str, str], float] = {("b200_sxm", "vllm", "fp8"): 0.3}
+
+
+def gemm_options(gpu: str, engine: str, dtype: str) -> dict[str, Any]:
+    """Fit options of one GEMM table beyond the defaults (`DESPIKE`)."""
+    tol = DESPIKE.get((gpu, engine, dtype), 0.0)
+    return {"despike": tol} if tol > 0 else {}
 
 
 def weight_shape_groups(df: pd.DataFrame) -> np.ndarray:
@@ -115,7 +126,8 @@ def gemm_band_tables(ctx: FitContext) -> list[bands.BandTable]:
         rows = gemm_table_rows(ctx, str(engine), str(dtype))
 
         def make(dtype: str = str(dtype), engine: str = str(engine)) -> GemmModel:
-            return GemmModel(ctx.gpu, dtype, engine, power_model=power, seed=ctx.seed)
+            opts = gemm_options(ctx.gpu, engine, dtype)
+            return GemmModel(ctx.gpu, dtype, engine, power_model=power, seed=ctx.seed, **opts)
 
         out.append(gemm_band_table(name, rows, make, CV_FOLDS, weight_shape_groups(rows)))
     return out
@@ -184,8 +196,10 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
     power_model = power_model_of(ctx)
     t0 = time.perf_counter()
 
+    opts = gemm_options(ctx.gpu, engine, dtype)
+
     def make() -> GemmModel:
-        return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed)
+        return GemmModel(ctx.gpu, dtype, engine, power_model=power_model, seed=ctx.seed, **opts)
 
     folds, folds_m = (CV_FOLDS, CV_FOLDS_M) if ctx.cv else (0, 0)
     name = model_name(engine, dtype)
@@ -225,6 +239,7 @@ def _fit_gemm_table(ctx: FitContext, engine: str, dtype: str) -> FittedModel:
         "engine_versions": sorted(rows["engine_version"].unique()),
         "kernel_sources": sorted(rows["kernel_source"].dropna().unique()),
         "coefficients": model.coefficients(),
+        **({"fit_options": opts} if opts else {}),
     }
     ctx.log(
         f"{name}: {len(rows)} rows, CV latency MAPE {cv['latency_mape_pct']}% "

@@ -6,6 +6,9 @@ Three stages, each in log space, all evaluated with numpy only:
 1. Roofline with fitted efficiencies and launch floor (4 coefficients):
        t_c' = 2mnk / (eta_c * peak),  t_m' = (B_in + B_out) / (eta_m * bw)
        t_base = t_launch + (t_c'^p + t_m'^p)^(1/p)          (p: fitted overlap sharpness)
+   A quantised dtype may add the activation quantisation its engine runs before the GEMM (2
+   more coefficients, kept only where they explain the table: `QUANT_GAIN`):
+       t_q = 3mk / (eta_q * bw) + m * t_row                 (reads bf16 x, writes 1-byte x)
    The regime follows from FLOPs and arithmetic intensity through these times:
        0 launch-bound       t_launch >= max(t_c', t_m')   (small F: the launch floor dominates)
        1 memory-bound       t_m' >= 2 t_c'                (AI <= AI*/2, AI* = fitted ridge point)
@@ -26,7 +29,7 @@ Energy: power = the family power model f(compute_util, memory_util) scaled by th
 board power (`dse.models.power`); where the fit saw measured power (H200) a second tabulated
 residual (trees + the same neighbour smoothing) corrects it. energy_j = power_w * latency_s.
 
-One file (~650 lines) on purpose: the three stages (fitted roofline, regimes, residual table)
+One file (~730 lines) on purpose: the three stages (fitted roofline, regimes, residual table)
 and their fit are one model contract (`fit` / `predict` / `to_state`) over one feature set.
 """
 
@@ -85,6 +88,18 @@ POWER_SMOOTH_PRIOR_ROWS = 0.0
 # 3.59 -> 3.54%, H200 energy 6.12 -> 6.07% (docs/accuracy.md); fit time about 3x.
 BAGS = 4
 BAG_FRACTION = 0.75
+# Activation quantisation (stage 1's optional t_q): bytes per element of x it moves (reads bf16,
+# writes one byte), and the share of the plain base's stage-1 cost (soft-L1 in log time) the
+# two extra coefficients must reach to be kept. B200 vLLM per-tensor fp8 (its dynamic scale is
+# a reduction over every row of x before the CUTLASS GEMM: 5 ns a row) 554 -> 224, nvfp4 232 ->
+# 159; fp8_block (its ~180 us floor per call dwarfs it) moves by 1% and keeps the 4-coefficient
+# base, bf16 (no quantisation) is not tried: their fits are unchanged. The regimes below are
+# read from t_c', t_m' and the launch floor alone.
+QUANT_BYTES = 3.0
+QUANT_GAIN = 0.8
+# Hampel clip of the fit's target (`GemmModel(despike=...)`, off by default): rows on either
+# side along m whose median a row is held near.
+DESPIKE_HALF_WINDOW = 2
 
 
 def canonical_dtype(dtype: str) -> str:
@@ -178,6 +193,24 @@ def _smooth_over_shapes(
     for j in range(flat.shape[1]):
         out[:, j] = np.interp(axes[0], M, flat[:, j])
     return out.reshape(len(axes[0]), len(N), len(K))
+
+
+def _despike(m: np.ndarray, n: np.ndarray, k: np.ndarray, y: np.ndarray, tol: float) -> np.ndarray:
+    """Log times y with every row clipped to within `tol` (natural log) of the median of itself
+    and its two measured neighbours on either side along m at its (n, k) (a Hampel clip): a
+    single row 2-5x off its neighbours (B200 vLLM per-tensor fp8: 4.8% of rows) is moved to the
+    edge of the band, a step that two or more rows share is kept."""
+    import pandas as pd
+
+    order = np.lexsort((m, k, n))
+    ys = pd.Series(y[order])
+    key = pd.Series(n[order] * 1e7 + k[order])
+    med = ys.groupby(key.to_numpy()).transform(
+        lambda s: s.rolling(2 * DESPIKE_HALF_WINDOW + 1, center=True, min_periods=1).median()
+    )
+    out = np.empty_like(y)
+    out[order] = np.clip(ys.to_numpy(), med.to_numpy() - tol, med.to_numpy() + tol)
+    return out
 
 
 def _f16(a: np.ndarray) -> np.ndarray:
@@ -285,7 +318,8 @@ class GemmModel(Model):
     measured-power residual); `predict(m=, n=, k=)` returns an itemised dict of arrays.
 
     `power_model`: the family power model (`dse.models.power`, fitted) energy is priced with;
-    None: latency only (power and energy NaN)."""
+    None: latency only (power and energy NaN). `despike` > 0: the fit first clips each row's log
+    time to within that of its m-neighbours' median (`_despike`; fit time only)."""
 
     kind: ClassVar[str] = "gemm"  # the manifest's kind; dse.models.MODEL_CLASSES
 
@@ -300,6 +334,7 @@ class GemmModel(Model):
         tree_lr: float = 0.15,
         bags: int = BAGS,
         bag_frac: float = BAG_FRACTION,
+        despike: float = 0.0,
     ) -> None:
         self.gpu = gpu
         self.dtype = dtype
@@ -310,6 +345,7 @@ class GemmModel(Model):
         self.tree_lr = tree_lr
         self.bags = bags
         self.bag_frac = bag_frac
+        self.despike = despike
 
     # ---- fitting ------------------------------------------------------------------------
     def _constants(self) -> dict[str, Any]:
@@ -332,17 +368,28 @@ class GemmModel(Model):
         self.c_ = c
         m, n, k = (df[col].to_numpy(np.float64) for col in INPUTS)
         y = np.log(df["latency_s"].to_numpy(np.float64))
+        if self.despike > 0:  # fit the table's typical time, not its single-row spikes
+            y = _despike(m, n, k, y, self.despike)
         flops, b_in, b_out = gemm_work(m, n, k, c["dtype"])
         tc, tm = flops / c["peak"], (b_in + b_out) / c["bw"]
 
-        # Stage 1: theta = log(t_launch), log(eta_c), log(eta_m), log(p); soft-L1 in log time.
+        # Stage 1: theta = log(t_launch), log(eta_c), log(eta_m), log(p) [, log(eta_q),
+        # log(t_row)]; soft-L1 in log time, the log computed without overflow (a trial step to
+        # p ~ 1e-3 made (1 + 1)^(1/p) inf on every row).
         def resid(th: np.ndarray) -> np.ndarray:
-            return np.log(self._base(tc, tm, th)) - y
+            return self._log_base(tc, tm, th, m, k, c["bw"]) - y
 
         th0 = np.array([np.log(np.quantile(df["latency_s"], 0.01)), np.log(0.7), np.log(0.8), 1.0])
         fit = least_squares(resid, th0, loss="soft_l1", f_scale=0.05, max_nfev=400)
         self.theta_ = fit.x
-        log_base = np.log(self._base(tc, tm, self.theta_))
+        if IN_BYTES[c["dtype"]] < 2.0:  # a quantised dtype: try the activation quantisation
+            th1 = np.concatenate([fit.x, [np.log(0.5), np.log(1e-9)]])
+            fit_q = least_squares(resid, th1, loss="soft_l1", f_scale=0.05, max_nfev=400)
+            if fit_q.cost < QUANT_GAIN * fit.cost:
+                self.theta_ = fit_q.x
+        log_base = np.log(
+            self._base(tc, tm, self.theta_, self._quant_s(m, k, self.theta_, c["bw"]))
+        )
         regime = self._regime(tc, tm, self.theta_)
 
         # Stage 2: ridge per regime on the physical features (regimes with < 30 rows: zero).
@@ -456,17 +503,47 @@ class GemmModel(Model):
 
     # ---- the model ----------------------------------------------------------------------
     @staticmethod
-    def _base(tc: np.ndarray, tm: np.ndarray, th: np.ndarray) -> np.ndarray:
-        t_launch, eta_c, eta_m, p = np.exp(th)
+    def _base(
+        tc: np.ndarray, tm: np.ndarray, th: np.ndarray, tq: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Stage 1's time: launch + overlap of compute and memory (+ quantisation `tq`)."""
+        t_launch, eta_c, eta_m, p = np.exp(th[:4])
         a, b = tc / eta_c, tm / eta_m
         hi = np.maximum(a, b)
         # (a^p + b^p)^(1/p) computed as hi * (1 + (lo/hi)^p)^(1/p) to avoid under/overflow.
         smooth = hi * (1.0 + (np.minimum(a, b) / hi) ** p) ** (1.0 / p)
-        return t_launch + smooth
+        return t_launch + smooth if tq is None else t_launch + smooth + tq
+
+    @staticmethod
+    def _quant_s(m: np.ndarray, k: np.ndarray, th: np.ndarray, bw: float) -> np.ndarray | None:
+        """Activation quantisation time t_q (None for a 4-coefficient theta: no term, no array
+        on the predict path); `bw` in bytes/s."""
+        if len(th) <= 4:
+            return None
+        eta_q, t_row = np.exp(th[4:6])
+        return QUANT_BYTES * m * k / (eta_q * bw) + m * t_row
+
+    @classmethod
+    def _log_base(
+        cls, tc: np.ndarray, tm: np.ndarray, th: np.ndarray, m: np.ndarray, k: np.ndarray, bw: float
+    ) -> np.ndarray:
+        """log of `_base` without overflow for any finite theta (the fit's trial steps): the
+        overlap's log is log hi + log1p((lo/hi)^p) / p, and the terms add by logaddexp."""
+        log_launch, log_eta_c, log_eta_m, log_p = th[:4]
+        la, lb = np.log(tc) - log_eta_c, np.log(tm) - log_eta_m
+        lhi, llo = np.maximum(la, lb), np.minimum(la, lb)
+        p = np.exp(log_p)
+        log_smooth = lhi + np.log1p(np.exp(p * (llo - lhi))) / p
+        out = np.logaddexp(log_launch, log_smooth)
+        if len(th) > 4:
+            log_eta_q, log_row = th[4:6]
+            lq = np.logaddexp(np.log(QUANT_BYTES * m * k / bw) - log_eta_q, np.log(m) + log_row)
+            out = np.logaddexp(out, lq)
+        return out
 
     @staticmethod
     def _regime(tc: np.ndarray, tm: np.ndarray, th: np.ndarray) -> np.ndarray:
-        t_launch, eta_c, eta_m, _ = np.exp(th)
+        t_launch, eta_c, eta_m, _ = np.exp(th[:4])
         a, b = tc / eta_c, tm / eta_m
         # The first condition that holds, as np.select([...], [0, 1, 2, 3], 4) picks it, with
         # nested where: np.select builds condition and choice lists (~10 us of fixed cost per call).
@@ -483,7 +560,7 @@ class GemmModel(Model):
         """Stage-2 (linear) features in column order: 1, log t_compute, log t_memory, log pf,
         log bytes_in, log bytes_out, wave_eff_128x128, wave_eff_128x256, pad_m16."""
         n_sms = self.c_["n_sms"]
-        _, eta_c, eta_m, _ = np.exp(self.theta_)
+        _, eta_c, eta_m, _ = np.exp(self.theta_[:4])
         return [
             np.ones_like(m),
             np.log(tc / eta_c),
@@ -513,8 +590,9 @@ class GemmModel(Model):
         """Itemised prediction per call; inputs broadcast, outputs are float arrays (regime int8).
 
         latency_s = roofline_s + correction_s, roofline_s = launch_s + overlap of the
-        fitted-efficiency compute and memory times; t_compute_s / t_memory_s are the spec-sheet
-        ideal times (2mnk / peak, bytes / bandwidth) and *_util = ideal / latency; power_w from
+        fitted-efficiency compute and memory times (+ the activation quantisation, where
+        fitted); t_compute_s / t_memory_s are the spec-sheet ideal times (2mnk / peak, bytes /
+        bandwidth) and *_util = ideal / latency; power_w from
         `power_model` (times the measured-power residual where fitted), energy_j = power * time.
         """
         lat, shape, cell = self._latency(m, n, k)
@@ -544,7 +622,7 @@ class GemmModel(Model):
         c = self.c_
         flops, b_in, b_out = gemm_work(m, n, k, c["dtype"])
         tc, tm = flops / c["peak"], (b_in + b_out) / c["bw"]
-        roof = self._base(tc, tm, self.theta_)
+        roof = self._base(tc, tm, self.theta_, self._quant_s(m, k, self.theta_, c["bw"]))
         regime = self._regime(tc, tm, self.theta_)
         # Stage 2 without an (n, 9) matrix: per feature, its coefficient for each row's regime.
         log_corr = self.coef_[:, 0][regime]
@@ -626,7 +704,11 @@ class GemmModel(Model):
 
     def coefficients(self) -> dict[str, Any]:
         """The analytical coefficients in physical units (for the manifest and docs)."""
-        t_launch, eta_c, eta_m, p = np.exp(self.theta_)
+        t_launch, eta_c, eta_m, p = np.exp(self.theta_[:4])
+        quant = {}
+        if len(self.theta_) > 4:  # the activation quantisation stage 1 kept
+            eta_q, t_row = np.exp(self.theta_[4:6])
+            quant = {"quant_efficiency": float(eta_q), "quant_row_s": float(t_row)}
         return {
             "launch_s": float(t_launch),
             "compute_efficiency": float(eta_c),
@@ -634,6 +716,7 @@ class GemmModel(Model):
             "overlap_p": float(p),
             # Ridge point in FLOP/byte: above it the fitted compute time exceeds memory time.
             "ridge_flop_per_byte": float(eta_c * self.c_["peak"] / (eta_m * self.c_["bw"])),
+            **quant,
         }
 
 
