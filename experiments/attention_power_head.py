@@ -50,7 +50,7 @@ from dse.models._hybrid import (
     fit_power_mlp,
     fit_residual_mlp,
 )
-from dse.models.attention import attention_inputs
+from dse.models.attention import attention_inputs, power_inputs
 from dse.spec.hardware import get_gpu
 
 GPU, ENGINE = "h200_sxm", "vllm"
@@ -99,6 +99,7 @@ def main() -> None:
         rows = t[(t["gpu"] == GPU) & (t["engine"] == ENGINE)].reset_index(drop=True)
         rows = rows[default_backend_rows(rows, ENGINE)].reset_index(drop=True)
         c = fold_cache(rows, kind, Path(a.cache) / f"{kind}.npz")
+        ins = ATTENTION_CLASSES[kind](gpu=GPU, engine=ENGINE)._inputs(attention_inputs(rows))
         p = rows["power_w"].to_numpy(float)
         lat = rows["latency_s"].to_numpy(float)
         e = p * lat
@@ -121,6 +122,20 @@ def main() -> None:
                 X[tr], lat[tr], p[tr], (lo, hi), max_iter=150, max_rows=FIT_CV_MAX_ROWS, seed=0
             )
             heads["log_head"] = lh.predict(Xp[te])
+            # the shipped head since 2026-12-03 (2): the same with the sliding-window inputs
+            extra = np.column_stack(list(power_inputs(ins).values()))
+            lw = fit_log_power_head(
+                np.column_stack([X, extra])[tr],
+                lat[tr],
+                p[tr],
+                (lo, hi),
+                max_iter=150,
+                max_rows=FIT_CV_MAX_ROWS,
+                seed=0,
+            )
+            heads["log_head_window"] = lw.predict(
+                np.column_stack([X, extra, np.log(c[f"lat{i}"])])[te]
+            )
             ml = fit_residual_mlp(
                 Xm[tr],
                 np.log(p[tr]),

@@ -53,9 +53,10 @@ from dse.models._hybrid import (
     fit_roofline,
     hybrid_state,
     load_hybrid,
+    power_head_from_state,
 )
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
-from dse.models._nn import MLP, mlp_from_state
+from dse.models._nn import mlp_from_state
 from dse.models.moe import INPUTS, combination_inputs  # noqa: F401  (re-exported)
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
@@ -516,7 +517,7 @@ class MoEModel(shipped.MoEModel):
         elif "kernels" in state:
             m.roof_ = KernelSum.from_state(state, "")
             m.mlp_ = mlp_from_state(dict(state), "resid/")
-            m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+            m.power_mlp_ = power_head_from_state(state, "power/")
             m.range_ = _base.range_from_state(state)
         else:  # BASE = "roofline" (experiments): the shipped model's state layout
             load_hybrid(m, state)
