@@ -17,6 +17,13 @@ latency. Heads:
 
 The latency fits are cached under --cache (one .npz a table).
 
+Measured 2026-12-03 (shared 2-core VM at load 5-8, 45 min; bf16 / fp8 / fp8_block, power and
+energy MAPE; latency 10.02 / 9.55 / 5.88%): mlp_w 26.47 / 30.59%, 21.27 / 25.42%, 17.14 / 18.92%
+(max 948 / 959 / 846 W); mlp_w_clip 24.24 / 29.37%, 20.10 / 24.64%, 16.69 / 18.65%; log_head
+20.71 / 26.28%, 18.05 / 23.33%, 14.07 / 16.13% (max 700 W); trees 18.57 / 24.19%, 16.81 / 22.14%,
+13.17 / 15.81%. On bf16 a 64 x 64 MLP distilled for 300 epochs read 22.16 / 26.68%. Shipped:
+log_head (`dse.models.moe.POWER_HEAD = "log"`).
+
     OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/moe_power_head.py --data ../shared/data
 """
 

@@ -5,7 +5,8 @@
     residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass;
               or the mean of several seeded MLPs, `fit_residual_ensemble`)
     power:    P_board = MLP(same features, log t)                 (only where power was measured;
-              attention: `LogPowerHead`, log P from trees' smoothed targets, within [idle, board])
+              attention and MoE: `LogPowerHead`, log P from trees' smoothed targets, within
+              [idle, board]; attention's also reads the sliding window, `attention.POWER_INPUTS`)
 
 The base is a roofline with four fitted constants (launch floor, a per-work-item overhead for
 the model's natural work item: thread blocks, query heads, routed slots; compute and memory

@@ -31,8 +31,9 @@ touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose 
 layout-agnostic (`FEATURES`: tokens per touched expert, fraction of local experts touched, tile
 padding, arithmetic intensity, regime, log base time, ...), never raw log(hidden) or
 log(experts) coordinates, so an unseen layout is priced by its physics.
-Where the rows carry measured board power (H200), a power MLP gives energy = power x latency,
-with the power held under the GPU's board limit.
+Where the rows carry measured board power (H200), a power head gives energy = power x latency
+(the shipped model's: `dse.models.moe.POWER_HEAD`), with the power held under the GPU's board
+limit.
 """
 
 from __future__ import annotations
