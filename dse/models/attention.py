@@ -408,7 +408,9 @@ class AttentionModel(_base.Model):
         stratum = arrays.get("stratum")
         if stratum is not None:
             stratum = _base.as_shape(stratum, (len(X),))
-        apply_residual(out, X, self.mlp_, self.power_mlp_, stratum, power_inputs(v))
+        # the window inputs only where the head reads them (heads fitted before them do not)
+        extra = power_inputs(v) if getattr(self.power_mlp_, "inputs", ()) else None
+        apply_residual(out, X, self.mlp_, self.power_mlp_, stratum, extra)
         return out
 
     # ---- state ----------------------------------------------------------------------------
