@@ -13,7 +13,9 @@ head is) and evaluated at the fold's *predicted* latency. Heads:
   trees' in-sample log power);
 - mlp_log: the same MLP on log power;
 - hgb_log: gradient-boosted trees (absolute loss) on log power, same inputs;
-- hgb_log_small: the trees on the shape sizes + log latency only.
+- hgb_log_small: the trees on the shape sizes + log latency only;
+- log_head_window: the shipped head since 2026-12-03 (2): log_head reading the sliding window
+  too (`dse.models.attention.POWER_INPUTS`: flag, log(1 + window tokens)).
 
 Predictions are clipped to [idle, board] of the GPU. The latency fits are cached under --cache.
 
@@ -26,7 +28,12 @@ nothing to the trees (22.54%), stronger regularisation hurts (22.79%), 100 trees
 22.54%, 63 leaves 22.39%, trees trained at the fold model's in-sample latency 22.50%; without
 early stopping (100 trees) 22.57%, feature subsampling 0.5 / 0.3 22.72 / 22.63%, 300 trees at
 rate 0.05 with subsampling 0.5 22.43%, 63 leaves and 50 rows a leaf 22.38%, depth 4 22.64%.
-Shipped: log_head, where the trees would cost ~70x the MLP to evaluate. 55 s from the cache
+Shipped: log_head, where the trees would cost ~70x the MLP to evaluate. Then (2026-12-03, 2):
+the residual features see a sliding window only through min(window, length), and 45% of the
+decode rows run a window of 128-8192 tokens, often longer than their KV cache; the trees given
+the window too read decode power 22.57 -> 19.04%, and log_head_window reads 19.09 / 19.56%
+(decode power / energy) and 14.07 / 15.16% (prefill), `dse fit`'s manifest to the digit after
+the refit (window as a flag alone 19.76 / 20.31%, log(1 + window) alone 19.23 / 19.75%). 55 s from the cache
 (3 min with the six latency fits).
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/attention_power_head.py --data ../shared/data
@@ -50,7 +57,7 @@ from dse.models._hybrid import (
     fit_power_mlp,
     fit_residual_mlp,
 )
-from dse.models.attention import attention_inputs
+from dse.models.attention import attention_inputs, power_inputs
 from dse.spec.hardware import get_gpu
 
 GPU, ENGINE = "h200_sxm", "vllm"
@@ -99,6 +106,7 @@ def main() -> None:
         rows = t[(t["gpu"] == GPU) & (t["engine"] == ENGINE)].reset_index(drop=True)
         rows = rows[default_backend_rows(rows, ENGINE)].reset_index(drop=True)
         c = fold_cache(rows, kind, Path(a.cache) / f"{kind}.npz")
+        ins = ATTENTION_CLASSES[kind](gpu=GPU, engine=ENGINE)._inputs(attention_inputs(rows))
         p = rows["power_w"].to_numpy(float)
         lat = rows["latency_s"].to_numpy(float)
         e = p * lat
@@ -121,6 +129,20 @@ def main() -> None:
                 X[tr], lat[tr], p[tr], (lo, hi), max_iter=150, max_rows=FIT_CV_MAX_ROWS, seed=0
             )
             heads["log_head"] = lh.predict(Xp[te])
+            # the shipped head since 2026-12-03 (2): the same with the sliding-window inputs
+            extra = np.column_stack(list(power_inputs(ins).values()))
+            lw = fit_log_power_head(
+                np.column_stack([X, extra])[tr],
+                lat[tr],
+                p[tr],
+                (lo, hi),
+                max_iter=150,
+                max_rows=FIT_CV_MAX_ROWS,
+                seed=0,
+            )
+            heads["log_head_window"] = lw.predict(
+                np.column_stack([X, extra, np.log(c[f"lat{i}"])])[te]
+            )
             ml = fit_residual_mlp(
                 Xm[tr],
                 np.log(p[tr]),

@@ -5,7 +5,8 @@
     residual: log(t / t0) = MLP(log shape features, log t0)      (small, numpy forward pass;
               or the mean of several seeded MLPs, `fit_residual_ensemble`)
     power:    P_board = MLP(same features, log t)                 (only where power was measured;
-              attention: `LogPowerHead`, log P from trees' smoothed targets, within [idle, board])
+              attention and MoE: `LogPowerHead`, log P from trees' smoothed targets, within
+              [idle, board]; attention's also reads the sliding window, `attention.POWER_INPUTS`)
 
 The base is a roofline with four fitted constants (launch floor, a per-work-item overhead for
 the model's natural work item: thread blocks, query heads, routed slots; compute and memory
@@ -212,25 +213,34 @@ def fit_power_mlp(
 
 @dataclass(frozen=True)
 class LogPowerHead:
-    """Board power (W) = exp(MLP(features, log t)), clipped to the GPU's [idle, board] power."""
+    """Board power (W) = exp(MLP(features, extra inputs, log t)), clipped to the GPU's
+    [idle, board] power. `inputs` names the extra columns the owning model appends to its
+    residual features for power alone (e.g. attention's sliding-window inputs, `POWER_INPUTS`
+    there); () for heads fitted before them."""
 
     mlp: MLP
     idle_w: float
     board_w: float
+    inputs: tuple[str, ...] = ()
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return np.clip(np.exp(self.mlp.predict(X)), self.idle_w, self.board_w)
 
     def to_state(self, prefix: str) -> dict[str, np.ndarray]:
         bounds = np.array([self.idle_w, self.board_w], dtype=np.float64)
-        return {**self.mlp.to_state(prefix), f"{prefix}log_power_bounds_w": bounds}
+        state = {**self.mlp.to_state(prefix), f"{prefix}log_power_bounds_w": bounds}
+        if self.inputs:
+            state[f"{prefix}extra_inputs"] = np.array(self.inputs, dtype=str)
+        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, np.ndarray], prefix: str) -> LogPowerHead:
         idle, board = (float(v) for v in state[f"{prefix}log_power_bounds_w"])
         if not 0.0 < idle < board:
             raise ArtifactError(f"log power head: need 0 < idle < board W, got {idle}, {board}")
-        return cls(MLP.from_state(dict(state), prefix), idle, board)
+        names = np.asarray(state.get(f"{prefix}extra_inputs", np.array([], dtype=str)))
+        inputs = tuple(str(n) for n in names.ravel())
+        return cls(MLP.from_state(dict(state), prefix), idle, board, inputs)
 
 
 def fit_log_power_head(
@@ -242,9 +252,11 @@ def fit_log_power_head(
     max_iter: int,
     max_rows: int,
     seed: int,
+    inputs: tuple[str, ...] = (),
 ) -> LogPowerHead | None:
     """The log-power head (see POWER_TREE_ITER) on the rows with measured board power (W);
-    None below 50 such rows. `bounds_w`: the GPU's (idle, board) power, W."""
+    None below 50 such rows. `bounds_w`: the GPU's (idle, board) power, W; `X`: the features,
+    its last len(`inputs`) columns the extra power inputs so named (`LogPowerHead.inputs`)."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     ok = np.isfinite(power_w) & (power_w > 0)
@@ -267,7 +279,7 @@ def fit_log_power_head(
         max_rows=min(max_rows, POWER_MAX_ROWS),
         seed=seed,
     )
-    return LogPowerHead(mlp, float(bounds_w[0]), float(bounds_w[1]))
+    return LogPowerHead(mlp, float(bounds_w[0]), float(bounds_w[1]), tuple(inputs))
 
 
 def fit_hybrid_heads(
@@ -282,11 +294,14 @@ def fit_hybrid_heads(
     max_rows: int,
     seed: int,
     power_bounds_w: tuple[float, float] | None = None,
+    power_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[MLP | MeanMLP, MLP | LogPowerHead | None]:
     """What a hybrid kernel model learns on top of its fitted roofline `base_s`: the latency
     residual ensemble on log(measured / base) and the power head (None without 50 rows of
     measured board power, W): with `power_bounds_w` (the GPU's idle and board power, W) the
-    log-power head (`fit_log_power_head`), else the MLP on watts (`fit_power_mlp`)."""
+    log-power head (`fit_log_power_head`; `power_inputs`: extra columns by name it reads after
+    the features, `apply_residual` gets them again at predict time), else the MLP on watts
+    (`fit_power_mlp`)."""
     mlp = fit_residual_ensemble(
         X,
         np.log(latency_s / base_s),
@@ -297,8 +312,16 @@ def fit_hybrid_heads(
         seed=seed,
     )
     if power_bounds_w is not None:
+        extra = dict(power_inputs or {})
         head = fit_log_power_head(
-            X, latency_s, power_w, power_bounds_w, max_iter=max_iter, max_rows=max_rows, seed=seed
+            np.column_stack([X, *extra.values()]) if extra else X,
+            latency_s,
+            power_w,
+            power_bounds_w,
+            max_iter=max_iter,
+            max_rows=max_rows,
+            seed=seed,
+            inputs=tuple(extra),
         )
         return mlp, head
     power = fit_power_mlp(X, latency_s, power_w, max_iter=max_iter, max_rows=max_rows, seed=seed)
@@ -311,8 +334,11 @@ def apply_residual(
     mlp: MLP | MeanMLP,
     power_mlp: MLP | LogPowerHead | None,
     stratum: np.ndarray | None = None,
+    power_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> None:
     """Latency = base x exp(residual MLP); power and energy where a power MLP was fitted.
+    `power_inputs`: the extra power columns by name; a `LogPowerHead` reads those it names
+    (`LogPowerHead.inputs`), in its order.
 
     `stratum` (0 .. STRATA - 1 per row, strata of equal total weight in a weighted sum the
     caller takes, e.g. the decode quadrature): an ensemble of STRATA members then gives row i
@@ -326,8 +352,28 @@ def apply_residual(
     out["residual_factor"] = factor
     out["latency_s"] = out["base_s"] * factor
     if power_mlp is not None:
-        out["power_w"] = power_mlp.predict(np.column_stack([X, np.log(out["latency_s"])]))
+        out["power_w"] = power_mlp.predict(
+            power_design(X, out["latency_s"], power_mlp, power_inputs)
+        )
         out["energy_j"] = out["power_w"] * out["latency_s"]
+
+
+def power_design(
+    X: np.ndarray,
+    latency_s: np.ndarray,
+    head: MLP | LogPowerHead,
+    power_inputs: Mapping[str, np.ndarray] | None = None,
+) -> np.ndarray:
+    """The power head's inputs: the features, the extra power inputs the head names (a
+    `LogPowerHead`'s `inputs`, taken from `power_inputs`), the log latency (s)."""
+    names = getattr(head, "inputs", ())
+    if not names:
+        return np.column_stack([X, np.log(latency_s)])
+    got = power_inputs or {}
+    missing = [n for n in names if n not in got]
+    if missing:
+        raise ArtifactError(f"power head: needs inputs {missing}, the model gave {sorted(got)}")
+    return np.column_stack([X, *(got[n] for n in names), np.log(latency_s)])
 
 
 def hybrid_state(model: Any) -> dict[str, np.ndarray]:
@@ -346,8 +392,15 @@ def load_hybrid(model: Any, state: Mapping[str, np.ndarray]) -> None:
     """Set what `hybrid_state` saved on a freshly constructed model."""
     model.roof_ = Roofline.from_state(state, "")
     model.mlp_ = mlp_from_state(dict(state), "resid/")
-    if "power/log_power_bounds_w" in state:
-        model.power_mlp_ = LogPowerHead.from_state(state, "power/")
-    else:
-        model.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+    model.power_mlp_ = power_head_from_state(state, "power/")
     model.range_ = _base.range_from_state(state)
+
+
+def power_head_from_state(
+    state: Mapping[str, np.ndarray], prefix: str
+) -> MLP | LogPowerHead | None:
+    """The power head saved under `prefix`: a `LogPowerHead` (its bounds saved), the MLP on
+    watts, or None where none was fitted."""
+    if f"{prefix}log_power_bounds_w" in state:
+        return LogPowerHead.from_state(state, prefix)
+    return MLP.from_state(dict(state), prefix) if f"{prefix}W0" in state else None

@@ -11,9 +11,9 @@ Work per call (per GPU, heads already divided by tensor parallelism):
               bytes = 2 b L' kv hd kv_bytes [read the cache] + 4 b h hd [q in, o out]
 The time is `dse.models._hybrid`'s roofline base times a residual MLP factor; where the
 training rows carry measured board power (H200), a second MLP predicts log power from the same
-inputs and the log latency (`_hybrid.LogPowerHead`: fitted to gradient-boosted trees' median
-of log power, clipped to the GPU's idle and board power) and the model returns
-energy = power x latency.
+inputs, the sliding window (`POWER_INPUTS`) and the log latency (`_hybrid.LogPowerHead`: fitted
+to gradient-boosted trees' median of log power, clipped to the GPU's idle and board power) and
+the model returns energy = power x latency.
 """
 
 from __future__ import annotations
@@ -247,6 +247,21 @@ def _features(
     ).T
 
 
+# The power head's own inputs beyond the residual features (`_hybrid.LogPowerHead.inputs`): the
+# sliding window as a flag and log(1 + window tokens). The residual features see the window only
+# through the span min(window, length), so a window longer than the KV cache is invisible there,
+# yet vLLM's windowed decode draws other power at equal shape and latency: on H200 vLLM decode
+# `dse fit`'s CV (3 folds by head configuration) reads held-out power 22.77 -> 19.09% with them,
+# prefill 14.17 -> 14.07% (experiments/attention_power_head.py, "log_head_window").
+POWER_INPUTS = ("window_flag", "log1p_window")
+
+
+def power_inputs(v: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`POWER_INPUTS` of inputs `v` (`AttentionModel._inputs`)."""
+    w = np.maximum(v["window_size"], 0.0)  # tokens; 0 (or a negative "none"): no window
+    return {"window_flag": (w > 0).astype(np.float64), "log1p_window": np.log1p(w)}
+
+
 class AttentionModel(_base.Model):
     """Context or generation attention latency (and power/energy where measured) for one engine
     on one GPU. See module doc.
@@ -342,6 +357,7 @@ class AttentionModel(_base.Model):
             max_rows=self.max_rows,
             seed=self.seed,
             power_bounds_w=(g.idle_power_w, g.board_power_w),
+            power_inputs=power_inputs(v),
         )
         rng = {
             k: v[k]
@@ -387,11 +403,14 @@ class AttentionModel(_base.Model):
         return out, X
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        out, X = self.design(self._inputs(arrays))
+        v = self._inputs(arrays)
+        out, X = self.design(v)
         stratum = arrays.get("stratum")
         if stratum is not None:
             stratum = _base.as_shape(stratum, (len(X),))
-        apply_residual(out, X, self.mlp_, self.power_mlp_, stratum)
+        # the window inputs only where the head reads them (heads fitted before them do not)
+        extra = power_inputs(v) if getattr(self.power_mlp_, "inputs", ()) else None
+        apply_residual(out, X, self.mlp_, self.power_mlp_, stratum, extra)
         return out
 
     # ---- state ----------------------------------------------------------------------------

@@ -14,7 +14,9 @@ The time is the roofline base (`dse.models._hybrid`; its per-item overhead count
 touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose
 inputs include the routing skew (0 balanced; the power-law exponent otherwise, 1.01 or 1.2 in
 the tables): skew concentrates tokens on few experts, so the busiest expert sets the pace.
-Where the rows carry measured board power (H200), a power MLP gives energy = power x latency.
+Where the rows carry measured board power (H200), a power head gives energy = power x latency:
+`_hybrid.LogPowerHead` (an MLP fitted to gradient-boosted trees' median of log power, clipped
+to the GPU's idle and board power; `POWER_HEAD`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ MAX_ROWS = 30000
 # 5.16 / 4.53 / 4.67% with two, 4.93 / 4.40 / 4.44% with three (docs/accuracy.md). Two: a member
 # costs ~4% of an all-distinct full prediction (see attention.MEMBERS).
 MEMBERS = 2
+# The power head: "log" (`_hybrid.fit_log_power_head`, within [idle, board]) or "watts" (the
+# MLP on watts, squared loss, unbounded: shipped before 2026-12-03). Held out by layout
+# (command L's folds, experiments/moe_power_head.py) on H200 vLLM bf16 / fp8 / fp8_block: see
+# docs/accuracy.md, "Energy at a glance".
+POWER_HEAD = "log"
 # bytes per expert weight by MoE dtype; unknown names count as 2 (bf16)
 WEIGHT_BYTES = {
     "bfloat16": 2.0,
@@ -189,6 +196,7 @@ class MoEModel(_base.Model):
         y = d["latency_s"].to_numpy(np.float64)
         out, X = self.design(v, y)
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
+        g = get_gpu(self.gpu)
         self.mlp_, self.power_mlp_ = fit_hybrid_heads(
             X,
             y,
@@ -199,6 +207,7 @@ class MoEModel(_base.Model):
             max_iter=self.max_iter,
             max_rows=self.max_rows,
             seed=self.seed,
+            power_bounds_w=(g.idle_power_w, g.board_power_w) if POWER_HEAD == "log" else None,
         )
         self.range_ = _base.fitted_range(self._range_inputs(v))
         return self

@@ -31,8 +31,9 @@ touched: one grouped-GEMM tile schedule each) times a residual MLP factor whose 
 layout-agnostic (`FEATURES`: tokens per touched expert, fraction of local experts touched, tile
 padding, arithmetic intensity, regime, log base time, ...), never raw log(hidden) or
 log(experts) coordinates, so an unseen layout is priced by its physics.
-Where the rows carry measured board power (H200), a power MLP gives energy = power x latency,
-with the power held under the GPU's board limit.
+Where the rows carry measured board power (H200), a power head gives energy = power x latency
+(the shipped model's: `dse.models.moe.POWER_HEAD`), with the power held under the GPU's board
+limit.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ from dse.models._hybrid import (
     fit_roofline,
     hybrid_state,
     load_hybrid,
+    power_head_from_state,
 )
 from dse.models._moe_routing import M_TILE, ROUND_ROBIN, routing_of, routing_stats
-from dse.models._nn import MLP, mlp_from_state
+from dse.models._nn import mlp_from_state
 from dse.models.moe import INPUTS, combination_inputs  # noqa: F401  (re-exported)
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
@@ -516,7 +518,7 @@ class MoEModel(shipped.MoEModel):
         elif "kernels" in state:
             m.roof_ = KernelSum.from_state(state, "")
             m.mlp_ = mlp_from_state(dict(state), "resid/")
-            m.power_mlp_ = MLP.from_state(dict(state), "power/") if "power/W0" in state else None
+            m.power_mlp_ = power_head_from_state(state, "power/")
             m.range_ = _base.range_from_state(state)
         else:  # BASE = "roofline" (experiments): the shipped model's state layout
             load_hybrid(m, state)
