@@ -47,6 +47,13 @@ def main() -> None:
     ap.add_argument("--shape-fraction", type=float, default=1.0, help="share of (n, k) kept")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--despike",
+        type=float,
+        default=None,
+        help="Hampel clip tolerance (log time) of the fit's target; default: `dse fit`'s "
+        "(`dse.fitting.gemm.DESPIKE`), 0 for none",
+    )
     args = ap.parse_args()
     t0 = time.perf_counter()
     gpu = args.gpu
@@ -65,6 +72,8 @@ def main() -> None:
 
     def make() -> GemmModel:
         opts = gemm_options(gpu, args.engine, args.dtype)  # as `dse fit` fits this table
+        if args.despike is not None:  # a what-if: this clip instead of `dse fit`'s
+            opts = {"despike": args.despike} if args.despike > 0 else {}
         return GemmModel(gpu, args.dtype, args.engine, power_model=power, seed=args.seed, **opts)
 
     with threadpool_limits(1):
@@ -73,7 +82,7 @@ def main() -> None:
     ape = np.abs(pred / meas - 1.0) * 100
     roof = _roofline_baselines(rows, gpu, args.dtype)["roofline_mape_pct"]
     print(
-        f"{gpu} {args.engine} {args.dtype}: {len(rows)} rows, {len(kept)} of {len(shapes)} (n, k) "
+        f"{gpu} {args.engine} {args.dtype} despike {make().despike}: {len(rows)} rows, {len(kept)} of {len(shapes)} (n, k) "
         f"shapes (seed {args.seed}), GroupKFold({args.folds}) by (n, k): latency MAPE "
         f"{mape_pct(pred, meas, keep='positive'):.2f}% (median {np.nanmedian(ape):.2f}%), "
         f"plain roofline {roof}% ({time.perf_counter() - t0:.0f} s)"
