@@ -76,6 +76,25 @@ def test_the_artifacts_ship_sglang_kernel_models_with_held_out_scores(gpu: str) 
         assert "not run" not in str(cv.get("scheme", "")), (gpu, name)
 
 
+# The quantised SGLang GEMM models refitted with stage 1's activation-quantisation term
+# (docs/dev/accuracy-journal.md "SGLang GEMM with the activation quantisation"): each carries the
+# term, and its CV by (n, k) is below the value of the model fitted without it (before the refit).
+QUANT_REFITTED = {
+    ("h100_sxm", "gemm.sglang.fp8"): 5.004,
+    ("h100_sxm", "gemm.sglang.fp8_block"): 5.459,
+}
+
+
+@pytest.mark.parametrize(("gpu", "name"), sorted(QUANT_REFITTED))
+def test_the_refitted_sglang_gemm_models_carry_the_quantisation_term(gpu: str, name: str) -> None:
+    art = _artifact(gpu)
+    entry = art.manifest["models"][name]
+    coef = entry["coefficients"]
+    assert coef["quant_efficiency"] > 0 and coef["quant_row_s"] > 0, (gpu, name, coef)
+    assert len(art.model(name).theta_) == 6, (gpu, name)  # the 4-coefficient base + t_q's 2
+    assert entry["cv"]["latency_mape_pct"] < QUANT_REFITTED[(gpu, name)], (gpu, name, entry["cv"])
+
+
 @pytest.mark.parametrize("gpu", GPUS)
 def test_sglang_configurations_name_the_sglang_tables(gpu: str) -> None:
     """`kernel_models` (what `dse predict` prints): the SGLang row's GEMMs, attention and MoE
