@@ -82,6 +82,8 @@ def test_the_artifacts_ship_sglang_kernel_models_with_held_out_scores(gpu: str) 
 QUANT_REFITTED = {
     ("h100_sxm", "gemm.sglang.fp8"): 5.004,
     ("h100_sxm", "gemm.sglang.fp8_block"): 5.459,
+    ("b200_sxm", "gemm.sglang.fp8"): 7.646,
+    ("b200_sxm", "gemm.sglang.nvfp4"): 7.487,
 }
 
 
