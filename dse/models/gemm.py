@@ -83,6 +83,11 @@ SMOOTH_OCTAVES = 0.5
 SMOOTH_PRIOR_ROWS = 1.0
 POWER_SMOOTH_OCTAVES = 0.35  # power is noisier per row but its per-m session offsets are local
 POWER_SMOOTH_PRIOR_ROWS = 0.0
+# Boosting rounds of the power residual's trees (latency keeps `tree_iter`, 300): power's residual
+# is wider (family power model x shape, session offsets) and wants more rounds at the same rate.
+# H200 vLLM, CV by (n, k), fold 0 (experiments/h200_gemm_power_residual.py): 300 -> 600 rounds
+# fp8_block energy 6.49 -> 6.33%; 150 rounds 6.28% on bf16 (300: 6.16%).
+POWER_TREE_ITER = 600
 # Residual trees: the average of BAGS fits, each on a seeded BAG_FRACTION of the weight shapes
 # (latency) or rows (power). Session 3, CV by (n, k): H100 TRT-LLM bf16 3.03 -> 2.95%, vLLM
 # 3.59 -> 3.54%, H200 energy 6.12 -> 6.07% (docs/accuracy.md); fit time about 3x.
@@ -438,24 +443,43 @@ class GemmModel(Model):
             lat_fit = np.exp(log_base + lin + self._lookup(self.table_, m, n, k))
             p0 = self._generic_power(flops, b_in + b_out, lat_fit)
             rp = np.log(pw[ok]) - np.log(p0[ok])
-            # Power: trees bagged over rows, in-bag leftover, no shift (bagging over shapes,
-            # its out-of-bag leftover and shift made held-out H200 energy worse: 6.27% vs 6.07%).
-            trees_p, _ = self._trees(X[ok], rp, shape_id[ok], by_shape=False)
-            left_p = rp - trees_p.predict(X[ok])
-            smooth_p = _smooth_over_shapes(
-                self.axes_,
-                m[ok],
-                n[ok],
-                k[ok],
-                left_p,
-                POWER_SMOOTH_OCTAVES,
-                POWER_SMOOTH_PRIOR_ROWS,
-            )
-            self.power_table_ = _f16(self._tabulate(trees_p) + smooth_p)
+            self.power_table_ = self._fit_power(X[ok], m[ok], n[ok], k[ok], shape_id[ok], rp)
         return self
 
+    def _fit_power(
+        self,
+        X: np.ndarray,
+        m: np.ndarray,
+        n: np.ndarray,
+        k: np.ndarray,
+        shape_id: np.ndarray,
+        rp: np.ndarray,
+        loss: str = "squared_error",
+        octaves: float = POWER_SMOOTH_OCTAVES,
+        prior_rows: float = POWER_SMOOTH_PRIOR_ROWS,
+        weight: np.ndarray | None = None,
+        iters: int = POWER_TREE_ITER,
+    ) -> np.ndarray:
+        """The measured-power residual table (log W over the family power model) from rows with
+        power: trees bagged over rows, their in-bag leftover smoothed over shapes, no shift
+        (bagging over shapes, its out-of-bag leftover and shift made held-out H200 energy
+        worse: 6.27% vs 6.07%)."""
+        trees_p, _ = self._trees(
+            X, rp, shape_id, by_shape=False, loss=loss, weight=weight, iters=iters
+        )
+        left_p = rp - trees_p.predict(X)
+        smooth_p = _smooth_over_shapes(self.axes_, m, n, k, left_p, octaves, prior_rows)
+        return _f16(self._tabulate(trees_p) + smooth_p)
+
     def _trees(
-        self, X: np.ndarray, r: np.ndarray, shape_id: np.ndarray, by_shape: bool
+        self,
+        X: np.ndarray,
+        r: np.ndarray,
+        shape_id: np.ndarray,
+        by_shape: bool,
+        loss: str = "squared_error",
+        weight: np.ndarray | None = None,
+        iters: int | None = None,
     ) -> tuple[Any, np.ndarray]:
         """Boosted trees on (X, r): one fit, or the average (log space) of `bags` fits on seeded
         subsamples of `bag_frac` of the rows, or of the (n, k) shapes when `by_shape`. Also
@@ -466,8 +490,9 @@ class GemmModel(Model):
 
         def one(seed: int) -> Any:
             return HistGradientBoostingRegressor(
-                max_iter=self.tree_iter,
+                max_iter=self.tree_iter if iters is None else iters,
                 learning_rate=self.tree_lr,
+                loss=loss,
                 max_leaf_nodes=31,
                 min_samples_leaf=20,
                 early_stopping=False,
@@ -475,7 +500,7 @@ class GemmModel(Model):
             )
 
         if self.bags <= 1:
-            reg = one(self.seed).fit(X, r)
+            reg = one(self.seed).fit(X, r, sample_weight=weight)
             return reg, reg.predict(X)
         fits, oob_sum, oob_n = [], np.zeros(len(r)), np.zeros(len(r))
         for b in range(self.bags):
@@ -485,7 +510,8 @@ class GemmModel(Model):
                 inbag = keep[shape_id]
             else:
                 inbag = rng.random(len(r)) < self.bag_frac
-            reg = one(self.seed + b).fit(X[inbag], r[inbag])
+            w = None if weight is None else weight[inbag]
+            reg = one(self.seed + b).fit(X[inbag], r[inbag], sample_weight=w)
             fits.append(reg)
             if (~inbag).any():
                 oob_sum[~inbag] += reg.predict(X[~inbag])
