@@ -76,12 +76,10 @@ def test_the_artifacts_ship_sglang_kernel_models_with_held_out_scores(gpu: str) 
         assert "not run" not in str(cv.get("scheme", "")), (gpu, name)
 
 
-# The quantised GEMM models refitted with stage 1's activation-quantisation term
-# (docs/dev/accuracy-journal.md "SGLang GEMM with the activation quantisation"; H100 vLLM fp8,
-# the table Levels 2-3 never read, refitted 2026-12-03 after it): each carries the term, and its
-# CV by (n, k) is below the value of the model fitted without it (before the refit).
+# The quantised SGLang GEMM models refitted with stage 1's activation-quantisation term
+# (docs/dev/accuracy-journal.md "SGLang GEMM with the activation quantisation"): each carries the
+# term, and its CV by (n, k) is below the value of the model fitted without it (before the refit).
 QUANT_REFITTED = {
-    ("h100_sxm", "gemm.vllm.fp8"): 3.663,
     ("h100_sxm", "gemm.sglang.fp8"): 5.004,
     ("h100_sxm", "gemm.sglang.fp8_block"): 5.459,
     ("b200_sxm", "gemm.sglang.fp8"): 7.646,
