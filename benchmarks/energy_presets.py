@@ -40,6 +40,7 @@ from dse.estimators import tokens2wh as T  # noqa: E402
 from dse.fitting import serving as S  # noqa: E402
 from dse.predict import predict  # noqa: E402
 from dse.predict.serving import constants_for  # noqa: E402
+from dse.spec.arch import Architecture  # noqa: E402
 
 COMMAND = "PYTHONPATH=. python benchmarks/energy_presets.py"
 V3 = "0.11.1"
@@ -79,6 +80,7 @@ def score_gpu(rows: pd.DataFrame, gpu: str, served: pd.DataFrame) -> dict[str, f
     ttft, lat = np.asarray(p["ttft_s"], float), np.asarray(p["latency_s"], float)
     out: dict[str, float] = {"rows": float(len(rows)), "models": float(rows["model"].nunique())}
     ratios: dict[str, np.ndarray] = {}
+    archs = [Architecture.from_mapping(a_row) for a_row in cfg]  # once, not per preset
     ratios["paper"] = np.empty(len(rows))
     for name, times in (
         ("corrected, own roofline times", None),
@@ -86,10 +88,7 @@ def score_gpu(rows: pd.DataFrame, gpu: str, served: pd.DataFrame) -> dict[str, f
         ("corrected, measured time", "measured"),
     ):
         ratios[name] = np.empty(len(rows))
-        for i, a_row in enumerate(cfg):
-            from dse.spec.arch import Architecture
-
-            a = Architecture.from_mapping(a_row)
+        for i, a in enumerate(archs):
             w = {k: v[i] for k, v in wl.items()}
             if times is None:
                 t = None
