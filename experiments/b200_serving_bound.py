@@ -139,37 +139,15 @@ def lomo(name: str, c: Parts, models: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return e, t
 
 
-def _static_moe(data: Path, gpu: str) -> np.ndarray:
-    """The int4 MoE time (s, prefill + decode) of B200's gpt-oss rows as `gpu` prices them."""
-    from dse.predict.request import predict_columns
-    from dse.spec.arch import Architecture
-    from dse.spec.columns import as_columns
-
-    df = S.read_v3(data)
-    b = df[(df["gpu"] == "b200_sxm") & df["model"].str.contains("gpt-oss")].reset_index(drop=True)
-    archs = {m: S.v3_architecture(m).to_dict() for m in b["model"].unique()}
-    fields = Architecture.field_names()
-    cfg = pd.DataFrame([{k: v for k, v in archs[m].items() if k in fields} for m in b["model"]])
-    cfg["weight_dtype"] = "int4"
-    for k in ("prompt_tokens", "output_tokens", "tensor_parallel"):
-        cfg[k] = np.rint(b[k].to_numpy()).astype(int)
-    cfg["batch_size"] = np.maximum(np.rint(b["batch_size"].to_numpy()), 1).astype(int)
-    cfg["gpu"], cfg["engine"] = gpu, "vllm"
-    cols, n = as_columns(cfg)
-    p = predict_columns(cols, n, gqa_aware=np.ones(n, bool), kv_mean_context=np.ones(n, bool))
-    return sum(np.asarray(p[f"breakdown.{ph}.ffn/moe_s"]) for ph in ("prefill", "decode"))
-
-
-def with_bw_moe(c: Parts, oss: np.ndarray, data: Path) -> Parts:
-    """B200's gpt-oss rows with the MXFP4 MoE priced by H100's model x H100 / B200 bandwidth
-    (capped at B200's own), the GPU part's energy at its power."""
-    own = _static_moe(data, "b200_sxm")
-    alt = np.minimum(_static_moe(data, "h100_sxm") * BW["h100_sxm"] / BW["b200_sxm"], own)
-    c = {k: v.copy() for k, v in c.items()}
-    idx = np.flatnonzero(oss)
-    c["Eg"][idx] *= (c["G"][idx] + alt - own) / c["G"][idx]
-    c["G"][idx] += alt - own
-    return c
+def rows_as_int4(data: Path) -> pd.DataFrame:
+    """`serving_rows_v3` with B200's gpt-oss runs read as before 2026-12-03: `int4` (vLLM's
+    MXFP4 MoE with bf16 activations), not `nvfp4` (the MXFP4 x MXFP8 kernel they ran)."""
+    saved = dict(S.V3_WEIGHT_DTYPE_BY_GPU)
+    S.V3_WEIGHT_DTYPE_BY_GPU.clear()
+    try:
+        return S.serving_rows_v3(data)
+    finally:
+        S.V3_WEIGHT_DTYPE_BY_GPU.update(saved)
 
 
 def kernel_check(data: Path) -> pd.DataFrame:
@@ -177,10 +155,25 @@ def kernel_check(data: Path) -> pd.DataFrame:
     from dse.models.artifact import Artifact
     from dse.models.moe import moe_inputs
 
-    t = pd.read_parquet(data / MOE_TABLE.format(gpu="b200_sxm"))
-    t = t[t["moe_dtype"] == "w4a16_mxfp4"].reset_index(drop=True)
-    y, inp = t["latency"].to_numpy() / 1e3, moe_inputs(t)
+    table = pd.read_parquet(data / MOE_TABLE.format(gpu="b200_sxm"))
     ab, ah = Artifact.load("b200_sxm"), Artifact.load("h100_sxm")
+    recs = []
+    # the kernel v3's B200 gpt-oss runs used (MXFP4 weights, MXFP8 activations): no model is
+    # fitted on these rows; each candidate prices them held out
+    t8 = table[table["moe_dtype"] == "w4a8_mxfp4_mxfp8"].reset_index(drop=True)
+    y8, inp8 = t8["latency"].to_numpy() / 1e3, moe_inputs(t8)
+    for name in ("moe.vllm.nvfp4", "moe.vllm.w4a16_mxfp4", "moe.vllm.bfloat16"):
+        v = np.asarray(ab.model(name).predict(**inp8)["latency_s"])
+        recs.append(
+            {
+                "rows": "w4a8_mxfp4_mxfp8 (256 / 384 experts)",
+                "pricing": f"B200 {name}",
+                "all": round(100 * float(np.mean(np.abs(v / y8 - 1))), 1),
+                "median ratio": round(float(np.median(v / y8)), 2),
+            }
+        )
+    t = table[table["moe_dtype"] == "w4a16_mxfp4"].reset_index(drop=True)
+    y, inp = t["latency"].to_numpy() / 1e3, moe_inputs(t)
 
     def lat(a: Artifact, name: str) -> np.ndarray:
         return np.asarray(a.model(name).predict(**inp)["latency_s"])
@@ -197,19 +190,52 @@ def kernel_check(data: Path) -> pd.DataFrame:
         / lat(ah, "moe.vllm.bfloat16"),
     }
     ex = t["num_experts"].to_numpy()
-    return pd.DataFrame(
-        [
+    for k, v in cands.items():
+        ape = np.abs(v / y - 1)
+        recs.append(
             {
+                "rows": "w4a16_mxfp4 (32 / 896 experts)",
                 "pricing": k,
-                "all": round(100 * float(np.mean(np.abs(v / y - 1))), 1),
-                "32 experts (gpt-oss-20b)": round(
-                    100 * float(np.mean(np.abs(v / y - 1)[ex == 32])), 1
-                ),
-                "896 experts": round(100 * float(np.mean(np.abs(v / y - 1)[ex == 896])), 1),
+                "all": round(100 * float(np.mean(ape)), 1),
+                "32 experts": round(100 * float(np.mean(ape[ex == 32])), 1),
+                "896 experts": round(100 * float(np.mean(ape[ex == 896])), 1),
                 "median ratio": round(float(np.median(v / y)), 2),
             }
-            for k, v in cands.items()
-        ]
+        )
+    return pd.DataFrame(recs)
+
+
+def bounds(c: Parts, mb: np.ndarray, oss: np.ndarray, stall: np.ndarray, tp1: np.ndarray) -> None:
+    """Print the oracle bounds of B200's rows `c` (see the module docstring)."""
+    s, g, o, eg, idle = SHIPPED_SCALE, c["G"], c["O"], c["Eg"], c["idle"]
+    t0, e0 = s * (g + o), s * (eg + idle * o)
+    t1 = np.where(oss, s * np.maximum(g, o), t0)
+    e1 = np.where(oss, s * eg + idle * (t1 - s * g), e0)
+    out = [("shipped", e0, t0), ("gpt-oss at max(G, O) (oracle choice)", e1, t1)]
+    t2, e2 = t1, e1
+    for w in (0.0, 100.0):
+        t2 = np.where(stall, c["t"], t1)
+        e2 = np.where(stall, e1 + (idle + w) * (t2 - t1), e1)
+        out.append(
+            (f"+ stalled Qwen3 gpqa runs at measured time, waiting at idle + {w:.0f} W", e2, t2)
+        )
+    out.append(("perfect time at the predicted power", e0 * c["t"] / t0, c["t"]))
+    for label, e, t in out:
+        print(f"  {label}: {mape(e, t, c)}")
+    # a B200 power scale on the dynamic part, fitted on the other models (times as the last oracle)
+    pw, pm = e2 / t2, c["e"] / c["t"]
+    pk = np.empty_like(pw)
+    for m in np.unique(mb):
+        tr = mb != m
+        x, y = (pw[tr] - idle[tr]) / pm[tr], (pm[tr] - idle[tr]) / pm[tr]
+        pk[mb == m] = idle[mb == m] + float(x @ y / (x @ x)) * (pw[mb == m] - idle[mb == m])
+    print(f"  + a B200 power scale held out by model: {mape(pk * t2, t2, c)}")
+    print("  predicted / measured power per model at those times (median):")
+    print(pd.Series(pw / pm).groupby(mb).median().round(2).to_string())
+    wait_w = (c["e"] - eg) / np.maximum(c["t"] - g, 1e-9)
+    print(
+        "  stalled TP 1 runs: the waiting GPU's draw (measured energy less G's, over the rest): "
+        f"median {np.median(wait_w[stall & tp1]):.0f} W"
     )
 
 
@@ -223,24 +249,31 @@ def main(argv: list[str] | None = None) -> int:
     rows = S.serving_rows_v3(data)
     rh = rows[rows["gpu"] == "h100_sxm"].reset_index(drop=True)
     rb = rows[rows["gpu"] == "b200_sxm"].reset_index(drop=True)
+    old = rows_as_int4(data)
     ch, cb = parts(rh), parts(rb)
+    cb_int4 = parts(old[old["gpu"] == "b200_sxm"].reset_index(drop=True))
     mh, mb = rh["model"].to_numpy(), rb["model"].to_numpy()
     oss = rb["model"].str.contains("gpt-oss").to_numpy()
     stall = (
         (rb["task"] == "gpqa") & (rb["tensor_parallel"] <= 2) & rb["model"].str.contains("Qwen")
     ).to_numpy()
 
-    step = pd.DataFrame(
-        {
-            "model": mb,
-            "m/G": cb["t"] / cb["G"],
-            "m/(G+O)": cb["t"] / (cb["G"] + cb["O"]),
-            "m/max(G,O)": cb["t"] / np.maximum(cb["G"], cb["O"]),
-            "extra ms/step": 1e3 * (cb["t"] - cb["G"] - cb["O"]) / cb["steps"],
-        }
-    )
+    def steps(c: Parts) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "model": mb,
+                "m/G": c["t"] / c["G"],
+                "m/(G+O)": c["t"] / (c["G"] + c["O"]),
+                "m/max(G,O)": c["t"] / np.maximum(c["G"], c["O"]),
+                "extra ms/step": 1e3 * (c["t"] - c["G"] - c["O"]) / c["steps"],
+            }
+        )
+
+    step = steps(cb)
     print("1. B200, measured wall time against the static prediction's parts (medians per model):")
     print(step.groupby("model").median().round(2).to_string())
+    print("gpt-oss read as int4 (MXFP4 x bf16 MoE, before):")
+    print(steps(cb_int4)[oss].groupby("model").median().round(2).to_string())
     print("\nB200 gpqa, Qwen3: extra time per decode step over G + O (ms, median) by TP:")
     q = step[(rb["task"] == "gpqa").to_numpy() & rb["model"].str.contains("Qwen").to_numpy()]
     print(
@@ -249,52 +282,24 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n2. Variants: energy / time / power MAPE % (leave-one-model-out unless said)")
     recs = []
-    cb_alt = with_bw_moe(cb, oss, data)
     for name in VARIANTS:
         p, w = fit(name, ch)
         rec = {"variant": name, "H100 own": mape(*lomo(name, ch, mh), ch)}
-        rec["B200 from H100 fit"] = mape(*price(name, p, w, cb), cb)
+        rec["B200 from H100, gpt-oss as int4"] = mape(*price(name, p, w, cb_int4), cb_int4)
+        rec["B200 from H100"] = mape(*price(name, p, w, cb), cb)
+        rec["B200 own, gpt-oss as int4"] = mape(*lomo(name, cb_int4, mb), cb_int4)
         rec["B200 own"] = mape(*lomo(name, cb, mb), cb)
-        rec["B200 own, MoE x bandwidth"] = mape(*lomo(name, cb_alt, mb), cb_alt)
         pb, wb = fit(name, cb)
         rec["B200 all-row params (w W)"] = f"{np.round(pb, 3).tolist()} ({wb:.0f})"
         recs.append(rec)
     print(pd.DataFrame(recs).to_string(index=False))
 
-    print("\n3. MoE pricings against B200's measured vLLM w4a16_mxfp4 rows (MAPE %):")
+    print("\n3. MoE pricings against B200's measured vLLM 4-bit MoE rows (MAPE %):")
     print(kernel_check(data).to_string(index=False))
 
-    print("\n4. Bounds (B200; H100's shipped scale s):")
-    s, g, o, eg, idle = SHIPPED_SCALE, cb["G"], cb["O"], cb["Eg"], cb["idle"]
-    t0, e0 = s * (g + o), s * (eg + idle * o)
-    t1 = np.where(oss, s * np.maximum(g, o), t0)
-    e1 = np.where(oss, s * eg + idle * (t1 - s * g), e0)
-    out = [("shipped", e0, t0), ("gpt-oss at max(G, O) (oracle choice)", e1, t1)]
-    for w in (0.0, 100.0):
-        t2 = np.where(stall, cb["t"], t1)
-        e2 = np.where(stall, e1 + (idle + w) * (t2 - t1), e1)
-        out.append(
-            (f"+ stalled Qwen3 gpqa runs at measured time, waiting at idle + {w:.0f} W", e2, t2)
-        )
-    out.append(("perfect time at the predicted power", e0 * cb["t"] / t0, cb["t"]))
-    for label, e, t in out:
-        print(f"  {label}: {mape(e, t, cb)}")
-    # a B200 power scale on the dynamic part, fitted on the other models (times as the last oracle)
-    pw, pm = e2 / t2, cb["e"] / cb["t"]
-    pk = np.empty_like(pw)
-    for m in np.unique(mb):
-        tr = mb != m
-        x, y = (pw[tr] - idle[tr]) / pm[tr], (pm[tr] - idle[tr]) / pm[tr]
-        pk[mb == m] = idle[mb == m] + float(x @ y / (x @ x)) * (pw[mb == m] - idle[mb == m])
-    print(f"  + a B200 power scale held out by model: {mape(pk * t2, t2, cb)}")
-    print("  predicted / measured power per model at those times (median):")
-    ratio = pd.Series(pw / pm).groupby(mb).median().round(2)
-    print(ratio.to_string())
-    wait_w = (cb["e"] - eg) / np.maximum(cb["t"] - g, 1e-9)
-    print(
-        f"  stalled TP 1 runs: the waiting GPU's draw (measured energy less G's, over the rest): "
-        f"median {np.median(wait_w[stall & (rb['tensor_parallel'] == 1).to_numpy()]):.0f} W"
-    )
+    for label, c in (("gpt-oss as int4", cb_int4), ("gpt-oss as nvfp4 (shipped reading)", cb)):
+        print(f"\n4. Bounds (B200, {label}; H100's shipped scale s):")
+        bounds(c, mb, oss, stall, (rb["tensor_parallel"] == 1).to_numpy())
     return 0
 
 

@@ -73,11 +73,16 @@ def b200_with_mxfp4(data: Path, moe: pd.DataFrame) -> tuple[dict[str, float], pd
         "fitted_range": {k: list(v) for k, v in model.range_.items()},
     }
     art._instances[NAME] = model
+    # B200's gpt-oss runs read as int4 (this model's dtype), as before 2026-12-03: since then
+    # `read_v3` reads them as nvfp4, the MXFP4 x MXFP8 kernel they ran (b200_serving_bound.py)
+    by_gpu = dict(S.V3_WEIGHT_DTYPE_BY_GPU)
+    S.V3_WEIGHT_DTYPE_BY_GPU.clear()
     try:
         v3 = S.serving_rows_v3(data)
         v3 = v3[v3["gpu"] == "b200_sxm"]
         pred = S.leave_one_model_out(v3, terms=S.VERSIONS["0.11.1"].terms)
     finally:  # the cached artifact back as loaded
+        S.V3_WEIGHT_DTYPE_BY_GPU.update(by_gpu)
         del art.manifest["models"][NAME]
         art._instances.pop(NAME, None)
 

@@ -117,8 +117,15 @@ V3_MODELS: dict[str, str] = {
 # Qwen/Qwen3-14B config.json: Qwen3-8B's layer with these sizes
 _QWEN3_14B = dict(d_model=5120, n_layers=40, n_heads=40, n_kv_heads=8, head_dim=128, d_ff=17408)
 # weight_precision -> weight_dtype: mxfp4 (4-bit values, a shared 8-bit scale per 32) is
-# priced as int4 (0.5 bytes a weight); fp8 as fp8
+# priced as int4 (0.5 bytes a weight: vLLM's MXFP4 MoE with bf16 activations); fp8 as fp8
 V3_WEIGHT_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "mxfp4": "int4"}
+# (gpu_model, weight_precision) -> weight_dtype where a GPU's runs used another kernel: v3's B200
+# gpt-oss runs set VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (ml-energy/benchmark configs/vllm/gpqa/
+# openai/gpt-oss-*/B200/monolithic.env.yaml; the H100 runs do not), FlashInfer's TRT-LLM MoE with
+# MXFP4 weights and MXFP8 activations, priced as `nvfp4` (4-bit weights on Blackwell's low-precision
+# tensor cores): B200's nvfp4 MoE model reads the measured MXFP4 x MXFP8 rows (never in its fit)
+# at 15.3%, the bf16-activation MXFP4 model at 387% (experiments/b200_serving_bound.py)
+V3_WEIGHT_DTYPE_BY_GPU = {("B200", "mxfp4"): "nvfp4"}
 
 
 def serving_rows(data: Path) -> pd.DataFrame:
@@ -215,7 +222,10 @@ def read_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataF
                     "model": c["model_id"],
                     "task": task,
                     "file": rel,
-                    "weight_dtype": V3_WEIGHT_DTYPE[c["weight_precision"]],
+                    "weight_dtype": V3_WEIGHT_DTYPE_BY_GPU.get(
+                        (c["gpu_model"], c["weight_precision"]),
+                        V3_WEIGHT_DTYPE[c["weight_precision"]],
+                    ),
                     "tensor_parallel": float(c["num_gpus"]),
                     "batch_size": b,
                     "prompt_tokens": float(prompt),
