@@ -201,7 +201,8 @@ def read_v3(data: Path, prompt_tokens: dict[str, int] | None = None) -> pd.DataF
     avg_batch_size requests whose time is B x avg_output_len / output throughput and whose
     energy (all GPUs) is B x energy_per_request; tensor_parallel = num_gpus (expert-parallel
     MoE runs spread over num_gpus as one group); prompt tokens per task
-    (`V3_PROMPT_TOKENS`, not recorded)."""
+    (`V3_PROMPT_TOKENS`, not recorded); weight_dtype from the run's weight precision
+    (`V3_WEIGHT_DTYPE`), or the kernel a GPU's runs used (`V3_WEIGHT_DTYPE_BY_GPU`)."""
     prompts = V3_PROMPT_TOKENS if prompt_tokens is None else prompt_tokens
     recs = []
     for task, prompt in prompts.items():
