@@ -1,6 +1,7 @@
 """Row helpers the Level-1 adapters share: price each distinct input row once (`unique_rows`,
 `dedupe`, `Groups`, `evaluate_rows`, `at_rows`; `distinct_columns` for a whole phase's
-operators, `dse.predict.pricing`) and in bounded blocks of rows and columns (`row_blocks`,
+operators and `unique_float_rows_by_part` for Level 2's feature rows, `dse.predict.pricing`)
+and in bounded blocks of rows and columns (`row_blocks`,
 `column_blocks`); `ColumnsAt`, configuration columns at some rows.
 """
 
@@ -110,9 +111,11 @@ def unique_float_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     import pandas as pd  # hash-based factorize: O(n)
 
     bits = np.ascontiguousarray(X, dtype=np.float64).view(np.uint64)
-    h = np.zeros(n, dtype=np.uint64)
-    for j in range(bits.shape[1]):  # a multiplicative hash of each row (wraps)
-        h = h * np.uint64(0x9E3779B97F4A7C15 + 2 * j) + bits[:, j]
+    if n > 2 * SAMPLE_ROWS:  # an almost all-distinct sample: the rows are too, skip the rest
+        sample = bits[:: n // SAMPLE_ROWS]
+        if len(pd.unique(_row_hash(sample.T))) > SAMPLE_DISTINCT * len(sample):
+            return None
+    h = _row_hash(bits.T)
     codes, uniq = pd.factorize(h, sort=False)
     if len(uniq) > 0.5 * n:
         return None
@@ -121,6 +124,32 @@ def unique_float_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     if not np.array_equal(bits[rep][codes], bits):
         return None
     return rep, codes
+
+
+def unique_float_rows_by_part(
+    X: np.ndarray, sizes: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`unique_float_rows` of each run of consecutive rows of X (`sizes`, in order: e.g. a
+    Level-2 block's prefill rows, then its decode rows), joined: rows of two parts are never
+    merged, and a part whose rows are mostly distinct keeps every row. A batch of workloads
+    drawn freely has distinct prefill rows (tokens = batch x prompt) but decode rows that
+    repeat (tokens = batch): over the whole X most rows are distinct, part by part they are
+    not. None when no part is deduplicated."""
+    reps: list[np.ndarray] = []
+    inverses: list[np.ndarray] = []
+    start = kept = 0
+    found = False
+    for size in sizes:
+        u = unique_float_rows(X[start : start + size])
+        rep, inverse = (np.arange(size), np.arange(size)) if u is None else u
+        found |= u is not None
+        reps.append(rep + start)
+        inverses.append(inverse + kept)
+        start += size
+        kept += len(rep)
+    if not found:
+        return None
+    return np.concatenate(reps), np.concatenate(inverses)
 
 
 # A phase's operators are priced once per distinct row (`distinct_columns`) when at most this

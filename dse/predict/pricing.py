@@ -44,7 +44,7 @@ from dse.predict._rows import (
     distinct_columns,
     ndim_of,
     shape_of,
-    unique_float_rows,
+    unique_float_rows_by_part,
 )
 from dse.predict.adapters import ADAPTERS, CTX_COLUMNS, OWN_TABLE_ENGINES, L1Price
 from dse.predict.op_power import op_power_w
@@ -866,17 +866,26 @@ class Pricer:
                 X = block_features(*_joined_parts(parts, names, sizes), block, self.gpu)
             else:  # a phase with per-node times (none today): block by block
                 X = np.concatenate([block_features(c, o, block, self.gpu) for _, _, o, c in parts])
+            # A sweep's blocks repeat their shapes, and so do the decode rows of freely drawn
+            # workloads: the calibration and the range check (both row by row) once per
+            # distinct row, phase by phase, then spread back.
+            u = unique_float_rows_by_part(X, sizes)
+            if u is not None:
+                X = X[u[0]]
             if hasattr(model, "in_token_blocks"):
                 X = model.in_token_blocks(X)
-            # a sweep's blocks repeat their shapes: the calibration once per distinct row
-            u = unique_float_rows(X)
-            if u is None:
-                f1, f2 = model.gemm_log_factors(X)
-            else:
-                f1, f2 = (f[u[1]] for f in model.gemm_log_factors(X[u[0]]))
+            f1, f2 = model.gemm_log_factors(X)
             gemm1, gemm2 = LEVEL2_GEMMS[block]
             e1, e2 = np.exp(f1), np.exp(f2)
             block_misses = model.range_misses(X)
+            if u is not None:
+                e1, e2 = e1[u[1]], e2[u[1]]
+                block_misses = {
+                    k: RangeMiss(
+                        *(as_shape(a, f1.shape)[u[1]] for a in (m.excess, m.value, m.bound))
+                    )
+                    for k, m in block_misses.items()
+                }
             start = 0
             for (d, idx, ops, _), size in zip(parts, sizes, strict=True):
                 rows = slice(start, start + size)
