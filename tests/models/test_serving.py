@@ -304,6 +304,29 @@ def _bench():
     return load_benchmark("serving_accuracy")
 
 
+def test_write_constants_never_rewrites_a_version_held_fixed() -> None:
+    """`serving_accuracy.py --write-constants` rewrites only the versions named (default the
+    newest): 0.4.2's shipped constants are held fixed (test_vllm_042_predictions_unchanged),
+    and refitted on today's static prediction its wait power would move 33.6 -> 52.6 W."""
+    b = _bench()
+    assert b.parser().parse_args(["--write-constants"]).versions == ("0.11.1",)
+    with pytest.raises(SystemExit):  # argparse refuses it before anything is measured
+        b.parser().parse_args(["--write-constants", "--versions", "0.4.2"])
+    with pytest.raises(SystemExit):
+        b.parser().parse_args(["--versions", "0.11.1,0.9"])
+    shipped = json.loads(CONSTANTS_FILE.read_text())
+    # a fit that moved both versions, as the script's fit on today's code does
+    fitted = json.loads(CONSTANTS_FILE.read_text())
+    fitted["versions"]["0.4.2"]["gpus"]["h100_sxm"]["wait_above_idle_w"] = 52.6
+    fitted["versions"]["0.11.1"]["gpus"]["h100_sxm"]["gpu_time_scale"] = 0.5
+    out = b.merge_constants(shipped, fitted, ("0.11.1",))
+    assert out["versions"]["0.4.2"] == shipped["versions"]["0.4.2"]
+    assert out["versions"]["0.11.1"]["gpus"]["h100_sxm"]["gpu_time_scale"] == 0.5
+    assert list(out["versions"]) == list(shipped["versions"])
+    with pytest.raises(ValueError, match=r"0\.4\.2: held fixed"):
+        b.merge_constants(shipped, fitted, ("0.4.2", "0.11.1"))
+
+
 @pytest.fixture(scope="module")
 def measured(data_dir: Path):
     return _bench().measure(data_dir)
