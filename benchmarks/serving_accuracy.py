@@ -315,12 +315,12 @@ def constants_json(
         "commit": short_commit(REPO),
         "machine": platform.platform(),
     }
-    versions = {}
+    entries = {}
     for version, (rows, own, pred) in ((V2, v2), (V3, v3)):
         if version not in versions:
             continue
         spec = S.VERSIONS[version]
-        versions[version] = {
+        entries[version] = {
             "source": spec.source,
             "terms": list(spec.terms),
             "gqa_aware_attention": spec.gqa_aware_attention,
@@ -342,7 +342,7 @@ def constants_json(
         "its decode attention GQA-aware (gqa_aware_attention) and its running batch's KV at "
         "the mean context (kv_at_mean_context) where the version says so; "
         "waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
-        "versions": versions,
+        "versions": entries,
     }
 
 
