@@ -2,6 +2,7 @@
 whole models held out, per engine version (docs/accuracy.md "Continuous batching").
 
     PYTHONPATH=. python benchmarks/serving_accuracy.py [--data ../shared/data] [--write-constants]
+        [--versions 0.11.1]
 
 vLLM 0.4.2, the ml-energy v2 runs (H100 and A100 40GB): every row priced by
 `dse.models.serving` with host constants fitted on the other models of its GPU
@@ -19,7 +20,10 @@ Energy per output token has the relative error of energy per request (the same o
 divide both). `--write-constants` also writes `dse/predict/serving_constants.json`: per version,
 constants fitted on every row of each GPU, with the rows' files and hash, the fitted ranges,
 the held-out scores printed here and the band (the 5-95% quantiles of the held-out log
-residuals; its coverage measured nested).
+residuals; its coverage measured nested). It rewrites only the versions named by `--versions`
+(default: the newest, 0.11.1); every other entry of the file is kept as it is. vLLM 0.4.2's
+constants are held fixed (its predictions are pinned: tests/spec/test_engine_version.py), so
+it cannot be named: refitted on today's static prediction they would move.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ V3_CANDIDATES: dict[str, tuple[str, ...]] = {
     "GPU-time scale + host terms": S.TERMS,
 }
 PROMPTS = (128, 256, 512, 1024, 2048)  # every task at one assumed prompt length
+# versions whose shipped constants `--write-constants` never rewrites: 0.4.2's predictions are
+# pinned (tests/spec/test_engine_version.py::test_vllm_042_predictions_unchanged); refitted on
+# today's static prediction its wait power would move 33.6 -> 52.6 W
+HELD_FIXED = frozenset({V2})
+WRITABLE = tuple(v for v in S.VERSIONS if v not in HELD_FIXED)
 
 
 def measure(data: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -295,19 +304,23 @@ def constants_json(
     v2: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     v3: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
     data: Path,
+    versions: tuple[str, ...] = (V2, V3),
 ) -> dict[str, Any]:
-    """The shipped JSON: per version, (rows, held-out scores with nested band coverage,
-    held-out predictions) -> every GPU's constants fitted on all its rows, with provenance."""
+    """The shipped JSON of `versions`: per version, (rows, held-out scores with nested band
+    coverage, held-out predictions) -> every GPU's constants fitted on all its rows, with
+    provenance."""
     fitted = {
         "command": COMMAND + " --write-constants",
         "date": time.strftime("%Y-%m-%d"),
         "commit": short_commit(REPO),
         "machine": platform.platform(),
     }
-    versions = {}
+    entries = {}
     for version, (rows, own, pred) in ((V2, v2), (V3, v3)):
+        if version not in versions:
+            continue
         spec = S.VERSIONS[version]
-        versions[version] = {
+        entries[version] = {
             "source": spec.source,
             "terms": list(spec.terms),
             "gqa_aware_attention": spec.gqa_aware_attention,
@@ -329,17 +342,61 @@ def constants_json(
         "its decode attention GQA-aware (gqa_aware_attention) and its running batch's KV at "
         "the mean context (kv_at_mean_context) where the version says so; "
         "waiting GPU draws idle_power_w + wait_above_idle_w (dse.models.serving)",
-        "versions": versions,
+        "versions": entries,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def merge_constants(
+    shipped: dict[str, Any], fitted: dict[str, Any], versions: tuple[str, ...]
+) -> dict[str, Any]:
+    """The constants file with only `versions` taken from `fitted`; every other version's
+    entry of `shipped` kept as it is (a version held fixed is never taken)."""
+    fixed = sorted(set(versions) & HELD_FIXED)
+    if fixed:
+        raise ValueError(f"{CONSTANTS_FILE.name}: {fixed[0]}: held fixed, never rewritten")
+    out = {k: v for k, v in fitted.items() if k != "versions"}
+    out["versions"] = dict(shipped.get("versions", {}))
+    for v in versions:
+        out["versions"][v] = fitted["versions"][v]
+    return out
+
+
+def _versions(arg: str) -> tuple[str, ...]:
+    """`--versions`: comma-separated, each one `--write-constants` may rewrite."""
+    got = tuple(v.strip() for v in arg.split(",") if v.strip())
+    for v in got:
+        if v in HELD_FIXED:
+            raise argparse.ArgumentTypeError(
+                f"{v}: held fixed (its predictions are pinned), never rewritten; "
+                f"writable: {', '.join(WRITABLE)}"
+            )
+        if v not in WRITABLE:
+            raise argparse.ArgumentTypeError(
+                f"{v}: unknown version; writable: {', '.join(WRITABLE)}"
+            )
+    if not got:
+        raise argparse.ArgumentTypeError(f"no version named; writable: {', '.join(WRITABLE)}")
+    return got
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
     p.add_argument("--write-constants", action="store_true", help=f"write {CONSTANTS_FILE.name}")
-    args = p.parse_args(argv)
+    p.add_argument(
+        "--versions",
+        type=_versions,
+        default=(V3,),
+        help=f"with --write-constants: the versions rewritten, comma-separated (default {V3}); "
+        f"the file's other entries are kept; {', '.join(sorted(HELD_FIXED))} is held fixed",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     t0 = time.perf_counter()
     data = Path(args.data)
     rows, own, transfer, pred = measure(data)
@@ -358,9 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\nMachine: {platform.platform()}; {time.perf_counter() - t0:.0f} s in all.")
     if args.write_constants:
-        doc = constants_json((rows, own, pred), (rows3, own3, pred3), data)
+        doc = constants_json((rows, own, pred), (rows3, own3, pred3), data, args.versions)
+        doc = merge_constants(json.loads(CONSTANTS_FILE.read_text()), doc, args.versions)
         CONSTANTS_FILE.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {CONSTANTS_FILE.relative_to(REPO)}", file=sys.stderr)
+        print(
+            f"wrote {CONSTANTS_FILE.relative_to(REPO)} (versions {', '.join(args.versions)})",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -324,7 +324,9 @@ class GemmModel(Model):
 
     `power_model`: the family power model (`dse.models.power`, fitted) energy is priced with;
     None: latency only (power and energy NaN). `despike` > 0: the fit first clips each row's log
-    time to within that of its m-neighbours' median (`_despike`; fit time only)."""
+    time to within that of its m-neighbours' median (`_despike`; fit time only). `quant_gain`: a
+    quantised dtype keeps the activation-quantisation term when stage 1's cost with it is below
+    this share of the plain base's (`QUANT_GAIN`; 1: whenever it lowers it; fit time only)."""
 
     kind: ClassVar[str] = "gemm"  # the manifest's kind; dse.models.MODEL_CLASSES
 
@@ -340,6 +342,7 @@ class GemmModel(Model):
         bags: int = BAGS,
         bag_frac: float = BAG_FRACTION,
         despike: float = 0.0,
+        quant_gain: float = QUANT_GAIN,
     ) -> None:
         self.gpu = gpu
         self.dtype = dtype
@@ -351,6 +354,7 @@ class GemmModel(Model):
         self.bags = bags
         self.bag_frac = bag_frac
         self.despike = despike
+        self.quant_gain = quant_gain
 
     # ---- fitting ------------------------------------------------------------------------
     def _constants(self) -> dict[str, Any]:
@@ -390,7 +394,7 @@ class GemmModel(Model):
         if IN_BYTES[c["dtype"]] < 2.0:  # a quantised dtype: try the activation quantisation
             th1 = np.concatenate([fit.x, [np.log(0.5), np.log(1e-9)]])
             fit_q = least_squares(resid, th1, loss="soft_l1", f_scale=0.05, max_nfev=400)
-            if fit_q.cost < QUANT_GAIN * fit.cost:
+            if fit_q.cost < self.quant_gain * fit.cost:
                 self.theta_ = fit_q.x
         log_base = np.log(
             self._base(tc, tm, self.theta_, self._quant_s(m, k, self.theta_, c["bw"]))
