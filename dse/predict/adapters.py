@@ -623,15 +623,15 @@ def _with_backend(
     a model without a backend input: `price` as it is."""
     if price is None or price.model_rows is not None:
         return price
-    backend_of = getattr(artifact.model(price.model), "backend_of", None)
-    if backend_of is None:
+    model = artifact.model(price.model)
+    if not getattr(model, "backends_", ()):  # no backend input (vLLM's models, older SGLang's)
         return price
     shape = price.latency_s.shape
     # per configuration (the last axis; decode's node axis shares its head configuration)
     heads = ("batch_size", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
     per_config = {k: np.broadcast_to(arrays[k], shape).reshape(-1, shape[-1])[0] for k in heads}
     ones = np.ones(shape[-1])  # the length: no backend depends on it
-    names = backend_of(**per_config, isl=ones, kv_len=ones)
+    names = model.backend_of(**per_config, isl=ones, kv_len=ones)
     if names is None:
         return price
     labels, rows = np.unique(names.astype(str), return_inverse=True)
