@@ -303,7 +303,8 @@ class Provenance(NamedTuple):
     # models of the artifact fitted on another GPU's rows: "<gpu>: <model>, <model>" per GPU
     stand_ins: tuple[str, ...] = ()
     # the fitted models that priced the operators (predict's `kernel_models`), e.g. an SGLang
-    # configuration's `gemm.sglang.bfloat16`
+    # configuration's `gemm.sglang.bfloat16`, its attention with the backend SGLang runs,
+    # `context_attention.sglang[trtllm_mha]` (dse.models.attention_backend)
     kernel_models: tuple[str, ...] = ()
 
 

@@ -32,6 +32,7 @@ from dse.models._hybrid import (
     hybrid_state,
     load_hybrid,
 )
+from dse.models.attention_backend import SGLANG_BACKENDS, backend_onehot, sglang_backend
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
@@ -287,15 +288,18 @@ class AttentionModel(_base.Model):
         seed: int = 0,
         max_rows: int = MAX_ROWS,
         max_iter: int = MAX_ITER,
+        backend_input: bool = True,
     ) -> None:
         """`phase`: "context" or "generation" (None: the class's `phase_default`); checked by
-        `fit` and `from_state`."""
+        `fit` and `from_state`. `backend_input`: an SGLang model on a GPU with a backend rule
+        (`dse.models.attention_backend`) takes the backend SGLang runs as one-hot inputs."""
         self.phase = phase or self.phase_default
         self.gpu = gpu
         self.engine = engine
         self.seed = seed
         self.max_rows = max_rows
         self.max_iter = max_iter
+        self.backend_input = backend_input
 
     @property
     def length_key(self) -> str:
@@ -342,6 +346,8 @@ class AttentionModel(_base.Model):
         v = self._inputs(arrays)
         y = d["latency_s"].to_numpy(np.float64)
         self.feature_set_ = feature_set_for(self.gpu, self.phase, self.engine)
+        rule = self.engine == "sglang" and self.gpu in SGLANG_BACKENDS and self.backend_input
+        self.backends_ = SGLANG_BACKENDS[self.gpu][1] if rule else ()
         self.gpu_spec_ = _base.gpu_constants(get_gpu(self.gpu), self.gpu_fields)
         out, X = self.design(v, y)
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
@@ -398,6 +404,9 @@ class AttentionModel(_base.Model):
             self.engine,
             self.feature_set_,
         )
+        if getattr(self, "backends_", ()):  # the kernel SGLang runs (attention_backend)
+            cols = backend_onehot(self.gpu, self.phase, v)
+            X = np.column_stack([X, *cols])
         out["flops"] = flops
         out["bytes"] = bytes_
         return out, X
@@ -413,6 +422,13 @@ class AttentionModel(_base.Model):
         apply_residual(out, X, self.mlp_, self.power_mlp_, stratum, extra)
         return out
 
+    def backend_of(self, **arrays: Any) -> np.ndarray | None:
+        """Per row, the attention backend whose measured rows price it (SGLang's rule,
+        `dse.models.attention_backend`); None for a model without a backend input."""
+        if not getattr(self, "backends_", ()):
+            return None
+        return sglang_backend(self.gpu, self.phase, self._inputs(arrays))
+
     # ---- state ----------------------------------------------------------------------------
     def to_state(self) -> dict[str, np.ndarray]:
         return {
@@ -420,6 +436,7 @@ class AttentionModel(_base.Model):
             "gpu": np.array(self.gpu),
             "engine": np.array(self.engine),
             "feature_set": np.array(self.feature_set_, dtype=np.int64),
+            **({"backends": np.array(self.backends_)} if self.backends_ else {}),
             **_base.gpu_constants_to_state(self.gpu_spec_),
             **hybrid_state(self),
         }
@@ -440,6 +457,12 @@ class AttentionModel(_base.Model):
         m.gpu_spec_ = _base.gpu_constants_from_state(state, cls.gpu_fields, "attention")
         # artifacts saved before the kernel-choice inputs have no "feature_set": set 1
         m.feature_set_ = int(state["feature_set"]) if "feature_set" in state else 1
+        # artifacts fitted before the backend input have no "backends": none
+        m.backends_ = tuple(map(str, state["backends"])) if "backends" in state else ()
+        if m.backends_ and m.backends_ != SGLANG_BACKENDS.get(m.gpu, ("", ()))[1]:
+            raise ArtifactError(
+                f"attention model state: backends {m.backends_} are not the rule's for {m.gpu}"
+            )
         return m
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -585,7 +585,7 @@ def price_context_attention(
     """Causal prefill attention (FlashAttention) by the context-attention model."""
     a = _attention_arrays(op)
     a["isl"] = np.asarray(op.dims["isl"], dtype=float)
-    return _kernel_price(
+    price = _kernel_price(
         artifact,
         op,
         gpu,
@@ -593,6 +593,7 @@ def price_context_attention(
         ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim", "kv_fp8"),
         engine=table_engine(ctx),
     )
+    return _with_backend(artifact, price, a)
 
 
 def price_generation_attention(
@@ -609,7 +610,36 @@ def price_generation_attention(
     if "stratum" in op.dims:  # the quadrature's strata: an ensemble member per node
         a["stratum"] = np.asarray(op.dims["stratum"], dtype=np.int64)
         keys += ("stratum",)
-    return _kernel_price(artifact, op, gpu, a, keys, engine=table_engine(ctx))
+    price = _kernel_price(artifact, op, gpu, a, keys, engine=table_engine(ctx))
+    return _with_backend(artifact, price, a)
+
+
+def _with_backend(
+    artifact: Artifact, price: L1Price | None, arrays: Mapping[str, Any]
+) -> L1Price | None:
+    """`price` with the attention backend its model priced each configuration as (an SGLang
+    model's backend input, `dse.models.attention_backend`) named in its model label:
+    "context_attention.sglang[trtllm_mha]" (`kernel_models` in `dse predict`'s provenance);
+    a model without a backend input: `price` as it is."""
+    if price is None or price.model_rows is not None:
+        return price
+    model = artifact.model(price.model)
+    if not getattr(model, "backends_", ()):  # no backend input (vLLM's models, older SGLang's)
+        return price
+    shape = price.latency_s.shape
+    # per configuration (the last axis; decode's node axis shares its head configuration)
+    heads = ("batch_size", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+    per_config = {k: np.broadcast_to(arrays[k], shape).reshape(-1, shape[-1])[0] for k in heads}
+    ones = np.ones(shape[-1])  # the length: no backend depends on it
+    names = model.backend_of(**per_config, isl=ones, kv_len=ones)
+    if names is None:
+        return price
+    labels, rows = np.unique(names.astype(str), return_inverse=True)
+    return replace(
+        price,
+        model="+".join(f"{price.model}[{b}]" for b in labels),
+        model_rows=None if len(labels) == 1 else rows.astype(np.int8),
+    )
 
 
 def price_mla(

@@ -502,7 +502,8 @@ FIELDS: dict[str, Field] = {
             "choice",
             default="vllm",
             choices=_engines,
-            note="sglang: SGLang's own kernel tables where the GPU's artifact has them",
+            note="sglang: SGLang's own kernel tables where the GPU's artifact has them"
+            " (attention: the backend SGLang runs for the heads, named in the provenance)",
             group="workload",
         ),
         Field(

@@ -34,6 +34,9 @@ SGLANG_MODELS = {
     ),
 }
 KERNEL_MODELS = ("context_attention.sglang", "generation_attention.sglang", "moe.sglang.bfloat16")
+# the attention backend SGLang runs for head_dim 128 GQA (`dse.models.attention_backend`), which
+# `kernel_models` names with the attention models: "context_attention.sglang[fa3]"
+DEFAULT_BACKEND = {"h100_sxm": "fa3", "b200_sxm": "trtllm_mha"}
 pytestmark = pytest.mark.skipif(
     not all((surrogates_dir() / g / "manifest.json").is_file() for g in GPUS),
     reason="h100_sxm / b200_sxm artifacts absent",
@@ -107,7 +110,9 @@ def test_sglang_configurations_name_the_sglang_tables(gpu: str) -> None:
         models=True,
     )
     used = [set(t.split(",")) for t in p["kernel_models"]]
-    want = {"gemm.sglang.bfloat16", *KERNEL_MODELS}
+    b = DEFAULT_BACKEND[gpu]
+    attention = {f"context_attention.sglang[{b}]", f"generation_attention.sglang[{b}]"}
+    want = {"gemm.sglang.bfloat16", "moe.sglang.bfloat16", *attention}
     assert want <= used[0], used[0]
     vllm_left = {m for m in used[0] if ".vllm." in m or m.endswith(".vllm")}
     if gpu == "h100_sxm":  # H100's share has no SGLang all-reduce table: vLLM's custom one
@@ -156,7 +161,8 @@ def test_sglang_operators_cost_what_the_sglang_tables_say(gpu: str) -> None:
     sa = price_context_attention(art, att, spec, {"engine": "sglang"})
     va = price_context_attention(art, att, spec, {"engine": "vllm"})
     assert sa is not None and va is not None
-    assert (sa.model, va.model) == ("context_attention.sglang", "context_attention.vllm")
+    b = DEFAULT_BACKEND[gpu]
+    assert (sa.model, va.model) == (f"context_attention.sglang[{b}]", "context_attention.vllm")
     assert np.max(np.abs(np.log(sa.latency_s / va.latency_s))) > 1e-3
 
     t = np.array([8.0, 256.0])
