@@ -20,14 +20,8 @@ from dse.fitting.moe import MOE_SHAPE_GROUP
 from dse.metrics import mape_pct
 from dse.models.base import batch_size_of
 from dse.models.moe import MoEModel, moe_inputs
-from dse.models.moe_kernels import KernelMoEModel, sglang_moe_kernel
+from dse.models.moe_kernels import SOURCE_KERNEL, KernelMoEModel, sglang_moe_kernel
 
-# the table's kernel_source -> the rule's kernel names
-SOURCE_KERNEL = {
-    "sglang_fused_moe_triton": "triton",
-    "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm",
-    "sglang_flashinfer_cutlass_moe": "flashinfer_cutlass",
-}
 LAYOUT = ["hidden_size", "inter_size", "topk", "num_experts"]
 
 

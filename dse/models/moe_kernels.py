@@ -19,25 +19,23 @@ aiconfigurator's collector takes the backend per model (its case files' `sglang_
 SGLang's serving default for that model), so the kernel follows the model, not a shape limit of
 the kernels: the rule is the simplest cut of the measured layouts, not SGLang's own code.
 
-The model (`KernelMoEModel`) fits one `dse.models.moe.MoEModel` per kernel on the rows the rule
-gives that kernel, and prices a configuration by the model of the kernel the rule names for it
-(output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 47.07 / 16.97% with
-one model over both kernels (docs/accuracy.md "B200 SXM and SGLang").
+The model (`KernelMoEModel`) fits one `dse.models.moe.MoEModel` per kernel on the rows that ran
+it (their `kernel_source`), and prices a configuration by the model of the kernel the rule names
+for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 47.07 / 16.97%
+with one model over both kernels (docs/accuracy.md "B200 SXM and SGLang", docs/b200.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
+import pandas as pd
 
 from dse.errors import ArtifactError, DataError
 from dse.models import base as _base
 from dse.models.moe import MAX_ITER, MAX_ROWS, MoEModel, moe_inputs
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 TRITON = "triton"  # SGLang's fused Triton MoE ("sglang_fused_moe_triton")
 TRTLLM = "flashinfer_trtllm"  # FlashInfer's TRT-LLM-gen MoE ("sglang_flashinfer_trtllm_moe")
@@ -46,6 +44,12 @@ CUTLASS = "flashinfer_cutlass"  # FlashInfer's CUTLASS MoE ("sglang_flashinfer_c
 B200_TRTLLM_MIN_TOPK = 8
 # H100: the smallest top-k SGLang runs on FlashInfer's CUTLASS MoE (the tables: 22, else <= 10)
 H100_CUTLASS_MIN_TOPK = 16
+# The rule's kernel of a table's `kernel_source`: the model is fitted on the kernel each row ran
+SOURCE_KERNEL = {
+    "sglang_fused_moe_triton": TRITON,
+    "sglang_flashinfer_trtllm_moe": TRTLLM,
+    "sglang_flashinfer_cutlass_moe": CUTLASS,
+}
 # A kernel with fewer training rows than this gets no model of its own: its configurations are
 # priced by the kernel model fitted on the most rows (one layout of the tables is 1,944-3,159).
 MIN_KERNEL_ROWS = 300
@@ -94,9 +98,20 @@ class KernelMoEModel(_base.Model):
         n = _base.batch_size_of(arrays)
         return sglang_moe_kernel(self.gpu, arrays["topk"], n)
 
+    def ran(self, d: pd.DataFrame) -> np.ndarray:
+        """The kernel each table row ran: its `kernel_source` (`SOURCE_KERNEL`), the rule's
+        where the table does not name one the rule knows."""
+        kern = self.kernels(**self._table_inputs(d))
+        if "kernel_source" not in d:
+            return kern
+        src = d["kernel_source"].astype(str).map(SOURCE_KERNEL).to_numpy(dtype=object)
+        return np.where(pd.isna(src), kern, src).astype(str)
+
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the moe rows of `df` for this GPU, engine and MoE dtype: one MoEModel per
-        kernel the rule names for them."""
+        kernel, each on the rows that ran it (`ran`; B200 bf16: the rule would give 3,159
+        Triton rows to TRT-LLM's model, and held out by layout that reads 32.00% against 17.46%
+        on the kernels as run; docs/dev/accuracy-journal.md)."""
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype]
         if len(d) < 50:
@@ -104,7 +119,7 @@ class KernelMoEModel(_base.Model):
                 f"moe {self.gpu}/{self.engine}/{self.moe_dtype}: {len(d)} rows, need >= 50"
             )
         ins = self._table_inputs(d)
-        kern = self.kernels(**ins)
+        kern = self.ran(d)
         names, counts = np.unique(kern, return_counts=True)
         self.models_ = {
             str(k): self._sub().fit(d[kern == k])

@@ -104,3 +104,15 @@ def test_the_shipped_sglang_bf16_moe_model_is_one_per_kernel(gpu: str) -> None:
     assert sorted(entry["kernels"]) == sorted(
         {"b200_sxm": [TRTLLM, TRITON], "h100_sxm": [CUTLASS, TRITON]}[gpu]
     )
+
+
+def test_the_kernel_models_train_on_the_kernel_each_row_ran() -> None:
+    """Fitting reads the table's `kernel_source` (B200's (4096, 2048, 8, 256) ran Triton, which
+    the rule calls TRT-LLM); only a name the rule does not know falls back to the rule."""
+    df = _table("b200_sxm").iloc[:36].copy()
+    model = KernelMoEModel("b200_sxm")
+    assert list(np.unique(model.ran(df[df["topk"] == 8]))) == [TRTLLM]  # "k": the rule's
+    df["kernel_source"] = "sglang_fused_moe_triton"
+    assert list(np.unique(model.ran(df))) == [TRITON]
+    df.loc[df["topk"] == 2, "kernel_source"] = "sglang_flashinfer_trtllm_moe"
+    assert list(model.ran(df)) == [TRTLLM if k == 2 else TRITON for k in df["topk"]]
