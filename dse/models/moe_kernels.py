@@ -21,8 +21,9 @@ the kernels: the rule is the simplest cut of the measured layouts, not SGLang's 
 
 The model (`KernelMoEModel`) fits one `dse.models.moe.MoEModel` per kernel on the rows that ran
 it (their `kernel_source`), and prices a configuration by the model of the kernel the rule names
-for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 47.07 / 16.97%
-with one model over both kernels (docs/accuracy.md "B200 SXM and SGLang", docs/b200.md).
+for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 19.52 / 13.92%,
+47.07 / 16.97% with one model over both kernels (docs/accuracy.md "B200 SXM and SGLang",
+docs/b200.md).
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class KernelMoEModel(_base.Model):
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the moe rows of `df` for this GPU, engine and MoE dtype: one MoEModel per
         kernel, each on the rows that ran it (`ran`; B200 bf16: the rule would give 3,159
-        Triton rows to TRT-LLM's model, and held out by layout that reads 32.00% against 17.46%
-        on the kernels as run; docs/dev/accuracy-journal.md)."""
+        Triton rows to TRT-LLM's model: held out by layout 32.00%, against 19.52% fitted so;
+        docs/dev/accuracy-journal.md)."""
         d = df[(df["gpu"] == self.gpu) & (df["engine"] == self.engine)]
         d = d[d["dtype"].astype(str) == self.moe_dtype]
         if len(d) < 50:
