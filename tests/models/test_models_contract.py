@@ -378,6 +378,12 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
         t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "trtllm") & (t["dtype"] == "fp8_block")]
         t = t[t["moe_tp_size"].isin([1, 2]) & (t["moe_ep_size"] == 1)]
         return cls("h100_sxm", "trtllm", "fp8_block", **FAST), lambda m: m.fit(t)
+    if kind == "moe_kernels":
+        # H100 SGLang bf16, tp 1-2 at ep 1: Triton's and FlashInfer CUTLASS's rows, one model each
+        t = tables["moe"]
+        t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "sglang") & (t["dtype"] == "bfloat16")]
+        t = t[t["moe_tp_size"].isin([1, 2]) & (t["moe_ep_size"] == 1)]
+        return cls("h100_sxm", "sglang", "bfloat16", **FAST), lambda m: m.fit(t)
     if kind == "linear_layer":
         t = tables["linear_layer"]
         t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["phase"] == "generation")]
