@@ -3,7 +3,8 @@ grouped CV, and their row predictor. The class of a table follows its engine's k
 (`model_class_of`): separate MoE kernels whose times add (TensorRT-LLM's CUTLASS MoE, and the same
 kernels where vLLM dispatches to FlashInfer's CUTLASS MoE) by the kernel-sum physics
 (`dse.models.moe_physics.MoEModel`, kind "moe_physics"), vLLM's fused Triton kernel by
-`dse.models.moe.MoEModel` (kind "moe").
+`dse.models.moe.MoEModel` (kind "moe"), SGLang's bf16 tables, whose layouts ran two kernels, by
+one such model per kernel (`dse.models.moe_kernels.KernelMoEModel`, kind "moe_kernels").
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from dse.fitting._hybrid_tables import _fit_hybrid_table, hybrid_band_table
 from dse.models import moe_physics
 from dse.models.artifact import Artifact, FittedModel
 from dse.models.moe import MoEModel, moe_inputs, moe_work
+from dse.models.moe_kernels import KernelMoEModel, sglang_moe_kernel
 from dse.models.moe_splits import split_anomalies
 from dse.roofline import roofline_s
 
 MIN_MOE_ROWS = 300  # (engine, dtype) groups smaller than this are not fitted
 # Manifest kinds of the MoE family's models (what the predictor and `dse validate` look up).
-MOE_KINDS = (MoEModel.kind, moe_physics.MoEModel.kind)
+MOE_KINDS = (MoEModel.kind, moe_physics.MoEModel.kind, KernelMoEModel.kind)
 # Engines whose MoE runs as separate kernels whose times add (router top-k, permute, grouped
 # GEMM 1, activation, grouped GEMM 2, finalize: TensorRT-LLM's CUTLASS MoE), the sequence the
 # kernel-sum base of `dse.models.moe_physics` prices. vLLM's fused Triton kernel permutes inside
@@ -44,6 +46,13 @@ KERNEL_SUM_BACKENDS = ("flashinfer_cutlass",)
 # layout): with fewer layouts than this, a CV fold leaves fewer training layouts than inner folds
 # (5 - ceil(5 / 3) = 3), and the choice cannot be made; such a table keeps `dse.models.moe`.
 MIN_KERNEL_SUM_LAYOUTS = 5
+# Tables (engine, dtype) whose layouts ran more than one kernel and are fitted one model per
+# kernel, the kernel named by `dse.models.moe_kernels.sglang_moe_kernel` (issue 35): SGLang's
+# bf16 (B200: FlashInfer TRT-LLM / Triton; H100: Triton / FlashInfer CUTLASS) and fp8_block
+# (B200; not fitted into the shipped artifact). Held out by layout (`dse fit`'s CV;
+# experiments/sglang_moe_kernel.py) B200 bf16 47.07 -> 19.52%, fp8_block 26.19 -> 16.37%, H100
+# bf16 16.97 -> 13.92%.
+KERNEL_SPLIT_TABLES = (("sglang", "bfloat16"), ("sglang", "fp8_block"))
 
 
 # ---------------------------------------------------------------------------- MoE
@@ -66,11 +75,21 @@ def kernel_sum_backend_share(rows: pd.DataFrame) -> float:
     return float(hit.mean())
 
 
-def model_class_of(engine: str, rows: pd.DataFrame) -> type[MoEModel]:
-    """The model class of one MoE table (`rows`: one GPU, engine and dtype): the kernel sum for
-    an engine of `KERNEL_SUM_ENGINES`, or a table most of whose rows ran a backend of
-    `KERNEL_SUM_BACKENDS`, with at least `MIN_KERNEL_SUM_LAYOUTS` layouts; else the fused-kernel
-    model. A rule from the kernels the engine runs, not a pick by held-out score."""
+def model_class_of(engine: str, rows: pd.DataFrame) -> type[MoEModel] | type[KernelMoEModel]:
+    """The model class of one MoE table (`rows`: one GPU, engine and dtype): one model per
+    kernel for a table of `KERNEL_SPLIT_TABLES` whose rows the kernel rule gives more than one
+    kernel; the kernel sum for an engine of `KERNEL_SUM_ENGINES`, or a table most of whose rows
+    ran a backend of `KERNEL_SUM_BACKENDS`, with at least `MIN_KERNEL_SUM_LAYOUTS` layouts; else
+    the fused-kernel model. A rule from the kernels the engine runs, not a pick by held-out
+    score."""
+    if (
+        "dtype" in rows
+        and len(rows)
+        and (engine, str(rows["dtype"].iloc[0])) in KERNEL_SPLIT_TABLES
+    ):
+        gpu = str(rows["gpu"].iloc[0])
+        if len(np.unique(sglang_moe_kernel(gpu, rows["topk"].to_numpy(), len(rows)))) > 1:
+            return KernelMoEModel
     layouts = len(rows.groupby(list(moe_physics.LAYOUT)).size()) if len(rows) else 0
     separate = engine in KERNEL_SUM_ENGINES or kernel_sum_backend_share(rows) > 0.5
     if separate and layouts >= MIN_KERNEL_SUM_LAYOUTS:
@@ -153,6 +172,10 @@ def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
             "kernel_sources": sorted(map(str, rows["kernel_source"].dropna().unique())),
             "distributions": sorted(map(str, rows["distribution"].unique())),
         }
+        if isinstance(model, KernelMoEModel):
+            # the kernels the rule names and the one pricing a kernel without a model
+            out["kernels"] = sorted(model.models_)
+            out["kernel_fallback"] = model.fallback_
         if isinstance(model, moe_physics.MoEModel):
             # what the final fit chose and left out (docs/accuracy.md, MoE)
             out["residual_kept"] = bool(model.use_residual_)

@@ -48,7 +48,7 @@ RANGE_KINDS: dict[str, tuple[str, ...]] = {
     "gemm": ("gemm",),
     "context_attention": ("context_attention",),
     "generation_attention": ("generation_attention",),
-    "moe": ("moe", "moe_physics"),
+    "moe": ("moe", "moe_physics", "moe_kernels"),
     "allreduce": ("allreduce", "collective"),
     "layer_op": ("layer_op",),
     "softmax": ("reduction_op",),

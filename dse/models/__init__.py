@@ -24,6 +24,7 @@ MODEL_CLASSES: dict[str, str] = {
     "linear_layer": "dse.models.linear_layers:LinearLayerModel",
     "moe": "dse.models.moe:MoEModel",
     "moe_physics": "dse.models.moe_physics:MoEModel",
+    "moe_kernels": "dse.models.moe_kernels:KernelMoEModel",
     "context_mla": "dse.models.mla:ContextMLAModel",
     "generation_mla": "dse.models.mla:GenerationMLAModel",
     "power": "dse.models.power:PowerModel",

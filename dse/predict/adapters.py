@@ -380,10 +380,11 @@ def _layer_op_misses(
 KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
     "attention_prefill": ("context_attention", "attention_context", "attention.context"),
     "attention_decode": ("generation_attention", "attention_generation", "attention.generation"),
-    # the fused-kernel model (vLLM tables) and the kernel-sum one (TensorRT-LLM tables)
-    "moe": ("moe", "moe_physics", "fused_moe"),
-    "moe_4bit": ("moe", "moe_physics", "fused_moe"),
-    "moe_nvfp4": ("moe", "moe_physics", "fused_moe"),
+    # the fused-kernel model (vLLM tables), the kernel-sum one (TensorRT-LLM tables) and one
+    # model per kernel (SGLang's bf16 tables: `dse.models.moe_kernels`)
+    "moe": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
+    "moe_4bit": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
+    "moe_nvfp4": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
     "allreduce": ("allreduce", "all_reduce", "comm"),
     # latent attention (kind `attention_mla`) by phase: `price_mla`
     "attention_mla_prefill": ("context_mla",),
@@ -562,7 +563,23 @@ def _kernel_price(
         k: RangeMiss(*(as_shape(a, shape) for a in (m.excess, m.value, m.bound)))
         for k, m in part.items()
     }
-    return L1Price(lat, power, _any_outside(misses, shape), name, misses)
+    label, which = _kernel_labels(name, model, arrays, shape)
+    return L1Price(lat, power, _any_outside(misses, shape), label, misses, which)
+
+
+def _kernel_labels(
+    name: str, model: Any, arrays: Mapping[str, Any], shape: tuple[int, ...]
+) -> tuple[str, np.ndarray | None]:
+    """The provenance of a model that prices each configuration by one of several kernels'
+    models (`dse.models.moe_kernels`: `kernels`): "name[kernel]" per kernel it ran, "+"-joined,
+    and per configuration (latency's last axis) which of them; else (`name`, None)."""
+    if not hasattr(model, "kernels"):
+        return name, None
+    topk = as_shape(np.asarray(arrays["topk"], dtype=float), shape).reshape(-1, shape[-1])[0]
+    kern = model.kernels(topk=topk)
+    names, which = np.unique(kern, return_inverse=True)
+    label = "+".join(f"{name}[{k}]" for k in names)
+    return label, (which.astype(np.int8) if len(names) > 1 else None)
 
 
 def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
@@ -739,15 +756,22 @@ def price_moe(
             *(pick([getattr(m, f) for m in per]) for f in ("excess", "value", "bound"))
         )
     misses = {k: m for k, m in misses.items() if m.outside.any()}
+    # per configuration, which of the models priced it (an index into `model`'s names; a
+    # price of several kernels' models names each, `_kernel_labels`)
+    first = np.cumsum([0] + [len(p.model.split("+")) for p in prices])[:-1]
+    which = [
+        first[i] + (0 if p.model_rows is None else np.asarray(p.model_rows))
+        for i, p in enumerate(prices)
+    ]
     return L1Price(
         pick([p.latency_s for p in prices]),
         pick([p.power_w for p in prices]),
         _any_outside(misses, shape),
         "+".join(p.model for p in prices),
         misses,
-        # per configuration, which of the models priced it (an index into `model`'s names)
         np.select(
-            [sel.reshape(-1, shape[-1]).any(axis=0) for sel in sels], list(range(len(sels)))
+            [sel.reshape(-1, shape[-1]).any(axis=0) for sel in sels],
+            [np.broadcast_to(w, shape[-1]) for w in which],
         ).astype(np.int8),
     )
 

@@ -185,12 +185,13 @@ def _sample_inputs(model: Model) -> dict[str, Any] | None:
             "num_heads": np.array([1.0, 2, 16, 64, 128, 128, 256]),
             "kv_cache_dtype": np.array(["bfloat16", "fp8"] * 3 + ["fp8"]),
         }
-    if kind in ("moe", "moe_physics"):
+    if kind in ("moe", "moe_physics", "moe_kernels"):
         return {
             "num_tokens": count("num_tokens"),
             "hidden_size": np.full(7, 4096.0),
             "inter_size": np.full(7, 14336.0),
-            "topk": np.full(7, 2.0),
+            # top-k 2 and 8: SGLang's kernels on B200 differ (`dse.models.moe_kernels`)
+            "topk": np.array([2.0, 2, 2, 8, 8, 8, 2]),
             "num_experts": np.full(7, 8.0),
         }
     if kind == "linear_layer":
@@ -377,6 +378,12 @@ def _fits(kind: str, request: pytest.FixtureRequest) -> tuple[Model, Callable[[M
         t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "trtllm") & (t["dtype"] == "fp8_block")]
         t = t[t["moe_tp_size"].isin([1, 2]) & (t["moe_ep_size"] == 1)]
         return cls("h100_sxm", "trtllm", "fp8_block", **FAST), lambda m: m.fit(t)
+    if kind == "moe_kernels":
+        # H100 SGLang bf16, tp 1-2 at ep 1: Triton's and FlashInfer CUTLASS's rows, one model each
+        t = tables["moe"]
+        t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "sglang") & (t["dtype"] == "bfloat16")]
+        t = t[t["moe_tp_size"].isin([1, 2]) & (t["moe_ep_size"] == 1)]
+        return cls("h100_sxm", "sglang", "bfloat16", **FAST), lambda m: m.fit(t)
     if kind == "linear_layer":
         t = tables["linear_layer"]
         t = t[(t["gpu"] == "h100_sxm") & (t["engine"] == "vllm") & (t["phase"] == "generation")]

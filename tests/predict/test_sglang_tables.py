@@ -112,7 +112,9 @@ def test_sglang_configurations_name_the_sglang_tables(gpu: str) -> None:
     used = [set(t.split(",")) for t in p["kernel_models"]]
     b = DEFAULT_BACKEND[gpu]
     attention = {f"context_attention.sglang[{b}]", f"generation_attention.sglang[{b}]"}
-    want = {"gemm.sglang.bfloat16", "moe.sglang.bfloat16", *attention}
+    # the MoE model names the kernel it priced (`dse.models.moe_kernels`): Mixtral's top-k 2
+    # runs Triton's fused MoE on both GPUs
+    want = {"gemm.sglang.bfloat16", f"{KERNEL_MODELS[2]}[triton]", *attention}
     assert want <= used[0], used[0]
     vllm_left = {m for m in used[0] if ".vllm." in m or m.endswith(".vllm")}
     if gpu == "h100_sxm":  # H100's share has no SGLang all-reduce table: vLLM's custom one
@@ -173,8 +175,38 @@ def test_sglang_operators_cost_what_the_sglang_tables_say(gpu: str) -> None:
     sm = price_moe(art, moe, spec, {"engine": "sglang"})
     vm = price_moe(art, moe, spec, None)
     assert sm is not None and vm is not None
-    assert (sm.model, vm.model) == ("moe.sglang.bfloat16", "moe.vllm.bfloat16")
+    assert (sm.model, vm.model) == ("moe.sglang.bfloat16[triton]", "moe.vllm.bfloat16")
     assert np.max(np.abs(np.log(sm.latency_s / vm.latency_s))) > 1e-3
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_sglang_moe_is_priced_by_the_model_of_the_kernel_sglang_runs(gpu: str) -> None:
+    """The kernel is an input (issue 35, `dse.models.moe_kernels`): each configuration's MoE
+    is priced by the model of the kernel the rule names for it (B200: FlashInfer's TRT-LLM MoE
+    from top-k 8, H100: FlashInfer's CUTLASS MoE from top-k 16, else Triton), and the price
+    names it."""
+    art = _artifact(gpu)
+    spec = get_gpu(gpu)
+    model = art.model("moe.sglang.bfloat16")
+    other = {"b200_sxm": "flashinfer_trtllm", "h100_sxm": "flashinfer_cutlass"}[gpu]
+    topk = np.array([2.0, 22.0, 2.0, 22.0])
+    d = {"num_tokens": np.array([8.0, 8.0, 256.0, 256.0]), "hidden_size": np.full(4, 4096.0),
+         "inter_size": np.full(4, 2048.0), "topk": topk, "num_experts": np.full(4, 512.0),
+         "moe_tp_size": np.ones(4), "weight_bytes": np.full(4, 2.0)}  # fmt: skip
+    op = Op("m", "moe", "b", np.ones(4), np.ones(4), np.ones(4), d)
+    got = price_moe(art, op, spec, {"engine": "sglang"})
+    assert got is not None
+    names = got.model.split("+")
+    assert sorted(names) == sorted(f"moe.sglang.bfloat16[{k}]" for k in (other, "triton"))
+    assert got.model_rows is not None
+    assert [names[i] for i in got.model_rows] == [
+        f"moe.sglang.bfloat16[{k}]" for k in ("triton", other, "triton", other)
+    ]
+    for i in range(4):
+        kern = "triton" if topk[i] == 2 else other
+        one = {k: v[i] for k, v in d.items() if k != "weight_bytes"}
+        want = model.models_[kern].predict(**{**one, "moe_ep_size": 1.0})["latency_s"]
+        np.testing.assert_allclose(got.latency_s[..., i], want, rtol=RTOL)
 
 
 def test_a_pricer_refuses_a_batch_mixing_own_table_engines_with_others() -> None:
