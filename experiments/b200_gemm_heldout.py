@@ -9,7 +9,8 @@ error the same model class would have).
         --engine vllm --dtype bfloat16 --shape-fraction 1 --folds 5
 
 `--tree-iter` / `--tree-lr`: the latency residual trees' boosting rounds and learning rate
-instead of `GemmModel`'s 300 x 0.15 (a what-if; `dse fit` does not take them).
+instead of `GemmModel`'s 300 x 0.15; `--smooth-octaves` the residual's smoothing width over
+weight shapes instead of 0.5 (what-ifs; `dse fit` takes neither).
 
 The shipped model spec (`dse.models.gemm.GemmModel` with `dse fit`'s defaults and the artifact's
 power model), GroupKFold by (n, k) over the kept shapes: each fold's model never saw the weight
@@ -66,7 +67,18 @@ def main() -> None:
     ap.add_argument(
         "--tree-lr", type=float, default=None, help="latency trees' learning rate (what-if)"
     )
+    ap.add_argument(
+        "--smooth-octaves",
+        type=float,
+        default=None,
+        help="width of the residual's neighbour smoothing over shapes (what-if; default "
+        "`dse.models.gemm.SMOOTH_OCTAVES`, 0.5)",
+    )
     args = ap.parse_args()
+    if args.smooth_octaves is not None:  # a module constant, read at fit time: set it here
+        import dse.models.gemm as gemm_model
+
+        gemm_model.SMOOTH_OCTAVES = args.smooth_octaves
     t0 = time.perf_counter()
     gpu = args.gpu
     ctx = FitContext(Path(args.data), gpu, args.seed, cv=False, log=lambda s: None)
