@@ -8,6 +8,10 @@ error the same model class would have).
     OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/b200_gemm_heldout.py --data ../shared/data \\
         --engine vllm --dtype bfloat16 --shape-fraction 1 --folds 5
 
+`--tree-iter` / `--tree-lr`: the latency residual trees' boosting rounds and learning rate
+instead of `GemmModel`'s 300 x 0.15; `--smooth-octaves` the residual's smoothing width over
+weight shapes instead of 0.5 (what-ifs; `dse fit` takes neither).
+
 The shipped model spec (`dse.models.gemm.GemmModel` with `dse fit`'s defaults and the artifact's
 power model), GroupKFold by (n, k) over the kept shapes: each fold's model never saw the weight
 shapes it is scored on, and fits on fewer shapes than the shipped one does (so the number is, if
@@ -54,7 +58,27 @@ def main() -> None:
         help="Hampel clip tolerance (log time) of the fit's target; default: `dse fit`'s "
         "(`dse.fitting.gemm.DESPIKE`), 0 for none",
     )
+    ap.add_argument(
+        "--tree-iter",
+        type=int,
+        default=None,
+        help="latency trees' boosting rounds (what-if; default `GemmModel`'s, 300)",
+    )
+    ap.add_argument(
+        "--tree-lr", type=float, default=None, help="latency trees' learning rate (what-if)"
+    )
+    ap.add_argument(
+        "--smooth-octaves",
+        type=float,
+        default=None,
+        help="width of the residual's neighbour smoothing over shapes (what-if; default "
+        "`dse.models.gemm.SMOOTH_OCTAVES`, 0.5)",
+    )
     args = ap.parse_args()
+    if args.smooth_octaves is not None:  # a module constant, read at fit time: set it here
+        import dse.models.gemm as gemm_model
+
+        gemm_model.SMOOTH_OCTAVES = args.smooth_octaves
     t0 = time.perf_counter()
     gpu = args.gpu
     ctx = FitContext(Path(args.data), gpu, args.seed, cv=False, log=lambda s: None)
@@ -73,7 +97,12 @@ def main() -> None:
     def make() -> GemmModel:
         opts = gemm_options(gpu, args.engine, args.dtype)  # as `dse fit` fits this table
         if args.despike is not None:  # a what-if: this clip instead of `dse fit`'s
-            opts = {"despike": args.despike} if args.despike > 0 else {}
+            opts = {key: v for key, v in opts.items() if key != "despike"}
+            opts |= {"despike": args.despike} if args.despike > 0 else {}
+        if args.tree_iter is not None:
+            opts = {**opts, "tree_iter": args.tree_iter}
+        if args.tree_lr is not None:
+            opts = {**opts, "tree_lr": args.tree_lr}
         return GemmModel(gpu, args.dtype, args.engine, power_model=power, seed=args.seed, **opts)
 
     with threadpool_limits(1):
@@ -82,7 +111,8 @@ def main() -> None:
     ape = np.abs(pred / meas - 1.0) * 100
     roof = _roofline_baselines(rows, gpu, args.dtype)["roofline_mape_pct"]
     print(
-        f"{gpu} {args.engine} {args.dtype} despike {make().despike}: {len(rows)} rows, {len(kept)} of {len(shapes)} (n, k) "
+        f"{gpu} {args.engine} {args.dtype} despike {make().despike} trees {make().tree_iter} x "
+        f"{make().tree_lr}: {len(rows)} rows, {len(kept)} of {len(shapes)} (n, k) "
         f"shapes (seed {args.seed}), GroupKFold({args.folds}) by (n, k): latency MAPE "
         f"{mape_pct(pred, meas, keep='positive'):.2f}% (median {np.nanmedian(ape):.2f}%), "
         f"plain roofline {roof}% ({time.perf_counter() - t0:.0f} s)"

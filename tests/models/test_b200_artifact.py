@@ -122,3 +122,22 @@ def test_a_weight_dtype_without_a_gemm_table_falls_back_to_the_roofline() -> Non
     assert np.all(np.isfinite(p["energy_j"])) and np.all(p["latency_s"] > 0)
     bf16 = predict(_configs("Llama-3-8B"), artifacts={GPU: art})  # its own table still prices
     assert not any("ffn/gate_up" in str(ops) for ops in bf16["roofline_ops"])
+
+
+# B200 vLLM GEMM latency, (n, k) held out as `dse fit`'s CV scores it (manifest, 300 boosting
+# rounds of the latency trees): issue 35's <= 4% is not met. 600 / 1200 rounds were measured and
+# not shipped (bf16 4.16 / 4.13%, nvfp4 4.12%, fp8_block 4.71%; docs/dev/accuracy-journal.md
+# "B200 vLLM GEMM: latency boosting rounds"): a refit of these tables must beat these.
+B200_VLLM_GEMM_CV = {"bfloat16": 4.237, "fp8_block": 4.618, "nvfp4": 4.135, "fp8": 9.048}
+
+
+def test_b200_vllm_gemm_cv_is_by_weight_shape_on_every_row(art: Artifact) -> None:
+    models = art.manifest["models"]
+    for dtype, mape in B200_VLLM_GEMM_CV.items():
+        name = f"gemm.vllm.{dtype}"
+        cv = models[name]["cv"]
+        assert cv["scheme"] == "GroupKFold(5) by (n, k) weight shape", name
+        assert (cv["rows"], cv["groups"]) == (28786, 389), name  # every row, every shape
+        assert cv["latency_mape_pct"] == pytest.approx(mape, abs=5e-4), name
+        # the shipped latency trees take `GemmModel`'s default rounds (none set per table)
+        assert "tree_iter" not in models[name].get("fit_options", {}), name
