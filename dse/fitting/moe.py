@@ -3,8 +3,8 @@ grouped CV, and their row predictor. The class of a table follows its engine's k
 (`model_class_of`): separate MoE kernels whose times add (TensorRT-LLM's CUTLASS MoE, and the same
 kernels where vLLM dispatches to FlashInfer's CUTLASS MoE) by the kernel-sum physics
 (`dse.models.moe_physics.MoEModel`, kind "moe_physics"), vLLM's fused Triton kernel by
-`dse.models.moe.MoEModel` (kind "moe"), SGLang's bf16 tables, whose layouts ran two kernels, by
-one such model per kernel (`dse.models.moe_kernels.KernelMoEModel`, kind "moe_kernels").
+`dse.models.moe.MoEModel` (kind "moe"), SGLang's bf16 and B200 fp8_block tables, whose layouts
+ran two kernels, by one such model per kernel (`dse.models.moe_kernels.KernelMoEModel`, kind "moe_kernels").
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ MIN_KERNEL_SUM_LAYOUTS = 5
 # Tables (engine, dtype) whose layouts ran more than one kernel and are fitted one model per
 # kernel, the kernel named by `dse.models.moe_kernels.sglang_moe_kernel` (issue 35): SGLang's
 # bf16 (B200: FlashInfer TRT-LLM / Triton; H100: Triton / FlashInfer CUTLASS) and fp8_block
-# (B200; not fitted into the shipped artifact). Held out by layout (`dse fit`'s CV;
+# (B200; H100's ran Triton only, so one model). Held out by layout (`dse fit`'s CV;
 # experiments/sglang_moe_kernel.py) B200 bf16 47.07 -> 19.52%, fp8_block 26.19 -> 16.37%, H100
 # bf16 16.97 -> 13.92%.
 KERNEL_SPLIT_TABLES = (("sglang", "bfloat16"), ("sglang", "fp8_block"))

@@ -385,6 +385,7 @@ KIND_CANDIDATES: dict[str, tuple[str, ...]] = {
     "moe": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
     "moe_4bit": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
     "moe_nvfp4": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
+    "moe_fp8": ("moe", "moe_physics", "moe_kernels", "fused_moe"),
     "allreduce": ("allreduce", "all_reduce", "comm"),
     # latent attention (kind `attention_mla`) by phase: `price_mla`
     "attention_mla_prefill": ("context_mla",),
@@ -407,6 +408,9 @@ PREFER: dict[str, tuple[str, ...]] = {
     # nvfp4 weights (0.5625 bytes; Blackwell only): vLLM's NVFP4 MoE kernel (FP4 tensor cores,
     # activations quantised to FP4 too); an artifact without that table prices them with bf16's.
     "moe_nvfp4": ("vllm.nvfp4",),
+    # 1-byte weights (fp8, int8; "moe_fp8"): no default lookup, so vLLM and TensorRT-LLM
+    # configurations keep the bf16 table, as Level 3 was fitted on them; SGLang's own fp8_block
+    # table where the artifact has one (OWN_PREFER)
     "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
     # MLA: TensorRT-LLM's kernel tables (its MLA kernels are the ones the collector measured on
     # every GPU; SGLang's are TensorRT-LLM's on B200 and FlashAttention-3 on H100). vLLM has
@@ -418,8 +422,10 @@ PREFER: dict[str, tuple[str, ...]] = {
 
 # The own tables of an engine of OWN_TABLE_ENGINES, per lookup (substrings of the model name, most
 # preferred first): a configuration of that engine takes the first the artifact has, else the
-# default lookup (PREFER). SGLang's MoE of 8- and 16-bit weights is its bf16 table, as vLLM's;
-# its all-reduce its custom kernel (CUDA graph first), then NCCL, never another engine's.
+# default lookup (PREFER). SGLang's MoE of 16-bit weights is its bf16 table, of 8-bit weights its
+# fp8_block table (block-scaled fp8: the only 8-bit MoE format SGLang's tables measured; an
+# artifact without it: the bf16 one); its all-reduce its custom kernel (CUDA graph first), then
+# NCCL, never another engine's.
 OWN_PREFER: dict[str, dict[str, tuple[str, ...]]] = {
     "sglang": {
         "attention_prefill": ("sglang",),
@@ -427,6 +433,7 @@ OWN_PREFER: dict[str, dict[str, tuple[str, ...]]] = {
         "moe": ("sglang.bfloat16",),
         "moe_4bit": ("sglang.w4a16_mxfp4", "sglang.int4_wo"),
         "moe_nvfp4": ("sglang.nvfp4",),
+        "moe_fp8": ("sglang.fp8_block",),
         "allreduce": ("sglang.custom.sglang_graph", "sglang.custom"),
         "attention_mla_prefill": ("sglang",),
         "attention_mla_decode": ("sglang",),
@@ -461,10 +468,12 @@ def _own_model(artifact: Artifact, op_kind: str, engine: str | None) -> str | No
 
 
 # Lookups that take only a PREFER match (no fallback to another table of the kind)
-STRICT_LOOKUPS = ("moe_4bit", "moe_nvfp4")
+STRICT_LOOKUPS = ("moe_4bit", "moe_nvfp4", "moe_fp8")
 # The MoE lookup of a row by its weight bytes per element (dse.spec.choices: int4 0.5, nvfp4
-# 0.5625); any other width takes the bf16 table (PREFER["moe"]).
-MOE_BY_WEIGHT_BYTES: dict[float, str] = {0.5: "moe_4bit", 0.5625: "moe_nvfp4"}
+# 0.5625, fp8 / int8 1.0, as `dse.predict.ops.gemm_dtype` prices their GEMMs by the fp8 tables);
+# a lookup the artifact has no model for (moe_fp8 outside SGLang), and any other width, take the
+# bf16 table (PREFER["moe"]).
+MOE_BY_WEIGHT_BYTES: dict[float, str] = {0.5: "moe_4bit", 0.5625: "moe_nvfp4", 1.0: "moe_fp8"}
 
 
 def _search_model(artifact: Artifact, op_kind: str) -> str | None:
@@ -719,7 +728,8 @@ def price_moe(
     `routing` (`dse.predict.ops._routed`: the tokens it prices, and the tables' "balanced"
     rows for round robin); uniform everywhere passes no routing (the models' default). Rows of
     4-bit or nvfp4 weights take the artifact's MoE model of that format (MOE_BY_WEIGHT_BYTES,
-    PREFER) where it has one, the rest the bf16 one."""
+    PREFER) where it has one, SGLang's 8-bit ones its fp8_block model (OWN_PREFER), the rest
+    the bf16 one."""
     wb = op.dims.get("weight_bytes")
     engine = table_engine(ctx)
     lookups: list[tuple[str | None, np.ndarray | None]] = []

@@ -35,7 +35,8 @@ def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
     nvfp4 runs Blackwell's block-scaled FP4 GEMMs (the "nvfp4" tables, x quantised to nvfp4
     too); any other weights narrower than 2 bytes (fp8, int8, int4) the fp8 tables; the rest
     bf16's. MoE layers pass it on but are priced with the bf16 MoE table, 4-bit weights with the
-    artifact's 4-bit weight-only MoE table where it has one (`dse.predict.adapters.price_moe`)."""
+    artifact's 4-bit weight-only MoE table where it has one, an SGLang configuration's 8-bit
+    weights with SGLang's fp8_block table (`dse.predict.adapters.price_moe`)."""
     out = np.where(wb < 2, "fp8", "bfloat16")
     fp4 = fp4_weights(weight_dtype)
     return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out

@@ -209,6 +209,79 @@ def test_sglang_moe_is_priced_by_the_model_of_the_kernel_sglang_runs(gpu: str) -
         np.testing.assert_allclose(got.latency_s[..., i], want, rtol=RTOL)
 
 
+# SGLang's quantised MoE models each artifact ships, and the model that prices an SGLang MoE
+# block of that weight dtype (issue 35): fp8 (1-byte weights) by the fp8_block table, one model
+# per kernel on B200 (the kernel named as bf16's is), nvfp4 by the nvfp4 table (TRT-LLM only)
+SGLANG_QUANT_MOE = {
+    "b200_sxm": {1.0: "moe.sglang.fp8_block", 0.5625: "moe.sglang.nvfp4"},
+    "h100_sxm": {1.0: "moe.sglang.fp8_block"},
+}
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_the_artifacts_ship_sglang_quantised_moe_models_with_held_out_scores(gpu: str) -> None:
+    art = _artifact(gpu)
+    for name in SGLANG_QUANT_MOE[gpu].values():
+        entry = art.manifest["models"][name]
+        assert np.isfinite(entry["cv"]["latency_mape_pct"]), (gpu, name, entry["cv"])
+        assert entry["moe_dtype"] == name.rsplit(".", 1)[1]
+    if gpu == "b200_sxm":  # both kernels ran fp8_block's layouts: one model per kernel
+        entry = art.manifest["models"]["moe.sglang.fp8_block"]
+        assert entry["kind"] == "moe_kernels"
+        assert sorted(entry["kernels"]) == ["flashinfer_trtllm", "triton"]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_sglang_quantised_moe_is_priced_by_sglang_s_table_of_its_weight_dtype(gpu: str) -> None:
+    """An SGLang MoE block of fp8 weights is priced by SGLang's fp8_block model (on B200 by the
+    model of the kernel the rule names: Triton at top-k 2, FlashInfer's TRT-LLM MoE at 22), of
+    nvfp4 weights by its nvfp4 model; a vLLM configuration of the same weights keeps vLLM's
+    lookup (fp8: its bf16 table, as before)."""
+    art = _artifact(gpu)
+    spec = get_gpu(gpu)
+    topk = np.array([2.0, 22.0])
+    for wb, name in SGLANG_QUANT_MOE[gpu].items():
+        d = {"num_tokens": np.array([8.0, 256.0]), "hidden_size": np.full(2, 4096.0),
+             "inter_size": np.full(2, 2048.0), "topk": topk, "num_experts": np.full(2, 512.0),
+             "moe_tp_size": np.ones(2), "weight_bytes": np.full(2, wb)}  # fmt: skip
+        op = Op("m", "moe", "b", np.ones(2), np.ones(2), np.ones(2), d)
+        got = price_moe(art, op, spec, {"engine": "sglang"})
+        assert got is not None
+        model = art.model(name)
+        if hasattr(model, "kernels"):  # one model per kernel: each configuration names its own
+            kern = [str(k) for k in model.kernels(topk=topk)]
+            names = got.model.split("+")
+            assert got.model_rows is not None and len(set(kern)) == 2
+            assert [names[i] for i in got.model_rows] == [f"{name}[{k}]" for k in kern]
+        else:
+            assert got.model == name, (gpu, wb, got.model)
+        one = {k: v for k, v in d.items() if k != "weight_bytes"}
+        want = model.predict(**one, moe_ep_size=np.ones(2))["latency_s"]
+        np.testing.assert_allclose(got.latency_s, want, rtol=RTOL)
+        vllm = price_moe(art, op, spec, None)
+        assert vllm is not None and "sglang" not in vllm.model
+        if wb == 1.0:
+            assert vllm.model == "moe.vllm.bfloat16"
+
+
+def test_sglang_fp8_moe_configurations_name_the_fp8_block_kernel_model() -> None:
+    """End to end (`kernel_models`, what `dse predict` prints): a B200 SGLang Mixtral of fp8
+    weights names SGLang's fp8_block model and the kernel that priced it (top-k 2: Triton); of
+    bf16 weights the bf16 model, with vLLM's bf16 table for vLLM's fp8 row."""
+    p = predict(
+        _rows([
+            {"model": MOE, "engine": "sglang", "gpu": "b200_sxm", "weight_dtype": "fp8"},
+            {"model": MOE, "engine": "sglang", "gpu": "b200_sxm", "weight_dtype": "bfloat16"},
+            {"model": MOE, "engine": "vllm", "gpu": "b200_sxm", "weight_dtype": "fp8"},
+        ]),
+        models=True,
+    )
+    used = [set(t.split(",")) for t in p["kernel_models"]]
+    assert "moe.sglang.fp8_block[triton]" in used[0], used[0]
+    assert "moe.sglang.bfloat16[triton]" in used[1], used[1]
+    assert "moe.vllm.bfloat16" in used[2] and not any("sglang" in m for m in used[2]), used[2]
+
+
 def test_a_pricer_refuses_a_batch_mixing_own_table_engines_with_others() -> None:
     assert batch_engine({"engine": np.array(["sglang", "sglang"])}) == "sglang"
     assert batch_engine({"engine": np.array(["vllm", "trtllm"])}) is None
