@@ -409,8 +409,10 @@ PREFER: dict[str, tuple[str, ...]] = {
     # activations quantised to FP4 too); an artifact without that table prices them with bf16's.
     "moe_nvfp4": ("vllm.nvfp4",),
     # 1-byte weights (fp8, int8; "moe_fp8"): no default lookup, so vLLM and TensorRT-LLM
-    # configurations keep the bf16 table, as Level 3 was fitted on them; SGLang's own fp8_block
-    # table where the artifact has one (OWN_PREFER)
+    # configurations keep the bf16 table: vLLM's fp8 MoE tables put ml-energy v3's H100 FP8 rows
+    # (Qwen3-235B) 57% slow (per-tensor: H100's measured kernel, FlashInfer CUTLASS, takes ~2x
+    # bf16's time) or 15% fast (fp8_block), the bf16 table 2% fast (experiments/
+    # vllm_fp8_moe_routing.py); SGLang's own fp8_block table where the artifact has one (OWN_PREFER)
     "allreduce": ("vllm.custom.vllm_graph", "vllm.custom", "vllm", "nccl.nccl", "nccl"),
     # MLA: TensorRT-LLM's kernel tables (its MLA kernels are the ones the collector measured on
     # every GPU; SGLang's are TensorRT-LLM's on B200 and FlashAttention-3 on H100). vLLM has
