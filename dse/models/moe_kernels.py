@@ -21,8 +21,8 @@ the kernels: the rule is the simplest cut of the measured layouts, not SGLang's 
 
 The model (`KernelMoEModel`) fits one `dse.models.moe.MoEModel` per kernel on the rows that ran
 it (their `kernel_source`), and prices a configuration by the model of the kernel the rule names
-for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 19.52 / 13.92%,
-47.07 / 16.97% with one model over both kernels (docs/accuracy.md "B200 SXM and SGLang",
+for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 19.52 /
+13.92% (B200 pooled, below: 17.84%), 47.07 / 16.97% with one model over both kernels (docs/accuracy.md "B200 SXM and SGLang",
 docs/b200.md).
 
 Pooled with another engine (`pool`): a kernel's model is fitted on its rows and the rows of
