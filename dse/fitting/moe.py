@@ -53,6 +53,14 @@ MIN_KERNEL_SUM_LAYOUTS = 5
 # experiments/sglang_moe_kernel.py) B200 bf16 47.07 -> 19.52%, fp8_block 26.19 -> 16.37%, H100
 # bf16 16.97 -> 13.92%.
 KERNEL_SPLIT_TABLES = (("sglang", "bfloat16"), ("sglang", "fp8_block"))
+# Tables (gpu, engine, dtype) of `KERNEL_SPLIT_TABLES` whose kernel models are fitted pooled with
+# another engine's table of the GPU and dtype (`KernelMoEModel(pool=...)`: a kernel's model
+# takes the other engine's rows that ran the same kernel, of the layouts in its training rows,
+# the engine a residual input). Held out by layout (`dse fit`'s CV; experiments/
+# sglang_moe_pool.py): B200 SGLang bf16 19.52 -> 17.84% (FlashInfer TRT-LLM MoE with vLLM's
+# TRT-LLM rows: 14.84 -> 12.35%); H100 13.92 -> 14.17% (Triton with vLLM's Triton table; 13.17%
+# with the pooled fit's row cap raised, under a point): not pooled.
+POOLED_TABLES = {("b200_sxm", "sglang", "bfloat16"): "vllm"}
 
 
 # ---------------------------------------------------------------------------- MoE
@@ -137,6 +145,15 @@ def _moe_rows(ctx: Any, engine: str, dtype: str) -> pd.DataFrame:
     return table[sel].reset_index(drop=True)
 
 
+def _model_args(ctx: Any, engine: str, dtype: str, cls: type) -> dict[str, Any]:
+    """Constructor arguments of a table's model beyond (gpu, engine, dtype, seed): the pooled
+    engine's rows for a table of `POOLED_TABLES`."""
+    other = POOLED_TABLES.get((ctx.gpu, engine, dtype))
+    if other is None or cls is not KernelMoEModel:
+        return {}
+    return {"pool": _moe_rows(ctx, other, dtype)}
+
+
 def moe_band_tables(ctx: Any) -> list[bands.BandTable]:
     """`dse fit --bands-only`: the layout-held-out CV table of every MoE model of `ctx.keep`."""
     out = []
@@ -145,12 +162,13 @@ def moe_band_tables(ctx: Any) -> list[bands.BandTable]:
         if ctx.keep is not None and ctx.keep.has(name):
             rows = _moe_rows(ctx, engine, dtype)
             cls = model_class_of(engine, rows)
+            extra = _model_args(ctx, engine, dtype, cls)
             out.append(
                 hybrid_band_table(
                     name,
                     rows,
-                    lambda engine=engine, dtype=dtype, cls=cls, **kw: cls(
-                        ctx.gpu, engine, dtype, seed=ctx.seed, **kw
+                    lambda engine=engine, dtype=dtype, cls=cls, extra=extra, **kw: cls(
+                        ctx.gpu, engine, dtype, seed=ctx.seed, **extra, **kw
                     ),
                     cls(ctx.gpu, engine, dtype)._table_inputs,
                     (MOE_SHAPE_GROUP, "layer shape"),
@@ -164,6 +182,7 @@ def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
     """One MoE table's model (CV, then the final fit): a task of `U.map_tasks`."""
     rows = _moe_rows(ctx, engine, dtype)
     cls = model_class_of(engine, rows)
+    extra = _model_args(ctx, engine, dtype, cls)
 
     def info(model: Any) -> dict[str, Any]:
         out = {
@@ -176,6 +195,9 @@ def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
             # the kernels the rule names and the one pricing a kernel without a model
             out["kernels"] = sorted(model.models_)
             out["kernel_fallback"] = model.fallback_
+            if model.pooled_:  # POOLED_TABLES: the other engine's rows each kernel took
+                out["pooled_engine"] = POOLED_TABLES[(ctx.gpu, engine, dtype)]
+                out["pooled_rows"] = {k: int(n) for k, n in sorted(model.pooled_.items())}
         if isinstance(model, moe_physics.MoEModel):
             # what the final fit chose and left out (docs/accuracy.md, MoE)
             out["residual_kept"] = bool(model.use_residual_)
@@ -187,7 +209,7 @@ def _fit_moe_table(ctx: Any, engine: str, dtype: str) -> FittedModel:
         ctx,
         f"moe.{engine}.{dtype}",
         rows,
-        lambda **kw: cls(ctx.gpu, engine, dtype, seed=ctx.seed, **kw),
+        lambda **kw: cls(ctx.gpu, engine, dtype, seed=ctx.seed, **extra, **kw),
         cls(ctx.gpu, engine, dtype)._table_inputs,
         (MOE_SHAPE_GROUP, "layer shape"),
         moe_roofline_s(rows, ctx.gpu, dtype),

@@ -21,9 +21,16 @@ the kernels: the rule is the simplest cut of the measured layouts, not SGLang's 
 
 The model (`KernelMoEModel`) fits one `dse.models.moe.MoEModel` per kernel on the rows that ran
 it (their `kernel_source`), and prices a configuration by the model of the kernel the rule names
-for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 19.52 / 13.92%,
-47.07 / 16.97% with one model over both kernels, B200 fp8_block 16.37% (26.19% as one model;
-docs/accuracy.md "B200 SXM and SGLang", docs/b200.md).
+for it (output "kernel"). Held out by layout (`dse fit`'s CV) B200 / H100 bf16 read 19.52 /
+13.92% (B200 pooled, below: 17.84%), 47.07 / 16.97% with one model over both kernels, B200
+fp8_block 16.37% (26.19% as one model; docs/accuracy.md "B200 SXM and SGLang", docs/b200.md).
+
+Pooled with another engine (`pool`): a kernel's model is fitted on its rows and the rows of
+`pool` (vLLM's table of the GPU and dtype) that ran the same kernel (`SOURCE_KERNEL`), of the
+layouts its own rows hold (a layout held out of the fit is held out of the pool too), with a
+0/1 "row is this engine's" residual input (`PooledMoEModel`); a configuration is priced as this
+engine's. Shipped for B200 bf16 (`dse.fitting.moe.POOLED_TABLES`): FlashInfer's TRT-LLM MoE
+with vLLM's TRT-LLM rows, 19.52 -> 17.84% held out by layout (docs/dev/accuracy-journal.md).
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ import pandas as pd
 
 from dse.errors import ArtifactError, DataError
 from dse.models import base as _base
-from dse.models.moe import MAX_ITER, MAX_ROWS, MoEModel, moe_inputs
+from dse.models._hybrid import apply_residual, fit_hybrid_heads
+from dse.models.moe import HIDDEN, MAX_ITER, MAX_ROWS, MEMBERS, MoEModel, moe_inputs
+from dse.models.threads import threaded_fit
 
 TRITON = "triton"  # SGLang's fused Triton MoE ("sglang_fused_moe_triton")
 TRTLLM = "flashinfer_trtllm"  # FlashInfer's TRT-LLM-gen MoE ("sglang_flashinfer_trtllm_moe")
@@ -50,7 +59,12 @@ SOURCE_KERNEL = {
     "sglang_fused_moe_triton": TRITON,
     "sglang_flashinfer_trtllm_moe": TRTLLM,
     "sglang_flashinfer_cutlass_moe": CUTLASS,
+    # vLLM 0.24.0's unquantized MoE backends (its bf16 tables), the rows a pooled fit adds
+    "vllm_unquantizedfusedmoe_triton_tritonexperts": TRITON,
+    "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts": TRTLLM,
+    "vllm_unquantizedfusedmoe_flashinfer_cutlass_flashinferexperts": CUTLASS,
 }
+LAYOUT = ("hidden_size", "inter_size", "topk", "num_experts")
 # A kernel with fewer training rows than this gets no model of its own: its configurations are
 # priced by the kernel model fitted on the most rows (one layout of the tables is 1,944-3,159).
 MIN_KERNEL_ROWS = 300
@@ -67,6 +81,31 @@ def sglang_moe_kernel(gpu: str, topk: Any, n: int) -> np.ndarray:
     return np.full(n, TRITON)
 
 
+class PooledMoEModel(MoEModel):
+    """`MoEModel` fitted on the rows of its engine and of another that ran the same kernel, the
+    residual's features plus a 0/1 "row is `engine`'s"; predict prices `engine`'s rows. fit
+    takes the rows as given (the caller picks GPU, dtype and kernel)."""
+
+    @threaded_fit
+    def fit(self, df: pd.DataFrame) -> Self:
+        v = self._inputs(moe_inputs(df))
+        y = df["latency_s"].to_numpy(np.float64)
+        out, X = self.design(v, y)
+        X = np.column_stack([X, (df["engine"] == self.engine).to_numpy(np.float64)])
+        # no power head: no MoE table of SGLang or vLLM measured power
+        self.mlp_, self.power_mlp_ = fit_hybrid_heads(
+            X, y, out["base_s"], np.full(len(df), np.nan), members=MEMBERS, hidden=HIDDEN,
+            max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed,
+        )  # fmt: skip
+        self.range_ = _base.fitted_range(self._range_inputs(v))
+        return self
+
+    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        out, X = self.design(self._inputs(arrays))
+        apply_residual(out, np.column_stack([X, np.ones(len(X))]), self.mlp_, self.power_mlp_)
+        return out
+
+
 class KernelMoEModel(_base.Model):
     """Fused-MoE latency of one engine and MoE dtype on one GPU, one `MoEModel` per SGLang MoE
     kernel (`sglang_moe_kernel`). predict takes MoEModel's inputs and adds "kernel"."""
@@ -81,6 +120,7 @@ class KernelMoEModel(_base.Model):
         seed: int = 0,
         max_rows: int = MAX_ROWS,
         max_iter: int = MAX_ITER,
+        pool: pd.DataFrame | None = None,
     ) -> None:
         self.gpu = gpu
         self.engine = engine
@@ -88,10 +128,26 @@ class KernelMoEModel(_base.Model):
         self.seed = seed
         self.max_rows = max_rows
         self.max_iter = max_iter
+        self.pool = pool  # another engine's rows of the GPU and dtype (module doc), or None
+
+    def _sub_args(self) -> tuple[str, str, str, int, int, int]:
+        return (self.gpu, self.engine, self.moe_dtype, self.seed, self.max_rows, self.max_iter)
 
     def _sub(self) -> MoEModel:
-        return MoEModel(
-            self.gpu, self.engine, self.moe_dtype, self.seed, self.max_rows, self.max_iter
+        return MoEModel(*self._sub_args())
+
+    def _pool_rows(self, d: pd.DataFrame) -> pd.DataFrame:
+        """The rows of `pool` a fit on this engine's rows `d` may add (column "_kernel"): the
+        GPU's and dtype's, of a kernel `SOURCE_KERNEL` names, of the layouts `d` holds (so no
+        timing of a layout held out of `d` reaches the fit)."""
+        if self.pool is None or not len(self.pool):
+            return pd.DataFrame({"_kernel": pd.Series([], dtype=object)})
+        p = self.pool[(self.pool["gpu"] == self.gpu) & (self.pool["engine"] != self.engine)]
+        p = p[p["dtype"].astype(str) == self.moe_dtype]
+        mine = pd.MultiIndex.from_frame(d[list(LAYOUT)].astype(np.int64))
+        p = p[pd.MultiIndex.from_frame(p[list(LAYOUT)].astype(np.int64)).isin(mine)]
+        return p.assign(_kernel=p["kernel_source"].astype(str).map(SOURCE_KERNEL)).dropna(
+            subset=["_kernel"]
         )
 
     def kernels(self, **arrays: Any) -> np.ndarray:
@@ -122,11 +178,20 @@ class KernelMoEModel(_base.Model):
         ins = self._table_inputs(d)
         kern = self.ran(d)
         names, counts = np.unique(kern, return_counts=True)
-        self.models_ = {
-            str(k): self._sub().fit(d[kern == k])
-            for k, c in zip(names, counts, strict=True)
-            if c >= MIN_KERNEL_ROWS
-        }
+        pool = self._pool_rows(d)
+        self.models_ = {}
+        self.pooled_ = {}  # kernel -> pooled rows of the other engine
+        for k, c in zip(names, counts, strict=True):
+            if c < MIN_KERNEL_ROWS:
+                continue
+            other = pool[pool["_kernel"] == k]
+            if len(other):
+                self.pooled_[str(k)] = len(other)
+                sub = PooledMoEModel(*self._sub_args())
+                mine = d[kern == k].assign(_kernel=str(k))
+                self.models_[str(k)] = sub.fit(pd.concat([mine, other], ignore_index=True))
+            else:
+                self.models_[str(k)] = self._sub().fit(d[kern == k])
         if not self.models_:  # every kernel small: one model over all
             self.models_ = {str(names[np.argmax(counts)]): self._sub().fit(d)}
         self.fallback_ = str(max(self.models_, key=lambda k: int(counts[names == k].sum())))
@@ -177,6 +242,7 @@ class KernelMoEModel(_base.Model):
             "kernels": np.array(sorted(self.models_)),
             "fallback": np.array(self.fallback_),
             **_base.range_to_state(self.range_),
+            **({"pooled": np.array(sorted(self.pooled_))} if self.pooled_ else {}),
         }
         for k, m in self.models_.items():
             state.update({f"kernel/{k}/{key}": v for key, v in m.to_state().items()})
@@ -187,12 +253,14 @@ class KernelMoEModel(_base.Model):
         _base.need(state, ("gpu", "engine", "moe_dtype", "kernels", "fallback"), "moe_kernels")
         m = cls(str(state["gpu"]), str(state["engine"]), str(state["moe_dtype"]))
         m.models_ = {}
+        pooled = set(map(str, np.atleast_1d(state["pooled"]))) if "pooled" in state else set()
+        m.pooled_ = dict.fromkeys(pooled, 0)  # the rows are not kept, the kernels are
         for k in map(str, np.atleast_1d(state["kernels"])):
             pre = f"kernel/{k}/"
             sub = {key[len(pre) :]: v for key, v in state.items() if key.startswith(pre)}
             if not sub:
                 raise ArtifactError(f"moe_kernels state: kernel {k!r} has no model; re-fit")
-            m.models_[k] = MoEModel.from_state(sub)
+            m.models_[k] = (PooledMoEModel if k in pooled else MoEModel).from_state(sub)
         m.fallback_ = str(state["fallback"])
         m.range_ = _base.range_from_state(state)
         return m

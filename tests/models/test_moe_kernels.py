@@ -116,3 +116,65 @@ def test_the_kernel_models_train_on_the_kernel_each_row_ran() -> None:
     assert list(np.unique(model.ran(df))) == [TRITON]
     df.loc[df["topk"] == 2, "kernel_source"] = "sglang_flashinfer_trtllm_moe"
     assert list(model.ran(df)) == [TRTLLM if k == 2 else TRITON for k in df["topk"]]
+
+
+def _vllm_rows(df: pd.DataFrame, source: str, topk: int) -> pd.DataFrame:
+    """vLLM's rows of `df`'s layout of top-k `topk`, run on `source`, 10% slower."""
+    v = df[df["topk"] == topk].copy()
+    v["engine"], v["kernel_source"] = "vllm", source
+    v["latency_s"] *= 1.1
+    return v.reset_index(drop=True)
+
+
+def test_a_pooled_kernel_model_takes_the_other_engines_rows_of_its_kernel_and_layouts() -> None:
+    """`pool` (B200 SGLang bf16 since issue 35's pooling): the TRT-LLM kernel's model is fitted
+    on SGLang's and vLLM's TRT-LLM rows; vLLM rows of another kernel or of a layout held out of
+    the fit are not pooled; the state round-trips to the pooled class."""
+    from dse.models.moe_kernels import PooledMoEModel
+
+    df = _table("b200_sxm")
+    df["kernel_source"] = np.where(
+        df["topk"] == 8, "sglang_flashinfer_trtllm_moe", "sglang_fused_moe_triton"
+    )
+    trt = _vllm_rows(df, "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts", 8)
+    cut = _vllm_rows(df, "vllm_unquantizedfusedmoe_flashinfer_cutlass_flashinferexperts", 2)
+    far = trt.assign(hidden_size=2048)  # a layout SGLang's training rows do not hold
+    pool = pd.concat([trt, cut, far], ignore_index=True)
+    model = KernelMoEModel("b200_sxm", "sglang", "bfloat16", max_iter=20, pool=pool).fit(df)
+    assert model.pooled_ == {TRTLLM: len(trt)}
+    assert isinstance(model.models_[TRTLLM], PooledMoEModel)
+    assert type(model.models_[TRITON]) is MoEModel
+    ins = {"num_tokens": np.array([8.0, 8.0]), "hidden_size": 4096.0, "inter_size": 8192.0,
+           "topk": np.array([2.0, 8.0]), "num_experts": 64.0}  # fmt: skip
+    back = model_class("moe_kernels").from_state(model.to_state())
+    assert isinstance(back.models_[TRTLLM], PooledMoEModel)
+    np.testing.assert_allclose(
+        back.predict(**ins)["latency_s"], model.predict(**ins)["latency_s"], rtol=1e-6
+    )
+    unpooled = KernelMoEModel("b200_sxm", "sglang", "bfloat16", max_iter=20).fit(df)
+    assert unpooled.pooled_ == {} and "pooled" not in unpooled.to_state()
+
+
+def test_b200_sglang_bf16_moe_is_fitted_pooled_with_vllm() -> None:
+    """Dropping the pooling (issue 35: held out by layout 19.52 -> 17.84%) fails here: the fit
+    option, the model arguments `dse fit` builds, and the shipped artifact."""
+    import json
+
+    class Ctx:
+        gpu = "b200_sxm"
+
+        def table(self, kind: str) -> pd.DataFrame:
+            df = _table("b200_sxm")
+            return pd.concat([df, df.assign(engine="vllm")], ignore_index=True)
+
+    assert fit_moe.POOLED_TABLES[("b200_sxm", "sglang", "bfloat16")] == "vllm"
+    args = fit_moe._model_args(Ctx(), "sglang", "bfloat16", KernelMoEModel)
+    assert set(args["pool"]["engine"]) == {"vllm"} and len(args["pool"]) == len(_table("b200_sxm"))
+    Ctx.gpu = "h100_sxm"  # H100: pooling lost (13.92 -> 14.17%), not pooled
+    assert fit_moe._model_args(Ctx(), "sglang", "bfloat16", KernelMoEModel) == {}
+    path = surrogates_dir() / "b200_sxm" / "manifest.json"
+    if not path.is_file():
+        pytest.skip("b200_sxm artifact absent")
+    entry = json.loads(path.read_text())["models"]["moe.sglang.bfloat16"]
+    assert entry["pooled_engine"] == "vllm"
+    assert list(entry["pooled_rows"]) == [TRTLLM]
