@@ -164,6 +164,7 @@ class KernelMoEModel(_base.Model):
         src = d["kernel_source"].astype(str).map(SOURCE_KERNEL).to_numpy(dtype=object)
         return np.where(pd.isna(src), kern, src).astype(str)
 
+    @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
         """Fit on the moe rows of `df` for this GPU, engine and MoE dtype: one MoEModel per
         kernel, each on the rows that ran it (`ran`; B200 bf16: the rule would give 3,159
