@@ -192,9 +192,14 @@ class MoEModel(_base.Model):
             raise DataError(
                 f"moe {self.gpu}/{self.engine}/{self.moe_dtype}: {len(d)} rows, need >= 50"
             )
+        return self._fit_rows(d)
+
+    def _fit_rows(self, d: pd.DataFrame) -> Self:
+        """Fit on the table rows `d` as given (`fit` picks them)."""
         v = self._inputs(self._table_inputs(d))
         y = d["latency_s"].to_numpy(np.float64)
         out, X = self.design(v, y)
+        X = self._residual_inputs(X, d)
         p = d["power_w"].to_numpy(np.float64) if "power_w" in d else np.full(len(d), np.nan)
         g = get_gpu(self.gpu)
         self.mlp_, self.power_mlp_ = fit_hybrid_heads(
@@ -255,9 +260,14 @@ class MoEModel(_base.Model):
         out["touched_experts"] = w["touched"]
         return out, X
 
+    def _residual_inputs(self, X: np.ndarray, d: pd.DataFrame | None) -> np.ndarray:
+        """The residual's features: `design`'s (a subclass adds columns; `d`: the table rows
+        when fitting, None when predicting)."""
+        return X
+
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
         out, X = self.design(self._inputs(arrays))
-        apply_residual(out, X, self.mlp_, self.power_mlp_)
+        apply_residual(out, self._residual_inputs(X, None), self.mlp_, self.power_mlp_)
         return out
 
     def to_state(self) -> dict[str, np.ndarray]:

@@ -43,8 +43,7 @@ import pandas as pd
 
 from dse.errors import ArtifactError, DataError
 from dse.models import base as _base
-from dse.models._hybrid import apply_residual, fit_hybrid_heads
-from dse.models.moe import HIDDEN, MAX_ITER, MAX_ROWS, MEMBERS, MoEModel, moe_inputs
+from dse.models.moe import MAX_ITER, MAX_ROWS, MoEModel, moe_inputs
 from dse.models.threads import threaded_fit
 
 TRITON = "triton"  # SGLang's fused Triton MoE ("sglang_fused_moe_triton")
@@ -88,22 +87,12 @@ class PooledMoEModel(MoEModel):
 
     @threaded_fit
     def fit(self, df: pd.DataFrame) -> Self:
-        v = self._inputs(moe_inputs(df))
-        y = df["latency_s"].to_numpy(np.float64)
-        out, X = self.design(v, y)
-        X = np.column_stack([X, (df["engine"] == self.engine).to_numpy(np.float64)])
-        # no power head: no MoE table of SGLang or vLLM measured power
-        self.mlp_, self.power_mlp_ = fit_hybrid_heads(
-            X, y, out["base_s"], np.full(len(df), np.nan), members=MEMBERS, hidden=HIDDEN,
-            max_iter=self.max_iter, max_rows=self.max_rows, seed=self.seed,
-        )  # fmt: skip
-        self.range_ = _base.fitted_range(self._range_inputs(v))
-        return self
+        return self._fit_rows(df)
 
-    def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
-        out, X = self.design(self._inputs(arrays))
-        apply_residual(out, np.column_stack([X, np.ones(len(X))]), self.mlp_, self.power_mlp_)
-        return out
+    def _residual_inputs(self, X: np.ndarray, d: pd.DataFrame | None) -> np.ndarray:
+        """`MoEModel`'s features and "row is `engine`'s" (1 when predicting)."""
+        own = np.ones(len(X)) if d is None else (d["engine"] == self.engine).to_numpy(np.float64)
+        return np.column_stack([X, own])
 
 
 class KernelMoEModel(_base.Model):
