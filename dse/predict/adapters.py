@@ -587,8 +587,13 @@ def _kernel_labels(
     if not hasattr(model, "kernels"):
         return name, None
     topk = as_shape(np.asarray(arrays["topk"], dtype=float), shape).reshape(-1, shape[-1])[0]
-    kern = model.kernels(topk=topk)
-    names, which = np.unique(kern, return_inverse=True)
+    return _labelled(name, model.kernels(topk=topk))
+
+
+def _labelled(name: str, kernels: np.ndarray) -> tuple[str, np.ndarray | None]:
+    """Model `name` with the kernel each configuration ran: "name[kernel]" per distinct kernel,
+    "+"-joined, and per configuration which of them (None for one kernel)."""
+    names, which = np.unique(np.asarray(kernels).astype(str), return_inverse=True)
     label = "+".join(f"{name}[{k}]" for k in names)
     return label, (which.astype(np.int8) if len(names) > 1 else None)
 
@@ -662,12 +667,8 @@ def _with_backend(
     names = model.backend_of(**per_config, isl=ones, kv_len=ones)
     if names is None:
         return price
-    labels, rows = np.unique(names.astype(str), return_inverse=True)
-    return replace(
-        price,
-        model="+".join(f"{price.model}[{b}]" for b in labels),
-        model_rows=None if len(labels) == 1 else rows.astype(np.int8),
-    )
+    label, which = _labelled(price.model, names)
+    return replace(price, model=label, model_rows=which)
 
 
 def price_mla(
