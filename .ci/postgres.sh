@@ -8,7 +8,8 @@
 # for local connections only, and creates the database. Sourcing it twice reuses the running
 # server. It never fails the caller: when something is missing it says so and leaves
 # DSE_TEST_POSTGRES_URL unset, and the postgres tests skip with that reason.
-# Stop the server with: pg_ctl -D "$DSE_PG_DIR/data" stop (as the owning user).
+# A server this sourcing started (not one it reused) is stopped by `dse_pg_stop`, which
+# `.ci/run` calls on exit; by hand: pg_ctl -D "$DSE_PG_DIR/data" stop (as the owning user).
 
 _dse_pg_setup() {
     local dir="${DSE_PG_DIR:-/tmp/dse-postgres}"
@@ -58,6 +59,8 @@ _dse_pg_setup() {
             echo "postgres.sh: the server did not start (see $dir/server.log)" >&2
             return 0
         }
+        _DSE_PG_STOP=("$bin/pg_ctl" -D "$dir/data" -m fast -w stop)
+        [ "$(id -u)" -eq 0 ] && _DSE_PG_STOP=(runuser -u "$user" -- "${_DSE_PG_STOP[@]}")
         echo "$port" >"$dir/port.tmp" 2>/dev/null || _dse_pg_run sh -c "echo $port > '$dir/port.tmp'"
         mv "$dir/port.tmp" "$dir/port" 2>/dev/null || _dse_pg_run mv "$dir/port.tmp" "$dir/port"
     fi
@@ -72,5 +75,14 @@ _dse_pg_setup() {
     echo "postgres.sh: DSE_TEST_POSTGRES_URL=$DSE_TEST_POSTGRES_URL" >&2
 }
 
+# Stops the server only if this sourcing started it (a reused one belongs to whoever started it).
+dse_pg_stop() {
+    if [ "${#_DSE_PG_STOP[@]}" -gt 0 ]; then
+        "${_DSE_PG_STOP[@]}" >/dev/null 2>&1 || echo "postgres.sh: could not stop the server" >&2
+        _DSE_PG_STOP=()
+    fi
+}
+
+_DSE_PG_STOP=()
 _dse_pg_setup
 unset -f _dse_pg_setup _dse_pg_run
