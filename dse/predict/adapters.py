@@ -43,6 +43,7 @@ from dse.predict._rows import (
 from dse.predict.op_power import op_power_w
 from dse.predict.ops import ROUND_ROBIN, Op
 from dse.roofline import LAUNCH_S, roofline_s
+from dse.spec.arch import sliding_keys_sum
 from dse.spec.hardware import GPU
 
 if TYPE_CHECKING:
@@ -517,12 +518,14 @@ def _kernel_price(
     keys: tuple[str, ...],
     lookup: str | None = None,
     engine: str | None = None,
+    factor: np.ndarray | None = None,
 ) -> L1Price | None:
     """Price by a kernel-table model. `keys`: the integral inputs that determine every array
     passed (the others are constants or copies of them), so the model runs once per distinct
     row of `keys` over the batch and the quadrature nodes. `lookup`: the KIND_CANDIDATES key
     to find the model by (default the operator's kind); `engine`: whose own table comes first
-    (`table_engine`)."""
+    (`table_engine`); `factor`: calls of the model per operator call (its latency's factor,
+    before the power at the operator's utilisations; `_bound_to_window`)."""
     name = _find_model(artifact, lookup or op.kind, engine)
     if name is None:
         return None
@@ -558,14 +561,15 @@ def _kernel_price(
         res = {k: v.reshape(shape) for k, v in run(None).items()}
     else:
         res = evaluate_rows(run, groups, shape)
-    lat = res["latency_s"]
+    lat = res["latency_s"] if factor is None else res["latency_s"] * factor
     if not np.isfinite(lat).all():
         return None
     power = res.get("power_w")
     if power is None or not np.isfinite(power).all():
         # Power from the table at each row's own utilisations (FLOPs and bytes may vary
         # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
-        power = op_power_w(artifact, op, gpu, lat, groups=groups)
+        # (a `factor` varies within a group of rows: then row by row)
+        power = op_power_w(artifact, op, gpu, lat, groups=groups if factor is None else None)
     rng = artifact.manifest["models"][name].get("fitted_range", {})
     if hasattr(model, "range_arrays"):  # combinations of inputs with a fitted range of their own
         arrays = {**arrays, **model.range_arrays(**arrays)}
@@ -598,7 +602,14 @@ def _labelled(name: str, kernels: np.ndarray) -> tuple[str, np.ndarray | None]:
     return label, (which.astype(np.int8) if len(names) > 1 else None)
 
 
+# The integral inputs that determine an attention call's arrays (`_kernel_price`'s keys), less
+# its length and, for a sliding layer, its window (`_attention_keys`).
+_ATTENTION_KEYS = ("batch_size", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+
+
 def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
+    """The attention models' inputs of an operator: a sliding layer's carries its window
+    (`window_size`, tokens; `dse.predict.ops._sliding_core`), full attention none (0)."""
     d = op.dims
     kv_dtype = np.asarray(d["kv_dtype"])
     kv_heads = np.asarray(d["num_kv_heads"], dtype=float)
@@ -609,41 +620,82 @@ def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
         "num_kv_heads": kv_heads,
         "head_dim": np.asarray(d["head_dim"], dtype=float),
         "kv_fp8": (kv_dtype == "fp8").astype(float),
+        "window_size": np.asarray(d.get("window_size", 0.0), dtype=float),
     }
+
+
+def _attention_keys(a: Mapping[str, np.ndarray], length: str) -> tuple[str, ...]:
+    """`_kernel_price`'s keys of attention inputs `a` with length input `length`: the window
+    too where it varies by configuration (a scalar passes as one)."""
+    window = ("window_size",) if ndim_of(a["window_size"]) else ()
+    return (*_ATTENTION_KEYS[:1], length, *_ATTENTION_KEYS[1:], *window)
+
+
+def _windowless(artifact: Artifact, op_kind: str, engine: str | None) -> bool:
+    """Whether the model that prices `op_kind` was fitted on no windowed row (its fitted range
+    of `window_size` is [0, 0], or has none: A100's, whose tables measured no window)."""
+    name = _find_model(artifact, op_kind, engine)
+    if name is None:
+        return False
+    span = artifact.manifest["models"][name].get("fitted_range", {}).get("window_size")
+    return span is None or float(span[1]) <= 0.0
+
+
+def _bound_to_window(a: dict[str, Any], length: str) -> np.ndarray:
+    """For a model fitted without windows (`_windowless`): a sliding layer's call as the full
+    kernel at the bounded length (its inputs stay in the fitted range, where a window input
+    would leave it), in place; returns the factor on its latency. Decode: min(kv_len, w)
+    cached keys, factor 1. Prefill: the causal kernel at m = min(prompt, w) tokens, run
+    sliding_keys_sum(prompt, w) / (m (m + 1) / 2) times (the band's query-key pairs over the
+    triangle's)."""
+    w, s = a.pop("window_size"), a[length]
+    a["window_size"] = np.float64(0.0)
+    m = np.minimum(s, w)
+    a[length] = m
+    if length == "kv_len":
+        a["step"] = m
+        return np.float64(1.0)
+    return sliding_keys_sum(s, w) / (m * (m + 1) / 2)
 
 
 def price_context_attention(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
-    """Causal prefill attention (FlashAttention) by the context-attention model."""
-    a = _attention_arrays(op)
-    a["isl"] = np.asarray(op.dims["isl"], dtype=float)
-    price = _kernel_price(
-        artifact,
-        op,
-        gpu,
-        a,
-        ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim", "kv_fp8"),
-        engine=table_engine(ctx),
-    )
-    return _with_backend(artifact, price, a)
+    """Causal prefill attention (FlashAttention) by the context-attention model; a sliding
+    layer's at the whole prompt with its window (`window_size`), as `dse validate` scores a
+    measured windowed row (a model fitted without windows: `_bound_to_window`)."""
+    return _price_attention(artifact, op, gpu, ctx, "isl")
 
 
 def price_generation_attention(
     artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None = None
 ) -> L1Price | None:
     """Decode attention over the KV cache by the generation-attention model (the KV length
-    carries the quadrature's node axis; shapes are deduplicated over nodes and rows)."""
+    carries the quadrature's node axis; shapes are deduplicated over nodes and rows); a sliding
+    layer's over the whole cache with its window (`window_size`), as for prefill."""
+    return _price_attention(artifact, op, gpu, ctx, "kv_len")
+
+
+def _price_attention(
+    artifact: Artifact, op: Op, gpu: GPU, ctx: Mapping[str, Any] | None, length: str
+) -> L1Price | None:
+    """Prefill (`length` "isl") or decode ("kv_len") attention by its model."""
     a = _attention_arrays(op)
-    kv = np.asarray(op.dims["kv_len"], dtype=float)
-    a["kv_len"] = np.rint(kv)
-    a["step"] = a["kv_len"]
-    a["isl"] = np.float64(1.0)  # one new token per sequence
-    keys = ("batch_size", "kv_len", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+    if length == "isl":
+        a["isl"] = np.asarray(op.dims["isl"], dtype=float)
+    else:
+        a["kv_len"] = np.rint(np.asarray(op.dims["kv_len"], dtype=float))
+        a["step"] = a["kv_len"]
+        a["isl"] = np.float64(1.0)  # one new token per sequence
+    engine = table_engine(ctx)
+    factor = None
+    if ndim_of(a["window_size"]) and _windowless(artifact, op.kind, engine):
+        factor = _bound_to_window(a, length)
+    keys = _attention_keys(a, length)
     if "stratum" in op.dims:  # the quadrature's strata: an ensemble member per node
         a["stratum"] = np.asarray(op.dims["stratum"], dtype=np.int64)
         keys += ("stratum",)
-    price = _kernel_price(artifact, op, gpu, a, keys, engine=table_engine(ctx))
+    price = _kernel_price(artifact, op, gpu, a, keys, engine=engine, factor=factor)
     return _with_backend(artifact, price, a)
 
 
@@ -661,7 +713,7 @@ def _with_backend(
         return price
     shape = price.latency_s.shape
     # per configuration (the last axis; decode's node axis shares its head configuration)
-    heads = ("batch_size", "num_heads", "num_kv_heads", "head_dim", "kv_fp8")
+    heads = (*_ATTENTION_KEYS, "window_size")  # H100: head_dim 256 with a window runs Triton
     per_config = {k: np.broadcast_to(arrays[k], shape).reshape(-1, shape[-1])[0] for k in heads}
     ones = np.ones(shape[-1])  # the length: no backend depends on it
     names = model.backend_of(**per_config, isl=ones, kv_len=ones)

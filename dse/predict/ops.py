@@ -12,7 +12,7 @@ be compared side by side.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,6 @@ from dse.spec.arch import (
     MAMBA1_DT_RANK_DIVISOR,
     dtype_bytes,
     fp4_weights,
-    sliding_keys_sum,
 )
 from dse.spec.pattern import ffn_counts, mixer_counts
 
@@ -228,13 +227,14 @@ def _embedding_ops(sh: LayerShapes) -> list[Op]:
 @dataclass(frozen=True)
 class _Families:
     """How many layers of each attention family each configuration has (issue 21), as floats:
-    `gqa` the full + sliding layers priced by the GQA operators, `core` those whose attention
-    sees the whole context (full layers, and sliding ones whose window covers every token of
-    the phase: they price exactly as full attention), `sliding` the rest of the sliding layers,
-    `mla` the attention layers of MLA models, `linear` the linear-attention layers, `mixers`
-    the layers with a mixer (a parallel attention + linear layer is one), `dense` and `moe`
-    the layers with a dense or an MoE FFN. For a model of full GQA layers only, gqa = core =
-    mixers = n_layers, dense or moe = n_layers (less the dense first layers) and the others 0."""
+    `gqa` the full + sliding layers priced by the GQA operators, `core` the full ones, `sliding`
+    the sliding ones (with their `window`, tokens: every sliding layer, its window shorter
+    than the phase's context or not, runs the windowed kernel, whose power and SGLang backend
+    the attention models read from the window, issue 33), `mla` the attention layers of MLA
+    models, `linear` the linear-attention layers, `mixers` the layers with a mixer (a parallel
+    attention + linear layer is one), `dense` and `moe` the layers with a dense or an MoE FFN.
+    For a model of full GQA layers only, gqa = core = mixers = n_layers, dense or moe =
+    n_layers (less the dense first layers) and the others 0."""
 
     gqa: np.ndarray
     core: np.ndarray
@@ -256,20 +256,13 @@ class _Families:
         # (MoE but for the dense first ones), its `dense` layers dense.
         own, dense = (np.asarray(x, dtype=float) for x in ffn_counts(cols["ffn_pattern"], sh.L))
         nd = np.minimum(np.where(sh.moe, cols["n_dense_layers"].astype(float), 0.0), own)
-        window = cols["sliding_window"].astype(float)
-        # The longest context of the phase: the prompt in prefill, prompt + output in decode.
-        longest = cols["prompt_tokens"].astype(float)
-        if sh.phase == "decode":
-            longest = longest + cols["output_tokens"].astype(float)
-        covered = window >= longest
         is_mla = cols["kv_lora_rank"] > 0
         attn = full + sliding
-        core = np.where(is_mla, 0.0, full + np.where(covered, sliding, 0.0))
         return cls(
             gqa=np.where(is_mla, 0.0, attn),
-            core=core,
-            sliding=np.where(is_mla | covered, 0.0, sliding),
-            window=window,
+            core=np.where(is_mla, 0.0, full),
+            sliding=np.where(is_mla, 0.0, sliding),
+            window=cols["sliding_window"].astype(float),
             mla=np.where(is_mla, attn, 0.0),
             linear=linear,
             mixers=mixers,
@@ -312,13 +305,25 @@ def _attention_ops(
     ]
 
 
-def _attention_core(sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any) -> Op:
-    """softmax(QK^T)V of one layer: causal over the prompt in prefill, one query row in decode."""
+def _attention_core(
+    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, window: Any = None
+) -> Op:
+    """softmax(QK^T)V of one layer: causal over the prompt in prefill, one query row in decode.
+    `window` (tokens per configuration; None: full attention): a sliding layer's, passed to the
+    attention models as `window_size`, the input `dse validate` scores a measured windowed row
+    with (issue 33); each query then scores at most `window` keys, so the FLOPs (and in decode
+    the cache read) count min(length, window) keys a query: the same as full attention where
+    the window covers the sequence."""
     b, s, hd, h_tp, kv_tp, kvb = sh.b, sh.s, sh.hd, sh.h_tp, sh.kv_tp, sh.kvb
+    span = s if window is None else np.minimum(s, window)
+    win = {} if window is None else {"window_size": window}
     if sh.phase == "prefill":
-        # Causal FlashAttention: QK^T and PV over the lower triangle, 2 * s^2 * hd FLOPs per head.
-        flops = b * h_tp * 2 * s * s * hd
-        traffic = b * s * hd * ((2 * h_tp) * ACT_BYTES + 2 * kv_tp * kvb)  # read q, k, v; write o
+        # Causal FlashAttention: QK^T and PV over the lower triangle, 2 * s^2 * hd FLOPs per
+        # head; a window w < s bands it to the area s^2 - (s - w)^2 (sliding_keys_sum's
+        # continuous form, as s^2 / 2 is the triangle's), s^2 where it covers the prompt.
+        flops = b * h_tp * 2 * (s * s - (s - span) ** 2) * hd
+        # read q, k, v and write o for every token, windowed or not
+        traffic = b * s * hd * ((2 * h_tp) * ACT_BYTES + 2 * kv_tp * kvb)
         traffic = (
             traffic + b * s * 2 * kv_tp * hd * kvb
         )  # write the new tokens' K and V to the cache
@@ -336,11 +341,12 @@ def _attention_core(sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: An
                 "num_kv_heads": kv_tp,
                 "head_dim": hd,
                 "kv_dtype": cols["kv_dtype"],
+                **win,
             },
         )
-    flops = b * h_tp * 4 * s * hd
+    flops = b * h_tp * 4 * span * hd
     traffic = (
-        b * s * 2 * kv_tp * hd * kvb + b * 2 * h_tp * hd * ACT_BYTES + b * 2 * kv_tp * hd * kvb
+        b * span * 2 * kv_tp * hd * kvb + b * 2 * h_tp * hd * ACT_BYTES + b * 2 * kv_tp * hd * kvb
     )
     return Op(
         "attention/core",
@@ -356,6 +362,7 @@ def _attention_core(sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: An
             "num_kv_heads": kv_tp,
             "head_dim": hd,
             "kv_dtype": cols["kv_dtype"],
+            **win,
             **({} if stratum is None else {"stratum": np.asarray(stratum)}),
         },
     )
@@ -364,23 +371,16 @@ def _attention_core(sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: An
 def _sliding_core(
     sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families
 ) -> list[Op]:
-    """Sliding-window attention of the layers whose window is shorter than the phase's
-    context, by the same attention models at the bounded length (none when the batch has no
-    such layer). Decode: each query scores min(kv_len, window) keys. Prefill: the causal
-    kernel at isl = min(prompt, window), run sliding_keys_sum / (isl (isl + 1) / 2) times,
-    the keys a window of that length scores against those of the whole banded prompt."""
+    """Sliding-window attention (none when the batch has no sliding layer): one call of the
+    same attention models at the phase's real length (the prompt in prefill, the KV cache in
+    decode) with the layer's window as `window_size`, as `dse validate` scores a measured
+    windowed row (issue 33: the models' work is w (w + 1) / 2 + (s - w) w query-key pairs in
+    prefill, min(kv_len + 1, w) keys in decode; their H200 power heads read the window, and
+    SGLang's backend rule does). A configuration without sliding layers has count 0 here."""
     if not (fam.sliding > 0).any():
         return []
-    w = np.maximum(fam.window, 1.0)
-    if sh.phase == "prefill":
-        m = np.minimum(sh.s, w)
-        ratio = sliding_keys_sum(sh.s, w) / (m * (m + 1) / 2)
-        bounded = replace(sh, s=m, tokens=sh.b * m)
-        op = _attention_core(bounded, cols, stratum)
-        op.count = fam.sliding * ratio
-    else:
-        op = _attention_core(replace(sh, s=np.minimum(sh.s, w)), cols, stratum)
-        op.count = fam.sliding
+    op = _attention_core(sh, cols, stratum, window=np.maximum(fam.window, 1.0))
+    op.count = fam.sliding
     op.name = "attention/core_sliding"
     return [op]
 

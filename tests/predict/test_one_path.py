@@ -8,6 +8,10 @@ for MoE, the balanced routing without expert parallelism it assumes, bf16 (the p
 every MoE dtype with the vLLM bf16 table, `adapters.PREFER`; noted in docs/accuracy.md).
 Without the fix the H200 GEMM power of the two paths differed by up to 383%. vidur's projection
 GEMM rows (`test_vidur_projections_one_path`) are scored on the pricer's Level 1 x Level 2 item.
+Measured sliding-window rows (`test_sliding_window_one_path`) are priced as the operator list
+builds a sliding layer of their shape: one call at the real length with the window (before,
+the full kernel at the bounded length, count-scaled, without the window: latency off by up
+to several x, H200 power by 14-55% MAPE, experiments/sliding_window_one_path.py).
 """
 
 from __future__ import annotations
@@ -64,10 +68,12 @@ def _validate_path(kind: str, art: Artifact, rows: pd.DataFrame) -> tuple[np.nda
     return lat, got["energy_pred_j"].to_numpy(float) / lat
 
 
-def _predict_path(art: Artifact, op: Op) -> tuple[np.ndarray, np.ndarray]:
+def _predict_path(
+    art: Artifact, op: Op, ctx: dict[str, str] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(latency s, power W) as the pricer prices the operator (its board limit included)."""
     gpu = get_gpu(art.gpu)
-    price = ADAPTERS[op.kind](art, op, gpu, None)
+    price = ADAPTERS[op.kind](art, op, gpu, ctx)
     assert price is not None, op.kind
     return price.latency_s, board_limited_w(gpu, price.power_w)
 
@@ -104,10 +110,12 @@ def _moe_op(rows: pd.DataFrame) -> Op:
     return Op("ffn/moe", "moe", "ffn", np.ones(n), np.ones(n), np.ones(n), dims)
 
 
-def _check(kind: str, gpu: str, rows: pd.DataFrame, op: Op) -> None:
+def _check(
+    kind: str, gpu: str, rows: pd.DataFrame, op: Op, ctx: dict[str, str] | None = None
+) -> None:
     art = Artifact.load(gpu)
     t_val, p_val = _validate_path(kind, art, rows)
-    t_pri, p_pri = _predict_path(art, op)
+    t_pri, p_pri = _predict_path(art, op, ctx)
     ok = np.isfinite(t_val)
     assert ok.mean() > 0.9, f"{kind} {gpu}: validate priced {ok.sum()} of {len(ok)} rows"
     np.testing.assert_allclose(t_pri[ok], t_val[ok], rtol=TOL, err_msg=f"{kind} {gpu} latency")
@@ -142,6 +150,86 @@ def test_attention_one_path(tables: dict[str, pd.DataFrame], kind: str, gpu: str
     sub = rows[(rows["gpu"] == gpu) & full].reset_index(drop=True)
     assert len(sub), f"no {kind} rows for {gpu}"
     _check(kind, gpu, sub, _attention_op(sub, kind))
+
+
+def _sliding_op(rows: pd.DataFrame, kind: str) -> Op:
+    """The sliding-window attention operator `dse.predict.ops.forward_ops` builds for one
+    sliding layer of each row's shape (its heads on one GPU, its window; prefill over a prompt
+    of `isl` tokens, decode over `kv_len` cached ones)."""
+    from dse.predict.ops import forward_ops
+    from dse.spec import columns as C
+
+    n = len(rows)
+    heads, hd = rows["num_heads"].to_numpy(np.int64), rows["head_dim"].to_numpy(np.int64)
+    prefill = kind == "context_attention"
+    length = rows["isl" if prefill else "kv_len"].to_numpy(np.int64)
+    cols, _ = C.as_columns(
+        {
+            "d_model": heads * hd,
+            "n_layers": np.ones(n, dtype=np.int64),
+            "n_heads": heads,
+            "n_kv_heads": rows["num_kv_heads"].to_numpy(np.int64),
+            "head_dim": hd,
+            "d_ff": 4 * heads * hd,
+            "vocab_size": np.full(n, 32000),
+            "attention_pattern": np.full(n, "sliding"),
+            "sliding_window": rows["window_size"].to_numpy(np.int64),
+            "kv_dtype": np.where(
+                rows["kv_cache_dtype"].astype(str).str.contains("fp8"), "fp8", "bfloat16"
+            ),
+            "batch_size": rows["batch_size"].to_numpy(np.int64),
+            "prompt_tokens": length if prefill else np.ones(n, dtype=np.int64),
+            "output_tokens": np.ones(n, dtype=np.int64),
+            "gpu": np.full(n, "h100_sxm"),
+        }
+    )
+    ops = forward_ops(cols, "prefill" if prefill else "decode", None if prefill else length)
+    by_name = {o.name: o for o in ops}
+    op = by_name["attention/core_sliding"]
+    assert (op.count == 1).all() and (by_name["attention/core"].count == 0).all()
+    return op
+
+
+@pytest.fixture(scope="module")
+def windowed(data_dir: Path) -> dict[str, pd.DataFrame]:
+    """Measured rows of windowed attention with a bf16 query (the pricer's operator carries
+    none other), one beam and no earlier KV, the rows each engine's models fit."""
+    from dse.data import load
+    from dse.fitting.attention import default_backend_rows
+
+    out = {}
+    for kind, t in load(data_dir, ["context_attention", "generation_attention"]).items():
+        t = t[t["gpu"].isin(GPUS) & (t["source"] == "aiconfigurator")]
+        t = t[(t["window_size"].fillna(0) > 0) & (t["dtype"].astype(str) == "bfloat16")]
+        for col, none in (("beam_width", 1), ("past_kv_len", 0)):
+            if col in t:
+                t = t[t[col].fillna(none) == none]
+        parts = [
+            sub[default_backend_rows(sub.reset_index(drop=True), str(engine))]
+            for (_, engine), sub in t.groupby(["gpu", "engine"], sort=True)
+        ]
+        out[kind] = _sample(pd.concat(parts), ["gpu", "engine", "kv_cache_dtype"])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["context_attention", "generation_attention"])
+@pytest.mark.parametrize(
+    ("gpu", "engine"),
+    [("h200_sxm", "vllm"), ("h100_sxm", "vllm"), ("b200_sxm", "vllm"),
+     ("h100_sxm", "sglang"), ("b200_sxm", "sglang")],
+)  # fmt: skip
+def test_sliding_window_one_path(
+    windowed: dict[str, pd.DataFrame], kind: str, gpu: str, engine: str
+) -> None:
+    """A sliding layer's attention is priced with its window, at the real length, by the
+    functions and inputs `dse validate` scores a measured windowed row with: latency, the H200
+    power head (which reads the window) and SGLang's backend (H100: head_dim 256 with a
+    window runs Triton) alike (issue 33)."""
+    rows = windowed[kind]
+    sub = rows[(rows["gpu"] == gpu) & (rows["engine"] == engine)].reset_index(drop=True)
+    assert len(sub) >= 100, f"{len(sub)} windowed {kind} rows for {gpu} {engine}"
+    assert (sub["window_size"] < sub["isl" if kind == "context_attention" else "kv_len"]).any()
+    _check(kind, gpu, sub, _sliding_op(sub, kind), {"engine": engine})
 
 
 @pytest.mark.parametrize("gpu", GPUS)

@@ -30,11 +30,13 @@ from dse.spec.catalogue import lookup_model
 from dse.spec.choices import ENGINES
 from dse.spec.hardware import get_gpu, gpu_names
 
-# dense (GQA, MHA, sliding window) and MoE (top-2 of 8, top-8 of 128, MLA + shared expert)
+# dense (GQA, MHA, sliding windows: Mistral's 4096, Gemma-3's 512 at head_dim 256, SGLang's
+# Triton on H100) and MoE (top-2 of 8, top-8 of 128, MLA + shared expert)
 MODELS = (
     "Llama-3-8B",
     "Llama-3-70B",
     "Mistral-7B-v0.1",
+    "Gemma-3-1B",
     "Mixtral-8x7B",
     "Qwen3-30B-A3B",
     "DeepSeek-V3",
