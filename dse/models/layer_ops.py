@@ -966,9 +966,13 @@ class LayerOpModel(_base.Model):
                 n_i = lookup.get(f"{name}:nongated", g_i)
                 keys.append(g_i if g and g_i >= 0 else n_i)
             return np.array(keys, dtype=np.int64).reshape(op.shape)
+        if op.size and op.strides == (0,):  # one operator for the whole batch (a broadcast
+            # scalar): no string unique, no comparison of every row's name
+            g_i = lookup.get(str(op[0]), -1)
+            n_i = lookup.get(f"{op[0]}:nongated", g_i)
+            return np.where(gated, g_i if g_i >= 0 else n_i, n_i).astype(np.int64)
         idx = np.full(op.shape, -1, dtype=np.int64)
-        # one operator for the whole batch (a broadcast scalar): skip the string unique
-        names = op[:1] if op.size and op.strides == (0,) else np.unique(op)
+        names = np.unique(op)
         for name in names:
             sel = op == name
             g_i = lookup.get(str(name), -1)

@@ -344,8 +344,15 @@ def _layer_op_times(
     # Only these inputs change this operator's time; the others are held at any row's value
     # so that the model runs once per distinct shape of *this* operator.
     relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
-    keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
-    groups = Groups.of(keys)
+    # the norms, adds and embedding of a phase read the same inputs: their groups once
+    shared = None if cache is None else cache.get(("layer_op", "groups", relevant))
+    if shared is not None and np.array_equal(shared[0], arrays["num_tokens"]):
+        groups = shared[1]
+    else:
+        keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
+        groups = Groups.of(keys)
+        if cache is not None:
+            cache[("layer_op", "groups", relevant)] = (arrays["num_tokens"], groups)
 
     def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         m = len(idx[0])
