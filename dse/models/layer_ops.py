@@ -724,16 +724,7 @@ def _stack_values(st: CurveStack, ce: np.ndarray, t: np.ndarray, width: np.ndarr
 # priced once per distinct (width, tp) (`_priced_once`; 96% of an all-distinct batch's prefill
 # norms: ~750 evaluations instead of 20,000).
 ONCE_MIN_ROWS = 64
-ONCE_MAX_VALUES = 32  # ... and their distinct widths and tps number at most this many
-
-
-def _value_codes(a: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Index of each entry of `a` in `values` (a's distinct values, a few): one mask per value
-    (a binary search per entry costs more at this size)."""
-    code = np.zeros(len(a), dtype=np.int64)
-    for i in range(1, len(values)):
-        code[a == values[i]] = i
-    return code
+ONCE_MAX_PAIRS = 32  # ... and share at most this many (width, tp) pairs
 
 
 def _priced_once(
@@ -746,21 +737,24 @@ def _priced_once(
     if len(o) < ONCE_MIN_ROWS:
         return None
     wo, po = ws[o], ps[o]
-    uw, up = np.unique(wo), np.unique(po)
-    if len(uw) + len(up) > ONCE_MAX_VALUES or not (np.isfinite(uw).all() and np.isfinite(up).all()):
-        return None  # (NaN equals nothing: no code)
-    code = _value_codes(wo, uw) * len(up) + _value_codes(po, up)
-    present = np.zeros(len(uw) * len(up), dtype=bool)
-    present[code] = True
-    rank = np.cumsum(present) - 1
-    inv = rank[code]
-    rep = np.empty(int(rank[-1]) + 1, dtype=np.int64)
-    rep[inv] = o  # one (the last) row of each pair
+    # the pairs one at a time (the first row not yet coded, every row equal to it): a few
+    # passes over the rows cost less than sorting them (np.unique)
+    code = np.full(len(o), -1, dtype=np.int64)
+    first: list[int] = []
+    pos = 0
+    while len(first) < ONCE_MAX_PAIRS:
+        code[(wo == wo[pos]) & (po == po[pos])] = len(first)
+        first.append(pos)
+        pos = int(np.argmax(code < 0))
+        if code[pos] >= 0:  # every row coded
+            break
+    else:
+        return None  # more pairs (or a NaN, which equals nothing)
     rest = np.flatnonzero(~over)
     back = np.empty(len(ws), dtype=np.int64)
     back[rest] = np.arange(len(rest))
-    back[o] = len(rest) + inv
-    return np.concatenate([rest, rep]), back
+    back[o] = len(rest) + code
+    return np.concatenate([rest, o[first]]), back
 
 
 def _fit_one(

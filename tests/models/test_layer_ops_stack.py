@@ -118,6 +118,10 @@ def test_rows_past_the_measured_elements_priced_once_give_every_rows_numbers(
     assert over.mean() > 0.5
     got = L._priced_once(over, d, tp)
     assert got is not None and len(got[0]) < (~over).sum() + 13
+    # many pairs, or a NaN (equal to nothing): every row priced
+    rows = np.ones(200, dtype=bool)
+    assert L._priced_once(rows, np.arange(200.0), np.ones(200)) is None
+    assert L._priced_once(rows, np.full(200, np.nan), np.ones(200)) is None
 
 
 def test_one_operators_widths_are_the_mixed_batchs() -> None:
