@@ -43,9 +43,12 @@ Widths per operator (per GPU after tensor parallelism, as vidur shards them):
 Models without a gated MLP (vidur: phi-2, also the only LayerNorm / parallel-block model) are a
 separate family when the training rows have one; otherwise the gated coefficients are used.
 
-One file (~1,100 lines) on purpose: the five operators share one wave model, one feature set
+One file (~1,400 lines) on purpose: the five operators share one wave model, one feature set
 and one fit (the model contract's `fit` / `predict` / `to_state`); each operator's part is the
-per-kind constants and shape rules a reader compares side by side.
+per-kind constants and shape rules a reader compares side by side. The curves have three
+readers that must agree to the bit or to round-off, kept beside each other: the walk curve by
+curve (`_curve_eval`, the reference), the stacked pass prediction runs (`_stack_eval`) and the
+plain-Python row walk of a few rows (`_predict_rows`).
 """
 
 from __future__ import annotations
