@@ -43,9 +43,12 @@ Widths per operator (per GPU after tensor parallelism, as vidur shards them):
 Models without a gated MLP (vidur: phi-2, also the only LayerNorm / parallel-block model) are a
 separate family when the training rows have one; otherwise the gated coefficients are used.
 
-One file (~1,100 lines) on purpose: the five operators share one wave model, one feature set
+One file (~1,400 lines) on purpose: the five operators share one wave model, one feature set
 and one fit (the model contract's `fit` / `predict` / `to_state`); each operator's part is the
-per-kind constants and shape rules a reader compares side by side.
+per-kind constants and shape rules a reader compares side by side. The curves have three
+readers that must agree to the bit or to round-off, kept beside each other: the walk curve by
+curve (`_curve_eval`, the reference), the stacked pass prediction runs (`_stack_eval`) and the
+plain-Python row walk of a few rows (`_predict_rows`).
 """
 
 from __future__ import annotations
@@ -143,13 +146,23 @@ def op_geometry(op: np.ndarray, arrays: Mapping[str, np.ndarray]) -> tuple[np.nd
     kv = np.asarray(arrays["n_kv_heads"], dtype=np.float64)
     ff = np.asarray(arrays["d_ff"], dtype=np.float64)
     tp = np.asarray(arrays["tensor_parallel"], dtype=np.float64)
-    hd = d / h
-    rope_w = (h / tp + np.maximum(kv / tp, 1.0)) * hd
-    # the activation's width in SiLU-and-mul equivalents: that kernel moves 3 d_ff / tp elements
-    # per token (reads gate and up, writes one), GELU 2 d_ff / tp (reads one, writes one)
     gated = np.asarray(arrays.get("gated_mlp", True), dtype=bool)
-    act_w = ff / tp * np.where(gated, 1.0, 2.0 / 3.0)
-    width = np.where(op == "attn_rope", rope_w, np.where(op == "mlp_act", act_w, d))
+
+    def rope_w() -> np.ndarray:
+        hd = d / h
+        return (h / tp + np.maximum(kv / tp, 1.0)) * hd
+
+    def act_w() -> np.ndarray:
+        # the activation's width in SiLU-and-mul equivalents: that kernel moves 3 d_ff / tp
+        # elements per token (reads gate and up, writes one), GELU 2 d_ff / tp (one, one)
+        return ff / tp * np.where(gated, 1.0, 2.0 / 3.0)
+
+    if np.ndim(op) == 0:  # one operator (the adapters' calls): its own width alone
+        name = str(op)
+        one = rope_w() if name == "attn_rope" else act_w() if name == "mlp_act" else d
+        shape = np.broadcast_shapes(*(np.shape(a) for a in (d, h, kv, ff, tp, gated)))
+        return t, np.array(np.broadcast_to(one, shape), dtype=np.float64)
+    width = np.where(op == "attn_rope", rope_w(), np.where(op == "mlp_act", act_w(), d))
     return t, width
 
 
@@ -384,7 +397,10 @@ def _curve_eval(
     c_parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
     prep: CurvePrep | None = None,
 ) -> np.ndarray:
-    """Log correction per row from the measured curves of one operator: the curves of the row's
+    """The reference walk, curve by curve (prediction reads the same numbers, to the bit, in
+    one pass over the stacked curves: `_stack_eval`; tests/models/test_layer_ops_stack.py).
+
+    Log correction per row from the measured curves of one operator: the curves of the row's
     tp (else the nearest measured tp in log2), in tokens by `_interp_seg` (linear between
     measured token counts of one segment), linear in log width between the two nearest measured
     widths; constant beyond either end. With `c_parts` (each curve's `_wave_split`), a row of
@@ -453,6 +469,295 @@ def _curve_eval(
                 v[sel] += wgt[sel] * val
         out[rows] = v
     return out
+
+
+# Token counts a stacked family's lookup table of knot intervals may hold (`CurveStack.lut`):
+# a shipped family's curves share one grid of 4,097-32,769 tokens (16-128 kB).
+LUT_MAX_TOKENS = 1 << 20
+
+
+@dataclass(frozen=True)
+class CurveStack:
+    """One operator family's measured curves stacked end to end, for `_stack_eval`: every row
+    of a batch reads its two neighbour curves in one pass of numpy calls, whatever the number
+    of curves (the walk curve by curve cost a pass over the rows per curve, and a binary search
+    per row and curve). Made once per family from the fitted state.
+
+    Curve c's knots are tok[start[c] : last[c] + 1] (a one-knot curve gets a second knot of the
+    same value one token on: np.interp reads it as a constant either way). A row's knot
+    interval on its curve comes from `lut` when every knot is a whole token count (the measured
+    curves are): knots up to token m of curve c = lut[lut_at[c] + m], m = floor(tokens), one
+    table per distinct grid of knots; else from one searchsorted over `key`, which places the
+    curves end to end (curve c's knots at base[c] + tok - tok[start[c]], one token apart from
+    the curve before)."""
+
+    split: float  # the family's kernel switch (tokens; 0: none)
+    mids: np.ndarray | None  # midpoints between the measured tps in log2; None: one tp
+    g_lw: np.ndarray  # (tp groups, widths) log widths, increasing, padded with +inf
+    g_ent: np.ndarray  # (tp groups, widths) curve of each width, padded with the last one
+    g_len: np.ndarray  # (tp groups,) widths measured at each tp
+    c_w: np.ndarray  # (curves,) width of each curve
+    per: np.ndarray  # (curves,) wave period in tokens (inf: none)
+    seg_full: np.ndarray  # (curves,) read as `_interp_seg`'s segments (else as np.interp)
+    start: np.ndarray  # (curves,) index of each curve's first knot
+    last: np.ndarray  # (curves,) ... and of its last
+    lut_at: np.ndarray | None  # (curves,) offset of each curve's table, less its first token
+    lut: np.ndarray | None  # knots up to each whole token count (None: search `key`)
+    base: np.ndarray  # (curves,) search key of each curve's first knot
+    key: np.ndarray  # (knots,) search keys, increasing
+    tok: np.ndarray  # (knots,) token counts
+    val: np.ndarray  # (knots,) log ratios
+    kseg: np.ndarray  # (knots,) segment of each knot (`_segment`, its curve's period)
+    smooth: np.ndarray | None  # (knots,) `_wave_split` smooth part; None: whole curves
+    saw: np.ndarray | None  # (knots,) ... and wave sawtooth
+    kseg_s: np.ndarray  # (knots,) segment of each knot without a period (smooth reads)
+
+
+def _curve_stack(
+    c_tp: np.ndarray,
+    c_w: np.ndarray,
+    c_tok: list[np.ndarray],
+    c_val: list[np.ndarray],
+    c_per: np.ndarray,
+    split: float,
+    c_parts: list[tuple[np.ndarray, np.ndarray]] | None,
+) -> CurveStack:
+    prep = _curve_prep(c_tp, c_w)
+    n_g = len(prep.tps)
+    width_max = max((len(e) for e in prep.ent), default=1)
+    g_lw = np.full((n_g, width_max), np.inf)
+    g_ent = np.zeros((n_g, width_max), dtype=np.int64)
+    for g, (ent, lw) in enumerate(zip(prep.ent, prep.lw, strict=True)):
+        g_lw[g, : len(lw)] = lw
+        g_ent[g, :] = ent[-1]
+        g_ent[g, : len(ent)] = ent
+    per = np.asarray(c_per, dtype=np.float64)
+    seg_full = np.array([len(t) >= 2 for t in c_tok], dtype=bool) & (np.isfinite(per) | (split > 0))
+
+    def two(a: np.ndarray, step: float = 0.0) -> np.ndarray:  # a one-knot curve: two knots
+        a = np.asarray(a, dtype=np.float64)
+        return np.array([a[0], a[0] + step]) if len(a) == 1 else a
+
+    tok = [two(t, 1.0) for t in c_tok]
+    lens = np.array([len(t) for t in tok], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+    spans = np.array([t[-1] - t[0] + 1.0 for t in tok])
+    base = np.concatenate([[0.0], np.cumsum(spans)[:-1]])
+    lut_at = lut = None
+    if tok and all(np.array_equal(t, np.floor(t)) for t in tok) and spans.sum() <= LUT_MAX_TOKENS:
+        tables: dict[bytes, int] = {}  # curves on the same grid share its table
+        parts, at, used = [], [], 0
+        for t in tok:
+            k = t.tobytes()
+            if k not in tables:
+                tables[k] = used
+                m = np.arange(t[0], t[-1] + 1.0)
+                parts.append(np.searchsorted(t, m, side="right"))
+                used += len(m)
+            at.append(tables[k] - int(t[0]))
+        lut_at, lut = np.array(at, dtype=np.int64), np.concatenate(parts).astype(np.int64)
+
+    def flat(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0)
+
+    return CurveStack(
+        split=float(split),
+        mids=None if n_g <= 1 else 0.5 * (prep.l2t[1:] + prep.l2t[:-1]),
+        g_lw=g_lw,
+        g_ent=g_ent,
+        g_len=np.array([len(e) for e in prep.ent], dtype=np.int64),
+        c_w=np.asarray(c_w, dtype=np.float64),
+        per=per,
+        seg_full=seg_full,
+        start=start,
+        last=start + lens - 1,
+        lut_at=lut_at,
+        lut=lut,
+        base=base,
+        key=flat([b + (t - t[0]) for b, t in zip(base, tok, strict=True)]),
+        tok=flat(tok),
+        val=flat([two(v) for v in c_val]),
+        kseg=flat([_segment(t, p, split) for t, p in zip(tok, per, strict=True)]),
+        smooth=None if c_parts is None else flat([two(a) for a, _ in c_parts]),
+        saw=None if c_parts is None else flat([two(b) for _, b in c_parts]),
+        kseg_s=flat([_segment(t, np.inf, split) for t in tok]),
+    )
+
+
+def _stack_interval(st: CurveStack, ce: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per entry, the flat index of the upper knot of x's interval on curve ce: as
+    `searchsorted(tok_ce, x, side="right")` clipped to 1 .. len - 1, plus the curve's start."""
+    s, e = st.start[ce], st.last[ce]
+    t0 = st.tok[s]
+    xc = np.minimum(np.maximum(x, t0), st.tok[e])  # beyond the ends: the end intervals
+    if st.lut is not None and st.lut_at is not None:  # whole-token knots: knots <= floor(x)
+        hi = s + st.lut[st.lut_at[ce] + xc.astype(np.int64)]
+    else:
+        hi = np.searchsorted(st.key, st.base[ce] + (xc - t0), side="right")
+        # the key's sum may round across a knot (its knots lie >= 1 token apart): one step
+        # back or on, by the knots themselves
+        hi += (hi <= e) & (st.tok[np.minimum(hi, e)] <= xc)
+        hi -= (hi > s) & (st.tok[np.maximum(hi - 1, s)] > xc)
+    return np.minimum(np.maximum(hi, s + 1), e)
+
+
+def _stack_read(
+    st: CurveStack,
+    hi: np.ndarray,
+    x: np.ndarray,
+    val: np.ndarray,
+    kseg: np.ndarray,
+    seg: np.ndarray,
+    per: np.ndarray,
+) -> np.ndarray:
+    """The values `val` of each entry's curve at x (`hi`: `_stack_interval`), as `_interp_seg`
+    reads them: where `seg`, linearly within a segment (period `per`, the family's split) and
+    from x's own side across a step, else as np.interp does (the same formula, to the bit)."""
+    lo = hi - 1
+    t_lo, t_hi, v_lo, v_hi = st.tok[lo], st.tok[hi], val[lo], val[hi]
+    dt = t_hi - t_lo
+    out = None
+    if seg.any():  # _interp_seg: the weight of the upper knot, 1 or 0 across a step
+        f = np.minimum(np.maximum((x - t_lo) / dt, 0.0), 1.0)
+        s_lo, s_hi = kseg[lo], kseg[hi]
+        cross = s_lo != s_hi
+        if cross.any():
+            s_x = np.ceil(x / per)  # `_segment`, a period per entry (ceil(x / inf) = 0: none)
+            if st.split > 0:
+                s_x = s_x + 1e6 * (x > st.split)
+            f = np.where(cross & (s_x == s_hi), 1.0, np.where(cross & (s_x == s_lo), 0.0, f))
+        out = v_lo + f * (v_hi - v_lo)
+    if not seg.all():  # np.interp: the end values at and beyond either end, a knot's on it
+        lin = (v_hi - v_lo) / dt * (x - t_lo) + v_lo
+        lin = np.where(x >= t_hi, v_hi, np.where(x <= t_lo, v_lo, lin))
+        out = lin if out is None else np.where(seg, out, lin)
+    return out
+
+
+def _stack_eval(st: CurveStack, t: np.ndarray, width: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """`_curve_eval` of every row in one pass over the stacked curves (see `CurveStack`)."""
+    n = len(t)
+    if len(st.c_w) == 0:
+        return np.zeros(n)
+    x = np.log(np.maximum(width, 1.0))
+    if st.mids is None:  # one measured tp: its widths
+        n_w = int(st.g_len[0])
+        lw, ent = st.g_lw[0, :n_w], st.g_ent[0, :n_w]
+        x = np.minimum(np.maximum(x, lw[0]), lw[-1])
+        j = np.searchsorted(lw, x, side="right") - 1
+        j = np.minimum(np.maximum(j, 0), max(n_w - 2, 0))
+        k = np.minimum(j + 1, n_w - 1)
+        lw_j, lw_k, ce_j, ce_k = lw[j], lw[k], ent[j], ent[k]
+    else:  # the nearest measured tp in log2 (midpoints between neighbours), then its widths
+        ip = np.searchsorted(st.mids, np.log2(np.maximum(tp, 1.0)))
+        n_w = st.g_len[ip]
+        at = ip * st.g_lw.shape[1]  # flat index of the tp's first width (1-D gathers)
+        lw, ent = st.g_lw.ravel(), st.g_ent.ravel()
+        x = np.minimum(np.maximum(x, lw[at]), lw[at + n_w - 1])
+        j = np.full(n, -1, dtype=np.int64)
+        for c in range(st.g_lw.shape[1]):  # searchsorted(side="right") in each row's tp
+            j += lw[at + c] <= x
+        j = np.minimum(np.maximum(j, 0), np.maximum(n_w - 2, 0))
+        k = np.minimum(j + 1, n_w - 1)
+        lw_j, lw_k, ce_j, ce_k = lw[at + j], lw[at + k], ent[at + j], ent[at + k]
+    span = lw_k - lw_j
+    f = np.where(span > 0, (x - lw_j) / np.where(span > 0, span, 1.0), 0.0)
+    # each row's neighbour curves with a weight (the lower one unless f = 1, the upper one
+    # where it differs and f > 0), lower ones first: the order _curve_eval adds them in
+    use_j, use_k = f < 1.0, (k != j) & (f > 0.0)
+    if not use_k.any() and use_j.all():  # every row on a measured width (or beyond them all)
+        return _stack_values(st, ce_j, t, width) * (1.0 - f)
+    r_j, r_k = np.flatnonzero(use_j), np.flatnonzero(use_k)
+    rows = np.concatenate([r_j, r_k])
+    ce = np.concatenate([ce_j[r_j], ce_k[r_k]])
+    part = _stack_values(st, ce, t[rows], width[rows]) * np.concatenate([(1.0 - f)[r_j], f[r_k]])
+    v = np.zeros(n)
+    v[r_j] += part[: len(r_j)]
+    v[r_k] += part[len(r_j) :]
+    return v
+
+
+def _stack_values(st: CurveStack, ce: np.ndarray, t: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Curve ce's log correction of each entry (a row and one of its neighbour curves), as
+    _curve_eval reads one curve."""
+    # the same element count on the neighbour curve (see _curve_eval)
+    te = t * (width / st.c_w[ce]) ** CURVE_E_MATCH
+    split = st.split
+    if split > 0:  # ... on the row's own side of a kernel switch (a token count)
+        te = np.where(t <= split, np.minimum(te, split), np.maximum(te, split + 1e-3))
+    per = st.per[ce]
+    moved = None
+    if st.smooth is not None:  # a periodic curve read at another token count (below)
+        moved = np.isfinite(per) & (te != t)
+        if not moved.any():
+            moved = None
+    if moved is None:
+        return _stack_read(
+            st, _stack_interval(st, ce, te), te, st.val, st.kseg, st.seg_full[ce], per
+        )
+    out = np.empty(len(te))
+    same = np.flatnonzero(~moved)
+    if same.size:
+        cs, ts_ = ce[same], te[same]
+        hi = _stack_interval(st, cs, ts_)
+        out[same] = _stack_read(st, hi, ts_, st.val, st.kseg, st.seg_full[cs], per[same])
+    # the smooth part at the matched element count (no period: segments by the kernel switch
+    # alone), the wave sawtooth at the row's own token count (a periodic curve has >= 4 knots)
+    m = np.flatnonzero(moved)
+    cm, tm, om = ce[m], te[m], t[m]
+    assert st.smooth is not None and st.saw is not None
+    sm = _stack_read(
+        st,
+        _stack_interval(st, cm, tm),
+        tm,
+        st.smooth,
+        st.kseg_s,
+        np.full(len(m), split > 0),
+        np.full(len(m), np.inf),
+    )
+    sw = _stack_read(
+        st, _stack_interval(st, cm, om), om, st.saw, st.kseg, np.ones(len(m), bool), per[m]
+    )
+    out[m] = sm + sw
+    return out
+
+
+# Rows past the measured elements read the curves and the base at the cap (tokens = the
+# family's largest measured element count / width): when at least this many do, they are
+# priced once per distinct (width, tp) (`_priced_once`; 96% of an all-distinct batch's prefill
+# norms: ~750 evaluations instead of 20,000).
+ONCE_MIN_ROWS = 64
+ONCE_MAX_PAIRS = 32  # ... and share at most this many (width, tp) pairs
+
+
+def _priced_once(
+    over: np.ndarray, ws: np.ndarray, ps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows to price, each row's priced row) when the rows `over` the measured elements are
+    many and share a few (width, tp): the other rows each, those once per (width, tp); None:
+    price every row."""
+    o = np.flatnonzero(over)
+    if len(o) < ONCE_MIN_ROWS:
+        return None
+    wo, po = ws[o], ps[o]
+    # the pairs one at a time (the first row not yet coded, every row equal to it): a few
+    # passes over the rows cost less than sorting them (np.unique)
+    code = np.full(len(o), -1, dtype=np.int64)
+    first: list[int] = []
+    pos = 0
+    while len(first) < ONCE_MAX_PAIRS:
+        code[(wo == wo[pos]) & (po == po[pos])] = len(first)
+        first.append(pos)
+        pos = int(np.argmax(code < 0))
+        if code[pos] >= 0:  # every row coded
+            break
+    else:
+        return None  # more pairs (or a NaN, which equals nothing)
+    rest = np.flatnonzero(~over)
+    back = np.empty(len(ws), dtype=np.int64)
+    back[rest] = np.arange(len(rest))
+    back[o] = len(rest) + code
+    return np.concatenate([rest, o[first]]), back
 
 
 def _fit_one(
@@ -658,9 +963,13 @@ class LayerOpModel(_base.Model):
                 n_i = lookup.get(f"{name}:nongated", g_i)
                 keys.append(g_i if g and g_i >= 0 else n_i)
             return np.array(keys, dtype=np.int64).reshape(op.shape)
+        if op.size and op.strides == (0,):  # one operator for the whole batch (a broadcast
+            # scalar): no string unique, no comparison of every row's name
+            g_i = lookup.get(str(op[0]), -1)
+            n_i = lookup.get(f"{op[0]}:nongated", g_i)
+            return np.where(gated, g_i if g_i >= 0 else n_i, n_i).astype(np.int64)
         idx = np.full(op.shape, -1, dtype=np.int64)
-        # one operator for the whole batch (a broadcast scalar): skip the string unique
-        names = op[:1] if op.size and op.strides == (0,) else np.unique(op)
+        names = np.unique(op)
         for name in names:
             sel = op == name
             g_i = lookup.get(str(name), -1)
@@ -701,6 +1010,13 @@ class LayerOpModel(_base.Model):
             None if self.curve_parts_ is None else [self.curve_parts_[e] for e in ce],
             _curve_prep(c_tp, c_w),
         )
+
+    def _stack_of(self, i: int) -> CurveStack:
+        """Family i's measured curves stacked for `_stack_eval`."""
+        _, _, _, split, c_tp, c_w, c_tok, c_val, c_per, c_parts, _ = self._pack(
+            ("curves", i), lambda: self._curves_of(i)
+        )
+        return _curve_stack(c_tp, c_w, c_tok, c_val, c_per, split, c_parts)
 
     def _row_family(self, i: int) -> _RowFamily:
         _, e_max, by_width, split, _, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
@@ -833,14 +1149,10 @@ class LayerOpModel(_base.Model):
         out = {k: np.full(n, np.nan) for k in ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")}
         waves = np.zeros(n)
         factor = np.ones(n)
-        keys_here = np.unique(idx[idx >= 0])
-        for i in keys_here:
-            # one operator family for the whole batch: a slice, no gathers
-            sel = (
-                slice(None)
-                if len(keys_here) == 1 and idx[0] == i and (idx == i).all()
-                else idx == i
-            )
+        # one operator family for the whole batch (the adapters' calls): no unique, a slice
+        whole = n > 0 and idx[0] >= 0 and bool((idx == idx[0]).all())
+        for i in [int(idx[0])] if whole else np.unique(idx[idx >= 0]):
+            sel = slice(None) if whole else idx == i
             c = self.coef_[i]
             cr = self.rows_per_wave_[i]
             ts, ws, ps = t[sel], width[sel], tp[sel]
@@ -850,29 +1162,26 @@ class LayerOpModel(_base.Model):
             # beyond the largest measured element count every item grows linearly with the
             # tokens (the bandwidth-bound end of the measured curves; the structural base's
             # regime curve is not trusted past its data)
-            _, e_max, _, split, c_tp, c_w, c_tok, c_val, c_per, c_parts, prep = self._pack(
+            _, e_max, _, split, *_ = self._pack(
                 ("curves", int(i)), lambda i=i: self._curves_of(int(i))
             )
-            t_fit = np.minimum(ts, np.maximum(e_max / ws, 1.0))
-            grow, ts = ts / t_fit, t_fit
-            wv = _waves(ts, cr)
+            cap = np.maximum(e_max / ws, 1.0)
+            t_fit = np.minimum(ts, cap)
+            grow = ts / t_fit
+            # the rows read at the cap depend on (width, tp) alone: priced once per pair
+            once = _priced_once(ts > cap, ws, ps)
+            if once is not None:
+                t_fit, ws, ps = t_fit[once[0]], ws[once[0]], ps[once[0]]
+            wv = _waves(t_fit, cr)
             # the measured curves are stored against the smooth-wave base (see _curve_table),
             # whose items they scale: the staircase comes from the measurements
-            items = _base_items_us(c, cr, ts, ws, ps, _waves(ts, cr, smooth=True), split)
-            curve = _curve_eval(
-                ts,
-                ws,
-                np.ones_like(ps) if by_width else ps,
-                c_tp,
-                c_w,
-                c_tok,
-                c_val,
-                c_per,
-                split,
-                c_parts,
-                prep,
-            )
-            factor[sel] = np.exp(curve) * grow
+            items = _base_items_us(c, cr, t_fit, ws, ps, _waves(t_fit, cr, smooth=True), split)
+            stack = self._pack(("stack", int(i)), lambda i=i: self._stack_of(int(i)))
+            scale = np.exp(_stack_eval(stack, t_fit, ws, np.ones_like(ps) if by_width else ps))
+            if once is not None:  # back to every row
+                back = once[1]
+                wv, scale, items = wv[back], scale[back], tuple(v[back] for v in items)
+            factor[sel] = scale * grow
             for k, v in zip(("launch_s", "t_wave_s", "t_memory_s", "t_tp_s"), items, strict=True):
                 out[k][sel] = v * 1e-6
             waves[sel] = wv * grow

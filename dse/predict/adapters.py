@@ -257,48 +257,16 @@ def price_layer_op(
         return None
     cols, tokens = ctx["cols"], np.asarray(ctx["tokens"], dtype=float)
     model = artifact.model(names[0])
-    # LayerNorm models are not gated in vidur's sense either: both use the non-gated family
-    # where the model has one (phi-2), the gated one otherwise.
-    gated = cols["gated_mlp"] & (cols["norm"] == "rmsnorm")
-    arrays = {
-        "num_tokens": tokens,
-        "d_model": cols["d_model"].astype(float),
-        "n_heads": cols["n_heads"].astype(float),
-        "n_kv_heads": cols["n_kv_heads"].astype(float),
-        "d_ff": cols["d_ff"].astype(float),
-        "tensor_parallel": cols["tensor_parallel"].astype(float),
-    }
-    # More elements than the model measured (a 16k-token prefill of a 14k-wide activation):
-    # priced as row blocks of equal tokens inside the measured elements, summed.
-    blocks = _layer_row_blocks(model, vidur_op, gated, arrays)
-    if blocks is not None:
-        arrays["num_tokens"] = np.ceil(tokens / blocks)
-    # Only these inputs change this operator's time; the others are held at any row's value
-    # so that the model runs once per distinct shape of *this* operator.
-    relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
     # Operators priced as the same vidur operator (the three norms' input_layernorm, both
     # residual adds) share the model's times within a phase: the inputs are the same.
     cache = ctx.get("cache")
     hit = None if cache is None else cache.get(("layer_op", vidur_op))
     if hit is None:
-        keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
-        groups = Groups.of(keys)
-
-        def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
-            m = len(idx[0])
-            kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
-            kw.update({k: arrays[k][idx] for k in relevant})
-            res = model.predict(op=vidur_op, gated_mlp=gated[idx], **kw)
-            covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
-            return {"latency_s": np.asarray(res["latency_s"], dtype=float), "covered": covered}
-
-        # One call: the model's per-call cost (string op lookups) does not shrink with blocks.
-        hit = evaluate_rows(run, groups, tokens.shape, block=None)
-        if blocks is not None:
-            hit["latency_s"] = hit["latency_s"] * blocks
-        hit["misses"] = _layer_op_misses(artifact, names[0], model, vidur_op, gated, arrays)
+        hit = _layer_op_times(model, vidur_op, cols, tokens, cache)
+        hit["misses"] = _layer_op_misses(
+            artifact, names[0], model, vidur_op, hit.pop("gated"), hit.pop("arrays"), hit["width"]
+        )
         hit["oor"] = _any_outside(hit["misses"], tokens.shape)
-        hit["groups"] = groups
         if cache is not None:
             cache[("layer_op", vidur_op)] = hit
     if not hit["covered"].any():
@@ -327,6 +295,82 @@ def price_layer_op(
     power = op_power_w(artifact, op, gpu, lat, groups=hit["groups"])
     hit["power_of"] = (op.flops, op.bytes, power)
     return L1Price(lat, power, hit["oor"], names[0], hit["misses"])
+
+
+def _layer_op_inputs(
+    cols: Mapping[str, np.ndarray], tokens: np.ndarray, cache: dict[Any, Any] | None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(gated, the model's input arrays) of a phase's layer operators, made once per phase
+    (the phase's cache) and shared by its six vidur operators."""
+    shared = None if cache is None else cache.get(("layer_op", "inputs"))
+    if shared is None:
+        # LayerNorm models are not gated in vidur's sense either: both use the non-gated family
+        # where the model has one (phi-2), the gated one otherwise.
+        gated = cols["gated_mlp"] & (cols["norm"] == "rmsnorm")
+        arrays = {
+            "num_tokens": tokens,
+            "d_model": cols["d_model"].astype(float),
+            "n_heads": cols["n_heads"].astype(float),
+            "n_kv_heads": cols["n_kv_heads"].astype(float),
+            "d_ff": cols["d_ff"].astype(float),
+            "tensor_parallel": cols["tensor_parallel"].astype(float),
+        }
+        shared = (gated, arrays)
+        if cache is not None:
+            cache[("layer_op", "inputs")] = shared
+    return shared[0], dict(shared[1])
+
+
+def _layer_op_times(
+    model: Any,
+    vidur_op: str,
+    cols: Mapping[str, np.ndarray],
+    tokens: np.ndarray,
+    cache: dict[Any, Any] | None,
+) -> dict[str, Any]:
+    """One vidur operator's latency and coverage per configuration, each distinct shape priced
+    once; with the rows' groups, widths, gated flags and inputs (as priced: row blocks)."""
+    from dse.models.layer_ops import LayerOpModel, op_geometry
+
+    gated, arrays = _layer_op_inputs(cols, tokens, cache)
+    # the rows' widths once, for the row blocks, the model and its range check
+    width = None
+    if isinstance(model, LayerOpModel):
+        width = op_geometry(np.asarray(vidur_op), {**arrays, "gated_mlp": gated})[1]
+    # More elements than the model measured (a 16k-token prefill of a 14k-wide activation):
+    # priced as row blocks of equal tokens inside the measured elements, summed.
+    blocks = _layer_row_blocks(model, vidur_op, gated, arrays, width)
+    if blocks is not None:
+        arrays["num_tokens"] = np.ceil(tokens / blocks)
+    # Only these inputs change this operator's time; the others are held at any row's value
+    # so that the model runs once per distinct shape of *this* operator.
+    relevant = LAYER_OP_INPUTS.get(vidur_op, tuple(arrays))
+    # the norms, adds and embedding of a phase read the same inputs: their groups once
+    shared = None if cache is None else cache.get(("layer_op", "groups", relevant))
+    if shared is not None and np.array_equal(shared[0], arrays["num_tokens"]):
+        groups = shared[1]
+    else:
+        keys = [np.rint(arrays[k]).astype(np.int64) for k in relevant] + [gated.astype(np.int64)]
+        groups = Groups.of(keys)
+        if cache is not None:
+            cache[("layer_op", "groups", relevant)] = (arrays["num_tokens"], groups)
+
+    def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        m = len(idx[0])
+        kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
+        kw.update({k: arrays[k][idx] for k in relevant})
+        if width is not None:  # the widths of these rows (of the relevant inputs alone)
+            kw["width"] = width[idx]
+        res = model.predict(op=vidur_op, gated_mlp=gated[idx], **kw)
+        covered = np.asarray(res.get("covered", np.ones(m, bool)), dtype=bool)
+        return {"latency_s": np.asarray(res["latency_s"], dtype=float), "covered": covered}
+
+    # One call: the model's per-call cost (string op lookups) does not shrink with blocks.
+    hit: dict[str, Any] = evaluate_rows(run, groups, tokens.shape, block=None)
+    if blocks is not None:
+        hit["latency_s"] = hit["latency_s"] * blocks
+    hit.update(groups=groups, width=width, gated=gated, arrays=arrays)
+    return hit
 
 
 def _layer_row_blocks(
@@ -366,11 +410,14 @@ def _layer_op_misses(
     vidur_op: str,
     gated: np.ndarray,
     arrays: Mapping[str, np.ndarray],
+    width: np.ndarray | None = None,
 ) -> dict[str, RangeMiss]:
     """The layer-op model's own range check (width, elements, tp: `range_misses`), or the
-    per-input box of its manifest for a model class without one."""
+    per-input box of its manifest for a model class without one. `width`: the rows' widths
+    (`op_geometry`), when the caller has them."""
     if hasattr(model, "range_misses"):
-        return model.range_misses(vidur_op, gated, **arrays)
+        geometry = {} if width is None else {"width": width}
+        return model.range_misses(vidur_op, gated, **geometry, **arrays)
     return artifact.range_misses(name, **{k: arrays[k] for k in LAYER_OP_INPUTS[vidur_op]})
 
 
