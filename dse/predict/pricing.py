@@ -476,16 +476,33 @@ def phase_groups(
     cols: Mapping[str, np.ndarray] | None,
     n: int,
     weights: np.ndarray | None = None,
+    key: Sequence[np.ndarray] | None = None,
 ) -> Groups | None:
     """The configurations of a phase whose operators are the same calls (every operator's
     sizes, FLOPs, bytes and dims, whether it runs, and the columns the adapters read,
     `adapters.CTX_COLUMNS`) with the same quadrature `weights`: one row per group and each
     row's group, or None when most rows are distinct (`_rows.distinct_columns`). The counts
     are left out: a sweep's configurations that differ only in depth (n_layers) make the same
-    calls, a different number of times."""
+    calls, a different number of times.
+
+    `key`: per-configuration arrays the operators' sizes are a function of, row by row (the
+    configuration columns `ops.forward_ops` read, n_layers left out, which sets counts only;
+    `request.base_costs`): rows are then grouped on those, on whether each operator runs, on
+    `weights` and on `CTX_COLUMNS` (~10 varying columns instead of ~50-60 operator arrays);
+    equal inputs make equal operators, so such a group's rows make the same calls. None: on
+    the operators' own arrays."""
     arrays: list[Any] = [weights]
-    for op, mask in zip(ops, runs.mask, strict=True):
-        arrays += [mask, op.flops, op.bytes, *op.dims.values()]
+    if key is not None:
+        # where an operator runs in some configurations only (the all-reduce at TP 1)
+        arrays += [
+            mask
+            for mask, every, some in zip(runs.mask, runs.every, runs.some, strict=True)
+            if some and not every
+        ]
+        arrays += list(key)
+    else:
+        for op, mask in zip(ops, runs.mask, strict=True):
+            arrays += [mask, op.flops, op.bytes, *op.dims.values()]
     if cols is not None:
         arrays += [cols[k] for k in CTX_COLUMNS if k in cols]
     return distinct_columns(arrays, n)
@@ -637,16 +654,19 @@ class Pricer:
         self.priced_rows: list[int] = []
 
     def price_phases(
-        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]]
+        self,
+        phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
+        keys: Sequence[Sequence[np.ndarray] | None] | None = None,
     ) -> list[PhaseCost]:
         """`price` of each (operators, phase, weights); a batch of at most
         `stacking.STACK_AT_MOST` configurations prices the operators of one adapter, over all
         phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls.
-        Level 2 calibrates each block over all phases in one call."""
+        Level 2 calibrates each block over all phases in one call. `keys`: per phase, the
+        arrays its operators are built from, row by row (`phase_groups`' key)."""
         n = len(np.atleast_1d(phases[0][0][0].count))
         # a few configurations: every operator's power in one model call (`op_power.batched`)
         with op_power.batched(self.batch_power and n <= self.stack_at_most):
-            drafts, groups = self._level1_phases(phases, n)
+            drafts, groups = self._level1_phases(phases, n, keys)
         self._apply_level2(drafts)
         return [
             _finish(d, ops, weights)
@@ -656,7 +676,10 @@ class Pricer:
         ]
 
     def _level1_phases(
-        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]], n: int
+        self,
+        phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
+        n: int,
+        keys: Sequence[Sequence[np.ndarray] | None] | None = None,
     ) -> tuple[list[_Draft], list[Groups | None]]:
         """`price_phases`' Level-1 drafts, and each phase's shape groups (None: row by row)."""
         runs = [op_runs(ops, n) for ops, _, _ in phases]
@@ -666,7 +689,7 @@ class Pricer:
         # A larger batch prices each phase once per group of configurations that make the same
         # operator calls (a sweep's grid repeats them), Levels 1 and 2 on one row per group.
         groups: list[Groups | None] = [
-            phase_groups(ops, runs[i], self.cols, n, weights)
+            phase_groups(ops, runs[i], self.cols, n, weights, None if keys is None else keys[i])
             if self.artifact is not None and n > self.stack_at_most
             else None
             for i, (ops, _, weights) in enumerate(phases)
