@@ -185,6 +185,22 @@ class PhaseCost:
                 total = total + v
         return total
 
+    def scale_in_place(self, f: np.ndarray) -> None:
+        """`scaled`, its arrays multiplied in place (the same products, no new arrays): for a
+        cost whose arrays are its own, as `Pricer.price_phases` returns them (an array held
+        under two names is multiplied once)."""
+        done: set[int] = set()
+        for v in (
+            self.time_s,
+            self.energy_j,
+            *self.items_s.values(),
+            *self.items_j.values(),
+            *self.roof_s.values(),
+        ):
+            if id(v) not in done:
+                done.add(id(v))
+                v *= f
+
     def scaled(self, f: np.ndarray) -> PhaseCost:
         """Every time and energy multiplied by f (e.g. the number of waves a batch runs in)."""
         return PhaseCost(
@@ -517,6 +533,17 @@ def _per_call(op: Op, rows: np.ndarray, n: int) -> Op:
               o.bytes, o.dims)  # fmt: skip
 
 
+def _row_sum(rows: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """rows[0] + rows[1] + ... in order, a new array (zeros for none): what `.sum(axis=0)` of
+    the rows stacked adds, without the stacked copy."""
+    if not rows:
+        return np.zeros(n)
+    total = rows[0].copy()
+    for r in rows[1:]:
+        total += r
+    return total
+
+
 def _finish_grouped(
     d: _Draft,
     ops: Sequence[Op],
@@ -531,30 +558,31 @@ def _finish_grouped(
     in operator order (as `_collapse` adds them)."""
     m = len(d.zero)
     wsum = None if weights is None else weights.sum(axis=0)
-    names: list[str] = []
     rows: list[np.ndarray] = []
     counts: list[Any] = []
     last: dict[str, Any] = {}  # `roof` keeps the last running operator of a name
+    runs: list[bool] = []  # per operator: runs somewhere (its rows are spread)
     for (_, t, p), op in zip(d.per_op, ops, strict=True):
-        names.append(op.name)
-        if t is d.zero:  # runs nowhere
-            rows += [d.zero, d.zero]
-        else:
+        runs.append(t is not d.zero)
+        if runs[-1]:
             rows += list(_reduced(t, p, weights, wsum, m))
             last[op.name] = op.count
-        counts += [op.count, op.count]
+            counts += [op.count, op.count]
     roofs = _reduced_roofs(d.roof, weights, m, wsum)
     rows += list(roofs.values())
     counts += [last[k] for k in roofs]
-    # one C-ordered gather (x[:, inverse] would be column-major), then the counts row by row
-    spread = np.take(np.array(rows, dtype=float).reshape(len(rows), m), inverse, axis=1)
+    # each row gathered into an array of its own, then times its count: (n,) arrays that the
+    # allocator reuses from chunk to chunk, where one (rows, n) block of a sweep's chunk (~50
+    # rows x 10^5) is mapped afresh and page-faulted in on every call
+    spread = [np.take(r, inverse) for r in np.array(rows, dtype=float).reshape(len(rows), m)]
     for row, c in zip(spread, counts, strict=True):
         row *= c
-    k = len(names)
-    pairs = spread[: 2 * k].reshape(k, 2, n)
+    k = sum(runs)
+    # the totals add the running operators' rows in operator order (those that run nowhere
+    # would add zeros), as a sum over the rows of a (k, n) array does
     out = PhaseCost(
-        pairs[:, 0].sum(axis=0),
-        pairs[:, 1].sum(axis=0),
+        _row_sum(spread[0 : 2 * k : 2], n),
+        _row_sum(spread[1 : 2 * k : 2], n),
         sources=dict(d.sources),
         out_of_range=d.oor[inverse],
         kinds={op.name: op.kind for op in ops},
@@ -567,9 +595,11 @@ def _finish_grouped(
         },
         source_rows={key: v[inverse] for key, v in d.source_rows.items()},
     )
-    for name, (t_r, e_r) in zip(names, pairs, strict=True):
-        _acc(out.items_s, name, t_r)
-        _acc(out.items_j, name, e_r)
+    it = iter(spread)
+    for op, running in zip(ops, runs, strict=True):
+        t_r, e_r = (next(it), next(it)) if running else (np.zeros(n), np.zeros(n))
+        _acc(out.items_s, op.name, t_r)
+        _acc(out.items_j, op.name, e_r)
     return out
 
 

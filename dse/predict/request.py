@@ -251,8 +251,9 @@ def base_costs(
         [(pre_ops, "prefill", None), (ops, "decode", weights)],
         None if not grouped else [_group_key(read[0], read[1]), _group_key(read[0], read[2], True)],
     )
-    if queued.any():
-        pre, dec = pre.scaled(waves), dec.scaled(waves)
+    if queued.any():  # the costs are the pricer's own arrays: scaled in place
+        pre.scale_in_place(waves)
+        dec.scale_in_place(waves)
     return BaseCost(pre, dec, steps, fill, waves)
 
 
