@@ -533,6 +533,25 @@ def _per_call(op: Op, rows: np.ndarray, n: int) -> Op:
               o.bytes, o.dims)  # fmt: skip
 
 
+class _Spread:
+    """`_at(v, inverse, m)` of a group's arrays, each distinct array (dtype, shape, bytes)
+    gathered once: the range misses and flags of several operators often hold the same values
+    (the width of every norm and residual add), and the result is read, never written."""
+
+    def __init__(self, inverse: np.ndarray, m: int) -> None:
+        self.inverse, self.m = inverse, m
+        self.done: dict[tuple[str, tuple[int, ...], bytes], np.ndarray] = {}
+
+    def __call__(self, v: Any) -> Any:
+        if not (isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[-1] == self.m):
+            return v
+        key = (v.dtype.str, v.shape, v.tobytes())
+        out = self.done.get(key)
+        if out is None:
+            out = self.done[key] = v[..., self.inverse]
+        return out
+
+
 def _row_sum(rows: Sequence[np.ndarray], n: int) -> np.ndarray:
     """rows[0] + rows[1] + ... in order, a new array (zeros for none): what `.sum(axis=0)` of
     the rows stacked adds, without the stacked copy."""
@@ -578,6 +597,7 @@ def _finish_grouped(
     for row, c in zip(spread, counts, strict=True):
         row *= c
     k = sum(runs)
+    at = _Spread(inverse, m)
     # the totals add the running operators' rows in operator order (those that run nowhere
     # would add zeros), as a sum over the rows of a (k, n) array does
     out = PhaseCost(
@@ -588,12 +608,12 @@ def _finish_grouped(
         kinds={op.name: op.kind for op in ops},
         blocks={op.name: op.block for op in ops},
         roof_s=dict(zip(roofs, spread[2 * k :], strict=True)),
-        oor_by={key: v[inverse] for key, v in d.oor_by.items()},
+        oor_by={key: at(v) for key, v in d.oor_by.items()},
         misses={
-            key: RangeMiss(*(_at(a, inverse, m) for a in (v.excess, v.value, v.bound)))
+            key: RangeMiss(*(at(a) for a in (v.excess, v.value, v.bound)))
             for key, v in d.misses.items()
         },
-        source_rows={key: v[inverse] for key, v in d.source_rows.items()},
+        source_rows={key: at(v) for key, v in d.source_rows.items()},
     )
     it = iter(spread)
     for op, running in zip(ops, runs, strict=True):
