@@ -2,7 +2,8 @@
 `dedupe`, `Groups`, `evaluate_rows`, `at_rows`; `distinct_columns` for a whole phase's
 operators and `unique_float_rows_by_part` for Level 2's feature rows, `dse.predict.pricing`)
 and in bounded blocks of rows and columns (`row_blocks`,
-`column_blocks`); `ColumnsAt`, configuration columns at some rows.
+`column_blocks`); `ColumnsAt`, configuration columns at some rows; `ColumnsRead`, columns
+that note which are read.
 """
 
 from __future__ import annotations
@@ -29,6 +30,29 @@ class ColumnsAt(Mapping[str, np.ndarray]):
         return self._memo[key]
 
     def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
+
+
+class ColumnsRead(Mapping[str, np.ndarray]):
+    """Configuration columns that note which of them are read (`read`; None once the whole
+    mapping was iterated: every column may have been). What the operator lists are built from,
+    so that a batch's shape groups can be keyed on those columns (`dse.predict.pricing.
+    phase_groups`) rather than on the operators' own arrays."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray]) -> None:
+        self._cols = cols
+        self.read: set[str] | None = set()
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if self.read is not None:
+            self.read.add(key)
+        return self._cols[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.read = None
         return iter(self._cols)
 
     def __len__(self) -> int:

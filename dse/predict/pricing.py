@@ -185,6 +185,22 @@ class PhaseCost:
                 total = total + v
         return total
 
+    def scale_in_place(self, f: np.ndarray) -> None:
+        """`scaled`, its arrays multiplied in place (the same products, no new arrays): for a
+        cost whose arrays are its own, as `Pricer.price_phases` returns them (an array held
+        under two names is multiplied once)."""
+        done: set[int] = set()
+        for v in (
+            self.time_s,
+            self.energy_j,
+            *self.items_s.values(),
+            *self.items_j.values(),
+            *self.roof_s.values(),
+        ):
+            if id(v) not in done:
+                done.add(id(v))
+                v *= f
+
     def scaled(self, f: np.ndarray) -> PhaseCost:
         """Every time and energy multiplied by f (e.g. the number of waves a batch runs in)."""
         return PhaseCost(
@@ -476,16 +492,33 @@ def phase_groups(
     cols: Mapping[str, np.ndarray] | None,
     n: int,
     weights: np.ndarray | None = None,
+    key: Sequence[np.ndarray] | None = None,
 ) -> Groups | None:
     """The configurations of a phase whose operators are the same calls (every operator's
     sizes, FLOPs, bytes and dims, whether it runs, and the columns the adapters read,
     `adapters.CTX_COLUMNS`) with the same quadrature `weights`: one row per group and each
     row's group, or None when most rows are distinct (`_rows.distinct_columns`). The counts
     are left out: a sweep's configurations that differ only in depth (n_layers) make the same
-    calls, a different number of times."""
+    calls, a different number of times.
+
+    `key`: per-configuration arrays the operators' sizes are a function of, row by row (the
+    configuration columns `ops.forward_ops` read, n_layers left out, which sets counts only;
+    `request.base_costs`): rows are then grouped on those, on whether each operator runs, on
+    `weights` and on `CTX_COLUMNS` (~10 varying columns instead of ~50-60 operator arrays);
+    equal inputs make equal operators, so such a group's rows make the same calls. None: on
+    the operators' own arrays."""
     arrays: list[Any] = [weights]
-    for op, mask in zip(ops, runs.mask, strict=True):
-        arrays += [mask, op.flops, op.bytes, *op.dims.values()]
+    if key is not None:
+        # where an operator runs in some configurations only (the all-reduce at TP 1)
+        arrays += [
+            mask
+            for mask, every, some in zip(runs.mask, runs.every, runs.some, strict=True)
+            if some and not every
+        ]
+        arrays += list(key)
+    else:
+        for op, mask in zip(ops, runs.mask, strict=True):
+            arrays += [mask, op.flops, op.bytes, *op.dims.values()]
     if cols is not None:
         arrays += [cols[k] for k in CTX_COLUMNS if k in cols]
     return distinct_columns(arrays, n)
@@ -498,6 +531,36 @@ def _per_call(op: Op, rows: np.ndarray, n: int) -> Op:
     o = _op_rows(op, rows, n)
     return Op(o.name, o.kind, o.block, (np.asarray(o.count) > 0).astype(float), o.flops,
               o.bytes, o.dims)  # fmt: skip
+
+
+class _Spread:
+    """`_at(v, inverse, m)` of a group's arrays, each distinct array (dtype, shape, bytes)
+    gathered once: the range misses and flags of several operators often hold the same values
+    (the width of every norm and residual add), and the result is read, never written."""
+
+    def __init__(self, inverse: np.ndarray, m: int) -> None:
+        self.inverse, self.m = inverse, m
+        self.done: dict[tuple[str, tuple[int, ...], bytes], np.ndarray] = {}
+
+    def __call__(self, v: Any) -> Any:
+        if not (isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[-1] == self.m):
+            return v
+        key = (v.dtype.str, v.shape, v.tobytes())
+        out = self.done.get(key)
+        if out is None:
+            out = self.done[key] = v[..., self.inverse]
+        return out
+
+
+def _row_sum(rows: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """rows[0] + rows[1] + ... in order, a new array (zeros for none): what `.sum(axis=0)` of
+    the rows stacked adds, without the stacked copy."""
+    if not rows:
+        return np.zeros(n)
+    total = rows[0].copy()
+    for r in rows[1:]:
+        total += r
+    return total
 
 
 def _finish_grouped(
@@ -514,45 +577,49 @@ def _finish_grouped(
     in operator order (as `_collapse` adds them)."""
     m = len(d.zero)
     wsum = None if weights is None else weights.sum(axis=0)
-    names: list[str] = []
     rows: list[np.ndarray] = []
     counts: list[Any] = []
     last: dict[str, Any] = {}  # `roof` keeps the last running operator of a name
+    runs: list[bool] = []  # per operator: runs somewhere (its rows are spread)
     for (_, t, p), op in zip(d.per_op, ops, strict=True):
-        names.append(op.name)
-        if t is d.zero:  # runs nowhere
-            rows += [d.zero, d.zero]
-        else:
+        runs.append(t is not d.zero)
+        if runs[-1]:
             rows += list(_reduced(t, p, weights, wsum, m))
             last[op.name] = op.count
-        counts += [op.count, op.count]
+            counts += [op.count, op.count]
     roofs = _reduced_roofs(d.roof, weights, m, wsum)
     rows += list(roofs.values())
     counts += [last[k] for k in roofs]
-    # one C-ordered gather (x[:, inverse] would be column-major), then the counts row by row
-    spread = np.take(np.array(rows, dtype=float).reshape(len(rows), m), inverse, axis=1)
+    # each row gathered into an array of its own, then times its count: (n,) arrays that the
+    # allocator reuses from chunk to chunk, where one (rows, n) block of a sweep's chunk (~50
+    # rows x 10^5) is mapped afresh and page-faulted in on every call
+    spread = [np.take(r, inverse) for r in np.array(rows, dtype=float).reshape(len(rows), m)]
     for row, c in zip(spread, counts, strict=True):
         row *= c
-    k = len(names)
-    pairs = spread[: 2 * k].reshape(k, 2, n)
+    k = sum(runs)
+    at = _Spread(inverse, m)
+    # the totals add the running operators' rows in operator order (those that run nowhere
+    # would add zeros), as a sum over the rows of a (k, n) array does
     out = PhaseCost(
-        pairs[:, 0].sum(axis=0),
-        pairs[:, 1].sum(axis=0),
+        _row_sum(spread[0 : 2 * k : 2], n),
+        _row_sum(spread[1 : 2 * k : 2], n),
         sources=dict(d.sources),
         out_of_range=d.oor[inverse],
         kinds={op.name: op.kind for op in ops},
         blocks={op.name: op.block for op in ops},
         roof_s=dict(zip(roofs, spread[2 * k :], strict=True)),
-        oor_by={key: v[inverse] for key, v in d.oor_by.items()},
+        oor_by={key: at(v) for key, v in d.oor_by.items()},
         misses={
-            key: RangeMiss(*(_at(a, inverse, m) for a in (v.excess, v.value, v.bound)))
+            key: RangeMiss(*(at(a) for a in (v.excess, v.value, v.bound)))
             for key, v in d.misses.items()
         },
-        source_rows={key: v[inverse] for key, v in d.source_rows.items()},
+        source_rows={key: at(v) for key, v in d.source_rows.items()},
     )
-    for name, (t_r, e_r) in zip(names, pairs, strict=True):
-        _acc(out.items_s, name, t_r)
-        _acc(out.items_j, name, e_r)
+    it = iter(spread)
+    for op, running in zip(ops, runs, strict=True):
+        t_r, e_r = (next(it), next(it)) if running else (np.zeros(n), np.zeros(n))
+        _acc(out.items_s, op.name, t_r)
+        _acc(out.items_j, op.name, e_r)
     return out
 
 
@@ -637,16 +704,19 @@ class Pricer:
         self.priced_rows: list[int] = []
 
     def price_phases(
-        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]]
+        self,
+        phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
+        keys: Sequence[Sequence[np.ndarray] | None] | None = None,
     ) -> list[PhaseCost]:
         """`price` of each (operators, phase, weights); a batch of at most
         `stacking.STACK_AT_MOST` configurations prices the operators of one adapter, over all
         phases, in one model call (`dse.predict.stacking`): the same numbers, fewer calls.
-        Level 2 calibrates each block over all phases in one call."""
+        Level 2 calibrates each block over all phases in one call. `keys`: per phase, the
+        arrays its operators are built from, row by row (`phase_groups`' key)."""
         n = len(np.atleast_1d(phases[0][0][0].count))
         # a few configurations: every operator's power in one model call (`op_power.batched`)
         with op_power.batched(self.batch_power and n <= self.stack_at_most):
-            drafts, groups = self._level1_phases(phases, n)
+            drafts, groups = self._level1_phases(phases, n, keys)
         self._apply_level2(drafts)
         return [
             _finish(d, ops, weights)
@@ -656,7 +726,10 @@ class Pricer:
         ]
 
     def _level1_phases(
-        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None]], n: int
+        self,
+        phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
+        n: int,
+        keys: Sequence[Sequence[np.ndarray] | None] | None = None,
     ) -> tuple[list[_Draft], list[Groups | None]]:
         """`price_phases`' Level-1 drafts, and each phase's shape groups (None: row by row)."""
         runs = [op_runs(ops, n) for ops, _, _ in phases]
@@ -666,7 +739,7 @@ class Pricer:
         # A larger batch prices each phase once per group of configurations that make the same
         # operator calls (a sweep's grid repeats them), Levels 1 and 2 on one row per group.
         groups: list[Groups | None] = [
-            phase_groups(ops, runs[i], self.cols, n, weights)
+            phase_groups(ops, runs[i], self.cols, n, weights, None if keys is None else keys[i])
             if self.artifact is not None and n > self.stack_at_most
             else None
             for i, (ops, _, weights) in enumerate(phases)

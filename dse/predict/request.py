@@ -27,6 +27,7 @@ from dse.models.artifact import Artifact
 from dse.models.band import widen
 from dse.models.base import RangeMiss
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
+from dse.predict._rows import ColumnsRead
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import LayerShapes, forward_ops
@@ -238,15 +239,42 @@ def base_costs(
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
     steps = np.maximum(out_tokens - 1.0, 0.0)
     nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
+    # a batch the pricer groups (`pricing.phase_groups`) notes, phase by phase, the columns its
+    # operators are built from: they key the groups
+    grouped = n > STACK_AT_MOST and artifact is not None
+    read = [ColumnsRead(cols) if grouped else cols for _ in range(3)]
     # the phase-independent sizes read from the columns once, for both phases
-    shapes = LayerShapes.of(cols, "prefill")
-    ops = forward_ops(cols, "decode", kv_len=nodes, stratum=node_strata(len(nodes)), like=shapes)
+    shapes = LayerShapes.of(read[0], "prefill")
+    pre_ops = forward_ops(read[1], "prefill", like=shapes)
+    ops = forward_ops(read[2], "decode", kv_len=nodes, stratum=node_strata(len(nodes)), like=shapes)
     pre, dec = pricer.price_phases(
-        [(forward_ops(cols, "prefill", like=shapes), "prefill", None), (ops, "decode", weights)]
+        [(pre_ops, "prefill", None), (ops, "decode", weights)],
+        None if not grouped else [_group_key(read[0], read[1]), _group_key(read[0], read[2], True)],
     )
-    if queued.any():
-        pre, dec = pre.scaled(waves), dec.scaled(waves)
+    if queued.any():  # the costs are the pricer's own arrays: scaled in place
+        pre.scale_in_place(waves)
+        dec.scale_in_place(waves)
     return BaseCost(pre, dec, steps, fill, waves)
+
+
+# Columns that set only how many times an operator runs, never its sizes (`ops.forward_ops`:
+# n_layers is the layer operators' count): left out of the shape groups' key.
+COUNT_COLUMNS = ("n_layers",)
+
+
+def _group_key(
+    shared: Mapping[str, np.ndarray], phase: Mapping[str, np.ndarray], decode: bool = False
+) -> list[np.ndarray] | None:
+    """The configuration columns one phase's operator list was built from (`ColumnsRead.read`
+    of the shared `LayerShapes` and of the phase's own `forward_ops`) less `COUNT_COLUMNS`,
+    in decode plus those its KV-length nodes and weights come from (prompt and output
+    tokens): the phase's shape-group key (`pricing.phase_groups`). None: not noted (columns
+    iterated whole): the groups are keyed on the operators' arrays."""
+    reads = [c.read if isinstance(c, ColumnsRead) else None for c in (shared, phase)]
+    if reads[0] is None or reads[1] is None:
+        return None
+    names = reads[0] | reads[1] | ({"prompt_tokens", "output_tokens"} if decode else set())
+    return [phase[k] for k in sorted(names - set(COUNT_COLUMNS)) if k in phase]
 
 
 def predict_columns(

@@ -338,6 +338,13 @@ def param_breakdown(a: Architecture) -> dict[str, Any]:
     `total` with that item in place of moe/experts.
     """
     a = a.resolved()
+    # kept on the resolved architecture: `dse.spec.columns.derived` and the memory accounting
+    # (`params_per_gpu`) both need it (~40 array operations a call on a sweep's chunk)
+    return dict(_memo(a, "param_breakdown", lambda: _param_breakdown(a)))
+
+
+def _param_breakdown(a: Architecture) -> dict[str, Any]:
+    """`param_breakdown` of a resolved architecture, computed."""
     d, L, h = np.asarray(a.d_model), np.asarray(a.n_layers), np.asarray(a.n_heads)
     kv, hd, V = np.asarray(a.n_kv_heads), np.asarray(a.head_dim), np.asarray(a.vocab_size)
     e, k = np.asarray(a.n_experts), np.asarray(a.top_k)

@@ -344,7 +344,7 @@ def derived(
             out["invalid"][gpu_bad] = R.check_weight_dtype_on_gpu(
                 wd[gpu_bad], gpus[gpu_bad], False, fp4_gpu_names()
             )
-    a = architecture(cols)
+    a = architecture(cols).resolved()  # resolved once: its parameter counts are kept on it
     p = A.param_breakdown(a)
     mem = A.memory_breakdown(
         a,

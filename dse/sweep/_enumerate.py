@@ -83,7 +83,9 @@ def exact_front(
     for start in range(0, total, chunk):
         idx = np.arange(start, min(start + chunk, total), dtype=np.int64)
         cols = space_columns(space, idx)
-        ev = evaluate(space, cols, predictor=predictor, with_tokens2wh=False, texts=False)
+        ev = evaluate(
+            space, cols, predictor=predictor, with_tokens2wh=False, texts=False, feasible_only=True
+        )
         valid += int(ev.valid.sum())
         feasible += int(ev.feasible.sum())
         ok = _front_candidates(space, idx, ev)
@@ -147,7 +149,12 @@ def evaluate_chunk(
     start = chunk * chunk_size
     idx = np.arange(start, min(start + chunk_size, size), dtype=np.int64)
     ev = evaluate(
-        space, space_columns(space, idx), predictor=predictor, with_tokens2wh=False, texts=False
+        space,
+        space_columns(space, idx),
+        predictor=predictor,
+        with_tokens2wh=False,
+        texts=False,
+        feasible_only=True,  # only the feasible front and the counts are kept
     )
     ok = _front_candidates(space, idx, ev)
     keep = pareto.nondominated(ev.objectives[ok], directions=space.objectives.directions)

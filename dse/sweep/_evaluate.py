@@ -241,6 +241,7 @@ def evaluate(
     predictor: Predictor | None = None,
     with_tokens2wh: bool = True,
     texts: bool = True,
+    feasible_only: bool = False,
 ) -> Evaluation:
     """Sizes, constraints, predictions and objectives of a batch of complete configurations.
 
@@ -252,6 +253,11 @@ def evaluate(
     message per invalid row (`invalid_reason` holds its rule's template), for the scans that
     keep only a front (`dse.sweep._enumerate`, `dse.sweep._screened`) and evaluate it again
     with texts.
+
+    `feasible_only=True`: predict only the valid rows inside the constraints told without a
+    prediction (`static_feasible`: sizes, memory), for the scans that keep only the feasible
+    front and the counts (`dse.sweep._enumerate`): a row outside them is infeasible whatever
+    it predicts, and its predictions, metrics and predicted objectives stay NaN.
     """
     n = len(cols["d_model"])
     d = C.derived(cols, n, texts=texts)
@@ -260,19 +266,23 @@ def evaluate(
     reason = np.asarray(d["invalid"]).astype(str) if texts else _templates()[code]
     sizes = {k: np.asarray(d[k], dtype=float) for k in SIZE_KEYS}
     rows = np.nonzero(valid)[0]
+    # the rows predicted: every valid one, or only those a prediction could make feasible
+    predicted = (
+        np.nonzero(valid & static_feasible(d, space.constraints))[0] if feasible_only else rows
+    )
     pred: dict[str, np.ndarray] = {}
     t2wh_out: dict[str, np.ndarray] = {}
     objectives = space.objectives
     need_t2wh = objectives.energy_source == "tokens2wh"
-    if len(rows):
+    if len(predicted):
         # a checked batch (`SearchSpace.columns_from`) stays checked: the predictor takes it as is
         part = (
-            cols.take(rows)
+            cols.take(predicted)
             if isinstance(cols, C.Configs)
-            else {k: np.asarray(v)[rows] for k, v in cols.items()}
+            else {k: np.asarray(v)[predicted] for k, v in cols.items()}
         )
         raw = (predictor or default_predictor(texts))(part)
-        pred = {k: _scatter(v, rows, n) for k, v in raw.items()}
+        pred = {k: _scatter(v, predicted, n) for k, v in raw.items()}
         module = tokens2wh_module() if (with_tokens2wh or need_t2wh) else None
         if module is None and need_t2wh:
             raise ConfigError(
@@ -281,7 +291,7 @@ def evaluate(
             )
         if module is not None:
             est = _tokens2wh(module, part, raw, objectives.energy_preset)
-            t2wh_out = {k: _scatter(v, rows, n) for k, v in est.items()}
+            t2wh_out = {k: _scatter(v, predicted, n) for k, v in est.items()}
     metrics = serving_metrics(cols, pred, n)
     losses = {law: _quality(space, cols, rows, n, law) for law in space.loss_laws}
     if "loss" in space.constraints:
@@ -298,7 +308,7 @@ def evaluate(
             obj[:, j] = metrics[o.kind]
         elif o.kind in ("training_energy", "lifetime_energy"):
             obj[:, j] = lifetime_energy_j(o, cols, sizes, pred, n)
-        elif not len(rows):
+        elif not len(predicted):
             continue
         elif o.kind == "latency":
             obj[:, j] = np.asarray(pred[LATENCY_KEYS[o.metric]], dtype=float)
@@ -320,6 +330,15 @@ def evaluate(
         metrics=metrics,
         invalid_code=code,
     )
+
+
+def static_feasible(d: Mapping[str, np.ndarray], constraints: Mapping[str, Any]) -> np.ndarray:
+    """Per configuration, inside every constraint told by `dse.spec.columns.derived`'s sizes
+    alone (`fits_memory`, bounds on SIZE_KEYS): where False, the configuration is infeasible
+    whatever it predicts (`C.feasible` of all constraints is False too)."""
+    static = {k: v for k, v in constraints.items() if k == "fits_memory" or k in SIZE_KEYS}
+    values = C.constraint_values(d, static)
+    return C.feasible(values)
 
 
 @functools.cache

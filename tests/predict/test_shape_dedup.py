@@ -12,12 +12,12 @@ import pytest
 from test_golden_small import golden_configs
 
 from dse.predict import predict
-from dse.predict._rows import distinct_columns
+from dse.predict._rows import ColumnsRead, distinct_columns
 from dse.predict.adapters import CTX_COLUMNS
 from dse.predict.artifacts import load_artifact
-from dse.predict.ops import forward_ops
-from dse.predict.pricing import Pricer
-from dse.predict.request import decode_nodes, node_strata
+from dse.predict.ops import LayerShapes, forward_ops
+from dse.predict.pricing import Pricer, op_runs, phase_groups
+from dse.predict.request import _group_key, decode_nodes, node_strata
 from dse.spec import columns as C
 from dse.spec.hardware import get_gpu
 
@@ -182,3 +182,79 @@ def test_a_hash_collision_never_merges_two_rows() -> None:
     assert g is not None and len(g.rows) == 4
     # most rows distinct: not worth it
     assert distinct_columns([np.arange(80)], 80) is None
+
+
+def _catalogue_batch() -> dict[str, np.ndarray]:
+    """Every catalogue model (dense, MoE, MLA, sliding windows, linear attention, hybrids) at two
+    workloads and two depths each, every row twice: the column key must hold whatever their
+    operator lists read."""
+    from dse.spec.catalogue import lookup_model, model_names
+
+    rows: list[dict] = []
+    for m in model_names():
+        card = lookup_model(m).to_dict()
+        for depth in (card["n_layers"], 2 * card["n_layers"]):
+            for batch, prompt, out in ((8, 1024, 256), (32, 4096, 17)):
+                rows += 2 * [
+                    card
+                    | {
+                        "n_layers": depth,
+                        "batch_size": batch,
+                        "prompt_tokens": prompt,
+                        "output_tokens": out,
+                        "tensor_parallel": 8 if batch == 32 else 1,
+                        "gpu": "h100_sxm",
+                    }
+                ]
+    keys = sorted({k for r in rows for k in r})
+    cols, _ = C.as_columns({k: np.array([r.get(k, C.DEFAULTS.get(k)) for r in rows]) for k in keys})
+    return cols
+
+
+def test_the_column_key_groups_rows_whose_operators_agree() -> None:
+    """`base_costs` keys a phase's groups on the columns its operator list was built from
+    (`request._group_key`, n_layers left out: it sets counts only) instead of on the operators'
+    own arrays: every row of such a group makes its group row's calls (every operator's FLOPs,
+    bytes and dims bit for bit, whether it runs), and the groups are those of the operators'
+    arrays."""
+    cols = _catalogue_batch()
+    n = len(cols["d_model"])
+    read = [ColumnsRead(cols) for _ in range(3)]
+    shapes = LayerShapes.of(read[0], "prefill")
+    steps = np.maximum(cols["output_tokens"].astype(float) - 1.0, 0.0)
+    nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
+    phases = [
+        (forward_ops(read[1], "prefill", like=shapes), None),
+        (forward_ops(read[2], "decode", nodes, node_strata(len(nodes)), like=shapes), weights),
+    ]
+    keys = [_group_key(read[0], read[1]), _group_key(read[0], read[2], True)]
+    for (ops, w), key in zip(phases, keys, strict=True):
+        assert key is not None
+        runs = op_runs(ops, n)
+        g = phase_groups(ops, runs, cols, n, w, key)
+        by_ops = phase_groups(ops, runs, cols, n, w)
+        assert g is not None and by_ops is not None
+        assert len(g.rows) == len(by_ops.rows) < n / 2  # every depth of a row in one group
+        back = g.rows[g.inverse]
+        for op, mask in zip(ops, runs.mask, strict=True):
+            assert np.array_equal(mask[back], mask), op.name
+            for a in (op.flops, op.bytes, *op.dims.values()):
+                a = np.asarray(a)
+                if a.ndim and a.shape[-1] == n:
+                    assert np.array_equal(a[..., back], a), op.name
+
+
+def test_the_column_key_leaves_out_the_depth_only() -> None:
+    cols = _catalogue_batch()
+    read = [ColumnsRead(cols) for _ in range(2)]
+    forward_ops(read[1], "prefill", like=LayerShapes.of(read[0], "prefill"))
+    assert read[0].read is not None and read[1].read is not None
+    used = read[0].read | read[1].read
+    assert {"n_layers", "d_model", "n_heads", "d_ff", "batch_size"} <= used
+    key = _group_key(read[0], read[1])
+    assert key is not None and len(key) == len(used) - 1
+    assert not any(a is cols["n_layers"] for a in key)
+    # columns iterated whole: not noted, the operators' arrays key the groups
+    whole = ColumnsRead(cols)
+    dict(whole)
+    assert _group_key(whole, read[1]) is None

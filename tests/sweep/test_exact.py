@@ -149,6 +149,34 @@ def test_the_scan_judges_by_code_and_the_trials_keep_the_messages(tmp_path: Path
     assert [t.user_attrs["invalid_reason"] for t in trials] == list(full.invalid_reason[bad][:3])
 
 
+def test_the_scan_predicts_only_rows_a_prediction_could_make_feasible(tmp_path: Path) -> None:
+    """`evaluate(feasible_only=True)` (the enumeration's scan) predicts only the valid rows
+    inside the constraints told without a prediction (sizes, memory); the verdicts, the counts
+    and every feasible row's objectives are the full evaluation's, under a predicted limit too."""
+    from dse.predict import predict
+
+    text = SPACE.replace("  fits_memory: true\n", "  fits_memory: true\n  tpot: {max: 0.006}\n")
+    space = load_space(_write(tmp_path, text))
+    cols = space_columns(space, np.arange(space.size()))
+    seen: list[int] = []
+
+    def counted(part):  # the shipped predictor, counting the rows it is given
+        seen.append(len(part["d_model"]))
+        return predict(part, texts=False)
+
+    full = evaluate(space, cols, with_tokens2wh=False, texts=False)
+    scan = evaluate(space, cols, predictor=counted, with_tokens2wh=False, feasible_only=True)
+    np.testing.assert_array_equal(scan.valid, full.valid)
+    np.testing.assert_array_equal(scan.feasible, full.feasible)
+    ok = full.feasible
+    assert 0 < ok.sum() < full.valid.sum()  # the tpot limit binds, and so do the sizes
+    np.testing.assert_array_equal(scan.objectives[ok], full.objectives[ok])
+    static = full.valid & (full.constraints["active_params_max"] <= 0)
+    static &= (full.constraints["active_params_min"] <= 0) & (full.constraints["fits_memory"] <= 0)
+    assert seen == [int(static.sum())] and static.sum() < full.valid.sum()
+    assert np.isnan(scan.objectives[full.valid & ~static]).all()
+
+
 def test_sample_is_seeded_and_off_the_front(tmp_path: Path) -> None:
     f = _write(tmp_path, SPACE)
     space = load_space(f)
