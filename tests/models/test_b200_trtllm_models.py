@@ -1,7 +1,7 @@
 """B200 SXM's TensorRT-LLM 1.3.0rc20 kernel models (issue 35): the artifact holds a GEMM model per
-dtype, prefill and decode attention and the bf16 MoE kernel sum, fitted on B200's own TRT-LLM
-tables with `dse fit`'s CV in the manifest; `dse validate` scores B200's TRT-LLM kernel rows with
-them (before: GEMM and attention rows with vLLM's models, MoE rows unpredicted). `dse predict`
+dtype, prefill and decode attention and the MoE kernel sums of bf16, fp8 and fp8_block, fitted
+on B200's own TRT-LLM tables with `dse fit`'s CV in the manifest; `dse validate` scores B200's
+TRT-LLM kernel rows with them (before: GEMM and attention rows with vLLM's models, MoE rows unpredicted). `dse predict`
 keeps pricing `engine: trtllm` with vLLM's tables, as on H100: routing TRT-LLM to its own tables
 with Levels 2-3 refitted reads argonne's H100 TRT-LLM rows worse held out over H100's Level 1
 (3.68 -> 3.98%; over B200's, a transfer, 4.16 -> 3.45%), experiments/trtllm_own_tables.py;
@@ -34,6 +34,10 @@ _HEADS = (
     "3 seeded group folds by head configuration ('num_heads', 'num_kv_heads', 'head_dim') "
     "(CV fits on <= 8000 rows)"
 )
+_LAYOUT = (
+    "3 seeded group folds by layer shape ('hidden_size', 'inter_size', 'topk', 'num_experts') "
+    "(CV fits on <= 8000 rows)"
+)
 TRTLLM_CV: dict[str, tuple[str, float]] = {
     "gemm.trtllm.bfloat16": (_NK, 4.388),
     "gemm.trtllm.fp8": (_NK, 2.916),
@@ -41,11 +45,9 @@ TRTLLM_CV: dict[str, tuple[str, float]] = {
     "gemm.trtllm.nvfp4": (_NK, 2.357),
     "context_attention.trtllm": (_HEADS, 3.381),
     "generation_attention.trtllm": (_HEADS, 3.865),
-    "moe.trtllm.bfloat16": (
-        "3 seeded group folds by layer shape ('hidden_size', 'inter_size', 'topk', "
-        "'num_experts') (CV fits on <= 8000 rows)",
-        14.742,
-    ),
+    "moe.trtllm.bfloat16": (_LAYOUT, 14.742),
+    "moe.trtllm.fp8": (_LAYOUT, 16.259),
+    "moe.trtllm.fp8_block": (_LAYOUT, 4.959),
 }
 
 
