@@ -1,5 +1,6 @@
 """B200 SXM's TensorRT-LLM 1.3.0rc20 kernel models (issue 35): the artifact holds a GEMM model per
-dtype, prefill and decode attention and the MoE kernel sums of bf16, fp8 and fp8_block, fitted
+dtype, prefill and decode attention and the MoE kernel sums of bf16, fp8, fp8_block and nvfp4 (and
+MXFP4 x MXFP8's fused MoE model, command BT3), fitted
 on B200's own TRT-LLM tables with `dse fit`'s CV in the manifest; `dse validate` scores B200's
 TRT-LLM kernel rows with them (before: GEMM and attention rows with vLLM's models, MoE rows unpredicted). `dse predict`
 keeps pricing `engine: trtllm` with vLLM's tables, as on H100: routing TRT-LLM to its own tables
@@ -48,6 +49,8 @@ TRTLLM_CV: dict[str, tuple[str, float]] = {
     "moe.trtllm.bfloat16": (_LAYOUT, 14.742),
     "moe.trtllm.fp8": (_LAYOUT, 16.259),
     "moe.trtllm.fp8_block": (_LAYOUT, 4.959),
+    "moe.trtllm.nvfp4": (_LAYOUT, 28.658),
+    "moe.trtllm.w4a8_mxfp4_mxfp8": (_LAYOUT, 13.766),
 }
 
 
@@ -125,6 +128,46 @@ def test_dse_validate_scores_b200_trtllm_moe_rows(art: Artifact) -> None:
     lat = got["latency_pred_s"].to_numpy(float)
     assert np.all(np.isfinite(lat) & (lat > 0)) and lat[-1] > lat[0], lat
     assert set(got["band_model"]) == {"moe.trtllm.bfloat16"}
+
+
+@pytest.mark.parametrize(
+    ("dtype", "kernel", "layout"),
+    [
+        # nvfp4: three kernels in the table (CUTLASS, min-latency, non-gated), one model
+        ("nvfp4", "moe_torch_flow_cutlass", (4096, 14336, 2, 8)),
+        ("nvfp4", "moe_torch_flow_min_latency", (7168, 2048, 8, 256)),
+        # MXFP4 weights x MXFP8 activations (gpt-oss's layout among its 3)
+        ("w4a8_mxfp4_mxfp8", "moe_torch_flow", (2880, 2880, 4, 32)),
+    ],
+)
+def test_dse_validate_scores_b200_trtllm_4bit_moe_rows(
+    art: Artifact, dtype: str, kernel: str, layout: tuple[int, int, int, int]
+) -> None:
+    """Issue 35: B200's TRT-LLM nvfp4 and MXFP4 x MXFP8 MoE rows are priced by their own
+    models (main's artifact before: NaN, no model of the table)."""
+    hidden, inter, topk, experts = layout
+    tokens = np.array([1, 64, 1024])
+    rows = _rows(
+        "moe",
+        dtype,
+        len(tokens),
+        num_tokens=tokens,
+        hidden_size=hidden,
+        inter_size=inter,
+        topk=topk,
+        num_experts=experts,
+        moe_tp_size=1,
+        moe_ep_size=1,
+        distribution="balanced",
+        gated=True,
+        kernel_source=kernel,
+    )
+    got = predict_moe_rows(art, "moe", rows)
+    lat = got["latency_pred_s"].to_numpy(float)
+    assert np.all(np.isfinite(lat) & (lat > 0)) and lat[-1] > lat[0], (dtype, lat)
+    assert set(got["band_model"]) == {f"moe.trtllm.{dtype}"}, dtype
+    entry = art.manifest["models"][f"moe.trtllm.{dtype}"]
+    assert kernel in entry["kernel_sources"], (dtype, entry["kernel_sources"])
 
 
 def test_a_b200_trtllm_prediction_keeps_vllms_tables(art: Artifact) -> None:
