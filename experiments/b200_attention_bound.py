@@ -15,7 +15,7 @@ With `kernel_source` (the backend vLLM ran: FlashInfer TRT-LLM or FlashAttention
 the shipped model) added as an input too, for what knowing the kernel would buy.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python experiments/b200_attention_bound.py [--data DIR]
-        [--max-rows N]
+        [--max-rows N] [--engine vllm|trtllm|sglang]
 
 Numbers (2026-12-03, shared 2-core VM, loaded; docs/dev/accuracy-journal.md "B200 vLLM GEMM
 and attention bounds") are in that journal section.
@@ -32,9 +32,10 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import GroupKFold, KFold
 
-DIR = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/b200_sxm/attention/vllm/0.24.0"
+ROOT = "aiconfigurator/aic-core/src/aiconfigurator_core/systems/data/b200_sxm/attention"
+VERSIONS = {"vllm": "0.24.0", "trtllm": "1.3.0rc20", "sglang": "0.5.14"}  # the share's tables
 HEADS = ["num_heads", "num_key_value_heads", "head_dim"]
-INPUTS = ["batch_size", "isl", "step", *HEADS, "kv_cache_dtype", "window_size"]
+INPUTS = ["batch_size", "isl", "step", *HEADS, "attn_dtype", "kv_cache_dtype", "window_size"]
 
 
 def _numeric(c: pd.Series) -> np.ndarray:
@@ -103,10 +104,12 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data")
     ap.add_argument("--max-rows", type=int, default=0, help="seeded subsample (0: every row)")
     ap.add_argument("--scatter-only", action="store_true", help="the interpolation scatter alone")
+    ap.add_argument("--engine", choices=sorted(VERSIONS), default="vllm", help="whose table")
     a = ap.parse_args()
+    table_dir = Path(a.data) / ROOT / a.engine / VERSIONS[a.engine]
     for name in ("context_attention", "generation_attention"):
         t0 = time.perf_counter()
-        d = pd.read_parquet(Path(a.data) / DIR / f"{name}_perf.parquet")
+        d = pd.read_parquet(table_dir / f"{name}_perf.parquet")
         d = d[np.isfinite(d["latency"]) & (d["latency"] > 0)].reset_index(drop=True)
         if a.max_rows and len(d) > a.max_rows:
             d = d.sample(a.max_rows, random_state=0).reset_index(drop=True)
