@@ -45,17 +45,17 @@ separate family when the training rows have one; otherwise the gated coefficient
 
 One file (~1,400 lines) on purpose: the five operators share one wave model, one feature set
 and one fit (the model contract's `fit` / `predict` / `to_state`); each operator's part is the
-per-kind constants and shape rules a reader compares side by side. The curves have three
-readers that must agree to the bit or to round-off, kept beside each other: the walk curve by
-curve (`_curve_eval`, the reference), the stacked pass prediction runs (`_stack_eval`) and the
-plain-Python row walk of a few rows (`_predict_rows`).
+per-kind constants and shape rules a reader compares side by side. The curves have two
+readers that must agree to round-off, kept beside each other: the stacked pass prediction runs
+(`_stack_eval`) and the plain-Python row walk of a few rows (`_predict_rows`); the walk curve by
+curve they replaced is the tests' reference (tests/models/test_layer_ops_stack.py).
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -374,103 +374,6 @@ def _curve_prep(c_tp: np.ndarray, c_width: np.ndarray) -> CurvePrep:
     return CurvePrep(tps, np.log2(tps), ents, lws)
 
 
-def _used(n_curves: int, *pairs: tuple[np.ndarray, np.ndarray]) -> Iterable[int]:
-    """The curves to walk, in increasing order: on a few rows the sorted distinct values of
-    idx[mask] over the (idx, mask) pairs (a Python set: most curves are read by no row); on
-    many rows every curve (the walk skips a curve no row reads, and sorting the rows' curve
-    indices would cost more than the skipped masks)."""
-    if sum(i.size for i, _ in pairs) > 64:
-        return range(n_curves)
-    return sorted({int(v) for i, m in pairs for v in i[m]})
-
-
-def _curve_eval(
-    t: np.ndarray,
-    width: np.ndarray,
-    tp: np.ndarray,
-    c_tp: np.ndarray,
-    c_width: np.ndarray,
-    c_tok: list[np.ndarray],
-    c_val: list[np.ndarray],
-    c_period: np.ndarray | None = None,
-    split: float = 0.0,
-    c_parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
-    prep: CurvePrep | None = None,
-) -> np.ndarray:
-    """The reference walk, curve by curve (prediction reads the same numbers, to the bit, in
-    one pass over the stacked curves: `_stack_eval`; tests/models/test_layer_ops_stack.py).
-
-    Log correction per row from the measured curves of one operator: the curves of the row's
-    tp (else the nearest measured tp in log2), in tokens by `_interp_seg` (linear between
-    measured token counts of one segment), linear in log width between the two nearest measured
-    widths; constant beyond either end. With `c_parts` (each curve's `_wave_split`), a row of
-    another width than the curve's reads the smooth part at the matched element count and the
-    wave sawtooth at its own token count. `prep`: `_curve_prep(c_tp, c_width)`, when the
-    caller keeps it between calls (the same numbers, without re-sorting the curves per call)."""
-    out = np.zeros(len(t))
-    if len(c_tp) == 0:
-        return out
-    if c_period is None:
-        c_period = np.full(len(c_tp), np.inf)
-    if prep is None:
-        prep = _curve_prep(c_tp, c_width)
-    tps, l2t = prep.tps, prep.l2t
-    if len(tps) == 1:
-        near = np.zeros(len(t), dtype=np.int64)
-    else:  # nearest measured tp in log2 (midpoints between neighbours)
-        mid = 0.5 * (l2t[1:] + l2t[:-1])
-        near = np.searchsorted(mid, np.log2(np.maximum(tp, 1.0)))
-    for ip in range(len(tps)):
-        if len(tps) > 1:
-            rows = np.flatnonzero(near == ip)
-            if rows.size == 0:
-                continue
-            wr, tr = width[rows], t[rows]
-        else:
-            rows, wr, tr = slice(None), width, t
-        ent, lw = prep.ent[ip], prep.lw[ip]
-        x = np.clip(np.log(np.maximum(wr, 1.0)), lw[0], lw[-1])
-        j = np.clip(np.searchsorted(lw, x, side="right") - 1, 0, max(len(ent) - 2, 0))
-        k = np.minimum(j + 1, len(ent) - 1)
-        span = lw[k] - lw[j]
-        f = np.where(span > 0, (x - lw[j]) / np.where(span > 0, span, 1.0), 0.0)
-        v = np.zeros(len(tr))
-        # Only the curves some row reads (in increasing order, as a loop over all of them
-        # would add them): a handful of rows touch 1-2 of the operator's ~10 curves.
-        for e in _used(len(ent), (j, f < 1.0), (k, (k != j) & (f > 0.0))):
-            # rows whose lower / upper neighbour is this curve, with a non-zero weight
-            for sel, wgt in (
-                (np.flatnonzero((j == e) & (f < 1.0)), 1.0 - f),
-                (np.flatnonzero((k == e) & (k != j) & (f > 0.0)), f),
-            ):
-                if sel.size == 0:
-                    continue
-                # the same element count on the neighbour curve: past a few waves these kernels
-                # cost what their elements cost (Llama-2-7B at T tokens ~ 70B at T / 2)
-                te = tr[sel] * (wr[sel] / c_width[ent[e]]) ** CURVE_E_MATCH
-                if split > 0:  # ... on the row's own side of a kernel switch (a token count)
-                    te = np.where(
-                        tr[sel] <= split, np.minimum(te, split), np.maximum(te, split + 1e-3)
-                    )
-                ce = ent[e]
-                val = None
-                if c_parts is not None and np.isfinite(c_period[ce]):
-                    own = tr[sel]
-                    moved = np.flatnonzero(te != own)
-                    if moved.size:  # steps at the row's own token count, regime at its elements
-                        val = np.empty(len(te))
-                        same = np.flatnonzero(te == own)
-                        val[same] = _interp_seg(te[same], c_tok[ce], c_val[ce], c_period[ce], split)
-                        smooth, saw = c_parts[ce]
-                        val[moved] = _interp_seg(te[moved], c_tok[ce], smooth, np.inf, split)
-                        val[moved] += _interp_seg(own[moved], c_tok[ce], saw, c_period[ce], split)
-                if val is None:
-                    val = _interp_seg(te, c_tok[ce], c_val[ce], c_period[ce], split)
-                v[sel] += wgt[sel] * val
-        out[rows] = v
-    return out
-
-
 # Token counts a stacked family's lookup table of knot intervals may hold (`CurveStack.lut`):
 # a shipped family's curves share one grid of 4,097-32,769 tokens (16-128 kB).
 LUT_MAX_TOKENS = 1 << 20
@@ -635,7 +538,8 @@ def _stack_read(
 
 
 def _stack_eval(st: CurveStack, t: np.ndarray, width: np.ndarray, tp: np.ndarray) -> np.ndarray:
-    """`_curve_eval` of every row in one pass over the stacked curves (see `CurveStack`)."""
+    """Every row's log correction (the walk curve by curve its tests hold it to, bit for bit)
+    in one pass over the stacked curves (see `CurveStack`)."""
     n = len(t)
     if len(st.c_w) == 0:
         return np.zeros(n)
@@ -663,7 +567,7 @@ def _stack_eval(st: CurveStack, t: np.ndarray, width: np.ndarray, tp: np.ndarray
     span = lw_k - lw_j
     f = np.where(span > 0, (x - lw_j) / np.where(span > 0, span, 1.0), 0.0)
     # each row's neighbour curves with a weight (the lower one unless f = 1, the upper one
-    # where it differs and f > 0), lower ones first: the order _curve_eval adds them in
+    # where it differs and f > 0), lower ones first: the order the walk curve by curve adds them in
     use_j, use_k = f < 1.0, (k != j) & (f > 0.0)
     if not use_k.any() and use_j.all():  # every row on a measured width (or beyond them all)
         return _stack_values(st, ce_j, t, width) * (1.0 - f)
@@ -679,8 +583,9 @@ def _stack_eval(st: CurveStack, t: np.ndarray, width: np.ndarray, tp: np.ndarray
 
 def _stack_values(st: CurveStack, ce: np.ndarray, t: np.ndarray, width: np.ndarray) -> np.ndarray:
     """Curve ce's log correction of each entry (a row and one of its neighbour curves), as
-    _curve_eval reads one curve."""
-    # the same element count on the neighbour curve (see _curve_eval)
+    the walk curve by curve reads one curve."""
+    # the same element count on the neighbour curve: past a few waves these kernels cost what
+    # their elements cost (Llama-2-7B at T tokens ~ 70B at T / 2)
     te = t * (width / st.c_w[ce]) ** CURVE_E_MATCH
     split = st.split
     if split > 0:  # ... on the row's own side of a kernel switch (a token count)
@@ -1044,7 +949,7 @@ class LayerOpModel(_base.Model):
         )
 
     def _curve_row(self, fam: _RowFamily, t: float, w: float, tp: float) -> float:
-        """`_curve_eval` of one row."""
+        """`_stack_eval` of one row, in Python floats."""
         if not fam.groups:
             return 0.0
         ip = 0 if fam.mids is None else bisect_left(fam.mids, math.log2(max(tp, 1.0)))

@@ -1,15 +1,117 @@
 """The layer-op model reads its measured curves in one pass over all of a family's curves
 (`_stack_eval`, issue 37), prices the rows past the measured elements once per (width, tp)
 (`_priced_once`) and computes one operator's widths alone (`op_geometry`): the same numbers, to
-the bit, as the walk curve by curve (`_curve_eval`), every row priced and every width computed."""
+the bit, as the walk curve by curve (`_curve_eval` below, the model's reader before the stacked
+pass), every row priced and every width computed."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import pytest
 
 from dse.models import layer_ops as L
 from dse.predict import load_artifact
+
+
+def _used(n_curves: int, *pairs: tuple[np.ndarray, np.ndarray]) -> Iterable[int]:
+    """The curves to walk, in increasing order: on a few rows the sorted distinct values of
+    idx[mask] over the (idx, mask) pairs (a Python set: most curves are read by no row); on
+    many rows every curve (the walk skips a curve no row reads, and sorting the rows' curve
+    indices would cost more than the skipped masks)."""
+    if sum(i.size for i, _ in pairs) > 64:
+        return range(n_curves)
+    return sorted({int(v) for i, m in pairs for v in i[m]})
+
+
+def _curve_eval(
+    t: np.ndarray,
+    width: np.ndarray,
+    tp: np.ndarray,
+    c_tp: np.ndarray,
+    c_width: np.ndarray,
+    c_tok: list[np.ndarray],
+    c_val: list[np.ndarray],
+    c_period: np.ndarray | None = None,
+    split: float = 0.0,
+    c_parts: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    prep: L.CurvePrep | None = None,
+) -> np.ndarray:
+    """The reference walk, curve by curve: how `LayerOpModel` read its curves before the stacked
+    pass (`L._stack_eval`), which must give the same numbers to the bit.
+
+    Log correction per row from the measured curves of one operator: the curves of the row's
+    tp (else the nearest measured tp in log2), in tokens by `L._interp_seg` (linear between
+    measured token counts of one segment), linear in log width between the two nearest measured
+    widths; constant beyond either end. With `c_parts` (each curve's `_wave_split`), a row of
+    another width than the curve's reads the smooth part at the matched element count and the
+    wave sawtooth at its own token count. `prep`: `L._curve_prep(c_tp, c_width)`, when the
+    caller keeps it between calls (the same numbers, without re-sorting the curves per call)."""
+    out = np.zeros(len(t))
+    if len(c_tp) == 0:
+        return out
+    if c_period is None:
+        c_period = np.full(len(c_tp), np.inf)
+    if prep is None:
+        prep = L._curve_prep(c_tp, c_width)
+    tps, l2t = prep.tps, prep.l2t
+    if len(tps) == 1:
+        near = np.zeros(len(t), dtype=np.int64)
+    else:  # nearest measured tp in log2 (midpoints between neighbours)
+        mid = 0.5 * (l2t[1:] + l2t[:-1])
+        near = np.searchsorted(mid, np.log2(np.maximum(tp, 1.0)))
+    for ip in range(len(tps)):
+        if len(tps) > 1:
+            rows = np.flatnonzero(near == ip)
+            if rows.size == 0:
+                continue
+            wr, tr = width[rows], t[rows]
+        else:
+            rows, wr, tr = slice(None), width, t
+        ent, lw = prep.ent[ip], prep.lw[ip]
+        x = np.clip(np.log(np.maximum(wr, 1.0)), lw[0], lw[-1])
+        j = np.clip(np.searchsorted(lw, x, side="right") - 1, 0, max(len(ent) - 2, 0))
+        k = np.minimum(j + 1, len(ent) - 1)
+        span = lw[k] - lw[j]
+        f = np.where(span > 0, (x - lw[j]) / np.where(span > 0, span, 1.0), 0.0)
+        v = np.zeros(len(tr))
+        # Only the curves some row reads (in increasing order, as a loop over all of them
+        # would add them): a handful of rows touch 1-2 of the operator's ~10 curves.
+        for e in _used(len(ent), (j, f < 1.0), (k, (k != j) & (f > 0.0))):
+            # rows whose lower / upper neighbour is this curve, with a non-zero weight
+            for sel, wgt in (
+                (np.flatnonzero((j == e) & (f < 1.0)), 1.0 - f),
+                (np.flatnonzero((k == e) & (k != j) & (f > 0.0)), f),
+            ):
+                if sel.size == 0:
+                    continue
+                # the same element count on the neighbour curve: past a few waves these kernels
+                # cost what their elements cost (Llama-2-7B at T tokens ~ 70B at T / 2)
+                te = tr[sel] * (wr[sel] / c_width[ent[e]]) ** L.CURVE_E_MATCH
+                if split > 0:  # ... on the row's own side of a kernel switch (a token count)
+                    te = np.where(
+                        tr[sel] <= split, np.minimum(te, split), np.maximum(te, split + 1e-3)
+                    )
+                ce = ent[e]
+                val = None
+                if c_parts is not None and np.isfinite(c_period[ce]):
+                    own = tr[sel]
+                    moved = np.flatnonzero(te != own)
+                    if moved.size:  # steps at the row's own token count, regime at its elements
+                        val = np.empty(len(te))
+                        same = np.flatnonzero(te == own)
+                        val[same] = L._interp_seg(
+                            te[same], c_tok[ce], c_val[ce], c_period[ce], split
+                        )
+                        smooth, saw = c_parts[ce]
+                        val[moved] = L._interp_seg(te[moved], c_tok[ce], smooth, np.inf, split)
+                        val[moved] += L._interp_seg(own[moved], c_tok[ce], saw, c_period[ce], split)
+                if val is None:
+                    val = L._interp_seg(te, c_tok[ce], c_val[ce], c_period[ce], split)
+                v[sel] += wgt[sel] * val
+        out[rows] = v
+    return out
 
 
 def _model(gpu: str) -> L.LayerOpModel:
@@ -67,7 +169,7 @@ def test_stacked_curves_read_the_walks_numbers_bit_for_bit(gpu: str) -> None:
     for i in range(len(model.keys_)):
         for name, (c_tp, c_w, c_tok, c_val, c_per, split, parts), prep in _variants(model, i):
             t, w, tp = _rows(rng, 3000, np.unique(c_w))
-            walk = L._curve_eval(t, w, tp, c_tp, c_w, c_tok, c_val, c_per, split, parts, prep)
+            walk = _curve_eval(t, w, tp, c_tp, c_w, c_tok, c_val, c_per, split, parts, prep)
             st = L._curve_stack(c_tp, c_w, c_tok, c_val, c_per, split, parts)
             paths.add(st.lut is not None)
             np.testing.assert_array_equal(
@@ -79,7 +181,7 @@ def test_stacked_curves_read_the_walks_numbers_bit_for_bit(gpu: str) -> None:
             knots = np.unique(np.concatenate(c_tok))
             tk = np.concatenate([knots, np.nextafter(knots, 0.0), np.nextafter(knots, np.inf)])
             wk, pk = np.full(len(tk), float(c_w[0])), np.full(len(tk), float(c_tp[0]))
-            walk = L._curve_eval(tk, wk, pk, c_tp, c_w, c_tok, c_val, c_per, split, parts, prep)
+            walk = _curve_eval(tk, wk, pk, c_tp, c_w, c_tok, c_val, c_per, split, parts, prep)
             np.testing.assert_array_equal(L._stack_eval(st, tk, wk, pk), walk)
     assert paths == {True, False}  # the lookup table and the search both ran
 
