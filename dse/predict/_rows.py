@@ -201,7 +201,7 @@ def _key_columns(arrays: Sequence[Any], n: int) -> list[np.ndarray]:
             continue
         seen.add(id(a))
         for row in a.reshape(-1, n):
-            if row.strides[-1] == 0 or (row == row[0]).all():  # the same on every row
+            if row.strides[-1] == 0 or _constant(row):  # the same on every row
                 continue
             if row.dtype.kind in "US":  # fixed-width strings: their bytes, 8 at a time
                 b = np.ascontiguousarray(row).view(np.uint8).reshape(n, -1)
@@ -216,6 +216,16 @@ def _key_columns(arrays: Sequence[Any], n: int) -> list[np.ndarray]:
             else:
                 out.append(row.astype(np.float64).view(np.uint64))
     return out
+
+
+def _constant(row: np.ndarray) -> bool:
+    """Whether every value of a 1-D array equals its first; fixed-width strings by their bytes,
+    as the bytes of each value against the next one's (one flat comparison; equal strings of
+    one dtype have equal bytes; comparing them as strings is ~10x slower)."""
+    if row.dtype.kind in "US" and row.flags.c_contiguous and len(row) > 1:
+        raw, width = row.view(np.uint8), row.dtype.itemsize
+        return bool((raw[width:] == raw[:-width]).all())
+    return bool((row == row[0]).all())
 
 
 def _row_hash(columns: Sequence[np.ndarray]) -> np.ndarray:

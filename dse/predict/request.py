@@ -27,7 +27,7 @@ from dse.models.artifact import Artifact
 from dse.models.band import widen
 from dse.models.base import RangeMiss
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
-from dse.predict._rows import ColumnsRead
+from dse.predict._rows import ColumnsRead, Groups, distinct_columns
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
 from dse.predict.ops import LayerShapes, forward_ops
@@ -785,6 +785,51 @@ def predict(
         cols, n = configs, configs.n
     else:
         cols, n = C.as_columns(configs)
+    repeats = _repeated_rows(cols, n)
+    if repeats is None:
+        return _predict_gpus(cols, n, artifacts, texts, models)
+    # each distinct configuration predicted once (in the order it first comes), every output
+    # gathered back to every row: a row's prediction does not depend on the batch it comes in
+    rows, inverse = repeats.rows, repeats.inverse
+    assert rows is not None and inverse is not None  # distinct_columns' groups always have both
+    out = _predict_gpus(cols.take(rows), len(rows), artifacts, texts, models)
+    return {k: v[inverse] for k, v in out.items()}
+
+
+# Batches of more rows than this have their repeated configurations predicted once
+# (`_repeated_rows`); a one-row call or a few rows never hash.
+REPEATS_AFTER = STACK_AT_MOST
+# ... when fewer than this fraction of their rows are distinct: a repeated row costs ~60 us of
+# a bulk prediction (one core), its gather back ~0.1 us per output key (~100 keys), so even a
+# tenth of the rows repeated pays; mostly distinct batches stop at the sample check
+# (`_rows.distinct_columns`: about 4,000 rows of the first columns).
+REPEATS_BELOW = 0.9
+
+
+def _repeated_rows(cols: C.Configs, n: int) -> Groups | None:
+    """The groups of identical configurations of a batch (every column equal bit for bit, the
+    text columns gpu and engine included; checked against each group's representative, so a
+    hash collision never merges two configurations), or None: n <= REPEATS_AFTER, or at least
+    REPEATS_BELOW of the rows distinct. The workload columns are keyed first: a batch of
+    freely drawn workloads is told distinct by the sample check's first columns."""
+    if n <= REPEATS_AFTER:
+        return None
+    names = [k for k in C.WORKLOAD_FIELDS if k in cols]
+    names += [k for k in cols if k not in names]
+    try:
+        return distinct_columns([cols[k] for k in names], n, below=REPEATS_BELOW)
+    except TypeError:  # an unhashable object column (an extra `with_columns` one): predict all
+        return None
+
+
+def _predict_gpus(
+    cols: C.Configs,
+    n: int,
+    artifacts: Mapping[str, Artifact | None] | None,
+    texts: bool,
+    models: bool,
+) -> dict[str, np.ndarray]:
+    """`predict` of checked columns, GPU by GPU (`predict_columns`), merged."""
     parts = []
     gpus = cols["gpu"]
     for name in _unique(gpus):
