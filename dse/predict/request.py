@@ -799,10 +799,10 @@ def predict(
 # Batches of more rows than this have their repeated configurations predicted once
 # (`_repeated_rows`); a one-row call or a few rows never hash.
 REPEATS_AFTER = STACK_AT_MOST
-# ... when fewer than this fraction of their rows are distinct: a repeated row costs ~60 us of
-# a bulk prediction (one core), its gather back ~0.1 us per output key (~100 keys), so even a
-# tenth of the rows repeated pays; mostly distinct batches stop at the sample check
-# (`_rows.distinct_columns`: about 4,000 rows of the first columns).
+# ... when fewer than this fraction of their rows are distinct: a repeated row costs 2-18 us of
+# a bulk prediction (one core; a sweep-like batch's rows to distinct ones'), gathering every
+# output back ~0.12 us a row (~80 keys), so even a tenth of the rows repeated pays; mostly
+# distinct batches stop at the sample check (`_rows.distinct_columns`, ~4,000 rows).
 REPEATS_BELOW = 0.9
 
 
