@@ -777,6 +777,9 @@ def predict(
     A `dse.spec.columns.Configs` (`as_columns`, `SearchSpace.columns_from`) was checked when it
     was made and is taken as it is; any other batch (DataFrame, mapping) is checked here.
 
+    A batch of more than 64 rows that repeats configurations (every column equal) predicts
+    each once and gathers its outputs back to every row that repeats it (`_repeated_rows`).
+
     `models=True` adds `kernel_models`: per configuration, the fitted models that priced its
     operators (e.g. `gemm.sglang.bfloat16` for an SGLang configuration on H100: an engine of
     `adapters.OWN_TABLE_ENGINES` is priced by its own kernel tables where the artifact has them).
