@@ -79,8 +79,8 @@ def canonical_index(space: SearchSpace, index: np.ndarray) -> np.ndarray:
     fields (itself where it is that first one)."""
     idx = np.asarray(index, dtype=np.int64)
     searched = space.searched
-    if not searched:
-        return idx
+    if not searched or not _may_be_inert(space):
+        return idx  # every configuration is its own first (the exact scan's common case)
     sizes = [len(p.values) for p in searched]
     digits = np.column_stack(np.unravel_index(idx, sizes))
     return np.ravel_multi_index(tuple(canonical_digits(space, digits).T), sizes).astype(np.int64)
@@ -103,3 +103,21 @@ def param_digits(space: SearchSpace, rows: list[dict[str, Any]]) -> list[tuple[i
 def _plain(v: Any) -> Any:
     """A parameter value as a hashable Python scalar (numpy scalars compare by value)."""
     return v.item() if hasattr(v, "item") else v
+
+
+def _may_be_inert(space: SearchSpace) -> bool:
+    """Whether some searched field is inert in some configuration of `space`. False when no
+    deciding field (`DECIDING_FIELDS`) is searched and the fixed ones make no searched field
+    inert (sweep_3m_space: n_kv_heads is searched, inert only under MLA, and kv_lora_rank is
+    0 throughout): then `canonical_digits` changes no digit, and a chunk's indices are their
+    own canonical ones without decoding them (~14 ms of a 131,072-row chunk)."""
+    names = {p.name for p in space.searched}
+    if not names & set(INERT_FIELDS):
+        return False
+    if names & set(DECIDING_FIELDS):
+        return True
+    fixed = {k: v for k, v in space.fixed.items() if k in DECIDING_FIELDS}
+    if any(np.ndim(v) for v in fixed.values()):
+        return True  # a fixed pattern given as a list: judged row by row, as before
+    masks = inert_masks(fixed, 1)
+    return any(bool(masks[k].any()) for k in names & set(INERT_FIELDS))
