@@ -15,7 +15,7 @@ lives in its own module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -619,7 +619,11 @@ def _provenance(
     """Where the numbers came from, as string columns: source, artifact and energy source (one
     per batch: one GPU's artifact), and per configuration the operators the roofline priced and
     those priced with a sibling chip's table (`_row_sources`)."""
-    roofline, borrowed, lenders = _row_sources(base, n)
+    # the lenders' text made once per distinct set of sibling GPUs, not once per row (~5 ms
+    # of a sweep chunk's 94,000 rows)
+    roofline, borrowed, lenders = _row_sources(
+        base, n, lambda t: _lenders(artifact, t.split(",") if t else [])
+    )
     meta = {
         "source": "hymell" if has_level3 else "roofline",
         "artifact_id": artifact.artifact_id if artifact is not None else "roofline-v0",
@@ -629,16 +633,18 @@ def _provenance(
     out = {k: _const_object(n, v) for k, v in meta.items()}
     out["roofline_ops"] = roofline
     out["borrowed_ops"] = borrowed
-    texts = {t: _lenders(artifact, t.split(",") if t else []) for t in set(lenders.tolist())}
-    out["borrowed_artifacts"] = np.array([texts[t] for t in lenders.tolist()], dtype=object)
+    out["borrowed_artifacts"] = lenders
     return out
 
 
-def _row_sources(base: BaseCost, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _row_sources(
+    base: BaseCost, n: int, lenders: Callable[[str], str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per configuration: the operators the roofline priced (no fitted model), those priced
     with a sibling chip's table ("<op>=<model>@<gpu>", e.g. H200 per-tensor fp8 GEMMs by
-    H100's) and those sibling GPUs, each a sorted comma-joined text over the operators the
-    configuration runs. A configuration's text does not depend on the batch it comes in."""
+    H100's) and `lenders` of those sibling GPUs, each a sorted comma-joined text over the
+    operators the configuration runs. A configuration's text does not depend on the batch it
+    comes in."""
     # (label, text it adds to roofline_ops / borrowed_ops) per model name, and per entry the
     # rows where each label applies
     entries: list[tuple[str, str, np.ndarray]] = []  # (op, label, rows)
@@ -660,21 +666,24 @@ def _row_sources(base: BaseCost, n: int) -> tuple[np.ndarray, np.ndarray, np.nda
     roof = [(k, m) for k, s, m in entries if "roofline" in s.split("+")]
     lent = [(f"{k}={s}", m) for k, s, m in entries if "@" in s]
     gpus = [(p.split("@", 1)[1], m) for _, s, m in entries for p in s.split("+") if "@" in p]
-    return _joined(roof, n), _joined(lent, n), _joined(gpus, n)
+    return _joined(roof, n), _joined(lent, n), _joined(gpus, n, lenders)
 
 
-def _joined(parts: list[tuple[str, np.ndarray]], n: int) -> np.ndarray:
-    """Per row, the sorted distinct texts of the parts whose mask holds there, comma-joined;
-    one join per distinct combination of masks."""
+def _joined(
+    parts: list[tuple[str, np.ndarray]], n: int, then: Callable[[str], str] | None = None
+) -> np.ndarray:
+    """Per row, the sorted distinct texts of the parts whose mask holds there, comma-joined
+    (and passed through `then`, when given); one join per distinct combination of masks."""
+    post = then if then is not None else (lambda t: t)
     if not parts:
-        return _const_object(n, "")
+        return _const_object(n, post(""))
     if all(m.all() for _, m in parts):
-        return _const_object(n, ",".join(sorted({t for t, _ in parts})))
+        return _const_object(n, post(",".join(sorted({t for t, _ in parts}))))
     masks = np.stack([m for _, m in parts], axis=1)
     combos, inverse = np.unique(masks, axis=0, return_inverse=True)
     texts = np.empty(len(combos), dtype=object)
     for j, combo in enumerate(combos):
-        texts[j] = ",".join(sorted({parts[i][0] for i in np.flatnonzero(combo)}))
+        texts[j] = post(",".join(sorted({parts[i][0] for i in np.flatnonzero(combo)})))
     return texts[np.ravel(inverse)]
 
 

@@ -286,10 +286,21 @@ def architecture(cols: Mapping[str, np.ndarray]) -> A.Architecture:
 def gpu_table(gpus: np.ndarray, attr: str) -> np.ndarray:
     """Per-row GPU spec values (e.g. 'hbm_capacity_bytes') for an array of registry names."""
     out = np.empty(len(gpus), dtype=float)
+    if len(gpus) and _one_value(gpus):
+        # one GPU over the batch (most of a sweep's chunks): no np.unique, which hashes every
+        # name (~9 ms a 131,072-row chunk, twice a `derived`)
+        value = getattr(get_gpu(str(gpus[0])), attr)
+        out.fill(np.nan if value is None else float(value))
+        return out
     for name in np.unique(gpus):
         value = getattr(get_gpu(str(name)), attr)
         out[gpus == name] = np.nan if value is None else float(value)
     return out
+
+
+def _one_value(a: np.ndarray) -> bool:
+    """Whether every entry of a non-empty column equals its first (its last checked first)."""
+    return bool(a[-1] == a[0]) and bool((a == a[0]).all())
 
 
 def derived(

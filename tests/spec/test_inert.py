@@ -160,6 +160,38 @@ def test_the_example_space_has_12_configurations_not_24(tmp_path: Path) -> None:
                            by_number.loc[t, obj].to_numpy(float), rtol=0, atol=0)  # fmt: skip
 
 
+def _canonical_by_digits(space: Any, idx: np.ndarray) -> np.ndarray:
+    """`canonical_index` without its shortcut: every index decoded, its digits canonical."""
+    from dse.sweep.space_index import canonical_digits
+
+    sizes = [len(p.values) for p in space.searched]
+    digits = np.column_stack(np.unravel_index(idx, sizes))
+    return np.ravel_multi_index(tuple(canonical_digits(space, digits).T), sizes)
+
+
+@pytest.mark.parametrize(
+    ("fixed", "moves"),
+    [("", False), ("  kv_lora_rank: 256\n  qk_rope_head_dim: 64\n", True)],
+    ids=["gqa", "mla"],
+)
+def test_canonical_index_skips_decoding_only_where_nothing_is_inert(
+    tmp_path: Path, fixed: str, moves: bool
+) -> None:
+    """The exact scan's shortcut (no deciding field searched, none of the searched fields
+    inert under the fixed ones: the indices are their own) gives the digits' answer, and is
+    not taken where a fixed field makes a searched one inert (MLA: n_kv_heads)."""
+    text = (REPO / "benchmarks" / "sweep_3m_space.yaml").read_text()
+    text = text.replace("  vocab_size: 128256\n", "  vocab_size: 128256\n" + fixed)
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    space = load_space(path)
+    rng = np.random.default_rng(0)
+    idx = np.sort(rng.choice(space.size(), 20_000, replace=False))
+    got = canonical_index(space, idx)
+    np.testing.assert_array_equal(got, _canonical_by_digits(space, idx))
+    assert bool((got != idx).any()) is moves
+
+
 def test_check_counts_the_distinct_configurations(capsys: pytest.CaptureFixture[str]) -> None:
     from dse.cli import main
 
