@@ -984,10 +984,13 @@ class LayerOpModel(_base.Model):
         """The items, factor and waves of `predict`, row by row in plain Python (few rows)."""
         n = len(idx)
         nk = len(LOG_E_KNOTS)
-        items = np.full((4, n), np.nan)
-        waves = np.zeros(n)
-        factor = np.ones(n)
+        # Python lists, made arrays once at the end (not a numpy store per item)
+        items = [[math.nan] * n for _ in range(4)]
+        waves = [0.0] * n
+        factor = [1.0] * n
         seen: dict[tuple[int, float, float, float], int] = {}
+        # each family's state as Python numbers, made once per model (`_pack`, one look-up)
+        fams: dict[int, _RowFamily] = self._pack("rows", dict)
         for r, (i, t_r, w, p) in enumerate(
             zip(idx.tolist(), t.tolist(), width.tolist(), tp.tolist(), strict=True)
         ):
@@ -996,10 +999,13 @@ class LayerOpModel(_base.Model):
             # a row like an earlier one (the input and final norm, the two residual adds)
             same = seen.setdefault((i, t_r, w, p), r)
             if same != r:
-                items[:, r] = items[:, same]
+                for col in items:
+                    col[r] = col[same]
                 factor[r], waves[r] = factor[same], waves[same]
                 continue
-            fam = self._pack(("row", i), lambda i=i: self._row_family(i))
+            fam = fams.get(i)
+            if fam is None:
+                fam = fams[i] = self._row_family(i)
             if fam.by_width and WIDTH_ONLY_NO_TP:
                 p = 1.0
             t_fit = min(t_r, max(fam.e_max / w, 1.0))
@@ -1028,12 +1034,13 @@ class LayerOpModel(_base.Model):
                 )
             curve = self._curve_row(fam, t_fit, w, 1.0 if fam.by_width else p)
             f = math.exp(curve) * grow
-            for row, v in enumerate((c[0], wave_us, wvs * w_k * per_width, tp_us)):
-                items[row, r] = v * 1e-6 * f
+            for col, v in zip(items, (c[0], wave_us, wvs * w_k * per_width, tp_us), strict=True):
+                col[r] = v * 1e-6 * f
             factor[r] = f
             waves[r] = wv * grow
         keys = ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")
-        return {**dict(zip(keys, items, strict=True)), "factor": factor, "waves": waves}
+        out = dict(zip(keys, np.array(items, dtype=np.float64), strict=True))
+        return {**out, "factor": np.array(factor), "waves": np.array(waves)}
 
     def predict(self, *, width: np.ndarray | None = None, **arrays: Any) -> dict[str, np.ndarray]:
         """Itemised latency per row; ops this model does not cover get NaN and covered=False.
