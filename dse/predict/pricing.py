@@ -402,8 +402,10 @@ def _collapse(
         _acc(out.items_j, op.name, e_r)
     if not few:
         return
-    T = np.array(ts, dtype=float).reshape(len(ts), n)  # copies: every item an array of its own
-    E = np.array(es, dtype=float).reshape(len(es), n)
+    # copies, every item an array of its own: one concatenation of the (n,) rows (np.array
+    # of a list of arrays inspects each element: ~0.5% of a one-row call more)
+    T = np.concatenate(ts, dtype=float).reshape(len(ts), n)
+    E = np.concatenate(es, dtype=float).reshape(len(es), n)
     out.time_s += T.sum(axis=0)
     out.energy_j += E.sum(axis=0)
     for (op, _, _), t_r, e_r in zip(per_op, T, E, strict=True):
