@@ -862,11 +862,11 @@ class LayerOpModel(_base.Model):
         """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
         lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
         if op.size <= FEW_ROWS:  # a few rows: the same rule row by row, no string unique
-            keys = []
-            for name, g in zip(op.ravel().tolist(), gated.ravel().tolist(), strict=True):
-                g_i = lookup.get(name, -1)
-                n_i = lookup.get(f"{name}:nongated", g_i)
-                keys.append(g_i if g and g_i >= 0 else n_i)
+            family = self._family_of(lookup)
+            keys = [
+                family(name, g)
+                for name, g in zip(op.ravel().tolist(), gated.ravel().tolist(), strict=True)
+            ]
             return np.array(keys, dtype=np.int64).reshape(op.shape)
         if op.size and op.strides == (0,):  # one operator for the whole batch (a broadcast
             # scalar): no string unique, no comparison of every row's name
@@ -881,6 +881,22 @@ class LayerOpModel(_base.Model):
             n_i = lookup.get(f"{name}:nongated", g_i)
             idx[sel] = np.where(gated[sel], g_i if g_i >= 0 else n_i, n_i)
         return idx
+
+    def _family_of(self, lookup: dict[str, int]) -> Callable[[str, bool], int]:
+        """(operator name, gated) -> the family row the operator reads (its own, else the
+        gated one; -1: none), as `_row_key_index`; each pair worked out once per model (the
+        names and the fitted families alone decide it)."""
+        memo: dict[tuple[str, bool], int] = self._pack("family_of", dict)
+
+        def family(name: str, g: bool) -> int:
+            i = memo.get((name, g))
+            if i is None:
+                g_i = lookup.get(name, -1)
+                n_i = lookup.get(f"{name}:nongated", g_i)
+                i = memo[(name, g)] = g_i if g and g_i >= 0 else n_i
+            return i
+
+        return family
 
     def _pack(self, key: Any, make: Callable[[], Any]) -> Any:
         """What prediction derives from the fitted state alone (the family lookup, each
@@ -1274,13 +1290,15 @@ class LayerOpModel(_base.Model):
         """Whether every row's width lies inside its family's measured widths (as
         `range_misses` reads them), row by row in plain Python: a few rows cost less so."""
         names = [str(ops)] * len(width) if ops.ndim == 0 else ops.tolist()
+        family = self._family_of(lookup)
+        ranges: dict[int, tuple[float, float]] = self._pack("width_ranges", dict)
         for name, g, w in zip(names, gated.tolist(), width.tolist(), strict=True):
-            g_i = lookup.get(name, -1)
-            n_i = lookup.get(f"{name}:nongated", g_i)
-            i = (n_i if g_i < 0 else g_i) if g else n_i
+            i = family(name, g)
             if i < 0:
                 continue
-            lo, hi = self._pack(("widths", i), lambda i=i: self._width_range(i))
+            if i not in ranges:
+                ranges[i] = self._pack(("widths", i), lambda i=i: self._width_range(i))
+            lo, hi = ranges[i]
             if lo <= hi and not lo <= w <= hi:
                 return False
         return True
