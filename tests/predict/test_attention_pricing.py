@@ -20,8 +20,11 @@ def test_a_window_covering_the_sequence_prices_as_full_attention() -> None:
     does; it is still its own operator, run with its window (issue 33)."""
     full = predict(BASE)
     wide = predict({**BASE, "attention_pattern": "sliding*3,full", "sliding_window": 4096})
+    # rel 1e-6: the two rows' operators reach the power MLPs in other batch layouts (float32
+    # round-off ~1e-8 on some CPUs' OpenBLAS kernels, nn.MLP.predict); a priced window moves
+    # energy by percents
     for k in FLOATS:
-        assert wide[k][0] == pytest.approx(full[k][0], rel=1e-12), k
+        assert wide[k][0] == pytest.approx(full[k][0], rel=1e-6), k
     core = full["breakdown.prefill.attention/core_s"][0]
     assert wide["breakdown.prefill.attention/core_sliding_s"][0] == pytest.approx(0.75 * core)
 

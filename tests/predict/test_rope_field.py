@@ -132,8 +132,10 @@ def test_a_mixed_batch_prices_each_row_as_alone() -> None:
     both = predict(_raw(rows))
     for i, r in enumerate(rows):
         alone = predict(r)
-        assert both["latency_s"][i] == pytest.approx(alone["latency_s"][0], rel=1e-9)
-        assert both["energy_j"][i] == pytest.approx(alone["energy_j"][0], rel=1e-9)
+        # rel 1e-6: float32 round-off of the MLPs in another batch layout (nn.MLP.predict),
+        # 1e-8 on some CPUs; a row priced with its neighbour's RoPE moves by percents
+        assert both["latency_s"][i] == pytest.approx(alone["latency_s"][0], rel=1e-6)
+        assert both["energy_j"][i] == pytest.approx(alone["energy_j"][0], rel=1e-6)
 
 
 def test_parameters_memory_and_tokens_to_wh_do_not_count_rope() -> None:

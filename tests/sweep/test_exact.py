@@ -170,7 +170,9 @@ def test_the_scan_predicts_only_rows_a_prediction_could_make_feasible(tmp_path: 
     np.testing.assert_array_equal(scan.feasible, full.feasible)
     ok = full.feasible
     assert 0 < ok.sum() < full.valid.sum()  # the tpot limit binds, and so do the sizes
-    np.testing.assert_array_equal(scan.objectives[ok], full.objectives[ok])
+    # the scan predicts a subset of the rows: another batch layout, so float32 round-off of
+    # the MLPs (1e-8 on AVX2's OpenBLAS kernels, nn.MLP.predict) and nothing more
+    np.testing.assert_allclose(scan.objectives[ok], full.objectives[ok], rtol=1e-6, atol=0)
     static = full.valid & (full.constraints["active_params_max"] <= 0)
     static &= (full.constraints["active_params_min"] <= 0) & (full.constraints["fits_memory"] <= 0)
     assert seen == [int(static.sum())] and static.sum() < full.valid.sum()
