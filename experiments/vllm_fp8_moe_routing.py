@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         "golden_predictions": np.load(golden.GOLDEN)["ttft_s"],
         "golden_small": np.load(small.GOLDEN)["ttft_s"],
     }
-    print("| lookup | v3 H100 energy / time (held out) | FP8 rows: time / energy error, median "
-          "| golden TTFT rows moved (range) |")
+    print(
+        "| lookup | v3 H100 energy / time (held out) | FP8 rows: time / energy error, median "
+        "| golden TTFT rows moved (range) |"
+    )
     print("|---|---|---|---|")
     for label, prefs in VARIANTS.items():
         _set(prefs)

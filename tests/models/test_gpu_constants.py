@@ -310,7 +310,10 @@ ALLOWED = {
     ("dse/models/mla.py", "fit"),
     ("dse/models/linear_layers.py", "fit"),  # kept as gpu_spec_ (SMs, bf16 peak, HBM bandwidth)
     ("dse/models/moe.py", "_peak"),  # fit: kept in roof_
-    ("dse/models/moe.py", "_fit_rows"),  # fit (after row selection): the power head's idle and board power (kept in it)
+    (
+        "dse/models/moe.py",
+        "_fit_rows",
+    ),  # fit (after row selection): the power head's idle and board power (kept in it)
     ("dse/models/moe_physics.py", "fit"),
     ("dse/models/reductions.py", "fit"),  # kept as bw_scale_
     ("dse/predict/request.py", "predict"),  # the entry: one look-up per GPU name

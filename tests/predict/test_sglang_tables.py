@@ -269,11 +269,13 @@ def test_sglang_fp8_moe_configurations_name_the_fp8_block_kernel_model() -> None
     weights names SGLang's fp8_block model and the kernel that priced it (top-k 2: Triton); of
     bf16 weights the bf16 model, with vLLM's bf16 table for vLLM's fp8 row."""
     p = predict(
-        _rows([
-            {"model": MOE, "engine": "sglang", "gpu": "b200_sxm", "weight_dtype": "fp8"},
-            {"model": MOE, "engine": "sglang", "gpu": "b200_sxm", "weight_dtype": "bfloat16"},
-            {"model": MOE, "engine": "vllm", "gpu": "b200_sxm", "weight_dtype": "fp8"},
-        ]),
+        _rows(
+            [
+                {"model": MOE, "engine": "sglang", "gpu": "b200_sxm", "weight_dtype": "fp8"},
+                {"model": MOE, "engine": "sglang", "gpu": "b200_sxm", "weight_dtype": "bfloat16"},
+                {"model": MOE, "engine": "vllm", "gpu": "b200_sxm", "weight_dtype": "fp8"},
+            ]
+        ),
         models=True,
     )
     used = [set(t.split(",")) for t in p["kernel_models"]]
