@@ -299,46 +299,18 @@ class AllReduceModel(_base.Model):
                 best, best_err = w, err
         return best
 
-    def _switches(
-        self, i: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[float, float]]]:
-        """Curve i's regime switches (log2 bytes, sorted) and each regime's alpha floor, from
-        the fitted state alone: made once per model and curve (a one-row call would rebuild
-        them), keyed to the state arrays' identities so that a refit rebuilds them."""
-        stamp = (id(self.switch_bytes_), id(self.alpha_s_), id(self.alpha_switch_s_))
-        cache = self.__dict__.get("_switch_cache")
-        if cache is None or cache[0] != stamp:
-            cache = self.__dict__["_switch_cache"] = (stamp, {})
-        hit = cache[1].get(i)
-        if hit is None:
-            sw = self.switch_bytes_[i]
-            sw = np.log2(sw[np.isfinite(sw)])
-            floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
-            # each regime's knot range (`_clip_to_segment`): regime -> (first, last knot)
-            seg_k = _segments(self.knots_, sw)
-            bounds = {}
-            for r in np.unique(seg_k).tolist():
-                ks = self.knots_[seg_k == r]
-                bounds[r] = (ks[0], ks[-1])
-            hit = cache[1][i] = (sw, np.sort(sw), floors, bounds)
-        return hit
-
     def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
         lb = np.log2(b)
-        sw, sw_sorted, floors, bounds = self._switches(i)
+        sw = self.switch_bytes_[i]
+        sw = np.log2(sw[np.isfinite(sw)])
         if len(sw) == 0:
             c = np.interp(lb, self.knots_, self.c_s_per_gb_[i])
             alpha = np.full_like(b, self.alpha_s_[i])
         else:
-            # `_clip_to_segment` with the regimes' knot ranges made once
-            seg = np.searchsorted(sw_sorted, lb, side="right")  # `_segments`
-            lc = lb.copy()
-            for r in set(seg.tolist()) if seg.size <= 64 else np.unique(seg):
-                ends = bounds.get(int(r))
-                if ends is not None:
-                    lc[seg == r] = np.clip(lb[seg == r], ends[0], ends[1])
+            lc = _clip_to_segment(lb, self.knots_, sw)
             c = np.interp(lc, self.knots_, self.c_s_per_gb_[i])
-            alpha = floors[seg]
+            floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
+            alpha = floors[_segments(lb, sw)]
         trans = b * 1e-9 * c
         if self.end_marginal_ and len(self.knots_) >= 2:
             # beyond the largest measured message the time grows at the marginal rate of the
