@@ -317,6 +317,7 @@ ALLOWED = {
     ("dse/models/moe_physics.py", "fit"),
     ("dse/models/reductions.py", "fit"),  # kept as bw_scale_
     ("dse/predict/request.py", "predict"),  # the entry: one look-up per GPU name
+    ("dse/predict/request.py", "_predict_gpus"),  # the entry's GPU loop (after repeated rows)
     ("dse/predict/request.py", "predict_columns"),  # its entry for callers without a spec
 }
 
