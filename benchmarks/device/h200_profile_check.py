@@ -6,6 +6,12 @@ nvidia-ml-py; the whole check fits in under 10 minutes including the fit:
 
     python3 benchmarks/device/h200_profile_check.py --out "$OUT" [--data ../shared/data]
 
+or split, profiling on the GPU machine and fitting and scoring anywhere (how it ran here):
+
+    dse profile --device cuda:0 --quick --name h200prof --out prof --ops gemm,attention,moe,layer_ops
+    dse profile --device cuda:0 --quick --offset 1 --name h200prof --out prof2 ...   # held out
+    python3 benchmarks/device/h200_profile_check.py --profile prof --holdout prof2 --out check
+
 Steps: (1) `dse profile --quick --ops gemm,attention,moe --max-minutes M` (the quick grid,
 energy on the 175 GEMM shapes with the full 1 s protocol: ~4-5 minutes estimated); (2) `dse fit --no-cv` on it as GPU `h200prof` (the spec's fields are
 the registry's H200 datasheet, matched by device name; the measured peaks sit beside them);
@@ -75,17 +81,35 @@ def main() -> int:
     )
     ap.add_argument("--max-minutes", type=float, default=6.0, help="profile budget (default 6)")
     ap.add_argument("--energy-seconds", type=float, default=1.0)
+    ap.add_argument(
+        "--profile",
+        help="score an existing profile folder (measured on the GPU) instead of profiling here: "
+        "the device machine profiles, any machine fits and scores",
+    )
+    ap.add_argument(
+        "--holdout",
+        help="a second profile folder (`--offset 1`: shapes the first did not measure); "
+        "`dse validate` scores the fitted artifact on it",
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prof, surr = out / "profile", out / "surrogates"
     t0 = time.perf_counter()
-    dse(
-        "profile", "--device", "cuda:0", "--quick", "--name", NAME, "--out", str(prof),
-        "--ops", "gemm,attention,moe", "--max-minutes", str(args.max_minutes),
-        "--energy-seconds", str(args.energy_seconds), "--no-progress",
-    )  # fmt: skip
+    if args.profile:
+        prof = Path(args.profile)
+    else:
+        dse(
+            "profile", "--device", "cuda:0", "--quick", "--name", NAME, "--out", str(prof),
+            "--ops", "gemm,attention,moe", "--max-minutes", str(args.max_minutes),
+            "--energy-seconds", str(args.energy_seconds), "--no-progress",
+        )  # fmt: skip
     dse("fit", "--data", str(prof), "--gpu", NAME, "--no-cv", env={"DSE_SURROGATES": str(surr)})
+    if args.holdout:
+        dse(
+            "validate", "--data", args.holdout, "--gpu", NAME, "--artifacts", str(surr),
+            "--json", str(out / "holdout_validate.json"),
+        )  # fmt: skip
 
     import numpy as np
 

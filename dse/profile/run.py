@@ -207,21 +207,28 @@ def _row(t: Any) -> dict[str, Any]:
         "repeats": t.repeats,
         "calls": t.calls,
         "ci_rel_halfwidth": t.ci_rel_halfwidth,
+        "timer": t.timer,
     }
 
 
 def _energy_row(
-    fn: Callable[[], Any], calls: int, clock: Clock, reader: Any, seconds: float
+    sample: Callable[[], Any], sample_s: float, clock: Clock, reader: Any, seconds: float
 ) -> dict[str, Any]:
-    """Mean board power over a sustained loop of >= `seconds` (NaN where not measured)."""
+    """Mean board power over a sustained loop of >= `seconds` of the timed sample (the graph
+    replay on a GPU, so the power is that of back-to-back kernels, not of launch gaps; NaN
+    where not measured)."""
     if isinstance(reader, NoEnergy) or seconds <= 0:
         return {"power_w": math.nan, "energy_seconds": math.nan}
+
+    # samples enqueued in bursts of >= 10 ms between host syncs, so the GPU never waits on
+    # the host mid-loop
+    burst = max(1, math.ceil(0.01 / max(sample_s, 1e-7)))
 
     def loop() -> float:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            for _ in range(calls):
-                fn()
+            for _ in range(burst):
+                sample()
             clock.sync()
         return time.perf_counter() - t0
 
@@ -260,7 +267,8 @@ def measure_shape(
         kern = builders[table](torch, device, dtype, **s)
         t = measure(kern.fn, clock, proto, flush)
         row = {**s, "dtype": dtype, "kernel_source": kern.kernel_source, **_row(t)}
-        row.update(_energy_row(kern.fn, t.calls, clock, reader, energy_s))
+        assert t.sample is not None
+        row.update(_energy_row(t.sample, t.median_s * t.calls, clock, reader, energy_s))
         return row
     except ops.Unsupported as exc:
         return {**s, "dtype": dtype, "skipped": str(exc)}
@@ -406,12 +414,14 @@ def run_profile(opts: ProfileOptions, log: Callable[[str], None] = print) -> dic
         proto = Protocol(**{**proto.__dict__, "energy_s": 0.0})
     started = now()
     t_start = time.perf_counter()
+    # idle first: read after the peak loops, an H200 still drew 123 W at 1980 MHz for seconds
+    # (80 W at 345 MHz before them), which the fit would take for idle power
+    idle_w = reader.idle_power_w(2.0) if isinstance(reader, NvmlEnergy) else math.nan
     peaks = (
         measure_peaks(torch, device, clock, dtypes)
         if previous is None or "peaks" not in previous
         else previous["peaks"]
     )
-    idle_w = reader.idle_power_w(2.0) if isinstance(reader, NvmlEnergy) else math.nan
     if previous is not None and previous.get("idle_power_w") is not None:
         idle_w = float(previous["idle_power_w"])
     measured_power = isinstance(reader, NvmlEnergy)

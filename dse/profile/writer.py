@@ -120,6 +120,9 @@ def _aic_frame(table: str, rows: list[dict[str, Any]], info: dict[str, Any]) -> 
     out["repeats"] = df["repeats"].astype("int64")
     out["calls_per_sample"] = df["calls"].astype("int64")
     out["ci_rel_halfwidth"] = df["ci_rel_halfwidth"]
+    # journals written before the graph timer have no column: their rows were Python loops
+    loop = "cuda-events" if str(info.get("device", "")).startswith("cuda") else "perf-counter"
+    out["timer"] = df["timer"].fillna(loop) if "timer" in df else loop
     out["energy_seconds"] = df["energy_seconds"]
     return out
 

@@ -118,6 +118,7 @@ def test_profile_writes_the_layout_dse_fit_reads(loop: dict) -> None:
         assert {"latency", "latency_std_ms", "repeats", "ci_rel_halfwidth"} <= set(df.columns)
         assert "power" not in df.columns
         assert (df["latency"] > 0).all() and (df["repeats"] >= 5).all()
+        assert (df["timer"] == "perf-counter").all()  # the CPU's timer; a GPU's: cuda-graph
     assert (prof / "vidur/data/profiling/compute" / GPU).is_dir()
     tables = load(prof)
     assert {"gemm", "context_attention", "generation_attention", "moe", "layer_op"} <= set(tables)
@@ -509,6 +510,42 @@ def test_median_ci_stop_rule() -> None:
     assert median_ci_rel_halfwidth(np.ones(20)) == 0.0
     x = np.linspace(0.9, 1.1, 101)  # order statistics 40 and 60 of 101: 0.98 .. 1.02
     assert median_ci_rel_halfwidth(x) == pytest.approx(0.02, rel=0.06)
+
+
+def test_a_sample_is_calls_back_to_back_and_the_energy_loop_reuses_it() -> None:
+    """The timed sample (a Python loop on a CPU, a CUDA graph replay on a GPU) makes exactly
+    `calls` calls per run, and the Timing hands that sample to the energy loop."""
+    from dse.profile.timing import Clock, Protocol, measure
+
+    n = [0]
+
+    def fn() -> None:
+        n[0] += 1
+
+    clock = Clock(torch, torch.device("cpu"))
+    assert not clock.graphs  # graphs are a CUDA thing
+    run, timer = clock.batch(fn, 7)
+    run()
+    assert n[0] == 7 and timer == "perf-counter"
+    proto = Protocol(warmup=1, min_repeats=5, max_repeats=6, min_sample_s=1e-3, max_calls=50)
+    t = measure(fn, clock, proto, None)
+    assert t.timer == "perf-counter" and 1 <= t.calls <= 50 and t.sample is not None
+    before = n[0]
+    t.sample()
+    assert n[0] - before == t.calls
+
+
+def test_journals_from_before_the_graph_timer_read_as_loops(tmp_path: Path) -> None:
+    from dse.profile.writer import _aic_frame
+
+    row = {"m": 8, "n": 16, "k": 16, "dtype": "bfloat16", "kernel_source": "torch_linear",
+           "latency_s": 1e-5, "latency_mean_s": 1e-5, "latency_std_s": 0.0,
+           "latency_min_s": 1e-5, "latency_max_s": 1e-5, "repeats": 5, "calls": 10,
+           "ci_rel_halfwidth": 0.01, "power_w": math.nan, "energy_seconds": math.nan}  # fmt: skip
+    info = {"torch": "2.11.0", "name": "NVIDIA H200", "device": "cuda:0"}
+    assert list(_aic_frame("gemm", [row], info)["timer"]) == ["cuda-events"]
+    new = _aic_frame("gemm", [row, {**row, "timer": "cuda-graph"}], info)
+    assert list(new["timer"]) == ["cuda-events", "cuda-graph"]
 
 
 def test_routings_touch_the_stated_experts() -> None:
