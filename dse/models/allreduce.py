@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import DataError
-from dse.models import _curves
+from dse.models import _curves, _derived
 from dse.models import base as _base
 from dse.models.threads import threaded_fit
 
@@ -299,18 +299,45 @@ class AllReduceModel(_base.Model):
                 best, best_err = w, err
         return best
 
-    def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
-        lb = np.log2(b)
+    def _switches(
+        self, i: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[float, float]]]:
+        """Curve i's regime switches (log2 bytes, sorted) and each regime's alpha floor, from
+        the fitted state alone: made once per model and curve (a one-row call would rebuild
+        them), kept outside the model (`_derived`) and rebuilt when the state arrays change."""
+        state = (self.switch_bytes_, self.alpha_s_, self.alpha_switch_s_, self.knots_)
+        return _derived.derived(self, state, ("switches", i), lambda: self._make_switches(i))
+
+    def _make_switches(
+        self, i: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[float, float]]]:
         sw = self.switch_bytes_[i]
         sw = np.log2(sw[np.isfinite(sw)])
+        floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
+        # each regime's knot range (`_clip_to_segment`): regime -> (first, last knot)
+        seg_k = _segments(self.knots_, sw)
+        bounds = {}
+        for r in np.unique(seg_k).tolist():
+            ks = self.knots_[seg_k == r]
+            bounds[r] = (ks[0], ks[-1])
+        return sw, np.sort(sw), floors, bounds
+
+    def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        lb = np.log2(b)
+        sw, sw_sorted, floors, bounds = self._switches(i)
         if len(sw) == 0:
             c = np.interp(lb, self.knots_, self.c_s_per_gb_[i])
             alpha = np.full_like(b, self.alpha_s_[i])
         else:
-            lc = _clip_to_segment(lb, self.knots_, sw)
+            # `_clip_to_segment` with the regimes' knot ranges made once
+            seg = np.searchsorted(sw_sorted, lb, side="right")  # `_segments`
+            lc = lb.copy()
+            for r in set(seg.tolist()) if seg.size <= 64 else np.unique(seg):
+                ends = bounds.get(int(r))
+                if ends is not None:
+                    lc[seg == r] = np.clip(lb[seg == r], ends[0], ends[1])
             c = np.interp(lc, self.knots_, self.c_s_per_gb_[i])
-            floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
-            alpha = floors[_segments(lb, sw)]
+            alpha = floors[seg]
         trans = b * 1e-9 * c
         if self.end_marginal_ and len(self.knots_) >= 2:
             # beyond the largest measured message the time grows at the marginal rate of the
