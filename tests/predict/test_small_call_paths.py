@@ -234,3 +234,32 @@ def test_layer_op_family_of_a_few_rows_equals_the_vectorised_rule(
             many = model._row_key_index(ops[rows], gated)
         np.testing.assert_array_equal(few, many)
         assert (few[ops[rows] == "no_such_op"] == -1).all()
+
+
+@pytest.mark.parametrize("wave_steps", [False, True])
+def test_level2_gemm_inputs_of_a_few_rows_equal_the_vectorised_rule(
+    wave_steps: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`level2.gemm_inputs` of a few rows (Python floats) against the (n, 2)-array rule: the
+    same arithmetic; math's exp2 / log may differ from numpy's in the last bits only."""
+    from dse.models import level2
+
+    rng = np.random.default_rng(41)
+    for n in (1, 2, level2.FEW_ROWS):
+        X = np.column_stack(
+            [
+                rng.uniform(-14.0, -3.0, (n, 3)),  # log seconds of the three operators
+                np.log2(rng.integers(1, 1 << 17, (n, 1))),  # tokens
+                np.log2(rng.integers(64, 1 << 16, (n, 4))),  # the GEMMs' n, k
+                np.full((n, 1), np.log(9.9e14)),
+                np.full((n, 1), np.log(3.35e12)),
+                np.full((n, 1), 132.0),
+            ]
+        )
+        few = level2.gemm_inputs(X, wave_steps)
+        monkeypatch.setattr(level2, "FEW_ROWS", 0)  # the vectorised rule
+        every = level2.gemm_inputs(X, wave_steps)
+        monkeypatch.undo()
+        for a, b in zip(few, every, strict=True):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
