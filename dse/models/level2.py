@@ -256,7 +256,10 @@ class Level2Block(Model):
         the tokens and of the Level-1 times (the factors of one apply to all of them, as the
         Level-1 GEMM tables price a tall GEMM as row blocks)."""
         hi = self.range_["log2_tokens"][1]
-        if not (X[:, 3] > hi + 1e-9).any():
+        if len(X) <= FEW_ROWS:  # a few rows: one Python comparison per row, no numpy reduction
+            if not any(t > hi + 1e-9 for t in X[:, 3].tolist()):
+                return X
+        elif not (X[:, 3] > hi + 1e-9).any():
             return X
         blocks = np.maximum(np.ceil(np.exp2(X[:, 3] - hi) * (1 - 1e-12)), 1.0)
         X = X.copy()

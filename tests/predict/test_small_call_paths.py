@@ -263,3 +263,66 @@ def test_level2_gemm_inputs_of_a_few_rows_equal_the_vectorised_rule(
         for a, b in zip(few, every, strict=True):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [False, True])
+def test_dedupe_of_a_few_rows_equals_the_general_path(
+    rows: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_rows.dedupe` of a few (n,) columns (no shape broadcasting) gives what its general
+    path gives: the same call, the same outputs and shapes."""
+    from dse.predict import _rows
+
+    rng = np.random.default_rng(47)
+    a = rng.integers(1, 9, 5)
+    b = rng.integers(1, 9, 10)[::2]  # a strided view
+
+    def fn(*args: np.ndarray) -> dict[str, np.ndarray]:
+        *idx, x, y = args
+        out = {"s": x * 3.0 + y, "p": (x * y).astype(float)}
+        return {**out, "i": idx[0] * 1.0} if idx else out
+
+    few = _rows.dedupe(fn, a, b, rows=rows)
+    monkeypatch.setattr(_rows, "_few_rows_of", lambda cols: None)
+    general = _rows.dedupe(fn, a, b, rows=rows)
+    assert few.keys() == general.keys()
+    for k in few:
+        assert few[k].shape == general[k].shape == (5,)
+        np.testing.assert_array_equal(few[k], general[k])
+
+
+def test_unique_float_rows_by_part_of_small_parts_is_none() -> None:
+    """Parts too small to deduplicate (a few configurations' Level-2 rows) give None, as the
+    part-by-part loop does, also when their rows repeat."""
+    from dse.predict._rows import DEDUPE_MIN_ROWS, unique_float_rows, unique_float_rows_by_part
+
+    X = np.ones((2 * (DEDUPE_MIN_ROWS - 1), 3))
+    assert unique_float_rows(X[: DEDUPE_MIN_ROWS - 1]) is None
+    assert unique_float_rows_by_part(X, [DEDUPE_MIN_ROWS - 1] * 2) is None
+    assert unique_float_rows_by_part(X, [1, 1]) is None
+    big = np.ones((DEDUPE_MIN_ROWS, 3))
+    assert unique_float_rows_by_part(big, [DEDUPE_MIN_ROWS]) is not None
+
+
+def test_level2_token_blocks_of_a_few_rows_equal_the_vectorised_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Level2Block.in_token_blocks` of a few rows (the Python test of tokens above the fitted
+    range) against the numpy rule, for rows inside and outside the range."""
+    from dse.models import level2
+
+    art, _ = load_artifact("h100_sxm")
+    if art is None:
+        pytest.skip("no shipped h100_sxm artifact")
+    model = next(art.model(n) for n in art.names() if isinstance(art.model(n), level2.Level2Block))
+    hi = model.range_["log2_tokens"][1]
+    rng = np.random.default_rng(53)
+    for tokens in ([hi - 3.0], [hi - 1.0, hi + 2.5], [hi + 0.5] * level2.FEW_ROWS):
+        X = rng.normal(0.0, 1.0, (len(tokens), len(level2.LEVEL2_FEATURES)))
+        X[:, 3] = tokens
+        few = model.in_token_blocks(X)
+        monkeypatch.setattr(level2, "FEW_ROWS", 0)
+        every = model.in_token_blocks(X)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(few, every)
+        assert (few is X) == (every is X)
