@@ -216,7 +216,11 @@ def _gemm_call(
     """Latency and power of one GEMM model: `GemmModel.predict` itself, the function `dse
     validate` scores (power at the call's utilisations and duration, times the measured-power
     residual where the model has one). The model is the artifact's cached instance, shared by
-    every caller: it is read, never changed."""
+    every caller: it is read, never changed. A model with `latency_power` (GemmModel's
+    predict without its other items, the same numbers) is asked for those two alone."""
+    lean = getattr(model, "latency_power", None)
+    if lean is not None:
+        return lean(m, n, k)
     out = model.predict(m, n, k)
     return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
 

@@ -326,3 +326,27 @@ def test_level2_token_blocks_of_a_few_rows_equal_the_vectorised_rule(
         monkeypatch.undo()
         np.testing.assert_array_equal(few, every)
         assert (few is X) == (every is X)
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm"])
+def test_gemm_latency_power_is_predicts_latency_and_power(gpu: str) -> None:
+    """`GemmModel.latency_power` (what the pricer asks for) is `predict`'s latency_s and
+    power_w bit for bit, for every shipped GEMM model, one row and many, in and out of range."""
+    art, _ = load_artifact(gpu)
+    if art is None:
+        pytest.skip(f"no shipped {gpu} artifact")
+    rng = np.random.default_rng(59)
+    names = art.names("gemm")
+    assert names
+    for name in names:
+        model = art.model(name)
+        for n in (1, 20, 300):
+            m, nn, k = (rng.integers(1, 1 << 17, n).astype(float) for _ in range(3))
+            full = model.predict(m, nn, k)
+            lean = model.latency_power(m, nn, k)
+            assert lean.keys() == {"latency_s", "power_w"}
+            for key, v in lean.items():
+                assert v.shape == full[key].shape
+                np.testing.assert_array_equal(v, full[key], err_msg=f"{name} {key}")
+        one = model.latency_power(4096.0, 4096.0, 512.0)
+        assert one["latency_s"].shape == model.predict(4096.0, 4096.0, 512.0)["latency_s"].shape
