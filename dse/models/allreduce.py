@@ -332,10 +332,16 @@ class AllReduceModel(_base.Model):
             # `_clip_to_segment` with the regimes' knot ranges made once
             seg = np.searchsorted(sw_sorted, lb, side="right")  # `_segments`
             lc = lb.copy()
-            for r in set(seg.tolist()) if seg.size <= 64 else np.unique(seg):
-                ends = bounds.get(int(r))
+            present = set(seg.tolist()) if seg.size <= 64 else np.unique(seg).tolist()
+            if len(present) == 1:  # one regime (a few messages): no masks, the same clip
+                ends = bounds.get(int(present.pop()))
                 if ends is not None:
-                    lc[seg == r] = np.clip(lb[seg == r], ends[0], ends[1])
+                    lc = _base.clip(lb, ends[0], ends[1])
+            else:
+                for r in present:
+                    ends = bounds.get(int(r))
+                    if ends is not None:
+                        lc[seg == r] = _base.clip(lb[seg == r], ends[0], ends[1])
             c = np.interp(lc, self.knots_, self.c_s_per_gb_[i])
             alpha = floors[seg]
         trans = b * 1e-9 * c
@@ -356,6 +362,27 @@ class AllReduceModel(_base.Model):
         return alpha, trans
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        b, g, alpha, trans = self._alpha_trans(arrays)
+        latency = alpha + trans
+        return {
+            "latency_s": latency,
+            "alpha_s": alpha,
+            "t_transfer_s": trans,
+            "bw_eff_bytes_per_s": b / np.maximum(trans, 1e-12),
+            "regime": _curves.nearest_knot(np.log2(b), self.knots_),
+            "n_interpolated": ~np.isin(g, self.n_gpus_),
+        }
+
+    def latency(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """`predict`'s latency_s alone (the same arithmetic): what the pricer reads, without the
+        other items' numpy calls."""
+        _, _, alpha, trans = self._alpha_trans(arrays)
+        return {"latency_s": alpha + trans}
+
+    def _alpha_trans(
+        self, arrays: Mapping[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(message bytes, GPU counts, alpha, transfer seconds) of `predict`'s rows."""
         n_rows = _base.batch_size_of(arrays)
         b = np.maximum(_base.as_float("message_bytes", arrays["message_bytes"], n_rows), 1.0)
         g = _base.as_float("n_gpus", arrays["n_gpus"], n_rows)
@@ -372,9 +399,12 @@ class AllReduceModel(_base.Model):
         )
         # the distinct neighbour pairs (k is j or j + 1): one vectorised pass, not a Python set
         # over every row (2% of a full prediction at 10^5 rows)
-        pairs = np.unique(j * 2 + (k - j))
-        for jj, kk in ((int(p) // 2, int(p) // 2 + int(p) % 2) for p in pairs):
-            sel = (j == jj) & (k == kk)
+        code = j * 2 + (k - j)
+        # a few rows: the same sorted distinct pairs by a Python set (np.unique sorts)
+        pairs = sorted(set(code.tolist())) if code.size <= 64 else np.unique(code).tolist()
+        for jj, kk in ((p // 2, p // 2 + p % 2) for p in pairs):
+            # one pair (a few messages of one group size): every row, without the masks
+            sel = slice(None) if len(pairs) == 1 else (j == jj) & (k == kk)
             a1, t1 = self._curve(b[sel], jj)
             if kk == jj:
                 alpha[sel], trans[sel] = a1, t1
@@ -385,15 +415,7 @@ class AllReduceModel(_base.Model):
             # split the interpolated total in the neighbours' alpha : transfer proportion
             share = ((1 - w) * a1 + w * a2) / ((1 - w) * (a1 + t1) + w * (a2 + t2))
             alpha[sel], trans[sel] = tot * share, tot * (1 - share)
-        latency = alpha + trans
-        return {
-            "latency_s": latency,
-            "alpha_s": alpha,
-            "t_transfer_s": trans,
-            "bw_eff_bytes_per_s": b / np.maximum(trans, 1e-12),
-            "regime": _curves.nearest_knot(np.log2(b), self.knots_),
-            "n_interpolated": ~np.isin(g, fitted),
-        }
+        return b, g, alpha, trans
 
     def to_state(self) -> dict[str, np.ndarray]:
         return {

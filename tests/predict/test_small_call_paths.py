@@ -350,3 +350,33 @@ def test_gemm_latency_power_is_predicts_latency_and_power(gpu: str) -> None:
                 np.testing.assert_array_equal(v, full[key], err_msg=f"{name} {key}")
         one = model.latency_power(4096.0, 4096.0, 512.0)
         assert one["latency_s"].shape == model.predict(4096.0, 4096.0, 512.0)["latency_s"].shape
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "a100_sxm"])
+def test_allreduce_of_a_few_messages_equals_a_large_batch(gpu: str) -> None:
+    """The all-reduce model's few-row paths (the neighbour pairs by a Python set, one pair or
+    one regime without masks) against the same rows inside a batch of many group sizes and
+    regimes (np.unique, masks); `latency` is predict's latency_s bit for bit."""
+    art, _ = load_artifact(gpu)
+    if art is None:
+        pytest.skip(f"no shipped {gpu} artifact")
+    rng = np.random.default_rng(61)
+    names = art.names("allreduce")
+    assert names
+    n = 300
+    b = np.exp2(rng.uniform(8.0, 33.0, n)).round()
+    g = rng.choice([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0], n)
+    for name in names:
+        model = art.model(name)
+        batch = model.predict(message_bytes=b, n_gpus=g)
+        np.testing.assert_array_equal(
+            model.latency(message_bytes=b, n_gpus=g)["latency_s"], batch["latency_s"]
+        )
+        for rows in ([0], [1, 2], list(range(3, 12))):
+            few = model.predict(message_bytes=b[rows], n_gpus=g[rows])
+            for key, v in few.items():
+                np.testing.assert_allclose(
+                    v, batch[key][rows], rtol=1e-12, atol=0.0, err_msg=f"{name} {key}"
+                )
+            lat = model.latency(message_bytes=b[rows], n_gpus=g[rows])["latency_s"]
+            np.testing.assert_array_equal(lat, few["latency_s"])
