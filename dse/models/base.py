@@ -260,11 +260,13 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items() if k in rng}
     if not arrays:
         return out
-    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    shape = None  # the arrays' common shape, worked out at the first input outside its range
     for key, a in arrays.items():
         lo, hi = rng[key]
         if within(a, lo, hi):  # the common case: no work
             continue
+        if shape is None:
+            shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
         miss = range_miss(np.broadcast_to(a, shape), lo, hi)
         if miss.outside.any():
             out[key] = miss

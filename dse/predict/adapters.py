@@ -138,7 +138,7 @@ def price_gemm(
         return None
     from dse.predict.gemm_choice import Gemm, borrowed
 
-    g = Gemm.for_artifact(artifact)
+    g = Gemm.shared(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
     m, n, k = np.broadcast_arrays(m, n, k)
     dtypes = as_shape(op.dims["dtype"], m.shape)

@@ -5,6 +5,7 @@ ratio (`sibling_factor`). The fitted model itself is `dse.models.gemm.GemmModel`
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -68,6 +69,12 @@ class GemmChoice:
         return self.artifact.model(self.name)
 
 
+# `Gemm.shared`: id(artifact) -> (weak reference to it, (its model table, its models, its
+# sibling) compared by identity, the two tables' sizes, the Gemm); cleared past _SHARED_MAX
+_SHARED: dict[int, tuple[weakref.ref[Artifact], tuple[Any, ...], tuple[int, int], Gemm]] = {}
+_SHARED_MAX = 32
+
+
 def _engines_of(names: Any) -> list[str]:
     """The engines of GEMM model names ("gemm.<engine>.<dtype>"), sorted."""
     return sorted({n.split(".")[1] for n in names})
@@ -113,6 +120,27 @@ class Gemm:
     def for_artifact(cls, artifact: Artifact) -> Gemm:
         """The GEMM models of `artifact` and of its sibling chip's artifact stored next to it."""
         return cls(artifact, sibling_artifact(artifact), find_sibling=False)
+
+    @classmethod
+    def shared(cls, artifact: Artifact) -> Gemm:
+        """`for_artifact`, one instance (its `choose` answers kept) per artifact while its model
+        tables and its sibling stay the same ones: the pricer asks on every GEMM price (~1% of
+        a one-configuration call rebuilt the names and choices)."""
+        sib = sibling_artifact(artifact)  # looked up each time: a re-fitted sibling reloads
+        entries, models = artifact.manifest["models"], artifact.models
+        held, sizes = (entries, models, sib), (len(entries), len(models))
+        hit = _SHARED.get(id(artifact))
+        if (
+            hit is None
+            or hit[0]() is not artifact
+            or hit[2] != sizes
+            or any(a is not b for a, b in zip(hit[1], held, strict=True))
+        ):
+            if len(_SHARED) >= _SHARED_MAX:  # a long session of many artifacts (tests)
+                _SHARED.clear()
+            gemm = cls(artifact, sib, find_sibling=False)
+            hit = _SHARED[id(artifact)] = (weakref.ref(artifact), held, sizes, gemm)
+        return hit[3]
 
     @classmethod
     def load(cls, path_or_gpu: str) -> Gemm:
@@ -179,7 +207,14 @@ class Gemm:
 
     def choose(self, dtype: str, engine: str | None = None) -> GemmChoice:
         """The model pricing (dtype, engine) on this artifact's GPU, perhaps the sibling's.
-        Raises ArtifactError if none."""
+        Raises ArtifactError if none. Kept per (dtype, engine) on this instance (`shared`)."""
+        memo: dict[tuple[str, str | None], GemmChoice] = self.__dict__.setdefault("_chosen", {})
+        hit = memo.get((dtype, engine))
+        if hit is None:
+            hit = memo[(dtype, engine)] = self._choose(dtype, engine)
+        return hit
+
+    def _choose(self, dtype: str, engine: str | None) -> GemmChoice:
         for art, name in self.candidates(dtype, engine):
             if art.has(name):
                 spec = self.artifact.gpu_spec() if art is not self.artifact else None

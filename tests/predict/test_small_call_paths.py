@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dse.errors import ArtifactError
 from dse.models._nn import STACK_MEMBERS_ROWS, MeanMLP
 from dse.models.base import range_miss, within
 from dse.predict import load_artifact, predict
@@ -380,3 +381,33 @@ def test_allreduce_of_a_few_messages_equals_a_large_batch(gpu: str) -> None:
                 )
             lat = model.latency(message_bytes=b[rows], n_gpus=g[rows])["latency_s"]
             np.testing.assert_array_equal(lat, few["latency_s"])
+
+
+def test_shared_gemm_choice_is_a_fresh_ones_and_follows_the_model_table() -> None:
+    """`Gemm.shared` (the pricer's, one per artifact, its choices kept) chooses what a fresh
+    `Gemm.for_artifact` chooses, and is rebuilt when the artifact's model table changes."""
+    import copy
+
+    from dse.predict.gemm_choice import Gemm
+
+    for gpu in ("h100_sxm", "h200_sxm"):
+        art, _ = load_artifact(gpu)
+        if art is None:
+            pytest.skip(f"no shipped {gpu} artifact")
+        shared = Gemm.shared(art)
+        assert Gemm.shared(art) is shared
+        fresh = Gemm.for_artifact(art)
+        for dtype in ("bfloat16", "fp8", "fp8_e4m3"):
+            for engine in (None, "vllm", "sglang", "trtllm"):
+                try:
+                    want = fresh.choose(dtype, engine)
+                except ArtifactError as exc:  # the same error both ways
+                    with pytest.raises(type(exc)):
+                        shared.choose(dtype, engine)
+                    continue
+                assert shared.choose(dtype, engine) == want
+                assert shared.choose(dtype, engine) == want  # kept
+        other = copy.copy(art)
+        other.manifest = {**art.manifest, "models": dict(art.manifest["models"])}
+        assert Gemm.shared(other) is not shared
+        assert Gemm.shared(other).artifact is other
