@@ -18,6 +18,7 @@ plumbing, and `ADAPTERS` maps every kind in one table.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -920,15 +921,9 @@ def price_allreduce(
     """Tensor-parallel all-reduce of the residual stream by the comm models. Engines switch
     implementation with the message size (vLLM's custom all-reduce for small messages, NCCL
     above), so each row takes the most preferred model whose fitted message range covers it."""
-    names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
-    if not names:
+    ranked = _allreduce_ranked(artifact, table_engine(ctx))
+    if not ranked:
         return None
-    ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
-    own = [n for pref in OWN_PREFER.get(table_engine(ctx) or "", {}).get("allreduce", ())
-           for n in names if pref in n]  # fmt: skip
-    ranked = list(dict.fromkeys(ranked + names))
-    if own:  # the engine's own custom kernel, then NCCL (never another engine's custom one)
-        ranked = list(dict.fromkeys(own + [n for n in ranked if ".custom" not in n]))
     d = op.dims
     msg = np.asarray(d["message_bytes"], dtype=float)
     n_gpus = as_shape(np.asarray(d["n_gpus"], dtype=float), msg.shape)
@@ -938,13 +933,13 @@ def price_allreduce(
     used = []
     which = np.zeros(msg.shape, dtype=np.int8)
     todo = np.ones(msg.shape, dtype=bool)
-    for i, name in enumerate(ranked):
-        rng = artifact.manifest["models"][name].get("fitted_range", {})
-        lo, hi = rng.get("message_bytes", (0.0, np.inf))
+    for i, (name, lo, hi) in enumerate(ranked):
         last = i == len(ranked) - 1
         sel = todo & (((msg >= lo) & (msg <= hi)) | last)
         if not sel.any():
             continue
+        if not used and msg.ndim == 1 and sel.all():  # every row to this model (a few rows):
+            sel = slice(None)  # the same rows as a slice, without the boolean gathers
         model = artifact.model(name)
         # the latency alone where the model gives it apart (AllReduceModel.latency)
         call = getattr(model, "latency", None) or model.predict
@@ -959,8 +954,10 @@ def price_allreduce(
         for key, miss in part.items():
             _put_miss(misses, key, miss, sel, msg.shape)
             oor[sel] |= miss.outside
-        todo &= ~sel
         used.append(name)
+        if isinstance(sel, slice):
+            break
+        todo &= ~sel
         if not todo.any():
             break
     if not np.isfinite(lat).all():
@@ -968,6 +965,35 @@ def price_allreduce(
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
     return L1Price(lat, power, oor, "+".join(used), misses, which if len(used) > 1 else None)
+
+
+def _allreduce_ranked(artifact: Artifact, engine: str | None) -> list[tuple[str, float, float]]:
+    """`price_allreduce`'s all-reduce models in the order tried, each with its fitted message
+    range (bytes): made once per artifact and engine while its model table is the same one of
+    the same size (the names and the manifest alone decide it)."""
+    entries = artifact.manifest["models"]
+    key = (id(artifact), engine)
+    hit = _RANKED.get(key)
+    if hit is None or hit[0]() is not artifact or hit[1] is not entries or hit[2] != len(entries):
+        names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
+        ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
+        own = [n for pref in OWN_PREFER.get(engine or "", {}).get("allreduce", ())
+               for n in names if pref in n]  # fmt: skip
+        ranked = list(dict.fromkeys(ranked + names))
+        if own:  # the engine's own custom kernel, then NCCL (never another engine's custom one)
+            ranked = list(dict.fromkeys(own + [n for n in ranked if ".custom" not in n]))
+        out = []
+        for name in ranked:
+            lo, hi = entries[name].get("fitted_range", {}).get("message_bytes", (0.0, np.inf))
+            out.append((name, lo, hi))
+        if len(_RANKED) >= 64:  # a long session of many artifacts (tests)
+            _RANKED.clear()
+        hit = _RANKED[key] = (weakref.ref(artifact), entries, len(entries), out)
+    return hit[3]
+
+
+# (id(artifact), engine) -> (weak reference to it, its model table, its size, the ranking)
+_RANKED: dict[tuple[int, str | None], tuple[Any, Any, int, list[tuple[str, float, float]]]] = {}
 
 
 # ---------------------------------------------------------------------------- linear layers

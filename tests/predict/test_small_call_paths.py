@@ -411,3 +411,41 @@ def test_shared_gemm_choice_is_a_fresh_ones_and_follows_the_model_table() -> Non
         other.manifest = {**art.manifest, "models": dict(art.manifest["models"])}
         assert Gemm.shared(other) is not shared
         assert Gemm.shared(other).artifact is other
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("h100_sxm", None), ("h100_sxm", "sglang")])
+def test_allreduce_price_of_rows_one_model_covers_equals_a_mixed_batch(
+    gpu: str, engine: str | None
+) -> None:
+    """`price_allreduce` of a few messages that one model covers (the rows as a slice, the
+    ranking kept per artifact and engine) against the same messages in a batch whose other
+    messages go to other models (boolean masks): the same latency, model and range check."""
+    from dse.predict.adapters import price_allreduce
+    from dse.predict.ops import Op
+
+    art, _ = load_artifact(gpu)
+    if art is None:
+        pytest.skip(f"no shipped {gpu} artifact")
+    hw = get_gpu(gpu)
+    few = np.array([8192.0 * 2, 4096.0 * 8192 * 2])  # a decode step's and a prefill's message
+    many = np.concatenate([few, [1e3, 3e9, 5e5, 2.0**31]])
+    tp = np.array([2.0, 4.0, 2.0, 8.0, 4.0, 2.0])
+
+    def op(msg: np.ndarray, g: np.ndarray) -> Op:
+        dims = {"message_bytes": msg, "n_gpus": g}
+        return Op("allreduce", "allreduce", "allreduce", np.ones_like(msg), 0 * msg, msg, dims)
+
+    ctx = {"engine": engine}
+    alone = price_allreduce(art, op(few, tp[:2]), hw, ctx)
+    mixed = price_allreduce(art, op(many, tp), hw, ctx)
+    assert alone is not None and mixed is not None
+    np.testing.assert_allclose(alone.latency_s, mixed.latency_s[:2], rtol=1e-12, atol=0.0)
+    np.testing.assert_allclose(alone.power_w, mixed.power_w[:2], rtol=1e-6)
+    np.testing.assert_array_equal(alone.out_of_range, mixed.out_of_range[:2])
+    which = np.zeros(2, dtype=int) if mixed.model_rows is None else mixed.model_rows[:2]
+    assert {mixed.model.split("+")[i] for i in which} == {alone.model}
+    for key, m in alone.misses.items():
+        np.testing.assert_array_equal(m.outside, mixed.misses[key].outside[:2])
+    assert price_allreduce(art, op(few, tp[:2]), hw, ctx).latency_s.tolist() == (
+        alone.latency_s.tolist()
+    )
