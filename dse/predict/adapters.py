@@ -18,7 +18,6 @@ plumbing, and `ADAPTERS` maps every kind in one table.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -970,11 +969,19 @@ def price_allreduce(
 def _allreduce_ranked(artifact: Artifact, engine: str | None) -> list[tuple[str, float, float]]:
     """`price_allreduce`'s all-reduce models in the order tried, each with its fitted message
     range (bytes): made once per artifact and engine while its model table is the same one of
-    the same size (the names and the manifest alone decide it)."""
+    the same size (the names and the manifest alone decide it), kept on the artifact (as its
+    `names` are; a copy of the artifact makes its own)."""
     entries = artifact.manifest["models"]
-    key = (id(artifact), engine)
-    hit = _RANKED.get(key)
-    if hit is None or hit[0]() is not artifact or hit[1] is not entries or hit[2] != len(entries):
+    memo = artifact.__dict__.get("_allreduce_ranked")
+    if memo is None or memo[0] != id(artifact) or memo[1] is not entries or memo[2] != len(entries):
+        memo = artifact.__dict__["_allreduce_ranked"] = (
+            id(artifact),  # a copy of the artifact copies its __dict__ too: not its memo
+            entries,
+            len(entries),
+            {},
+        )
+    hit = memo[3].get(engine)
+    if hit is None:
         names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
         ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
         own = [n for pref in OWN_PREFER.get(engine or "", {}).get("allreduce", ())
@@ -982,18 +989,11 @@ def _allreduce_ranked(artifact: Artifact, engine: str | None) -> list[tuple[str,
         ranked = list(dict.fromkeys(ranked + names))
         if own:  # the engine's own custom kernel, then NCCL (never another engine's custom one)
             ranked = list(dict.fromkeys(own + [n for n in ranked if ".custom" not in n]))
-        out = []
-        for name in ranked:
-            lo, hi = entries[name].get("fitted_range", {}).get("message_bytes", (0.0, np.inf))
-            out.append((name, lo, hi))
-        if len(_RANKED) >= 64:  # a long session of many artifacts (tests)
-            _RANKED.clear()
-        hit = _RANKED[key] = (weakref.ref(artifact), entries, len(entries), out)
-    return hit[3]
-
-
-# (id(artifact), engine) -> (weak reference to it, its model table, its size, the ranking)
-_RANKED: dict[tuple[int, str | None], tuple[Any, Any, int, list[tuple[str, float, float]]]] = {}
+        hit = memo[3][engine] = [
+            (name, *entries[name].get("fitted_range", {}).get("message_bytes", (0.0, np.inf)))
+            for name in ranked
+        ]
+    return hit
 
 
 # ---------------------------------------------------------------------------- linear layers

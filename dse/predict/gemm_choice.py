@@ -5,7 +5,6 @@ ratio (`sibling_factor`). The fitted model itself is `dse.models.gemm.GemmModel`
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -69,12 +68,6 @@ class GemmChoice:
         return self.artifact.model(self.name)
 
 
-# `Gemm.shared`: id(artifact) -> (weak reference to it, (its model table, its models, its
-# sibling) compared by identity, the two tables' sizes, the Gemm); cleared past _SHARED_MAX
-_SHARED: dict[int, tuple[weakref.ref[Artifact], tuple[Any, ...], tuple[int, int], Gemm]] = {}
-_SHARED_MAX = 32
-
-
 def _engines_of(names: Any) -> list[str]:
     """The engines of GEMM model names ("gemm.<engine>.<dtype>"), sorted."""
     return sorted({n.split(".")[1] for n in names})
@@ -125,21 +118,20 @@ class Gemm:
     def shared(cls, artifact: Artifact) -> Gemm:
         """`for_artifact`, one instance (its `choose` answers kept) per artifact while its model
         tables and its sibling stay the same ones: the pricer asks on every GEMM price (~1% of
-        a one-configuration call rebuilt the names and choices)."""
+        a one-configuration call rebuilt the names and choices). Kept on the artifact (as its
+        `names` are), so it goes with it; a copy of the artifact makes its own."""
         sib = sibling_artifact(artifact)  # looked up each time: a re-fitted sibling reloads
         entries, models = artifact.manifest["models"], artifact.models
         held, sizes = (entries, models, sib), (len(entries), len(models))
-        hit = _SHARED.get(id(artifact))
+        hit = artifact.__dict__.get("_gemm_shared")
         if (
             hit is None
-            or hit[0]() is not artifact
+            or hit[0] != id(artifact)  # a copy of the artifact (its __dict__ too)
             or hit[2] != sizes
             or any(a is not b for a, b in zip(hit[1], held, strict=True))
         ):
-            if len(_SHARED) >= _SHARED_MAX:  # a long session of many artifacts (tests)
-                _SHARED.clear()
             gemm = cls(artifact, sib, find_sibling=False)
-            hit = _SHARED[id(artifact)] = (weakref.ref(artifact), held, sizes, gemm)
+            hit = artifact.__dict__["_gemm_shared"] = (id(artifact), held, sizes, gemm)
         return hit[3]
 
     @classmethod
