@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from dse.errors import DataError
-from dse.models import _curves
+from dse.models import _curves, _derived
 from dse.models import base as _base
 from dse.models.threads import threaded_fit
 
@@ -299,18 +299,51 @@ class AllReduceModel(_base.Model):
                 best, best_err = w, err
         return best
 
-    def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
-        lb = np.log2(b)
+    def _switches(
+        self, i: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[float, float]]]:
+        """Curve i's regime switches (log2 bytes, sorted) and each regime's alpha floor, from
+        the fitted state alone: made once per model and curve (a one-row call would rebuild
+        them), kept outside the model (`_derived`) and rebuilt when the state arrays change."""
+        state = (self.switch_bytes_, self.alpha_s_, self.alpha_switch_s_, self.knots_)
+        return _derived.derived(self, state, ("switches", i), lambda: self._make_switches(i))
+
+    def _make_switches(
+        self, i: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, tuple[float, float]]]:
         sw = self.switch_bytes_[i]
         sw = np.log2(sw[np.isfinite(sw)])
+        floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
+        # each regime's knot range (`_clip_to_segment`): regime -> (first, last knot)
+        seg_k = _segments(self.knots_, sw)
+        bounds = {}
+        for r in np.unique(seg_k).tolist():
+            ks = self.knots_[seg_k == r]
+            bounds[r] = (ks[0], ks[-1])
+        return sw, np.sort(sw), floors, bounds
+
+    def _curve(self, b: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        lb = np.log2(b)
+        sw, sw_sorted, floors, bounds = self._switches(i)
         if len(sw) == 0:
             c = np.interp(lb, self.knots_, self.c_s_per_gb_[i])
             alpha = np.full_like(b, self.alpha_s_[i])
         else:
-            lc = _clip_to_segment(lb, self.knots_, sw)
+            # `_clip_to_segment` with the regimes' knot ranges made once
+            seg = np.searchsorted(sw_sorted, lb, side="right")  # `_segments`
+            lc = lb.copy()
+            present = set(seg.tolist()) if seg.size <= 64 else np.unique(seg).tolist()
+            if len(present) == 1:  # one regime (a few messages): no masks, the same clip
+                ends = bounds.get(int(present.pop()))
+                if ends is not None:
+                    lc = _base.clip(lb, ends[0], ends[1])
+            else:
+                for r in present:
+                    ends = bounds.get(int(r))
+                    if ends is not None:
+                        lc[seg == r] = _base.clip(lb[seg == r], ends[0], ends[1])
             c = np.interp(lc, self.knots_, self.c_s_per_gb_[i])
-            floors = np.concatenate([[self.alpha_s_[i]], self.alpha_switch_s_[i, : len(sw)]])
-            alpha = floors[_segments(lb, sw)]
+            alpha = floors[seg]
         trans = b * 1e-9 * c
         if self.end_marginal_ and len(self.knots_) >= 2:
             # beyond the largest measured message the time grows at the marginal rate of the
@@ -329,6 +362,27 @@ class AllReduceModel(_base.Model):
         return alpha, trans
 
     def predict(self, **arrays: Any) -> dict[str, np.ndarray]:
+        b, g, alpha, trans = self._alpha_trans(arrays)
+        latency = alpha + trans
+        return {
+            "latency_s": latency,
+            "alpha_s": alpha,
+            "t_transfer_s": trans,
+            "bw_eff_bytes_per_s": b / np.maximum(trans, 1e-12),
+            "regime": _curves.nearest_knot(np.log2(b), self.knots_),
+            "n_interpolated": ~np.isin(g, self.n_gpus_),
+        }
+
+    def latency(self, **arrays: Any) -> dict[str, np.ndarray]:
+        """`predict`'s latency_s alone (the same arithmetic): what the pricer reads, without the
+        other items' numpy calls."""
+        _, _, alpha, trans = self._alpha_trans(arrays)
+        return {"latency_s": alpha + trans}
+
+    def _alpha_trans(
+        self, arrays: Mapping[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(message bytes, GPU counts, alpha, transfer seconds) of `predict`'s rows."""
         n_rows = _base.batch_size_of(arrays)
         b = np.maximum(_base.as_float("message_bytes", arrays["message_bytes"], n_rows), 1.0)
         g = _base.as_float("n_gpus", arrays["n_gpus"], n_rows)
@@ -345,9 +399,12 @@ class AllReduceModel(_base.Model):
         )
         # the distinct neighbour pairs (k is j or j + 1): one vectorised pass, not a Python set
         # over every row (2% of a full prediction at 10^5 rows)
-        pairs = np.unique(j * 2 + (k - j))
-        for jj, kk in ((int(p) // 2, int(p) // 2 + int(p) % 2) for p in pairs):
-            sel = (j == jj) & (k == kk)
+        code = j * 2 + (k - j)
+        # a few rows: the same sorted distinct pairs by a Python set (np.unique sorts)
+        pairs = sorted(set(code.tolist())) if code.size <= 64 else np.unique(code).tolist()
+        for jj, kk in ((p // 2, p // 2 + p % 2) for p in pairs):
+            # one pair (a few messages of one group size): every row, without the masks
+            sel = slice(None) if len(pairs) == 1 else (j == jj) & (k == kk)
             a1, t1 = self._curve(b[sel], jj)
             if kk == jj:
                 alpha[sel], trans[sel] = a1, t1
@@ -358,15 +415,7 @@ class AllReduceModel(_base.Model):
             # split the interpolated total in the neighbours' alpha : transfer proportion
             share = ((1 - w) * a1 + w * a2) / ((1 - w) * (a1 + t1) + w * (a2 + t2))
             alpha[sel], trans[sel] = tot * share, tot * (1 - share)
-        latency = alpha + trans
-        return {
-            "latency_s": latency,
-            "alpha_s": alpha,
-            "t_transfer_s": trans,
-            "bw_eff_bytes_per_s": b / np.maximum(trans, 1e-12),
-            "regime": _curves.nearest_knot(np.log2(b), self.knots_),
-            "n_interpolated": ~np.isin(g, fitted),
-        }
+        return b, g, alpha, trans
 
     def to_state(self) -> dict[str, np.ndarray]:
         return {

@@ -58,12 +58,16 @@ def range_from_state(state: Mapping[str, Any], prefix: str = "range/") -> dict:
     return {n: (float(lo), float(hi)) for n, (lo, hi) in zip(names, bounds, strict=True)}
 
 
+# Arrays of at most this many values are checked value by value in Python (`within`,
+# `_all_finite`): cheaper than numpy's reductions on a few configurations' rows.
+_FEW_VALUES = 64
+
+
 def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
     """An input as a 1-d float array (scalars broadcast to n); NaN/inf is an error naming it."""
     if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == 1:
         # the common case (the adapters pass float columns): no conversion, one finite check
-        # (one row: math.isfinite, without numpy's reduction machinery)
-        if not (math.isfinite(value[0]) if value.size == 1 else np.isfinite(value).all()):
+        if not _all_finite(value):
             bad = value[~np.isfinite(value)][:3]
             raise DataError(f"input {name!r} must be finite numbers, got {bad}")
         return value
@@ -71,9 +75,17 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
     if a.ndim == 0 and n is not None:
         a = np.full(n, float(a))
     a = np.atleast_1d(a)
-    if not np.all(np.isfinite(a)):
+    if not _all_finite(a):
         raise DataError(f"input {name!r} must be finite numbers, got {a[~np.isfinite(a)][:3]}")
     return a
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    """np.isfinite(a).all() of a float64 array; a few values (one configuration's rows) by
+    math.isfinite, without numpy's reduction machinery (the same test per value)."""
+    if a.size <= _FEW_VALUES:
+        return all(map(math.isfinite, a.ravel().tolist()))
+    return bool(np.isfinite(a).all())
 
 
 def clip(x: Any, lo: Any, hi: Any) -> Any:
@@ -205,6 +217,9 @@ def within(v: np.ndarray, lo: float, hi: float) -> bool:
     `range_miss`; one row is compared as a Python float, without two numpy reductions."""
     if v.size == 1:
         return bool(lo <= float(v.flat[0]) <= hi)
+    if 0 < v.size <= _FEW_VALUES:  # a few values (stacked operators of one configuration):
+        # Python comparisons cost less than two numpy reductions; NaN fails both, as there
+        return all(lo <= float(x) <= hi for x in v.ravel().tolist())
     return bool(v.size and v.min() >= lo and v.max() <= hi)
 
 
@@ -245,11 +260,13 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items() if k in rng}
     if not arrays:
         return out
-    shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    shape = None  # the arrays' common shape, worked out at the first input outside its range
     for key, a in arrays.items():
         lo, hi = rng[key]
         if within(a, lo, hi):  # the common case: no work
             continue
+        if shape is None:
+            shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
         miss = range_miss(np.broadcast_to(a, shape), lo, hi)
         if miss.outside.any():
             out[key] = miss

@@ -627,25 +627,60 @@ class GemmModel(Model):
         """
         lat, shape, cell = self._latency(m, n, k)
         latency = lat["latency_s"]
-        if self.power_model is not None:
-            power = self._generic_power(lat["flops"], lat["bytes"], latency)
-            if self.power_table_ is not None:
-                # the measured-power residual may not push a kernel outside [idle, board] W
-                power = np.clip(
-                    power * np.exp(_Grid.interp(self.power_table_, cell)),
-                    self.c_["idle_w"],
-                    self.c_["board_w"],
-                )
-        else:
-            power = np.full_like(latency, np.nan)
+        power = self._power_of(lat["flops"], lat["bytes"], latency, cell)
         out = {"latency_s": latency, "energy_j": power * latency, "power_w": power}
         out.update((key, v) for key, v in lat.items() if key != "latency_s")
         return {key: v.reshape(shape) for key, v in out.items()}
+
+    def latency_power(self, m: Any, n: Any, k: Any) -> dict[str, np.ndarray]:
+        """`predict`'s latency_s and power_w alone (the same arithmetic): what the pricer reads,
+        without the other items' ~20 numpy calls (a one-configuration call prices one stacked
+        GEMM batch)."""
+        core, shape, cell = self._core(m, n, k)
+        latency, flops, b_in, b_out = core["latency_s"], core["flops"], core["b_in"], core["b_out"]
+        power = self._power_of(flops, b_in + b_out, latency, cell)
+        return {"latency_s": latency.reshape(shape), "power_w": power.reshape(shape)}
+
+    def _power_of(
+        self, flops: np.ndarray, bytes_total: np.ndarray, latency: np.ndarray, cell: Any
+    ) -> np.ndarray:
+        """Watts of each call: the family power model times the measured-power residual."""
+        if self.power_model is None:
+            return np.full_like(latency, np.nan)
+        power = self._generic_power(flops, bytes_total, latency)
+        if self.power_table_ is not None:
+            # the measured-power residual may not push a kernel outside [idle, board] W
+            power = np.clip(
+                power * np.exp(_Grid.interp(self.power_table_, cell)),
+                self.c_["idle_w"],
+                self.c_["board_w"],
+            )
+        return power
 
     def _latency(
         self, m: Any, n: Any, k: Any
     ) -> tuple[dict[str, np.ndarray], tuple[int, ...], Any]:
         """(latency items on the flattened inputs, the broadcast shape, the table cells)."""
+        core, shape, cell = self._core(m, n, k)
+        latency, roof, tc, tm = (core[x] for x in ("latency_s", "roofline_s", "tc", "tm"))
+        out = {
+            "latency_s": latency,
+            "t_compute_s": tc,
+            "t_memory_s": tm,
+            "launch_s": np.full_like(latency, np.exp(self.theta_[0])),
+            "roofline_s": roof,
+            "correction_s": latency - roof,
+            "compute_util": tc / latency,
+            "memory_util": tm / latency,
+            "flops": core["flops"],
+            "bytes": core["b_in"] + core["b_out"],
+            "regime": core["regime"],
+        }
+        return out, shape, cell
+
+    def _core(self, m: Any, n: Any, k: Any) -> tuple[dict[str, np.ndarray], tuple[int, ...], Any]:
+        """(latency, roofline, ideal times, work and regime on the flattened inputs, the
+        broadcast shape, the table cells): what `predict` and `latency_power` share."""
         m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (m, n, k)))
         shape = m.shape
         m, n, k = m.ravel(), n.ravel(), k.ravel()
@@ -662,20 +697,8 @@ class GemmModel(Model):
         cell = self._cell(m, n, k)
         log_corr += _Grid.interp(self.table_, cell)
         latency = roof * np.exp(log_corr)
-        out = {
-            "latency_s": latency,
-            "t_compute_s": tc,
-            "t_memory_s": tm,
-            "launch_s": np.full_like(latency, np.exp(self.theta_[0])),
-            "roofline_s": roof,
-            "correction_s": latency - roof,
-            "compute_util": tc / latency,
-            "memory_util": tm / latency,
-            "flops": flops,
-            "bytes": b_in + b_out,
-            "regime": regime,
-        }
-        return out, shape, cell
+        core = {"latency_s": latency, "roofline_s": roof, "tc": tc, "tm": tm, "flops": flops}
+        return {**core, "b_in": b_in, "b_out": b_out, "regime": regime}, shape, cell
 
     # ---- artifact protocol --------------------------------------------------------------
     def to_state(self) -> dict[str, np.ndarray]:

@@ -862,11 +862,11 @@ class LayerOpModel(_base.Model):
         """Coefficient row per input row: the op's own family, else the gated one; -1 = none."""
         lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
         if op.size <= FEW_ROWS:  # a few rows: the same rule row by row, no string unique
-            keys = []
-            for name, g in zip(op.ravel().tolist(), gated.ravel().tolist(), strict=True):
-                g_i = lookup.get(name, -1)
-                n_i = lookup.get(f"{name}:nongated", g_i)
-                keys.append(g_i if g and g_i >= 0 else n_i)
+            family = self._family_of(lookup)
+            keys = [
+                family(name, g)
+                for name, g in zip(op.ravel().tolist(), gated.ravel().tolist(), strict=True)
+            ]
             return np.array(keys, dtype=np.int64).reshape(op.shape)
         if op.size and op.strides == (0,):  # one operator for the whole batch (a broadcast
             # scalar): no string unique, no comparison of every row's name
@@ -881,6 +881,22 @@ class LayerOpModel(_base.Model):
             n_i = lookup.get(f"{name}:nongated", g_i)
             idx[sel] = np.where(gated[sel], g_i if g_i >= 0 else n_i, n_i)
         return idx
+
+    def _family_of(self, lookup: dict[str, int]) -> Callable[[str, bool], int]:
+        """(operator name, gated) -> the family row the operator reads (its own, else the
+        gated one; -1: none), as `_row_key_index`; each pair worked out once per model (the
+        names and the fitted families alone decide it)."""
+        memo: dict[tuple[str, bool], int] = self._pack("family_of", dict)
+
+        def family(name: str, g: bool) -> int:
+            i = memo.get((name, g))
+            if i is None:
+                g_i = lookup.get(name, -1)
+                n_i = lookup.get(f"{name}:nongated", g_i)
+                i = memo[(name, g)] = g_i if g and g_i >= 0 else n_i
+            return i
+
+        return family
 
     def _pack(self, key: Any, make: Callable[[], Any]) -> Any:
         """What prediction derives from the fitted state alone (the family lookup, each
@@ -984,10 +1000,13 @@ class LayerOpModel(_base.Model):
         """The items, factor and waves of `predict`, row by row in plain Python (few rows)."""
         n = len(idx)
         nk = len(LOG_E_KNOTS)
-        items = np.full((4, n), np.nan)
-        waves = np.zeros(n)
-        factor = np.ones(n)
+        # Python lists, made arrays once at the end (not a numpy store per item)
+        items = [[math.nan] * n for _ in range(4)]
+        waves = [0.0] * n
+        factor = [1.0] * n
         seen: dict[tuple[int, float, float, float], int] = {}
+        # each family's state as Python numbers, made once per model (`_pack`, one look-up)
+        fams: dict[int, _RowFamily] = self._pack("rows", dict)
         for r, (i, t_r, w, p) in enumerate(
             zip(idx.tolist(), t.tolist(), width.tolist(), tp.tolist(), strict=True)
         ):
@@ -996,10 +1015,13 @@ class LayerOpModel(_base.Model):
             # a row like an earlier one (the input and final norm, the two residual adds)
             same = seen.setdefault((i, t_r, w, p), r)
             if same != r:
-                items[:, r] = items[:, same]
+                for col in items:
+                    col[r] = col[same]
                 factor[r], waves[r] = factor[same], waves[same]
                 continue
-            fam = self._pack(("row", i), lambda i=i: self._row_family(i))
+            fam = fams.get(i)
+            if fam is None:
+                fam = fams[i] = self._row_family(i)
             if fam.by_width and WIDTH_ONLY_NO_TP:
                 p = 1.0
             t_fit = min(t_r, max(fam.e_max / w, 1.0))
@@ -1028,12 +1050,13 @@ class LayerOpModel(_base.Model):
                 )
             curve = self._curve_row(fam, t_fit, w, 1.0 if fam.by_width else p)
             f = math.exp(curve) * grow
-            for row, v in enumerate((c[0], wave_us, wvs * w_k * per_width, tp_us)):
-                items[row, r] = v * 1e-6 * f
+            for col, v in zip(items, (c[0], wave_us, wvs * w_k * per_width, tp_us), strict=True):
+                col[r] = v * 1e-6 * f
             factor[r] = f
             waves[r] = wv * grow
         keys = ("launch_s", "t_wave_s", "t_memory_s", "t_tp_s")
-        return {**dict(zip(keys, items, strict=True)), "factor": factor, "waves": waves}
+        out = dict(zip(keys, np.array(items, dtype=np.float64), strict=True))
+        return {**out, "factor": np.array(factor), "waves": np.array(waves)}
 
     def predict(self, *, width: np.ndarray | None = None, **arrays: Any) -> dict[str, np.ndarray]:
         """Itemised latency per row; ops this model does not cover get NaN and covered=False.
@@ -1267,13 +1290,15 @@ class LayerOpModel(_base.Model):
         """Whether every row's width lies inside its family's measured widths (as
         `range_misses` reads them), row by row in plain Python: a few rows cost less so."""
         names = [str(ops)] * len(width) if ops.ndim == 0 else ops.tolist()
+        family = self._family_of(lookup)
+        ranges: dict[int, tuple[float, float]] = self._pack("width_ranges", dict)
         for name, g, w in zip(names, gated.tolist(), width.tolist(), strict=True):
-            g_i = lookup.get(name, -1)
-            n_i = lookup.get(f"{name}:nongated", g_i)
-            i = (n_i if g_i < 0 else g_i) if g else n_i
+            i = family(name, g)
             if i < 0:
                 continue
-            lo, hi = self._pack(("widths", i), lambda i=i: self._width_range(i))
+            if i not in ranges:
+                ranges[i] = self._pack(("widths", i), lambda i=i: self._width_range(i))
+            lo, hi = ranges[i]
             if lo <= hi and not lo <= w <= hi:
                 return False
         return True

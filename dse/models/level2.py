@@ -6,6 +6,7 @@ projection GEMM vidur timed on the chip (`Level2Block`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
@@ -63,6 +64,8 @@ GEMM_FEATURES: tuple[str, ...] = (
     "wave_fill",
 )
 RANGE_FEATURES: tuple[str, ...] = ("log2_tokens", "log2_d_model", "log2_width")
+# `gemm_inputs` of at most this many rows in Python floats (one configuration's phases)
+FEW_ROWS = 8
 WAVE_TILE = 128  # a CTA tile edge: waves = ceil(m / 128) ceil(n / 128) / SMs
 # `Level2Block(wave_steps=True)` (a candidate, not in the shipped artifacts): cuBLAS's eager kernel
 # choice steps in the token count, so each GEMM also gets its last wave's fill and log wave count
@@ -112,6 +115,8 @@ def gemm_inputs(X: np.ndarray, wave_steps: bool = False) -> tuple[np.ndarray, np
     """The `GEMM_FEATURES` (`wave_steps`: and `STEP_FEATURES`) of the block's first and second
     GEMM from its raw inputs (both GEMMs as the two columns of (n, 2) arrays: the same
     element-wise arithmetic, half the numpy calls of a block)."""
+    if len(X) <= FEW_ROWS:
+        return _gemm_inputs_rows(X, wave_steps)
     m = np.exp2(X[:, 3:4])  # (n, 1): tokens, shared by the two GEMMs
     peak, bw, sms = np.exp(X[:, 8:9]), np.exp(X[:, 9:10]), X[:, 10:11]
     log_n, log_k = X[:, [4, 6]], X[:, [5, 7]]  # (n, 2): first GEMM, second GEMM
@@ -128,6 +133,32 @@ def gemm_inputs(X: np.ndarray, wave_steps: bool = False) -> tuple[np.ndarray, np
         cols += [w / whole, np.log(whole)]
     feats = np.stack(cols, axis=2)  # (n, 2, 6) or (n, 2, 12)
     return feats[:, 0], feats[:, 1]
+
+
+def _gemm_inputs_rows(X: np.ndarray, wave_steps: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`gemm_inputs` of a few rows (one configuration's phases) in Python floats: the same
+    arithmetic in the same order, without ~60 numpy calls on (n, 2) arrays (~40 us a block);
+    exp2 / log by `math`, which may differ from numpy's kernels in the last bit (held to the
+    vectorised rule in tests/predict/test_small_call_paths.py)."""
+    exp2, log, ceil = math.exp2, math.log, math.ceil
+    first: list[list[float]] = []
+    second: list[list[float]] = []
+    for x in X.tolist():
+        m = exp2(x[3])  # tokens, shared by the two GEMMs
+        peak, bw, sms = math.exp(x[8]), math.exp(x[9]), x[10]
+        for out, log_n, log_k, log_t in ((first, x[4], x[5], x[0]), (second, x[6], x[7], x[2])):
+            n, k = exp2(log_n), exp2(log_k)
+            flops, byts = 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n)
+            roof = max(flops / peak, byts / bw)
+            waves = float(ceil(m / WAVE_TILE - 1e-9)) * float(ceil(n / WAVE_TILE - 1e-9)) / sms
+            fill = waves / max(float(ceil(waves - 1e-9)), 1.0)
+            row = [x[3], log_n, log_k, log(flops / byts), log_t - log(roof), fill]
+            for tm, tn in STEP_TILES if wave_steps else ():
+                w = float(ceil(m / tm - 1e-9)) * float(ceil(n / tn - 1e-9)) / sms
+                whole = max(float(ceil(w - 1e-9)), 1.0)
+                row += [w / whole, log(whole)]
+            out.append(row)
+    return np.array(first, dtype=np.float64), np.array(second, dtype=np.float64)
 
 
 def block_sizes(X: np.ndarray, block: str) -> np.ndarray:
@@ -225,7 +256,10 @@ class Level2Block(Model):
         the tokens and of the Level-1 times (the factors of one apply to all of them, as the
         Level-1 GEMM tables price a tall GEMM as row blocks)."""
         hi = self.range_["log2_tokens"][1]
-        if not (X[:, 3] > hi + 1e-9).any():
+        if len(X) <= FEW_ROWS:  # a few rows: one Python comparison per row, no numpy reduction
+            if not any(t > hi + 1e-9 for t in X[:, 3].tolist()):
+                return X
+        elif not (X[:, 3] > hi + 1e-9).any():
             return X
         blocks = np.maximum(np.ceil(np.exp2(X[:, 3] - hi) * (1 - 1e-12)), 1.0)
         X = X.copy()

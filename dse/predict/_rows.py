@@ -159,6 +159,8 @@ def unique_float_rows_by_part(
     drawn freely has distinct prefill rows (tokens = batch x prompt) but decode rows that
     repeat (tokens = batch): over the whole X most rows are distinct, part by part they are
     not. None when no part is deduplicated."""
+    if X.ndim == 2 and all(size < DEDUPE_MIN_ROWS for size in sizes):
+        return None  # no part has rows enough to deduplicate (a few configurations' blocks)
     reps: list[np.ndarray] = []
     inverses: list[np.ndarray] = []
     start = kept = 0
@@ -287,6 +289,11 @@ def dedupe(
 ) -> dict[str, np.ndarray]:
     """fn(*cols) evaluated once per distinct row; outputs scattered back to cols' (broadcast)
     shape. With rows=True fn gets the flat row indices it evaluates first: fn(index, *cols)."""
+    n = _few_rows_of(cols)
+    if n is not None:  # (n,) columns of too few rows to deduplicate (`unique_rows`): as below,
+        # without numpy's shape broadcasting (a few configurations' stacked operators)
+        out = fn(np.arange(n), *cols) if rows else fn(*cols)
+        return {k: np.asarray(v).reshape(n) for k, v in out.items()}
     shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
     u = unique_rows(*cols)
     if u is None:
@@ -298,6 +305,16 @@ def dedupe(
     args = tuple(as_shape(c, shape)[idx] for c in cols)
     out = fn(rep, *args) if rows else fn(*args)
     return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
+
+
+def _few_rows_of(cols: Sequence[Any]) -> int | None:
+    """n when every column is a 1-d array of the same n < DEDUPE_MIN_ROWS rows, else None."""
+    n = None
+    for c in cols:
+        if not isinstance(c, np.ndarray) or c.ndim != 1 or (n is not None and len(c) != n):
+            return None
+        n = len(c)
+    return n if n is not None and n < DEDUPE_MIN_ROWS else None
 
 
 @dataclass(frozen=True)

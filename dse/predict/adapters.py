@@ -138,7 +138,7 @@ def price_gemm(
         return None
     from dse.predict.gemm_choice import Gemm, borrowed
 
-    g = Gemm.for_artifact(artifact)
+    g = Gemm.shared(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
     m, n, k = np.broadcast_arrays(m, n, k)
     dtypes = as_shape(op.dims["dtype"], m.shape)
@@ -216,7 +216,11 @@ def _gemm_call(
     """Latency and power of one GEMM model: `GemmModel.predict` itself, the function `dse
     validate` scores (power at the call's utilisations and duration, times the measured-power
     residual where the model has one). The model is the artifact's cached instance, shared by
-    every caller: it is read, never changed."""
+    every caller: it is read, never changed. A model with `latency_power` (GemmModel's
+    predict without its other items, the same numbers) is asked for those two alone."""
+    lean = getattr(model, "latency_power", None)
+    if lean is not None:
+        return lean(m, n, k)
     out = model.predict(m, n, k)
     return {"latency_s": out["latency_s"], "power_w": out["power_w"]}
 
@@ -916,15 +920,9 @@ def price_allreduce(
     """Tensor-parallel all-reduce of the residual stream by the comm models. Engines switch
     implementation with the message size (vLLM's custom all-reduce for small messages, NCCL
     above), so each row takes the most preferred model whose fitted message range covers it."""
-    names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
-    if not names:
+    ranked = _allreduce_ranked(artifact, table_engine(ctx))
+    if not ranked:
         return None
-    ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
-    own = [n for pref in OWN_PREFER.get(table_engine(ctx) or "", {}).get("allreduce", ())
-           for n in names if pref in n]  # fmt: skip
-    ranked = list(dict.fromkeys(ranked + names))
-    if own:  # the engine's own custom kernel, then NCCL (never another engine's custom one)
-        ranked = list(dict.fromkeys(own + [n for n in ranked if ".custom" not in n]))
     d = op.dims
     msg = np.asarray(d["message_bytes"], dtype=float)
     n_gpus = as_shape(np.asarray(d["n_gpus"], dtype=float), msg.shape)
@@ -934,16 +932,18 @@ def price_allreduce(
     used = []
     which = np.zeros(msg.shape, dtype=np.int8)
     todo = np.ones(msg.shape, dtype=bool)
-    for i, name in enumerate(ranked):
-        rng = artifact.manifest["models"][name].get("fitted_range", {})
-        lo, hi = rng.get("message_bytes", (0.0, np.inf))
+    for i, (name, lo, hi) in enumerate(ranked):
         last = i == len(ranked) - 1
         sel = todo & (((msg >= lo) & (msg <= hi)) | last)
         if not sel.any():
             continue
+        if not used and msg.ndim == 1 and sel.all():  # every row to this model (a few rows):
+            sel = slice(None)  # the same rows as a slice, without the boolean gathers
         model = artifact.model(name)
+        # the latency alone where the model gives it apart (AllReduceModel.latency)
+        call = getattr(model, "latency", None) or model.predict
         res = dedupe(
-            lambda b, g, m=model: m.predict(message_bytes=b, n_gpus=g),
+            lambda b, g, f=call: f(message_bytes=b, n_gpus=g),
             np.rint(msg[sel]).astype(np.int64),
             n_gpus[sel].astype(np.int64),
         )
@@ -953,8 +953,10 @@ def price_allreduce(
         for key, miss in part.items():
             _put_miss(misses, key, miss, sel, msg.shape)
             oor[sel] |= miss.outside
-        todo &= ~sel
         used.append(name)
+        if isinstance(sel, slice):
+            break
+        todo &= ~sel
         if not todo.any():
             break
     if not np.isfinite(lat).all():
@@ -962,6 +964,36 @@ def price_allreduce(
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
     return L1Price(lat, power, oor, "+".join(used), misses, which if len(used) > 1 else None)
+
+
+def _allreduce_ranked(artifact: Artifact, engine: str | None) -> list[tuple[str, float, float]]:
+    """`price_allreduce`'s all-reduce models in the order tried, each with its fitted message
+    range (bytes): made once per artifact and engine while its model table is the same one of
+    the same size (the names and the manifest alone decide it), kept on the artifact (as its
+    `names` are; a copy of the artifact makes its own)."""
+    entries = artifact.manifest["models"]
+    memo = artifact.__dict__.get("_allreduce_ranked")
+    if memo is None or memo[0] != id(artifact) or memo[1] is not entries or memo[2] != len(entries):
+        memo = artifact.__dict__["_allreduce_ranked"] = (
+            id(artifact),  # a copy of the artifact copies its __dict__ too: not its memo
+            entries,
+            len(entries),
+            {},
+        )
+    hit = memo[3].get(engine)
+    if hit is None:
+        names = sorted(n for kind in KIND_CANDIDATES["allreduce"] for n in artifact.names(kind))
+        ranked = [n for pref in PREFER["allreduce"] for n in names if pref in n]
+        own = [n for pref in OWN_PREFER.get(engine or "", {}).get("allreduce", ())
+               for n in names if pref in n]  # fmt: skip
+        ranked = list(dict.fromkeys(ranked + names))
+        if own:  # the engine's own custom kernel, then NCCL (never another engine's custom one)
+            ranked = list(dict.fromkeys(own + [n for n in ranked if ".custom" not in n]))
+        hit = memo[3][engine] = [
+            (name, *entries[name].get("fitted_range", {}).get("message_bytes", (0.0, np.inf)))
+            for name in ranked
+        ]
+    return hit
 
 
 # ---------------------------------------------------------------------------- linear layers

@@ -115,6 +115,26 @@ class Gemm:
         return cls(artifact, sibling_artifact(artifact), find_sibling=False)
 
     @classmethod
+    def shared(cls, artifact: Artifact) -> Gemm:
+        """`for_artifact`, one instance (its `choose` answers kept) per artifact while its model
+        tables and its sibling stay the same ones: the pricer asks on every GEMM price (~1% of
+        a one-configuration call rebuilt the names and choices). Kept on the artifact (as its
+        `names` are), so it goes with it; a copy of the artifact makes its own."""
+        sib = sibling_artifact(artifact)  # looked up each time: a re-fitted sibling reloads
+        entries, models = artifact.manifest["models"], artifact.models
+        held, sizes = (entries, models, sib), (len(entries), len(models))
+        hit = artifact.__dict__.get("_gemm_shared")
+        if (
+            hit is None
+            or hit[0] != id(artifact)  # a copy of the artifact (its __dict__ too)
+            or hit[2] != sizes
+            or any(a is not b for a, b in zip(hit[1], held, strict=True))
+        ):
+            gemm = cls(artifact, sib, find_sibling=False)
+            hit = artifact.__dict__["_gemm_shared"] = (id(artifact), held, sizes, gemm)
+        return hit[3]
+
+    @classmethod
     def load(cls, path_or_gpu: str) -> Gemm:
         return cls.for_artifact(Artifact.load(path_or_gpu))
 
@@ -179,7 +199,14 @@ class Gemm:
 
     def choose(self, dtype: str, engine: str | None = None) -> GemmChoice:
         """The model pricing (dtype, engine) on this artifact's GPU, perhaps the sibling's.
-        Raises ArtifactError if none."""
+        Raises ArtifactError if none. Kept per (dtype, engine) on this instance (`shared`)."""
+        memo: dict[tuple[str, str | None], GemmChoice] = self.__dict__.setdefault("_chosen", {})
+        hit = memo.get((dtype, engine))
+        if hit is None:
+            hit = memo[(dtype, engine)] = self._choose(dtype, engine)
+        return hit
+
+    def _choose(self, dtype: str, engine: str | None) -> GemmChoice:
         for art, name in self.candidates(dtype, engine):
             if art.has(name):
                 spec = self.artifact.gpu_spec() if art is not self.artifact else None

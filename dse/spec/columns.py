@@ -50,6 +50,10 @@ REQUIRED: tuple[str, ...] = ("d_model", "n_layers", "n_heads", "d_ff")
 _DEFAULT_ROW: dict[str, np.ndarray] = {
     k: np.full(1, v) for k, v in DEFAULTS.items() if v is not None
 }
+# The one-row default columns, read-only (`as_columns` of one configuration shares them).
+_DEFAULT_ONE: dict[str, np.ndarray] = {k: v.repeat(1) for k, v in _DEFAULT_ROW.items()}
+for _v in _DEFAULT_ONE.values():
+    _v.setflags(write=False)
 # Columns of layer patterns (`dse.spec.pattern`): a list is one value, not a column.
 PATTERN_FIELDS: tuple[str, ...] = tuple(k for k, f in FIELDS.items() if f.kind == "pattern")
 # Derived defaults: a column left out (or an empty CSV cell) takes this column's value: MHA when
@@ -196,7 +200,9 @@ def as_columns(
                 cols[name] = None  # type: ignore[assignment]
             else:  # one value for every row (a pattern's default is its text), a new array
                 defaulted.add(name)
-                cols[name] = t.repeat(n)
+                # one row: the read-only default column made once (read-only: sharing it
+                # between batches cannot change one of them)
+                cols[name] = _DEFAULT_ONE[name] if n == 1 else t.repeat(n)
             continue
         v = raw[name]
         nd = v.ndim if isinstance(v, np.ndarray) else np.ndim(v)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dse.errors import ArtifactError
 from dse.models._nn import STACK_MEMBERS_ROWS, MeanMLP
 from dse.models.base import range_miss, within
 from dse.predict import load_artifact, predict
@@ -234,3 +235,217 @@ def test_layer_op_family_of_a_few_rows_equals_the_vectorised_rule(
             many = model._row_key_index(ops[rows], gated)
         np.testing.assert_array_equal(few, many)
         assert (few[ops[rows] == "no_such_op"] == -1).all()
+
+
+@pytest.mark.parametrize("wave_steps", [False, True])
+def test_level2_gemm_inputs_of_a_few_rows_equal_the_vectorised_rule(
+    wave_steps: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`level2.gemm_inputs` of a few rows (Python floats) against the (n, 2)-array rule: the
+    same arithmetic; math's exp2 / log may differ from numpy's in the last bits only."""
+    from dse.models import level2
+
+    rng = np.random.default_rng(41)
+    for n in (1, 2, level2.FEW_ROWS):
+        X = np.column_stack(
+            [
+                rng.uniform(-14.0, -3.0, (n, 3)),  # log seconds of the three operators
+                np.log2(rng.integers(1, 1 << 17, (n, 1))),  # tokens
+                np.log2(rng.integers(64, 1 << 16, (n, 4))),  # the GEMMs' n, k
+                np.full((n, 1), np.log(9.9e14)),
+                np.full((n, 1), np.log(3.35e12)),
+                np.full((n, 1), 132.0),
+            ]
+        )
+        few = level2.gemm_inputs(X, wave_steps)
+        monkeypatch.setattr(level2, "FEW_ROWS", 0)  # the vectorised rule
+        every = level2.gemm_inputs(X, wave_steps)
+        monkeypatch.undo()
+        for a, b in zip(few, every, strict=True):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [False, True])
+def test_dedupe_of_a_few_rows_equals_the_general_path(
+    rows: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_rows.dedupe` of a few (n,) columns (no shape broadcasting) gives what its general
+    path gives: the same call, the same outputs and shapes."""
+    from dse.predict import _rows
+
+    rng = np.random.default_rng(47)
+    a = rng.integers(1, 9, 5)
+    b = rng.integers(1, 9, 10)[::2]  # a strided view
+
+    def fn(*args: np.ndarray) -> dict[str, np.ndarray]:
+        *idx, x, y = args
+        out = {"s": x * 3.0 + y, "p": (x * y).astype(float)}
+        return {**out, "i": idx[0] * 1.0} if idx else out
+
+    few = _rows.dedupe(fn, a, b, rows=rows)
+    monkeypatch.setattr(_rows, "_few_rows_of", lambda cols: None)
+    general = _rows.dedupe(fn, a, b, rows=rows)
+    assert few.keys() == general.keys()
+    for k in few:
+        assert few[k].shape == general[k].shape == (5,)
+        np.testing.assert_array_equal(few[k], general[k])
+
+
+def test_unique_float_rows_by_part_of_small_parts_is_none() -> None:
+    """Parts too small to deduplicate (a few configurations' Level-2 rows) give None, as the
+    part-by-part loop does, also when their rows repeat."""
+    from dse.predict._rows import DEDUPE_MIN_ROWS, unique_float_rows, unique_float_rows_by_part
+
+    X = np.ones((2 * (DEDUPE_MIN_ROWS - 1), 3))
+    assert unique_float_rows(X[: DEDUPE_MIN_ROWS - 1]) is None
+    assert unique_float_rows_by_part(X, [DEDUPE_MIN_ROWS - 1] * 2) is None
+    assert unique_float_rows_by_part(X, [1, 1]) is None
+    big = np.ones((DEDUPE_MIN_ROWS, 3))
+    assert unique_float_rows_by_part(big, [DEDUPE_MIN_ROWS]) is not None
+
+
+def test_level2_token_blocks_of_a_few_rows_equal_the_vectorised_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Level2Block.in_token_blocks` of a few rows (the Python test of tokens above the fitted
+    range) against the numpy rule, for rows inside and outside the range."""
+    from dse.models import level2
+
+    art, _ = load_artifact("h100_sxm")
+    if art is None:
+        pytest.skip("no shipped h100_sxm artifact")
+    model = next(art.model(n) for n in art.names() if isinstance(art.model(n), level2.Level2Block))
+    hi = model.range_["log2_tokens"][1]
+    rng = np.random.default_rng(53)
+    for tokens in ([hi - 3.0], [hi - 1.0, hi + 2.5], [hi + 0.5] * level2.FEW_ROWS):
+        X = rng.normal(0.0, 1.0, (len(tokens), len(level2.LEVEL2_FEATURES)))
+        X[:, 3] = tokens
+        few = model.in_token_blocks(X)
+        monkeypatch.setattr(level2, "FEW_ROWS", 0)
+        every = model.in_token_blocks(X)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(few, every)
+        assert (few is X) == (every is X)
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm"])
+def test_gemm_latency_power_is_predicts_latency_and_power(gpu: str) -> None:
+    """`GemmModel.latency_power` (what the pricer asks for) is `predict`'s latency_s and
+    power_w bit for bit, for every shipped GEMM model, one row and many, in and out of range."""
+    art, _ = load_artifact(gpu)
+    if art is None:
+        pytest.skip(f"no shipped {gpu} artifact")
+    rng = np.random.default_rng(59)
+    names = art.names("gemm")
+    assert names
+    for name in names:
+        model = art.model(name)
+        for n in (1, 20, 300):
+            m, nn, k = (rng.integers(1, 1 << 17, n).astype(float) for _ in range(3))
+            full = model.predict(m, nn, k)
+            lean = model.latency_power(m, nn, k)
+            assert lean.keys() == {"latency_s", "power_w"}
+            for key, v in lean.items():
+                assert v.shape == full[key].shape
+                np.testing.assert_array_equal(v, full[key], err_msg=f"{name} {key}")
+        one = model.latency_power(4096.0, 4096.0, 512.0)
+        assert one["latency_s"].shape == model.predict(4096.0, 4096.0, 512.0)["latency_s"].shape
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm", "a100_sxm"])
+def test_allreduce_of_a_few_messages_equals_a_large_batch(gpu: str) -> None:
+    """The all-reduce model's few-row paths (the neighbour pairs by a Python set, one pair or
+    one regime without masks) against the same rows inside a batch of many group sizes and
+    regimes (np.unique, masks); `latency` is predict's latency_s bit for bit."""
+    art, _ = load_artifact(gpu)
+    if art is None:
+        pytest.skip(f"no shipped {gpu} artifact")
+    rng = np.random.default_rng(61)
+    names = art.names("allreduce")
+    assert names
+    n = 300
+    b = np.exp2(rng.uniform(8.0, 33.0, n)).round()
+    g = rng.choice([1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0], n)
+    for name in names:
+        model = art.model(name)
+        batch = model.predict(message_bytes=b, n_gpus=g)
+        np.testing.assert_array_equal(
+            model.latency(message_bytes=b, n_gpus=g)["latency_s"], batch["latency_s"]
+        )
+        for rows in ([0], [1, 2], list(range(3, 12))):
+            few = model.predict(message_bytes=b[rows], n_gpus=g[rows])
+            for key, v in few.items():
+                np.testing.assert_allclose(
+                    v, batch[key][rows], rtol=1e-12, atol=0.0, err_msg=f"{name} {key}"
+                )
+            lat = model.latency(message_bytes=b[rows], n_gpus=g[rows])["latency_s"]
+            np.testing.assert_array_equal(lat, few["latency_s"])
+
+
+def test_shared_gemm_choice_is_a_fresh_ones_and_follows_the_model_table() -> None:
+    """`Gemm.shared` (the pricer's, one per artifact, its choices kept) chooses what a fresh
+    `Gemm.for_artifact` chooses, and is rebuilt when the artifact's model table changes."""
+    import copy
+
+    from dse.predict.gemm_choice import Gemm
+
+    for gpu in ("h100_sxm", "h200_sxm"):
+        art, _ = load_artifact(gpu)
+        if art is None:
+            pytest.skip(f"no shipped {gpu} artifact")
+        shared = Gemm.shared(art)
+        assert Gemm.shared(art) is shared
+        fresh = Gemm.for_artifact(art)
+        for dtype in ("bfloat16", "fp8", "fp8_e4m3"):
+            for engine in (None, "vllm", "sglang", "trtllm"):
+                try:
+                    want = fresh.choose(dtype, engine)
+                except ArtifactError as exc:  # the same error both ways
+                    with pytest.raises(type(exc)):
+                        shared.choose(dtype, engine)
+                    continue
+                assert shared.choose(dtype, engine) == want
+                assert shared.choose(dtype, engine) == want  # kept
+        other = copy.copy(art)
+        other.manifest = {**art.manifest, "models": dict(art.manifest["models"])}
+        assert Gemm.shared(other) is not shared
+        assert Gemm.shared(other).artifact is other
+
+
+@pytest.mark.parametrize(("gpu", "engine"), [("h100_sxm", None), ("h100_sxm", "sglang")])
+def test_allreduce_price_of_rows_one_model_covers_equals_a_mixed_batch(
+    gpu: str, engine: str | None
+) -> None:
+    """`price_allreduce` of a few messages that one model covers (the rows as a slice, the
+    ranking kept per artifact and engine) against the same messages in a batch whose other
+    messages go to other models (boolean masks): the same latency, model and range check."""
+    from dse.predict.adapters import price_allreduce
+    from dse.predict.ops import Op
+
+    art, _ = load_artifact(gpu)
+    if art is None:
+        pytest.skip(f"no shipped {gpu} artifact")
+    hw = get_gpu(gpu)
+    few = np.array([8192.0 * 2, 4096.0 * 8192 * 2])  # a decode step's and a prefill's message
+    many = np.concatenate([few, [1e3, 3e9, 5e5, 2.0**31]])
+    tp = np.array([2.0, 4.0, 2.0, 8.0, 4.0, 2.0])
+
+    def op(msg: np.ndarray, g: np.ndarray) -> Op:
+        dims = {"message_bytes": msg, "n_gpus": g}
+        return Op("allreduce", "allreduce", "allreduce", np.ones_like(msg), 0 * msg, msg, dims)
+
+    ctx = {"engine": engine}
+    alone = price_allreduce(art, op(few, tp[:2]), hw, ctx)
+    mixed = price_allreduce(art, op(many, tp), hw, ctx)
+    assert alone is not None and mixed is not None
+    np.testing.assert_allclose(alone.latency_s, mixed.latency_s[:2], rtol=1e-12, atol=0.0)
+    np.testing.assert_allclose(alone.power_w, mixed.power_w[:2], rtol=1e-6)
+    np.testing.assert_array_equal(alone.out_of_range, mixed.out_of_range[:2])
+    which = np.zeros(2, dtype=int) if mixed.model_rows is None else mixed.model_rows[:2]
+    assert {mixed.model.split("+")[i] for i in which} == {alone.model}
+    for key, m in alone.misses.items():
+        np.testing.assert_array_equal(m.outside, mixed.misses[key].outside[:2])
+    assert price_allreduce(art, op(few, tp[:2]), hw, ctx).latency_s.tolist() == (
+        alone.latency_s.tolist()
+    )
