@@ -1,0 +1,143 @@
+"""`dse.spec.columns.derived` of an enumerated space's chunks, each piece computed once per
+distinct combination of the searched fields it reads, over the whole enumeration.
+
+A discrete space is a grid: its chunks repeat the same architectures over and over (the
+3-million-configuration benchmark: 43,008 architectures x 72 GPU / batch / TP cells, the
+architecture varying fastest). `derived`'s pieces read few of the searched fields:
+
+- the rules' verdict (`rule_codes`) and the parameter / KV sizes (`arch_sizes`): the
+  architecture fields and tensor_parallel (and the GPU only with FP4 weights, a space this
+  cache does not take);
+- the memory sizes (`memory_sizes`): those and the workload fields, not the GPU;
+- the GPU's capacity and what compares with it (`capacity_columns`): every row, cheaply.
+
+So each of the first two pieces is kept in a table indexed by the mixed-radix number of the
+digits of the searched fields it reads, filled for the combinations a chunk brings that no
+earlier chunk did, and read back per row by a gather. Every value is a function of its own
+row (`derived` computes row by row), so the result equals `derived`'s on the whole chunk,
+bit for bit (tests/sweep/test_grid_derived.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dse.spec import arch as A
+from dse.spec import columns as C
+from dse.spec.space import SearchSpace
+
+# Keys of a table at most this many (the memory table holds ~25 bytes a key: ~50 MB); a piece whose
+# fields span more combinations is computed per chunk, as `derived` does.
+MAX_KEYS = 1 << 21
+# The searched fields the rules and architecture sizes do not read (the workload's others and
+# the GPU); `tensor_parallel` splits heads and widths, so the rules read it.
+_NOT_ARCH = frozenset((*C.WORKLOAD_FIELDS, "gpu")) - {"tensor_parallel"}
+
+Piece = Callable[[C.Configs, int], dict[str, np.ndarray]]
+
+
+class _Table:
+    """One piece's columns per combination of the digits of its fields (`pos` in the
+    searched order, `sizes` their value counts)."""
+
+    def __init__(self, pos: Sequence[int], sizes: Sequence[int], compute: Piece) -> None:
+        self.pos, self.sizes, self.compute = list(pos), list(sizes), compute
+        self.keys = math.prod(self.sizes)
+        self.done = np.zeros(self.keys, dtype=bool)
+        self.row = np.zeros(self.keys, dtype=np.int64)  # scratch: a row of the chunk per key
+        self.cols: dict[str, np.ndarray] = {}
+
+    def lookup(self, cols: C.Configs, digits: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        """The piece's columns of every row of `cols`, computed for its new combinations only."""
+        key = (
+            np.ravel_multi_index(tuple(digits[j] for j in self.pos), self.sizes)
+            if self.pos
+            else np.zeros(len(digits[0]) if digits else cols.n, dtype=np.int64)
+        )
+        new = np.flatnonzero(~self.done[key])
+        if len(new):
+            # one row per new combination (any: rows of one combination hold the same values
+            # of the fields read), found by writing each row's number at its key, no sort
+            self.row[key[new]] = new
+            rows = new[self.row[key[new]] == new]
+            # every row new and distinct (the first chunks of the memory table): the chunk
+            # itself, not a copy of its ~50 columns (~15 ms)
+            part = cols if len(rows) == cols.n else cols.take(rows)
+            got = self.compute(part, len(rows))
+            at = key[rows]
+            for k, v in got.items():
+                if k not in self.cols:
+                    self.cols[k] = np.empty(self.keys, dtype=v.dtype)
+                self.cols[k][at] = v
+            self.done[at] = True
+        return {k: v[key] for k, v in self.cols.items()}
+
+
+class GridDerived:
+    """`derived(cols, n, texts=False)` of a space's chunks given with their digits
+    (`dse.sweep.space_index.space_digits`), the rules and sizes computed once per distinct
+    combination of the fields they read. `GridDerived.of(space)` is None where it cannot
+    help: weights that may be FP4 (the verdict then reads the GPU), or tables too large."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+        searched = space.searched
+        sizes = [len(p.values) for p in searched]
+        arch = [j for j, p in enumerate(searched) if p.name not in _NOT_ARCH]
+        work = [j for j, p in enumerate(searched) if p.name != "gpu"]
+        self.arch = _Table(arch, [sizes[j] for j in arch], _arch_piece)
+        self.memory = _Table(work, [sizes[j] for j in work], _memory_piece)
+
+    @classmethod
+    def of(cls, space: SearchSpace) -> GridDerived | None:
+        if not space.searched or _may_be_fp4(space):
+            return None
+        sizes = {p.name: len(p.values) for p in space.searched}
+        work = math.prod(v for k, v in sizes.items() if k != "gpu")
+        return cls(space) if work <= MAX_KEYS else None
+
+    def __call__(self, cols: C.Configs, digits: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        n = cols.n
+        arch = self.arch.lookup(cols, digits)
+        memory = self.memory.lookup(cols, digits)
+        cap = C.gpu_table(cols["gpu"], "hbm_capacity_bytes")
+        mem = {"total": memory["memory_bytes"], "required": memory["memory_required_bytes"]}
+        # the keys in `derived`'s order (an unknown constraint's message lists them)
+        return {**arch, **memory, **C.capacity_columns(mem, cap, n)}
+
+
+def _arch_piece(part: C.Configs, n: int) -> dict[str, np.ndarray]:
+    a = C.architecture(part).resolved()
+    return {**C.rule_codes(part, n, texts=False), **C.arch_sizes(part, n, a)}
+
+
+def _memory_piece(part: C.Configs, n: int) -> dict[str, np.ndarray]:
+    return C.memory_sizes(part, n)[0]
+
+
+def _may_be_fp4(space: SearchSpace) -> bool:
+    """Whether some configuration of the space may hold FP4 weights (then `rule_codes`
+    reads the GPU, which the architecture table's key leaves out)."""
+    values: Any = [C.DEFAULTS["weight_dtype"]]
+    if "weight_dtype" in space.fixed:
+        values = [space.fixed["weight_dtype"]]
+    for p in space.searched:
+        if p.name == "weight_dtype":
+            values = list(p.values)
+    return bool(np.asarray(A.fp4_weights(np.asarray(values, dtype=object))).any())
+
+
+_CACHE: list[tuple[SearchSpace, GridDerived | None]] = []
+
+
+def grid_derived(space: SearchSpace) -> GridDerived | None:
+    """The space's `GridDerived`, kept for the process's next chunks of the same space (one
+    space at a time: a Dask worker's scattered space is the same object chunk after chunk)."""
+    if _CACHE and _CACHE[0][0] is space:
+        return _CACHE[0][1]
+    _CACHE[:] = [(space, GridDerived.of(space))]
+    return _CACHE[0][1]
