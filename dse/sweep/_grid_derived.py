@@ -64,9 +64,13 @@ class _Table:
             # of the fields read), found by writing each row's number at its key, no sort
             self.row[key[new]] = new
             rows = new[self.row[key[new]] == new]
-            # every row new and distinct (the first chunks of the memory table): the chunk
-            # itself, not a copy of its ~50 columns (~15 ms)
-            part = cols if len(rows) == cols.n else cols.take(rows)
+            if 2 * len(rows) >= cols.n:
+                # most rows new (a table's first chunks): the whole chunk, not a copy of its
+                # ~50 columns at those rows (~15 ms); a combination computed twice or again
+                # is written with the same values
+                rows, part = np.arange(cols.n), cols
+            else:
+                part = cols.take(rows)
             got = self.compute(part, len(rows))
             at = key[rows]
             for k, v in got.items():
