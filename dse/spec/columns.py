@@ -395,14 +395,30 @@ def memory_sizes(
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """`derived`'s memory_bytes and memory_required_bytes (per GPU, bytes), and the whole
     `memory_breakdown`: the architecture and workload fields, not the GPU."""
+    return memory_of_batch(cols, n, memory_per_sequence(cols, a))
+
+
+def memory_per_sequence(
+    cols: Mapping[str, np.ndarray], a: A.Architecture | None = None
+) -> dict[str, Any]:
+    """`memory_breakdown`'s terms that do not read the batch size (`dse.spec.arch.
+    memory_per_sequence`): the architecture fields, tensor_parallel, the tokens and engine."""
     a = architecture(cols).resolved() if a is None else a
-    mem = A.memory_breakdown(
-        a,
+    return A.memory_per_sequence(
+        a, cols["prompt_tokens"], cols["output_tokens"], cols["tensor_parallel"], cols["engine"]
+    )
+
+
+def memory_of_batch(
+    cols: Mapping[str, np.ndarray], n: int, parts: Mapping[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """`memory_sizes` from the rows' `memory_per_sequence` terms."""
+    mem = A.memory_of_batch(
+        parts,
         cols["batch_size"],
         cols["prompt_tokens"],
         cols["output_tokens"],
         cols["tensor_parallel"],
-        cols["engine"],
     )
     return {
         "memory_bytes": np.broadcast_to(mem["total"], (n,)).astype(float),
