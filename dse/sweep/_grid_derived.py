@@ -33,9 +33,9 @@ from dse.spec import arch as A
 from dse.spec import columns as C
 from dse.spec.space import SearchSpace
 
-# Keys of a table at most this many (the memory table holds ~60 bytes a key: ~120 MB); a
+# Keys of a table at most this many (the memory table holds ~60 bytes a key: ~60 MB); a
 # space whose fields span more combinations is evaluated by `derived`, chunk by chunk.
-MAX_KEYS = 1 << 21
+MAX_KEYS = 1 << 20
 # The searched fields the rules and architecture sizes do not read (the workload's others and
 # the GPU); `tensor_parallel` splits heads and widths, so the rules read it.
 _NOT_ARCH = frozenset((*C.WORKLOAD_FIELDS, "gpu")) - {"tensor_parallel"}
