@@ -24,6 +24,7 @@ bit for bit (tests/sweep/test_grid_derived.py).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -92,6 +93,7 @@ class GridDerived:
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
+        self._lock = threading.Lock()
         searched = space.searched
         sizes = [len(p.values) for p in searched]
         arch = [j for j, p in enumerate(searched) if p.name not in _NOT_ARCH]
@@ -109,8 +111,12 @@ class GridDerived:
 
     def __call__(self, cols: C.Configs, digits: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         n = cols.n
-        arch = self.arch.lookup(cols, digits)
-        memory, mem = C.memory_of_batch(cols, n, self.memory.lookup(cols, digits))
+        # one chunk at a time: a Dask worker with several threads shares the tables, and a
+        # table's scratch row numbers and fill flags hold one chunk's
+        with self._lock:
+            arch = self.arch.lookup(cols, digits)
+            per_seq = self.memory.lookup(cols, digits)
+        memory, mem = C.memory_of_batch(cols, n, per_seq)
         cap = C.gpu_table(cols["gpu"], "hbm_capacity_bytes")
         # the keys in `derived`'s order (an unknown constraint's message lists them)
         return {**arch, **memory, **C.capacity_columns(mem, cap, n)}
@@ -141,10 +147,13 @@ def _may_be_fp4(space: SearchSpace) -> bool:
 _CACHE: list[tuple[SearchSpace, GridDerived | None]] = []
 
 
+_CACHE_LOCK = threading.Lock()
+
+
 def grid_derived(space: SearchSpace) -> GridDerived | None:
     """The space's `GridDerived`, kept for the process's next chunks of the same space (one
     space at a time: a Dask worker's scattered space is the same object chunk after chunk)."""
-    if _CACHE and _CACHE[0][0] is space:
+    with _CACHE_LOCK:
+        if not _CACHE or _CACHE[0][0] is not space:
+            _CACHE[:] = [(space, GridDerived.of(space))]
         return _CACHE[0][1]
-    _CACHE[:] = [(space, GridDerived.of(space))]
-    return _CACHE[0][1]

@@ -80,3 +80,25 @@ def test_a_space_with_fp4_weights_takes_no_tables(tmp_path: Path) -> None:
     space = load_space(path)
     assert GridDerived.of(space) is None
     assert grid_derived(space) is None
+
+
+def test_threads_sharing_the_tables_get_derived_of_their_own_chunks(tmp_path: Path) -> None:
+    """A Dask worker with several threads evaluates chunks at once on one space's tables."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(SPACE)
+    space = load_space(path)
+    grid = GridDerived.of(space)
+    assert grid is not None
+    chunk = 97
+
+    def one(start: int) -> bool:
+        idx = np.arange(start, min(start + chunk, space.size()), dtype=np.int64)
+        digits = space_digits(space, idx)
+        cols = space_columns(space, idx, digits)
+        got, want = grid(cols, digits), C.derived(cols, cols.n, texts=False)
+        return all(np.array_equal(got[k], v, equal_nan=True) for k, v in want.items())
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(one, range(0, space.size(), chunk)))
