@@ -16,9 +16,9 @@ architecture varying fastest). `derived`'s pieces read few of the searched field
 So each of the first two pieces is kept in a table indexed by the mixed-radix number of the
 digits of the searched fields it reads, filled for the combinations a chunk brings that no
 earlier chunk did, and read back per row by a gather (the benchmark: 129,024 combinations
-each, all in its first chunk; `derived` 1.54 -> 0.31 s CPU over its 24 chunks). Every value is a function of its own
-row (`derived` computes row by row), so the result equals `derived`'s on the whole chunk,
-bit for bit (tests/sweep/test_grid_derived.py).
+each, all in its first chunk; `derived` 1.54 -> 0.31 s CPU over its 24 chunks). Every value
+is a function of its own row (`derived` computes row by row), so the result equals
+`derived`'s on the whole chunk, bit for bit (tests/sweep/test_grid_derived.py).
 """
 
 from __future__ import annotations
@@ -145,8 +145,6 @@ def _may_be_fp4(space: SearchSpace) -> bool:
 
 
 _CACHE: list[tuple[SearchSpace, GridDerived | None]] = []
-
-
 _CACHE_LOCK = threading.Lock()
 
 
