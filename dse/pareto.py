@@ -90,9 +90,39 @@ def nondominated(
         if not keep_duplicates:
             keep = np.arange(len(q)) == np.argmax(keep)
     else:
-        keep = np.asarray(moocore.is_nondominated(q, keep_weakly=keep_duplicates), dtype=bool)
+        rest = _not_dominated_by_pivot(q) if len(q) > PIVOT_MIN_ROWS else None
+        if rest is None:
+            keep = np.asarray(moocore.is_nondominated(q, keep_weakly=keep_duplicates), dtype=bool)
+        else:
+            keep = np.zeros(len(q), dtype=bool)
+            keep[rest] = moocore.is_nondominated(q[rest], keep_weakly=keep_duplicates)
     mask[ok] = keep
     return mask
+
+
+# Above this many points `nondominated` first drops those one of them dominates: a sweep's
+# chunk of ~90,000 feasible points keeps 3-7, and ~93-99 % of them fall to one point (~1 ms
+# against moocore's ~16 ms for them all on one core).
+PIVOT_MIN_ROWS = 4096
+
+
+def _not_dominated_by_pivot(q: np.ndarray) -> np.ndarray:
+    """Indices of the rows of q (finite, minimised) that the pivot does not strictly dominate,
+    ascending; the pivot is the row of least sum of objectives scaled to [0, 1] (a point of
+    the front). A dropped row is dominated by a real row, so it is on no front, and the rows
+    kept keep their order, so among identical ones the first stays first."""
+    cols = [q[:, j] for j in range(q.shape[1])]  # whole columns: fast, unlike (n, m) reductions
+    score = np.zeros(len(q))
+    for c in cols:
+        lo, hi = c.min(), c.max()
+        score += (c - lo) / (hi - lo if hi > lo else 1.0)
+    pivot = q[int(np.argmin(score))]
+    no_better = np.ones(len(q), dtype=bool)
+    worse = np.zeros(len(q), dtype=bool)
+    for c, v in zip(cols, pivot, strict=True):
+        no_better &= c >= v
+        worse |= c > v
+    return np.flatnonzero(~(no_better & worse))
 
 
 def front_indices(

@@ -777,15 +777,50 @@ def memory_breakdown(
     batch resident) and required (total with one sequence's KV cache: less than this cannot
     run; between the two the engine runs fewer sequences at a time, preempting or queueing).
     """
+    parts = memory_per_sequence(a, prompt_tokens, output_tokens, tensor_parallel, engine)
+    return memory_of_batch(parts, batch_size, prompt_tokens, output_tokens, tensor_parallel)
+
+
+def memory_per_sequence(
+    a: Architecture,
+    prompt_tokens: Any,
+    output_tokens: Any,
+    tensor_parallel: Any = 1,
+    engine: Any = "vllm",
+) -> dict[str, Any]:
+    """`memory_breakdown`'s terms that do not depend on the batch size: weights (this GPU's
+    shard, bytes), kv_cache_one (one sequence's KV cache, bytes), and the widths of the
+    largest step's live tensors (d_model, qkv_width on this GPU, ffn_width, vocab_size)."""
     a = a.resolved()
     tp = np.asarray(tensor_parallel)
-    w = params_per_gpu(a, tp) * dtype_bytes(a.weight_dtype)
     prompt, out = np.asarray(prompt_tokens), np.asarray(output_tokens)
-    batch = np.asarray(batch_size)
     # Full layers hold every token (in whole blocks), sliding layers their window, linear
     # layers a constant state (`kv_cache_bytes_per_gpu`); for a model of full layers only the
     # two last terms are 0.
-    per_seq = kv_cache_bytes_per_gpu(a, prompt + out, tp, engine)
+    return {
+        "weights": params_per_gpu(a, tp) * dtype_bytes(a.weight_dtype),
+        "kv_cache_one": kv_cache_bytes_per_gpu(a, prompt + out, tp, engine),
+        "d_model": np.asarray(a.d_model),
+        "qkv_width": qkv_width_per_gpu(a, tp),
+        "ffn_width": np.where(
+            a.is_moe, np.asarray(a.top_k) * np.asarray(a.d_ff_expert), np.asarray(a.d_ff)
+        ),
+        "vocab_size": np.asarray(a.vocab_size),
+    }
+
+
+def memory_of_batch(
+    parts: Mapping[str, Any],
+    batch_size: Any,
+    prompt_tokens: Any,
+    output_tokens: Any,
+    tensor_parallel: Any = 1,
+) -> dict[str, Any]:
+    """`memory_breakdown` from its batch-independent terms (`memory_per_sequence`)."""
+    tp = np.asarray(tensor_parallel)
+    w, per_seq = parts["weights"], parts["kv_cache_one"]
+    prompt, out = np.asarray(prompt_tokens), np.asarray(output_tokens)
+    batch = np.asarray(batch_size)
     kv = batch * per_seq
     # The largest step: up to max(prompt + output, 2048) tokens (never more than the batch's
     # prompts) through one layer at a time. Live at its peak, in 16-bit: the residual stream and
@@ -793,10 +828,8 @@ def memory_breakdown(
     # tp; top_k expert widths per token for MoE); plus fp32 logits of the step's sequences.
     step = np.minimum(batch * prompt, np.maximum(prompt + out, MIN_STEP_TOKENS))
     seqs = np.minimum(batch, MAX_STEP_SEQS)
-    d = np.asarray(a.d_model)
-    width = np.where(a.is_moe, np.asarray(a.top_k) * np.asarray(a.d_ff_expert), np.asarray(a.d_ff))
-    qkv_w = qkv_width_per_gpu(a, tp)
-    act = 2.0 * step * (2 * d + qkv_w + 2 * width / tp) + 4.0 * seqs * np.asarray(a.vocab_size) / tp
+    d, qkv_w, width = parts["d_model"], parts["qkv_width"], parts["ffn_width"]
+    act = 2.0 * step * (2 * d + qkv_w + 2 * width / tp) + 4.0 * seqs * parts["vocab_size"] / tp
     fixed = w + act + RESERVED_BYTES
     total = fixed + kv
     return {

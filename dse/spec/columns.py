@@ -324,6 +324,23 @@ def derived(
     With `messages`, also memory_refusal and memory_warning, the text `dse predict` prints
     ('' where there is none; `dse.spec.arch.memory_messages`).
     """
+    out = rule_codes(cols, n, texts=texts)
+    a = architecture(cols).resolved()  # resolved once: its parameter counts are kept on it
+    sizes = arch_sizes(cols, n, a)
+    mem_cols, mem = memory_sizes(cols, n, a)
+    cap = gpu_table(cols["gpu"], "hbm_capacity_bytes")
+    extra: dict[str, np.ndarray] = {}
+    if messages:
+        extra["memory_refusal"], extra["memory_warning"] = A.memory_messages(mem, cap, cols["gpu"])
+    return {**out, **sizes, **mem_cols, **capacity_columns(mem, cap, n), **extra}
+
+
+# `derived` in pieces, each reading fewer columns, so that a caller whose rows repeat those
+# columns (the exact sweep's grid, `dse.sweep._grid_derived`) can compute a piece once per
+# distinct combination of them: every value is a function of its own row alone.
+def rule_codes(cols: Mapping[str, np.ndarray], n: int, texts: bool = True) -> dict[str, np.ndarray]:
+    """`derived`'s invalid_code (and, with `texts`, invalid first): the architecture fields,
+    tensor_parallel, and the GPU only where some row has FP4 weights."""
     check = {
         k: cols[k]
         for k in (
@@ -361,32 +378,67 @@ def derived(
             out["invalid"][gpu_bad] = R.check_weight_dtype_on_gpu(
                 wd[gpu_bad], gpus[gpu_bad], False, fp4_gpu_names()
             )
-    a = architecture(cols).resolved()  # resolved once: its parameter counts are kept on it
+    out["invalid_code"] = code
+    return out
+
+
+def arch_sizes(
+    cols: Mapping[str, np.ndarray], n: int, a: A.Architecture | None = None
+) -> dict[str, np.ndarray]:
+    """`derived`'s total_params, active_params and kv_bytes_per_token: the architecture
+    fields alone (`a`: their resolved Architecture, when the caller has it)."""
+    a = architecture(cols).resolved() if a is None else a
     p = A.param_breakdown(a)
-    mem = A.memory_breakdown(
-        a,
+    return {
+        "total_params": np.broadcast_to(p["total"], (n,)),
+        "active_params": np.broadcast_to(p["active"], (n,)),
+        "kv_bytes_per_token": np.broadcast_to(A.kv_bytes_per_token(a), (n,)).astype(float),
+    }
+
+
+def memory_sizes(
+    cols: Mapping[str, np.ndarray], n: int, a: A.Architecture | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """`derived`'s memory_bytes and memory_required_bytes (per GPU, bytes), and the whole
+    `memory_breakdown`: the architecture and workload fields, not the GPU."""
+    return memory_of_batch(cols, n, memory_per_sequence(cols, a))
+
+
+def memory_per_sequence(
+    cols: Mapping[str, np.ndarray], a: A.Architecture | None = None
+) -> dict[str, Any]:
+    """`memory_breakdown`'s terms that do not read the batch size (`dse.spec.arch.
+    memory_per_sequence`): the architecture fields, tensor_parallel, the tokens and engine."""
+    a = architecture(cols).resolved() if a is None else a
+    return A.memory_per_sequence(
+        a, cols["prompt_tokens"], cols["output_tokens"], cols["tensor_parallel"], cols["engine"]
+    )
+
+
+def memory_of_batch(
+    cols: Mapping[str, np.ndarray], n: int, parts: Mapping[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """`memory_sizes` from the rows' `memory_per_sequence` terms."""
+    mem = A.memory_of_batch(
+        parts,
         cols["batch_size"],
         cols["prompt_tokens"],
         cols["output_tokens"],
         cols["tensor_parallel"],
-        cols["engine"],
     )
-    cap = gpu_table(cols["gpu"], "hbm_capacity_bytes")
-    extra: dict[str, np.ndarray] = {}
-    if messages:
-        extra["memory_refusal"], extra["memory_warning"] = A.memory_messages(mem, cap, cols["gpu"])
     return {
-        **out,
-        "invalid_code": code,
-        "total_params": np.broadcast_to(p["total"], (n,)),
-        "active_params": np.broadcast_to(p["active"], (n,)),
-        "kv_bytes_per_token": np.broadcast_to(A.kv_bytes_per_token(a), (n,)).astype(float),
         "memory_bytes": np.broadcast_to(mem["total"], (n,)).astype(float),
         "memory_required_bytes": np.broadcast_to(mem["required"], (n,)).astype(float),
+    }, mem
+
+
+def capacity_columns(mem: Mapping[str, Any], cap: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """`derived`'s columns that read the GPU's memory `cap` (bytes per row): capacity,
+    fits_memory and memory_margin, from `memory_breakdown`'s required and total bytes."""
+    return {
         "memory_capacity_bytes": cap,
         "fits_memory": A.fits_memory(mem["required"], cap),
         "memory_margin": np.broadcast_to(A.memory_margin(mem, cap), (n,)),
-        **extra,
     }
 
 

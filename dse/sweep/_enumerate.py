@@ -33,8 +33,9 @@ from dse.errors import ConfigError
 from dse.files import atomic_path
 from dse.spec.space import SearchSpace
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
+from dse.sweep._grid_derived import grid_derived
 from dse.sweep._heap import keep_freed
-from dse.sweep.space_index import canonical_index, space_columns
+from dse.sweep.space_index import canonical_index, space_columns, space_digits
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
 PROGRESS_FILE = "exact_progress.npz"  # the sidecar of a running `exact` enumeration
@@ -84,10 +85,7 @@ def exact_front(
     valid = feasible = 0
     for start in range(0, total, chunk):
         idx = np.arange(start, min(start + chunk, total), dtype=np.int64)
-        cols = space_columns(space, idx)
-        ev = evaluate(
-            space, cols, predictor=predictor, with_tokens2wh=False, texts=False, feasible_only=True
-        )
+        ev = _evaluate_scan(space, idx, predictor)
         valid += int(ev.valid.sum())
         feasible += int(ev.feasible.sum())
         ok = _front_candidates(space, idx, ev)
@@ -121,6 +119,25 @@ def _front_candidates(space: SearchSpace, idx: np.ndarray, ev: Evaluation) -> np
     return ok & (canonical_index(space, idx) == idx)
 
 
+def _evaluate_scan(space: SearchSpace, idx: np.ndarray, predictor: Predictor | None) -> Evaluation:
+    """A scan's evaluation of the configurations at `idx`: only the feasible front and the
+    counts are kept (no texts, feasible rows predicted), the rules and sizes read from the
+    space's grid tables where it has them (`dse.sweep._grid_derived`: ~40 ms of a
+    131,072-row chunk's ~55 ms of `derived` on one core)."""
+    grid = grid_derived(space)
+    digits = space_digits(space, idx) if space.searched else None
+    cols = space_columns(space, idx, digits)
+    return evaluate(
+        space,
+        cols,
+        predictor=predictor,
+        with_tokens2wh=False,
+        texts=False,
+        feasible_only=True,
+        derived=None if grid is None or digits is None else grid(cols, digits),
+    )
+
+
 def evaluate_index(
     space: SearchSpace, index: np.ndarray, predictor: Predictor | None = None
 ) -> tuple[dict[str, np.ndarray], Evaluation]:
@@ -151,14 +168,7 @@ def evaluate_chunk(
     size = space.size()
     start = chunk * chunk_size
     idx = np.arange(start, min(start + chunk_size, size), dtype=np.int64)
-    ev = evaluate(
-        space,
-        space_columns(space, idx),
-        predictor=predictor,
-        with_tokens2wh=False,
-        texts=False,
-        feasible_only=True,  # only the feasible front and the counts are kept
-    )
+    ev = _evaluate_scan(space, idx, predictor)
     ok = _front_candidates(space, idx, ev)
     keep = pareto.nondominated(ev.objectives[ok], directions=space.objectives.directions)
     return ChunkResult(

@@ -243,6 +243,7 @@ def evaluate(
     with_tokens2wh: bool = True,
     texts: bool = True,
     feasible_only: bool = False,
+    derived: Mapping[str, np.ndarray] | None = None,
 ) -> Evaluation:
     """Sizes, constraints, predictions and objectives of a batch of complete configurations.
 
@@ -260,9 +261,12 @@ def evaluate(
     front and the counts (`dse.sweep._enumerate`): a row outside them is infeasible whatever
     it predicts, and its predictions, metrics and predicted objectives stay NaN; `pred` then
     holds the predicted metrics alone (`PREDICTED_KEYS`' columns).
+
+    `derived`: `dse.spec.columns.derived(cols, n, texts=texts)` when the caller has it already
+    (the exact scan's chunks, `dse.sweep._grid_derived`).
     """
     n = len(cols["d_model"])
-    d = C.derived(cols, n, texts=texts)
+    d = C.derived(cols, n, texts=texts) if derived is None else derived
     code = np.asarray(d["invalid_code"])
     valid = code == 0
     reason = np.asarray(d["invalid"]).astype(str) if texts else _templates()[code]

@@ -19,14 +19,22 @@ from dse.spec.inert import DECIDING_FIELDS, INERT_FIELDS, inert_masks
 from dse.spec.space import SearchSpace
 
 
-def space_columns(space: SearchSpace, index: np.ndarray) -> Configs:
-    """Complete configuration columns of the configurations at `index` (enumeration order)."""
+def space_columns(
+    space: SearchSpace, index: np.ndarray, digits: Sequence[np.ndarray] | None = None
+) -> Configs:
+    """Complete configuration columns of the configurations at `index` (enumeration order);
+    `digits`: their `space_digits`, when the caller has them."""
     idx = np.asarray(index, dtype=np.int64)
-    searched = space.searched
-    if not searched:
+    if not space.searched:
         return digit_columns(space, np.empty((len(idx), 0), dtype=np.int64))
-    # one digit array per parameter, without stacking them into rows (~5 ms a chunk)
-    return _columns(space, np.unravel_index(idx, [len(p.values) for p in searched]), len(idx))
+    return _columns(space, space_digits(space, idx) if digits is None else digits, len(idx))
+
+
+def space_digits(space: SearchSpace, index: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The digits of the configurations at `index`: one array per searched parameter (in
+    `space.searched` order), without stacking them into rows (~5 ms a 131,072-row chunk)."""
+    idx = np.asarray(index, dtype=np.int64)
+    return tuple(np.unravel_index(idx, [len(p.values) for p in space.searched]))
 
 
 def digit_columns(space: SearchSpace, digits: np.ndarray) -> Configs:

@@ -118,3 +118,27 @@ def test_a_flat_front_gets_a_usable_nadir() -> None:
     # The one point sits at the ideal; a point 1 % worse in both is at the nadir (1, 1).
     assert norm.apply(np.array([[2.02, 101.0]])).tolist() == [[1.0, 1.0]]
     assert pareto.hypervolume(np.array([[2.0, 100.0]]), norm) == pytest.approx(1.21)
+
+
+@pytest.mark.parametrize("keep_duplicates", [False, True])
+def test_large_sets_drop_the_pivots_dominated_rows_first_with_the_same_front(
+    keep_duplicates: bool,
+) -> None:
+    """Above PIVOT_MIN_ROWS points `nondominated` drops the rows one point dominates before
+    moocore sees the rest: the mask equals moocore's on all of them (ties, duplicates, NaN,
+    maximised columns, three objectives)."""
+    import moocore
+
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n = int(rng.integers(pareto.PIVOT_MIN_ROWS + 1, 3 * pareto.PIVOT_MIN_ROWS))
+        m = int(rng.integers(2, 4))
+        q = rng.integers(0, int(rng.integers(2, 60)), size=(n, m)).astype(float)
+        q[rng.random(n) < 0.01, 0] = np.nan
+        directions = tuple(rng.choice(["minimize", "maximize"], m))
+        signed = q * pareto.signs(directions, m)
+        ok = np.isfinite(q).all(axis=1)
+        want = np.zeros(n, dtype=bool)
+        want[ok] = moocore.is_nondominated(signed[ok], keep_weakly=keep_duplicates)
+        got = pareto.nondominated(q, keep_duplicates=keep_duplicates, directions=directions)
+        assert np.array_equal(got, want), trial
