@@ -1,4 +1,10 @@
-"""The C heap of a process that enumerates a space: chunk arrays freed back to it are kept.
+"""The C heap of a process that predicts batches: arrays freed back to it are kept.
+
+Used by the exact sweep's enumeration (`dse.sweep._enumerate`) and by every bulk `predict`
+(`dse.predict.request.predict`, batches of more than 64 rows): a 20,000-row all-distinct
+batch allocates and frees ~30 MB of 0.1-5 MB arrays a call (features, MLP blocks, per-operator
+prices); with glibc's defaults ~8,000 pages a call came back from the kernel, zeroed, 10-30 ms
+of system time in a ~240 ms call (issue 37, docs/performance.md).
 
 An exact enumeration allocates and frees the same few hundred ~1 MB arrays chunk after chunk
 (131,072 configurations x 8 bytes a column). With glibc's defaults a freed block at the top of
@@ -13,9 +19,8 @@ same arrays are live at the peak) and pins the mmap threshold at glibc's largest
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import platform
+import os
+import sys
 
 # mallopt(3) parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
@@ -23,19 +28,32 @@ M_MMAP_THRESHOLD = -3
 TRIM_BYTES = 1 << 30  # free heap kept at its top, bytes: above any sweep's working set
 MMAP_BYTES = 32 << 20  # blocks above this are mmapped: glibc's DEFAULT_MMAP_THRESHOLD_MAX
 
-_done = False
+_done: bool | None = None  # None: not tried yet in this process
+
+
+def _glibc() -> bool:
+    """Whether this process runs on glibc (`os.confstr`: no scan of the executable, which
+    `platform.libc_ver` does, ~2 ms)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def keep_freed() -> bool:
-    """Set the heap to keep freed memory for reuse (once per process; glibc only, elsewhere a
-    no-op). True when the setting is in force."""
+    """Set the heap to keep freed memory for reuse (tried once per process; glibc only,
+    elsewhere a no-op). True when the setting is in force."""
     global _done
-    if _done:
-        return True
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if _done is not None:
+        return _done
+    _done = False
+    if not sys.platform.startswith("linux") or not _glibc():
         return False
+    import ctypes  # here: `dse.predict` imports this module, a one-row call never needs it
+
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        # glibc's soname: `ctypes.util.find_library` would run ldconfig (~40 ms) to find it
+        libc = ctypes.CDLL("libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
