@@ -54,12 +54,78 @@ def _oor_degree(
 
 def _fmt(v: np.ndarray, spec: str) -> np.ndarray:
     """Object array of the values as text: integers below 10^6 as integers, others with
-    `spec` (a format spec such as '.4g')."""
+    `spec` (a format spec such as '.4g'). Values that print alike under a '.<P>g' spec are
+    formatted once (`_printed_key`): an all-distinct batch's ~39,000 formatted values give
+    ~7,500 distinct texts."""
     out = np.empty(len(v), dtype=object)
     exact = (np.abs(v) >= 1) & (np.abs(v) < 1e6) & (v == np.round(v))
     out[exact] = [str(x) for x in v[exact].astype(np.int64).tolist()]
-    out[~exact] = [format(x, spec) for x in v[~exact].tolist()]
+    rest = v[~exact]
+    digits = _g_digits(spec)
+    if digits is None or len(rest) < DEDUPE_FORMAT_AT:
+        out[~exact] = [format(x, spec) for x in rest.tolist()]
+        return out
+    import pandas as pd
+
+    codes, uniq = pd.factorize(_printed_key(rest, digits), sort=False, use_na_sentinel=False)
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[codes] = np.arange(len(rest))  # a row of each key (the last): its own value printed
+    texts = np.array([format(x, spec) for x in rest[rep].tolist()], dtype=object)
+    out[~exact] = texts[codes]
     return out
+
+
+# `_fmt` formats at least this many values once per printed value; fewer one by one.
+DEDUPE_FORMAT_AT = 64
+# A value this close to a rounding tie (in units of its last printed digit) is its own key:
+# the float product below is exact to ~1e-12 of a unit, so the key never splits on a tie.
+TIE_MARGIN = 1e-6
+
+
+def _g_digits(spec: str) -> int | None:
+    """P of a '.<P>g' format spec (1 <= P <= 15), else None."""
+    if len(spec) >= 3 and spec[0] == "." and spec[-1] == "g" and spec[1:-1].isdigit():
+        p = int(spec[1:-1])
+        return p if 1 <= p <= 15 else None
+    return None
+
+
+def _printed_key(x: np.ndarray, digits: int) -> np.ndarray:
+    """Per value, a complex key equal for two values exactly when `format(_, '.<digits>g')`
+    prints them alike, or finer: sign x q + 1j * k where the value rounds to q / 10^k (q of
+    `digits` digits, or 10^digits on a round-up; Python prints the correctly rounded decimal,
+    so values of one (sign, q, k) print the same text). Values whose rounding the float product
+    cannot decide (within TIE_MARGIN of a tie, or q off its digit range after a log10 off by
+    one near a power of ten), zeros, the very large and very small, inf and NaN are keyed on
+    their own value (inf, NaN and the signed zeros apart: a key never merges two texts)."""
+    a = np.abs(x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        normal = (a >= 1e-290) & (a <= 1e290)
+        e = np.floor(np.log10(np.where(normal, a, 1.0)))
+        k = (digits - 1) - e
+        s = a * 10.0**k  # < 10^digits: an error of a few ulps is ~1e-12 of a unit
+        whole = np.floor(s)
+        frac = s - whole
+        q = whole + (frac > 0.5)
+    sure = normal & (np.abs(frac - 0.5) > TIE_MARGIN)
+    sure &= (q >= 10.0 ** (digits - 1)) & (q <= 10.0**digits)
+    key = np.copysign(q, x) + 1j * k
+    if not sure.all():
+        # keyed on the value itself: imaginary parts 10000-10005 no (q, k) key has (|k| < 330)
+        own = ~sure
+        finite = np.isfinite(x)
+        tag = np.where(
+            np.isnan(x),
+            10003.0,
+            np.where(
+                ~finite,
+                np.where(x > 0, 10001.0, 10002.0),
+                np.where(x == 0, np.where(np.signbit(x), 10005.0, 10004.0), 10000.0),
+            ),
+        )
+        real = np.where(finite & (x != 0), x, 0.0)
+        key[own] = real[own] + 1j * tag[own]
+    return key
 
 
 def _miss_text(

@@ -1,0 +1,79 @@
+"""`flags._fmt` formats each printed value once (issue 37): its texts must be those of
+`format` value by value, byte for byte, whatever the values (integers, ties, powers of ten,
+signed zeros, inf, NaN, the very large and very small) and the spec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dse.predict.flags import DEDUPE_FORMAT_AT, _fmt, _printed_key
+
+
+def _reference(v: np.ndarray, spec: str) -> list[str]:
+    """`_fmt` as it was before the deduplication, value by value."""
+    out = []
+    for x in v.tolist():
+        if 1 <= abs(x) < 1e6 and x == round(x):
+            out.append(str(int(x)))
+        else:
+            out.append(format(x, spec))
+    return out
+
+
+def _values(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Wide values: log-uniform 1e-7..1e9 and 1e-300..1e300 of either sign, integers, ratios,
+    rounding ties (k / 16, k / 1024, k + 0.5), neighbours of powers of ten, specials."""
+    sign = rng.choice([-1.0, 1.0], n)
+    parts = [
+        sign * 10.0 ** rng.uniform(-7, 9, n),
+        sign[: n // 4] * 10.0 ** rng.uniform(-300, 300, n // 4),
+        rng.integers(-(10**9), 10**9, n // 4).astype(float),
+        rng.integers(1, 10**6, n // 4).astype(float),
+        np.round(rng.uniform(1, 50, n // 4), 3),
+        rng.integers(1, 100_000, n // 4) / 16.0,
+        rng.integers(1, 100_000, n // 4) / 1024.0,
+        rng.integers(0, 10_000, n // 4) + 0.5,
+        rng.integers(1, 10**6, n // 4) * 1e4 + 5000.0,
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-310, 1.7e308, -1.7e308],
+    ]
+    tens = 10.0 ** np.arange(-12, 13)
+    for t in (tens, tens * 9.9995, tens * 9.995, tens * 0.99995, tens * 999.95, tens * 99995):
+        parts += [t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf), -t]
+    v = np.concatenate([np.asarray(p, dtype=float) for p in parts])
+    return np.concatenate([v, rng.choice(v, n)])  # each value repeated somewhere
+
+
+@pytest.mark.parametrize("spec", [".4g", ".3g", ".1g", ".6g", ".10g"])
+def test_texts_equal_format_value_by_value(spec: str) -> None:
+    v = _values(np.random.default_rng(37), 20_000)
+    assert len(v) >= DEDUPE_FORMAT_AT
+    assert _fmt(v, spec).tolist() == _reference(v, spec)
+
+
+def test_miss_texts_of_six_digit_values() -> None:
+    """The values `_miss_text` prints: rounded to 6 significant digits first, and their
+    ratios, as its tables format them."""
+    rng = np.random.default_rng(38)
+    v = np.round(10.0 ** rng.uniform(-3, 11, 30_000), 2)
+    b = rng.choice([64.0, 2048.0, 1.074e9, 0.9, 3.5e-2], v.size)
+    for x, spec in ((v, ".4g"), (b, ".4g"), (v / b, ".3g")):
+        assert _fmt(x, spec).tolist() == _reference(x, spec)
+
+
+def test_a_key_never_merges_two_texts() -> None:
+    """Two values with one key print the same text (the key may split equal texts)."""
+    v = _values(np.random.default_rng(39), 5_000)
+    v = v[~((np.abs(v) >= 1) & (np.abs(v) < 1e6) & (v == np.round(v)))]
+    for digits in (1, 3, 4, 6):
+        key = _printed_key(v, digits)
+        text: dict[complex, str] = {}
+        for k, x in zip(key.tolist(), v.tolist(), strict=True):
+            t = format(x, f".{digits}g")
+            assert text.setdefault(k, t) == t, (k, x)
+
+
+def test_other_specs_and_few_values_take_the_plain_path() -> None:
+    v = np.array([1.5, 2.25, -3.125e9, np.inf] * 40)
+    assert _fmt(v, ".2f").tolist() == _reference(v, ".2f")
+    assert _fmt(v[:5], ".3g").tolist() == _reference(v[:5], ".3g")
