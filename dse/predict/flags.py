@@ -187,7 +187,11 @@ def _miss_text_grouped(
         part = table[c[sel] - 1]
         more = started[sel]
         if more.any():
-            part[more] = text[sel[more]] + "; " + part[more]
+            after = sel[more]
+            if len(table) < len(after):  # "; " joined to the table's entries once, first
+                part[more] = text[after] + ("; " + table)[c[after] - 1]
+            else:
+                part[more] = text[after] + "; " + part[more]
         text[sel] = part
         started[sel] = True
     return text[group]

@@ -77,3 +77,66 @@ def test_other_specs_and_few_values_take_the_plain_path() -> None:
     v = np.array([1.5, 2.25, -3.125e9, np.inf] * 40)
     assert _fmt(v, ".2f").tolist() == _reference(v, ".2f")
     assert _fmt(v[:5], ".3g").tolist() == _reference(v[:5], ".3g")
+
+
+def _large_batch(wide: bool) -> tuple[dict, dict, int]:
+    """(merged misses, flags, n) of a mostly distinct 3,000-row batch: freely drawn values,
+    repeated ones, tables larger and smaller than the texts they extend, flags. `wide`:
+    message sizes to 1e11 (6-digit rounding by a scale below 1, where `_round_sig` and the
+    row path's `_sig` can already differ by an ulp on main); else values whose 6-digit
+    rounding both paths do alike."""
+    from dse.models.base import RangeMiss
+
+    rng = np.random.default_rng(40)
+    n = 3_000
+    labels = (
+        "prefill allreduce: message_bytes",
+        "decode attention/core: num_kv_heads",
+        "level3: batch",
+        "level3: prompt",
+        "level3: kv_fill",
+        "prefill gemm: n",
+    )
+    values = [
+        np.round(10.0 ** rng.uniform(6, 11, n)) if wide else 10.0 ** rng.uniform(-3, 5.9, n),
+        rng.choice([10.0, 16.0, 32.0], n),
+        rng.integers(1, 129, n).astype(float),
+        rng.integers(16, 8193, n).astype(float),
+        10.0 ** rng.uniform(-7, 2, n) * rng.choice([-1.0, 1.0], n),
+        rng.choice([1024.5, 0.001234567, 131072.0, 7.0, 1.0625], n),
+    ]
+    bounds = [1.07374e9 if wide else 12.5, 8.0, 64.0, 2048.0, 2.22807, 0.0, 0.5]
+    merged = {}
+    for i, label in enumerate(labels):
+        bound = rng.choice(bounds[i : i + 2], n)
+        excess = np.where(rng.random(n) < 0.5, 1.0, 0.0)
+        merged[label] = RangeMiss(excess, values[i], bound)
+    flags = {"level3: engine": rng.random(n) < 0.3}
+    return merged, flags, n
+
+
+def test_a_large_batch_writes_the_texts_of_format_value_by_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The grouped texts of a mostly distinct batch equal those it writes with every value
+    formatted one by one (`_fmt` as it was)."""
+    from dse.predict import flags as F
+
+    for wide in (True, False):
+        merged, flags, n = _large_batch(wide)
+        got = F._miss_text_grouped(merged, flags, n)
+        with monkeypatch.context() as mp:
+            mp.setattr(F, "_fmt", lambda v, spec: np.array(_reference(v, spec), dtype=object))
+            want = F._miss_text_grouped(merged, flags, n)
+        assert got.tolist() == want.tolist()
+        assert len(set(got.tolist())) > n // 2
+
+
+def test_a_large_batch_writes_the_row_by_row_texts() -> None:
+    """... and the plain-Python row-by-row texts ("; " joined to small tables first, or to
+    each text), byte for byte."""
+    from dse.predict import flags as F
+
+    merged, flags, n = _large_batch(wide=False)
+    got = F._miss_text_grouped(merged, flags, n)
+    assert got.tolist() == F._miss_text_rows(merged, flags, n).tolist()
