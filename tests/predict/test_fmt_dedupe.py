@@ -140,3 +140,49 @@ def test_a_large_batch_writes_the_row_by_row_texts() -> None:
     merged, flags, n = _large_batch(wide=False)
     got = F._miss_text_grouped(merged, flags, n)
     assert got.tolist() == F._miss_text_rows(merged, flags, n).tolist()
+
+
+def test_merged_labels_are_those_of_keying_every_miss_on_its_bytes() -> None:
+    """`_merged` compares the bytes of misses only when another miss names the same input:
+    its labels and misses are those of keying every miss on its bytes (as it did)."""
+    from dse.models.base import RangeMiss
+    from dse.predict import flags as F
+
+    rng = np.random.default_rng(41)
+    n = 500
+    wide = RangeMiss(
+        np.where(rng.random(n) < 0.3, 1.0, 0.0), rng.integers(1, 9, n) * 1024.0, 9216.0
+    )
+    other = RangeMiss(np.where(rng.random(n) < 0.3, 1.0, 0.0), np.full(n, 640.0), 1024.0)
+    misses = {
+        "prefill attention/rope: width": wide,
+        "prefill allreduce: message_bytes": other,
+        "prefill level2.attention_proj: width": other,  # same input, other arrays
+        "decode attention/rope: width": RangeMiss(wide.excess.copy(), wide.value.copy(), 9216.0),
+        "decode level2.attention_proj: width": other,
+        "level3: width": wide,  # level 3 apart
+        "level3: prompt": RangeMiss(np.zeros(n), np.zeros(n), 2048.0),
+    }
+
+    def by_bytes() -> list[tuple[str, int]]:
+        groups: dict[tuple, list[str]] = {}
+        first: dict[tuple, RangeMiss] = {}
+        for label, m in misses.items():
+            head, name = label.rsplit(": ", 1)
+            o = m.outside
+            v, b = np.where(o, m.value, 0.0), np.where(o, m.bound, 0.0)
+            key = (name, " " in head, o.tobytes(), v.tobytes(), b.tobytes())
+            groups.setdefault(key, []).append(head)
+            first.setdefault(key, m)
+        out = []
+        for key, heads in groups.items():
+            phases = list(dict.fromkeys(h.split(" ", 1)[0] for h in heads))
+            ops = list(dict.fromkeys(h.split(" ", 1)[1] for h in heads if " " in h))
+            where = "+".join(phases) + (" " + ", ".join(ops) if ops else "")
+            out.append((f"{where}: {key[0]}", id(first[key])))
+        return out
+
+    got = [(k, id(m)) for k, m in F._merged(misses).items()]
+    assert got == by_bytes()
+    assert "prefill+decode attention/rope: width" in dict(got)
+    assert "prefill+decode level2.attention_proj: width" in dict(got)
