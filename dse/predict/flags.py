@@ -170,11 +170,20 @@ def _miss_text_grouped(
     if not codes:
         return _const_object(n, "")
     factorize = _factorize if n < 64 else _pandas_factorize
+    # each row's combination of codes as one integer, factorized only when the next code
+    # would overflow it (once for a whole batch's keys, usually): the codes of a factorization
+    # in first-come order do not depend on the steps before it
     group = np.zeros(n, dtype=np.int64)
-    n_groups = 1
+    bound = 1  # group < bound
     for code, table in zip(codes, tables, strict=True):
-        group, uniq = factorize(group * (len(table) + 1) + code)
-        n_groups = len(uniq)
+        width = len(table) + 1
+        if bound * width > GROUP_KEY_BOUND:
+            group, uniq = factorize(group)
+            bound = len(uniq)
+        group = group * width + code
+        bound *= width
+    group, uniq = factorize(group)
+    n_groups = len(uniq)
     rep = np.empty(n_groups, dtype=np.intp)
     rep[group] = np.arange(n)
     text = _const_object(n_groups, "")
@@ -196,6 +205,9 @@ def _miss_text_grouped(
         started[sel] = True
     return text[group]
 
+
+# `_miss_text_grouped` packs the rows' codes into int64 keys below this bound.
+GROUP_KEY_BOUND = 1 << 62
 
 # Batches of at most this many configurations build their texts row by row: the grouping
 # below pays off only when a sweep's rows repeat texts.

@@ -186,3 +186,14 @@ def test_merged_labels_are_those_of_keying_every_miss_on_its_bytes() -> None:
     assert got == by_bytes()
     assert "prefill+decode attention/rope: width" in dict(got)
     assert "prefill+decode level2.attention_proj: width" in dict(got)
+
+
+def test_group_keys_factorized_before_they_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows' codes packed into one integer, factorized whenever the next code would pass
+    GROUP_KEY_BOUND: the same texts with a bound that factorizes after every key."""
+    from dse.predict import flags as F
+
+    merged, flags, n = _large_batch(wide=True)
+    want = F._miss_text_grouped(merged, flags, n)
+    monkeypatch.setattr(F, "GROUP_KEY_BOUND", 2)
+    assert F._miss_text_grouped(merged, flags, n).tolist() == want.tolist()
