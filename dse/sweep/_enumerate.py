@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from dse import pareto
+from dse._heap import keep_freed
 from dse.errors import ConfigError
 from dse.files import atomic_path
 from dse.spec.space import SearchSpace
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 from dse.sweep._grid_derived import grid_derived
-from dse.sweep._heap import keep_freed
 from dse.sweep.space_index import canonical_index, space_columns, space_digits
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
@@ -77,7 +77,7 @@ def exact_front(
     import time
 
     t0 = time.perf_counter()
-    keep_freed()  # the chunks' arrays reuse the heap, not fresh pages (`dse.sweep._heap`)
+    keep_freed()  # the chunks' arrays reuse the heap, not fresh pages (`dse._heap`)
     total = space.size()
     m = len(space.objectives.names)
     front_idx = np.empty(0, dtype=np.int64)
@@ -164,7 +164,7 @@ def evaluate_chunk(
 ) -> ChunkResult:
     """Evaluate configurations [chunk * chunk_size, ...) and keep only their front (pure: the
     unit of work of one core or of one Dask task)."""
-    keep_freed()  # the chunks' arrays reuse the heap, not fresh pages (`dse.sweep._heap`)
+    keep_freed()  # the chunks' arrays reuse the heap, not fresh pages (`dse._heap`)
     size = space.size()
     start = chunk * chunk_size
     idx = np.arange(start, min(start + chunk_size, size), dtype=np.int64)
