@@ -180,6 +180,7 @@ TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "dse.errors",
             "dse.files",
+            "dse._heap",  # the C heap setting of bulk predictions and exact sweeps
             "dse.metrics",
             "dse.resources",
             "dse.yamlio",
