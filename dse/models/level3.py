@@ -195,12 +195,14 @@ class GlobalInputs:
 def step_overhead_terms(g: GlobalInputs) -> np.ndarray:
     """(n, 4) overhead regressors per step of one sequence: the engine steps `waves` times as
     often when the batch runs in waves, each step for batch / waves sequences."""
+    return np.stack(_step_columns(g), axis=1)
+
+
+def _step_columns(g: GlobalInputs) -> list[np.ndarray]:
+    """The columns of `step_overhead_terms`, each (n,)."""
     L = g.value("n_layers")
     w = g.value("waves")
-    return np.stack(
-        [w, g.value("batch"), w * L, w * L * np.log2(np.maximum(g.value("tp"), 1.0))],
-        axis=1,
-    )
+    return [w, g.value("batch"), w * L, w * L * np.log2(np.maximum(g.value("tp"), 1.0))]
 
 
 def kv_overflow(g: GlobalInputs) -> np.ndarray:
@@ -540,12 +542,89 @@ def _rows_dot(X: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _structured(
-    theta: np.ndarray, g: GlobalInputs, gqa_aware: np.ndarray | None = None
+    theta: np.ndarray,
+    g: GlobalInputs,
+    gqa_aware: np.ndarray | None = None,
+    step: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    x_ttft, x_dec = design(g)
+    """(ttft, decode) seconds of the structured stage: `design(g) @ theta` row by row
+    (`_rows_dot`). `step`: `_step_columns(g)`, when the caller has them."""
+    theta = np.asarray(theta, dtype=float)
+    if not np.isfinite(theta).all():  # 0 x inf is NaN: the design's zeros must be multiplied
+        x_ttft, x_dec = design(g)
+        if gqa_aware is not None:  # a GQA-aware engine reads each KV head once: no excess
+            x_dec[:, TERMS.index("a_attn_gqa")] *= ~np.asarray(gqa_aware, dtype=bool)
+        return _rows_dot(x_ttft, theta), _rows_dot(x_dec, theta)
+    # Column by column (a (n, 14) design matrix is written with strided stores, then read
+    # twice): each term the same product as `_rows_dot`'s, added in the order numpy's row sum
+    # adds a row of len(TERMS) values (`_row_sum_order`), the design's zero columns left out.
+    step = _step_columns(g) if step is None else step
+    steps = g.value("steps")
+    rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
+    rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
+    gqa = g.t_dec_attn_s * gqa_excess(g)
     if gqa_aware is not None:  # a GQA-aware engine reads each KV head once: no excess
-        x_dec[:, TERMS.index("a_attn_gqa")] *= ~np.asarray(gqa_aware, dtype=bool)
-    return _rows_dot(x_ttft, theta), _rows_dot(x_dec, theta)
+        gqa = gqa * ~np.asarray(gqa_aware, dtype=bool)
+    ttft = {"a_pre": _float(g.t_pre_s), "a_pre_roof": _float(g.t_pre_roof_s)}
+    dec = {
+        "a_dec": _float(rest),
+        "a_dec_roof": _float(rest_roof),
+        "a_attn": _float(g.t_dec_attn_s),
+        "a_attn_roof": _float(g.t_dec_attn_roof_s),
+        "a_comm": _float(g.t_dec_comm_s),
+        "a_comm_roof": _float(g.t_dec_comm_roof_s),
+        "a_kv_overflow": g.t_dec_s * kv_overflow(g),
+        "a_attn_gqa": gqa,
+    }
+    for term, col in zip(STEP_TERMS, step, strict=True):
+        ttft[term] = col
+        dec[term] = steps * col
+    return (
+        _row_sum_order(
+            [None if t not in ttft else ttft[t] * theta[i] for i, t in enumerate(TERMS)]
+        ),
+        _row_sum_order([None if t not in dec else dec[t] * theta[i] for i, t in enumerate(TERMS)]),
+    )
+
+
+def _float(v: Any) -> np.ndarray:
+    """v as float64 (what a column of the float64 design matrix holds; no copy if it is)."""
+    return np.asarray(v, dtype=float)
+
+
+def _row_sum_order(terms: list[np.ndarray | None]) -> np.ndarray:
+    """terms[0] + terms[1] + ... per row, added as numpy adds the values of one contiguous row
+    (`X.sum(axis=1)` of a C-ordered (n, k) X, numpy 1.x-2.x pairwise summation): below 8 terms
+    one after another; up to 128, eight running sums (term j into sum j % 8) joined as
+    ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the last k % 8 terms one by one;
+    the reduction starts from 0.0. None: a term that is +-0.0 on every row, left out (x + 0.0
+    is x but for -0.0, and a sum with a +0.0 term in it is never -0.0: the final + 0.0 gives
+    the same sign). The terms are arrays of their own: the sums are made in them, in place."""
+    k = len(terms)
+    if k > 128:
+        raise ValueError(f"{k} terms: numpy sums more than 128 in blocks")
+
+    def add(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+        if a is None or b is None:
+            return b if a is None else a
+        a += b
+        return a
+
+    if k < 8:
+        head, i = None, 0
+    else:
+        s = list(terms[:8])
+        i = 8
+        while i + 8 <= k:
+            s = [add(s[j], terms[i + j]) for j in range(8)]
+            i += 8
+        head = add(add(add(s[0], s[1]), add(s[2], s[3])), add(add(s[4], s[5]), add(s[6], s[7])))
+    for t in terms[i:]:
+        head = add(head, t)
+    if head is None:
+        raise ValueError("no term to add")
+    head += 0.0
+    return head
 
 
 def gqa_excess_of(g: GlobalInputs, gqa_aware: np.ndarray | None) -> np.ndarray:
@@ -558,7 +637,8 @@ def _parts(
     fit: EngineFit, g: GlobalInputs, gqa_aware: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
     th = fit.theta
-    ttft_s, dec_s = _structured(th, g, gqa_aware)
+    step = _step_columns(g)
+    ttft_s, dec_s = _structured(th, g, gqa_aware, step)
     log_f = np.zeros_like(ttft_s)
     if fit.mlps:
         X = mlp_features(g, ttft_s, dec_s)
@@ -572,7 +652,7 @@ def _parts(
     over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
     rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
-    o_step = _rows_dot(step_overhead_terms(g), th[list(STEP_IDX)])
+    o_step = _row_sum_order([c * w for c, w in zip(step, th[list(STEP_IDX)], strict=True)])
     return {
         "ttft_s": ttft_s * f,
         "decode_s": dec_s * f,
