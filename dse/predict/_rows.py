@@ -26,7 +26,8 @@ class ColumnsAt(Mapping[str, np.ndarray]):
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self._memo:
-            self._memo[key] = np.asarray(self._cols[key])[self._idx]
+            # take: what [idx] gives, ~4x faster on fixed-width strings (gpu, engine names)
+            self._memo[key] = np.asarray(self._cols[key]).take(self._idx, axis=0)
         return self._memo[key]
 
     def __iter__(self) -> Iterator[str]:

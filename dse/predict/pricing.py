@@ -229,18 +229,25 @@ class PhaseCost:
 SUBSET_BELOW = 0.9
 
 
-def _at(v: Any, idx: np.ndarray, n: int) -> Any:
-    """v at configurations idx when it is a per-configuration array (last axis n), else v."""
+def _at(v: Any, idx: np.ndarray, n: int, memo: dict[int, Any] | None = None) -> Any:
+    """v at configurations idx when it is a per-configuration array (last axis n), else v.
+    `memo`: gathers already made, by the id of the array (which the caller keeps alive): the
+    operators of a phase share many arrays (the tokens, the widths, the counts)."""
     if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[-1] == n:
-        return v[..., idx]
+        if memo is None:
+            return v.take(idx, axis=-1)  # what v[..., idx] gives; the Ellipsis index is slower
+        out = memo.get(id(v))
+        if out is None:
+            out = memo[id(v)] = v.take(idx, axis=-1)
+        return out
     return v
 
 
-def _op_rows(op: Op, idx: np.ndarray, n: int) -> Op:
-    """The operator restricted to configurations idx."""
-    dims = {k: _at(v, idx, n) for k, v in op.dims.items()}
-    return Op(op.name, op.kind, op.block, _at(op.count, idx, n), _at(op.flops, idx, n),
-              _at(op.bytes, idx, n), dims)  # fmt: skip
+def _op_rows(op: Op, idx: np.ndarray, n: int, memo: dict[int, Any] | None = None) -> Op:
+    """The operator restricted to configurations idx (`memo`: see `_at`)."""
+    dims = {k: _at(v, idx, n, memo) for k, v in op.dims.items()}
+    return Op(op.name, op.kind, op.block, _at(op.count, idx, n, memo), _at(op.flops, idx, n, memo),
+              _at(op.bytes, idx, n, memo), dims)  # fmt: skip
 
 
 def _scatter(price: L1Price, idx: np.ndarray, n: int) -> L1Price:
@@ -558,11 +565,11 @@ def phase_groups(
     return distinct_columns(arrays, n)
 
 
-def _per_call(op: Op, rows: np.ndarray, n: int) -> Op:
+def _per_call(op: Op, rows: np.ndarray, n: int, memo: dict[int, Any] | None = None) -> Op:
     """The operator at configurations `rows`, its count 1 where it runs (0 elsewhere): the
     pricer's times are then per call, `_finish_grouped` multiplies in each configuration's
-    count."""
-    o = _op_rows(op, rows, n)
+    count (`memo`: see `_at`; the gathered arrays are read, never written)."""
+    o = _op_rows(op, rows, n, memo)
     return Op(o.name, o.kind, o.block, (np.asarray(o.count) > 0).astype(float), o.flops,
               o.bytes, o.dims)  # fmt: skip
 
@@ -582,7 +589,7 @@ class _Spread:
         key = (v.dtype.str, v.shape, v.tobytes())
         out = self.done.get(key)
         if out is None:
-            out = self.done[key] = v[..., self.inverse]
+            out = self.done[key] = v.take(self.inverse, axis=-1)  # v[..., inverse], faster
         return out
 
 
@@ -779,11 +786,15 @@ class Pricer:
             for i, (ops, _, weights) in enumerate(phases)
         ]
         self.priced_rows = [n if g is None else len(g.rows) for g in groups]
+        # per group rows, the arrays gathered at them (by id: the phases' operators are alive)
+        memo: dict[int, dict[int, Any]] = {}
         drafts = [
             self._level1(ops, phase, pre.get(i), runs[i])
             if g is None
             else self._at_rows(g.rows)._level1(
-                [_per_call(op, g.rows, n) for op in ops], phase, None
+                [_per_call(op, g.rows, n, memo.setdefault(id(g.rows), {})) for op in ops],
+                phase,
+                None,
             )
             for i, ((ops, phase, _), g) in enumerate(zip(phases, groups, strict=True))
         ]
