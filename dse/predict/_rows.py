@@ -191,33 +191,49 @@ SAMPLE_DISTINCT = 0.97
 SAMPLE_ARRAYS = (4, 16)
 
 
-def _key_columns(arrays: Sequence[Any], n: int) -> list[np.ndarray]:
+def _key_columns(
+    arrays: Sequence[Any], n: int, memo: dict[int, tuple[Any, list[np.ndarray]]] | None = None
+) -> list[np.ndarray]:
     """Every per-configuration array of `arrays` (last axis n) that is not the same on every
     row, as (n,) uint64 columns, each array once: numbers by their bits (a (k, n) array gives
-    k columns), strings by their codes."""
-    import pandas as pd  # hash-based factorize: O(n)
-
+    k columns), strings by their codes. `memo`: each array's columns by its id (the array kept
+    with them, so that the id is not another's): the phases of a batch share most key arrays."""
     seen: set[int] = set()
     out: list[np.ndarray] = []
     for a in arrays:
         if not isinstance(a, np.ndarray) or a.ndim == 0 or a.shape[-1] != n or id(a) in seen:
             continue
         seen.add(id(a))
-        for row in a.reshape(-1, n):
-            if row.strides[-1] == 0 or _constant(row):  # the same on every row
-                continue
-            if row.dtype.kind in "US":  # fixed-width strings: their bytes, 8 at a time
-                b = np.ascontiguousarray(row).view(np.uint8).reshape(n, -1)
-                pad = -b.shape[1] % 8
-                if pad:
-                    b = np.concatenate([b, np.zeros((n, pad), dtype=np.uint8)], axis=1)
-                out.extend(np.ascontiguousarray(b.view(np.uint64).T))
-            elif row.dtype.kind in "OT":
-                out.append(pd.factorize(row.astype(object), sort=False)[0].astype(np.uint64))
-            elif row.dtype.itemsize == 8 and row.dtype.kind in "fiu":
-                out.append(row.view(np.uint64))  # its bits, no copy (-0.0 apart from 0.0)
-            else:
-                out.append(row.astype(np.float64).view(np.uint64))
+        if memo is None:
+            out.extend(_array_key_columns(a, n))
+            continue
+        hit = memo.get(id(a))
+        if hit is None or hit[0] is not a:
+            hit = memo[id(a)] = (a, _array_key_columns(a, n))
+        out.extend(hit[1])
+    return out
+
+
+def _array_key_columns(a: np.ndarray, n: int) -> list[np.ndarray]:
+    """`_key_columns` of one array."""
+    import pandas as pd  # hash-based factorize: O(n)
+
+    out: list[np.ndarray] = []
+    for row in a.reshape(-1, n):
+        if row.strides[-1] == 0 or _constant(row):  # the same on every row
+            continue
+        if row.dtype.kind in "US":  # fixed-width strings: their bytes, 8 at a time
+            b = np.ascontiguousarray(row).view(np.uint8).reshape(n, -1)
+            pad = -b.shape[1] % 8
+            if pad:
+                b = np.concatenate([b, np.zeros((n, pad), dtype=np.uint8)], axis=1)
+            out.extend(np.ascontiguousarray(b.view(np.uint64).T))
+        elif row.dtype.kind in "OT":
+            out.append(pd.factorize(row.astype(object), sort=False)[0].astype(np.uint64))
+        elif row.dtype.itemsize == 8 and row.dtype.kind in "fiu":
+            out.append(row.view(np.uint64))  # its bits, no copy (-0.0 apart from 0.0)
+        else:
+            out.append(row.astype(np.float64).view(np.uint64))
     return out
 
 
@@ -240,13 +256,35 @@ def _row_hash(columns: Sequence[np.ndarray]) -> np.ndarray:
     return h
 
 
-def distinct_columns(arrays: Sequence[Any], n: int, below: float = DISTINCT_BELOW) -> Groups | None:
+class KeyMemo:
+    """What `distinct_columns` keeps between calls on arrays of one batch (the phases of one
+    `Pricer.price_phases`): each key array's columns (`_key_columns`), and the last call's
+    columns and answer. The phases of a sweep's batch key on the same configuration columns:
+    the second phase's answer is the first's when its columns are, bit for bit, the same."""
+
+    def __init__(self) -> None:
+        self.columns: dict[int, tuple[Any, list[np.ndarray]]] = {}
+        self.last: tuple[list[np.ndarray], Groups | None] | None = None
+
+    def answer(self, columns: list[np.ndarray]) -> tuple[bool, Groups | None]:
+        """(found, the answer of the last call) when its columns equal these, in order."""
+        if self.last is None or len(self.last[0]) != len(columns):
+            return False, None
+        for a, b in zip(self.last[0], columns, strict=True):
+            if a is not b and not np.array_equal(a, b):
+                return False, None
+        return True, self.last[1]
+
+
+def distinct_columns(
+    arrays: Sequence[Any], n: int, below: float = DISTINCT_BELOW, memo: KeyMemo | None = None
+) -> Groups | None:
     """The rows of n configurations that agree on every per-configuration array of `arrays`
     (bit for bit; arrays of shape (n,) or (k, n), numbers or strings): `Groups` of one row per
     distinct row and each row's group, or None when at least `below` of the rows are distinct
     (deduplication would not pay) or n < DEDUPE_MIN_ROWS. Rows are hashed, then every row is
     checked against its representative, so a hash collision only costs the deduplication,
-    never a wrong row."""
+    never a wrong row. `memo`: see `KeyMemo` (the answer is the same with it or without)."""
     if n < DEDUPE_MIN_ROWS:
         return None
     import pandas as pd
@@ -270,7 +308,21 @@ def distinct_columns(arrays: Sequence[Any], n: int, below: float = DISTINCT_BELO
             done = check
             if len(pd.unique(h)) > SAMPLE_DISTINCT * m:
                 return None
-    columns = _key_columns(arrays, n)
+    columns = _key_columns(arrays, n, None if memo is None else memo.columns)
+    if memo is not None:
+        found, last = memo.answer(columns)
+        if found:  # the same columns in the same order: the same hashes, groups and checks
+            return last
+        out = _distinct_of(columns, n, below)
+        memo.last = (columns, out)
+        return out
+    return _distinct_of(columns, n, below)
+
+
+def _distinct_of(columns: list[np.ndarray], n: int, below: float) -> Groups | None:
+    """`distinct_columns` of the key columns (`_key_columns`)."""
+    import pandas as pd
+
     if not columns:  # every array the same on every row
         return Groups(np.zeros(1, dtype=np.intp), np.zeros(n, dtype=np.intp))
     codes, uniq = pd.factorize(_row_hash(columns), sort=False)

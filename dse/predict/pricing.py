@@ -41,6 +41,7 @@ from dse.predict import op_power
 from dse.predict._rows import (
     ColumnsAt,
     Groups,
+    KeyMemo,
     distinct_columns,
     ndim_of,
     shape_of,
@@ -534,6 +535,7 @@ def phase_groups(
     n: int,
     weights: np.ndarray | None = None,
     key: Sequence[np.ndarray] | None = None,
+    memo: KeyMemo | None = None,
 ) -> Groups | None:
     """The configurations of a phase whose operators are the same calls (every operator's
     sizes, FLOPs, bytes and dims, whether it runs, and the columns the adapters read,
@@ -547,7 +549,7 @@ def phase_groups(
     `request.base_costs`): rows are then grouped on those, on whether each operator runs, on
     `weights` and on `CTX_COLUMNS` (~10 varying columns instead of ~50-60 operator arrays);
     equal inputs make equal operators, so such a group's rows make the same calls. None: on
-    the operators' own arrays."""
+    the operators' own arrays. `memo`: shared by the phases of one batch (`_rows.KeyMemo`)."""
     arrays: list[Any] = [weights]
     if key is not None:
         # where an operator runs in some configurations only (the all-reduce at TP 1)
@@ -562,7 +564,7 @@ def phase_groups(
             arrays += [mask, op.flops, op.bytes, *op.dims.values()]
     if cols is not None:
         arrays += [cols[k] for k in CTX_COLUMNS if k in cols]
-    return distinct_columns(arrays, n)
+    return distinct_columns(arrays, n, memo=memo)
 
 
 def _per_call(op: Op, rows: np.ndarray, n: int, memo: dict[int, Any] | None = None) -> Op:
@@ -779,20 +781,23 @@ class Pricer:
             pre = self._stacked(phases, n, runs)
         # A larger batch prices each phase once per group of configurations that make the same
         # operator calls (a sweep's grid repeats them), Levels 1 and 2 on one row per group.
+        memo = KeyMemo()  # the phases key on the same columns (the arrays are alive here)
         groups: list[Groups | None] = [
-            phase_groups(ops, runs[i], self.cols, n, weights, None if keys is None else keys[i])
+            phase_groups(
+                ops, runs[i], self.cols, n, weights, None if keys is None else keys[i], memo
+            )
             if self.artifact is not None and n > self.stack_at_most
             else None
             for i, (ops, _, weights) in enumerate(phases)
         ]
         self.priced_rows = [n if g is None else len(g.rows) for g in groups]
         # per group rows, the arrays gathered at them (by id: the phases' operators are alive)
-        memo: dict[int, dict[int, Any]] = {}
+        gathered: dict[int, dict[int, Any]] = {}
         drafts = [
             self._level1(ops, phase, pre.get(i), runs[i])
             if g is None
             else self._at_rows(g.rows)._level1(
-                [_per_call(op, g.rows, n, memo.setdefault(id(g.rows), {})) for op in ops],
+                [_per_call(op, g.rows, n, gathered.setdefault(id(g.rows), {})) for op in ops],
                 phase,
                 None,
             )
