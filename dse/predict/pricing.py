@@ -584,14 +584,21 @@ class _Spread:
     def __init__(self, inverse: np.ndarray, m: int) -> None:
         self.inverse, self.m = inverse, m
         self.done: dict[tuple[str, tuple[int, ...], bytes], np.ndarray] = {}
+        # by the array itself first (kept, so that its id stays its own): the same array
+        # object met again is not copied to bytes and hashed again
+        self.same: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def __call__(self, v: Any) -> Any:
         if not (isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[-1] == self.m):
             return v
+        hit = self.same.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
         key = (v.dtype.str, v.shape, v.tobytes())
         out = self.done.get(key)
         if out is None:
             out = self.done[key] = v.take(self.inverse, axis=-1)  # v[..., inverse], faster
+        self.same[id(v)] = (v, out)
         return out
 
 
