@@ -361,8 +361,8 @@ def _layer_op_times(
 
     def run(idx: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         m = len(idx[0])
-        kw = {k: np.full(m, a[0]) for k, a in arrays.items()}
-        kw.update({k: arrays[k][idx] for k in relevant})
+        # the relevant inputs at these rows, the others held at the first row's value
+        kw = {k: arrays[k][idx] if k in relevant else np.full(m, a[0]) for k, a in arrays.items()}
         if width is not None:  # the widths of these rows (of the relevant inputs alone)
             kw["width"] = width[idx]
         res = model.predict(op=vidur_op, gated_mlp=gated[idx], **kw)

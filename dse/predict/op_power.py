@@ -61,7 +61,7 @@ def op_power_w(
         return None
     peak = gpu.peak_bf16_flops_per_s if peak is None else peak
     batch = _STATE.batch
-    if batch is not None:  # evaluated with the batch's other calls in `resolve`
+    if batch is not None and batch.few:  # evaluated with the batch's other calls in `resolve`
         return batch.add(model, gpu, op.flops, op.bytes, latency_s, peak)
     shape = np.shape(latency_s)
     if groups is not None and groups.rows is not None:
@@ -71,8 +71,20 @@ def op_power_w(
         if np.array_equal(f[inv], np.broadcast_to(op.flops, shape)) and np.array_equal(
             b[inv], np.broadcast_to(op.bytes, shape)
         ):
+            if batch is not None and len(groups.rows) <= DEFER_ROWS:
+                # evaluated with the batch's other calls in `resolve`, spread back there
+                return batch.add(model, gpu, f, b, latency_s[idx], peak, inv)
             return _power_w(model, gpu, f, b, latency_s[idx], peak)[inv]
+    if batch is not None and np.size(latency_s) <= DEFER_ROWS:
+        return batch.add(model, gpu, op.flops, op.bytes, latency_s, peak)
     return _power_w(model, gpu, op.flops, op.bytes, latency_s, peak)
+
+
+# Inside `batched(few=False)` (a bulk batch's shape groups), a call of at most this many rows
+# is deferred to `resolve`, a larger one evaluated at once: the ~50 us a call of the model
+# costs matters for the layer operators' ~50-120 distinct rows, not for 10^4 rows, whose
+# inputs `resolve` would only copy again.
+DEFER_ROWS = 4096
 
 
 def _power_w(
@@ -106,24 +118,36 @@ class _Pending:
     latency_s: np.ndarray
     out: np.ndarray  # NaN until resolved: a value read too early shows as NaN, never as 0 W
     limit: bool = False  # held under the board limit when resolved (`board_limited`)
+    inverse: np.ndarray | None = None  # out's rows' rows of (uc, um, latency_s); None: the same
 
 
 @dataclass
 class _Batch:
     items: list[_Pending] = field(default_factory=list)
     by_buffer: dict[int, _Pending] = field(default_factory=dict)  # id(out) -> its call
+    few: bool = True  # a few configurations: every call deferred (else: `DEFER_ROWS`)
 
     def add(
-        self, model: PowerModel, gpu: GPU, flops: Any, nbytes: Any, latency_s: Any, peak: Any
+        self,
+        model: PowerModel,
+        gpu: GPU,
+        flops: Any,
+        nbytes: Any,
+        latency_s: Any,
+        peak: Any,
+        inverse: np.ndarray | None = None,
     ) -> np.ndarray:
+        """The array `resolve` fills with the power of calls of latency_s; `inverse` (the
+        result's shape): the rows of these 1-D inputs each element of the result takes."""
         lat = np.asarray(latency_s, dtype=float)
         uc, um = _utils(gpu, flops, nbytes, lat, peak)
         shape = lat.shape
         if shape_of(uc) != shape or shape_of(um) != shape:  # as `_power_w` would broadcast
             shape = np.broadcast_shapes(shape, shape_of(uc), shape_of(um))
             uc, um, lat = (np.broadcast_to(u, shape) for u in (uc, um, lat))
-        out = np.full(shape, np.nan)
-        item = _Pending(model, gpu, uc.ravel(), um.ravel(), lat.ravel(), out)
+        out = np.full(shape if inverse is None else inverse.shape, np.nan)
+        flat_inverse = None if inverse is None else inverse.reshape(-1)
+        item = _Pending(model, gpu, uc.ravel(), um.ravel(), lat.ravel(), out, inverse=flat_inverse)
         self.items.append(item)
         self.by_buffer[id(out)] = item
         return out
@@ -149,8 +173,10 @@ class _Batch:
             start = 0
             for i in items:
                 flat = i.out.reshape(-1)  # a fresh C-ordered array: a view, filled in place
-                flat[...] = watts[start : start + flat.size]
-                start += flat.size
+                size = i.latency_s.size
+                part = watts[start : start + size]
+                flat[...] = part if i.inverse is None else part.take(i.inverse)
+                start += size
                 if i.limit:
                     np.minimum(i.out, gpu.board_power_w, out=i.out)
         self.items.clear()
@@ -165,14 +191,15 @@ _STATE = _State()
 
 
 @contextmanager
-def batched(on: bool = True) -> Iterator[None]:
+def batched(on: bool = True, few: bool = True) -> Iterator[None]:
     """Inside, `op_power_w` defers its model evaluation to `resolve` (at the latest on leaving):
     for a few configurations' operators, whose arrays the caller only stores or slices until
-    then. Code that computes from an operator's power inside calls `resolve` first."""
+    then. Code that computes from an operator's power inside calls `resolve` first.
+    `few=False` (a bulk batch): only the calls of at most `DEFER_ROWS` rows are deferred."""
     if not on or _STATE.batch is not None:
         yield
         return
-    batch = _STATE.batch = _Batch()
+    batch = _STATE.batch = _Batch(few=few)
     try:
         yield
         batch.resolve()

@@ -764,8 +764,10 @@ class Pricer:
         Level 2 calibrates each block over all phases in one call. `keys`: per phase, the
         arrays its operators are built from, row by row (`phase_groups`' key)."""
         n = len(np.atleast_1d(phases[0][0][0].count))
-        # a few configurations: every operator's power in one model call (`op_power.batched`)
-        with op_power.batched(self.batch_power and n <= self.stack_at_most):
+        # a few configurations: every operator's power in one model call (`op_power.batched`);
+        # a bulk batch: the calls of a few distinct rows (its shape groups' layer operators)
+        few = n <= self.stack_at_most
+        with op_power.batched(self.batch_power, few=few):
             drafts, groups = self._level1_phases(phases, n, keys)
         self._apply_level2(drafts)
         return [

@@ -133,7 +133,11 @@ class Configs(Mapping[str, np.ndarray]):
 
     def take(self, rows: Any) -> Configs:
         """The rows `rows` (indices or a boolean mask) as a Configs: checked rows stay checked."""
-        part = {k: v[rows] for k, v in self._cols.items()}
+        idx = np.asarray(rows)
+        if idx.dtype.kind in "iu":  # `take`: ~2x a fancy index's speed on ~50 columns
+            part = {k: v.take(idx, axis=0) for k, v in self._cols.items()}
+        else:
+            part = {k: v[rows] for k, v in self._cols.items()}
         return Configs(_frozen(part, own=True), len(part["gpu"]), _key=_CHECKED)
 
     def with_columns(self, extra: Mapping[str, Any]) -> Configs:

@@ -1,5 +1,10 @@
 """Level 3's structured stage column by column (`level3._structured`, `_row_sum_order`)
-against the design matrix's row sums (`design(g) @ theta` as `_rows_dot`), bit for bit."""
+against the design matrix's row sums (`design(g) @ theta` as `_rows_dot`).
+
+The column-by-column sum follows numpy's row-sum order, so with numpy 2.4 the two agree bit
+for bit (measured, docs/performance.md h-exactpred). The tests allow what another order of the
+same terms may move a sum by (1e-12 of the sum of the terms' magnitudes): a numpy release that
+sums rows in another order must not fail them, a wrong or missing term does."""
 
 from __future__ import annotations
 
@@ -9,8 +14,14 @@ import pytest
 from dse.models import level3 as L3
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64).view(np.uint64)
+def _same_sum(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> bool:
+    """Equal within a reordering of the terms: |got - want| <= 1e-12 x sum |terms| per row,
+    inf, NaN and zeros where `want` has them."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    fin = np.isfinite(want)
+    if not np.array_equal(got[~fin], want[~fin], equal_nan=True):
+        return False
+    return bool(np.all(np.abs(got[fin] - want[fin]) <= 1e-12 * scale[fin]))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf - inf, NaN: as numpy warns
@@ -33,7 +44,9 @@ def test_row_sum_order_is_numpys_row_sum(k: int) -> None:
     terms = [None if zero[j] else X[:, j].copy() for j in range(k)]
     if all(t is None for t in terms):
         terms[0] = X[:, 0].copy()
-    assert np.array_equal(_bits(L3._row_sum_order(terms)), _bits(X.sum(axis=1)))
+    with np.errstate(invalid="ignore"):
+        scale = np.abs(X).sum(axis=1)
+    assert _same_sum(L3._row_sum_order(terms), X.sum(axis=1), scale)
 
 
 def _inputs(n: int, rng: np.random.Generator) -> L3.GlobalInputs:
@@ -81,5 +94,5 @@ def test_structured_equals_design_rows_dot(aware: str | None) -> None:
         if gqa_aware is not None:
             x_dec[:, L3.TERMS.index("a_attn_gqa")] *= ~gqa_aware
         ttft, dec = L3._structured(theta, g, gqa_aware)
-        assert np.array_equal(_bits(ttft), _bits(L3._rows_dot(x_ttft, theta)))
-        assert np.array_equal(_bits(dec), _bits(L3._rows_dot(x_dec, theta)))
+        assert _same_sum(ttft, L3._rows_dot(x_ttft, theta), np.abs(x_ttft) @ np.abs(theta))
+        assert _same_sum(dec, L3._rows_dot(x_dec, theta), np.abs(x_dec) @ np.abs(theta))

@@ -5,6 +5,8 @@ with the batching switched off (`Pricer.batch_power`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,35 @@ def test_power_inputs_of_one_shape_equal_the_general_path() -> None:
     general = _inputs(uc.tolist(), um.tolist(), lat.tolist())  # lists: not the fast path
     np.testing.assert_array_equal(fast, general)
     np.testing.assert_array_equal(_inputs(uc, um, lat), general)
+
+
+def test_bulk_batch_defers_the_calls_of_few_rows_and_spreads_them_back() -> None:
+    """`batched(few=False)` (a bulk batch's shape groups): a call with `groups` of at most
+    `DEFER_ROWS` distinct rows is evaluated in `resolve`, once per group and spread back to
+    every row; a call of more rows is evaluated at once (no copy of 10^4 rows' inputs)."""
+    from dse.predict._rows import Groups
+    from dse.predict.op_power import DEFER_ROWS
+
+    art, _ = load_artifact("h100_sxm")
+    if art is None:
+        pytest.skip("shipped artifacts not found")
+    gpu = get_gpu("h100_sxm")
+    base, _ = C.as_columns({k: v[:6] for k, v in golden_configs(6, seed=11).items()})
+    order = np.random.default_rng(2).integers(0, 6, 90)  # 6 configurations, 90 rows
+    cols = base.take(order)
+    op = next(o for o in forward_ops(cols, "prefill") if np.ndim(o.flops) == 1)
+    lat = 10 ** np.random.default_rng(3).uniform(-6, -3, 6)
+    groups = Groups(np.unique(order, return_index=True)[1], order.astype(np.intp))
+    each = op_power_w(art, op, gpu, lat[order])
+    wide = replace(op, flops=np.float64(2e9), bytes=np.float64(3e7))  # one size, many times
+    times = 10 ** np.linspace(-6, -3, DEFER_ROWS + 1)
+    big = op_power_w(art, wide, gpu, times)
+    with batched(few=False):
+        pending = op_power_w(art, op, gpu, lat[order], groups=groups)
+        assert np.isnan(pending).all()  # deferred
+        now = op_power_w(art, wide, gpu, times)
+        assert not np.isnan(now).any()  # evaluated at once
+        limited = board_limited(gpu, pending)
+    np.testing.assert_allclose(pending, each, rtol=RTOL)
+    np.testing.assert_allclose(limited, np.minimum(each, gpu.board_power_w), rtol=RTOL)
+    np.testing.assert_array_equal(now, big)

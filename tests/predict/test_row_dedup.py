@@ -138,3 +138,42 @@ def test_small_and_mostly_distinct_batches_skip_the_deduplication() -> None:
     for k in few:
         few[k][: n // 10] = few[k][0]
     assert R._repeated_rows(*C.as_columns(few)) is None
+
+
+def test_spread_gathers_every_column_as_indexing_it() -> None:
+    """`request._spread`: floats stacked and taken at once, a text of one string filled, other
+    columns taken: bit for bit what indexing each column gives, key order kept."""
+    rng = np.random.default_rng(4)
+    m = 7
+    out = {
+        "a": rng.normal(size=m),
+        "flag": rng.random(m) > 0.5,
+        "text": np.array([f"t{i % 3}" for i in range(m)], dtype=object),
+        "b": np.where(rng.random(m) > 0.5, -0.0, np.nan),
+        "one": np.array(["same"] * m, dtype=object),
+        "degree": rng.integers(0, 5, m).astype(np.int8),
+        "c": rng.normal(size=m),
+    }
+    inverse = rng.integers(0, m, 40)
+    got = R._spread(out, inverse)
+    assert list(got) == list(out)
+    for k, v in out.items():
+        want = v[inverse]
+        assert got[k].dtype == want.dtype and got[k].shape == want.shape, k
+        if want.dtype.kind == "f":
+            assert np.array_equal(got[k].view(np.uint64), want.view(np.uint64)), k
+        else:
+            assert (got[k] == want).all(), k
+    assert got["a"].flags.c_contiguous
+
+
+def test_configs_take_by_indices_and_by_mask_agree() -> None:
+    cols, n = C.as_columns(repeating())
+    idx = np.arange(0, n, 3)
+    mask = np.zeros(n, dtype=bool)
+    mask[idx] = True
+    a, b = cols.take(idx), cols.take(mask)
+    assert a.n == b.n == len(idx) and list(a) == list(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and (a[k] == b[k]).all(), k
+        assert not a[k].flags.writeable
