@@ -35,7 +35,12 @@ from dse.files import atomic_path
 from dse.spec.space import SearchSpace
 from dse.sweep._evaluate import Evaluation, Predictor, evaluate
 from dse.sweep._grid_derived import grid_derived
-from dse.sweep.space_index import canonical_index, space_columns, space_digits
+from dse.sweep.space_index import (
+    canonical_index,
+    constant_columns,
+    space_columns,
+    space_digits,
+)
 
 CHUNK = 131_072  # configurations per predictor call: ~1 s of work, ~100 MB of arrays
 PROGRESS_FILE = "exact_progress.npz"  # the sidecar of a running `exact` enumeration
@@ -135,6 +140,7 @@ def _evaluate_scan(space: SearchSpace, idx: np.ndarray, predictor: Predictor | N
         texts=False,
         feasible_only=True,
         derived=None if grid is None or digits is None else grid(cols, digits),
+        constant=constant_columns(space),
     )
 
 
@@ -335,8 +341,10 @@ def record_trials(
     index: np.ndarray,
     predictor: Predictor | None = None,
     chunk: int = CHUNK,
+    parsed: dict[str, dict[str, Any]] | None = None,
 ) -> list[Any]:
-    """Finished Optuna trials (fully evaluated: tokens-to-Wh included) of configurations."""
+    """Finished Optuna trials (fully evaluated: tokens-to-Wh included) of configurations.
+    `parsed`: filled with the parse of each JSON attribute written (`_trials.created_trials`)."""
     from dse.sweep._samplers import config_params, distributions
     from dse.sweep._trials import created_trials
 
@@ -345,7 +353,7 @@ def record_trials(
     for start in range(0, len(index), chunk):
         idx = np.asarray(index[start : start + chunk], dtype=np.int64)
         _, ev = evaluate_index(space, idx, predictor)
-        out += created_trials(dists, config_params(space, idx), ev)
+        out += created_trials(dists, config_params(space, idx), ev, parsed=parsed)
     return out
 
 

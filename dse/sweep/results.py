@@ -36,7 +36,7 @@ from dse.sweep import catalogue as K
 from dse.sweep import fronts as F
 from dse.sweep._enumerate import ExactFront, evaluate_index
 from dse.sweep._evaluate import Predictor
-from dse.sweep._trials import evaluation_table, trials_table
+from dse.sweep._trials import Parsed, evaluation_table, trials_table
 from dse.sweep.catalogue import space_from_summary as space_from_summary
 
 FORMAT_VERSION = 1
@@ -118,11 +118,13 @@ def write_results(
     artifacts: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
     predictor: Predictor | None = None,
+    parsed: Parsed | None = None,
 ) -> Written:
     """Write trials.parquet/.csv, front.csv, catalogue.csv, summary.json (and exact_front.csv)
-    into `folder`; `predictor` places the catalogue models (None: the installed artifacts)."""
+    into `folder`; `predictor` places the catalogue models (None: the installed artifacts).
+    `parsed`: the trials' JSON attributes already parsed (`_trials.trials_table`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    table = trials_table(trials, space)
+    table = trials_table(trials, space, parsed)
     front = mark_front(table, space)
     names = list(space.objectives.names)
     m = len(names)
