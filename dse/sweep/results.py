@@ -18,6 +18,7 @@ a report of an old sweep shows what the predictor said then, not what today's ar
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -206,8 +207,11 @@ def write_results(
 
 
 def record_own_exact_front(written: Written, space: SearchSpace, folder: Path) -> Written:
-    """A finished exhaustive (or exact) study is its own exact front: record it as such."""
-    write_table(written.front, folder / "exact_front.csv")
+    """A finished exhaustive (or exact) study is its own exact front: record it as such.
+    exact_front.csv is front.csv's bytes: `write_results` wrote `written.front` there (and
+    nothing changes the table after), so it is copied, not formatted again."""
+    with atomic_path(folder / "exact_front.csv") as tmp:
+        shutil.copyfile(folder / "front.csv", tmp)
     summary = dict(written.summary)
     summary["exact_hypervolume"] = summary["hypervolume"]
     text = json.dumps(summary, indent=2, default=str) + "\n"
