@@ -19,6 +19,7 @@ told as FAIL (their objectives cannot be computed) with the `valid` constraint v
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from collections.abc import Sequence
@@ -391,13 +392,47 @@ def created_trials(
         if repeat_of is not None and repeat_of[i] is not None:
             attrs["repeat_of"] = repeat_of[i]
         out.append(
-            optuna.trial.create_trial(
-                state=TrialState.COMPLETE if valid else TrialState.FAIL,
-                values=objectives[i] if valid else None,
-                params=params[i],
-                distributions=dists,
-                user_attrs=attrs,
-                constraints=c,
+            finished_trial(
+                TrialState.COMPLETE if valid else TrialState.FAIL,
+                objectives[i] if valid else None,
+                params[i],
+                dists,
+                attrs,
+                c,
             )
         )
     return out
+
+
+def finished_trial(
+    state: TrialState,
+    values: list[float] | None,
+    params: dict[str, Any],
+    dists: dict[str, BaseDistribution],
+    user_attrs: dict[str, Any],
+    constraints: dict[str, float],
+) -> FrozenTrial:
+    """`optuna.trial.create_trial` of a finished trial whose distributions are of today's kinds
+    (`_samplers.distributions`: Int/Float/Categorical), without its conversion of deprecated
+    kinds: that compares each distribution with itself, choice by choice (~40 us a trial of
+    sweep_3m_space's six categorical parameters, ~0.08 s of the exact sweep's ~2,000 trials).
+    The same trial otherwise: the same fields, constraints and checks (tests/sweep)."""
+    now = datetime.datetime.now()
+    trial = FrozenTrial(
+        number=-1,
+        trial_id=-1,
+        state=state,
+        value=None,
+        values=values,
+        datetime_start=now,
+        datetime_complete=now,
+        params=params,
+        distributions=dict(dists),
+        user_attrs=user_attrs,
+        system_attrs={},
+        intermediate_values={},
+    )
+    for key, value in constraints.items():
+        trial.set_constraint(key, value)
+    trial._validate()
+    return trial

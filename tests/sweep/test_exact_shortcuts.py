@@ -189,3 +189,57 @@ def test_an_exact_sweep_writes_what_the_long_way_writes(tmp_path: Path) -> None:
     front = (tmp_path / "front.csv").read_bytes()
     assert (out / "front.csv").read_bytes() == front
     assert (out / "exact_front.csv").read_bytes() == front
+
+
+@pytest.mark.parametrize("state", ["COMPLETE", "FAIL"])
+def test_finished_trial_is_optunas_create_trial(state: str) -> None:
+    """`_trials.finished_trial` skips only create_trial's conversion of deprecated
+    distribution kinds (none here): a change in Optuna's create_trial shows here."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+    from optuna.trial import TrialState
+
+    dists = {
+        "gpu": CategoricalDistribution(["h100_sxm", "a100_sxm"]),
+        "n_layers": IntDistribution(16, 76, step=4),
+        "d_model": CategoricalDistribution([2048, 4096]),
+    }
+    params = {"gpu": "a100_sxm", "n_layers": 20, "d_model": 4096}
+    s = TrialState[state]
+    values = [0.5, 2.0] if s == TrialState.COMPLETE else None
+    attrs = {"sizes": {"total_params": 1.0}, "feasible": False, "pred": '{"a":1}'}
+    cons = {"fits_memory": -1.0, "active_params_max": 0.5}
+    want = optuna.trial.create_trial(
+        state=s,
+        values=values,
+        params=params,
+        distributions=dists,
+        user_attrs=attrs,
+        constraints=cons,
+    )
+    got = T.finished_trial(s, values, params, dists, attrs, cons)
+    fields = [
+        "number",
+        "state",
+        "values",
+        "params",
+        "distributions",
+        "user_attrs",
+        "system_attrs",
+        "intermediate_values",
+        "constraints",
+        "_trial_id",
+    ]
+    for f in fields:
+        assert getattr(got, f) == getattr(want, f), f
+    assert got.datetime_start is not None and got.datetime_complete == got.datetime_start
+    assert got.distributions is not dists  # a trial's own dict, as create_trial gives
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    study.add_trial(got)  # the storage takes it as it takes create_trial's
+    (back,) = study.get_trials()
+    assert (back.state, back.params, back.user_attrs, back.constraints) == (
+        want.state,
+        want.params,
+        want.user_attrs,
+        want.constraints,
+    )
