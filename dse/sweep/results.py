@@ -75,12 +75,14 @@ def directions(space: SearchSpace) -> tuple[str, ...] | None:
     return tuple(d) if d else None
 
 
-def mark_front(table: pd.DataFrame, space: SearchSpace) -> pd.DataFrame:
+def mark_front(
+    table: pd.DataFrame, space: SearchSpace, ids: np.ndarray | None = None
+) -> pd.DataFrame:
     """Set `on_front` (feasible, non-dominated, one trial per distinct configuration: its
     lowest number) and return the front rows sorted by the first objective, with `trials`
     (how many trials hit the configuration) and `indistinguishable` (a neighbour on the front
     lies inside the predictor's band in every objective)."""
-    front, rows = F.front_table(table, space.objectives.names, directions(space))
+    front, rows = F.front_table(table, space.objectives.names, directions(space), ids=ids)
     on = np.zeros(len(table), dtype=bool)
     on[rows] = True
     table["on_front"] = on
@@ -126,7 +128,8 @@ def write_results(
     `parsed`: the trials' JSON attributes already parsed (`_trials.trials_table`)."""
     folder.mkdir(parents=True, exist_ok=True)
     table = trials_table(trials, space, parsed)
-    front = mark_front(table, space)
+    config = F.config_ids(table)  # the front's and the distinct count's (~30 ms, 2,000 rows)
+    front = mark_front(table, space, config)
     names = list(space.objectives.names)
     m = len(names)
     dirs = directions(space)  # the normalisation carries them into every hypervolume
@@ -160,9 +163,10 @@ def write_results(
             "pred.artifact_id"
         ]:
             arts[str(gpu)] = str(ids.iloc[-1])
-    evaluated_rows = table[(table["state"] == "COMPLETE") | (table["invalid_reason"] != "")]
-    evaluated_n = len(evaluated_rows)
-    distinct = F.distinct_count(evaluated_rows)
+    evaluated = ((table["state"] == "COMPLETE") | (table["invalid_reason"] != "")).to_numpy()
+    evaluated_n = int(evaluated.sum())
+    # a row's id depends on its own fields alone: the evaluated rows' ids count them
+    distinct = len(np.unique(config[evaluated])) if evaluated_n else 0
     summary: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "dse_version": __version__,

@@ -243,3 +243,28 @@ def test_finished_trial_is_optunas_create_trial(state: str) -> None:
         want.user_attrs,
         want.constraints,
     )
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_the_sidecar_reads_back_synced_or_not(tmp_path: Path, sync: bool) -> None:
+    """`Enumeration.save(sync=False)` (between the once-a-second fsyncs) writes the same state,
+    renamed into place, no temporary file left; an empty sidecar (an unsynced save cut by an
+    operating-system crash) reads as no state: the enumeration starts again."""
+    key = {"study": "s", "space_hash": "h", "size": 1000, "chunk": 100}
+    st = E.Enumeration.new(key, 2, ("minimize", "minimize"))
+    st.index, st.objectives = np.array([3, 7]), np.array([[1.0, 2.0], [2.0, 1.0]])
+    st.done[[0, 4]] = True
+    st.total, st.valid, st.feasible, st.elapsed_s = 200, 150, 120, 1.5
+    path = tmp_path / E.PROGRESS_FILE
+    st.save(path, sync=sync)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [E.PROGRESS_FILE]
+    back = E.Enumeration.load(path, ("minimize", "minimize"))
+    assert back is not None and back.key == key
+    np.testing.assert_array_equal(back.done, st.done)
+    np.testing.assert_array_equal(back.index, st.index)
+    np.testing.assert_array_equal(back.objectives, st.objectives)
+    assert (back.total, back.valid, back.feasible, back.elapsed_s) == (200, 150, 120, 1.5)
+    path.write_bytes(b"")
+    assert E.Enumeration.load(path, None) is None
+    path.write_bytes(b"PK\x03\x04 not a zip")
+    assert E.Enumeration.load(path, None) is None
