@@ -13,7 +13,7 @@ checked once (`SearchSpace.columns_from`). `derived` (validity, sizes, memory) i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -131,14 +131,30 @@ class Configs(Mapping[str, np.ndarray]):
         # pickled arrays come back writeable: frozen again on the way in
         return (_restore, (self._cols, self.n))
 
-    def take(self, rows: Any) -> Configs:
-        """The rows `rows` (indices or a boolean mask) as a Configs: checked rows stay checked."""
-        idx = np.asarray(rows)
-        if idx.dtype.kind in "iu":  # `take`: ~2x a fancy index's speed on ~50 columns
-            part = {k: v.take(idx, axis=0) for k, v in self._cols.items()}
-        else:
-            part = {k: v[rows] for k, v in self._cols.items()}
-        return Configs(_frozen(part, own=True), len(part["gpu"]), _key=_CHECKED)
+    def take(self, rows: Any, same: Collection[str] = ()) -> Configs:
+        """The rows `rows` (indices or a boolean mask) as a Configs: checked rows stay checked.
+
+        `same`: columns the caller knows hold one value in every row (a space's fixed fields
+        and defaults, `dse.sweep.space_index.constant_columns`): their first m rows, a
+        read-only view, rather than a gather (~9 of the ~13 ms a 131,072-row chunk's ~50
+        columns take, most of them constant)."""
+        r = np.asarray(rows)
+        by_index = r.dtype.kind in "iu"  # `take`: ~2x a fancy index's speed on ~50 columns
+        if not same:
+            part = {k: v.take(r, axis=0) if by_index else v[rows] for k, v in self._cols.items()}
+            return Configs(_frozen(part, own=True), len(part["gpu"]), _key=_CHECKED)
+        m = int(np.count_nonzero(r)) if r.dtype == bool else len(r)
+        gathered = _frozen(
+            {
+                k: v.take(r, axis=0) if by_index else v[r]
+                for k, v in self._cols.items()
+                if k not in same or m > self.n
+            },
+            own=True,
+        )
+        # a view of a read-only column is read-only itself: nothing to copy or freeze
+        part = {k: gathered[k] if k in gathered else v[:m] for k, v in self._cols.items()}
+        return Configs(part, m, _key=_CHECKED)
 
     def with_columns(self, extra: Mapping[str, Any]) -> Configs:
         """This batch plus columns outside the configuration (a space's training_tokens, which

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -244,6 +244,7 @@ def evaluate(
     texts: bool = True,
     feasible_only: bool = False,
     derived: Mapping[str, np.ndarray] | None = None,
+    constant: Collection[str] = (),
 ) -> Evaluation:
     """Sizes, constraints, predictions and objectives of a batch of complete configurations.
 
@@ -264,6 +265,9 @@ def evaluate(
 
     `derived`: `dse.spec.columns.derived(cols, n, texts=texts)` when the caller has it already
     (the exact scan's chunks, `dse.sweep._grid_derived`).
+
+    `constant`: columns of `cols` (a `Configs`) that hold one value in every row
+    (`dse.sweep.space_index.constant_columns`): the predicted rows share them, not gathered.
     """
     n = len(cols["d_model"])
     d = C.derived(cols, n, texts=texts) if derived is None else derived
@@ -283,7 +287,7 @@ def evaluate(
     if len(predicted):
         # a checked batch (`SearchSpace.columns_from`) stays checked: the predictor takes it as is
         part = (
-            cols.take(predicted)
+            cols.take(predicted, same=constant)
             if isinstance(cols, C.Configs)
             else {k: np.asarray(v)[predicted] for k, v in cols.items()}
         )

@@ -23,6 +23,7 @@ from dse.sweep._local import journal_study
 from dse.sweep._options import SweepOptions
 from dse.sweep._progress import StopFlag
 from dse.sweep._shared import shared_study
+from dse.sweep._trials import Parsed
 from dse.sweep.storage import StorageSpec
 from dse.sweep.study_record import StudyRecord
 
@@ -38,10 +39,11 @@ def run_exact(
     folder: Path,
     opts: SweepOptions,
     stop: StopFlag,
-) -> tuple[list[optuna.trial.FrozenTrial], int, StudyRecord, dict[str, Any] | None]:
+) -> tuple[list[optuna.trial.FrozenTrial], int, StudyRecord, dict[str, Any] | None, Parsed | None]:
     """Enumerate the space (resuming the sidecar's chunks), then record the front and a sample
     in the study, once. Returns (trials, configurations enumerated, record, the counts; None
-    while the enumeration is unfinished)."""
+    while the enumeration is unfinished, and the parse of the trials' JSON attributes when
+    this call recorded them: `write_results` need not parse them back)."""
     backend: BatchedJournalBackend | None = None
     if spec.kind == "journal":
         storage, backend, study, rec = journal_study(space, rec, spec, name)
@@ -54,7 +56,7 @@ def run_exact(
         if counts is not None:  # finished before: the study holds the result
             with contextlib.suppress(FileNotFoundError):
                 sidecar.unlink()
-            return study.get_trials(deepcopy=False), rec.trials, rec, counts
+            return study.get_trials(deepcopy=False), rec.trials, rec, counts, None
         if study.get_trials(deepcopy=False):
             raise ConfigError(
                 f"{spec.display}: study {name!r} (sampler exact) holds trials but no finished "
@@ -113,10 +115,11 @@ def run_exact(
             if cluster is not None:
                 cluster.close()
         if not state.complete:
-            return [], state.total, rec, None
+            return [], state.total, rec, None, None
         sample = E.sample_rest(space, state.index, rec.seed)
         index = np.union1d(state.index, sample)
-        trials = E.record_trials(space, index, opts.predictor)
+        parsed: Parsed = {}
+        trials = E.record_trials(space, index, opts.predictor, parsed=parsed)
         counts = {
             "configurations": size,
             "enumerated": state.total,
@@ -137,7 +140,7 @@ def run_exact(
         if backend is not None:
             backend.flush()  # trials and counts in one write: the study is written once
         sidecar.unlink()
-        return study.get_trials(deepcopy=False), state.total, rec, counts
+        return study.get_trials(deepcopy=False), state.total, rec, counts, parsed
     finally:
         if backend is not None:
             backend.discard()

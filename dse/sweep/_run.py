@@ -32,6 +32,7 @@ from dse.sweep._locks import FolderLock, check_writable, claim_folder, study_fol
 from dse.sweep._options import SweepOptions, SweepOutcome
 from dse.sweep._progress import StopFlag, quiet_optuna
 from dse.sweep._shared import run_shared
+from dse.sweep._trials import Parsed
 from dse.sweep.results import Written, record_own_exact_front, write_results
 from dse.sweep.storage import StorageSpec, open_rdb, parse_storage, study_names
 from dse.sweep.study_record import (
@@ -140,9 +141,10 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
                 (folder / E.PROGRESS_FILE).unlink()
         counts: dict[str, Any] | None = None
         screened: int | None = None
+        parsed: Parsed | None = None  # the exact sweep's trials' JSON attributes, parsed
         with StopFlag(opts.quiet, "chunk" if rec.sampler == "exact" else "batch") as stop:
             if rec.sampler == "exact":
-                trials, done, rec, counts = run_exact(
+                trials, done, rec, counts, parsed = run_exact(
                     space, rec, spec, storage, name, folder, opts, stop
                 )
             elif spec.kind == "journal":
@@ -169,6 +171,7 @@ def run_sweep(opts: SweepOptions) -> SweepOutcome:
                 artifacts,
                 t0,
                 screened,
+                parsed,
             )
     finally:
         for lock in locks:
@@ -198,6 +201,7 @@ def _write(
     artifacts: dict[str, str],
     t0: float,
     screened: int | None = None,
+    parsed: Parsed | None = None,
 ) -> Written:
     """The results folder of a finished (or stopped) study."""
     exact = None if rec.sampler == "exact" else _reference(space, rec, opts, done, interrupted)
@@ -215,6 +219,7 @@ def _write(
         exact_table=None,
         artifacts=artifacts,
         predictor=opts.predictor,
+        parsed=parsed,
         extra={
             **({"exact": counts} if counts is not None else {}),
             # configurations the screened sampler priced to choose its trials

@@ -192,9 +192,11 @@ def front_table(
     names: Sequence[str],
     directions: Sequence[str] | None = None,
     feasible: np.ndarray | None = None,
+    ids: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """(front rows with `trials` and `indistinguishable` columns, their row positions in
-    `table`). One row per distinct configuration; `feasible` defaults to the table's column."""
+    `table`). One row per distinct configuration; `feasible` defaults to the table's column,
+    `ids` to `config_ids(table)` (a caller that needs them too computes them once)."""
     cols = [f"obj.{n}" for n in names]
     if not len(table):
         empty = table.iloc[0:0].copy()
@@ -204,7 +206,11 @@ def front_table(
     values = table[cols].to_numpy(dtype=float)
     feas = table["feasible"].to_numpy(dtype=bool) if feasible is None else feasible
     rows, counts = distinct_front(
-        values, feas, config_ids(table), table["number"].to_numpy(), directions
+        values,
+        feas,
+        config_ids(table) if ids is None else ids,
+        table["number"].to_numpy(),
+        directions,
     )
     front = table.iloc[rows].reset_index(drop=True).copy()  # copy: one block, not fragments
     front["trials"] = counts.astype(np.int64)

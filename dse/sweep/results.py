@@ -18,6 +18,7 @@ a report of an old sweep shows what the predictor said then, not what today's ar
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ from dse.sweep import catalogue as K
 from dse.sweep import fronts as F
 from dse.sweep._enumerate import ExactFront, evaluate_index
 from dse.sweep._evaluate import Predictor
-from dse.sweep._trials import evaluation_table, trials_table
+from dse.sweep._trials import Parsed, evaluation_table, trials_table
 from dse.sweep.catalogue import space_from_summary as space_from_summary
 
 FORMAT_VERSION = 1
@@ -74,12 +75,14 @@ def directions(space: SearchSpace) -> tuple[str, ...] | None:
     return tuple(d) if d else None
 
 
-def mark_front(table: pd.DataFrame, space: SearchSpace) -> pd.DataFrame:
+def mark_front(
+    table: pd.DataFrame, space: SearchSpace, ids: np.ndarray | None = None
+) -> pd.DataFrame:
     """Set `on_front` (feasible, non-dominated, one trial per distinct configuration: its
     lowest number) and return the front rows sorted by the first objective, with `trials`
     (how many trials hit the configuration) and `indistinguishable` (a neighbour on the front
     lies inside the predictor's band in every objective)."""
-    front, rows = F.front_table(table, space.objectives.names, directions(space))
+    front, rows = F.front_table(table, space.objectives.names, directions(space), ids=ids)
     on = np.zeros(len(table), dtype=bool)
     on[rows] = True
     table["on_front"] = on
@@ -118,12 +121,15 @@ def write_results(
     artifacts: dict[str, str] | None = None,
     extra: dict[str, Any] | None = None,
     predictor: Predictor | None = None,
+    parsed: Parsed | None = None,
 ) -> Written:
     """Write trials.parquet/.csv, front.csv, catalogue.csv, summary.json (and exact_front.csv)
-    into `folder`; `predictor` places the catalogue models (None: the installed artifacts)."""
+    into `folder`; `predictor` places the catalogue models (None: the installed artifacts).
+    `parsed`: the trials' JSON attributes already parsed (`_trials.trials_table`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    table = trials_table(trials, space)
-    front = mark_front(table, space)
+    table = trials_table(trials, space, parsed)
+    config = F.config_ids(table)  # the front's and the distinct count's (~30 ms, 2,000 rows)
+    front = mark_front(table, space, config)
     names = list(space.objectives.names)
     m = len(names)
     dirs = directions(space)  # the normalisation carries them into every hypervolume
@@ -157,9 +163,10 @@ def write_results(
             "pred.artifact_id"
         ]:
             arts[str(gpu)] = str(ids.iloc[-1])
-    evaluated_rows = table[(table["state"] == "COMPLETE") | (table["invalid_reason"] != "")]
-    evaluated_n = len(evaluated_rows)
-    distinct = F.distinct_count(evaluated_rows)
+    evaluated = ((table["state"] == "COMPLETE") | (table["invalid_reason"] != "")).to_numpy()
+    evaluated_n = int(evaluated.sum())
+    # a row's id depends on its own fields alone: the evaluated rows' ids count them
+    distinct = len(np.unique(config[evaluated])) if evaluated_n else 0
     summary: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "dse_version": __version__,
@@ -204,8 +211,11 @@ def write_results(
 
 
 def record_own_exact_front(written: Written, space: SearchSpace, folder: Path) -> Written:
-    """A finished exhaustive (or exact) study is its own exact front: record it as such."""
-    write_table(written.front, folder / "exact_front.csv")
+    """A finished exhaustive (or exact) study is its own exact front: record it as such.
+    exact_front.csv is front.csv's bytes: `write_results` wrote `written.front` there (and
+    nothing changes the table after), so it is copied, not formatted again."""
+    with atomic_path(folder / "exact_front.csv") as tmp:
+        shutil.copyfile(folder / "front.csv", tmp)
     summary = dict(written.summary)
     summary["exact_hypervolume"] = summary["hypervolume"]
     text = json.dumps(summary, indent=2, default=str) + "\n"

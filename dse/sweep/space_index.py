@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.spec.columns import Configs
+from dse.spec.columns import CONFIG_FIELDS, DERIVED_FROM, Configs
 from dse.spec.inert import DECIDING_FIELDS, INERT_FIELDS, inert_masks
 from dse.spec.space import SearchSpace
 
@@ -28,6 +28,16 @@ def space_columns(
     if not space.searched:
         return digit_columns(space, np.empty((len(idx), 0), dtype=np.int64))
     return _columns(space, space_digits(space, idx) if digits is None else digits, len(idx))
+
+
+def constant_columns(space: SearchSpace) -> frozenset[str]:
+    """Columns of `space_columns` that hold one value in every configuration of `space`: the
+    configuration fields neither searched nor derived from another column by `as_columns`
+    (DERIVED_FROM's, head_dim), i.e. the space's fixed fields and the field table's defaults,
+    each checked value by value (`dse.spec.fields.check`: row by row, one column at a time).
+    `Configs.take(rows, same=...)` shares their rows instead of gathering them."""
+    varying = {p.name for p in space.searched} | set(DERIVED_FROM) | {"head_dim"}
+    return frozenset(k for k in CONFIG_FIELDS if k not in varying)
 
 
 def space_digits(space: SearchSpace, index: np.ndarray) -> tuple[np.ndarray, ...]:
