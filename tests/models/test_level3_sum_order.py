@@ -8,6 +8,8 @@ sums rows in another order must not fail them, a wrong or missing term does."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,27 @@ def test_structured_equals_design_rows_dot(aware: str | None) -> None:
         ttft, dec = L3._structured(theta, g, gqa_aware)
         assert _same_sum(ttft, L3._rows_dot(x_ttft, theta), np.abs(x_ttft) @ np.abs(theta))
         assert _same_sum(dec, L3._rows_dot(x_dec, theta), np.abs(x_dec) @ np.abs(theta))
+
+
+def test_few_rows_take_the_design_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to FEW_ROWS rows `_structured` and `_parts` build the design matrix (fewer numpy
+    calls for one-row predictions); the two ways give the same sums on the same rows."""
+    rng = np.random.default_rng(11)
+    g = _inputs(40, rng)
+    # every term >= 0 (decode time above its attention and communication parts): any order
+    # of the additions is then within ~14 ulp, far inside the tolerance
+    g = dataclasses.replace(
+        g,
+        t_dec_s=g.t_dec_attn_s + g.t_dec_comm_s + g.t_dec_s,
+        t_dec_roof_s=g.t_dec_attn_roof_s + g.t_dec_comm_roof_s + g.t_dec_roof_s,
+    )
+    theta = rng.uniform(0.0, 2.0, len(L3.TERMS))
+    fit = L3.EngineFit(theta, (), np.array([-0.1, 0.1]), 1.0)
+    parts = {}
+    for few in (10**9, 0):
+        monkeypatch.setattr(L3, "FEW_ROWS", few)
+        parts[few] = L3._parts(fit, g)
+    assert parts[0].keys() == parts[10**9].keys()
+    for k, v in parts[0].items():
+        w = parts[10**9][k]
+        assert np.allclose(v, w, rtol=1e-12, atol=0.0, equal_nan=True), k
