@@ -98,8 +98,13 @@ def test_three_workers_one_killed_exact_count_no_repeats_same_front(tmp_path: Pa
         return optuna.load_study(study_name=name, storage=st).user_attrs.get("dse:enqueued") == 48
 
     wait(queued, [a], "the study and its queue")
+    # A works on the queue too, and on a fast machine it finished all 48 trials before worker B
+    # had started (Python start-up): B never held one. A is frozen until B holds a trial, so the
+    # test does not lean on the machine's speed; frozen past the grace period, A's own running
+    # trials fail as stale and run again elsewhere, and A's late results are dropped (the
+    # same path as a worker that stalls).
+    a.send_signal(signal.SIGSTOP)
     b = start(["worker", *common], tmp_path)
-    c = start(["worker", *common], tmp_path)
     b_id = f"{socket.gethostname()}:{b.pid}"
 
     def b_holds_a_trial() -> bool:
@@ -110,14 +115,21 @@ def test_three_workers_one_killed_exact_count_no_repeats_same_front(tmp_path: Pa
     # Freeze B, then look: a trial it holds while frozen is one it still holds when killed (B
     # could otherwise finish the trial seen running between the look and the kill, and die
     # holding none: the stale path below would go untested).
-    for _ in range(100):
-        wait(b_holds_a_trial, [a, b, c], "worker B to hold a trial")
-        b.send_signal(signal.SIGSTOP)
-        if b_holds_a_trial():
-            break
-        b.send_signal(signal.SIGCONT)
-    else:
-        raise AssertionError("worker B never held a trial while frozen")
+    try:
+        for _ in range(100):
+            wait(b_holds_a_trial, [a, b], "worker B to hold a trial")
+            b.send_signal(signal.SIGSTOP)
+            if b_holds_a_trial():
+                break
+            b.send_signal(signal.SIGCONT)
+        else:
+            raise AssertionError("worker B never held a trial while frozen")
+    except BaseException:
+        for p in (a, b):
+            p.send_signal(signal.SIGKILL)
+        raise
+    c = start(["worker", *common], tmp_path)
+    a.send_signal(signal.SIGCONT)
     b.send_signal(signal.SIGKILL)
     b.wait()
     assert a.wait(timeout=120) == 0, a.communicate()[1][-3000:]
