@@ -14,16 +14,13 @@ checkout at n = 3000. Prints a table; writes nothing.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _callgrind import callgrind_instructions
 from _provenance import checkout_label
-from small_calls import _env
 
 
 def worker(n: int, measure: bool) -> None:
@@ -42,17 +39,8 @@ def worker(n: int, measure: bool) -> None:
 
 def instructions(code: Path, n: int, measure: bool) -> int:
     """Instructions callgrind collected for `worker(n, measure)` on `code`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**_env(code), "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
-        env["OMP_NUM_THREADS"] = "1"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out"]
-        cmd += [sys.executable, str(Path(__file__).resolve()), "--worker", str(n)]
-        cmd += ["--measure"] if measure else []
-        done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
-        hit = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode or hit is None:
-            raise SystemExit(f"callgrind run for {code} failed:\n{done.stderr[-2000:]}")
-        return int(hit.group(1))
+    args = ["--worker", str(n)] + (["--measure"] if measure else [])
+    return callgrind_instructions(code, __file__, args)
 
 
 def main() -> None:

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _callgrind import callgrind_instructions
 from _provenance import checkout_label
-from small_calls import _env
 
 SPACE = Path(__file__).resolve().parent / "sweep_3m_space.yaml"
 
@@ -96,17 +94,8 @@ def worker(results: Path, part: str, measure: bool) -> None:
 
 def instructions(code: Path, results: Path, part: str, measure: bool) -> int:
     """Instructions callgrind collected for `worker(...)` on `code`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**_env(code), "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
-        env["OMP_NUM_THREADS"] = "1"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out"]
-        cmd += [sys.executable, str(Path(__file__).resolve()), "--worker"]
-        cmd += ["--results", str(results), "--part", part] + (["--measure"] if measure else [])
-        done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
-        hit = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode or hit is None:
-            raise SystemExit(f"callgrind run for {code} failed:\n{done.stderr[-2000:]}")
-        return int(hit.group(1))
+    args = ["--worker", "--results", str(results), "--part", part]
+    return callgrind_instructions(code, __file__, args + (["--measure"] if measure else []))
 
 
 def main() -> None:

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _callgrind import callgrind_instructions
 from _provenance import checkout_label
-from small_calls import _env
 
 
 def worker(calls: int) -> None:
@@ -44,16 +41,7 @@ def worker(calls: int) -> None:
 
 def instructions(code: Path, calls: int) -> int:
     """Instructions callgrind collected for `worker(calls)` on `code`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**_env(code), "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
-        env["OMP_NUM_THREADS"] = "1"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out"]
-        cmd += [sys.executable, str(Path(__file__).resolve()), "--worker", str(calls)]
-        done = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
-        hit = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode or hit is None:
-            raise SystemExit(f"callgrind run for {code} failed:\n{done.stderr[-2000:]}")
-        return int(hit.group(1))
+    return callgrind_instructions(code, __file__, ["--worker", str(calls)])
 
 
 def main() -> None:
