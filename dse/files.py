@@ -37,10 +37,12 @@ def _umask() -> int:
 
 
 @contextmanager
-def atomic_path(path: Path | str) -> Iterator[Path]:
+def atomic_path(path: Path | str, sync: bool = True) -> Iterator[Path]:
     """A temporary path beside `path`; what the block writes there replaces `path` (fsynced,
     ordinary permissions, one rename) when the block ends without an error, else is removed.
-    The folder of `path` is created if missing."""
+    The folder of `path` is created if missing. `sync=False`: not fsynced (a killed process
+    still leaves the old file or the new one; an operating-system crash may leave the new
+    name without its data)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -48,8 +50,9 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
-        with open(tmp, "rb") as fh:  # fsync flushes the file's data whatever the handle's mode
-            os.fsync(fh.fileno())
+        if sync:
+            with open(tmp, "rb") as fh:  # fsync flushes the file's data whatever the handle's mode
+                os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

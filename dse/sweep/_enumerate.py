@@ -18,9 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 import signal
-import tempfile
 import threading
 import time
 import zipfile
@@ -242,29 +240,16 @@ class Enumeration:
         either the previous state or this one. `sync`: fsync it first (`atomic_path`), so an
         operating-system crash cannot leave a renamed file without its data; unsynced, such
         a crash may lose the latest states (the file then reads as an older one or none)."""
-        if sync:
-            with atomic_path(path) as tmp, open(tmp, "wb") as f:
-                self._write(f)
-            return
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                self._write(f)
-            os.replace(name, path)
-        except BaseException:
-            Path(name).unlink(missing_ok=True)
-            raise
-
-    def _write(self, f: Any) -> None:
-        np.savez(
-            f,
-            key=np.asarray(json.dumps(self.key, sort_keys=True)),
-            done=self.done,
-            index=self.index,
-            objectives=self.objectives,
-            counts=np.asarray([self.total, self.valid, self.feasible], dtype=np.int64),
-            elapsed_s=np.asarray(self.elapsed_s),
-        )
+        with atomic_path(path, sync=sync) as tmp, open(tmp, "wb") as f:
+            np.savez(
+                f,
+                key=np.asarray(json.dumps(self.key, sort_keys=True)),
+                done=self.done,
+                index=self.index,
+                objectives=self.objectives,
+                counts=np.asarray([self.total, self.valid, self.feasible], dtype=np.int64),
+                elapsed_s=np.asarray(self.elapsed_s),
+            )
 
     @classmethod
     def load(cls, path: Path, directions: Any) -> Enumeration | None:
