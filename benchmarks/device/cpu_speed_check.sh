@@ -9,7 +9,8 @@
 #
 # BASE0 (optional, e.g. 8aa1249) is the first checkout of the side-by-side run (the ratios are
 # to it); BASE is main before this work. Every process is pinned to its own core and runs on one
-# BLAS/OpenMP thread; the sweeps of the two checkouts run at the same time on separate cores,
+# BLAS/OpenMP thread; the predictor run first, alone (sweeps beside it slowed its workers by up
+# to 40% in one round), then the sweeps of the two checkouts at the same time on separate cores,
 # alternated twice. Writes machine.txt, predictor_speed.txt, sweeps.txt and the exact sweeps'
 # byte comparison (cmp.txt) under $OUT.
 set -u
@@ -37,8 +38,8 @@ codes=()
 [ -n "$base0" ] && codes+=(--code "$(cd "$base0" && pwd)" --label "$base0_label")
 codes+=(--code "$base" --label "$base_label" --code "$here" --label "$new_label")
 (PYTHONPATH=$here pin "${SPEED_CORE:-2}" "$py" benchmarks/predictor_speed.py --n "${N:-20000}" --rounds "${ROUNDS:-5}" "${codes[@]}" \
-  --no-write > "$out/predictor_speed.txt" 2>&1) &
-speed=$!
+  --no-write > "$out/predictor_speed.txt" 2>&1)
+echo "predictor_speed rc=$?" >> "$out/predictor_speed.txt"
 
 # one sweep, timed: CODE SAMPLER CORE TAG
 sweep() {
@@ -69,6 +70,4 @@ for f in trials.csv exact_front.csv front.csv catalogue.csv trials.parquet; do
   cmp "/tmp/sw-$new_label-exact-1/$f" "/tmp/sw-$base_label-exact-1/$f" > /dev/null \
     && echo "$f identical" || echo "$f DIFFERS"
 done > "$out/cmp.txt" 2>&1
-wait $speed
-echo "predictor_speed rc=$?" >> "$out/predictor_speed.txt"
 uptime >> "$out/machine.txt"
