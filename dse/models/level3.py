@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from dse._same import all_equal
 from dse.errors import ArtifactError
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
@@ -407,7 +408,7 @@ class Level3(Model):
         reads each KV head once per group of query heads (vLLM 0.11.1's kernels), priced
         without the `a_attn_gqa` excess that argonne's engines showed."""
         n = len(g.t_pre_s)
-        if n and (n == 1 or (g.engine == g.engine[0]).all()):  # one engine: no scatter
+        if n and (n == 1 or all_equal(g.engine)):  # one engine: no scatter
             fit, known = self._fit_of(str(g.engine[0]))
             return {
                 **_parts(fit, g, gqa_aware),

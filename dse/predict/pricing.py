@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dse._same import all_equal
 from dse.models.artifact import Artifact
 from dse.models.base import RangeMiss, as_shape
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
@@ -711,7 +712,7 @@ def batch_engine(cols: Mapping[str, np.ndarray] | None) -> str | None:
     if cols is None or "engine" not in cols:
         return None
     e = np.asarray(cols["engine"])
-    if e.size and (e == e.flat[0]).all():  # one engine (a sweep's chunk): no string sort
+    if e.size and all_equal(e):  # one engine (a sweep's chunk): no string sort
         first = str(e.flat[0])
         return first if first in OWN_TABLE_ENGINES else None
     groups = np.unique(own_engine_groups(e))

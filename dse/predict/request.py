@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dse._heap import keep_freed
+from dse._same import all_equal
 from dse.errors import ArtifactError, ConfigError
 from dse.models.artifact import Artifact
 from dse.models.band import widen
@@ -331,7 +332,7 @@ def predict_columns(
     `adapters.OWN_TABLE_ENGINES`) are priced apart from the others, each as if alone.
     """
     engines = cols["engine"]
-    groups = None if n < 2 or (engines == engines[0]).all() else own_engine_groups(engines)
+    groups = None if n < 2 or all_equal(engines) else own_engine_groups(engines)
     if gqa_aware is None and kv_mean_context is None:
         gqa_aware, kv_mean_context = engine_traits(cols)
     traits = (gqa_aware, kv_mean_context)

@@ -1,0 +1,34 @@
+"""Whether an array holds one value throughout, fast for fixed-width text columns.
+
+A sweep's chunk carries many text columns that hold one value in every row (the engine, the
+dtypes, the patterns, `batching`), and the predictor asks of each whether it does before taking
+its one-value path. numpy compares fixed-width strings character by character: ~1.6-2 ms for
+94,000 rows of 4-8 characters, one core, ~15 ms of a sweep chunk's ~130 ms prediction over a
+dozen such checks. Equal fixed-width strings have equal bytes (numpy pads them with zeros), so
+comparing each value's bytes with the next one's gives the same answer in ~0.1 ms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def all_equal(a: Any) -> bool:
+    """Whether every entry of a non-empty array equals its first (`(a == a.flat[0]).all()`,
+    the same answer): fixed-width strings by their bytes, one flat comparison."""
+    arr = np.asarray(a)
+    if arr.dtype.kind in "US" and arr.size > 1 and arr.flags.c_contiguous:
+        raw, width = arr.reshape(-1).view(np.uint8), arr.dtype.itemsize
+        return bool((raw[width:] == raw[:-width]).all())
+    return bool((arr == arr.flat[0]).all())
+
+
+def equals(a: Any, value: str) -> np.ndarray:
+    """`a == value` of a text column (bool, a's shape), the comparison made once when the
+    column holds one value (`all_equal`)."""
+    arr = np.asarray(a)
+    if arr.dtype.kind in "US" and arr.size > 1 and all_equal(arr):
+        return np.full(arr.shape, bool(arr.flat[0] == value))
+    return np.asarray(arr == value)
