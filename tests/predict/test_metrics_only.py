@@ -1,0 +1,70 @@
+"""What the exact sweep's scan asks of the predictor, bit for bit what a full prediction gives:
+`predict(metrics_only=True)` (the OUTPUT_KEYS alone, no flags, bands, breakdown or provenance),
+the Level-3 KV sizes handed in as columns (`request.KV_SIZE_COLUMNS`), and the one-value checks
+of text columns by their bytes (`dse._same`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dse._same import all_equal, equals
+from dse.predict import predict
+from dse.predict.request import KV_SIZE_COLUMNS, OUTPUT_KEYS, kv_sizes
+from dse.spec.space import load_space
+from dse.sweep.space_index import space_columns
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _batch(rows: int) -> object:
+    """`rows` configurations of the 3-million space, spread over it (one GPU a run of rows)."""
+    space = load_space(REPO / "benchmarks/sweep_3m_space.yaml")
+    idx = np.linspace(0, space.size() - 1, rows).astype(np.int64)
+    return space_columns(space, idx)
+
+
+@pytest.mark.parametrize("rows", [7, 3000])  # stacked, and grouped by shapes
+def test_metrics_only_equals_the_full_prediction(rows: int) -> None:
+    cols = _batch(rows)
+    full = predict(cols, texts=False)
+    lean = predict(cols, texts=False, metrics_only=True)
+    assert tuple(lean) == OUTPUT_KEYS
+    for k in OUTPUT_KEYS:
+        assert lean[k].dtype == full[k].dtype, k
+        assert np.array_equal(lean[k], full[k], equal_nan=True), k
+
+
+def test_kv_sizes_given_as_columns_equal_computed_ones() -> None:
+    cols = _batch(3000)
+    given = cols.with_columns(kv_sizes(cols))
+    assert all(k in given for k in KV_SIZE_COLUMNS)
+    want = predict(cols, texts=False)
+    got = predict(given, texts=False)
+    for k, v in want.items():
+        if v.dtype.kind == "f":
+            assert np.array_equal(got[k], v, equal_nan=True), k
+
+
+@pytest.mark.parametrize(
+    "a",
+    [
+        np.array(["bfloat16"] * 5),
+        np.array(["full", "ful"]),
+        np.array(["ab", "a"]),
+        np.array(["x", "x", "y"])[::2],  # a strided view: compared as values
+        np.array([["x", "x"], ["x", "x"]]),
+        np.array(["x", "x"], dtype=object),
+        np.array(["", ""]),
+        np.array(["a"]),
+    ],
+)
+def test_one_value_checks_agree_with_numpy(a: np.ndarray) -> None:
+    assert all_equal(a) == bool((a == a.flat[0]).all())
+    for value in ("x", "bfloat16", "", "a"):
+        want = np.asarray(a == value)
+        got = equals(a, value)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert np.array_equal(got, want)
