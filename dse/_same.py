@@ -32,3 +32,29 @@ def equals(a: Any, value: str) -> np.ndarray:
     if arr.dtype.kind in "US" and arr.size > 1 and all_equal(arr):
         return np.full(arr.shape, bool(arr.flat[0] == value))
     return np.asarray(arr == value)
+
+
+def where(cond: Any, a: Any, b: Any) -> np.ndarray:
+    """`np.where(cond, a, b)` of numbers or texts (arrays or scalars), the same array: a condition that
+    holds everywhere or nowhere (a dense sweep's MLA and MoE masks, a batch that decodes in
+    every row) copies that side, broadcast and promoted as `np.where` would, rather than
+    selecting element by element (~1 ms of 94,000 rows, ~10x a copy)."""
+    c = np.asarray(cond)
+    da, db = np.asarray(a).dtype, np.asarray(b).dtype
+    if da.kind in "biuf" and db.kind in "biuf":
+        dtype = np.result_type(a, b)  # as np.where promotes (Python numbers weakly)
+    elif da.kind == db.kind == "U":  # texts: the wider of the two
+        dtype = np.promote_types(da, db)
+    else:
+        return np.asarray(np.where(cond, a, b))
+    if c.dtype != bool or not c.size:
+        return np.asarray(np.where(cond, a, b))
+    if c.all():
+        side = a
+    elif not c.any():
+        side = b
+    else:
+        return np.where(c, a, b)
+    out = np.empty(np.broadcast_shapes(c.shape, np.shape(a), np.shape(b)), dtype)
+    out[...] = side
+    return out

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from dse._same import all_equal
+from dse._same import all_equal, where
 from dse.errors import ArtifactError
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
@@ -655,7 +655,7 @@ def _parts(
         else:
             log_f = np.mean([m.predict(X) for m in fit.mlps], axis=0)
         log_f = clip(log_f, -LOG_CLIP, LOG_CLIP)
-        log_f = np.where(g.value("kv_fill") <= MLP_MAX_FILL, log_f, 0.0)  # KV overflow: stage 1
+        log_f = where(g.value("kv_fill") <= MLP_MAX_FILL, log_f, 0.0)  # KV overflow: stage 1
     f = np.exp(log_f)
     over = th[TERMS.index("a_kv_overflow")] * kv_overflow(g)
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dse._heap import keep_freed
-from dse._same import all_equal
+from dse._same import all_equal, where
 from dse.errors import ArtifactError, ConfigError
 from dse.models.artifact import Artifact
 from dse.models.band import widen
@@ -195,7 +195,7 @@ def kv_waves(
     engine must queue or preempt); a batch that does not fit runs as consecutive waves of as
     many full-length sequences as fit (at least one)."""
     b = batch.astype(float)
-    fill = np.where(free > 0, need / np.maximum(free, 1.0), 10.0)
+    fill = where(free > 0, need / np.maximum(free, 1.0), 10.0)
     fit = np.maximum(np.floor(np.maximum(free, 0.0) / np.maximum(need / b, 1.0)), 1.0)
     waves = np.ceil(b / np.minimum(fit, b))
     return fill, waves, np.ceil(b / waves)
@@ -235,9 +235,7 @@ def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInput
         n_experts=f("n_experts"),
         # query heads per KV head; MLA: 1, every head gets its own K and V up from the latent
         # (the importer's n_kv_heads = n_heads: n_kv_heads plays no part, `dse.spec.inert`)
-        gqa=np.where(
-            cols["kv_lora_rank"] > 0, 1.0, f("n_heads") / np.maximum(f("n_kv_heads"), 1.0)
-        ),
+        gqa=where(cols["kv_lora_rank"] > 0, 1.0, f("n_heads") / np.maximum(f("n_kv_heads"), 1.0)),
         kv_fill=base.kv_fill,
         waves=base.waves,
     )
@@ -531,7 +529,7 @@ def _level3_terms(
         c = dict.fromkeys(FACTOR_KEYS, np.ones(n))
         pre_over = dec_over = np.zeros(n)
         band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
-    dec_over = np.where(has_decode, dec_over, 0.0)
+    dec_over = where(has_decode, dec_over, 0.0)
     return Level3Correction(c, pre_over, dec_over, band_lo, band_hi, misses, flagged)
 
 
@@ -619,7 +617,7 @@ def _totals(
     energy_one_gpu = e_pre + e_dec
     # Every GPU of the tensor-parallel group runs its shard of every operator.
     energy = energy_one_gpu * tp
-    tpot = np.where(cost.has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
+    tpot = where(cost.has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
     out = {
         "ttft_s": t_pre,
         "tpot_s": tpot,

@@ -1,7 +1,7 @@
 """What the exact sweep's scan asks of the predictor, bit for bit what a full prediction gives:
 `predict(metrics_only=True)` (the OUTPUT_KEYS alone, no flags, bands, breakdown or provenance),
 the Level-3 KV sizes handed in as columns (`request.KV_SIZE_COLUMNS`), and the one-value checks
-of text columns by their bytes (`dse._same`)."""
+of text columns by their bytes and `np.where` of a one-valued condition (`dse._same`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dse._same import all_equal, equals
+from dse._same import all_equal, equals, where
 from dse.predict import predict
 from dse.predict.request import KV_SIZE_COLUMNS, OUTPUT_KEYS, kv_sizes
 from dse.spec.space import load_space
@@ -68,3 +68,21 @@ def test_one_value_checks_agree_with_numpy(a: np.ndarray) -> None:
         got = equals(a, value)
         assert got.shape == want.shape and got.dtype == want.dtype
         assert np.array_equal(got, want)
+
+
+_X = np.array([1.5, -0.0, np.nan, 3.0])
+
+
+@pytest.mark.parametrize(
+    "cond", [np.zeros(4, bool), np.ones(4, bool), np.array([True, False, True, False])]
+)
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [(0.0, _X), (_X, 0.0), (_X, np.arange(4)), (2.0, 1.0), (_X.astype(np.float32), 0.0),
+     (_X[None, :], 0.0), ("fp8", "bfloat16"), (np.array(["ab", "xyz"] * 2), "q")],
+)  # fmt: skip
+def test_where_is_numpys_bit_for_bit(cond: np.ndarray, a: object, b: object) -> None:
+    want = np.where(cond, a, b)
+    got = where(cond, a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
