@@ -20,7 +20,10 @@ def all_equal(a: Any) -> bool:
     the same answer): fixed-width strings by their bytes, one flat comparison."""
     arr = np.asarray(a)
     if arr.dtype.kind in "US" and arr.size > 1 and arr.flags.c_contiguous:
-        raw, width = arr.reshape(-1).view(np.uint8), arr.dtype.itemsize
+        # a text's UCS-4 characters as 4-byte words (bytes of an "S" text one by one)
+        word = np.uint32 if arr.dtype.kind == "U" else np.uint8
+        raw = arr.reshape(-1).view(word)
+        width = arr.dtype.itemsize // raw.itemsize
         return bool((raw[width:] == raw[:-width]).all())
     return bool((arr == arr.flat[0]).all())
 
