@@ -32,7 +32,7 @@ their per-engine kinds are one model contract over one set of global inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -253,19 +253,41 @@ def mlp_features(g: GlobalInputs, ttft_s: np.ndarray, decode_s: np.ndarray) -> n
     cols = [
         np.log(np.maximum(g.t_pre_s, 1e-9)),
         np.log(np.maximum(g.t_dec_s / steps, 1e-9)),
-        np.log(g.value("batch")),
-        np.log(g.value("prompt")),
-        np.log(np.maximum(g.value("output"), 1.0)),
-        np.log(g.value("n_layers")),
-        np.log(g.value("d_model")),
-        np.log2(np.maximum(g.value("tp"), 1.0)),
+        _whole_log(g.value("batch")),
+        _whole_log(g.value("prompt")),
+        _whole_log(np.maximum(g.value("output"), 1.0)),
+        _whole_log(g.value("n_layers")),
+        _whole_log(g.value("d_model")),
+        _whole_log(np.maximum(g.value("tp"), 1.0), np.log2),
         (g.value("n_experts") > 1).astype(float),
-        np.log2(np.maximum(g.value("gqa"), 1.0)),
+        _whole_log(np.maximum(g.value("gqa"), 1.0), np.log2),
         clip(g.value("kv_fill"), 0.0, 4.0),
         ttft_s / total,
-        np.log(g.value("waves")),
+        _whole_log(g.value("waves")),
     ]
     return np.stack(cols, axis=1)
+
+
+# A column of whole numbers between 1 and this (sizes, batch, TP, waves) has its log taken
+# once per whole number of its range (`_whole_log`).
+WHOLE_LOG_MAX = 1 << 16
+
+
+def _whole_log(x: np.ndarray, log: Callable[[np.ndarray], np.ndarray] = np.log) -> np.ndarray:
+    """`log(x)` of a float64 column, the same array: a long column of whole numbers in
+    [1, WHOLE_LOG_MAX] (a sweep's batch sizes, widths, depths: a handful of values over
+    ~10^5 rows) as the log of each whole number of its range, taken per row: the same numpy
+    loop on the same values, ~5 cheap passes instead of ~55-150 instructions a row."""
+    if x.dtype != np.float64 or x.ndim != 1 or len(x) < 4096:
+        return log(x)
+    lo, hi = float(x.min()), float(x.max())
+    if not (lo >= 1.0 and hi <= WHOLE_LOG_MAX):  # NaN fails too
+        return log(x)
+    k = x.astype(np.intp)
+    if not (k == x).all():
+        return log(x)
+    table = log(np.arange(int(lo), int(hi) + 1, dtype=np.float64))
+    return table.take(k - int(lo))
 
 
 @dataclass

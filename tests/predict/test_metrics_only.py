@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dse._same import all_equal, equals, where
+from dse.models.level3 import _whole_log
 from dse.predict import predict
 from dse.predict.request import KV_SIZE_COLUMNS, OUTPUT_KEYS, kv_sizes
 from dse.spec.space import load_space
@@ -86,3 +87,17 @@ def test_where_is_numpys_bit_for_bit(cond: np.ndarray, a: object, b: object) -> 
     got = where(cond, a, b)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))
+
+
+@pytest.mark.parametrize("log", [np.log, np.log2])
+def test_whole_log_is_the_log_bit_for_bit(log: object) -> None:
+    rng = np.random.default_rng(1)
+    for x in (
+        rng.integers(1, 9000, 50_000).astype(float),  # whole numbers: by their table
+        np.full(50_000, 1024.0),
+        rng.integers(1, 5, 50_000) * 1.5,  # not whole: log itself
+        np.r_[np.full(5000, 3.0), np.nan],
+    ):
+        got, want = _whole_log(x, log), log(x)  # type: ignore[operator]
+        assert got.dtype == want.dtype
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
