@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dse._same import where
 from dse.spec.arch import (
     LINEAR_CHUNK_TOKENS,
     LINEAR_STATE_FLOPS,
@@ -36,7 +37,7 @@ def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
     bf16's. MoE layers pass it on but are priced with the bf16 MoE table, 4-bit weights with the
     artifact's 4-bit weight-only MoE table where it has one, an SGLang configuration's 8-bit
     weights with SGLang's fp8_block table (`dse.predict.adapters.price_moe`)."""
-    out = np.where(wb < 2, "fp8", "bfloat16")
+    out = where(wb < 2, "fp8", "bfloat16")
     fp4 = fp4_weights(weight_dtype)
     return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out
 
@@ -254,20 +255,25 @@ class _Families:
         )
         # FFNs (`dse.spec.arch.ffn_layers`): the pattern's `ffn` layers are the model's FFN
         # (MoE but for the dense first ones), its `dense` layers dense.
-        own, dense = (np.asarray(x, dtype=float) for x in ffn_counts(cols["ffn_pattern"], sh.L))
-        nd = np.minimum(np.where(sh.moe, cols["n_dense_layers"].astype(float), 0.0), own)
+        # (over the integer column, as mixer_counts: the same whole numbers as over sh.L's
+        # floats, whose floor division is ~30x slower, ~2 ms of a sweep chunk's 94,000 rows)
+        own, dense = (
+            np.asarray(x, dtype=float) for x in ffn_counts(cols["ffn_pattern"], cols["n_layers"])
+        )
+        # `where`: a batch without MoE or MLA rows (a dense sweep's) copies, not selects
+        nd = np.minimum(where(sh.moe, cols["n_dense_layers"].astype(float), 0.0), own)
         is_mla = cols["kv_lora_rank"] > 0
         attn = full + sliding
         return cls(
-            gqa=np.where(is_mla, 0.0, attn),
-            core=np.where(is_mla, 0.0, full),
-            sliding=np.where(is_mla, 0.0, sliding),
+            gqa=where(is_mla, 0.0, attn),
+            core=where(is_mla, 0.0, full),
+            sliding=where(is_mla, 0.0, sliding),
             window=cols["sliding_window"].astype(float),
-            mla=np.where(is_mla, attn, 0.0),
+            mla=where(is_mla, attn, 0.0),
             linear=linear,
             mixers=mixers,
-            dense=dense + np.where(sh.moe, nd, own),
-            moe=np.where(sh.moe, own - nd, 0.0),
+            dense=dense + where(sh.moe, nd, own),
+            moe=where(sh.moe, own - nd, 0.0),
         )
 
 
@@ -283,7 +289,7 @@ def _attention_ops(
     # Qwen3's RMSNorm over each query and key head before RoPE.
     qk_count = La * cols["qk_norm"].astype(float)
     # Qwen3-Next's output gate doubles the query projection.
-    q_tp = h_tp * np.where(cols["attn_output_gate"], 2.0, 1.0)
+    q_tp = h_tp * where(cols["attn_output_gate"], 2.0, 1.0)
     # RoPE of q and k, on none of the layers of a model without it (NoPE: Nemotron-H, Jamba).
     rope_count = La * cols["rope"].astype(float)
     core = _attention_core(sh, cols, stratum)
@@ -491,7 +497,7 @@ def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     (Jamba) of an MoE model, none where the pattern has no FFN (Nemotron-H's mixer layers)."""
     tokens, d, wb, gemm_dtype = sh.tokens, sh.d, sh.wb, sh.gemm_dtype
     dff = cols["d_ff"].astype(float) / sh.tp
-    n_up = np.where(sh.gated, 2.0, 1.0)
+    n_up = where(sh.gated, 2.0, 1.0)
     dense_count = fam.dense
     act = _elementwise("ffn/act", "ffn", dense_count, tokens * dff, np.nan, 1, 4)
     act.bytes = tokens * dff * (n_up + 1) * ACT_BYTES  # reads gate and up (gated) or up alone
@@ -529,7 +535,7 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
         + routed * (2 * d + (n_mats - 1) * dffe) * ACT_BYTES
         + tokens * d * e * wb
     )
-    n_up = np.where(sh.gated, 2.0, 1.0)
+    n_up = where(sh.gated, 2.0, 1.0)
     sff = cols["shared_expert_d_ff"].astype(float) / tp
     shared_count = np.where(sh.moe & (sff > 0), moe_count, 0.0)
     return [
@@ -650,7 +656,7 @@ def _allreduce_ops(sh: LayerShapes, fam: _Families) -> list[Op]:
     the attention, the linear layer (both in a parallel layer) and the FFN of every layer
     that has them (2 per layer for a model of attention + FFN layers)."""
     blocks = fam.gqa + fam.mla + fam.linear + fam.dense + fam.moe
-    ar_count = np.where(sh.tp > 1, blocks, 0.0)
+    ar_count = where(sh.tp > 1, blocks, 0.0)
     msg = sh.tokens * sh.d * ACT_BYTES
     return [
         Op(

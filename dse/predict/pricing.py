@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dse._same import all_equal
 from dse.models.artifact import Artifact
 from dse.models.base import RangeMiss, as_shape
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
@@ -619,12 +620,14 @@ def _finish_grouped(
     weights: np.ndarray | None,
     inverse: np.ndarray,
     n: int,
+    flags: bool = True,
 ) -> PhaseCost:
     """`_finish` of a draft priced once per group of configurations (`phase_groups`: the
     operators `_per_call`, `weights` at the groups' rows): each operator's seconds, joules and
     roofline seconds reduced over the node axis per group, then spread over all n in one
     gather and multiplied by each configuration's own count; totals are the sums of the rows,
-    in operator order (as `_collapse` adds them)."""
+    in operator order (as `_collapse` adds them). `flags` False (`Pricer.flags`): the range
+    flags, misses and model rows are left out, not spread (~1/5 of this on a sweep chunk)."""
     m = len(d.zero)
     wsum = None if weights is None else weights.sum(axis=0)
     rows: list[np.ndarray] = []
@@ -647,24 +650,25 @@ def _finish_grouped(
     for row, c in zip(spread, counts, strict=True):
         row *= c
     k = sum(runs)
-    at = _Spread(inverse, m)
     # the totals add the running operators' rows in operator order (those that run nowhere
     # would add zeros), as a sum over the rows of a (k, n) array does
     out = PhaseCost(
         _row_sum(spread[0 : 2 * k : 2], n),
         _row_sum(spread[1 : 2 * k : 2], n),
         sources=dict(d.sources),
-        out_of_range=d.oor[inverse],
         kinds={op.name: op.kind for op in ops},
         blocks={op.name: op.block for op in ops},
         roof_s=dict(zip(roofs, spread[2 * k :], strict=True)),
-        oor_by={key: at(v) for key, v in d.oor_by.items()},
-        misses={
+    )
+    if flags:
+        at = _Spread(inverse, m)
+        out.out_of_range = d.oor[inverse]
+        out.oor_by = {key: at(v) for key, v in d.oor_by.items()}
+        out.misses = {
             key: RangeMiss(*(at(a) for a in (v.excess, v.value, v.bound)))
             for key, v in d.misses.items()
-        },
-        source_rows={key: at(v) for key, v in d.source_rows.items()},
-    )
+        }
+        out.source_rows = {key: at(v) for key, v in d.source_rows.items()}
     it = iter(spread)
     for op, running in zip(ops, runs, strict=True):
         t_r, e_r = (next(it), next(it)) if running else (np.zeros(n), np.zeros(n))
@@ -708,7 +712,7 @@ def batch_engine(cols: Mapping[str, np.ndarray] | None) -> str | None:
     if cols is None or "engine" not in cols:
         return None
     e = np.asarray(cols["engine"])
-    if e.size and (e == e.flat[0]).all():  # one engine (a sweep's chunk): no string sort
+    if e.size and all_equal(e):  # one engine (a sweep's chunk): no string sort
         first = str(e.flat[0])
         return first if first in OWN_TABLE_ENGINES else None
     groups = np.unique(own_engine_groups(e))
@@ -732,6 +736,10 @@ class Pricer:
     stack_at_most: int = STACK_AT_MOST
     # Such a batch evaluates every operator's power in one power-model call (`op_power.batched`)
     batch_power: bool = True
+    # Whether a grouped batch's costs carry the range flags, misses and model rows spread to
+    # every configuration (`_finish_grouped`); False: a caller that reads the times and
+    # energies only (`request.predict_columns(metrics_only=True)`, a sweep's scan)
+    flags: bool = True
 
     def __init__(
         self,
@@ -773,7 +781,7 @@ class Pricer:
         return [
             _finish(d, ops, weights)
             if g is None
-            else _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n)
+            else _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n, self.flags)
             for d, (ops, _, weights), g in zip(drafts, phases, groups, strict=True)
         ]
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dse._heap import keep_freed
+from dse._same import all_equal, where
 from dse.errors import ArtifactError, ConfigError
 from dse.models.artifact import Artifact
 from dse.models.band import widen
@@ -147,19 +148,44 @@ def kv_memory(
     `mean_context` rows (bool; None: none) need the KV of a continuous engine's running batch
     instead: its sequences are spread evenly over their output, so each holds prompt + half
     the output on average (vLLM 0.11.1, `dse.predict.serving.engine_traits`)."""
-    a = C.architecture(cols).resolved()  # once: the accounting below shares it
+    tokens = None
+    if mean_context is not None:
+        half = cols["prompt_tokens"] + (cols["output_tokens"] + 1) // 2
+        tokens = np.where(mean_context, half, cols["prompt_tokens"] + cols["output_tokens"])
+    given = [cols[k] for k in KV_SIZE_COLUMNS if k in cols]
+    if tokens is None and len(given) == len(KV_SIZE_COLUMNS):  # the caller's (a sweep's grid)
+        weights, seq = given
+    else:
+        weights, seq = kv_sizes(cols, tokens).values()
+    need = cols["batch_size"] * seq
+    free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - weights - LEVEL3_RESERVED_BYTES
+    return np.asarray(need, dtype=float), np.asarray(free, dtype=float)
+
+
+# The sizes `kv_memory` reads (`kv_sizes`), which a caller that has them for every row may
+# hand `predict` as columns outside the configuration (`Configs.with_columns`): the exact
+# sweep's grid computes them once per architecture, TP and workload over the whole space
+# (`dse.sweep._grid_derived`), not once per chunk (~12% of a chunk's prediction).
+KV_SIZE_COLUMNS = ("kv_weight_bytes", "kv_sequence_bytes")
+
+
+def kv_sizes(
+    cols: Mapping[str, np.ndarray], tokens: Any = None, a: A.Architecture | None = None
+) -> dict[str, np.ndarray]:
+    """`KV_SIZE_COLUMNS` of each configuration: the weights one GPU stores (bytes) and one
+    sequence's KV cache and state on it at `tokens` (None: its full length, prompt + output)
+    as Level 3 was fitted (tokens not rounded to blocks). `a`: the columns' resolved
+    architecture, when the caller has it."""
+    if a is None:
+        a = C.architecture(cols).resolved()  # once: the accounting below shares it
     tp = cols["tensor_parallel"]
     # each sequence at its full length: sliding layers hold at most their window, linear
     # layers a constant state (for plain GQA: tokens x KV bytes per token, as fitted)
-    tokens = cols["prompt_tokens"] + cols["output_tokens"]
-    if mean_context is not None:
-        half = cols["prompt_tokens"] + (cols["output_tokens"] + 1) // 2
-        tokens = np.where(mean_context, half, tokens)
+    if tokens is None:
+        tokens = cols["prompt_tokens"] + cols["output_tokens"]
     seq = A.kv_cache_bytes_per_gpu(a, tokens, tp)
-    need = cols["batch_size"] * seq
     weights = A.params_per_gpu(a, tp) * A.dtype_bytes(a.weight_dtype)
-    free = A.USABLE_FRACTION * gpu.hbm_capacity_bytes - weights - LEVEL3_RESERVED_BYTES
-    return np.asarray(need, dtype=float), np.asarray(free, dtype=float)
+    return dict(zip(KV_SIZE_COLUMNS, (weights, seq), strict=True))
 
 
 def kv_waves(
@@ -169,7 +195,7 @@ def kv_waves(
     engine must queue or preempt); a batch that does not fit runs as consecutive waves of as
     many full-length sequences as fit (at least one)."""
     b = batch.astype(float)
-    fill = np.where(free > 0, need / np.maximum(free, 1.0), 10.0)
+    fill = where(free > 0, need / np.maximum(free, 1.0), 10.0)
     fit = np.maximum(np.floor(np.maximum(free, 0.0) / np.maximum(need / b, 1.0)), 1.0)
     waves = np.ceil(b / np.minimum(fit, b))
     return fill, waves, np.ceil(b / waves)
@@ -209,9 +235,7 @@ def global_inputs(cols: Mapping[str, np.ndarray], base: BaseCost) -> GlobalInput
         n_experts=f("n_experts"),
         # query heads per KV head; MLA: 1, every head gets its own K and V up from the latent
         # (the importer's n_kv_heads = n_heads: n_kv_heads plays no part, `dse.spec.inert`)
-        gqa=np.where(
-            cols["kv_lora_rank"] > 0, 1.0, f("n_heads") / np.maximum(f("n_kv_heads"), 1.0)
-        ),
+        gqa=where(cols["kv_lora_rank"] > 0, 1.0, f("n_heads") / np.maximum(f("n_kv_heads"), 1.0)),
         kv_fill=base.kv_fill,
         waves=base.waves,
     )
@@ -224,17 +248,20 @@ def base_costs(
     artifact: Artifact | None,
     artifact_gpu: GPU | None = None,
     kv_mean_context: np.ndarray | None = None,
+    flags: bool = True,
 ) -> BaseCost:
     """Levels 1-2: prefill and the sum of all decode steps on one GPU, and the step count.
 
     `artifact_gpu`: the chip the artifact's kernels were measured on, when not `gpu` itself;
-    `kv_mean_context`: rows whose KV need is a running batch's (`kv_memory`)."""
+    `kv_mean_context`: rows whose KV need is a running batch's (`kv_memory`); `flags` False:
+    the costs need not carry the range flags and misses (`Pricer.flags`)."""
     fill, waves, per_wave = kv_waves(cols["batch_size"], *kv_memory(cols, gpu, kv_mean_context))
     queued = waves > 1
     if queued.any():
         cols = dict(cols)
         cols["batch_size"] = np.where(queued, per_wave, cols["batch_size"]).astype(np.int64)
     pricer = Pricer(gpu, artifact, artifact_gpu, cols)
+    pricer.flags = flags
     out_tokens = cols["output_tokens"].astype(float)
     # The first output token comes out of prefill; the remaining output_tokens - 1 are decode
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
@@ -288,6 +315,7 @@ def predict_columns(
     models: bool = False,
     gqa_aware: np.ndarray | None = None,
     kv_mean_context: np.ndarray | None = None,
+    metrics_only: bool = False,
 ) -> dict[str, np.ndarray]:
     """Predict configurations that all run on one GPU (complete columns, see dse.spec.columns).
 
@@ -296,12 +324,13 @@ def predict_columns(
     `gqa_aware` and `kv_mean_context` (bool per row) override which rows Level 3 prices with
     GQA-aware decode attention and which rows' KV need is a running batch's at its mean context
     (default: continuous rows of an engine version fitted so, `dse.predict.serving.
-    engine_traits`); the serving fits set them on static rows.
+    engine_traits`); the serving fits set them on static rows. `metrics_only=True` returns
+    the OUTPUT_KEYS columns alone, the same numbers (see `predict`).
     Configurations of an engine priced by its own kernel tables (SGLang,
     `adapters.OWN_TABLE_ENGINES`) are priced apart from the others, each as if alone.
     """
     engines = cols["engine"]
-    groups = None if n < 2 or (engines == engines[0]).all() else own_engine_groups(engines)
+    groups = None if n < 2 or all_equal(engines) else own_engine_groups(engines)
     if gqa_aware is None and kv_mean_context is None:
         gqa_aware, kv_mean_context = engine_traits(cols)
     traits = (gqa_aware, kv_mean_context)
@@ -320,6 +349,7 @@ def predict_columns(
                 models=models,
                 gqa_aware=aware,
                 kv_mean_context=mean,
+                metrics_only=metrics_only,
             )
             parts.append((idx, one))
         return _merged(parts, n)
@@ -331,11 +361,16 @@ def predict_columns(
         if (why != "").any():
             raise ConfigError(next(m for m in why if m))
     artifact, fitted_for = resolve_artifact(gpu.name, artifact)
+    # the serving step reads and writes the bands and flags: a continuous batch is predicted
+    # whole, then cut to its metrics
+    lean = metrics_only and not any_continuous(cols)
     base = base_costs(
-        cols, n, gpu, artifact, _fitted_on(artifact, fitted_for, gpu), kv_mean_context
+        cols, n, gpu, artifact, _fitted_on(artifact, fitted_for, gpu), kv_mean_context, not lean
     )
     g = global_inputs(cols, base)
     lvl3 = _model(artifact, LEVEL3_MODEL)
+    if lean:
+        return _metrics(base, g, lvl3, _model(artifact, POWER3_MODEL), cols, gpu, n, gqa_aware)
     misses, flags = _range_flags(base.prefill, base.decode)
     corr = _level3_terms(lvl3, g, n, base.steps > 0, gqa_aware)
     misses.update(corr.misses)  # Level 3's parts come after the operators' in the text
@@ -376,7 +411,25 @@ def predict_columns(
     out.update(_provenance(base, artifact, fitted_for, gpu, pw is not None, lvl3 is not None, n))
     if models:
         out["kernel_models"] = _kernel_models(base, n)
-    return out
+    return out if not metrics_only else {k: out[k] for k in OUTPUT_KEYS}
+
+
+def _metrics(
+    base: BaseCost,
+    g: GlobalInputs,
+    lvl3: Any,
+    pw: Any,
+    cols: Mapping[str, np.ndarray],
+    gpu: GPU,
+    n: int,
+    gqa_aware: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """`predict_columns`' OUTPUT_KEYS of a static batch, by its steps, without what only the
+    other columns read (range flags and misses, bands, breakdown, provenance): the same
+    numbers, bit for bit."""
+    corr = _level3_terms(lvl3, g, n, base.steps > 0, gqa_aware, flags=False)
+    cost, _ = _calibrated_energy(pw, g, apply_level3(base, corr, gpu.idle_power_w), gpu, n)
+    return _totals(cost, base.steps, cols, None)
 
 
 def _merged(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], n: int) -> dict[str, np.ndarray]:
@@ -456,25 +509,28 @@ def _level3_terms(
     n: int,
     has_decode: np.ndarray,
     gqa_aware: np.ndarray | None = None,
+    flags: bool = True,
 ) -> Level3Correction:
     """Level 3's factors, overheads and band for the batch (`gqa_aware` rows without the
     argonne engines' GQA excess, `Level3.correct`); the roofline's (factors 1, no overhead,
-    x0.5 .. x2) without a Level 3."""
+    x0.5 .. x2) without a Level 3. `flags` False: no range misses nor flags (a caller that
+    reads the times and energies only)."""
     misses: dict[str, RangeMiss] = {}
-    flags: dict[str, np.ndarray] = {}
+    flagged: dict[str, np.ndarray] = {}
     if lvl3 is not None:
         c = lvl3.correct(g, gqa_aware)
-        misses = {f"level3: {k}": v for k, v in lvl3.range_misses(g).items()}
-        if not c["engine_known"].all():
-            flags["level3: engine not fitted"] = ~c["engine_known"]
+        if flags:
+            misses = {f"level3: {k}": v for k, v in lvl3.range_misses(g).items()}
+        if flags and not c["engine_known"].all():
+            flagged["level3: engine not fitted"] = ~c["engine_known"]
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
     else:
         c = dict.fromkeys(FACTOR_KEYS, np.ones(n))
         pre_over = dec_over = np.zeros(n)
         band_lo, band_hi = np.full(n, -ROOFLINE_BAND_LOG), np.full(n, ROOFLINE_BAND_LOG)
-    dec_over = np.where(has_decode, dec_over, 0.0)
-    return Level3Correction(c, pre_over, dec_over, band_lo, band_hi, misses, flags)
+    dec_over = where(has_decode, dec_over, 0.0)
+    return Level3Correction(c, pre_over, dec_over, band_lo, band_hi, misses, flagged)
 
 
 def apply_level3(base: BaseCost, corr: Level3Correction, idle_w: float) -> RequestCost:
@@ -550,19 +606,19 @@ def _bands(
 
 
 def _totals(
-    cost: RequestCost, steps: np.ndarray, cols: Mapping[str, np.ndarray], bands: Bands
+    cost: RequestCost, steps: np.ndarray, cols: Mapping[str, np.ndarray], bands: Bands | None
 ) -> dict[str, np.ndarray]:
-    """The OUTPUT_KEYS and BAND_KEYS columns of the whole tensor-parallel group."""
+    """The OUTPUT_KEYS and BAND_KEYS columns of the whole tensor-parallel group (`bands`
+    None: OUTPUT_KEYS alone)."""
     t_pre, t_dec, e_pre, e_dec = cost.t_pre, cost.t_dec, cost.e_pre, cost.e_dec
     tp = cols["tensor_parallel"].astype(float)
     out_tokens = cols["output_tokens"].astype(float)
-    lo, hi = bands.lo, bands.hi
     latency = t_pre + t_dec
     energy_one_gpu = e_pre + e_dec
     # Every GPU of the tensor-parallel group runs its shard of every operator.
     energy = energy_one_gpu * tp
-    tpot = np.where(cost.has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
-    return {
+    tpot = where(cost.has_decode, t_dec / np.maximum(steps, 1.0), 0.0)
+    out = {
         "ttft_s": t_pre,
         "tpot_s": tpot,
         "latency_s": latency,
@@ -572,6 +628,12 @@ def _totals(
         # Per output token of the whole batch: batch_size sequences each produce output_tokens.
         "energy_per_output_token_j": energy / (out_tokens * cols["batch_size"].astype(float)),
         "avg_power_w": energy_one_gpu / np.maximum(latency, 1e-12),
+    }
+    if bands is None:
+        return out
+    lo, hi = bands.lo, bands.hi
+    return {
+        **out,
         "ttft_lo_s": t_pre * lo,
         "ttft_hi_s": t_pre * hi,
         "tpot_lo_s": tpot * lo,
@@ -769,6 +831,7 @@ def predict(
     *,
     texts: bool = True,
     models: bool = False,
+    metrics_only: bool = False,
 ) -> dict[str, np.ndarray]:
     """Predict every configuration (rows may mix GPUs and engines).
 
@@ -790,6 +853,10 @@ def predict(
     A batch of more than 64 rows that repeats configurations (every column equal) predicts
     each once and gathers its outputs back to every row that repeats it (`_repeated_rows`).
 
+    `metrics_only=True` returns the OUTPUT_KEYS columns alone (the same numbers), for a scan
+    that keeps only its objectives (`dse.sweep._enumerate`'s chunks): the range flags, bands,
+    breakdown and provenance (~10% of a sweep chunk's prediction) are not made.
+
     `models=True` adds `kernel_models`: per configuration, the fitted models that priced its
     operators (e.g. `gemm.sglang.bfloat16` for an SGLang configuration on H100: an engine of
     `adapters.OWN_TABLE_ENGINES` is priced by its own kernel tables where the artifact has them).
@@ -804,12 +871,12 @@ def predict(
         keep_freed()
     repeats = _repeated_rows(cols, n)
     if repeats is None:
-        return _predict_gpus(cols, n, artifacts, texts, models)
+        return _predict_gpus(cols, n, artifacts, texts, models, metrics_only)
     # each distinct configuration predicted once (in the order it first comes), every output
     # gathered back to every row: a row's prediction does not depend on the batch it comes in
     rows, inverse = repeats.rows, repeats.inverse
     assert rows is not None and inverse is not None  # distinct_columns' groups always have both
-    out = _predict_gpus(cols.take(rows), len(rows), artifacts, texts, models)
+    out = _predict_gpus(cols.take(rows), len(rows), artifacts, texts, models, metrics_only)
     return _spread(out, inverse)
 
 
@@ -876,6 +943,7 @@ def _predict_gpus(
     artifacts: Mapping[str, Artifact | None] | None,
     texts: bool,
     models: bool,
+    metrics_only: bool = False,
 ) -> dict[str, np.ndarray]:
     """`predict` of checked columns, GPU by GPU (`predict_columns`), merged."""
     parts = []
@@ -887,7 +955,13 @@ def _predict_gpus(
         if artifacts is not None and str(name) in artifacts:
             art = artifacts[str(name)]
         pred = predict_columns(
-            part, len(idx), gpu=get_gpu(str(name)), artifact=art, texts=texts, models=models
+            part,
+            len(idx),
+            gpu=get_gpu(str(name)),
+            artifact=art,
+            texts=texts,
+            models=models,
+            metrics_only=metrics_only,
         )
         if len(idx) == n:
             return pred

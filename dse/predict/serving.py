@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dse._same import equals
 from dse.errors import ConfigError
 from dse.models.base import RangeMiss
 from dse.models.serving import HostConstants, continuous, range_misses
@@ -165,4 +166,4 @@ def any_continuous(cols: Mapping[str, np.ndarray]) -> bool:
     """Whether some configuration asks for continuous batching (columns without `batching`:
     none)."""
     b = cols.get("batching")
-    return b is not None and bool((b == "continuous").any())
+    return b is not None and bool(equals(b, "continuous").any())

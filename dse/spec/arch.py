@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dse._same import all_equal, equals
 from dse.errors import ConfigError
 from dse.spec import pattern as P
 from dse.spec.choices import DTYPE_BYTES, FP4_WEIGHT_DTYPES
@@ -33,7 +34,7 @@ def dtype_bytes(dtype: Any) -> Any:
     if arr.size and arr.dtype.kind in "US":
         # Fast path: one dtype for the whole batch (sorting 10^5 strings for np.unique is slow).
         first = arr.flat[0]
-        if (arr.size == 1 or (arr == first).all()) and str(first) in DTYPE_BYTES:
+        if (arr.size == 1 or all_equal(arr)) and str(first) in DTYPE_BYTES:
             return np.full(arr.shape, DTYPE_BYTES[str(first)])
     uniq = np.unique(arr)
     bad = [u for u in uniq if u not in DTYPE_BYTES]
@@ -52,7 +53,7 @@ def fp4_weights(weight_dtype: Any) -> np.ndarray:
     wd = np.asarray(weight_dtype)
     hit = np.zeros(wd.shape, dtype=bool)
     for d in FP4_WEIGHT_DTYPES:
-        hit |= wd == d
+        hit |= equals(wd, d)  # one comparison for a column of one dtype (a sweep's)
     return hit
 
 

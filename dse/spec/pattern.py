@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from dse._same import all_equal
+
 
 @dataclass(frozen=True)
 class Kinds:
@@ -213,7 +215,7 @@ def _columns(pattern: Any, counts: Callable[[str], tuple[int, ...]]) -> tuple[An
     if arr.ndim == 0:
         return counts(str(arr.item()))
     first = arr.flat[0] if arr.size else ""
-    if arr.size == 1 or (arr.size and (arr == first).all()):  # one pattern: a sweep's usual
+    if arr.size == 1 or (arr.size and all_equal(arr)):  # one pattern: a sweep's usual
         return counts(str(first))
     uniq, inv = np.unique(arr.astype(str), return_inverse=True)
     table = np.array([counts(str(u)) for u in uniq], dtype=np.int64)[inv.reshape(-1)]

@@ -130,10 +130,14 @@ def _evaluate_scan(space: SearchSpace, idx: np.ndarray, predictor: Predictor | N
     """A scan's evaluation of the configurations at `idx`: only the feasible front and the
     counts are kept (no texts, feasible rows predicted), the rules and sizes read from the
     space's grid tables where it has them (`dse.sweep._grid_derived`: ~40 ms of a
-    131,072-row chunk's ~55 ms of `derived` on one core)."""
+    131,072-row chunk's ~55 ms of `derived` on one core), and so are the sizes the default
+    predictor's Level-3 KV inputs read (`request.KV_SIZE_COLUMNS`)."""
     grid = grid_derived(space)
     digits = space_digits(space, idx) if space.searched else None
     cols = space_columns(space, idx, digits)
+    derived, sizes = None, None
+    if grid is not None and digits is not None:
+        derived, sizes = grid.with_sizes(cols, digits)
     return evaluate(
         space,
         cols,
@@ -141,8 +145,9 @@ def _evaluate_scan(space: SearchSpace, idx: np.ndarray, predictor: Predictor | N
         with_tokens2wh=False,
         texts=False,
         feasible_only=True,
-        derived=None if grid is None or digits is None else grid(cols, digits),
+        derived=derived,
         constant=constant_columns(space),
+        kv_sizes=sizes,
     )
 
 

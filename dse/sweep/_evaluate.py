@@ -103,11 +103,14 @@ def _calibration(t2wh: ModuleType) -> Any:
     return _CALIBRATION[key]
 
 
-def default_predictor(texts: bool = True) -> Predictor:
+def default_predictor(texts: bool = True, metrics_only: bool = False) -> Predictor:
     """`dse.predict.predict`; without `out_of_range_inputs` where `texts` is False (a scan that
-    keeps only its front, which it evaluates again with texts)."""
+    keeps only its front, which it evaluates again with texts); with the predicted metrics
+    alone (`predict(metrics_only=True)`) where `metrics_only` is True."""
     from dse.predict import predict
 
+    if metrics_only:
+        return functools.partial(predict, texts=False, metrics_only=True)
     return predict if texts else functools.partial(predict, texts=False)
 
 
@@ -245,6 +248,7 @@ def evaluate(
     feasible_only: bool = False,
     derived: Mapping[str, np.ndarray] | None = None,
     constant: Collection[str] = (),
+    kv_sizes: Mapping[str, np.ndarray] | None = None,
 ) -> Evaluation:
     """Sizes, constraints, predictions and objectives of a batch of complete configurations.
 
@@ -268,6 +272,10 @@ def evaluate(
 
     `constant`: columns of `cols` (a `Configs`) that hold one value in every row
     (`dse.sweep.space_index.constant_columns`): the predicted rows share them, not gathered.
+
+    `kv_sizes`: `dse.predict.request.KV_SIZE_COLUMNS` of every row of `cols` (a `Configs`), when
+    the caller has them (the exact scan's grid): the default predictor takes them as columns
+    of its batch (`Configs.with_columns`) rather than computing them again.
     """
     n = len(cols["d_model"])
     d = C.derived(cols, n, texts=texts) if derived is None else derived
@@ -291,9 +299,12 @@ def evaluate(
             if isinstance(cols, C.Configs)
             else {k: np.asarray(v)[predicted] for k, v in cols.items()}
         )
-        raw = (predictor or default_predictor(texts))(part)
+        if kv_sizes and predictor is None and isinstance(part, C.Configs):
+            part = part.with_columns({k: v.take(predicted) for k, v in kv_sizes.items()})
         # a scan keeps only objectives and verdicts: of ~80 predicted columns it spreads the
-        # metrics (`PREDICTED_KEYS`) alone (~30 ms of a 0.5 s chunk of 131,072 rows)
+        # metrics (`PREDICTED_KEYS`) alone (~30 ms of a 0.5 s chunk of 131,072 rows), and the
+        # default predictor makes only those (and the tokens-to-Wh's ttft_s and latency_s)
+        raw = (predictor or default_predictor(texts, metrics_only=feasible_only))(part)
         kept = raw if not feasible_only else {k: raw[k] for k in _METRIC_KEYS if k in raw}
         pred = {k: _scatter(v, predicted, n) for k, v in kept.items()}
         module = tokens2wh_module() if (with_tokens2wh or need_t2wh) else None

@@ -110,16 +110,27 @@ class GridDerived:
         return cls(space) if work <= MAX_KEYS else None
 
     def __call__(self, cols: C.Configs, digits: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        return self.with_sizes(cols, digits)[0]
+
+    def with_sizes(
+        self, cols: C.Configs, digits: Sequence[np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """(`derived`'s columns, the predictor's `request.KV_SIZE_COLUMNS`) of every row:
+        the sizes Level 3's KV inputs read, kept in the memory table (they read its fields),
+        for the predictor to take as columns rather than compute them chunk after chunk."""
+        from dse.predict.request import KV_SIZE_COLUMNS  # the predictor: only when it runs
+
         n = cols.n
         # one chunk at a time: a Dask worker with several threads shares the tables, and a
         # table's scratch row numbers and fill flags hold one chunk's
         with self._lock:
             arch = self.arch.lookup(cols, digits)
             per_seq = self.memory.lookup(cols, digits)
+        sizes = {k: per_seq.pop(k) for k in KV_SIZE_COLUMNS}
         memory, mem = C.memory_of_batch(cols, n, per_seq)
         cap = C.gpu_table(cols["gpu"], "hbm_capacity_bytes")
         # the keys in `derived`'s order (an unknown constraint's message lists them)
-        return {**arch, **memory, **C.capacity_columns(mem, cap, n)}
+        return {**arch, **memory, **C.capacity_columns(mem, cap, n)}, sizes
 
 
 def _arch_piece(part: C.Configs, n: int) -> dict[str, np.ndarray]:
@@ -128,8 +139,12 @@ def _arch_piece(part: C.Configs, n: int) -> dict[str, np.ndarray]:
 
 
 def _memory_piece(part: C.Configs, n: int) -> dict[str, np.ndarray]:
+    from dse.predict.request import kv_sizes  # the predictor: only when it runs
+
     # a term that is one value for the whole part (vocab_size) as a column, to be stored
-    return {k: np.broadcast_to(v, (n,)) for k, v in C.memory_per_sequence(part).items()}
+    a = C.architecture(part).resolved()  # shared by both accountings
+    terms = {**C.memory_per_sequence(part, a), **kv_sizes(part, a=a)}
+    return {k: np.broadcast_to(v, (n,)) for k, v in terms.items()}
 
 
 def _may_be_fp4(space: SearchSpace) -> bool:

@@ -1,6 +1,7 @@
 """The exact scan's `derived` from grid tables (`dse.sweep._grid_derived`): the rules and sizes
 computed once per distinct combination of the searched fields they read, over a space's chunks,
-equal `dse.spec.columns.derived` on each whole chunk: keys in order, dtypes and values."""
+equal `dse.spec.columns.derived` on each whole chunk: keys in order, dtypes and values; and so
+do the predictor's KV sizes (`dse.predict.request.kv_sizes`) the memory table keeps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dse.predict.request import kv_sizes
 from dse.spec import columns as C
 from dse.spec.space import load_space
 from dse.sweep._grid_derived import GridDerived, grid_derived
@@ -48,12 +50,16 @@ def _assert_equal_chunks(space_path: Path, chunk: int, limit: int | None = None)
         idx = np.arange(start, min(start + chunk, size), dtype=np.int64)
         digits = space_digits(space, idx)
         cols = space_columns(space, idx, digits)
-        got = grid(cols, digits)
+        got, sizes = grid.with_sizes(cols, digits)
         want = C.derived(cols, cols.n, texts=False)
         assert tuple(got) == tuple(want)
         for k, v in want.items():
             assert np.asarray(got[k]).dtype == np.asarray(v).dtype, k
             assert np.array_equal(got[k], v, equal_nan=True), k
+        # the predictor's KV sizes, from the memory table, as `kv_sizes` computes them
+        for k, v in kv_sizes(cols).items():
+            assert sizes[k].dtype == np.asarray(v).dtype, k
+            assert np.array_equal(sizes[k], np.broadcast_to(v, (cols.n,))), k
 
 
 @pytest.mark.parametrize("chunk", [7, 100, 1000])
