@@ -90,7 +90,7 @@ def test_where_is_numpys_bit_for_bit(cond: np.ndarray, a: object, b: object) -> 
 
 
 @pytest.mark.parametrize("log", [np.log, np.log2])
-def test_whole_log_is_the_log_bit_for_bit(log: object) -> None:
+def test_whole_log_is_the_log(log: object) -> None:
     rng = np.random.default_rng(1)
     for x in (
         rng.integers(1, 9000, 50_000).astype(float),  # whole numbers: by their table
@@ -100,4 +100,9 @@ def test_whole_log_is_the_log_bit_for_bit(log: object) -> None:
     ):
         got, want = _whole_log(x, log), log(x)  # type: ignore[operator]
         assert got.dtype == want.dtype
-        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        # Bit for bit on the machines we ran; within 1 ulp here, since numpy may take a short
+        # table's logs on another loop than a long column's on some CPU. A wrong index or
+        # range moves a log by >= 1/65536 of itself, ~10^11 ulp.
+        ok = ~np.isnan(want)
+        np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=1)
