@@ -492,10 +492,10 @@ def _fill_later(
     put off, as the rows of one product of two (2 k, n) matrices: the same element-wise
     products as one multiplication per operator, ~2 numpy calls instead of 2 k."""
     k = len(later)
-    calls = np.array([c for _, _, c, _, _ in later] + [r for _, _, _, r, _ in later])
-    counts = np.empty((k, n))
-    counts[...] = [np.broadcast_to(c, (n,)) for _, _, _, _, c in later]
-    prod = calls.reshape(2 * k, n) * np.concatenate([counts, counts])
+    # (np.concatenate of the rows: np.array of a list of arrays inspects each one)
+    calls = np.concatenate([c for _, _, c, _, _ in later] + [r for _, _, _, r, _ in later])
+    counts = [c for _, _, _, _, c in later]
+    prod = (calls * np.concatenate(counts + counts)).reshape(2 * k, n)
     for i, (spot, name, _, _, _) in enumerate(later):
         op, _, power = d.per_op[spot.pos]
         d.per_op[spot.pos] = (op, prod[i], power)
@@ -946,7 +946,7 @@ class Pricer:
                 and every
                 and _is_row(call.t_call, n)
                 and _is_row(t_r, n)
-                and ndim_of(op.count) < 2
+                and _is_row(op.count, n)
             ):
                 # a few configurations: the products after the loop, in one multiplication
                 spot = _Later(len(d.per_op))
