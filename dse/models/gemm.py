@@ -290,7 +290,9 @@ class _Grid:
             return b
 
         def along_k(off: int) -> np.ndarray:
-            return lerp(np.take(flat, base + off), np.take(flat, base + off + s2), t2)
+            return lerp(
+                flat.take(base + off), flat.take(base + off + s2), t2
+            )  # (no np.take wrapper)
 
         lo = lerp(along_k(0), along_k(s1), t1)
         hi = lerp(along_k(s0), along_k(s0 + s1), t1)

@@ -114,7 +114,8 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
             if ops[j].kind == "gemm":
                 dt = ops[j].dims["dtype"]
                 if id(dt) not in peaks:
-                    peaks[id(dt)] = as_shape(gemm_peak(dt, gpu), (n,))
+                    # (a scalar peak is written by the slice assignment, not broadcast first)
+                    peaks[id(dt)] = gemm_peak(dt, gpu)
                 peak[i * n : (i + 1) * n] = peaks[id(dt)]
         t = roofline_s(
             np.concatenate([ops[j].flops for j in flat]),

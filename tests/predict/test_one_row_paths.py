@@ -1,0 +1,85 @@
+"""A configuration predicted alone (the few-row paths of `dse.predict.pricing`: the operators'
+seconds multiplied after Level 1's loop, `_fill_later`; the roofline items copied as one
+matrix) gets every output the general path gives it inside a batch of more than
+`STACK_AT_MOST` rows of its GPU: every catalogue model (full, sliding, MLA, linear-attention
+and hybrid families, dense and MoE), every registered GPU, static and continuous batching,
+vLLM, TensorRT-LLM and SGLang, fp8 where the chip has it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dse.predict import predict
+from dse.predict.stacking import STACK_AT_MOST
+from dse.spec.catalogue import lookup_model, model_names
+from dse.spec.hardware import gpu_names
+from tests.predict.test_small_call_paths import _miss_facts
+
+# float32 MLP GEMMs may sum in another order in another batch layout (issue 18)
+RTOL = 1e-6
+FP8_GPUS = ("h100_sxm", "h200_sxm", "gh200", "b200_sxm")
+
+
+def _configs() -> dict[str, np.ndarray]:
+    """Per GPU every catalogue model once (more than STACK_AT_MOST rows: the general path),
+    and SGLang's rows (priced by their own tables, apart) on H100."""
+    rng = np.random.default_rng(37)
+    names = model_names()
+    assert len(names) > STACK_AT_MOST
+    rows = []
+    for gpu, engines in [(g, ("vllm", "trtllm")) for g in sorted(gpu_names())] + [
+        ("h100_sxm", ("sglang",))
+    ]:
+        for name in names:
+            a = lookup_model(name).to_dict()
+            a.update(
+                batch_size=int(rng.choice([1, 3, 8, 32, 128])),
+                prompt_tokens=int(rng.choice([16, 200, 1024, 4096])),
+                output_tokens=int(rng.choice([1, 2, 64, 700])),
+                tensor_parallel=int(rng.choice([1, 2, 4, 8])),
+                engine=str(rng.choice(engines)),
+                batching=str(rng.choice(["static", "continuous"])),
+                gpu=gpu,
+            )
+            if gpu in FP8_GPUS and rng.random() < 0.3:
+                a["weight_dtype"] = "fp8"
+                a["kv_dtype"] = str(rng.choice(["fp8", "bfloat16"]))
+            rows.append(a)
+    keys = sorted({k for r in rows for k in r})
+    assert all(set(r) == set(keys) for r in rows)
+    return {k: np.array([r[k] for r in rows]) for k in keys}
+
+
+def _same_row(one: dict[str, np.ndarray], whole: dict[str, np.ndarray], i: int) -> None:
+    """Every output of `one` (a row alone) equals row i of `whole`; an operator's breakdown
+    column that only other rows of the batch run (a sliding layer's) is 0 on row i."""
+    assert set(one) <= set(whole), set(one) - set(whole)
+    for k, v in whole.items():
+        if k not in one:
+            assert v.dtype.kind == "f" and v[i] == 0.0, f"{i} {k}: {v[i]!r} only in the batch"
+        elif k == "out_of_range_inputs":  # misses shared batch-wide are merged batch-wide
+            assert _miss_facts(one[k][0]) == _miss_facts(v[i]), f"{i}: {one[k][0]!r}"
+        elif v.dtype.kind == "f":
+            np.testing.assert_allclose(one[k][0], v[i], rtol=RTOL, atol=1e-15, err_msg=f"{i} {k}")
+        else:
+            assert one[k][0] == v[i], f"{i} {k}: {one[k][0]!r} != {v[i]!r}"
+
+
+@pytest.mark.slow
+def test_one_row_gives_every_output_of_the_batch_path() -> None:
+    cols = _configs()
+    whole = predict(cols)
+    n = len(cols["gpu"])
+    for i in range(0, n, 4):
+        _same_row(predict({k: v[i : i + 1] for k, v in cols.items()}), whole, i)
+
+
+def test_one_row_of_each_attention_family_matches_the_batch_path() -> None:
+    """The fast subset: one GPU's rows (every catalogue model, so every attention family)."""
+    cols = _configs()
+    keep = np.flatnonzero(cols["gpu"] == "h100_sxm")[: len(model_names())]
+    cols = {k: v[keep] for k, v in cols.items()}
+    whole = predict(cols)
+    for i in range(0, len(keep), 3):
+        _same_row(predict({k: v[i : i + 1] for k, v in cols.items()}), whole, i)
