@@ -212,6 +212,17 @@ def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m.excess, as_shape(m.value, shape), as_shape(m.bound, shape)
 
 
+def any_true(a: np.ndarray) -> bool:
+    """`a.any()` as a bool; one element read as a Python bool (a numpy reduction costs ~2 us,
+    and a one-configuration prediction asks dozens of these)."""
+    return bool(a) if a.size == 1 else bool(a.any())
+
+
+def all_true(a: np.ndarray) -> bool:
+    """`a.all()` as a bool; one element read as a Python bool (see `any_true`)."""
+    return bool(a) if a.size == 1 else bool(a.all())
+
+
 def within(v: np.ndarray, lo: float, hi: float) -> bool:
     """Every value of a non-empty array inside [lo, hi] (NaN is not): the fast test before a
     `range_miss`; one row is compared as a Python float, without two numpy reductions."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.models.base import as_shape
+from dse.models.base import any_true, as_shape
 
 
 class ColumnsAt(Mapping[str, np.ndarray]):
@@ -434,7 +434,7 @@ def column_blocks(n: np.ndarray, n_max: float) -> tuple[np.ndarray, np.ndarray]:
     to a multiple of BLOCK_COLUMNS (never above n_max when n_max is one); one block of n
     columns where n <= n_max, so those GEMMs are priced exactly as before."""
     n = np.asarray(n, dtype=float)
-    if not np.isfinite(n_max) or n_max <= 0 or not (n > n_max).any():
+    if not np.isfinite(n_max) or n_max <= 0 or not any_true(n > n_max):
         return np.ones_like(n), n
     blocks = np.maximum(np.ceil(n / n_max), 1.0)
     cols = np.ceil(n / blocks / BLOCK_COLUMNS) * BLOCK_COLUMNS

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dse.models.base import any_true
 from dse.spec.arch import (
     LINEAR_CHUNK_TOKENS,
     LINEAR_STATE_FLOPS,
@@ -38,7 +39,7 @@ def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
     weights with SGLang's fp8_block table (`dse.predict.adapters.price_moe`)."""
     out = np.where(wb < 2, "fp8", "bfloat16")
     fp4 = fp4_weights(weight_dtype)
-    return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out
+    return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if any_true(fp4) else out
 
 
 @dataclass
@@ -195,7 +196,7 @@ def forward_ops(
     The order is part of the result: the pricer sums the operators in this order.
     """
     sh = LayerShapes.of(cols, phase, kv_len, like)
-    fam = _Families.of(cols, sh)
+    fam = _Families.shared(cols, sh)
     return [
         *_embedding_ops(sh),
         *_attention_ops(sh, cols, stratum, fam),
@@ -245,6 +246,19 @@ class _Families:
     mixers: np.ndarray
     dense: np.ndarray
     moe: np.ndarray
+
+    @classmethod
+    def shared(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
+        """`of`, made once for the phases of one call: kept on `sh` with the columns it was
+        made from (the phases' `LayerShapes` share their `like`'s dict, and the families read
+        no phase-dependent size), reused only for the same columns object (a grouped batch
+        notes each phase's reads on a mapping of its own: made afresh there)."""
+        hit = sh.__dict__.get("_families")
+        if hit is not None and hit[0] is cols:
+            return hit[1]
+        fam = cls.of(cols, sh)
+        sh.__dict__["_families"] = (cols, fam)  # a frozen dataclass: written as LayerShapes.of does
+        return fam
 
     @classmethod
     def of(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
@@ -377,7 +391,7 @@ def _sliding_core(
     windowed row (issue 33: the models' work is w (w + 1) / 2 + (s - w) w query-key pairs in
     prefill, min(kv_len + 1, w) keys in decode; their H200 power heads read the window, and
     SGLang's backend rule does). A configuration without sliding layers has count 0 here."""
-    if not (fam.sliding > 0).any():
+    if not any_true(fam.sliding > 0):
         return []
     op = _attention_core(sh, cols, stratum, window=np.maximum(fam.window, 1.0))
     op.count = fam.sliding
@@ -404,7 +418,7 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
     once per sequence per forward pass, the conv window, q/k/v in and the output out)."""
     ops: list[Op] = []
     tokens, d, tp, wb, gd = sh.tokens, sh.d, sh.tp, sh.wb, sh.gemm_dtype
-    if (fam.mla > 0).any():
+    if any_true(fam.mla > 0):
         h_tp = sh.h_tp
         r = cols["kv_lora_rank"].astype(float)
         qr = cols["q_lora_rank"].astype(float)
@@ -436,7 +450,7 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
                 "phase": sh.phase}  # fmt: skip
         ops.append(Op("attention/mla_core", "attention_mla", "attention", c, flops, traffic, dims))
         ops.append(_gemm("attention/mla_out", "attention", c, tokens, d, h_tp * vd, wb, gd))
-    if (fam.linear > 0).any():
+    if any_true(fam.linear > 0):
         nv = np.where(cols["linear_n_heads"] > 0, cols["linear_n_heads"], cols["n_heads"])
         dv = np.where(cols["linear_head_dim"] > 0, cols["linear_head_dim"], cols["head_dim"])
         ng = np.where(cols["linear_n_groups"] > 0, cols["linear_n_groups"], nv)
@@ -474,7 +488,7 @@ def _mamba1_ops(
     """Mamba-1's input-dependent dt, B, C (none when the batch has no Mamba-1 layer): x_proj,
     this GPU's channels -> dt_rank + 2 state_dim (row-parallel), and dt_proj, dt_rank -> the
     channels, GEMMs priced by the fitted models like in_proj."""
-    if not mamba1.any():
+    if not any_true(mamba1):
         return []
     c = np.where(mamba1, fam.linear, 0.0)
     rank = np.ceil(sh.d / MAMBA1_DT_RANK_DIVISOR)
@@ -504,7 +518,9 @@ def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
 
 def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
     """The MoE FFN (router + grouped experts) and its shared expert; counts are 0 in dense layers."""
-    if not fam.moe.any():  # a batch of dense models: the three run nowhere (nothing prices them)
+    if not any_true(
+        fam.moe
+    ):  # a batch of dense models: the three run nowhere (nothing prices them)
         return _idle_moe_ops(sh)
     return _moe_ops_sized(sh, cols, fam)
 
@@ -521,7 +537,7 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     touched = e * (1.0 - np.power(1.0 - np.minimum(topk / np.maximum(e, 1), 1.0), tokens))
     routing = moe_routing_code(cols, np.shape(sh.b)[0])
     model_tokens = tokens
-    if (routing != UNIFORM).any():  # uniform everywhere: the arrays above, untouched
+    if any_true(routing != UNIFORM):  # uniform everywhere: the arrays above, untouched
         touched, model_tokens = _routed(touched, routing, sh, tokens, topk, e)
     moe_flops = 2 * routed * n_mats * d * dffe + 2 * tokens * d * e
     moe_bytes = (

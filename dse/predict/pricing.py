@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dse.models.artifact import Artifact
-from dse.models.base import RangeMiss, as_shape
+from dse.models.base import RangeMiss, all_true, any_true, as_shape
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict import op_power
 from dse.predict._rows import (
@@ -361,7 +361,7 @@ def _record_misses(
         for key, miss in price.misses.items():
             m = (miss if runs is None else miss.masked(runs)).worst_node()
             o = m.outside
-            if not o.any():
+            if not any_true(o):
                 continue
             label = f"{op.name}: {key}"
             misses[label] = misses[label].worse(m) if label in misses else m
@@ -371,7 +371,7 @@ def _record_misses(
         o = np.asarray(price.out_of_range)
         o = o if runs is None else o & runs
         o = o.any(axis=0) if o.ndim == 2 else o
-        if o.any():
+        if any_true(o):
             oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
             oor |= o
 
@@ -511,7 +511,7 @@ def _block_part(
     name, seconds of one call by name); None when the phase does not run the whole block."""
     idx = [i for i, (op, _, _) in enumerate(d.per_op) if op.name in names]
     ops = {d.per_op[i][0].name: d.per_op[i][0] for i in idx}
-    if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
+    if len(idx) != len(names) or not any_true(ops[names[-1]].count > 0):
         return None
     count = np.maximum(ops[names[-1]].count, 1.0)
     return d, idx, ops, {d.per_op[i][0].name: d.per_op[i][1] / count for i in idx}
@@ -1002,7 +1002,7 @@ class Pricer:
         adapter = ADAPTERS.get(op.kind)
         if self.artifact is None or adapter is None:
             return None
-        if every or runs.all() or runs.mean() >= SUBSET_BELOW:
+        if every or all_true(runs) or runs.mean() >= SUBSET_BELOW:
             return adapter(self.artifact, op, self.gpu, ctx)
         # e.g. the MoE block in a batch of mostly dense models
         idx = np.flatnonzero(runs)
@@ -1080,10 +1080,10 @@ class Pricer:
                 for key, miss in block_misses.items():
                     m = RangeMiss(miss.excess[rows], miss.value[rows], miss.bound[rows])
                     m = m.masked(runs)
-                    if m.outside.any():
+                    if any_true(m.outside):
                         d.misses[f"{name}: {key}"] = m
                         o |= m.outside
-                if o.any():
+                if any_true(o):
                     d.oor_by[name] = o
                     d.oor |= o
                 for i in idx:

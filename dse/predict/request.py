@@ -26,7 +26,7 @@ from dse._heap import keep_freed
 from dse.errors import ArtifactError, ConfigError
 from dse.models.artifact import Artifact
 from dse.models.band import widen
-from dse.models.base import RangeMiss
+from dse.models.base import RangeMiss, all_true, any_true
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
 from dse.predict._rows import ColumnsRead, Groups, distinct_columns
 from dse.predict.artifacts import resolve_artifact
@@ -231,7 +231,7 @@ def base_costs(
     `kv_mean_context`: rows whose KV need is a running batch's (`kv_memory`)."""
     fill, waves, per_wave = kv_waves(cols["batch_size"], *kv_memory(cols, gpu, kv_mean_context))
     queued = waves > 1
-    if queued.any():
+    if any_true(queued):
         cols = dict(cols)
         cols["batch_size"] = np.where(queued, per_wave, cols["batch_size"]).astype(np.int64)
     pricer = Pricer(gpu, artifact, artifact_gpu, cols)
@@ -252,7 +252,7 @@ def base_costs(
         [(pre_ops, "prefill", None), (ops, "decode", weights)],
         None if not grouped else [_group_key(read[0], read[1]), _group_key(read[0], read[2], True)],
     )
-    if queued.any():  # the costs are the pricer's own arrays: scaled in place
+    if any_true(queued):  # the costs are the pricer's own arrays: scaled in place
         pre.scale_in_place(waves)
         dec.scale_in_place(waves)
     return BaseCost(pre, dec, steps, fill, waves)
@@ -326,7 +326,7 @@ def predict_columns(
     gpu = gpu or get_gpu(str(cols["gpu"][0]))
     # nvfp4 weights have no kernels on a GPU without FP4 tensor cores: nothing to price. The
     # registry (for the message's list of FP4 GPUs) is read only when such a row is there.
-    if gpu.peak_fp4_flops_per_s is None and A.fp4_weights(cols["weight_dtype"]).any():
+    if gpu.peak_fp4_flops_per_s is None and any_true(A.fp4_weights(cols["weight_dtype"])):
         why = R.check_weight_dtype_on_gpu(cols["weight_dtype"], gpu.name, False, fp4_gpu_names())
         if (why != "").any():
             raise ConfigError(next(m for m in why if m))
@@ -402,12 +402,12 @@ def _kernel_models(base: BaseCost, n: int) -> np.ndarray:
     for c in (base.prefill, base.decode):
         for k, s in c.sources.items():
             runs = c.items_s[k] > 0
-            if not runs.any() or s == "none":
+            if not any_true(runs) or s == "none":
                 continue
             rows = c.source_rows.get(k)
             for i, label in enumerate(s.split("+")):
                 here = runs if rows is None else runs & (rows == i)
-                if label != "roofline" and here.any():
+                if label != "roofline" and any_true(here):
                     entries.append((label, here))
     return _joined(entries, n)
 
@@ -465,7 +465,7 @@ def _level3_terms(
     if lvl3 is not None:
         c = lvl3.correct(g, gqa_aware)
         misses = {f"level3: {k}": v for k, v in lvl3.range_misses(g).items()}
-        if not c["engine_known"].all():
+        if not all_true(c["engine_known"]):
             flags["level3: engine not fitted"] = ~c["engine_known"]
         pre_over, dec_over = c["pre_overhead_s"], c["dec_overhead_s"]
         band_lo, band_hi = c["band_lo"], c["band_hi"]
@@ -484,7 +484,7 @@ def apply_level3(base: BaseCost, corr: Level3Correction, idle_w: float) -> Reque
     pre_items_s, t_pre, e_pre = _scaled(base.prefill, kind_factors("prefill", corr.factors))
     dec_items_s, t_dec, e_dec = _scaled(base.decode, kind_factors("decode", corr.factors))
     has_decode = base.steps > 0
-    every_decode = bool(has_decode.all())
+    every_decode = all_true(has_decode)
     t_dec = _decode_only(t_dec, has_decode, every_decode)
     e_dec = _decode_only(e_dec, has_decode, every_decode)
     pre_over, dec_over = corr.pre_overhead_s, corr.dec_overhead_s
@@ -654,7 +654,7 @@ def _row_sources(
             if "roofline" not in s and "@" not in s:  # a fitted model of this chip alone
                 continue
             runs = c.items_s[k] > 0
-            if not runs.any():
+            if not any_true(runs):
                 continue
             rows = c.source_rows.get(k)
             if rows is None:
@@ -662,7 +662,7 @@ def _row_sources(
                 continue
             for i, label in enumerate(s.split("+")):
                 here = runs & (rows == i)
-                if here.any():
+                if any_true(here):
                     entries.append((k, label, here))
     roof = [(k, m) for k, s, m in entries if "roofline" in s.split("+")]
     lent = [(f"{k}={s}", m) for k, s, m in entries if "@" in s]
@@ -678,7 +678,7 @@ def _joined(
     post = then if then is not None else (lambda t: t)
     if not parts:
         return _const_object(n, post(""))
-    if all(m.all() for _, m in parts):
+    if all(all_true(m) for _, m in parts):
         return _const_object(n, post(",".join(sorted({t for t, _ in parts}))))
     masks = np.stack([m for _, m in parts], axis=1)
     combos, inverse = np.unique(masks, axis=0, return_inverse=True)
