@@ -481,11 +481,6 @@ class _Later:
         self.pos = pos
 
 
-def _is_row(v: Any, n: int) -> bool:
-    """Whether v is an (n,) float64 array (one value per configuration, no node axis)."""
-    return isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == np.float64
-
-
 def _fill_later(
     d: _Draft, later: Sequence[tuple[_Later, str, np.ndarray, np.ndarray, Any]], n: int
 ) -> None:
@@ -927,7 +922,7 @@ class Pricer:
         runs_of, every_of = runs.mask, runs.every
         live = [j for j, some in enumerate(runs.some) if some or every_of[j]]
         roofs = dict(zip(live, roofline_times([ops[j] for j in live], self.gpu), strict=True))
-        few = n <= STACK_AT_MOST
+        few, row = n <= STACK_AT_MOST, (n,)
         later: list[tuple[_Later, str, np.ndarray, np.ndarray, Any]] = []
         for j, op in enumerate(ops):
             runs, every = runs_of[j], every_of[j]
@@ -942,12 +937,14 @@ class Pricer:
             if price is not None:
                 _record_misses(price, op, None if every else runs, d.misses, d.oor_by, d.oor)
             t_r = call.t_call if call.src == "roofline" else roofs[j]
-            if (
+            tc, c = call.t_call, op.count
+            if (  # (n,) arrays all three (no node axis): the product put off
                 few
                 and every
-                and _is_row(call.t_call, n)
-                and _is_row(t_r, n)
-                and _is_row(op.count, n)
+                and isinstance(tc, np.ndarray)
+                and isinstance(t_r, np.ndarray)
+                and isinstance(c, np.ndarray)
+                and tc.shape == t_r.shape == c.shape == row
             ):
                 # a few configurations: the products after the loop, in one multiplication
                 spot = _Later(len(d.per_op))
