@@ -472,33 +472,6 @@ class _Draft:
     source_rows: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-class _Later:
-    """A place in `_Draft.per_op` / `_Draft.roof` whose seconds `_fill_later` writes."""
-
-    __slots__ = ("pos",)
-
-    def __init__(self, pos: int) -> None:
-        self.pos = pos
-
-
-def _fill_later(
-    d: _Draft, later: Sequence[tuple[_Later, str, np.ndarray, np.ndarray, Any]], n: int
-) -> None:
-    """The seconds (per call x count) and roofline seconds of the operators `Pricer._level1`
-    put off, as the rows of one product of two (2 k, n) matrices: the same element-wise
-    products as one multiplication per operator, ~2 numpy calls instead of 2 k."""
-    k = len(later)
-    # (np.concatenate of the rows: np.array of a list of arrays inspects each one)
-    calls = np.concatenate([c for _, _, c, _, _ in later] + [r for _, _, _, r, _ in later])
-    counts = [c for _, _, _, _, c in later]
-    prod = (calls * np.concatenate(counts + counts)).reshape(2 * k, n)
-    for i, (spot, name, _, _, _) in enumerate(later):
-        op, _, power = d.per_op[spot.pos]
-        d.per_op[spot.pos] = (op, prod[i], power)
-        if d.roof.get(name) is spot:  # (an operator name priced twice keeps its last)
-            d.roof[name] = prod[k + i]
-
-
 def _block_part(
     d: _Draft, names: Sequence[str]
 ) -> tuple[_Draft, list[int], dict[str, Op], dict[str, np.ndarray]] | None:
@@ -922,8 +895,6 @@ class Pricer:
         runs_of, every_of = runs.mask, runs.every
         live = [j for j, some in enumerate(runs.some) if some or every_of[j]]
         roofs = dict(zip(live, roofline_times([ops[j] for j in live], self.gpu), strict=True))
-        few, row = n <= STACK_AT_MOST, (n,)
-        later: list[tuple[_Later, str, np.ndarray, np.ndarray, Any]] = []
         for j, op in enumerate(ops):
             runs, every = runs_of[j], every_of[j]
             if j not in roofs:  # runs nowhere, e.g. the MoE operators of a dense model
@@ -937,26 +908,11 @@ class Pricer:
             if price is not None:
                 _record_misses(price, op, None if every else runs, d.misses, d.oor_by, d.oor)
             t_r = call.t_call if call.src == "roofline" else roofs[j]
-            tc, c = call.t_call, op.count
-            if (  # (n,) arrays all three (no node axis): the product put off
-                few
-                and every
-                and isinstance(tc, np.ndarray)
-                and isinstance(t_r, np.ndarray)
-                and isinstance(c, np.ndarray)
-                and tc.shape == t_r.shape == c.shape == row
-            ):
-                # a few configurations: the products after the loop, in one multiplication
-                spot = _Later(len(d.per_op))
-                later.append((spot, op.name, call.t_call, t_r, op.count))
-                d.roof[op.name] = spot  # type: ignore[assignment]
-                d.per_op.append((op, spot, call.power))  # type: ignore[arg-type]
-            else:
-                t, roof = call.t_call * op.count, t_r * op.count
-                if not every:  # zero where the configuration does not run the operator
-                    t, roof = np.where(runs, t, 0.0), np.where(runs, roof, 0.0)
-                d.roof[op.name] = roof
-                d.per_op.append((op, t, call.power))
+            t, roof = call.t_call * op.count, t_r * op.count
+            if not every:  # zero where the configuration does not run the operator
+                t, roof = np.where(runs, t, 0.0), np.where(runs, roof, 0.0)
+            d.roof[op.name] = roof
+            d.per_op.append((op, t, call.power))
             prev = sources.get(op.name)
             if prev in (None, "none"):
                 if price is not None and price.model_rows is not None:
@@ -966,8 +922,6 @@ class Pricer:
             sources[op.name] = (
                 call.src if prev in (None, "none", call.src) else f"{prev}+{call.src}"
             )
-        if later:
-            _fill_later(d, later, n)
         return d
 
     def _price_op(
