@@ -67,7 +67,7 @@ def kv_bytes_of(kv_dtype: Any, n: int) -> np.ndarray:
     if a.dtype.kind in "fiu":
         return np.broadcast_to(a.astype(np.float64), (n,)).copy()
     names = np.broadcast_to(a.astype(str), (n,))
-    out = np.full(n, 2.0)
+    out = _base.filled(n, 2.0)
     for name, nb in KV_BYTES.items():
         out[names == name] = nb
     return out

@@ -73,7 +73,7 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
         return value
     a = np.asarray(value, dtype=np.float64)
     if a.ndim == 0 and n is not None:
-        a = np.full(n, float(a))
+        a = filled(n, float(a))
     a = np.atleast_1d(a)
     if not _all_finite(a):
         raise DataError(f"input {name!r} must be finite numbers, got {a[~np.isfinite(a)][:3]}")
@@ -212,6 +212,14 @@ def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m.excess, as_shape(m.value, shape), as_shape(m.bound, shape)
 
 
+def filled(shape: int | tuple[int, ...], value: float) -> np.ndarray:
+    """`np.full(shape, value)` of a Python float: an empty float64 array filled (np.full's
+    generic path costs twice as much, and a one-configuration prediction makes dozens)."""
+    out = np.empty(shape)
+    out.fill(value)
+    return out
+
+
 def any_true(a: np.ndarray) -> bool:
     """`a.any()` as a bool; one element read as a Python bool (a numpy reduction costs ~2 us,
     and a one-configuration prediction asks dozens of these)."""
@@ -261,7 +269,7 @@ def _range_miss_one(v: np.ndarray, lo: float, hi: float, span: float, linear: bo
         e = (x - lo) / span if linear or lo <= 0 else math.log(max(x, 1e-300)) - math.log(lo)
     if abs(e) <= RANGE_TOL:
         e = 0.0
-    return RangeMiss(np.full(v.shape, e), v, np.full(v.shape, lo if x < lo else hi))
+    return RangeMiss(filled(v.shape, e), v, filled(v.shape, lo if x < lo else hi))
 
 
 def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, RangeMiss]:

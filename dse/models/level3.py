@@ -42,7 +42,7 @@ from dse.errors import ArtifactError
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
-from dse.models.base import Model, RangeMiss, clip, range_miss, within
+from dse.models.base import Model, RangeMiss, clip, filled, range_miss, within
 from dse.models.threads import threaded_fit
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
@@ -411,8 +411,8 @@ class Level3(Model):
             fit, known = self._fit_of(str(g.engine[0]))
             return {
                 **_parts(fit, g, gqa_aware),
-                "band_lo": np.full(n, float(fit.band_log[0])),
-                "band_hi": np.full(n, float(fit.band_log[1])),
+                "band_lo": filled(n, float(fit.band_log[0])),
+                "band_hi": filled(n, float(fit.band_log[1])),
                 "engine_known": np.full(n, known),
             }
         out = {

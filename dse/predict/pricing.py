@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dse.models.artifact import Artifact
-from dse.models.base import RangeMiss, all_true, any_true, as_shape
+from dse.models.base import RangeMiss, all_true, any_true, as_shape, filled
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict import op_power
 from dse.predict._rows import (
@@ -108,7 +108,7 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
     n = len(np.atleast_1d(ops[0].count)) if ops else 0
     flat = [j for j in flat if len(ops[j].flops) == n and len(ops[j].bytes) == n]
     if len(flat) > 1 and n <= STACK_AT_MOST:
-        peak = np.full(len(flat) * n, gpu.peak_bf16_flops_per_s)
+        peak = filled(len(flat) * n, float(gpu.peak_bf16_flops_per_s))
         peaks: dict[int, np.ndarray] = {}  # the GEMMs of a pass share one dtype column
         for i, j in enumerate(flat):
             if ops[j].kind == "gemm":
