@@ -490,12 +490,10 @@ def _reduced_roofs(
 ) -> dict[str, np.ndarray]:
     """Each operator's roofline seconds with the node axis reduced (`_reduce`); a few
     configurations' (n,) items scaled by the weights' sums in one product."""
-    if n > STACK_AT_MOST or not roof:
+    if weights is None or n > STACK_AT_MOST:
         return {k: _reduce(v, weights, n, wsum) for k, v in roof.items()}
     flat = [k for k, v in roof.items() if shape_of(v) == (n,)]
-    rows = np.array([roof[k] for k in flat], dtype=float).reshape(-1, n)
-    # prefill (no weights): the rows are the copies `_reduce` makes (one call, not one a row)
-    out = dict(zip(flat, rows if weights is None else rows * wsum, strict=True))
+    out = dict(zip(flat, np.array([roof[k] for k in flat]).reshape(-1, n) * wsum, strict=True))
     # the operators in their order (the items' order is the sum's), node arrays reduced alone
     return {k: out[k] if k in out else _reduce(v, weights, n, wsum) for k, v in roof.items()}
 
