@@ -28,6 +28,7 @@ from dse.spec.arch import (
 from dse.spec.pattern import ffn_counts, mixer_counts
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
+_ONE = (1,)  # the shape of a one-configuration column
 
 
 def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
@@ -60,6 +61,20 @@ def _gemm(
 ) -> Op:
     """y[m, n] = x[m, k] @ W[n, k]^T: 2mnk FLOPs; reads x and W, writes y."""
     m, n, k = np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float)
+    if m.shape == n.shape == k.shape == _ONE and np.shape(w_bytes) == _ONE:
+        # one configuration: the same products in Python floats (IEEE doubles, as numpy's),
+        # two arrays made instead of ~12 numpy calls on one-element arrays
+        mf, nf, kf, wf = float(m[0]), float(n[0]), float(k[0]), float(w_bytes[0])
+        traffic1 = mf * kf * min(wf, ACT_BYTES) + nf * kf * wf + mf * nf * ACT_BYTES
+        return Op(
+            name,
+            "gemm",
+            block,
+            np.asarray(count),
+            np.array([2 * mf * nf * kf]),
+            np.array([traffic1]),
+            {"m": m, "n": n, "k": k, "dtype": dtype},
+        )
     # fp8 GEMMs quantise x (weights of 1 byte: x in 1 byte too, else the activations' 2):
     # np.where(w_bytes < 2, w_bytes, ACT_BYTES) as one ufunc
     in_bytes = np.minimum(w_bytes, ACT_BYTES)
@@ -79,6 +94,17 @@ def _elementwise(
     name: str, block: str, count: Any, elements: Any, reads: float, writes: float, flops_per: float
 ) -> Op:
     e = np.asarray(elements, dtype=float)
+    if e.shape == _ONE:  # one configuration: Python floats (see `_gemm`)
+        ef = float(e[0])
+        return Op(
+            name,
+            "elementwise",
+            block,
+            np.asarray(count),
+            np.array([flops_per * ef]),
+            np.array([(reads + writes) * ef * ACT_BYTES]),
+            {"elements": e, "op": name},
+        )
     return Op(
         name,
         "elementwise",

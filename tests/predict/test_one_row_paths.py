@@ -83,3 +83,24 @@ def test_one_row_of_each_attention_family_matches_the_batch_path() -> None:
     whole = predict(cols)
     for i in range(0, len(keep), 3):
         _same_row(predict({k: v[i : i + 1] for k, v in cols.items()}), whole, i)
+
+
+def test_one_row_operators_are_the_vectorised_ones_bit_for_bit() -> None:
+    """`ops._gemm` and `ops._elementwise` of one configuration (Python floats) make the FLOPs
+    and bytes the numpy path makes for the same row in a batch of two, bit for bit."""
+    from dse.predict.ops import forward_ops
+    from dse.spec import columns as C
+
+    cfg = _configs()
+    for i in range(0, len(cfg["gpu"]), 7):
+        pair, _ = C.as_columns({k: v[[i, i]] for k, v in cfg.items()})
+        one, _ = C.as_columns({k: v[i : i + 1] for k, v in cfg.items()})
+        for phase in ("prefill", "decode"):
+            for a, b in zip(forward_ops(one, phase), forward_ops(pair, phase), strict=True):
+                assert a.name == b.name
+                for x, y in ((a.flops, b.flops), (a.bytes, b.bytes)):
+                    np.testing.assert_array_equal(
+                        np.broadcast_to(x, np.shape(y))[..., :1],
+                        np.asarray(y)[..., :1],
+                        err_msg=f"{i} {phase} {a.name}",
+                    )
