@@ -15,6 +15,7 @@ lives in its own module.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -168,11 +169,23 @@ def kv_waves(
     """(KV fill, waves, sequences per wave). Fill = KV needed / KV memory left per GPU (> 1: the
     engine must queue or preempt); a batch that does not fit runs as consecutive waves of as
     many full-length sequences as fit (at least one)."""
+    if batch.shape == need.shape == free.shape == (1,):
+        return _kv_waves_one(float(batch[0]), float(need[0]), float(free[0]))
     b = batch.astype(float)
     fill = np.where(free > 0, need / np.maximum(free, 1.0), 10.0)
     fit = np.maximum(np.floor(np.maximum(free, 0.0) / np.maximum(need / b, 1.0)), 1.0)
     waves = np.ceil(b / np.minimum(fit, b))
     return fill, waves, np.ceil(b / waves)
+
+
+def _kv_waves_one(b: float, need: float, free: float) -> tuple[np.ndarray, ...]:
+    """`kv_waves` of one configuration in Python floats: the same operations in the same
+    order (floor and ceil of finite doubles are exact either way), three arrays made instead
+    of ~15 numpy calls."""
+    fill = need / max(free, 1.0) if free > 0 else 10.0
+    fit = max(float(math.floor(max(free, 0.0) / max(need / b, 1.0))), 1.0)
+    waves = float(math.ceil(b / min(fit, b)))
+    return np.array([fill]), np.array([waves]), np.array([float(math.ceil(b / waves))])
 
 
 @dataclass

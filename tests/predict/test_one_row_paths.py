@@ -104,3 +104,20 @@ def test_one_row_operators_are_the_vectorised_ones_bit_for_bit() -> None:
                         np.asarray(y)[..., :1],
                         err_msg=f"{i} {phase} {a.name}",
                     )
+
+
+def test_kv_waves_of_one_configuration_are_the_vectorised_ones() -> None:
+    """`request.kv_waves` of one row (Python floats) equals the numpy rule's row, bit for bit:
+    batches that fit, that run in waves, and GPUs with no memory left for the cache."""
+    from dse.predict.request import kv_waves
+
+    rng = np.random.default_rng(3)
+    batch = rng.integers(1, 512, 400)
+    need = rng.uniform(1e6, 1e12, 400)
+    free = rng.uniform(-1e10, 1e11, 400)
+    free[::7] = 0.0
+    many = kv_waves(batch, need, free)
+    for i in range(len(batch)):
+        one = kv_waves(batch[i : i + 1], need[i : i + 1], free[i : i + 1])
+        for a, b in zip(one, many, strict=True):
+            np.testing.assert_array_equal(a, b[i : i + 1], err_msg=str(i))
