@@ -88,6 +88,9 @@ def _all_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(a).all())
 
 
+all_finite = _all_finite  # the public name (`dse.predict.adapters` checks model outputs)
+
+
 def clip(x: Any, lo: Any, hi: Any) -> Any:
     """np.clip(x, lo, hi) (lo <= hi) as its two ufuncs: numpy's wrapper costs more than the
     work on the few values of a one-configuration call."""

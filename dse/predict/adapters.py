@@ -26,7 +26,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
-from dse.models.base import RangeMiss, as_shape
+from dse.models.base import RangeMiss, all_finite, as_shape
 from dse.predict import op_power
 from dse.predict._rows import (
     BLOCK_ROWS,
@@ -613,10 +613,10 @@ def _kernel_price(
     else:
         res = evaluate_rows(run, groups, shape)
     lat = res["latency_s"] if factor is None else res["latency_s"] * factor
-    if not np.isfinite(lat).all():
+    if not all_finite(lat):
         return None
     power = res.get("power_w")
-    if power is None or not np.isfinite(power).all():
+    if power is None or not all_finite(power):
         # Power from the table at each row's own utilisations (FLOPs and bytes may vary
         # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
         # (a `factor` varies within a group of rows: then row by row)
@@ -959,7 +959,7 @@ def price_allreduce(
         todo &= ~sel
         if not todo.any():
             break
-    if not np.isfinite(lat).all():
+    if not all_finite(lat):
         return None
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)
