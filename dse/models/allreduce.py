@@ -351,7 +351,7 @@ class AllReduceModel(_base.Model):
             # effective bandwidth still improves there (H100, 2 GPUs: 256 -> 512 MiB takes 1.91x)
             k_end = self.knots_[-1]
             far = lb > k_end
-            if far.any():
+            if _base.any_true(far):
                 ce, cp = self.c_s_per_gb_[i][-1], self.c_s_per_gb_[i][-2]
                 # ce - cp: dc per octave (knots one power of two apart); the marginal rate is
                 # floored at a quarter of the end's average rate (a constant guard, not fitted)

@@ -203,7 +203,7 @@ class RangeMiss:
         twice, or priced by two tables)."""
         a, b = self.worst_node(), other.worst_node()
         pick = np.abs(b.excess) > np.abs(a.excess)
-        if not pick.any():
+        if not any_true(pick):
             return a
         return RangeMiss(
             *(np.where(pick, y, x) for x, y in zip(_fields(a), _fields(b), strict=True))
@@ -224,14 +224,18 @@ def filled(shape: int | tuple[int, ...], value: float) -> np.ndarray:
 
 
 def any_true(a: np.ndarray) -> bool:
-    """`a.any()` as a bool; one element read as a Python bool (a numpy reduction costs ~2 us,
-    and a one-configuration prediction asks dozens of these)."""
-    return bool(a) if a.size == 1 else bool(a.any())
+    """`a.any()` as a bool; a few values (one configuration's rows) read as Python values (a
+    numpy reduction costs ~2 us, and a one-configuration prediction asks dozens of these)."""
+    if a.size == 1:
+        return bool(a)
+    return any(a.ravel().tolist()) if a.size <= _FEW_VALUES else bool(a.any())
 
 
 def all_true(a: np.ndarray) -> bool:
-    """`a.all()` as a bool; one element read as a Python bool (see `any_true`)."""
-    return bool(a) if a.size == 1 else bool(a.all())
+    """`a.all()` as a bool; a few values read as Python values (see `any_true`)."""
+    if a.size == 1:
+        return bool(a)
+    return all(a.ravel().tolist()) if a.size <= _FEW_VALUES else bool(a.all())
 
 
 def within(v: np.ndarray, lo: float, hi: float) -> bool:
@@ -290,7 +294,7 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
         if shape is None:
             shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
         miss = range_miss(np.broadcast_to(a, shape), lo, hi)
-        if miss.outside.any():
+        if any_true(miss.outside):
             out[key] = miss
     return out
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.models._nn import MLP
-from dse.models.base import Model, RangeMiss, range_miss, within
+from dse.models.base import Model, RangeMiss, any_true, range_miss, within
 from dse.models.threads import threaded_fit
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class Level2Block(Model):
             if within(x, lo - 1e-9, hi + 1e-9):
                 continue
             miss = range_miss(np.exp2(x), 2.0**lo, 2.0**hi)
-            if miss.outside.any():
+            if any_true(miss.outside):
                 out[name.removeprefix("log2_")] = miss
         return out
 

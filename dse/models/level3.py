@@ -42,7 +42,7 @@ from dse.errors import ArtifactError
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
-from dse.models.base import Model, RangeMiss, clip, filled, range_miss, within
+from dse.models.base import Model, RangeMiss, any_true, clip, filled, range_miss, within
 from dse.models.threads import threaded_fit
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
@@ -470,7 +470,7 @@ class Level3(Model):
             if within(v, lo, hi):
                 continue
             miss = range_miss(v, lo, hi, linear=k in LINEAR_INPUTS)
-            if miss.outside.any():
+            if any_true(miss.outside):
                 out[k] = miss
         return out
 

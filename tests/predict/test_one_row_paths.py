@@ -121,3 +121,20 @@ def test_kv_waves_of_one_configuration_are_the_vectorised_ones() -> None:
         one = kv_waves(batch[i : i + 1], need[i : i + 1], free[i : i + 1])
         for a, b in zip(one, many, strict=True):
             np.testing.assert_array_equal(a, b[i : i + 1], err_msg=str(i))
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 14, 64, 65, 300])
+def test_any_true_and_all_true_are_numpys_any_and_all(size: int) -> None:
+    """The Python reads of a few values say what numpy's reductions say: bools, floats with
+    zeros and NaN (truthy, as numpy counts it), 2-D arrays."""
+    from dse.models.base import all_true, any_true, filled
+
+    rng = np.random.default_rng(size)
+    for _ in range(20):
+        b = rng.random(size) < rng.choice([0.0, 0.02, 0.5, 1.0])
+        f = np.where(rng.random(size) < 0.5, 0.0, rng.normal(size=size))
+        f[rng.random(size) < 0.1] = np.nan
+        for a in (b, f, b.reshape(1, -1), f.reshape(-1, 1)):
+            assert any_true(a) == bool(a.any()) and all_true(a) == bool(a.all())
+    assert np.array_equal(filled((2, 3), 0.25), np.full((2, 3), 0.25))
+    assert filled(4, np.nan).dtype == np.full(4, np.nan).dtype
