@@ -622,6 +622,12 @@ def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     default), heads split across GPUs like attention heads (a replica when fewer)."""
     a = a.resolved()
     _, _, Ll = layer_kinds(a)
+    one_shape = isinstance(Ll, np.ndarray) and Ll.ndim == 1
+    one_shape = one_shape and np.shape(tensor_parallel) in ((), np.shape(Ll))
+    if one_shape and len(Ll) <= 64 and not any(Ll.tolist()):
+        # no linear layer (a few configurations of most models): Ll x 0 x bytes, the zeros
+        # (and dtype, and shape) the products below give, without their ~20 array operations
+        return Ll * 0 * dtype_bytes(a.kv_dtype)
     nv, dv, ng, ds, _ = linear_dims(a)
     tp = np.asarray(tensor_parallel)
     nv_gpu, ng_gpu = np.maximum(nv // tp, 1), np.maximum(ng // tp, 1)

@@ -138,3 +138,21 @@ def test_any_true_and_all_true_are_numpys_any_and_all(size: int) -> None:
             assert any_true(a) == bool(a.any()) and all_true(a) == bool(a.all())
     assert np.array_equal(filled((2, 3), 0.25), np.full((2, 3), 0.25))
     assert filled(4, np.nan).dtype == np.full(4, np.nan).dtype
+
+
+def test_state_bytes_without_linear_layers_are_the_computed_zeros() -> None:
+    """`arch.state_bytes` of configurations without linear layers (its shortcut) equals, value
+    and dtype, what it computes for the same rows in a batch with a linear-attention model."""
+    from dse.spec import arch as A
+    from dse.spec import columns as C
+
+    cols = _configs()
+    for i in range(0, len(cols["gpu"]), 5):
+        one, _ = C.as_columns({k: v[i : i + 1] for k, v in cols.items()})
+        got = A.state_bytes(C.architecture(one).resolved(), one["tensor_parallel"])
+        linear = [j for j, p in enumerate(cols["attention_pattern"].tolist()) if "linear" in p]
+        rows = [linear[0], i]
+        both, _ = C.as_columns({k: v[rows] for k, v in cols.items()})
+        ref = A.state_bytes(C.architecture(both).resolved(), both["tensor_parallel"])
+        assert got.dtype == ref.dtype and got.shape == (1,)
+        np.testing.assert_array_equal(got, ref[-1:], err_msg=str(i))
