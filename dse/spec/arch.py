@@ -230,6 +230,13 @@ class Architecture:
         return np.asarray(self.n_experts) > 1
 
 
+def _any(v: Any) -> bool:
+    """np.any(v); a few values (a few configurations' layer counts) read as Python values
+    (numpy's reduction and its wrapper cost ~5 us, a one-configuration call asks twice)."""
+    a = np.asarray(v)
+    return any(a.ravel().tolist()) if a.size <= 64 else bool(a.any())
+
+
 def _is_none(v: Any) -> bool:
     return v is None
 
@@ -388,7 +395,7 @@ def _param_breakdown(a: Architecture) -> dict[str, Any]:
     # Mamba-1 (inner = nv x dv channels, each its own head): in_proj d -> x, z; x_proj
     # inner -> dt (rank R), B, C; dt_proj R -> inner (its bias with the heads); per channel
     # A_log (one per state element), D and the dt bias; Jamba's norms of dt, B and C.
-    if np.any(Ll):
+    if _any(Ll):
         nv, dv, _, ds, conv_ch = linear_dims(a)
         kind = np.asarray(a.linear_kind)
         mamba, mamba1 = kind == "mamba2", kind == "mamba1"
@@ -622,9 +629,8 @@ def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     default), heads split across GPUs like attention heads (a replica when fewer)."""
     a = a.resolved()
     _, _, Ll = layer_kinds(a)
-    one_shape = isinstance(Ll, np.ndarray) and Ll.ndim == 1
-    one_shape = one_shape and np.shape(tensor_parallel) in ((), np.shape(Ll))
-    if one_shape and len(Ll) <= 64 and not any(Ll.tolist()):
+    one_shape = np.ndim(Ll) == 1 and np.shape(tensor_parallel) in ((), np.shape(Ll))
+    if one_shape and not _any(Ll):
         # no linear layer (a few configurations of most models): Ll x 0 x bytes, the zeros
         # (and dtype, and shape) the products below give, without their ~20 array operations
         return Ll * 0 * dtype_bytes(a.kv_dtype)
