@@ -633,7 +633,7 @@ def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     if one_shape and not _any(Ll):
         # no linear layer (a few configurations of most models): Ll x 0 x bytes, the zeros
         # (and dtype, and shape) the products below give, without their ~20 array operations
-        return Ll * 0 * dtype_bytes(a.kv_dtype)
+        return np.asarray(Ll) * 0 * dtype_bytes(a.kv_dtype)
     nv, dv, ng, ds, _ = linear_dims(a)
     tp = np.asarray(tensor_parallel)
     nv_gpu, ng_gpu = np.maximum(nv // tp, 1), np.maximum(ng // tp, 1)
