@@ -1,9 +1,9 @@
-"""A configuration predicted alone (the few-row paths of `dse.predict.pricing`: the operators'
-seconds multiplied after Level 1's loop, `_fill_later`; the roofline items copied as one
-matrix) gets every output the general path gives it inside a batch of more than
-`STACK_AT_MOST` rows of its GPU: every catalogue model (full, sliding, MLA, linear-attention
-and hybrid families, dense and MoE), every registered GPU, static and continuous batching,
-vLLM, TensorRT-LLM and SGLang, fp8 where the chip has it."""
+"""A configuration predicted alone (the one-row paths: operators' FLOPs and bytes, the KV waves
+and the prefill attention core in Python floats, the linear layers' state skipped where there
+is none, checks of one value read as Python values) gets every output the general path gives
+it inside a batch of more than `STACK_AT_MOST` rows of its GPU: every catalogue model (full,
+sliding, MLA, linear-attention and hybrid families, dense and MoE), every registered GPU,
+static and continuous batching, vLLM, TensorRT-LLM and SGLang, fp8 where the chip has it."""
 
 from __future__ import annotations
 
