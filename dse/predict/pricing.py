@@ -389,59 +389,56 @@ def _collapse(
     of two (operators, n) matrices (two reductions, not two additions per operator)."""
     n = len(zero)
     few = n <= STACK_AT_MOST and bool(per_op)
-    ts: list[np.ndarray] = []
-    es: list[np.ndarray] = []
-    flat: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if few:
-        flat = _flat_reduced(per_op, wsum, zero)
-    for j, (op, t, p) in enumerate(per_op):
-        if j in flat:
-            t_r, e_r = flat[j]
-        elif t is zero:
-            t_r, e_r = (zero, zero) if few else (np.zeros(n), np.zeros(n))
+        _collapse_few(out, per_op, weights, wsum, zero)
+        return
+    for op, t, p in per_op:
+        if t is zero:
+            t_r, e_r = np.zeros(n), np.zeros(n)
         else:
             t_r, e_r = _reduced(t, p, weights, wsum, n)
-        if few:
-            ts.append(t_r)
-            es.append(e_r)
-            continue
         out.time_s += t_r
         out.energy_j += e_r
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
-    if not few:
-        return
-    # copies, every item an array of its own: one concatenation of the (n,) rows (np.array
-    # of a list of arrays inspects each element: ~0.5% of a one-row call more)
-    T = np.concatenate(ts, dtype=float).reshape(len(ts), n)
-    E = np.concatenate(es, dtype=float).reshape(len(es), n)
+
+
+def _collapse_few(
+    out: PhaseCost,
+    per_op: list[tuple[Op, np.ndarray, np.ndarray]],
+    weights: np.ndarray | None,
+    wsum: np.ndarray | None,
+    zero: np.ndarray,
+) -> None:
+    """`_collapse` of a few configurations: the (operators, n) matrices of seconds and joules
+    written where they are made: the running operators whose seconds and watts are (n,) rows
+    as one block (t x sum of the weights, then x watts: three numpy calls, not two an
+    operator), those that do not run zeros, node-axis ones reduced alone (`_reduced`); the
+    items are the matrices' rows (arrays of their own: `scale_in_place` scales each once)."""
+    n, k = len(zero), len(per_op)
+    T, E = np.zeros((k, n)), np.zeros((k, n))
+    flat = [
+        j
+        for j, (_, t, p) in enumerate(per_op)
+        if t is not zero and shape_of(t) == (n,) and shape_of(p) == (n,)
+    ]
+    if len(flat) < 2:  # one such operator: by `_reduced`, as the others
+        flat = []
+    else:
+        Tf = np.array([per_op[j][1] for j in flat], dtype=float)
+        if wsum is not None:
+            Tf = Tf * wsum
+        T[flat] = Tf
+        E[flat] = Tf * np.array([per_op[j][2] for j in flat], dtype=float)
+    done = set(flat)
+    for j, (_, t, p) in enumerate(per_op):
+        if j not in done and t is not zero:
+            T[j], E[j] = _reduced(t, p, weights, wsum, n)
     out.time_s += T.sum(axis=0)
     out.energy_j += E.sum(axis=0)
     for (op, _, _), t_r, e_r in zip(per_op, T, E, strict=True):
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
-
-
-def _flat_reduced(
-    per_op: list[tuple[Op, np.ndarray, np.ndarray]], wsum: np.ndarray | None, zero: np.ndarray
-) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """`_reduced` of the running operators whose seconds and watts are (n,) arrays (no node
-    axis), by operator index: the same products (t x sum of the weights, then x watts) on the
-    (operators, n) matrix of them, three numpy calls instead of two per operator (a few
-    configurations' ~30 operators)."""
-    n = len(zero)
-    idx = [
-        j
-        for j, (_, t, p) in enumerate(per_op)
-        if t is not zero and shape_of(t) == (n,) and shape_of(p) == (n,)
-    ]
-    if len(idx) < 2:
-        return {}
-    T = np.array([per_op[j][1] for j in idx], dtype=float)
-    if wsum is not None:
-        T = T * wsum
-    E = T * np.array([per_op[j][2] for j in idx], dtype=float)
-    return {j: (t_r, e_r) for j, t_r, e_r in zip(idx, T, E, strict=True)}
 
 
 def _reduced(
