@@ -8,6 +8,7 @@ that note which are read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -415,7 +416,11 @@ def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...] | None) 
     """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy);
     idx None: every row, in order (flat)."""
     if idx is None:
-        return as_shape(v, shape).ravel()
+        a = np.asarray(v)
+        if a.size == 1 and a.shape != shape:  # one value over the rows (a configuration's
+            # width over its quadrature nodes): repeated, not broadcast (~4 us) then copied
+            return a.reshape(1).repeat(math.prod(shape))
+        return as_shape(a, shape).ravel()
     a = np.asarray(v)
     if a.shape == shape:
         return a[idx]

@@ -156,3 +156,18 @@ def test_state_bytes_without_linear_layers_are_the_computed_zeros() -> None:
         ref = A.state_bytes(C.architecture(both).resolved(), both["tensor_parallel"])
         assert got.dtype == ref.dtype and got.shape == (1,)
         np.testing.assert_array_equal(got, ref[-1:], err_msg=str(i))
+
+
+def test_at_rows_of_one_value_is_the_broadcast_copy() -> None:
+    """`_rows.at_rows` of a one-value array over a larger shape (a configuration's inputs over
+    its quadrature nodes) repeats it: the values and dtype of the broadcast copy."""
+    from dse.models.base import as_shape
+    from dse.predict._rows import at_rows
+
+    for v in (np.array([3.5]), np.array([[2]]), np.array([True]), np.array([7], dtype=np.int8)):
+        for shape in ((5, 1), (1,), (3,), (2, 4)):
+            if v.ndim > len(shape):
+                continue
+            got, ref = at_rows(v, shape, None), as_shape(v, shape).ravel()
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            np.testing.assert_array_equal(got, ref)
