@@ -223,6 +223,27 @@ def filled(shape: int | tuple[int, ...], value: float) -> np.ndarray:
     return out
 
 
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """np.broadcast_shapes of shape tuples, in Python (numpy's builds arrays to find it: ~5 us
+    a call, which a one-configuration prediction pays a dozen times); ValueError as numpy's
+    where they do not broadcast."""
+    if not shapes:
+        return ()
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return tuple(first)
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s, ndim - len(s)):
+            if d != 1:
+                if out[i] == 1:
+                    out[i] = d
+                elif out[i] != d:
+                    raise ValueError(f"shapes {shapes} cannot be broadcast together")
+    return tuple(out)
+
+
 def any_true(a: np.ndarray) -> bool:
     """`a.any()` as a bool; a few values (one configuration's rows) read as Python values (a
     numpy reduction costs ~2 us, and a one-configuration prediction asks dozens of these)."""
@@ -292,7 +313,7 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
         if within(a, lo, hi):  # the common case: no work
             continue
         if shape is None:
-            shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+            shape = broadcast_shape(*(a.shape for a in arrays.values()))
         miss = range_miss(np.broadcast_to(a, shape), lo, hi)
         if any_true(miss.outside):
             out[key] = miss

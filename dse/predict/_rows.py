@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.models.base import any_true, as_shape
+from dse.models.base import any_true, as_shape, broadcast_shape
 
 
 class ColumnsAt(Mapping[str, np.ndarray]):
@@ -84,8 +84,8 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(flat index of one row per distinct row, inverse index) of integral columns that
     broadcast together (e.g. (n,) and (k, n)), or None when deduplication would not pay (most
     rows distinct) or the values are negative or do not pack into 63 bits."""
-    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
-    n = int(np.prod(shape))
+    shape = broadcast_shape(*(shape_of(c) for c in cols))
+    n = math.prod(shape)
     if n < DEDUPE_MIN_ROWS:
         return None
     arrays = [np.asarray(c) for c in cols]

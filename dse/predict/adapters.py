@@ -26,7 +26,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
-from dse.models.base import RangeMiss, all_finite, as_shape
+from dse.models.base import RangeMiss, all_finite, as_shape, broadcast_shape
 from dse.predict import op_power
 from dse.predict._rows import (
     BLOCK_ROWS,
@@ -584,7 +584,7 @@ def _kernel_price(
     accepts = _accepted(model)
     if accepts is not None:
         arrays = {k: v for k, v in arrays.items() if k in accepts}
-    shape = np.broadcast_shapes(*(shape_of(v) for v in arrays.values()))
+    shape = broadcast_shape(*(shape_of(v) for v in arrays.values()))
     if math.prod(shape) < DEDUPE_MIN_ROWS:  # a few rows: priced as they come
         groups = Groups(None, None)
     else:

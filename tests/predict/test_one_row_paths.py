@@ -171,3 +171,19 @@ def test_at_rows_of_one_value_is_the_broadcast_copy() -> None:
             got, ref = at_rows(v, shape, None), as_shape(v, shape).ravel()
             assert got.dtype == ref.dtype and got.shape == ref.shape
             np.testing.assert_array_equal(got, ref)
+
+
+def test_broadcast_shape_is_numpys() -> None:
+    """`base.broadcast_shape` gives np.broadcast_shapes' shape, and a ValueError where numpy
+    raises one."""
+    from dse.models.base import broadcast_shape
+
+    cases = [(), ((),), ((1,),), ((1,), (5, 1)), ((5, 1), (3,)), ((0,), (1,)), ((2, 1, 3), (4, 1))]
+    cases += [((1,), (), (5, 1), (5, 1)), ((7,), (7,)), ((4, 3), (3,), (1, 1))]
+    for shapes in cases:
+        assert broadcast_shape(*shapes) == np.broadcast_shapes(*shapes), shapes
+    for shapes in [((2,), (3,)), ((0,), (5,)), ((4, 3), (4,))]:
+        with pytest.raises(ValueError):
+            np.broadcast_shapes(*shapes)
+        with pytest.raises(ValueError):
+            broadcast_shape(*shapes)
