@@ -227,7 +227,8 @@ def _features(
     # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
     # SWAP_VARIANT_COLUMNS (0, 3, 4): log batch, log heads, log KV heads; set 3 goes without
     sized = feature_set < 3
-    return np.stack(
+    # (np.array of the (n,) rows: np.stack's per-array expand_dims cost ~1 us each)
+    return np.array(
         [
             *([np.log(b)] if sized else []),
             np.log(length),

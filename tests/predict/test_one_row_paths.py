@@ -187,3 +187,15 @@ def test_broadcast_shape_is_numpys() -> None:
             np.broadcast_shapes(*shapes)
         with pytest.raises(ValueError):
             broadcast_shape(*shapes)
+
+
+def test_level3_columns_are_np_stack() -> None:
+    """`level3._columns` is np.stack(cols, axis=1): values, dtype and C order."""
+    from dse.models.level3 import _columns
+
+    rng = np.random.default_rng(9)
+    for n in (1, 2, 7):
+        cols = [rng.normal(size=n) for _ in range(13)]
+        got, ref = _columns(cols), np.stack(cols, axis=1)
+        assert got.flags.c_contiguous and got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref)
