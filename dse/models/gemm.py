@@ -683,7 +683,9 @@ class GemmModel(Model):
     def _core(self, m: Any, n: Any, k: Any) -> tuple[dict[str, np.ndarray], tuple[int, ...], Any]:
         """(latency, roofline, ideal times, work and regime on the flattened inputs, the
         broadcast shape, the table cells): what `predict` and `latency_power` share."""
-        m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (m, n, k)))
+        m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
+        if not m.shape == n.shape == k.shape:  # (np.broadcast_arrays returns them as they are
+            m, n, k = np.broadcast_arrays(m, n, k)  # when their shapes agree: ~10 us saved)
         shape = m.shape
         m, n, k = m.ravel(), n.ravel(), k.ravel()
         c = self.c_

@@ -140,7 +140,8 @@ def price_gemm(
 
     g = Gemm.shared(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
-    m, n, k = np.broadcast_arrays(m, n, k)
+    if not m.shape == n.shape == k.shape:  # (as they are when their shapes agree, as there)
+        m, n, k = np.broadcast_arrays(m, n, k)
     dtypes = as_shape(op.dims["dtype"], m.shape)
     lat = np.empty(m.shape)
     power = np.empty(m.shape)
