@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dse.models.base import any_true
+from dse.models.base import any_true, filled
 from dse.spec.arch import (
     LINEAR_CHUNK_TOKENS,
     LINEAR_STATE_FLOPS,
@@ -243,8 +243,8 @@ def _embedding_ops(sh: LayerShapes) -> list[Op]:
             "embedding",
             "embedding",
             "embedding",
-            np.ones_like(d),
-            np.zeros_like(d),
+            filled(d.shape, 1.0),  # (np.ones_like / zeros_like: Python wrappers, ~1 us each)
+            np.zeros(d.shape),
             tokens * d * (sh.wb + ACT_BYTES),
             {"tokens": tokens, "d_model": d},
         )
@@ -676,7 +676,7 @@ def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
     """`_moe_ops` of a batch without MoE layers: the same operators, kinds and dimension names,
     every count, size and cost zero (an operator of count 0 everywhere is neither priced nor
     read; building its sizes cost a one-configuration call ~5% of its operator list)."""
-    zero = np.zeros_like(sh.d)
+    zero = np.zeros(sh.d.shape)
     gemm = {"m": zero, "n": zero, "k": zero, "dtype": sh.gemm_dtype}
     moe = (
         "num_tokens",
@@ -715,7 +715,7 @@ def _allreduce_ops(sh: LayerShapes, fam: _Families) -> list[Op]:
             "allreduce",
             "allreduce",
             ar_count,
-            np.zeros_like(sh.d),
+            np.zeros(sh.d.shape),
             msg,
             {"message_bytes": msg, "n_gpus": sh.tp},
         )
@@ -726,6 +726,8 @@ def _head_ops(sh: LayerShapes) -> list[Op]:
     """Final norm and LM head: serving engines compute logits only for each sequence's last token."""
     d = sh.d
     return [
-        _elementwise("norm/final", "norm", np.ones_like(d), sh.tokens * d, 1, 1, 4),
-        _gemm("lm_head", "lm_head", np.ones_like(d), sh.b, sh.V / sh.tp, d, sh.wb, sh.gemm_dtype),
+        _elementwise("norm/final", "norm", filled(d.shape, 1.0), sh.tokens * d, 1, 1, 4),
+        _gemm(
+            "lm_head", "lm_head", filled(d.shape, 1.0), sh.b, sh.V / sh.tp, d, sh.wb, sh.gemm_dtype
+        ),
     ]

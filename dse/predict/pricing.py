@@ -186,7 +186,7 @@ class PhaseCost:
         return self._part(self.items_j, kinds)
 
     def _part(self, items: dict[str, np.ndarray], kinds: tuple[str, ...]) -> np.ndarray:
-        total = np.zeros_like(self.time_s)
+        total = np.zeros(self.time_s.shape, self.time_s.dtype)  # (zeros_like's wrapper: ~1 us)
         for name, v in items.items():
             if self.kinds.get(name) in kinds:
                 total = total + v
