@@ -278,6 +278,12 @@ def ffn_layers(a: Architecture) -> tuple[Any, Any]:
     when n_experts > 1, the first n_dense_layers of them dense), its `dense` layers a dense FFN
     of d_ff, its `none` layers none. A model of the default pattern: (n_layers, 0) dense,
     (n_dense_layers, n_layers - n_dense_layers) MoE."""
+    # kept on a resolved architecture (`_memo`): the parameter and memory accounting of one
+    # batch ask it three times
+    return _memo(a, "ffn_layers", lambda: _ffn_layers(a))
+
+
+def _ffn_layers(a: Architecture) -> tuple[Any, Any]:
     f, dense = P.ffn_counts(a.ffn_pattern, a.n_layers)
     moe = np.asarray(a.n_experts) > 1
     nd = np.minimum(np.where(moe, np.asarray(a.n_dense_layers), 0), f)
