@@ -35,7 +35,7 @@ def nearest_knot(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     """Index of the knot nearest to each x (clamped): the "regime" an input falls in."""
     k = np.asarray(knots, dtype=np.float64)
     mid = 0.5 * (k[1:] + k[:-1])
-    return np.searchsorted(mid, np.asarray(x, dtype=np.float64)).astype(np.int64)
+    return mid.searchsorted(np.asarray(x, dtype=np.float64)).astype(np.int64)
 
 
 def second_difference(n: int) -> np.ndarray:

@@ -330,7 +330,7 @@ class AllReduceModel(_base.Model):
             alpha = np.full_like(b, self.alpha_s_[i])
         else:
             # `_clip_to_segment` with the regimes' knot ranges made once
-            seg = np.searchsorted(sw_sorted, lb, side="right")  # `_segments`
+            seg = sw_sorted.searchsorted(lb, side="right")  # `_segments`
             lc = lb.copy()
             present = set(seg.tolist()) if seg.size <= 64 else np.unique(seg).tolist()
             if len(present) == 1:  # one regime (a few messages): no masks, the same clip
@@ -351,7 +351,7 @@ class AllReduceModel(_base.Model):
             # effective bandwidth still improves there (H100, 2 GPUs: 256 -> 512 MiB takes 1.91x)
             k_end = self.knots_[-1]
             far = lb > k_end
-            if far.any():
+            if _base.any_true(far):
                 ce, cp = self.c_s_per_gb_[i][-1], self.c_s_per_gb_[i][-2]
                 # ce - cp: dc per octave (knots one power of two apart); the marginal rate is
                 # floored at a quarter of the end's average rate (a constant guard, not fitted)
@@ -391,7 +391,7 @@ class AllReduceModel(_base.Model):
         trans = np.empty(n_rows)
         lg, lf = np.log2(np.maximum(g, 1.0)), np.log2(fitted)
         # neighbours in log2(n): exact hits get weight 1 on themselves
-        j = _base.clip(np.searchsorted(lf, lg, side="right") - 1, 0, len(fitted) - 1)
+        j = _base.clip(lf.searchsorted(lg, side="right") - 1, 0, len(fitted) - 1)
         k = np.minimum(j + 1, len(fitted) - 1)
         span = lf[k] - lf[j]
         f = np.where(

@@ -44,6 +44,7 @@ from dse.models.base import (
     GPU_SPEC,
     Model,
     RangeMiss,
+    broadcast_shape,
     gpu_constants,
     gpu_constants_to_state,
     range_misses,
@@ -372,7 +373,7 @@ class Artifact:
         except KeyError:
             raise ArtifactError(f"artifact has no model {model_name!r}") from None
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
-        shape = np.broadcast_shapes(*(a.shape for a in arrays.values())) if arrays else ()
+        shape = broadcast_shape(*(a.shape for a in arrays.values()))
         out = np.zeros(shape, dtype=bool)
         for key, a in arrays.items():
             if key in rng:

@@ -67,7 +67,7 @@ def kv_bytes_of(kv_dtype: Any, n: int) -> np.ndarray:
     if a.dtype.kind in "fiu":
         return np.broadcast_to(a.astype(np.float64), (n,)).copy()
     names = np.broadcast_to(a.astype(str), (n,))
-    out = np.full(n, 2.0)
+    out = _base.filled(n, 2.0)
     for name, nb in KV_BYTES.items():
         out[names == name] = nb
     return out
@@ -227,7 +227,8 @@ def _features(
     # forward pass standardises it block by block without a strided copy (nn.MLP.predict)
     # SWAP_VARIANT_COLUMNS (0, 3, 4): log batch, log heads, log KV heads; set 3 goes without
     sized = feature_set < 3
-    return np.stack(
+    # (np.array of the (n,) rows: np.stack's per-array expand_dims cost ~1 us each)
+    return np.array(
         [
             *([np.log(b)] if sized else []),
             np.log(length),

@@ -73,7 +73,7 @@ def as_float(name: str, value: Any, n: int | None = None) -> np.ndarray:
         return value
     a = np.asarray(value, dtype=np.float64)
     if a.ndim == 0 and n is not None:
-        a = np.full(n, float(a))
+        a = filled(n, float(a))
     a = np.atleast_1d(a)
     if not _all_finite(a):
         raise DataError(f"input {name!r} must be finite numbers, got {a[~np.isfinite(a)][:3]}")
@@ -86,6 +86,9 @@ def _all_finite(a: np.ndarray) -> bool:
     if a.size <= _FEW_VALUES:
         return all(map(math.isfinite, a.ravel().tolist()))
     return bool(np.isfinite(a).all())
+
+
+all_finite = _all_finite  # the public name (`dse.predict.adapters` checks model outputs)
 
 
 def clip(x: Any, lo: Any, hi: Any) -> Any:
@@ -200,7 +203,7 @@ class RangeMiss:
         twice, or priced by two tables)."""
         a, b = self.worst_node(), other.worst_node()
         pick = np.abs(b.excess) > np.abs(a.excess)
-        if not pick.any():
+        if not any_true(pick):
             return a
         return RangeMiss(
             *(np.where(pick, y, x) for x, y in zip(_fields(a), _fields(b), strict=True))
@@ -210,6 +213,50 @@ class RangeMiss:
 def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     shape = np.shape(m.excess)
     return m.excess, as_shape(m.value, shape), as_shape(m.bound, shape)
+
+
+def filled(shape: int | tuple[int, ...], value: float) -> np.ndarray:
+    """`np.full(shape, value)` of a Python float: an empty float64 array filled (np.full's
+    generic path costs twice as much, and a one-configuration prediction makes dozens)."""
+    out = np.empty(shape)
+    out.fill(value)
+    return out
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """np.broadcast_shapes of shape tuples, in Python (numpy's builds arrays to find it: ~5 us
+    a call, which a one-configuration prediction pays a dozen times); ValueError as numpy's
+    where they do not broadcast."""
+    if not shapes:
+        return ()
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return tuple(first)
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s, ndim - len(s)):
+            if d != 1:
+                if out[i] == 1:
+                    out[i] = d
+                elif out[i] != d:
+                    raise ValueError(f"shapes {shapes} cannot be broadcast together")
+    return tuple(out)
+
+
+def any_true(a: np.ndarray) -> bool:
+    """`a.any()` as a bool; a few values (one configuration's rows) read as Python values (a
+    numpy reduction costs ~2 us, and a one-configuration prediction asks dozens of these)."""
+    if a.size == 1:
+        return bool(a)
+    return any(a.ravel().tolist()) if a.size <= _FEW_VALUES else bool(a.any())
+
+
+def all_true(a: np.ndarray) -> bool:
+    """`a.all()` as a bool; a few values read as Python values (see `any_true`)."""
+    if a.size == 1:
+        return bool(a)
+    return all(a.ravel().tolist()) if a.size <= _FEW_VALUES else bool(a.all())
 
 
 def within(v: np.ndarray, lo: float, hi: float) -> bool:
@@ -250,7 +297,7 @@ def _range_miss_one(v: np.ndarray, lo: float, hi: float, span: float, linear: bo
         e = (x - lo) / span if linear or lo <= 0 else math.log(max(x, 1e-300)) - math.log(lo)
     if abs(e) <= RANGE_TOL:
         e = 0.0
-    return RangeMiss(np.full(v.shape, e), v, np.full(v.shape, lo if x < lo else hi))
+    return RangeMiss(filled(v.shape, e), v, filled(v.shape, lo if x < lo else hi))
 
 
 def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, RangeMiss]:
@@ -266,9 +313,9 @@ def range_misses(rng: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str,
         if within(a, lo, hi):  # the common case: no work
             continue
         if shape is None:
-            shape = np.broadcast_shapes(*(a.shape for a in arrays.values()))
+            shape = broadcast_shape(*(a.shape for a in arrays.values()))
         miss = range_miss(np.broadcast_to(a, shape), lo, hi)
-        if miss.outside.any():
+        if any_true(miss.outside):
             out[key] = miss
     return out
 

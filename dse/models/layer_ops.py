@@ -65,7 +65,7 @@ from dse.errors import ArtifactError, DataError
 from dse.metrics import mape_pct
 from dse.models import _curves
 from dse.models import base as _base
-from dse.models.base import RangeMiss, range_miss, within
+from dse.models.base import RangeMiss, any_true, range_miss, within
 from dse.models.threads import threaded_fit
 from dse.spec.hardware import get_gpu
 
@@ -1259,7 +1259,7 @@ class LayerOpModel(_base.Model):
             if within(v, lo, hi):
                 continue
             m = range_miss(v, lo, hi)
-            if m.outside.any():
+            if any_true(m.outside):
                 out[name] = m
         # the family each row reads (as _row_key_index): its own, else the other one
         lookup = self._pack("lookup", lambda: {str(k): i for i, k in enumerate(self.keys_)})
@@ -1272,7 +1272,7 @@ class LayerOpModel(_base.Model):
             n_i = lookup.get(f"{name}:nongated", g_i)
             g_i = n_i if g_i < 0 else g_i
             for i, rows in ((g_i, gated & of_op), (n_i, ~gated & of_op)):
-                if i < 0 or not rows.any():
+                if i < 0 or not any_true(rows):
                     continue
                 lo, hi = self._pack(("widths", i), lambda i=i: self._width_range(i))
                 sub = width[rows]
@@ -1280,7 +1280,7 @@ class LayerOpModel(_base.Model):
                     continue
                 m = range_miss(width, lo, hi).masked(rows)
                 width_miss = m if width_miss is None else width_miss.worse(m)
-        if width_miss is not None and width_miss.outside.any():
+        if width_miss is not None and any_true(width_miss.outside):
             out["width"] = width_miss
         return out
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.models._nn import MLP
-from dse.models.base import Model, RangeMiss, range_miss, within
+from dse.models.base import Model, RangeMiss, any_true, range_miss, within
 from dse.models.threads import threaded_fit
 
 if TYPE_CHECKING:
@@ -164,8 +164,13 @@ def _gemm_inputs_rows(X: np.ndarray, wave_steps: bool) -> tuple[np.ndarray, np.n
 def block_sizes(X: np.ndarray, block: str) -> np.ndarray:
     """(n, 3) log2 tokens, d_model and the block's per-GPU width (QKV width or d_ff / tp)."""
     if block == "attention_proj":  # x[tokens, d_model] @ W_qkv[width, d_model]^T
-        return X[:, [3, 5, 4]]
-    return X[:, [3, 6, 7]]  # down projection: x[tokens, d_ff / tp] @ W[d_model, d_ff / tp]^T
+        return X[:, _ATTENTION_SIZES]
+    return X[:, _FFN_SIZES]  # down projection: x[tokens, d_ff / tp] @ W[d_model, d_ff / tp]^T
+
+
+# `block_sizes`' columns of X, as index arrays (a list index is converted on every call)
+_ATTENTION_SIZES = np.array([3, 5, 4])
+_FFN_SIZES = np.array([3, 6, 7])
 
 
 class Level2Block(Model):
@@ -278,7 +283,7 @@ class Level2Block(Model):
             if within(x, lo - 1e-9, hi + 1e-9):
                 continue
             miss = range_miss(np.exp2(x), 2.0**lo, 2.0**hi)
-            if miss.outside.any():
+            if any_true(miss.outside):
                 out[name.removeprefix("log2_")] = miss
         return out
 

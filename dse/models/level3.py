@@ -43,7 +43,7 @@ from dse.errors import ArtifactError
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
 from dse.models.band import OOR_BAND_WIDEN as OOR_BAND_WIDEN
-from dse.models.base import Model, RangeMiss, clip, range_miss, within
+from dse.models.base import Model, RangeMiss, any_true, clip, filled, range_miss, within
 from dse.models.threads import threaded_fit
 
 # Structured overhead terms (design-matrix columns), named for the manifest and the breakdown.
@@ -196,7 +196,7 @@ class GlobalInputs:
 def step_overhead_terms(g: GlobalInputs) -> np.ndarray:
     """(n, 4) overhead regressors per step of one sequence: the engine steps `waves` times as
     often when the batch runs in waves, each step for batch / waves sequences."""
-    return np.stack(_step_columns(g), axis=1)
+    return _columns(_step_columns(g))
 
 
 def _step_columns(g: GlobalInputs) -> list[np.ndarray]:
@@ -265,7 +265,13 @@ def mlp_features(g: GlobalInputs, ttft_s: np.ndarray, decode_s: np.ndarray) -> n
         ttft_s / total,
         _whole_log(g.value("waves")),
     ]
-    return np.stack(cols, axis=1)
+    return _columns(cols)
+
+
+def _columns(cols: list[np.ndarray]) -> np.ndarray:
+    """np.stack(cols, axis=1) of (n,) columns: the same C-ordered (n, k) array, made as the
+    rows' array transposed and copied (np.stack expands each column first, ~1 us apiece)."""
+    return np.array(cols, dtype=float).T.copy()
 
 
 # A column of whole numbers between 1 and this (sizes, batch, TP, waves) has its log taken
@@ -434,8 +440,8 @@ class Level3(Model):
             fit, known = self._fit_of(str(g.engine[0]))
             return {
                 **_parts(fit, g, gqa_aware),
-                "band_lo": np.full(n, float(fit.band_log[0])),
-                "band_hi": np.full(n, float(fit.band_log[1])),
+                "band_lo": filled(n, float(fit.band_log[0])),
+                "band_hi": filled(n, float(fit.band_log[1])),
                 "engine_known": np.full(n, known),
             }
         out = {
@@ -493,7 +499,7 @@ class Level3(Model):
             if within(v, lo, hi):
                 continue
             miss = range_miss(v, lo, hi, linear=k in LINEAR_INPUTS)
-            if miss.outside.any():
+            if any_true(miss.outside):
                 out[k] = miss
         return out
 
@@ -683,7 +689,7 @@ def _parts(
     rest = g.t_dec_s - g.t_dec_attn_s - g.t_dec_comm_s
     rest_roof = g.t_dec_roof_s - g.t_dec_attn_roof_s - g.t_dec_comm_roof_s
     if len(step[0]) <= FEW_ROWS:
-        o_step = _rows_dot(np.stack(step, axis=1), th[list(STEP_IDX)])
+        o_step = _rows_dot(_columns(step), th[list(STEP_IDX)])
     else:
         o_step = _row_sum_order([c * w for c, w in zip(step, th[list(STEP_IDX)], strict=True)])
     return {

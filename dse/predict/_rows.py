@@ -8,13 +8,14 @@ that note which are read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dse.models.base import as_shape
+from dse.models.base import any_true, as_shape, broadcast_shape
 
 
 class ColumnsAt(Mapping[str, np.ndarray]):
@@ -83,8 +84,8 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(flat index of one row per distinct row, inverse index) of integral columns that
     broadcast together (e.g. (n,) and (k, n)), or None when deduplication would not pay (most
     rows distinct) or the values are negative or do not pack into 63 bits."""
-    shape = np.broadcast_shapes(*(np.shape(c) for c in cols))
-    n = int(np.prod(shape))
+    shape = broadcast_shape(*(shape_of(c) for c in cols))
+    n = math.prod(shape)
     if n < DEDUPE_MIN_ROWS:
         return None
     arrays = [np.asarray(c) for c in cols]
@@ -415,7 +416,11 @@ def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...] | None) 
     """The values of v (broadcastable to `shape`) at the rows `idx` (no full broadcast copy);
     idx None: every row, in order (flat)."""
     if idx is None:
-        return as_shape(v, shape).ravel()
+        a = np.asarray(v)
+        if a.size == 1 and a.shape != shape:  # one value over the rows (a configuration's
+            # width over its quadrature nodes): repeated, not broadcast (~4 us) then copied
+            return a.reshape(1).repeat(math.prod(shape))
+        return as_shape(a, shape).ravel()
     a = np.asarray(v)
     if a.shape == shape:
         return a[idx]
@@ -434,7 +439,7 @@ def column_blocks(n: np.ndarray, n_max: float) -> tuple[np.ndarray, np.ndarray]:
     to a multiple of BLOCK_COLUMNS (never above n_max when n_max is one); one block of n
     columns where n <= n_max, so those GEMMs are priced exactly as before."""
     n = np.asarray(n, dtype=float)
-    if not np.isfinite(n_max) or n_max <= 0 or not (n > n_max).any():
+    if not np.isfinite(n_max) or n_max <= 0 or not any_true(n > n_max):
         return np.ones_like(n), n
     blocks = np.maximum(np.ceil(n / n_max), 1.0)
     cols = np.ceil(n / blocks / BLOCK_COLUMNS) * BLOCK_COLUMNS

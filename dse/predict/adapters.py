@@ -26,7 +26,7 @@ import numpy as np
 
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
-from dse.models.base import RangeMiss, as_shape
+from dse.models.base import RangeMiss, all_finite, as_shape, broadcast_shape
 from dse.predict import op_power
 from dse.predict._rows import (
     BLOCK_ROWS,
@@ -140,7 +140,8 @@ def price_gemm(
 
     g = Gemm.shared(artifact)
     m, n, k = (np.asarray(op.dims[x], dtype=float) for x in ("m", "n", "k"))
-    m, n, k = np.broadcast_arrays(m, n, k)
+    if not m.shape == n.shape == k.shape:  # (as they are when their shapes agree, as there)
+        m, n, k = np.broadcast_arrays(m, n, k)
     dtypes = as_shape(op.dims["dtype"], m.shape)
     lat = np.empty(m.shape)
     power = np.empty(m.shape)
@@ -584,7 +585,7 @@ def _kernel_price(
     accepts = _accepted(model)
     if accepts is not None:
         arrays = {k: v for k, v in arrays.items() if k in accepts}
-    shape = np.broadcast_shapes(*(shape_of(v) for v in arrays.values()))
+    shape = broadcast_shape(*(shape_of(v) for v in arrays.values()))
     if math.prod(shape) < DEDUPE_MIN_ROWS:  # a few rows: priced as they come
         groups = Groups(None, None)
     else:
@@ -613,10 +614,10 @@ def _kernel_price(
     else:
         res = evaluate_rows(run, groups, shape)
     lat = res["latency_s"] if factor is None else res["latency_s"] * factor
-    if not np.isfinite(lat).all():
+    if not all_finite(lat):
         return None
     power = res.get("power_w")
-    if power is None or not np.isfinite(power).all():
+    if power is None or not all_finite(power):
         # Power from the table at each row's own utilisations (FLOPs and bytes may vary
         # within a key, e.g. over the fractional KV lengths of the quadrature nodes).
         # (a `factor` varies within a group of rows: then row by row)
@@ -959,7 +960,7 @@ def price_allreduce(
         todo &= ~sel
         if not todo.any():
             break
-    if not np.isfinite(lat).all():
+    if not all_finite(lat):
         return None
     # All-reduce keeps the SMs mostly waiting on NVLink: power from its memory traffic.
     power = op_power_w(artifact, op, gpu, lat)

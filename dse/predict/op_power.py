@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from dse.models.artifact import Artifact
+from dse.models.base import filled
 from dse.models.power import PowerModel
 from dse.predict._rows import Groups, at_rows, shape_of
 from dse.predict.ops import Op
@@ -145,7 +146,7 @@ class _Batch:
         if shape_of(uc) != shape or shape_of(um) != shape:  # as `_power_w` would broadcast
             shape = np.broadcast_shapes(shape, shape_of(uc), shape_of(um))
             uc, um, lat = (np.broadcast_to(u, shape) for u in (uc, um, lat))
-        out = np.full(shape if inverse is None else inverse.shape, np.nan)
+        out = filled(shape if inverse is None else inverse.shape, np.nan)
         flat_inverse = None if inverse is None else inverse.reshape(-1)
         item = _Pending(model, gpu, uc.ravel(), um.ravel(), lat.ravel(), out, inverse=flat_inverse)
         self.items.append(item)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dse._same import where
+from dse.models.base import any_true, filled
 from dse.spec.arch import (
     LINEAR_CHUNK_TOKENS,
     LINEAR_STATE_FLOPS,
@@ -28,6 +29,7 @@ from dse.spec.arch import (
 from dse.spec.pattern import ffn_counts, mixer_counts
 
 ACT_BYTES = 2.0  # activations are bf16/fp16 in every engine we model
+_ONE = (1,)  # the shape of a one-configuration column
 
 
 def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
@@ -39,7 +41,7 @@ def gemm_dtype(weight_dtype: Any, wb: np.ndarray) -> np.ndarray:
     weights with SGLang's fp8_block table (`dse.predict.adapters.price_moe`)."""
     out = where(wb < 2, "fp8", "bfloat16")
     fp4 = fp4_weights(weight_dtype)
-    return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if fp4.any() else out
+    return np.where(np.broadcast_to(fp4, out.shape), "nvfp4", out) if any_true(fp4) else out
 
 
 @dataclass
@@ -60,6 +62,20 @@ def _gemm(
 ) -> Op:
     """y[m, n] = x[m, k] @ W[n, k]^T: 2mnk FLOPs; reads x and W, writes y."""
     m, n, k = np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float)
+    if m.shape == n.shape == k.shape == _ONE and np.shape(w_bytes) == _ONE:
+        # one configuration: the same products in Python floats (IEEE doubles, as numpy's),
+        # two arrays made instead of ~12 numpy calls on one-element arrays
+        mf, nf, kf, wf = float(m[0]), float(n[0]), float(k[0]), float(w_bytes[0])
+        traffic1 = mf * kf * min(wf, ACT_BYTES) + nf * kf * wf + mf * nf * ACT_BYTES
+        return Op(
+            name,
+            "gemm",
+            block,
+            np.asarray(count),
+            np.array([2 * mf * nf * kf]),
+            np.array([traffic1]),
+            {"m": m, "n": n, "k": k, "dtype": dtype},
+        )
     # fp8 GEMMs quantise x (weights of 1 byte: x in 1 byte too, else the activations' 2):
     # np.where(w_bytes < 2, w_bytes, ACT_BYTES) as one ufunc
     in_bytes = np.minimum(w_bytes, ACT_BYTES)
@@ -79,6 +95,17 @@ def _elementwise(
     name: str, block: str, count: Any, elements: Any, reads: float, writes: float, flops_per: float
 ) -> Op:
     e = np.asarray(elements, dtype=float)
+    if e.shape == _ONE:  # one configuration: Python floats (see `_gemm`)
+        ef = float(e[0])
+        return Op(
+            name,
+            "elementwise",
+            block,
+            np.asarray(count),
+            np.array([flops_per * ef]),
+            np.array([(reads + writes) * ef * ACT_BYTES]),
+            {"elements": e, "op": name},
+        )
     return Op(
         name,
         "elementwise",
@@ -196,7 +223,7 @@ def forward_ops(
     The order is part of the result: the pricer sums the operators in this order.
     """
     sh = LayerShapes.of(cols, phase, kv_len, like)
-    fam = _Families.of(cols, sh)
+    fam = _Families.shared(cols, sh)
     return [
         *_embedding_ops(sh),
         *_attention_ops(sh, cols, stratum, fam),
@@ -217,8 +244,8 @@ def _embedding_ops(sh: LayerShapes) -> list[Op]:
             "embedding",
             "embedding",
             "embedding",
-            np.ones_like(d),
-            np.zeros_like(d),
+            filled(d.shape, 1.0),  # (np.ones_like / zeros_like: Python wrappers, ~1 us each)
+            np.zeros(d.shape),
             tokens * d * (sh.wb + ACT_BYTES),
             {"tokens": tokens, "d_model": d},
         )
@@ -246,6 +273,19 @@ class _Families:
     mixers: np.ndarray
     dense: np.ndarray
     moe: np.ndarray
+
+    @classmethod
+    def shared(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
+        """`of`, made once for the phases of one call: kept on `sh` with the columns it was
+        made from (the phases' `LayerShapes` share their `like`'s dict, and the families read
+        no phase-dependent size), reused only for the same columns object (a grouped batch
+        notes each phase's reads on a mapping of its own: made afresh there)."""
+        hit = sh.__dict__.get("_families")
+        if hit is not None and hit[0] is cols:
+            return hit[1]
+        fam = cls.of(cols, sh)
+        sh.__dict__["_families"] = (cols, fam)  # a frozen dataclass: written as LayerShapes.of does
+        return fam
 
     @classmethod
     def of(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
@@ -327,12 +367,15 @@ def _attention_core(
         # Causal FlashAttention: QK^T and PV over the lower triangle, 2 * s^2 * hd FLOPs per
         # head; a window w < s bands it to the area s^2 - (s - w)^2 (sliding_keys_sum's
         # continuous form, as s^2 / 2 is the triangle's), s^2 where it covers the prompt.
-        flops = b * h_tp * 2 * (s * s - (s - span) ** 2) * hd
-        # read q, k, v and write o for every token, windowed or not
-        traffic = b * s * hd * ((2 * h_tp) * ACT_BYTES + 2 * kv_tp * kvb)
-        traffic = (
-            traffic + b * s * 2 * kv_tp * hd * kvb
-        )  # write the new tokens' K and V to the cache
+        if all(np.shape(x) == _ONE for x in (b, s, hd, h_tp, kv_tp, kvb, span)):
+            flops, traffic = _prefill_core_one(b, s, hd, h_tp, kv_tp, kvb, span)
+        else:
+            flops = b * h_tp * 2 * (s * s - (s - span) ** 2) * hd
+            # read q, k, v and write o for every token, windowed or not
+            traffic = b * s * hd * ((2 * h_tp) * ACT_BYTES + 2 * kv_tp * kvb)
+            traffic = (
+                traffic + b * s * 2 * kv_tp * hd * kvb
+            )  # write the new tokens' K and V to the cache
         return Op(
             "attention/core",
             "attention_prefill",
@@ -374,6 +417,18 @@ def _attention_core(
     )
 
 
+def _prefill_core_one(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_attention_core`'s prefill FLOPs and bytes of one configuration (every input of shape
+    (1,)) in Python floats: the same products in the same order (x ** 2 as x * x, what numpy's
+    square computes), two arrays made instead of ~20 numpy calls."""
+    b, s, hd, h_tp, kv_tp, kvb, span = (float(x[0]) for x in arrays)
+    off = s - span
+    flops = b * h_tp * 2 * (s * s - off * off) * hd
+    traffic = b * s * hd * ((2 * h_tp) * ACT_BYTES + 2 * kv_tp * kvb)
+    traffic = traffic + b * s * 2 * kv_tp * hd * kvb
+    return np.array([flops]), np.array([traffic])
+
+
 def _sliding_core(
     sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families
 ) -> list[Op]:
@@ -383,7 +438,7 @@ def _sliding_core(
     windowed row (issue 33: the models' work is w (w + 1) / 2 + (s - w) w query-key pairs in
     prefill, min(kv_len + 1, w) keys in decode; their H200 power heads read the window, and
     SGLang's backend rule does). A configuration without sliding layers has count 0 here."""
-    if not (fam.sliding > 0).any():
+    if not any_true(fam.sliding > 0):
         return []
     op = _attention_core(sh, cols, stratum, window=np.maximum(fam.window, 1.0))
     op.count = fam.sliding
@@ -410,7 +465,7 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
     once per sequence per forward pass, the conv window, q/k/v in and the output out)."""
     ops: list[Op] = []
     tokens, d, tp, wb, gd = sh.tokens, sh.d, sh.tp, sh.wb, sh.gemm_dtype
-    if (fam.mla > 0).any():
+    if any_true(fam.mla > 0):
         h_tp = sh.h_tp
         r = cols["kv_lora_rank"].astype(float)
         qr = cols["q_lora_rank"].astype(float)
@@ -442,7 +497,7 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
                 "phase": sh.phase}  # fmt: skip
         ops.append(Op("attention/mla_core", "attention_mla", "attention", c, flops, traffic, dims))
         ops.append(_gemm("attention/mla_out", "attention", c, tokens, d, h_tp * vd, wb, gd))
-    if (fam.linear > 0).any():
+    if any_true(fam.linear > 0):
         nv = np.where(cols["linear_n_heads"] > 0, cols["linear_n_heads"], cols["n_heads"])
         dv = np.where(cols["linear_head_dim"] > 0, cols["linear_head_dim"], cols["head_dim"])
         ng = np.where(cols["linear_n_groups"] > 0, cols["linear_n_groups"], nv)
@@ -480,7 +535,7 @@ def _mamba1_ops(
     """Mamba-1's input-dependent dt, B, C (none when the batch has no Mamba-1 layer): x_proj,
     this GPU's channels -> dt_rank + 2 state_dim (row-parallel), and dt_proj, dt_rank -> the
     channels, GEMMs priced by the fitted models like in_proj."""
-    if not mamba1.any():
+    if not any_true(mamba1):
         return []
     c = np.where(mamba1, fam.linear, 0.0)
     rank = np.ceil(sh.d / MAMBA1_DT_RANK_DIVISOR)
@@ -510,7 +565,9 @@ def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
 
 def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
     """The MoE FFN (router + grouped experts) and its shared expert; counts are 0 in dense layers."""
-    if not fam.moe.any():  # a batch of dense models: the three run nowhere (nothing prices them)
+    if not any_true(
+        fam.moe
+    ):  # a batch of dense models: the three run nowhere (nothing prices them)
         return _idle_moe_ops(sh)
     return _moe_ops_sized(sh, cols, fam)
 
@@ -527,7 +584,7 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     touched = e * (1.0 - np.power(1.0 - np.minimum(topk / np.maximum(e, 1), 1.0), tokens))
     routing = moe_routing_code(cols, np.shape(sh.b)[0])
     model_tokens = tokens
-    if (routing != UNIFORM).any():  # uniform everywhere: the arrays above, untouched
+    if any_true(routing != UNIFORM):  # uniform everywhere: the arrays above, untouched
         touched, model_tokens = _routed(touched, routing, sh, tokens, topk, e)
     moe_flops = 2 * routed * n_mats * d * dffe + 2 * tokens * d * e
     moe_bytes = (
@@ -625,7 +682,7 @@ def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
     """`_moe_ops` of a batch without MoE layers: the same operators, kinds and dimension names,
     every count, size and cost zero (an operator of count 0 everywhere is neither priced nor
     read; building its sizes cost a one-configuration call ~5% of its operator list)."""
-    zero = np.zeros_like(sh.d)
+    zero = np.zeros(sh.d.shape)
     gemm = {"m": zero, "n": zero, "k": zero, "dtype": sh.gemm_dtype}
     moe = (
         "num_tokens",
@@ -664,7 +721,7 @@ def _allreduce_ops(sh: LayerShapes, fam: _Families) -> list[Op]:
             "allreduce",
             "allreduce",
             ar_count,
-            np.zeros_like(sh.d),
+            np.zeros(sh.d.shape),
             msg,
             {"message_bytes": msg, "n_gpus": sh.tp},
         )
@@ -675,6 +732,8 @@ def _head_ops(sh: LayerShapes) -> list[Op]:
     """Final norm and LM head: serving engines compute logits only for each sequence's last token."""
     d = sh.d
     return [
-        _elementwise("norm/final", "norm", np.ones_like(d), sh.tokens * d, 1, 1, 4),
-        _gemm("lm_head", "lm_head", np.ones_like(d), sh.b, sh.V / sh.tp, d, sh.wb, sh.gemm_dtype),
+        _elementwise("norm/final", "norm", filled(d.shape, 1.0), sh.tokens * d, 1, 1, 4),
+        _gemm(
+            "lm_head", "lm_head", filled(d.shape, 1.0), sh.b, sh.V / sh.tp, d, sh.wb, sh.gemm_dtype
+        ),
     ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dse.models.base import any_true
 from dse.spec.hardware import GPU
 
 
@@ -42,7 +43,7 @@ def bounded_phases(
     hi = np.minimum(board * t_pre, total - idle * t_dec)
     pre = np.minimum(np.maximum(e_pre, lo), hi)
     moved = (pre != e_pre) | (total != e_pre + e_dec)
-    if not moved.any():
+    if not any_true(moved):
         return e_pre, e_dec
     return np.where(moved, pre, e_pre), np.where(moved, total - pre, e_dec)
 

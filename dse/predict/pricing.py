@@ -36,7 +36,7 @@ import numpy as np
 
 from dse._same import all_equal
 from dse.models.artifact import Artifact
-from dse.models.base import RangeMiss, as_shape
+from dse.models.base import RangeMiss, all_true, any_true, as_shape, filled
 from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
 from dse.predict import op_power
 from dse.predict._rows import (
@@ -109,13 +109,14 @@ def roofline_times(ops: Sequence[Op], gpu: GPU) -> list[np.ndarray]:
     n = len(np.atleast_1d(ops[0].count)) if ops else 0
     flat = [j for j in flat if len(ops[j].flops) == n and len(ops[j].bytes) == n]
     if len(flat) > 1 and n <= STACK_AT_MOST:
-        peak = np.full(len(flat) * n, gpu.peak_bf16_flops_per_s)
+        peak = filled(len(flat) * n, float(gpu.peak_bf16_flops_per_s))
         peaks: dict[int, np.ndarray] = {}  # the GEMMs of a pass share one dtype column
         for i, j in enumerate(flat):
             if ops[j].kind == "gemm":
                 dt = ops[j].dims["dtype"]
                 if id(dt) not in peaks:
-                    peaks[id(dt)] = as_shape(gemm_peak(dt, gpu), (n,))
+                    # (a scalar peak is written by the slice assignment, not broadcast first)
+                    peaks[id(dt)] = gemm_peak(dt, gpu)
                 peak[i * n : (i + 1) * n] = peaks[id(dt)]
         t = roofline_s(
             np.concatenate([ops[j].flops for j in flat]),
@@ -186,7 +187,7 @@ class PhaseCost:
         return self._part(self.items_j, kinds)
 
     def _part(self, items: dict[str, np.ndarray], kinds: tuple[str, ...]) -> np.ndarray:
-        total = np.zeros_like(self.time_s)
+        total = np.zeros(self.time_s.shape, self.time_s.dtype)  # (zeros_like's wrapper: ~1 us)
         for name, v in items.items():
             if self.kinds.get(name) in kinds:
                 total = total + v
@@ -361,7 +362,7 @@ def _record_misses(
         for key, miss in price.misses.items():
             m = (miss if runs is None else miss.masked(runs)).worst_node()
             o = m.outside
-            if not o.any():
+            if not any_true(o):
                 continue
             label = f"{op.name}: {key}"
             misses[label] = misses[label].worse(m) if label in misses else m
@@ -371,7 +372,7 @@ def _record_misses(
         o = np.asarray(price.out_of_range)
         o = o if runs is None else o & runs
         o = o.any(axis=0) if o.ndim == 2 else o
-        if o.any():
+        if any_true(o):
             oor_by[op.name] = oor_by[op.name] | o if op.name in oor_by else o
             oor |= o
 
@@ -389,59 +390,56 @@ def _collapse(
     of two (operators, n) matrices (two reductions, not two additions per operator)."""
     n = len(zero)
     few = n <= STACK_AT_MOST and bool(per_op)
-    ts: list[np.ndarray] = []
-    es: list[np.ndarray] = []
-    flat: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if few:
-        flat = _flat_reduced(per_op, wsum, zero)
-    for j, (op, t, p) in enumerate(per_op):
-        if j in flat:
-            t_r, e_r = flat[j]
-        elif t is zero:
-            t_r, e_r = (zero, zero) if few else (np.zeros(n), np.zeros(n))
+        _collapse_few(out, per_op, weights, wsum, zero)
+        return
+    for op, t, p in per_op:
+        if t is zero:
+            t_r, e_r = np.zeros(n), np.zeros(n)
         else:
             t_r, e_r = _reduced(t, p, weights, wsum, n)
-        if few:
-            ts.append(t_r)
-            es.append(e_r)
-            continue
         out.time_s += t_r
         out.energy_j += e_r
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
-    if not few:
-        return
-    # copies, every item an array of its own: one concatenation of the (n,) rows (np.array
-    # of a list of arrays inspects each element: ~0.5% of a one-row call more)
-    T = np.concatenate(ts, dtype=float).reshape(len(ts), n)
-    E = np.concatenate(es, dtype=float).reshape(len(es), n)
+
+
+def _collapse_few(
+    out: PhaseCost,
+    per_op: list[tuple[Op, np.ndarray, np.ndarray]],
+    weights: np.ndarray | None,
+    wsum: np.ndarray | None,
+    zero: np.ndarray,
+) -> None:
+    """`_collapse` of a few configurations: the (operators, n) matrices of seconds and joules
+    written where they are made: the running operators whose seconds and watts are (n,) rows
+    as one block (t x sum of the weights, then x watts: three numpy calls, not two an
+    operator), those that do not run zeros, node-axis ones reduced alone (`_reduced`); the
+    items are the matrices' rows (arrays of their own: `scale_in_place` scales each once)."""
+    n, k = len(zero), len(per_op)
+    T, E = np.zeros((k, n)), np.zeros((k, n))
+    flat = [
+        j
+        for j, (_, t, p) in enumerate(per_op)
+        if t is not zero and shape_of(t) == (n,) and shape_of(p) == (n,)
+    ]
+    if len(flat) < 2:  # one such operator: by `_reduced`, as the others
+        flat = []
+    else:
+        Tf = np.array([per_op[j][1] for j in flat], dtype=float)
+        if wsum is not None:
+            Tf = Tf * wsum
+        T[flat] = Tf
+        E[flat] = Tf * np.array([per_op[j][2] for j in flat], dtype=float)
+    done = set(flat)
+    for j, (_, t, p) in enumerate(per_op):
+        if j not in done and t is not zero:
+            T[j], E[j] = _reduced(t, p, weights, wsum, n)
     out.time_s += T.sum(axis=0)
     out.energy_j += E.sum(axis=0)
     for (op, _, _), t_r, e_r in zip(per_op, T, E, strict=True):
         _acc(out.items_s, op.name, t_r)
         _acc(out.items_j, op.name, e_r)
-
-
-def _flat_reduced(
-    per_op: list[tuple[Op, np.ndarray, np.ndarray]], wsum: np.ndarray | None, zero: np.ndarray
-) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """`_reduced` of the running operators whose seconds and watts are (n,) arrays (no node
-    axis), by operator index: the same products (t x sum of the weights, then x watts) on the
-    (operators, n) matrix of them, three numpy calls instead of two per operator (a few
-    configurations' ~30 operators)."""
-    n = len(zero)
-    idx = [
-        j
-        for j, (_, t, p) in enumerate(per_op)
-        if t is not zero and shape_of(t) == (n,) and shape_of(p) == (n,)
-    ]
-    if len(idx) < 2:
-        return {}
-    T = np.array([per_op[j][1] for j in idx], dtype=float)
-    if wsum is not None:
-        T = T * wsum
-    E = T * np.array([per_op[j][2] for j in idx], dtype=float)
-    return {j: (t_r, e_r) for j, t_r, e_r in zip(idx, T, E, strict=True)}
 
 
 def _reduced(
@@ -479,7 +477,7 @@ def _block_part(
     name, seconds of one call by name); None when the phase does not run the whole block."""
     idx = [i for i, (op, _, _) in enumerate(d.per_op) if op.name in names]
     ops = {d.per_op[i][0].name: d.per_op[i][0] for i in idx}
-    if len(idx) != len(names) or not (ops[names[-1]].count > 0).any():
+    if len(idx) != len(names) or not any_true(ops[names[-1]].count > 0):
         return None
     count = np.maximum(ops[names[-1]].count, 1.0)
     return d, idx, ops, {d.per_op[i][0].name: d.per_op[i][1] / count for i in idx}
@@ -958,7 +956,7 @@ class Pricer:
         adapter = ADAPTERS.get(op.kind)
         if self.artifact is None or adapter is None:
             return None
-        if every or runs.all() or runs.mean() >= SUBSET_BELOW:
+        if every or all_true(runs) or runs.mean() >= SUBSET_BELOW:
             return adapter(self.artifact, op, self.gpu, ctx)
         # e.g. the MoE block in a batch of mostly dense models
         idx = np.flatnonzero(runs)
@@ -1036,10 +1034,10 @@ class Pricer:
                 for key, miss in block_misses.items():
                     m = RangeMiss(miss.excess[rows], miss.value[rows], miss.bound[rows])
                     m = m.masked(runs)
-                    if m.outside.any():
+                    if any_true(m.outside):
                         d.misses[f"{name}: {key}"] = m
                         o |= m.outside
-                if o.any():
+                if any_true(o):
                     d.oor_by[name] = o
                     d.oor |= o
                 for i in idx:

@@ -23,7 +23,7 @@ import numpy as np
 
 from dse._same import equals
 from dse.errors import ConfigError
-from dse.models.base import RangeMiss
+from dse.models.base import RangeMiss, all_true, any_true
 from dse.models.serving import HostConstants, continuous, range_misses
 from dse.spec.hardware import GPU
 
@@ -102,7 +102,7 @@ def apply(
     static = dict(out)  # every version prices the same static prediction
     for version in np.unique(asked[continuous_rows]):
         rows = continuous_rows & (asked == version)
-        every = bool(rows.all())
+        every = all_true(rows)
         c = constants_for(gpu.name, str(version))
         new = continuous(
             static,
@@ -149,7 +149,7 @@ def engine_traits(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray | None, np
         for k, v in out.items():
             if entry.get(k, False):
                 v |= continuous_rows & (asked == version)
-    aware, mean = (v if v.any() else None for v in out.values())
+    aware, mean = (v if any_true(v) else None for v in out.values())
     return aware, mean
 
 
@@ -166,4 +166,4 @@ def any_continuous(cols: Mapping[str, np.ndarray]) -> bool:
     """Whether some configuration asks for continuous batching (columns without `batching`:
     none)."""
     b = cols.get("batching")
-    return b is not None and bool(equals(b, "continuous").any())
+    return b is not None and any_true(equals(b, "continuous"))

@@ -35,7 +35,10 @@ def dtype_bytes(dtype: Any) -> Any:
         # Fast path: one dtype for the whole batch (sorting 10^5 strings for np.unique is slow).
         first = arr.flat[0]
         if (arr.size == 1 or all_equal(arr)) and str(first) in DTYPE_BYTES:
-            return np.full(arr.shape, DTYPE_BYTES[str(first)])
+            # (an empty float array filled: np.full's generic path costs twice as much)
+            out = np.empty(arr.shape)
+            out.fill(DTYPE_BYTES[str(first)])
+            return out
     uniq = np.unique(arr)
     bad = [u for u in uniq if u not in DTYPE_BYTES]
     if bad:
@@ -228,6 +231,13 @@ class Architecture:
         return np.asarray(self.n_experts) > 1
 
 
+def _any(v: Any) -> bool:
+    """np.any(v); a few values (a few configurations' layer counts) read as Python values
+    (numpy's reduction and its wrapper cost ~5 us, a one-configuration call asks twice)."""
+    a = np.asarray(v)
+    return any(a.ravel().tolist()) if a.size <= 64 else bool(a.any())
+
+
 def _is_none(v: Any) -> bool:
     return v is None
 
@@ -269,6 +279,12 @@ def ffn_layers(a: Architecture) -> tuple[Any, Any]:
     when n_experts > 1, the first n_dense_layers of them dense), its `dense` layers a dense FFN
     of d_ff, its `none` layers none. A model of the default pattern: (n_layers, 0) dense,
     (n_dense_layers, n_layers - n_dense_layers) MoE."""
+    # kept on a resolved architecture (`_memo`): the parameter and memory accounting of one
+    # batch ask it three times
+    return _memo(a, "ffn_layers", lambda: _ffn_layers(a))
+
+
+def _ffn_layers(a: Architecture) -> tuple[Any, Any]:
     f, dense = P.ffn_counts(a.ffn_pattern, a.n_layers)
     moe = np.asarray(a.n_experts) > 1
     nd = np.minimum(np.where(moe, np.asarray(a.n_dense_layers), 0), f)
@@ -386,7 +402,7 @@ def _param_breakdown(a: Architecture) -> dict[str, Any]:
     # Mamba-1 (inner = nv x dv channels, each its own head): in_proj d -> x, z; x_proj
     # inner -> dt (rank R), B, C; dt_proj R -> inner (its bias with the heads); per channel
     # A_log (one per state element), D and the dt bias; Jamba's norms of dt, B and C.
-    if np.any(Ll):
+    if _any(Ll):
         nv, dv, _, ds, conv_ch = linear_dims(a)
         kind = np.asarray(a.linear_kind)
         mamba, mamba1 = kind == "mamba2", kind == "mamba1"
@@ -620,6 +636,11 @@ def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     default), heads split across GPUs like attention heads (a replica when fewer)."""
     a = a.resolved()
     _, _, Ll = layer_kinds(a)
+    one_shape = np.ndim(Ll) == 1 and np.shape(tensor_parallel) in ((), np.shape(Ll))
+    if one_shape and not _any(Ll):
+        # no linear layer (a few configurations of most models): Ll x 0 x bytes, the zeros
+        # (and dtype, and shape) the products below give, without their ~20 array operations
+        return np.asarray(Ll) * 0 * dtype_bytes(a.kv_dtype)
     nv, dv, ng, ds, _ = linear_dims(a)
     tp = np.asarray(tensor_parallel)
     nv_gpu, ng_gpu = np.maximum(nv // tp, 1), np.maximum(ng // tp, 1)
