@@ -794,6 +794,10 @@ def predict(
     operators (e.g. `gemm.sglang.bfloat16` for an SGLang configuration on H100: an engine of
     `adapters.OWN_TABLE_ENGINES` is priced by its own kernel tables where the artifact has them).
     """
+    raw = None if isinstance(configs, C.Configs) else _raw_repeats(configs)
+    if raw is not None:  # repeats told on the caller's columns: the distinct rows checked
+        keep_freed()
+        return _spread(_predict_gpus(raw.cols, raw.cols.n, artifacts, texts, models), raw.inverse)
     if isinstance(configs, C.Configs):  # checked when it was made: not again
         cols, n = configs, configs.n
     else:
@@ -837,6 +841,68 @@ def _repeated_rows(cols: C.Configs, n: int) -> Groups | None:
         return distinct_columns([cols[k] for k in names], n, below=REPEATS_BELOW)
     except TypeError:  # an unhashable object column (an extra `with_columns` one): predict all
         return None
+
+
+@dataclass(frozen=True)
+class _RawRepeats:
+    """A batch's distinct configurations, checked (`cols`, in the order each first comes), and
+    each row's among them (`inverse`)."""
+
+    cols: C.Configs
+    inverse: np.ndarray
+
+
+def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | None:
+    """`_repeated_rows` told on the caller's own columns, before they are checked: the rows
+    whose configuration columns (`C.CONFIG_FIELDS`) are equal bit for bit are checked once
+    (`C.as_columns` of a sweep-like 20,000-row batch's ~2,900 distinct rows, not of every row:
+    it fills and checks ~50 columns a row) and the repeats are told on ~12 given columns, not
+    on the ~50 checked ones. Checking is row by row and a column's set of values is the
+    same in the distinct rows as in the batch, so each distinct row checks to what it checks
+    to in the batch; rows that differ here but check equal (a NaN head_dim and the default)
+    are merged after checking, so the rows predicted are main's `_repeated_rows` ones, in the
+    same order. None (check every row: `as_columns` then `_repeated_rows`) unless every
+    configuration column is a number, boolean or fixed-width string column of the batch's
+    length or one value, and fewer than REPEATS_BELOW of the rows are distinct; a batch that
+    fails its check is checked whole, so its error is the one `as_columns` gives."""
+    frame = C._is_frame(configs)
+    names = list(configs.columns) if frame else list(configs)
+    keyed: dict[str, np.ndarray] = {}
+    one: dict[str, Any] = {}
+    n = None
+    for name in names:
+        if name not in C.CONFIG_FIELDS:
+            continue  # `as_columns` reads none of the others
+        v = configs[name].to_numpy() if frame else configs[name]
+        if isinstance(v, str | int | float | bool | np.generic):
+            one[name] = v  # one value for every row, as `as_columns` reads it
+            continue
+        if not isinstance(v, np.ndarray) or v.ndim != 1 or v.dtype.kind not in "biufUS":
+            return None  # lists (patterns), object columns, None: `as_columns` reads them
+        if n is None:
+            n = len(v)
+        if len(v) != n:
+            return None
+        keyed[name] = v
+    if n is None or n <= REPEATS_AFTER:
+        return None
+    first = distinct_columns(list(keyed.values()), n, below=REPEATS_BELOW)
+    if first is None:
+        return None
+    rows, inverse = first.rows, first.inverse
+    assert rows is not None and inverse is not None  # distinct_columns' groups always have both
+    part = {k: v.take(rows) for k, v in keyed.items()}
+    try:
+        cols, m = C.as_columns({**part, **one}, own=True)
+    except Exception:  # the whole batch is checked again below: its own error, as main gives
+        return None
+    # rows that check equal (a missing value and its default): merged as `_repeated_rows`
+    # merges them (in the order each first comes)
+    again = distinct_columns([cols[k] for k in cols], m, below=1.0)
+    if again is not None:
+        assert again.rows is not None and again.inverse is not None
+        cols, inverse = cols.take(again.rows), again.inverse[inverse]
+    return _RawRepeats(cols, inverse)
 
 
 def _spread(out: dict[str, np.ndarray], inverse: np.ndarray) -> dict[str, np.ndarray]:
