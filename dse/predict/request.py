@@ -788,7 +788,9 @@ def predict(
     was made and is taken as it is; any other batch (DataFrame, mapping) is checked here.
 
     A batch of more than 64 rows that repeats configurations (every column equal) predicts
-    each once and gathers its outputs back to every row that repeats it (`_repeated_rows`).
+    each once and gathers its outputs back to every row that repeats it (`_repeated_rows`; told
+    on the caller's columns before checking where they are plain arrays, `_raw_repeats`, so
+    that only the distinct rows are checked).
 
     `models=True` adds `kernel_models`: per configuration, the fitted models that priced its
     operators (e.g. `gemm.sglang.bfloat16` for an SGLang configuration on H100: an engine of
@@ -843,6 +845,10 @@ def _repeated_rows(cols: C.Configs, n: int) -> Groups | None:
         return None
 
 
+# The configuration columns `as_columns` reads (a set: `_raw_repeats` asks once per column).
+_CONFIG_NAMES = frozenset(C.CONFIG_FIELDS)
+
+
 @dataclass(frozen=True)
 class _RawRepeats:
     """A batch's distinct configurations, checked (`cols`, in the order each first comes), and
@@ -871,7 +877,7 @@ def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | Non
     one: dict[str, Any] = {}
     n = None
     for name in names:
-        if name not in C.CONFIG_FIELDS:
+        if name not in _CONFIG_NAMES:
             continue  # `as_columns` reads none of the others
         v = configs[name].to_numpy() if frame else configs[name]
         if isinstance(v, str | int | float | bool | np.generic):
@@ -881,10 +887,12 @@ def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | Non
             return None  # lists (patterns), object columns, None: `as_columns` reads them
         if n is None:
             n = len(v)
-        if len(v) != n:
+            if n <= REPEATS_AFTER:  # a one-row or small call stops at its first column
+                return None
+        elif len(v) != n:
             return None
         keyed[name] = v
-    if n is None or n <= REPEATS_AFTER:
+    if n is None:
         return None
     first = distinct_columns(list(keyed.values()), n, below=REPEATS_BELOW)
     if first is None:
