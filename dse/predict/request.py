@@ -797,8 +797,8 @@ def predict(
     `adapters.OWN_TABLE_ENGINES` is priced by its own kernel tables where the artifact has them).
     """
     raw = None if isinstance(configs, C.Configs) else _raw_repeats(configs)
-    if raw is not None:  # repeats told on the caller's columns: the distinct rows checked
-        keep_freed()
+    if raw is not None and raw.cols is not None and raw.inverse is not None:
+        keep_freed()  # repeats told on the caller's columns: the distinct rows checked
         return _spread(_predict_gpus(raw.cols, raw.cols.n, artifacts, texts, models), raw.inverse)
     if isinstance(configs, C.Configs):  # checked when it was made: not again
         cols, n = configs, configs.n
@@ -808,7 +808,8 @@ def predict(
         # a bulk batch's ~30 MB of arrays a call reuse the heap, not fresh kernel pages
         # (`dse._heap`: the sys time of an all-distinct 20,000-row batch 28 -> 4 ms)
         keep_freed()
-    repeats = _repeated_rows(cols, n)
+    # mostly distinct as given (`_raw_repeats`): not hashed again once checked
+    repeats = None if raw is not None else _repeated_rows(cols, n)
     if repeats is None:
         return _predict_gpus(cols, n, artifacts, texts, models)
     # each distinct configuration predicted once (in the order it first comes), every output
@@ -854,23 +855,31 @@ class _RawRepeats:
     """A batch's distinct configurations, checked (`cols`, in the order each first comes), and
     each row's among them (`inverse`)."""
 
-    cols: C.Configs
-    inverse: np.ndarray
+    cols: C.Configs | None
+    inverse: np.ndarray | None
+
+
+# `_raw_repeats`' answer for a batch of which at least REPEATS_BELOW of the rows are distinct.
+_MOSTLY_DISTINCT = _RawRepeats(None, None)
 
 
 def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | None:
     """`_repeated_rows` told on the caller's own columns, before they are checked: the rows
     whose configuration columns (`C.CONFIG_FIELDS`) are equal bit for bit are checked once
     (`C.as_columns` of a sweep-like 20,000-row batch's ~2,900 distinct rows, not of every row:
-    it fills and checks ~50 columns a row) and the repeats are told on ~12 given columns, not
-    on the ~50 checked ones. Checking is row by row and a column's set of values is the
-    same in the distinct rows as in the batch, so each distinct row checks to what it checks
-    to in the batch; rows that differ here but check equal (a NaN head_dim and the default)
-    are merged after checking, so the rows predicted are main's `_repeated_rows` ones, in the
-    same order. None (check every row: `as_columns` then `_repeated_rows`) unless every
-    configuration column is a number, boolean or fixed-width string column of the batch's
-    length or one value, and fewer than REPEATS_BELOW of the rows are distinct; a batch that
-    fails its check is checked whole, so its error is the one `as_columns` gives."""
+    it fills and checks ~50 columns a row), and the repeats are told on the ~12 given columns,
+    not on the ~50 checked ones. Checking is row by row, and a column's set of values is the
+    same in the distinct rows as in the batch, so each distinct row checks to what it checks to
+    in the batch; rows that differ as given but check equal (0.0 and -0.0 of an integer field)
+    are merged after checking, so the rows predicted are `_repeated_rows`'s, in its order.
+
+    `_MOSTLY_DISTINCT`: at least REPEATS_BELOW of the rows are distinct as given; the checked
+    batch is then predicted row by row without hashing it again (~2 M instructions a
+    3,000-row call). `_repeated_rows` would find fewer distinct rows only where rows differ as
+    given but check equal, and what that changes is the batch layout (~1e-7 relative).
+    None (check every row, then `_repeated_rows`) unless every configuration column is a
+    number, boolean or fixed-width string column of the batch's length, or one value; a batch
+    that fails its check is checked whole, so its error is the one `as_columns` gives."""
     frame = C._is_frame(configs)
     names = list(configs.columns) if frame else list(configs)
     keyed: dict[str, np.ndarray] = {}
@@ -896,7 +905,7 @@ def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | Non
         return None
     first = distinct_columns(list(keyed.values()), n, below=REPEATS_BELOW)
     if first is None:
-        return None
+        return _MOSTLY_DISTINCT
     rows, inverse = first.rows, first.inverse
     assert rows is not None and inverse is not None  # distinct_columns' groups always have both
     part = {k: v.take(rows) for k, v in keyed.items()}

@@ -238,3 +238,16 @@ def test_columns_as_columns_reads_otherwise_skip_the_early_repeats() -> None:
     assert R._raw_repeats({**raw, "engine": raw["engine"].astype(object)}) is None
     assert R._raw_repeats({**raw, "d_model": raw["d_model"].tolist()}) is None
     assert R._raw_repeats({k: v[: R.REPEATS_AFTER] for k, v in raw.items()}) is None
+
+
+def test_a_batch_distinct_as_given_is_not_hashed_again() -> None:
+    one = golden_configs(1, 5)
+    n = 3000
+    rng = np.random.default_rng(3)
+    distinct = {k: np.repeat(v, n) for k, v in one.items()}
+    distinct["batch_size"] = rng.integers(1, 257, n)
+    distinct["prompt_tokens"] = rng.integers(16, 8193, n)
+    assert R._raw_repeats(distinct) is R._MOSTLY_DISTINCT
+    checked, _ = C.as_columns(distinct)
+    assert R._repeated_rows(checked, n) is None  # what the checked batch says too
+    _assert_outputs(predict(distinct), predict(checked), 0.0)
