@@ -913,7 +913,7 @@ def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | Non
         cols, m = C.as_columns({**part, **one}, own=True)
     except Exception:  # the whole batch is checked again below: its own error, as main gives
         return None
-    # rows that check equal (a missing value and its default): merged as `_repeated_rows`
+    # rows that check equal (0.0 and -0.0 of an integer field): merged as `_repeated_rows`
     # merges them (in the order each first comes)
     again = distinct_columns([cols[k] for k in cols], m, below=1.0)
     if again is not None:
