@@ -864,7 +864,9 @@ def predict(
     was made and is taken as it is; any other batch (DataFrame, mapping) is checked here.
 
     A batch of more than 64 rows that repeats configurations (every column equal) predicts
-    each once and gathers its outputs back to every row that repeats it (`_repeated_rows`).
+    each once and gathers its outputs back to every row that repeats it (`_repeated_rows`; told
+    on the caller's columns before checking where they are plain arrays, `_raw_repeats`, so
+    that only the distinct rows are checked).
 
     `metrics_only=True` returns the OUTPUT_KEYS columns alone (the same numbers), for a scan
     that keeps only its objectives (`dse.sweep._enumerate`'s chunks): the range flags, bands,
@@ -874,6 +876,10 @@ def predict(
     operators (e.g. `gemm.sglang.bfloat16` for an SGLang configuration on H100: an engine of
     `adapters.OWN_TABLE_ENGINES` is priced by its own kernel tables where the artifact has them).
     """
+    raw = None if isinstance(configs, C.Configs) else _raw_repeats(configs)
+    if raw is not None and raw.cols is not None and raw.inverse is not None:
+        keep_freed()  # repeats told on the caller's columns: the distinct rows checked
+        return _spread(_predict_gpus(raw.cols, raw.cols.n, artifacts, texts, models), raw.inverse)
     if isinstance(configs, C.Configs):  # checked when it was made: not again
         cols, n = configs, configs.n
     else:
@@ -882,7 +888,8 @@ def predict(
         # a bulk batch's ~30 MB of arrays a call reuse the heap, not fresh kernel pages
         # (`dse._heap`: the sys time of an all-distinct 20,000-row batch 28 -> 4 ms)
         keep_freed()
-    repeats = _repeated_rows(cols, n)
+    # mostly distinct as given (`_raw_repeats`): not hashed again once checked
+    repeats = None if raw is not None else _repeated_rows(cols, n)
     if repeats is None:
         return _predict_gpus(cols, n, artifacts, texts, models, metrics_only)
     # each distinct configuration predicted once (in the order it first comes), every output
@@ -917,6 +924,82 @@ def _repeated_rows(cols: C.Configs, n: int) -> Groups | None:
         return distinct_columns([cols[k] for k in names], n, below=REPEATS_BELOW)
     except TypeError:  # an unhashable object column (an extra `with_columns` one): predict all
         return None
+
+
+# The configuration columns `as_columns` reads (a set: `_raw_repeats` asks once per column).
+_CONFIG_NAMES = frozenset(C.CONFIG_FIELDS)
+
+
+@dataclass(frozen=True)
+class _RawRepeats:
+    """A batch's distinct configurations, checked (`cols`, in the order each first comes), and
+    each row's among them (`inverse`)."""
+
+    cols: C.Configs | None
+    inverse: np.ndarray | None
+
+
+# `_raw_repeats`' answer for a batch of which at least REPEATS_BELOW of the rows are distinct.
+_MOSTLY_DISTINCT = _RawRepeats(None, None)
+
+
+def _raw_repeats(configs: pd.DataFrame | Mapping[str, Any]) -> _RawRepeats | None:
+    """`_repeated_rows` told on the caller's own columns, before they are checked: the rows
+    whose configuration columns (`C.CONFIG_FIELDS`) are equal bit for bit are checked once
+    (`C.as_columns` of a sweep-like 20,000-row batch's ~2,900 distinct rows, not of every row:
+    it fills and checks ~50 columns a row), and the repeats are told on the ~12 given columns,
+    not on the ~50 checked ones. Checking is row by row, and a column's set of values is the
+    same in the distinct rows as in the batch, so each distinct row checks to what it checks to
+    in the batch; rows that differ as given but check equal (0.0 and -0.0 of an integer field)
+    are merged after checking, so the rows predicted are `_repeated_rows`'s, in its order.
+
+    `_MOSTLY_DISTINCT`: at least REPEATS_BELOW of the rows are distinct as given; the checked
+    batch is then predicted row by row without hashing it again (~2 M instructions a
+    3,000-row call). `_repeated_rows` would find fewer distinct rows only where rows differ as
+    given but check equal, and what that changes is the batch layout (~1e-7 relative).
+    None (check every row, then `_repeated_rows`) unless every configuration column is a
+    number, boolean or fixed-width string column of the batch's length, or one value; a batch
+    that fails its check is checked whole, so its error is the one `as_columns` gives."""
+    frame = C._is_frame(configs)
+    names = list(configs.columns) if frame else list(configs)
+    keyed: dict[str, np.ndarray] = {}
+    one: dict[str, Any] = {}
+    n = None
+    for name in names:
+        if name not in _CONFIG_NAMES:
+            continue  # `as_columns` reads none of the others
+        v = configs[name].to_numpy() if frame else configs[name]
+        if isinstance(v, str | int | float | bool | np.generic):
+            one[name] = v  # one value for every row, as `as_columns` reads it
+            continue
+        if not isinstance(v, np.ndarray) or v.ndim != 1 or v.dtype.kind not in "biufUS":
+            return None  # lists (patterns), object columns, None: `as_columns` reads them
+        if n is None:
+            n = len(v)
+            if n <= REPEATS_AFTER:  # a one-row or small call stops at its first column
+                return None
+        elif len(v) != n:
+            return None
+        keyed[name] = v
+    if n is None:
+        return None
+    first = distinct_columns(list(keyed.values()), n, below=REPEATS_BELOW)
+    if first is None:
+        return _MOSTLY_DISTINCT
+    rows, inverse = first.rows, first.inverse
+    assert rows is not None and inverse is not None  # distinct_columns' groups always have both
+    part = {k: v.take(rows) for k, v in keyed.items()}
+    try:
+        cols, m = C.as_columns({**part, **one}, own=True)
+    except Exception:  # the whole batch is checked again below: its own error, as main gives
+        return None
+    # rows that check equal (0.0 and -0.0 of an integer field): merged as `_repeated_rows`
+    # merges them (in the order each first comes)
+    again = distinct_columns([cols[k] for k in cols], m, below=1.0)
+    if again is not None:
+        assert again.rows is not None and again.inverse is not None
+        cols, inverse = cols.take(again.rows), again.inverse[inverse]
+    return _RawRepeats(cols, inverse)
 
 
 def _spread(out: dict[str, np.ndarray], inverse: np.ndarray) -> dict[str, np.ndarray]:

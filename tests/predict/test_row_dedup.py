@@ -177,3 +177,77 @@ def test_configs_take_by_indices_and_by_mask_agree() -> None:
     for k in a:
         assert a[k].dtype == b[k].dtype and (a[k] == b[k]).all(), k
         assert not a[k].flags.writeable
+
+
+def test_repeats_told_on_the_callers_columns_predict_as_the_checked_batch() -> None:
+    # `_raw_repeats`: the distinct rows of the caller's columns checked, repeats told before
+    # checking; bit for bit what the checked batch (`_repeated_rows` on every checked row) gives
+    raw = repeating()
+    found = R._raw_repeats(raw)
+    assert found is not None and found.cols.n == 10 and len(found.inverse) == 90
+    checked, _ = C.as_columns(raw)
+    for texts in (True, False):
+        _assert_outputs(predict(raw, texts=texts), predict(checked, texts=texts), 0.0)
+    # one value for a column (a scalar) and a column as_columns does not read ride along
+    with_one = {**raw, "engine": "vllm", "note": np.array([object()] * 90)}
+    found = R._raw_repeats(with_one)
+    assert found is not None and found.cols.n <= 10
+    _assert_outputs(predict(with_one), predict(C.as_columns(with_one)[0]), 0.0)
+
+
+def test_rows_that_differ_only_before_checking_are_merged_after_it() -> None:
+    # 0.0 and -0.0 dense layers (other bits, one checked integer): 20 distinct rows as given,
+    # 10 configurations once checked, predicted once each, as `_repeated_rows` predicts them
+    raw = repeating()
+    zero = np.zeros(len(raw["d_model"]))
+    zero[::2] = -0.0
+    raw["n_dense_layers"] = zero
+    checked, n = C.as_columns(raw)
+    groups = R._repeated_rows(checked, n)
+    found = R._raw_repeats(raw)
+    assert groups is not None and groups.rows is not None and groups.inverse is not None
+    assert found is not None and found.cols.n == len(groups.rows) == 10
+    assert np.array_equal(found.inverse, groups.inverse)  # the same rows, in the same order
+    _assert_outputs(predict(raw), predict(checked), 0.0)
+    # a missing head_dim (NaN) is its own configuration once checked (head_dim_defaulted)
+    hd = (raw["d_model"] // raw["n_heads"]).astype(float)
+    hd[::2] = np.nan
+    raw = {**raw, "head_dim": hd}
+    checked, n = C.as_columns(raw)
+    groups = R._repeated_rows(checked, n)
+    found = R._raw_repeats(raw)
+    assert groups is not None and groups.rows is not None
+    assert found is not None and found.cols.n == len(groups.rows)
+    _assert_outputs(predict(raw), predict(checked), 0.0)
+
+
+def test_a_batch_that_fails_its_check_fails_as_the_whole_batch_does() -> None:
+    raw = repeating()
+    raw["n_layers"] = raw["n_layers"].copy()
+    raw["n_layers"][-1] = -3
+    with pytest.raises(Exception) as whole:
+        C.as_columns(raw)
+    with pytest.raises(type(whole.value)) as got:
+        predict(raw)
+    assert str(got.value) == str(whole.value)
+    assert R._raw_repeats(raw) is None
+
+
+def test_columns_as_columns_reads_otherwise_skip_the_early_repeats() -> None:
+    raw = repeating()
+    assert R._raw_repeats({**raw, "engine": raw["engine"].astype(object)}) is None
+    assert R._raw_repeats({**raw, "d_model": raw["d_model"].tolist()}) is None
+    assert R._raw_repeats({k: v[: R.REPEATS_AFTER] for k, v in raw.items()}) is None
+
+
+def test_a_batch_distinct_as_given_is_not_hashed_again() -> None:
+    one = golden_configs(1, 5)
+    n = 3000
+    rng = np.random.default_rng(3)
+    distinct = {k: np.repeat(v, n) for k, v in one.items()}
+    distinct["batch_size"] = rng.integers(1, 257, n)
+    distinct["prompt_tokens"] = rng.integers(16, 8193, n)
+    assert R._raw_repeats(distinct) is R._MOSTLY_DISTINCT
+    checked, _ = C.as_columns(distinct)
+    assert R._repeated_rows(checked, n) is None  # what the checked batch says too
+    _assert_outputs(predict(distinct), predict(checked), 0.0)
