@@ -181,6 +181,7 @@ TARGET_LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dse.errors",
             "dse.files",
             "dse._heap",  # the C heap setting of bulk predictions and exact sweeps
+            "dse._same",  # one-value checks of columns (fixed-width texts by their bytes)
             "dse.metrics",
             "dse.resources",
             "dse.yamlio",
