@@ -82,7 +82,10 @@ _X = np.array([1.5, -0.0, np.nan, 3.0])
     [(0.0, _X), (_X, 0.0), (_X, np.arange(4)), (2.0, 1.0), (_X.astype(np.float32), 0.0),
      (_X[None, :], 0.0), ("fp8", "bfloat16"), (np.array(["ab", "xyz"] * 2), "q")],
 )  # fmt: skip
-def test_where_is_numpys_bit_for_bit(cond: np.ndarray, a: object, b: object) -> None:
+@pytest.mark.parametrize("reps", [1, 25])  # 4 rows (np.where itself), 100 (its shortcuts)
+def test_where_is_numpys_bit_for_bit(cond: np.ndarray, a: object, b: object, reps: int) -> None:
+    cond = np.tile(cond, reps)
+    a, b = (np.tile(x, reps) if isinstance(x, np.ndarray) else x for x in (a, b))
     want = np.where(cond, a, b)
     got = where(cond, a, b)
     assert got.dtype == want.dtype and got.shape == want.shape
