@@ -7,6 +7,15 @@
 #
 #   bash benchmarks/device/cpu_speed_check.sh NEW_LABEL BASE_DIR BASE_LABEL [BASE0_DIR BASE0_LABEL]
 #
+# Made here, before the call (both folders ignored through .git/info/exclude, both carried):
+#   .whl/: `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
+#          --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64
+#          -d .whl optuna==5.1.0 colorlog moocore==0.3.2 platformdirs sqlalchemy alembic mako
+#          greenlet cffi pycparser` (what the sweep imports that the device image lacks);
+#   .devcarry/base-X/: `git archive X | tar -x` trimmed to dse/, benchmarks/, pyproject.toml and
+#          the surrogates/ of the GPUs run (h100_sxm for the predictor; + h200_sxm, a100_sxm
+#          for the sweeps), under the tool's 64 MiB.
+#
 # BASE0 (optional, e.g. 8aa1249) is the first checkout of the side-by-side run (the ratios are
 # to it); BASE is main before this work. Every process is pinned to its own core and runs on one
 # BLAS/OpenMP thread; the predictor run first, alone (sweeps beside it slowed its workers by up
