@@ -879,7 +879,8 @@ def predict(
     raw = None if isinstance(configs, C.Configs) else _raw_repeats(configs)
     if raw is not None and raw.cols is not None and raw.inverse is not None:
         keep_freed()  # repeats told on the caller's columns: the distinct rows checked
-        return _spread(_predict_gpus(raw.cols, raw.cols.n, artifacts, texts, models), raw.inverse)
+        out = _predict_gpus(raw.cols, raw.cols.n, artifacts, texts, models, metrics_only)
+        return _spread(out, raw.inverse)
     if isinstance(configs, C.Configs):  # checked when it was made: not again
         cols, n = configs, configs.n
     else:

@@ -38,6 +38,21 @@ def test_metrics_only_equals_the_full_prediction(rows: int) -> None:
         assert np.array_equal(lean[k], full[k], equal_nan=True), k
 
 
+def test_metrics_only_holds_for_a_mapping_with_repeats() -> None:
+    """A plain mapping that repeats its rows takes `_raw_repeats`' early path (its distinct
+    rows checked alone): `metrics_only` is honoured there too, with the same numbers."""
+    cols = _batch(40)
+    searched = ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "vocab_size", "gpu",
+                "batch_size", "prompt_tokens", "output_tokens", "tensor_parallel")  # fmt: skip
+    given = {k: np.tile(np.asarray(cols[k]), 3) for k in searched}
+    full = predict(given, texts=False)
+    lean = predict(given, texts=False, metrics_only=True)
+    assert tuple(lean) == OUTPUT_KEYS
+    for k in OUTPUT_KEYS:
+        assert len(lean[k]) == 120, k
+        assert np.array_equal(lean[k], full[k], equal_nan=True), k
+
+
 def test_kv_sizes_given_as_columns_equal_computed_ones() -> None:
     cols = _batch(3000)
     given = cols.with_columns(kv_sizes(cols))
