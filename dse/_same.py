@@ -6,6 +6,10 @@ its one-value path. numpy compares fixed-width strings character by character: ~
 94,000 rows of 4-8 characters, one core, ~15 ms of a sweep chunk's ~130 ms prediction over a
 dozen such checks. Equal fixed-width strings have equal bytes (numpy pads them with zeros), so
 comparing each value's bytes with the next one's gives the same answer in ~0.1 ms.
+
+A one-configuration prediction asks the same questions of one-element arrays, where numpy's
+reductions cost more than the answer: `any_true`, `all_true` and `filled` read or make those
+as Python values.
 """
 
 from __future__ import annotations
@@ -14,9 +18,33 @@ from typing import Any
 
 import numpy as np
 
-# Up to this many rows `where` selects as np.where does: its checks cost more than the copy
-# they save (a one-configuration prediction asks ~18 of them).
+# Up to this many values `any_true` / `all_true` read them as Python values, and `where`
+# selects as np.where does: numpy's reductions and `where`'s checks cost more than they save
+# on a few configurations' rows (a one-configuration prediction asks dozens of each).
 FEW = 64
+
+
+def filled(shape: int | tuple[int, ...], value: float) -> np.ndarray:
+    """`np.full(shape, value)` of a Python float: an empty float64 array filled (np.full's
+    generic path costs twice as much, and a one-configuration prediction makes dozens)."""
+    out = np.empty(shape)
+    out.fill(value)
+    return out
+
+
+def any_true(a: np.ndarray) -> bool:
+    """`a.any()` as a bool; a few values (one configuration's rows) read as Python values (a
+    numpy reduction costs ~2 us, and a one-configuration prediction asks dozens of these)."""
+    if a.size == 1:
+        return bool(a)
+    return any(a.ravel().tolist()) if a.size <= FEW else bool(a.any())
+
+
+def all_true(a: np.ndarray) -> bool:
+    """`a.all()` as a bool; a few values read as Python values (see `any_true`)."""
+    if a.size == 1:
+        return bool(a)
+    return all(a.ravel().tolist()) if a.size <= FEW else bool(a.all())
 
 
 def all_equal(a: Any) -> bool:
@@ -56,7 +84,7 @@ def where(cond: Any, a: Any, b: Any) -> np.ndarray:
         dtype = np.promote_types(da, db)
     else:
         return np.asarray(np.where(cond, a, b))
-    if c.dtype != bool or not c.size:
+    if c.dtype != bool:
         return np.asarray(np.where(cond, a, b))
     if c.all():
         side = a

@@ -14,6 +14,9 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from dse._same import all_true as all_true  # the few-value checks, where `dse.spec` has them too
+from dse._same import any_true as any_true
+from dse._same import filled as filled
 from dse.errors import ArtifactError, ConfigError, DataError
 
 
@@ -215,14 +218,6 @@ def _fields(m: RangeMiss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return m.excess, as_shape(m.value, shape), as_shape(m.bound, shape)
 
 
-def filled(shape: int | tuple[int, ...], value: float) -> np.ndarray:
-    """`np.full(shape, value)` of a Python float: an empty float64 array filled (np.full's
-    generic path costs twice as much, and a one-configuration prediction makes dozens)."""
-    out = np.empty(shape)
-    out.fill(value)
-    return out
-
-
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """np.broadcast_shapes of shape tuples, in Python (numpy's builds arrays to find it: ~5 us
     a call, which a one-configuration prediction pays a dozen times); ValueError as numpy's
@@ -242,21 +237,6 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
                 elif out[i] != d:
                     raise ValueError(f"shapes {shapes} cannot be broadcast together")
     return tuple(out)
-
-
-def any_true(a: np.ndarray) -> bool:
-    """`a.any()` as a bool; a few values (one configuration's rows) read as Python values (a
-    numpy reduction costs ~2 us, and a one-configuration prediction asks dozens of these)."""
-    if a.size == 1:
-        return bool(a)
-    return any(a.ravel().tolist()) if a.size <= _FEW_VALUES else bool(a.any())
-
-
-def all_true(a: np.ndarray) -> bool:
-    """`a.all()` as a bool; a few values read as Python values (see `any_true`)."""
-    if a.size == 1:
-        return bool(a)
-    return all(a.ravel().tolist()) if a.size <= _FEW_VALUES else bool(a.all())
 
 
 def within(v: np.ndarray, lo: float, hi: float) -> bool:

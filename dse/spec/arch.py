@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dse._same import all_equal, equals
+from dse._same import all_equal, any_true, equals, filled
 from dse.errors import ConfigError
 from dse.spec import pattern as P
 from dse.spec.choices import DTYPE_BYTES, FP4_WEIGHT_DTYPES
@@ -35,10 +35,7 @@ def dtype_bytes(dtype: Any) -> Any:
         # Fast path: one dtype for the whole batch (sorting 10^5 strings for np.unique is slow).
         first = arr.flat[0]
         if (arr.size == 1 or all_equal(arr)) and str(first) in DTYPE_BYTES:
-            # (an empty float array filled: np.full's generic path costs twice as much)
-            out = np.empty(arr.shape)
-            out.fill(DTYPE_BYTES[str(first)])
-            return out
+            return filled(arr.shape, DTYPE_BYTES[str(first)])
     uniq = np.unique(arr)
     bad = [u for u in uniq if u not in DTYPE_BYTES]
     if bad:
@@ -231,13 +228,6 @@ class Architecture:
         return np.asarray(self.n_experts) > 1
 
 
-def _any(v: Any) -> bool:
-    """np.any(v); a few values (a few configurations' layer counts) read as Python values
-    (numpy's reduction and its wrapper cost ~5 us, a one-configuration call asks twice)."""
-    a = np.asarray(v)
-    return any(a.ravel().tolist()) if a.size <= 64 else bool(a.any())
-
-
 def _is_none(v: Any) -> bool:
     return v is None
 
@@ -402,7 +392,7 @@ def _param_breakdown(a: Architecture) -> dict[str, Any]:
     # Mamba-1 (inner = nv x dv channels, each its own head): in_proj d -> x, z; x_proj
     # inner -> dt (rank R), B, C; dt_proj R -> inner (its bias with the heads); per channel
     # A_log (one per state element), D and the dt bias; Jamba's norms of dt, B and C.
-    if _any(Ll):
+    if any_true(np.asarray(Ll)):
         nv, dv, _, ds, conv_ch = linear_dims(a)
         kind = np.asarray(a.linear_kind)
         mamba, mamba1 = kind == "mamba2", kind == "mamba1"
@@ -637,7 +627,7 @@ def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     a = a.resolved()
     _, _, Ll = layer_kinds(a)
     one_shape = np.ndim(Ll) == 1 and np.shape(tensor_parallel) in ((), np.shape(Ll))
-    if one_shape and not _any(Ll):
+    if one_shape and not any_true(np.asarray(Ll)):
         # no linear layer (a few configurations of most models): Ll x 0 x bytes, the zeros
         # (and dtype, and shape) the products below give, without their ~20 array operations
         return np.asarray(Ll) * 0 * dtype_bytes(a.kv_dtype)
