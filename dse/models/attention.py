@@ -18,6 +18,7 @@ the model returns energy = power x latency.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -26,6 +27,7 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError, DataError
 from dse.models import base as _base
 from dse.models._hybrid import (
+    SMOOTH_MAX_P,
     apply_residual,
     fit_hybrid_heads,
     fit_roofline,
@@ -58,6 +60,9 @@ MAX_ROWS = 30000
 # node (`dse.predict.request.node_strata`: each member carries a third of the integral's weight) at
 # one member's cost; a direct `predict` (e.g. `dse validate`) averages all three.
 MEMBERS = {"context": 2, "generation": 3}
+# Rows up to which `AttentionModel.design` runs row by row in Python floats (`_design_rows`):
+# one configuration's prefill (1 row) or decode nodes (5), or a few configurations'.
+DESIGN_ROWS = 16
 KV_BYTES = {"fp8": 1.0, "int8": 1.0, "fp8_block": 1.0}  # anything else: 2 bytes (bf16 / fp16)
 
 
@@ -387,6 +392,137 @@ class AttentionModel(_base.Model):
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(roofline parts with FLOPs and bytes, residual-MLP features) of inputs `v` (`_inputs`).
         Given measured latencies `y` (fitting), the roofline is fitted on them first."""
+        if y is None and self._rows_design_applies(v):
+            return self._design_rows(v)
+        return self._design_arrays(v, y)
+
+    def _rows_design_applies(self, v: Mapping[str, np.ndarray]) -> bool:
+        """Whether `_design_rows` makes this design: a few rows (one configuration's prefill,
+        or its decode's quadrature nodes), no backend input, and not TensorRT-LLM decode's
+        kernel-choice inputs (those stay vectorised)."""
+        return (
+            len(v["batch_size"]) <= DESIGN_ROWS
+            and not getattr(self, "backends_", ())
+            and (self.phase == "context" or self.engine != "trtllm" or self.feature_set_ < 2)
+        )
+
+    def _design_rows(self, v: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """`design` of a few rows (no fitting) in Python floats: `attention_work`,
+        `work_items`, `Roofline.parts` and `_features`' arithmetic in the same order, row by
+        row, instead of ~70 numpy calls on arrays of a few values (~60 us a call). The powers
+        and logs are numpy's own kernels over every row at once (`math`'s differ from them in
+        the last bit on some values): the same bits as `_design_arrays`
+        (tests/models/test_attention_rows.py)."""
+        context = self.phase == "context"
+        b_, h_, kv_, hd_, w_, kvb_, fp8_ = (
+            v[k].tolist()
+            for k in (
+                "batch_size",
+                "num_heads",
+                "num_kv_heads",
+                "head_dim",
+                "window_size",
+                "kv_bytes",
+                "fp8",
+            )
+        )
+        len_ = v["isl" if context else "kv_len"].tolist()
+        roof = self.roof_
+        n_sms = self._n_sms()
+        peak = roof.peak_flops_per_s * roof.eff_compute
+        bw = roof.bw_bytes_per_s * roof.eff_memory
+        rows = []  # per row: (flops, bytes, t_compute, t_memory, t_items, length, span, ctas)
+        for b, h, kv, hd, w, kvb, fp8, x in zip(
+            b_, h_, kv_, hd_, w_, kvb_, fp8_, len_, strict=True
+        ):
+            if context:  # `attention_work`, `work_items`, `_features`' ctas: as there
+                ww = min(w, x) if w > 0 else x
+                pairs = ww * (ww + 1) / 2 + (x - ww) * ww if w > 0 else x * (x + 1) / 2
+                flops = 4.0 * b * h * hd * pairs
+                byts = b * x * hd * (4.0 * h + 2.0 * kv * (2.0 + kvb))
+                items = b * h * float(math.ceil(x / 128.0))
+                length = x
+                ctas = b * h * float(math.ceil(length / 128.0))
+            else:
+                length = x + 1.0
+                span = min(length, w) if w > 0 else length
+                flops = 4.0 * b * h * hd * span
+                byts = 2.0 * b * span * kv * hd * kvb + 4.0 * b * h * hd
+                items = b * h
+                ctas = b * kv
+            span = min(w, length) if w > 0 else length
+            t_c = flops * (0.5 if fp8 > 0 else 1.0) / peak
+            rows.append((flops, byts, t_c, byts / bw, items * roof.item_s, length, span, ctas))
+        n = len(rows)
+        p = SMOOTH_MAX_P
+        both = np.power(np.array([r[2:4] for r in rows]), p).tolist()
+        core = np.power(np.array([c + m for c, m in both]), 1.0 / p).tolist()
+        base = [roof.launch_s + r[4] + c for r, c in zip(rows, core, strict=True)]
+        # every log `_features` takes, one numpy call: per row b, length, span, h, kv, hd,
+        # h / kv, flops, bytes, base, ctas / SMs, waves
+        waves = [float(math.ceil(r[7] / n_sms)) for r in rows]
+        logs = np.log(
+            np.array(
+                [
+                    (b, r[5], r[6], h, kv, hd, h / kv, r[0], r[1], t0, r[7] / n_sms, wv)
+                    for b, h, kv, hd, r, t0, wv in zip(
+                        b_, h_, kv_, hd_, rows, base, waves, strict=True
+                    )
+                ]
+            )
+        ).T.tolist()
+        lb, ll, ls, lh, lkv, lhd, lg, lf, lby, lt0, lc, lw = logs
+        crit = [  # log waves + log span + log head_dim (+ log group in decode), as there
+            lw[i] + ls[i] + lhd[i] if context else lw[i] + ls[i] + lhd[i] + lg[i] for i in range(n)
+        ]
+        sized = self.feature_set_ < 3
+        cols = [
+            *([lb] if sized else []),
+            ll,
+            ls,
+            *([lh, lkv] if sized else []),
+            lhd,
+            lg,
+            kvb_,
+            fp8_,
+            lf,
+            lby,
+            lt0,
+            lc,
+            [r[7] / (wv * n_sms) for r, wv in zip(rows, waves, strict=True)],
+            crit,
+        ]
+        if self.feature_set_ >= 2 and context:  # `_kernel_features` of prefill
+            group = [h / kv for h, kv in zip(h_, kv_, strict=True)]
+            bound, small, large = FA3_TILE_M_HD
+            pow2 = np.log2(np.array(group)).tolist()
+            cols.append([float(x % 1.0 > 1e-9) for x in pow2])
+            cols.append(
+                [
+                    float(((small if hd <= bound else large) % g) > 1e-9)
+                    for hd, g in zip(hd_, group, strict=True)
+                ]
+            )
+        # the float outputs as the rows of one array (one numpy call, not six; the rows do
+        # not overlap, so scaling one in place leaves the others as they are)
+        per_row = [(r[2], r[3], r[4], t0, r[0], r[1]) for r, t0 in zip(rows, base, strict=True)]
+        t_c, t_m, t_i, base_s, flops, byts = np.array(per_row).T.copy()
+        out = {
+            "t_compute_s": t_c,
+            "t_memory_s": t_m,
+            "launch_s": _base.filled(n, roof.launch_s),
+            "t_items_s": t_i,
+            "base_s": base_s,
+            "regime": np.array([r[2] >= r[3] for r in rows], dtype=np.int64),
+            "flops": flops,
+            "bytes": byts,
+        }
+        return out, np.array(cols, dtype=np.float64).T
+
+    def _design_arrays(
+        self, v: Mapping[str, np.ndarray], y: np.ndarray | None = None
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """`design`, vectorised over the rows (any number; fitting)."""
         flops, bytes_ = attention_work(self.phase, v)
         # fp8 attention runs on the fp8 tensor cores: count its FLOPs at half weight
         flops_eff = flops * np.where(v["fp8"] > 0, 0.5, 1.0)

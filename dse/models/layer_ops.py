@@ -742,6 +742,18 @@ def _interp1(x: float, xs: list[float], ys: list[float]) -> float:
     return (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j]) * (x - xs[j]) + ys[j]
 
 
+def _interp1_pair(x: float, xs: list[float], ya: list[float], yb: list[float]) -> tuple[float, ...]:
+    """`_interp1` of one number over two value lists on the same knots (one search)."""
+    if x <= xs[0]:
+        return ya[0], yb[0]
+    if x >= xs[-1]:
+        return ya[-1], yb[-1]
+    j = bisect_right(xs, x) - 1
+    f = x - xs[j]
+    span = xs[j + 1] - xs[j]
+    return (ya[j + 1] - ya[j]) / span * f + ya[j], (yb[j + 1] - yb[j]) / span * f + yb[j]
+
+
 _KNOTS = LOG_E_KNOTS.tolist()
 
 
@@ -779,6 +791,11 @@ class _RowFamily:
     val: list[list[float]]
     per: list[float]
     parts: list[tuple[list[float], list[float]]] | None
+    # the coefficients `c` split as `_predict_rows` reads them (sliced once per model, not per
+    # row): per-wave and per-width curves over LOG_E_KNOTS, then the tp and kernel-split terms
+    c_wave: list[float]
+    c_width: list[float]
+    ct: list[float]
 
 
 class LayerOpModel(_base.Model):
@@ -944,8 +961,10 @@ class LayerOpModel(_base.Model):
             ("curves", i), lambda: self._curves_of(i)
         )
         l2t = prep.l2t
+        c = self.coef_[i].tolist()
+        nk = len(LOG_E_KNOTS)
         return _RowFamily(
-            c=self.coef_[i].tolist(),
+            c=c,
             cr=float(self.rows_per_wave_[i]),
             e_max=float(e_max),
             by_width=bool(by_width),
@@ -962,6 +981,9 @@ class LayerOpModel(_base.Model):
                 (np.asarray(a, dtype=np.float64).tolist(), np.asarray(b, dtype=np.float64).tolist())
                 for a, b in c_parts
             ],
+            c_wave=c[1 : 1 + nk],
+            c_width=c[1 + nk : 1 + 2 * nk],
+            ct=c[1 + 2 * nk :],
         )
 
     def _curve_row(self, fam: _RowFamily, t: float, w: float, tp: float) -> float:
@@ -999,7 +1021,6 @@ class LayerOpModel(_base.Model):
     ) -> dict[str, np.ndarray]:
         """The items, factor and waves of `predict`, row by row in plain Python (few rows)."""
         n = len(idx)
-        nk = len(LOG_E_KNOTS)
         # Python lists, made arrays once at the end (not a numpy store per item)
         items = [[math.nan] * n for _ in range(4)]
         waves = [0.0] * n
@@ -1035,11 +1056,10 @@ class LayerOpModel(_base.Model):
             # _base_items_us at the smooth waves
             w_k = w * 1e-3
             le = math.log(max(wvs * unit * w, 1.0))
-            per_wave = _interp1(le, _KNOTS, c[1 : 1 + nk])
-            per_width = _interp1(le, _KNOTS, c[1 + nk : 1 + 2 * nk])
+            per_wave, per_width = _interp1_pair(le, _KNOTS, fam.c_wave, fam.c_width)
             l2 = math.log2(max(p, 1.0))
             la, lb = min(l2, 1.0), max(l2 - 1.0, 0.0)
-            ct = c[1 + 2 * nk :]
+            ct = fam.ct
             tp_us = la * (ct[0] + ct[1] * wvs * w_k + ct[2] * wvs) + lb * (
                 ct[3] + ct[4] * wvs * w_k + ct[5] * wvs
             )

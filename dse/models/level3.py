@@ -672,6 +672,134 @@ def gqa_excess_of(g: GlobalInputs, gqa_aware: np.ndarray | None) -> np.ndarray:
 def _parts(
     fit: EngineFit, g: GlobalInputs, gqa_aware: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
+    if len(g.t_pre_s) == 1 and np.shape(g.steps) == (1,):
+        return _parts_one(fit, g, gqa_aware)
+    return _parts_arrays(fit, g, gqa_aware)
+
+
+def _parts_one(
+    fit: EngineFit, g: GlobalInputs, gqa_aware: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """`_parts` of one configuration (a one-row prediction) in Python floats: `design`,
+    `_rows_dot` (its row sums replayed in numpy's order, `_row_sum_order`), `mlp_features` and
+    the factors in the same order of operations, instead of ~100 numpy calls on one-element
+    arrays. The logs and the exponential are numpy's own kernels (`math`'s differ from them in
+    the last bit on some values), the MLP the same call: the same bits as `_parts_arrays`
+    (tests/models/test_level3_one.py)."""
+    th = fit.theta.tolist()
+    v = {k: np.asarray(getattr(g, k), dtype=float).item(0) for k in _ONE_INPUTS}
+    t_pre, t_dec, attn, comm = v["t_pre_s"], v["t_dec_s"], v["t_dec_attn_s"], v["t_dec_comm_s"]
+    pre_roof, dec_roof = v["t_pre_roof_s"], v["t_dec_roof_s"]
+    attn_roof, comm_roof = v["t_dec_attn_roof_s"], v["t_dec_comm_roof_s"]
+    steps, w, L = v["steps"], v["waves"], v["n_layers"]
+    # every log the stage takes, by numpy (`_step_columns`' and `mlp_features`')
+    lg2_tp, lg2_gqa = np.log2([max(v["tp"], 1.0), max(v["gqa"], 1.0)]).tolist()
+    step = [w, v["batch"], w * L, w * L * lg2_tp]  # `_step_columns`
+    overflow = min(max(v["kv_fill"] - 1.0, 0.0), 1.0)  # `kv_overflow`
+    gqa_x = max(v["gqa"], 1.0) - 1.0  # `gqa_excess`
+    aware = gqa_aware is not None and bool(np.asarray(gqa_aware).reshape(-1)[0])
+    rest = t_dec - attn - comm
+    rest_roof = dec_roof - attn_roof - comm_roof
+    x_ttft = dict.fromkeys(TERMS, 0.0)
+    x_dec = dict.fromkeys(TERMS, 0.0)
+    x_ttft["a_pre"], x_ttft["a_pre_roof"] = t_pre, pre_roof
+    for term, x in zip(STEP_TERMS, step, strict=True):
+        x_ttft[term] = x
+        x_dec[term] = steps * x
+    x_dec |= {
+        "a_dec": rest,
+        "a_dec_roof": rest_roof,
+        "a_attn": attn,
+        "a_attn_roof": attn_roof,
+        "a_comm": comm,
+        "a_comm_roof": comm_roof,
+        "a_kv_overflow": t_dec * overflow,
+        # a GQA-aware engine's row x False (0.0), as `_structured` multiplies it
+        "a_attn_gqa": attn * gqa_x * (0.0 if aware else 1.0),
+    }
+    ttft = _row_sum_order([x_ttft[t] * c for t, c in zip(TERMS, th, strict=True)])
+    dec = _row_sum_order([x_dec[t] * c for t, c in zip(TERMS, th, strict=True)])
+    log_f = 0.0
+    if fit.mlps:  # `mlp_features`
+        logs = np.log(
+            [
+                max(t_pre, 1e-9),
+                max(t_dec / max(steps, 1.0), 1e-9),
+                v["batch"],
+                v["prompt"],
+                max(v["output"], 1.0),
+                L,
+                v["d_model"],
+                w,
+            ]
+        ).tolist()
+        total = max(ttft + dec, 1e-12)
+        row = [
+            *logs[:7],
+            lg2_tp,
+            float(v["n_experts"] > 1),
+            lg2_gqa,
+            min(max(v["kv_fill"], 0.0), 4.0),
+            ttft / total,
+            logs[7],
+        ]
+        X = np.array([row])
+        out = fit.merged.predict(X) if fit.merged is not None else None
+        if out is None:
+            out = np.mean([m.predict(X) for m in fit.mlps], axis=0)
+        log_f = min(max(float(out[0]), -LOG_CLIP), LOG_CLIP)
+        if not v["kv_fill"] <= MLP_MAX_FILL:  # KV overflow: stage 1
+            log_f = 0.0
+    f = float(np.exp(log_f))
+    t = dict(zip(TERMS, th, strict=True))
+    over = t["a_kv_overflow"] * overflow
+    o_step = _row_sum_order([x * t[name] for x, name in zip(step, STEP_TERMS, strict=True)])
+
+    def factor(term: str, roof_s: float, model_s: float) -> float:  # `_factor`
+        return t[term] + t[term + "_roof"] * roof_s / max(model_s, 1e-15)
+
+    gqa_term = 0.0 if aware else gqa_x  # `gqa_excess_of`
+    one = {
+        "ttft_s": ttft * f,
+        "decode_s": dec * f,
+        "pre_factor": factor("a_pre", pre_roof, t_pre) * f,
+        "dec_factor": (factor("a_dec", rest_roof, rest) + over) * f,
+        "dec_attn_factor": (factor("a_attn", attn_roof, attn) + t["a_attn_gqa"] * gqa_term + over)
+        * f,
+        "dec_comm_factor": (factor("a_comm", comm_roof, comm) + over) * f,
+        "pre_overhead_s": o_step * f,
+        "dec_overhead_s": steps * o_step * f,
+    }
+    return dict(zip(one, np.array([list(one.values())]).T.copy(), strict=True))
+
+
+# The `GlobalInputs` `_parts_one` reads.
+_ONE_INPUTS = (
+    "t_pre_s",
+    "t_dec_s",
+    "t_dec_attn_s",
+    "t_dec_comm_s",
+    "t_pre_roof_s",
+    "t_dec_roof_s",
+    "t_dec_attn_roof_s",
+    "t_dec_comm_roof_s",
+    "steps",
+    "batch",
+    "prompt",
+    "output",
+    "n_layers",
+    "d_model",
+    "tp",
+    "n_experts",
+    "gqa",
+    "kv_fill",
+    "waves",
+)
+
+
+def _parts_arrays(
+    fit: EngineFit, g: GlobalInputs, gqa_aware: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     th = fit.theta
     step = _step_columns(g)
     ttft_s, dec_s = _structured(th, g, gqa_aware, step)

@@ -37,7 +37,12 @@ import numpy as np
 from dse._same import all_equal
 from dse.models.artifact import Artifact
 from dse.models.base import RangeMiss, all_true, any_true, as_shape, filled
-from dse.models.level2 import LEVEL2_BLOCKS, LEVEL2_GEMMS, block_features
+from dse.models.level2 import (
+    LEVEL2_BLOCKS,
+    LEVEL2_GEMMS,
+    block_features,
+    block_features_rows,
+)
 from dse.predict import op_power
 from dse.predict._rows import (
     ColumnsAt,
@@ -1000,7 +1005,11 @@ class Pricer:
                 continue
             model = self.artifact.model(name)
             sizes = [len(d.zero) for d, _, _, _ in parts]
-            if all(ndim_of(t) == 1 for p in parts for t in p[3].values()):
+            if all(size == 1 for size in sizes) and all(
+                shape_of(t) == (1,) for p in parts for t in p[3].values()
+            ):  # one configuration's phases: their rows read as Python floats
+                X = block_features_rows([(p[3], p[2]) for p in parts], block, self.gpu)
+            elif all(ndim_of(t) == 1 for p in parts for t in p[3].values()):
                 X = block_features(*_joined_parts(parts, names, sizes), block, self.gpu)
             else:  # a phase with per-node times (none today): block by block
                 X = np.concatenate([block_features(c, o, block, self.gpu) for _, _, o, c in parts])

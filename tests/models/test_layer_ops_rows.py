@@ -49,3 +49,18 @@ def test_few_rows_equal_the_vectorised_walk(gpu: str) -> None:
                 equal_nan=True,
                 err_msg=f"{gpu} {k} rows {s}..{s + 16}",
             )
+
+
+def test_interp1_pair_is_two_interp1_bit_for_bit() -> None:
+    """`_interp1_pair` (one knot search for the per-wave and per-width curves) gives what
+    `_interp1` gives for each curve: below, on, between and beyond the knots."""
+    rng = np.random.default_rng(1)
+    knots = L._KNOTS
+    xs = [knots[0] - 1.0, knots[-1] + 1.0, *knots, *rng.uniform(knots[0], knots[-1], 300)]
+    for _ in range(5):
+        ya, yb = rng.normal(size=len(knots)).tolist(), rng.normal(size=len(knots)).tolist()
+        for x in xs:
+            assert L._interp1_pair(x, knots, ya, yb) == (
+                L._interp1(x, knots, ya),
+                L._interp1(x, knots, yb),
+            )

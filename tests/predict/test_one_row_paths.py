@@ -199,3 +199,41 @@ def test_level3_columns_are_np_stack() -> None:
         got, ref = _columns(cols), np.stack(cols, axis=1)
         assert got.flags.c_contiguous and got.dtype == ref.dtype
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("block", ["attention_proj", "ffn_dense"])
+def test_level2_features_of_one_configuration_are_the_joined_ones_bit_for_bit(block: str) -> None:
+    """`level2.block_features_rows` of one configuration's phases (one row each, times as
+    (1,) arrays, sizes as numbers or arrays of ints or floats) equals `block_features` of the
+    phases joined (`pricing._joined_parts`), bit for bit, on every registered GPU."""
+    from dse.models.level2 import LEVEL2_BLOCKS, block_features, block_features_rows
+    from dse.predict.ops import Op
+    from dse.predict.pricing import _joined_parts
+    from dse.spec.hardware import get_gpu
+
+    names = LEVEL2_BLOCKS[block]
+    rng = np.random.default_rng(4)
+    for gpu in sorted(gpu_names()):
+        for _ in range(50):
+            parts = []
+            for _phase in range(int(rng.integers(1, 3))):
+                times = {k: rng.lognormal(-10.0, 3.0, 1) for k in names}
+                times[names[1]][0] = float(rng.choice([times[names[1]][0], 0.0]))
+                m = float(rng.choice([1, 7, 64, 4096, 32768]))
+                ops = {}
+                for k in names:
+                    n_, k_ = (float(x) for x in rng.choice([128, 1024, 4096, 14336, 128256], 2))
+                    dims = {"m": m, "n": n_, "k": k_}
+                    as_array = rng.choice(["number", "int", "float"])
+                    if as_array == "int":
+                        dims = {x: np.array([int(v)]) for x, v in dims.items()}
+                    elif as_array == "float":
+                        dims = {x: np.array([v]) for x, v in dims.items()}
+                    one = np.ones(1)
+                    ops[k] = Op(k, "gemm", block, one, one, one, dims)
+                parts.append((None, [], ops, times))
+            sizes = [1] * len(parts)
+            want = block_features(*_joined_parts(parts, names, sizes), block, get_gpu(gpu))
+            got = block_features_rows([(p[3], p[2]) for p in parts], block, get_gpu(gpu))
+            assert got.shape == want.shape and got.flags.c_contiguous == want.flags.c_contiguous
+            np.testing.assert_array_equal(got, want, err_msg=f"{gpu} {block}")
