@@ -783,6 +783,36 @@ class Pricer:
             for d, (ops, _, weights), g in zip(drafts, phases, groups, strict=True)
         ]
 
+    def price_on_groups(
+        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None, Groups]]
+    ) -> list[PhaseCost]:
+        """`price_phases` of operator lists built on one row per shape group (`ops.forward_ops`
+        with `counts`: each operator's sizes at its phase's `Groups.rows`, its count at every
+        configuration; the groups made by the caller, each operator running in all or none of
+        a group's rows): Levels 1 and 2 on the groups' rows, then each configuration's own
+        counts (`_finish_grouped`). The same prices as `price_phases` of the operators built
+        on every row, keyed on the same groups: the per-call operators hold the same values
+        (built on the rows `_per_call` gathers), without the other rows' sizes made."""
+        n = len(phases[0][3].inverse)  # type: ignore[arg-type]
+        gathered: dict[int, dict[int, Any]] = {}  # counts at each group's rows, by their id
+        drafts = []
+        with op_power.batched(self.batch_power, few=False):
+            for ops, phase, _, g in phases:
+                assert g.rows is not None
+                memo = gathered.setdefault(id(g.rows), {})
+                per_call = [
+                    Op(o.name, o.kind, o.block, (np.asarray(_at(o.count, g.rows, n, memo)) > 0)
+                       .astype(float), o.flops, o.bytes, o.dims)
+                    for o in ops
+                ]  # fmt: skip
+                drafts.append(self._at_rows(g.rows)._level1(per_call, phase, None))
+        self.priced_rows = [len(g.rows) for _, _, _, g in phases]  # type: ignore[arg-type]
+        self._apply_level2(drafts)
+        return [
+            _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n, self.flags)  # type: ignore[arg-type]
+            for d, (ops, _, weights, g) in zip(drafts, phases, strict=True)
+        ]
+
     def _level1_phases(
         self,
         phases: Sequence[tuple[list[Op], str, np.ndarray | None]],

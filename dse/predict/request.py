@@ -30,10 +30,10 @@ from dse.models.artifact import Artifact
 from dse.models.band import widen
 from dse.models.base import RangeMiss, all_true, any_true
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
-from dse.predict._rows import ColumnsRead, Groups, distinct_columns
+from dse.predict._rows import ColumnsAt, ColumnsRead, Groups, KeyMemo, distinct_columns
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
-from dse.predict.ops import LayerShapes, forward_ops
+from dse.predict.ops import LayerShapes, Op, forward_ops, op_counts
 from dse.predict.power_bounds import bounded_energy_band, bounded_phases
 from dse.predict.pricing import PhaseCost, Pricer, own_engine_groups
 from dse.predict.serving import any_continuous, engine_traits
@@ -280,9 +280,18 @@ def base_costs(
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
     steps = np.maximum(out_tokens - 1.0, 0.0)
     nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
+    grouped = n > STACK_AT_MOST and artifact is not None
+    if grouped and not flags:
+        # the metrics alone (a scan's chunk): the operators built on one row per shape group
+        costs = _priced_on_groups(pricer, cols, n, nodes, weights)
+        if costs is not None:
+            pre, dec = costs
+            if any_true(queued):  # the costs are the pricer's own arrays: scaled in place
+                pre.scale_in_place(waves)
+                dec.scale_in_place(waves)
+            return BaseCost(pre, dec, steps, fill, waves)
     # a batch the pricer groups (`pricing.phase_groups`) notes, phase by phase, the columns its
     # operators are built from: they key the groups
-    grouped = n > STACK_AT_MOST and artifact is not None
     read = [ColumnsRead(cols) if grouped else cols for _ in range(3)]
     # the phase-independent sizes read from the columns once, for both phases
     shapes = LayerShapes.of(read[0], "prefill")
@@ -301,6 +310,68 @@ def base_costs(
 # Columns that set only how many times an operator runs, never its sizes (`ops.forward_ops`:
 # n_layers is the layer operators' count): left out of the shape groups' key.
 COUNT_COLUMNS = ("n_layers",)
+
+
+def _priced_on_groups(
+    pricer: Pricer,
+    cols: Mapping[str, np.ndarray],
+    n: int,
+    nodes: np.ndarray,
+    weights: np.ndarray,
+) -> list[PhaseCost] | None:
+    """Both phases priced with their operators built on one row per shape group
+    (`Pricer.price_on_groups`), or None where the batch has no such groups (most rows
+    distinct) or an operator runs in some rows of a group only: the caller then builds them
+    on every row (`pricing.phase_groups`).
+
+    The groups are keyed on every column but `COUNT_COLUMNS` and the KV sizes (which only
+    `kv_memory` reads), prefill's on all but output_tokens too (its operators do not read
+    it): no coarser than `_group_key`'s columns, and the same groups where every other
+    column is one the operators are built from (a sweep's searched fields). Building the
+    operators of ~94,000 rows to price ~6,800 of them (an exact-sweep chunk) cost ~20 ms of
+    its ~110, and keying the groups on their arrays ~5 ms more."""
+    skip = {*COUNT_COLUMNS, *KV_SIZE_COLUMNS}
+    names = [k for k in cols if k not in skip]
+    memo = KeyMemo()  # the phases' columns are the same arrays
+    pre_g = distinct_columns([cols[k] for k in names if k != "output_tokens"], n, memo=memo)
+    dec_g = None if pre_g is None else distinct_columns([cols[k] for k in names], n, memo=memo)
+    if pre_g is None or dec_g is None or pre_g.rows is None or dec_g.rows is None:
+        return None
+    counts = op_counts(cols)
+    at = {id(pre_g): ColumnsAt(cols, pre_g.rows), id(dec_g): ColumnsAt(cols, dec_g.rows)}
+    shapes = LayerShapes.of(at[id(pre_g)], "prefill")
+    pre_ops = forward_ops(at[id(pre_g)], "prefill", like=shapes, counts=counts)
+    kv = nodes.take(dec_g.rows, axis=1)
+    dec_ops = forward_ops(
+        at[id(dec_g)],
+        "decode",
+        kv_len=kv,
+        stratum=node_strata(len(nodes)),
+        like=shapes if dec_g is pre_g else None,
+        counts=counts,
+    )
+    if not (_runs_whole(pre_ops, pre_g, n) and _runs_whole(dec_ops, dec_g, n)):
+        return None
+    return pricer.price_on_groups(
+        [(pre_ops, "prefill", None, pre_g), (dec_ops, "decode", weights, dec_g)]
+    )
+
+
+def _runs_whole(ops: list[Op], g: Groups, n: int) -> bool:
+    """Whether every operator runs in all or none of each group's rows (`pricing.phase_groups`
+    keys the groups on where an operator runs; a count that is 0 at some depths only, e.g.
+    a pattern's sliding layers in a shallow model, splits a group there)."""
+    assert g.rows is not None and g.inverse is not None
+    for op in ops:
+        count = np.asarray(op.count)
+        if count.shape != (n,):
+            continue  # one value for every row
+        runs = count > 0
+        if all_true(runs) or not any_true(runs):
+            continue
+        if not np.array_equal(runs.take(g.rows).take(g.inverse), runs):
+            return False
+    return True
 
 
 def _group_key(
