@@ -512,7 +512,9 @@ def _metrics(
     other columns read (range flags and misses, bands, breakdown, provenance): the same
     numbers, bit for bit."""
     corr = _level3_terms(lvl3, g, n, base.steps > 0, gqa_aware, flags=False)
-    cost, _ = _calibrated_energy(pw, g, apply_level3(base, corr, gpu.idle_power_w), gpu, n)
+    cost, _ = _calibrated_energy(
+        pw, g, apply_level3(base, corr, gpu.idle_power_w, items=False), gpu, n
+    )
     return _totals(cost, base.steps, cols, None)
 
 
@@ -617,12 +619,15 @@ def _level3_terms(
     return Level3Correction(c, pre_over, dec_over, band_lo, band_hi, misses, flagged)
 
 
-def apply_level3(base: BaseCost, corr: Level3Correction, idle_w: float) -> RequestCost:
+def apply_level3(
+    base: BaseCost, corr: Level3Correction, idle_w: float, items: bool = True
+) -> RequestCost:
     """The request's time and energy on one GPU: every operator scaled by the Level-3 factor of
     its kind (level3.KERNEL_GROUPS: prefill one factor; decode one each for attention over the
-    KV cache, all-reduces, and the rest), plus the host-side overheads."""
-    pre_items_s, t_pre, e_pre = _scaled(base.prefill, kind_factors("prefill", corr.factors))
-    dec_items_s, t_dec, e_dec = _scaled(base.decode, kind_factors("decode", corr.factors))
+    KV cache, all-reduces, and the rest), plus the host-side overheads. `items` False: the
+    scaled operator times are not kept (the totals alone, `_metrics`)."""
+    pre_items_s, t_pre, e_pre = _scaled(base.prefill, kind_factors("prefill", corr.factors), items)
+    dec_items_s, t_dec, e_dec = _scaled(base.decode, kind_factors("decode", corr.factors), items)
     has_decode = base.steps > 0
     every_decode = all_true(has_decode)
     t_dec = _decode_only(t_dec, has_decode, every_decode)
@@ -835,10 +840,11 @@ def _joined(
 
 
 def _scaled(
-    cost: PhaseCost, factors: Mapping[str, np.ndarray]
+    cost: PhaseCost, factors: Mapping[str, np.ndarray], keep: bool = True
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Operator times scaled by the Level-3 factor of their kind ("*": every other kind):
-    (items in seconds, total seconds, total joules)."""
+    (items in seconds, total seconds, total joules). `keep` False: the items are not kept
+    ({}), the totals the same (`_metrics`)."""
     items: dict[str, np.ndarray] = {}
     n = len(cost.time_s)
     if n <= STACK_AT_MOST and cost.items_s:
@@ -851,6 +857,15 @@ def _scaled(
         return dict(zip(names, scaled, strict=True)), scaled.sum(axis=0), e_items.sum(axis=0)
     t = np.zeros_like(cost.time_s)
     e = np.zeros_like(cost.time_s)
+    if not keep:
+        # each product made in one scratch array, then added: the same sums, without ~100
+        # arrays of a sweep chunk's rows (0.75 MB each) allocated and written once each
+        scratch = np.empty_like(t)
+        for name, v in cost.items_s.items():
+            f = factors.get(cost.kinds.get(name, ""), factors["*"])
+            t += np.multiply(v, f, out=scratch)
+            e += np.multiply(cost.items_j[name], f, out=scratch)
+        return items, t, e
     for name, v in cost.items_s.items():
         f = factors.get(cost.kinds.get(name, ""), factors["*"])
         items[name] = v * f
