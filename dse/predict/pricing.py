@@ -853,7 +853,9 @@ class Pricer:
     def _at_rows(self, rows: np.ndarray) -> Pricer:
         """This pricer on the configurations `rows` (their columns gathered when read)."""
         cols = None if self.cols is None else ColumnsAt(self.cols, rows)
-        return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols, self.engine)
+        at = Pricer(self.gpu, self.artifact, self.artifact_gpu, cols, self.engine)
+        at.flags = self.flags
+        return at
 
     def _stacked(
         self,
@@ -915,13 +917,15 @@ class Pricer:
         `runs`: the operators' `op_runs`, when the caller has them)."""
         n = len(np.atleast_1d(ops[0].count))
         d = _Draft(np.zeros(n, dtype=bool), np.zeros(n))
-        # "cache": adapters may share results between operators of this phase.
+        # "cache": adapters may share results between operators of this phase; "flags": False
+        # where no range flag is read (`flags`), so an adapter may leave its range check out
         ctx = {
             "cols": self.cols,
             "phase": phase,
             "tokens": _tokens(self.cols, phase),
             "cache": {},
             "engine": self.engine,
+            "flags": self.flags,
         }
         sources, source_rows = d.sources, d.source_rows
         runs = op_runs(ops, n) if runs is None else runs
@@ -1045,7 +1049,8 @@ class Pricer:
             f1, f2 = model.gemm_log_factors(X)
             gemm1, gemm2 = LEVEL2_GEMMS[block]
             e1, e2 = np.exp(f1), np.exp(f2)
-            block_misses = model.range_misses(X)
+            # the block sizes' range check: flags only (none read without them, `flags`)
+            block_misses = model.range_misses(X) if self.flags else {}
             if u is not None:
                 e1, e2 = e1[u[1]], e2[u[1]]
                 block_misses = {
