@@ -333,8 +333,11 @@ def _priced_on_groups(
     skip = {*COUNT_COLUMNS, *KV_SIZE_COLUMNS}
     names = [k for k in cols if k not in skip]
     memo = KeyMemo()  # the phases' columns are the same arrays
-    pre_g = distinct_columns([cols[k] for k in names if k != "output_tokens"], n, memo=memo)
-    dec_g = None if pre_g is None else distinct_columns([cols[k] for k in names], n, memo=memo)
+    try:
+        pre_g = distinct_columns([cols[k] for k in names if k != "output_tokens"], n, memo=memo)
+        dec_g = None if pre_g is None else distinct_columns([cols[k] for k in names], n, memo=memo)
+    except TypeError:  # an unhashable object column (patterns as lists): built on every row
+        return None
     if pre_g is None or dec_g is None or pre_g.rows is None or dec_g.rows is None:
         return None
     counts = op_counts(cols)
