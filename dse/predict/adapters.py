@@ -268,10 +268,13 @@ def price_layer_op(
     hit = None if cache is None else cache.get(("layer_op", vidur_op))
     if hit is None:
         hit = _layer_op_times(model, vidur_op, cols, tokens, cache)
-        hit["misses"] = _layer_op_misses(
-            artifact, names[0], model, vidur_op, hit.pop("gated"), hit.pop("arrays"), hit["width"]
-        )
-        hit["oor"] = _any_outside(hit["misses"], tokens.shape)
+        gated, arrays = hit.pop("gated"), hit.pop("arrays")
+        hit["misses"] = hit["oor"] = None  # no range flag read (the pricer's `flags`)
+        if ctx.get("flags", True):
+            hit["misses"] = _layer_op_misses(
+                artifact, names[0], model, vidur_op, gated, arrays, hit["width"]
+            )
+            hit["oor"] = _any_outside(hit["misses"], tokens.shape)
         if cache is not None:
             cache[("layer_op", vidur_op)] = hit
     if not hit["covered"].any():

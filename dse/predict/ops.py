@@ -212,6 +212,7 @@ def forward_ops(
     kv_len: Any = None,
     stratum: Any = None,
     like: LayerShapes | None = None,
+    counts: OpCounts | None = None,
 ) -> list[Op]:
     """Operators of one forward pass for complete configuration columns (see dse.spec.columns).
 
@@ -220,23 +221,64 @@ def forward_ops(
     `stratum`: the decode quadrature's stratum of each KV length (broadcast like kv_len;
     `dse.predict.request.node_strata`), passed to the decode-attention model with its shape.
     `like`: `LayerShapes` of the same columns in another phase, shared (`LayerShapes.of`).
+    `counts`: the operators' counts taken from other rows (`op_counts`): the sizes are those
+    of `cols`' rows, each `count` that of the counts' rows (a grouped batch's operators built
+    on one row per shape group, `dse.predict.request.base_costs`); which operators the list
+    holds is decided by the counts' rows. None: the counts of `cols` itself.
     The order is part of the result: the pricer sums the operators in this order.
     """
     sh = LayerShapes.of(cols, phase, kv_len, like)
     fam = _Families.shared(cols, sh)
+    c = OpCounts(cols, sh.L, sh.tp, sh.moe, fam) if counts is None else counts
     return [
-        *_embedding_ops(sh),
-        *_attention_ops(sh, cols, stratum, fam),
-        *_family_ops(sh, cols, fam),
-        *_dense_ffn_ops(sh, cols, fam),
-        *_moe_ops(sh, cols, fam),
-        _elementwise("residual/ffn", "norm", fam.dense + fam.moe, sh.tokens * sh.d, 2, 1, 1),
-        *_allreduce_ops(sh, fam),
-        *_head_ops(sh),
+        *_embedding_ops(sh, c),
+        *_attention_ops(sh, cols, stratum, fam, c),
+        *_family_ops(sh, cols, c),
+        *_dense_ffn_ops(sh, cols, c),
+        *_moe_ops(sh, cols, c),
+        _elementwise("residual/ffn", "norm", c.fam.dense + c.fam.moe, sh.tokens * sh.d, 2, 1, 1),
+        *_allreduce_ops(sh, c),
+        *_head_ops(sh, c),
     ]
 
 
-def _embedding_ops(sh: LayerShapes) -> list[Op]:
+@dataclass(frozen=True)
+class OpCounts:
+    """What the operators' counts (how many times each runs per forward pass) are read from,
+    per configuration: the columns, the depth `L` (n_layers as floats), `tp`, `moe` (more than
+    one expert) and the layer families. Counts depend on these alone, never on the phase or
+    a size, so an operator list built on one row per shape group takes every row's counts
+    from here (`forward_ops(counts=...)`)."""
+
+    cols: Mapping[str, np.ndarray]
+    L: np.ndarray
+    tp: np.ndarray
+    moe: np.ndarray
+    fam: _Families
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.L.shape
+
+
+def op_counts(cols: Mapping[str, np.ndarray]) -> OpCounts:
+    """`OpCounts` of complete configuration columns: the arrays `LayerShapes.of` and
+    `_Families.of` make of them (the same values), without the sizes."""
+    moe = cols["n_experts"].astype(float) > 1
+    fam = _Families.of(cols, _MoeRows(moe))
+    return OpCounts(
+        cols, cols["n_layers"].astype(float), cols["tensor_parallel"].astype(float), moe, fam
+    )
+
+
+@dataclass(frozen=True)
+class _MoeRows:
+    """The one field of `LayerShapes` that `_Families.of` reads."""
+
+    moe: np.ndarray
+
+
+def _embedding_ops(sh: LayerShapes, c: OpCounts) -> list[Op]:
     """The token-embedding lookup: reads one weight row and writes one activation per token."""
     d, tokens = sh.d, sh.tokens
     return [
@@ -244,7 +286,7 @@ def _embedding_ops(sh: LayerShapes) -> list[Op]:
             "embedding",
             "embedding",
             "embedding",
-            filled(d.shape, 1.0),  # (np.ones_like / zeros_like: Python wrappers, ~1 us each)
+            filled(c.shape, 1.0),  # (np.ones_like / zeros_like: Python wrappers, ~1 us each)
             np.zeros(d.shape),
             tokens * d * (sh.wb + ACT_BYTES),
             {"tokens": tokens, "d_model": d},
@@ -288,7 +330,7 @@ class _Families:
         return fam
 
     @classmethod
-    def of(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes) -> _Families:
+    def of(cls, cols: Mapping[str, np.ndarray], sh: LayerShapes | _MoeRows) -> _Families:
         full, sliding, linear, mixers = (
             np.asarray(x, dtype=float)
             for x in mixer_counts(cols["attention_pattern"], cols["n_layers"])
@@ -318,22 +360,22 @@ class _Families:
 
 
 def _attention_ops(
-    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families
+    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families, c: OpCounts
 ) -> list[Op]:
     """The attention block with the norms around it: input norm to post-attention norm."""
-    L, tokens, d, hd = sh.L, sh.tokens, sh.d, sh.hd
+    tokens, d, hd = sh.tokens, sh.d, sh.hd
     h_tp, kv_tp, wb, gemm_dtype = sh.h_tp, sh.kv_tp, sh.wb, sh.gemm_dtype
-    La = fam.gqa  # GQA attention layers (L for a model of full GQA layers)
+    La = c.fam.gqa  # GQA attention layers (L for a model of full GQA layers)
     # Most models have 2 norms per layer (input, post-attention); Gemma-2 has 4, Falcon-7B 1.
-    half_norms = L * cols["norms_per_layer"].astype(float) / 2
+    half_norms = c.L * c.cols["norms_per_layer"].astype(float) / 2
     # Qwen3's RMSNorm over each query and key head before RoPE.
-    qk_count = La * cols["qk_norm"].astype(float)
+    qk_count = La * c.cols["qk_norm"].astype(float)
     # Qwen3-Next's output gate doubles the query projection.
     q_tp = h_tp * where(cols["attn_output_gate"], 2.0, 1.0)
     # RoPE of q and k, on none of the layers of a model without it (NoPE: Nemotron-H, Jamba).
-    rope_count = La * cols["rope"].astype(float)
+    rope_count = La * c.cols["rope"].astype(float)
     core = _attention_core(sh, cols, stratum)
-    core.count = fam.core
+    core.count = c.fam.core
     return [
         _elementwise("norm/input", "norm", half_norms, tokens * d, 1, 1, 4),
         _gemm("attention/qkv", "attention", La, tokens, (q_tp + 2 * kv_tp) * hd, d, wb, gemm_dtype),
@@ -344,9 +386,9 @@ def _attention_ops(
             "attention/rope", "attention", rope_count, tokens * (h_tp + kv_tp) * hd, 1, 1, 6
         ),
         core,
-        *_sliding_core(sh, cols, stratum, fam),
+        *_sliding_core(sh, cols, stratum, fam, c),
         _gemm("attention/out", "attention", La, tokens, d, h_tp * hd, wb, gemm_dtype),
-        _elementwise("residual/attention", "norm", fam.mixers, tokens * d, 2, 1, 1),
+        _elementwise("residual/attention", "norm", c.fam.mixers, tokens * d, 2, 1, 1),
         _elementwise("norm/post_attention", "norm", half_norms, tokens * d, 1, 1, 4),
     ]
 
@@ -430,7 +472,7 @@ def _prefill_core_one(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sliding_core(
-    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families
+    sh: LayerShapes, cols: Mapping[str, np.ndarray], stratum: Any, fam: _Families, c: OpCounts
 ) -> list[Op]:
     """Sliding-window attention (none when the batch has no sliding layer): one call of the
     same attention models at the phase's real length (the prompt in prefill, the KV cache in
@@ -438,15 +480,15 @@ def _sliding_core(
     windowed row (issue 33: the models' work is w (w + 1) / 2 + (s - w) w query-key pairs in
     prefill, min(kv_len + 1, w) keys in decode; their H200 power heads read the window, and
     SGLang's backend rule does). A configuration without sliding layers has count 0 here."""
-    if not any_true(fam.sliding > 0):
+    if not any_true(c.fam.sliding > 0):
         return []
     op = _attention_core(sh, cols, stratum, window=np.maximum(fam.window, 1.0))
-    op.count = fam.sliding
+    op.count = c.fam.sliding
     op.name = "attention/core_sliding"
     return [op]
 
 
-def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], c: OpCounts) -> list[Op]:
     """MLA and linear-attention layers (issue 21); none when the batch has neither.
 
     MLA: its projections as GEMMs (measured models): the query (through the q latent when
@@ -465,7 +507,7 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
     once per sequence per forward pass, the conv window, q/k/v in and the output out)."""
     ops: list[Op] = []
     tokens, d, tp, wb, gd = sh.tokens, sh.d, sh.tp, sh.wb, sh.gemm_dtype
-    if any_true(fam.mla > 0):
+    if any_true(c.fam.mla > 0):
         h_tp = sh.h_tp
         r = cols["kv_lora_rank"].astype(float)
         qr = cols["q_lora_rank"].astype(float)
@@ -474,13 +516,16 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
         vd = np.where(cols["v_head_dim"] > 0, cols["v_head_dim"], sh.hd).astype(float)
         nope = nope.astype(float)
         q_in = np.where(qr > 0, qr, d)
-        c = fam.mla
+        n_mla = c.fam.mla
+        q_down = np.where(c.cols["q_lora_rank"].astype(float) > 0, n_mla, 0.0)
         ops += [
-            _gemm("attention/mla_q_down", "attention", np.where(qr > 0, c, 0.0), tokens,
+            _gemm("attention/mla_q_down", "attention", q_down, tokens,
                   np.maximum(qr, 1.0), d, wb, gd),
-            _gemm("attention/mla_q", "attention", c, tokens, h_tp * (nope + rope), q_in, wb, gd),
-            _gemm("attention/mla_kv_down", "attention", c, tokens, r + rope, d, wb, gd),
-            _gemm("attention/mla_kv_up", "attention", c, tokens, h_tp * (nope + vd), r, wb, gd),
+            _gemm("attention/mla_q", "attention", n_mla, tokens, h_tp * (nope + rope), q_in,
+                  wb, gd),
+            _gemm("attention/mla_kv_down", "attention", n_mla, tokens, r + rope, d, wb, gd),
+            _gemm("attention/mla_kv_up", "attention", n_mla, tokens, h_tp * (nope + vd), r,
+                  wb, gd),
         ]  # fmt: skip
         b, s, kvb = sh.b, sh.s, sh.kvb
         latent = (r + rope) * kvb  # bytes per cached token, all heads
@@ -495,9 +540,11 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
                 "num_heads": h_tp, "kv_dtype": cols["kv_dtype"], "kv_lora_rank": r,
                 "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "v_head_dim": vd,
                 "phase": sh.phase}  # fmt: skip
-        ops.append(Op("attention/mla_core", "attention_mla", "attention", c, flops, traffic, dims))
-        ops.append(_gemm("attention/mla_out", "attention", c, tokens, d, h_tp * vd, wb, gd))
-    if any_true(fam.linear > 0):
+        ops.append(
+            Op("attention/mla_core", "attention_mla", "attention", n_mla, flops, traffic, dims)
+        )
+        ops.append(_gemm("attention/mla_out", "attention", n_mla, tokens, d, h_tp * vd, wb, gd))
+    if any_true(c.fam.linear > 0):
         nv = np.where(cols["linear_n_heads"] > 0, cols["linear_n_heads"], cols["n_heads"])
         dv = np.where(cols["linear_head_dim"] > 0, cols["linear_head_dim"], cols["head_dim"])
         ng = np.where(cols["linear_n_groups"] > 0, cols["linear_n_groups"], nv)
@@ -508,7 +555,7 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
         mamba1 = cols["linear_kind"] == "mamba1"
         conv = np.where(mamba1, 0.0, 2 * ng_tp * ds) + nv_tp * dv  # channels per GPU
         extra = np.select([cols["linear_kind"] == "mamba2", mamba1], [1.0, 0.0], 2.0)
-        c = fam.linear
+        n_lin = c.fam.linear
         cw = cols["linear_conv_width"].astype(float)
         prefill = sh.phase == "prefill"
         per_token = LINEAR_STATE_FLOPS * nv_tp * ds * dv + 2 * cw * conv
@@ -518,42 +565,41 @@ def _family_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families)
         traffic = 2 * sh.b * state + tokens * (conv + 2 * nv_tp * dv) * ACT_BYTES
         n_in = conv + nv_tp * dv + extra * nv_tp
         ops += [
-            _gemm("linear/in_proj", "attention", c, tokens, n_in, d, wb, gd),
-            *_mamba1_ops(sh, fam, mamba1, nv_tp * dv, ds),
-            Op("linear/scan", "linear_scan", "attention", c, tokens * per_token, traffic,
+            _gemm("linear/in_proj", "attention", n_lin, tokens, n_in, d, wb, gd),
+            *_mamba1_ops(sh, c, nv_tp * dv, ds),
+            Op("linear/scan", "linear_scan", "attention", n_lin, tokens * per_token, traffic,
                {"tokens": tokens, "batch_size": sh.b, "seq_len": sh.s if prefill else 1.0,
                 "n_heads": nv_tp, "head_dim": dv, "n_groups": ng_tp, "state_dim": ds,
                 "conv_width": cw, "linear_kind": cols["linear_kind"]}),
-            _gemm("linear/out", "attention", c, tokens, d, nv_tp * dv, wb, gd),
+            _gemm("linear/out", "attention", n_lin, tokens, d, nv_tp * dv, wb, gd),
         ]  # fmt: skip
     return ops
 
 
-def _mamba1_ops(
-    sh: LayerShapes, fam: _Families, mamba1: np.ndarray, inner_tp: np.ndarray, ds: np.ndarray
-) -> list[Op]:
+def _mamba1_ops(sh: LayerShapes, c: OpCounts, inner_tp: np.ndarray, ds: np.ndarray) -> list[Op]:
     """Mamba-1's input-dependent dt, B, C (none when the batch has no Mamba-1 layer): x_proj,
     this GPU's channels -> dt_rank + 2 state_dim (row-parallel), and dt_proj, dt_rank -> the
     channels, GEMMs priced by the fitted models like in_proj."""
+    mamba1 = c.cols["linear_kind"] == "mamba1"
     if not any_true(mamba1):
         return []
-    c = np.where(mamba1, fam.linear, 0.0)
+    count = np.where(mamba1, c.fam.linear, 0.0)
     rank = np.ceil(sh.d / MAMBA1_DT_RANK_DIVISOR)
     tokens, wb, gd = sh.tokens, sh.wb, sh.gemm_dtype
     return [
-        _gemm("linear/x_proj", "attention", c, tokens, rank + 2 * ds, inner_tp, wb, gd),
-        _gemm("linear/dt_proj", "attention", c, tokens, inner_tp, rank, wb, gd),
+        _gemm("linear/x_proj", "attention", count, tokens, rank + 2 * ds, inner_tp, wb, gd),
+        _gemm("linear/dt_proj", "attention", count, tokens, inner_tp, rank, wb, gd),
     ]
 
 
-def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], c: OpCounts) -> list[Op]:
     """The dense FFN (gate+up fused, activation, down) of the dense-FFN layers: every layer of a
     dense model, the first n_dense_layers (DeepSeek) or the ffn_pattern's `dense` layers
     (Jamba) of an MoE model, none where the pattern has no FFN (Nemotron-H's mixer layers)."""
     tokens, d, wb, gemm_dtype = sh.tokens, sh.d, sh.wb, sh.gemm_dtype
     dff = cols["d_ff"].astype(float) / sh.tp
     n_up = where(sh.gated, 2.0, 1.0)
-    dense_count = fam.dense
+    dense_count = c.fam.dense
     act = _elementwise("ffn/act", "ffn", dense_count, tokens * dff, np.nan, 1, 4)
     act.bytes = tokens * dff * (n_up + 1) * ACT_BYTES  # reads gate and up (gated) or up alone
     return [
@@ -563,20 +609,18 @@ def _dense_ffn_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     ]
 
 
-def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+def _moe_ops(sh: LayerShapes, cols: Mapping[str, np.ndarray], c: OpCounts) -> list[Op]:
     """The MoE FFN (router + grouped experts) and its shared expert; counts are 0 in dense layers."""
-    if not any_true(
-        fam.moe
-    ):  # a batch of dense models: the three run nowhere (nothing prices them)
-        return _idle_moe_ops(sh)
-    return _moe_ops_sized(sh, cols, fam)
+    if not any_true(c.fam.moe):  # a batch of dense models: the three run nowhere
+        return _idle_moe_ops(sh, c)
+    return _moe_ops_sized(sh, cols, c)
 
 
-def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Families) -> list[Op]:
+def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], c: OpCounts) -> list[Op]:
     """`_moe_ops` with every size computed."""
     tokens, d, e, topk, tp = sh.tokens, sh.d, sh.e, sh.topk, sh.tp
     wb, gemm_dtype = sh.wb, sh.gemm_dtype
-    moe_count = fam.moe
+    moe_count = c.fam.moe
     dffe = cols["d_ff_expert"].astype(float) / tp
     n_mats = np.where(sh.gated, 3.0, 2.0)
     routed = tokens * topk
@@ -594,7 +638,8 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], fam: _Famili
     )
     n_up = where(sh.gated, 2.0, 1.0)
     sff = cols["shared_expert_d_ff"].astype(float) / tp
-    shared_count = np.where(sh.moe & (sff > 0), moe_count, 0.0)
+    c_sff = c.cols["shared_expert_d_ff"].astype(float) / c.tp  # the counts' rows' (sff > 0)
+    shared_count = np.where(c.moe & (c_sff > 0), moe_count, 0.0)
     return [
         Op(
             "ffn/moe",
@@ -678,11 +723,12 @@ def _routed(
     return touched, model_tokens
 
 
-def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
+def _idle_moe_ops(sh: LayerShapes, c: OpCounts) -> list[Op]:
     """`_moe_ops` of a batch without MoE layers: the same operators, kinds and dimension names,
     every count, size and cost zero (an operator of count 0 everywhere is neither priced nor
     read; building its sizes cost a one-configuration call ~5% of its operator list)."""
     zero = np.zeros(sh.d.shape)
+    never = zero if c.shape == zero.shape else np.zeros(c.shape)
     gemm = {"m": zero, "n": zero, "k": zero, "dtype": sh.gemm_dtype}
     moe = (
         "num_tokens",
@@ -698,22 +744,23 @@ def _idle_moe_ops(sh: LayerShapes) -> list[Op]:
             "ffn/moe",
             "moe",
             "ffn",
-            zero,
+            never,
             zero,
             zero,
             {**dict.fromkeys(moe, zero), "dtype": sh.gemm_dtype, "weight_bytes": sh.wb},
         ),
-        Op("ffn/shared_gate_up", "gemm", "ffn", zero, zero, zero, dict(gemm)),
-        Op("ffn/shared_down", "gemm", "ffn", zero, zero, zero, dict(gemm)),
+        Op("ffn/shared_gate_up", "gemm", "ffn", never, zero, zero, dict(gemm)),
+        Op("ffn/shared_down", "gemm", "ffn", never, zero, zero, dict(gemm)),
     ]
 
 
-def _allreduce_ops(sh: LayerShapes, fam: _Families) -> list[Op]:
+def _allreduce_ops(sh: LayerShapes, c: OpCounts) -> list[Op]:
     """Tensor parallelism: one all-reduce of the residual stream after each row-parallel block:
     the attention, the linear layer (both in a parallel layer) and the FFN of every layer
     that has them (2 per layer for a model of attention + FFN layers)."""
+    fam = c.fam
     blocks = fam.gqa + fam.mla + fam.linear + fam.dense + fam.moe
-    ar_count = where(sh.tp > 1, blocks, 0.0)
+    ar_count = where(c.tp > 1, blocks, 0.0)
     msg = sh.tokens * sh.d * ACT_BYTES
     return [
         Op(
@@ -728,12 +775,12 @@ def _allreduce_ops(sh: LayerShapes, fam: _Families) -> list[Op]:
     ]
 
 
-def _head_ops(sh: LayerShapes) -> list[Op]:
+def _head_ops(sh: LayerShapes, c: OpCounts) -> list[Op]:
     """Final norm and LM head: serving engines compute logits only for each sequence's last token."""
     d = sh.d
     return [
-        _elementwise("norm/final", "norm", filled(d.shape, 1.0), sh.tokens * d, 1, 1, 4),
+        _elementwise("norm/final", "norm", filled(c.shape, 1.0), sh.tokens * d, 1, 1, 4),
         _gemm(
-            "lm_head", "lm_head", filled(d.shape, 1.0), sh.b, sh.V / sh.tp, d, sh.wb, sh.gemm_dtype
+            "lm_head", "lm_head", filled(c.shape, 1.0), sh.b, sh.V / sh.tp, d, sh.wb, sh.gemm_dtype
         ),
     ]

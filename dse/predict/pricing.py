@@ -788,6 +788,36 @@ class Pricer:
             for d, (ops, _, weights), g in zip(drafts, phases, groups, strict=True)
         ]
 
+    def price_on_groups(
+        self, phases: Sequence[tuple[list[Op], str, np.ndarray | None, Groups]]
+    ) -> list[PhaseCost]:
+        """`price_phases` of operator lists built on one row per shape group (`ops.forward_ops`
+        with `counts`: each operator's sizes at its phase's `Groups.rows`, its count at every
+        configuration; the groups made by the caller, each operator running in all or none of
+        a group's rows): Levels 1 and 2 on the groups' rows, then each configuration's own
+        counts (`_finish_grouped`). The same prices as `price_phases` of the operators built
+        on every row, keyed on the same groups: the per-call operators hold the same values
+        (built on the rows `_per_call` gathers), without the other rows' sizes made."""
+        n = len(phases[0][3].inverse)  # type: ignore[arg-type]
+        gathered: dict[int, dict[int, Any]] = {}  # counts at each group's rows, by their id
+        drafts = []
+        with op_power.batched(self.batch_power, few=False):
+            for ops, phase, _, g in phases:
+                assert g.rows is not None
+                memo = gathered.setdefault(id(g.rows), {})
+                per_call = [
+                    Op(o.name, o.kind, o.block, (np.asarray(_at(o.count, g.rows, n, memo)) > 0)
+                       .astype(float), o.flops, o.bytes, o.dims)
+                    for o in ops
+                ]  # fmt: skip
+                drafts.append(self._at_rows(g.rows)._level1(per_call, phase, None))
+        self.priced_rows = [len(g.rows) for _, _, _, g in phases]  # type: ignore[arg-type]
+        self._apply_level2(drafts)
+        return [
+            _finish_grouped(d, ops, _at(weights, g.rows, n), g.inverse, n, self.flags)  # type: ignore[arg-type]
+            for d, (ops, _, weights, g) in zip(drafts, phases, strict=True)
+        ]
+
     def _level1_phases(
         self,
         phases: Sequence[tuple[list[Op], str, np.ndarray | None]],
@@ -828,7 +858,9 @@ class Pricer:
     def _at_rows(self, rows: np.ndarray) -> Pricer:
         """This pricer on the configurations `rows` (their columns gathered when read)."""
         cols = None if self.cols is None else ColumnsAt(self.cols, rows)
-        return Pricer(self.gpu, self.artifact, self.artifact_gpu, cols, self.engine)
+        at = Pricer(self.gpu, self.artifact, self.artifact_gpu, cols, self.engine)
+        at.flags = self.flags
+        return at
 
     def _stacked(
         self,
@@ -890,13 +922,15 @@ class Pricer:
         `runs`: the operators' `op_runs`, when the caller has them)."""
         n = len(np.atleast_1d(ops[0].count))
         d = _Draft(np.zeros(n, dtype=bool), np.zeros(n))
-        # "cache": adapters may share results between operators of this phase.
+        # "cache": adapters may share results between operators of this phase; "flags": False
+        # where no range flag is read (`flags`), so an adapter may leave its range check out
         ctx = {
             "cols": self.cols,
             "phase": phase,
             "tokens": _tokens(self.cols, phase),
             "cache": {},
             "engine": self.engine,
+            "flags": self.flags,
         }
         sources, source_rows = d.sources, d.source_rows
         runs = op_runs(ops, n) if runs is None else runs
@@ -1024,7 +1058,8 @@ class Pricer:
             f1, f2 = model.gemm_log_factors(X)
             gemm1, gemm2 = LEVEL2_GEMMS[block]
             e1, e2 = np.exp(f1), np.exp(f2)
-            block_misses = model.range_misses(X)
+            # the block sizes' range check: flags only (none read without them, `flags`)
+            block_misses = model.range_misses(X) if self.flags else {}
             if u is not None:
                 e1, e2 = e1[u[1]], e2[u[1]]
                 block_misses = {

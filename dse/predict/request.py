@@ -30,10 +30,10 @@ from dse.models.artifact import Artifact
 from dse.models.band import widen
 from dse.models.base import RangeMiss, all_true, any_true
 from dse.models.level3 import FACTOR_KEYS, GlobalInputs, group_kinds, kind_factors
-from dse.predict._rows import ColumnsRead, Groups, distinct_columns
+from dse.predict._rows import ColumnsAt, ColumnsRead, Groups, KeyMemo, distinct_columns
 from dse.predict.artifacts import resolve_artifact
 from dse.predict.flags import _const_object, _miss_text, _oor_degree, _range_flags
-from dse.predict.ops import LayerShapes, forward_ops
+from dse.predict.ops import LayerShapes, Op, forward_ops, op_counts
 from dse.predict.power_bounds import bounded_energy_band, bounded_phases
 from dse.predict.pricing import PhaseCost, Pricer, own_engine_groups
 from dse.predict.serving import any_continuous, engine_traits
@@ -280,9 +280,18 @@ def base_costs(
     # steps, step j attending to prompt_tokens + 1 + j cached tokens (j = 0 .. steps - 1).
     steps = np.maximum(out_tokens - 1.0, 0.0)
     nodes, weights = decode_nodes(cols["prompt_tokens"].astype(float) + 1.0, steps)
+    grouped = n > STACK_AT_MOST and artifact is not None
+    if grouped and not flags:
+        # the metrics alone (a scan's chunk): the operators built on one row per shape group
+        costs = _priced_on_groups(pricer, cols, n, nodes, weights)
+        if costs is not None:
+            pre, dec = costs
+            if any_true(queued):  # the costs are the pricer's own arrays: scaled in place
+                pre.scale_in_place(waves)
+                dec.scale_in_place(waves)
+            return BaseCost(pre, dec, steps, fill, waves)
     # a batch the pricer groups (`pricing.phase_groups`) notes, phase by phase, the columns its
     # operators are built from: they key the groups
-    grouped = n > STACK_AT_MOST and artifact is not None
     read = [ColumnsRead(cols) if grouped else cols for _ in range(3)]
     # the phase-independent sizes read from the columns once, for both phases
     shapes = LayerShapes.of(read[0], "prefill")
@@ -301,6 +310,71 @@ def base_costs(
 # Columns that set only how many times an operator runs, never its sizes (`ops.forward_ops`:
 # n_layers is the layer operators' count): left out of the shape groups' key.
 COUNT_COLUMNS = ("n_layers",)
+
+
+def _priced_on_groups(
+    pricer: Pricer,
+    cols: Mapping[str, np.ndarray],
+    n: int,
+    nodes: np.ndarray,
+    weights: np.ndarray,
+) -> list[PhaseCost] | None:
+    """Both phases priced with their operators built on one row per shape group
+    (`Pricer.price_on_groups`), or None where the batch has no such groups (most rows
+    distinct) or an operator runs in some rows of a group only: the caller then builds them
+    on every row (`pricing.phase_groups`).
+
+    The groups are keyed on every column but `COUNT_COLUMNS` and the KV sizes (which only
+    `kv_memory` reads), prefill's on all but output_tokens too (its operators do not read
+    it): no coarser than `_group_key`'s columns, and the same groups where every other
+    column is one the operators are built from (a sweep's searched fields). Building the
+    operators of ~94,000 rows to price ~6,800 of them (an exact-sweep chunk) cost ~20 ms of
+    its ~110, and keying the groups on their arrays ~5 ms more."""
+    skip = {*COUNT_COLUMNS, *KV_SIZE_COLUMNS}
+    names = [k for k in cols if k not in skip]
+    memo = KeyMemo()  # the phases' columns are the same arrays
+    try:
+        pre_g = distinct_columns([cols[k] for k in names if k != "output_tokens"], n, memo=memo)
+        dec_g = None if pre_g is None else distinct_columns([cols[k] for k in names], n, memo=memo)
+    except TypeError:  # an unhashable object column (patterns as lists): built on every row
+        return None
+    if pre_g is None or dec_g is None or pre_g.rows is None or dec_g.rows is None:
+        return None
+    counts = op_counts(cols)
+    at = {id(pre_g): ColumnsAt(cols, pre_g.rows), id(dec_g): ColumnsAt(cols, dec_g.rows)}
+    shapes = LayerShapes.of(at[id(pre_g)], "prefill")
+    pre_ops = forward_ops(at[id(pre_g)], "prefill", like=shapes, counts=counts)
+    kv = nodes.take(dec_g.rows, axis=1)
+    dec_ops = forward_ops(
+        at[id(dec_g)],
+        "decode",
+        kv_len=kv,
+        stratum=node_strata(len(nodes)),
+        like=shapes if dec_g is pre_g else None,
+        counts=counts,
+    )
+    if not (_runs_whole(pre_ops, pre_g, n) and _runs_whole(dec_ops, dec_g, n)):
+        return None
+    return pricer.price_on_groups(
+        [(pre_ops, "prefill", None, pre_g), (dec_ops, "decode", weights, dec_g)]
+    )
+
+
+def _runs_whole(ops: list[Op], g: Groups, n: int) -> bool:
+    """Whether every operator runs in all or none of each group's rows (`pricing.phase_groups`
+    keys the groups on where an operator runs; a count that is 0 at some depths only, e.g.
+    a pattern's sliding layers in a shallow model, splits a group there)."""
+    assert g.rows is not None and g.inverse is not None
+    for op in ops:
+        count = np.asarray(op.count)
+        if count.shape != (n,):
+            continue  # one value for every row
+        runs = count > 0
+        if all_true(runs) or not any_true(runs):
+            continue
+        if not np.array_equal(runs.take(g.rows).take(g.inverse), runs):
+            return False
+    return True
 
 
 def _group_key(
@@ -441,7 +515,9 @@ def _metrics(
     other columns read (range flags and misses, bands, breakdown, provenance): the same
     numbers, bit for bit."""
     corr = _level3_terms(lvl3, g, n, base.steps > 0, gqa_aware, flags=False)
-    cost, _ = _calibrated_energy(pw, g, apply_level3(base, corr, gpu.idle_power_w), gpu, n)
+    cost, _ = _calibrated_energy(
+        pw, g, apply_level3(base, corr, gpu.idle_power_w, items=False), gpu, n
+    )
     return _totals(cost, base.steps, cols, None)
 
 
@@ -546,12 +622,15 @@ def _level3_terms(
     return Level3Correction(c, pre_over, dec_over, band_lo, band_hi, misses, flagged)
 
 
-def apply_level3(base: BaseCost, corr: Level3Correction, idle_w: float) -> RequestCost:
+def apply_level3(
+    base: BaseCost, corr: Level3Correction, idle_w: float, items: bool = True
+) -> RequestCost:
     """The request's time and energy on one GPU: every operator scaled by the Level-3 factor of
     its kind (level3.KERNEL_GROUPS: prefill one factor; decode one each for attention over the
-    KV cache, all-reduces, and the rest), plus the host-side overheads."""
-    pre_items_s, t_pre, e_pre = _scaled(base.prefill, kind_factors("prefill", corr.factors))
-    dec_items_s, t_dec, e_dec = _scaled(base.decode, kind_factors("decode", corr.factors))
+    KV cache, all-reduces, and the rest), plus the host-side overheads. `items` False: the
+    scaled operator times are not kept (the totals alone, `_metrics`)."""
+    pre_items_s, t_pre, e_pre = _scaled(base.prefill, kind_factors("prefill", corr.factors), items)
+    dec_items_s, t_dec, e_dec = _scaled(base.decode, kind_factors("decode", corr.factors), items)
     has_decode = base.steps > 0
     every_decode = all_true(has_decode)
     t_dec = _decode_only(t_dec, has_decode, every_decode)
@@ -764,10 +843,11 @@ def _joined(
 
 
 def _scaled(
-    cost: PhaseCost, factors: Mapping[str, np.ndarray]
+    cost: PhaseCost, factors: Mapping[str, np.ndarray], keep: bool = True
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Operator times scaled by the Level-3 factor of their kind ("*": every other kind):
-    (items in seconds, total seconds, total joules)."""
+    (items in seconds, total seconds, total joules). `keep` False: the items are not kept
+    ({}), the totals the same (`_metrics`)."""
     items: dict[str, np.ndarray] = {}
     n = len(cost.time_s)
     if n <= STACK_AT_MOST and cost.items_s:
@@ -780,6 +860,15 @@ def _scaled(
         return dict(zip(names, scaled, strict=True)), scaled.sum(axis=0), e_items.sum(axis=0)
     t = np.zeros_like(cost.time_s)
     e = np.zeros_like(cost.time_s)
+    if not keep:
+        # each product made in one scratch array, then added: the same sums, without ~100
+        # arrays of a sweep chunk's rows (0.75 MB each) allocated and written once each
+        scratch = np.empty_like(t)
+        for name, v in cost.items_s.items():
+            f = factors.get(cost.kinds.get(name, ""), factors["*"])
+            t += np.multiply(v, f, out=scratch)
+            e += np.multiply(cost.items_j[name], f, out=scratch)
+        return items, t, e
     for name, v in cost.items_s.items():
         f = factors.get(cost.kinds.get(name, ""), factors["*"])
         items[name] = v * f

@@ -201,7 +201,8 @@ def test_idle_moe_operators_of_a_dense_batch_match_the_sized_ones() -> None:
     for phase in ("prefill", "decode"):
         sh = O.LayerShapes.of(dense, phase)
         fam = O._Families.of(dense, sh)
-        idle, sized = O._idle_moe_ops(sh), O._moe_ops_sized(sh, dense, fam)
+        c = O.OpCounts(dense, sh.L, sh.tp, sh.moe, fam)
+        idle, sized = O._idle_moe_ops(sh, c), O._moe_ops_sized(sh, dense, c)
         for a, b in zip(idle, sized, strict=True):
             assert (a.name, a.kind, a.block, list(a.dims)) == (
                 b.name,
