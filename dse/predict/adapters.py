@@ -312,7 +312,7 @@ def _layer_op_inputs(
     if shared is None:
         # LayerNorm models are not gated in vidur's sense either: both use the non-gated family
         # where the model has one (phi-2), the gated one otherwise.
-        gated = cols["gated_mlp"] & (cols["norm"] == "rmsnorm")
+        gated = cols["gated_mlp"] & equals(cols["norm"], "rmsnorm")
         arrays = {
             "num_tokens": tokens,
             "d_model": cols["d_model"].astype(float),
