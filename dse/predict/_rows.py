@@ -388,8 +388,7 @@ def dedupe(
     idx = np.unravel_index(rep, shape)
     args = tuple(as_shape(c, shape)[idx] for c in cols)
     out = fn(rep, *args) if rows else fn(*args)
-    # take: what [inverse] gives, without fancy indexing's iterator (~20% faster a gather)
-    return {k: np.asarray(v).take(inverse, axis=0).reshape(shape) for k, v in out.items()}
+    return {k: np.asarray(v)[inverse].reshape(shape) for k, v in out.items()}
 
 
 def _few_rows_of(cols: Sequence[Any]) -> int | None:
@@ -439,7 +438,7 @@ def evaluate_rows(
         for k in parts[0]
     }
     if g.inverse is not None:
-        out = {k: np.asarray(v).take(g.inverse, axis=0) for k, v in out.items()}  # ([g.inverse])
+        out = {k: np.asarray(v)[g.inverse] for k, v in out.items()}
     return {k: np.asarray(v).reshape(shape) for k, v in out.items()}
 
 
@@ -454,9 +453,9 @@ def at_rows(v: Any, shape: tuple[int, ...], idx: tuple[np.ndarray, ...] | None) 
         return as_shape(a, shape).ravel()
     a = np.asarray(v)
     if a.shape == shape:
-        return a.take(idx[0], axis=0) if len(idx) == 1 else a[idx]  # (take: as [idx], faster)
+        return a[idx]
     if a.ndim == 1 and len(shape) > 1 and a.shape[0] == shape[-1]:  # (n,) over (k, n)
-        return a.take(idx[-1])
+        return a[idx[-1]]
     return np.broadcast_to(a, shape)[idx]
 
 
