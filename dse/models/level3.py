@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from dse._same import all_equal, where
+from dse._same import all_equal, equals, where
 from dse.errors import ArtifactError
 from dse.models._nn import MLP, fit_mlp, merge_ensemble
 from dse.models.band import BAND_QUANTILES as BAND_QUANTILES  # the rule every band shares
@@ -366,7 +366,7 @@ class Level3(Model):
         y = np.asarray(latency_s, dtype=float)
         tt = np.full_like(y, np.nan) if ttft_s is None else np.asarray(ttft_s, dtype=float)
         for engine in sorted(np.unique(g.engine)):
-            idx = np.nonzero(g.engine == engine)[0]
+            idx = np.nonzero(equals(g.engine, engine))[0]
             gi, yi, ti, grp = g.take(idx), y[idx], tt[idx], np.asarray(groups)[idx]
             held = np.full(len(idx), np.nan)
             held_ttft = np.full(len(idx), np.nan)
@@ -458,7 +458,7 @@ class Level3(Model):
             "engine_known": np.zeros(n, dtype=bool),
         }
         for engine in np.unique(g.engine):  # several engines (or none): each on its rows
-            idx = np.nonzero(g.engine == engine)[0]
+            idx = np.nonzero(equals(g.engine, engine))[0]
             fit, known = self._fit_of(str(engine))
             out["engine_known"][idx] = known
             aware = None if gqa_aware is None else np.asarray(gqa_aware)[idx]

@@ -117,6 +117,8 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         ranks = np.cumsum(present, dtype=np.int64) - 1
         codes, n_uniq = ranks[key], int(ranks[-1]) + 1
     else:
+        if _over_half_distinct(key):
+            return None
         codes, uniq = pd.factorize(key, sort=False)
         n_uniq = len(uniq)
     if n_uniq > 0.5 * n:
@@ -124,6 +126,34 @@ def unique_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     rep = np.empty(n_uniq, dtype=np.intp)
     rep[codes] = np.arange(n)  # one (the last) row of each distinct key
     return rep, codes
+
+
+# `_over_half_distinct`: keys of at least this many rows are probed (every step-th of ~PROBE_ROWS
+# of them) and, where more than PROBE_DISTINCT of the probe is distinct, the first
+# PREFIX_SHARE of the keys counted before the full factorize.
+PROBE_MIN_ROWS = 4096
+PROBE_ROWS = 512
+PROBE_DISTINCT = 0.9
+PREFIX_SHARE = 0.75
+
+
+def _over_half_distinct(key: np.ndarray) -> bool:
+    """True only when more than half of the 1-D keys are distinct, told without factorizing
+    them all: the distinct keys of a prefix are distinct keys of the whole, so a prefix of
+    3/4 of the keys with more than n/2 distinct ones settles it (what the full pass would
+    answer, `unique_rows`'s None); False says nothing. Only keys whose probe (a strided
+    sample) is mostly distinct are counted: elsewhere the count would not settle it and its
+    cost would come on top of the full pass. An all-distinct batch's prefill keys (tokens =
+    batch x prompt, 80-100% distinct) were factorized whole only to be dropped."""
+    import pandas as pd
+
+    n = len(key)
+    if n < PROBE_MIN_ROWS:
+        return False
+    probe = key[:: n // PROBE_ROWS]
+    if len(pd.unique(probe)) <= PROBE_DISTINCT * len(probe):
+        return False
+    return len(pd.unique(key[: int(PREFIX_SHARE * n)])) > 0.5 * n
 
 
 def unique_float_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dse._same import all_equal, equals
 from dse.errors import ArtifactError
 from dse.models.artifact import Artifact
 from dse.models.base import RangeMiss, all_finite, as_shape, broadcast_shape
@@ -149,7 +150,7 @@ def price_gemm(
     misses: dict[str, RangeMiss] = {}
     used = []
     which = np.zeros(m.shape, dtype=np.int8)
-    kinds = dtypes[:1] if (dtypes == dtypes.flat[0]).all() else np.unique(dtypes)
+    kinds = dtypes[:1] if all_equal(dtypes) else np.unique(dtypes)  # (one flat byte comparison)
     own = table_engine(ctx)
     engine_of = {str(dt): gemm_engine(g.names, str(dt), own) for dt in kinds}
     try:
@@ -314,7 +315,7 @@ def _layer_op_inputs(
     if shared is None:
         # LayerNorm models are not gated in vidur's sense either: both use the non-gated family
         # where the model has one (phi-2), the gated one otherwise.
-        gated = cols["gated_mlp"] & (cols["norm"] == "rmsnorm")
+        gated = cols["gated_mlp"] & equals(cols["norm"], "rmsnorm")
         arrays = {
             "num_tokens": tokens,
             "d_model": cols["d_model"].astype(float),
@@ -674,7 +675,7 @@ def _attention_arrays(op: Op) -> dict[str, np.ndarray]:
         "num_key_value_heads": kv_heads,  # the tables' two names for one input
         "num_kv_heads": kv_heads,
         "head_dim": np.asarray(d["head_dim"], dtype=float),
-        "kv_fp8": (kv_dtype == "fp8").astype(float),
+        "kv_fp8": equals(kv_dtype, "fp8").astype(float),
         "window_size": np.asarray(d.get("window_size", 0.0), dtype=float),
     }
 
@@ -795,7 +796,7 @@ def price_mla(
         "batch_size": np.asarray(d["batch_size"], dtype=float),
         length: np.rint(np.asarray(d[length], dtype=float)),
         "num_heads": np.asarray(d["num_heads"], dtype=float),
-        "kv_fp8": (np.asarray(d["kv_dtype"]) == "fp8").astype(float),
+        "kv_fp8": equals(d["kv_dtype"], "fp8").astype(float),
         **{k: np.asarray(d[k], dtype=float) for k in geometry},
     }
     lookup = "attention_mla_prefill" if prefill else "attention_mla_decode"

@@ -92,7 +92,7 @@ def apply(
     time, 0 on static rows) and each row's GPU-time scale (1 on static rows), by which the
     caller scales the breakdown so that its parts still sum to the latency."""
     n = len(out["latency_s"])
-    continuous_rows = cols["batching"] == "continuous"
+    continuous_rows = equals(cols["batching"], "continuous")
     asked = cols.get("engine_version")
     if asked is None:
         asked = np.full(n, fitted_versions()[-1])
@@ -141,7 +141,7 @@ def engine_traits(cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray | None, np
     n = len(cols["batching"])
     asked = cols.get("engine_version")
     asked = np.full(n, fitted_versions()[-1]) if asked is None else np.asarray(asked).astype(str)
-    continuous_rows = cols["batching"] == "continuous"
+    continuous_rows = equals(cols["batching"], "continuous")
     versions = load_constants()["versions"]
     out = {k: np.zeros(n, dtype=bool) for k in ("gqa_aware_attention", "kv_at_mean_context")}
     for version in np.unique(asked[continuous_rows]):

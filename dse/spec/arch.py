@@ -323,7 +323,7 @@ def _linear_dims(a: Architecture) -> tuple[Any, Any, Any, Any, Any]:
     dv = _or(a.linear_head_dim, a.head_dim)
     ng = _or(a.linear_n_groups, nv)
     ds = _or(a.linear_state_dim, dv)
-    conv = np.where(np.asarray(a.linear_kind) == "mamba1", 0, 2 * ng * ds) + nv * dv
+    conv = np.where(equals(a.linear_kind, "mamba1"), 0, 2 * ng * ds) + nv * dv
     return nv, dv, ng, ds, conv
 
 
@@ -357,7 +357,7 @@ def _param_breakdown(a: Architecture) -> dict[str, Any]:
     e, k = np.asarray(a.n_experts), np.asarray(a.top_k)
     moe = e > 1
     n_mats = np.where(np.asarray(a.gated_mlp), 3, 2)  # SwiGLU: gate, up, down
-    norm_factor = np.where(np.asarray(a.norm) == "layernorm", 2, 1)  # weight (+ bias)
+    norm_factor = np.where(equals(a.norm, "layernorm"), 2, 1)  # weight (+ bias)
     norm_w = norm_factor * d
     Lf, Ls, Ll = layer_kinds(a)
     La = Lf + Ls  # attention layers (full or sliding); L itself when the pattern is "full"
@@ -505,7 +505,7 @@ def linear_flops_per_token(a: Architecture, prefill: bool = False) -> Any:
     step = LINEAR_STATE_FLOPS * nv * ds * dv
     if not prefill:
         return step
-    chunked = np.asarray(a.linear_kind) != "mamba1"
+    chunked = ~equals(a.linear_kind, "mamba1")
     return step + np.where(chunked, LINEAR_CHUNK_TOKENS * nv * (ds + dv), 0)
 
 
@@ -634,7 +634,7 @@ def state_bytes(a: Architecture, tensor_parallel: Any = 1) -> Any:
     nv, dv, ng, ds, _ = linear_dims(a)
     tp = np.asarray(tensor_parallel)
     nv_gpu, ng_gpu = np.maximum(nv // tp, 1), np.maximum(ng // tp, 1)
-    grouped = np.asarray(a.linear_kind) != "mamba1"  # Mamba-1 convolves x alone
+    grouped = ~equals(a.linear_kind, "mamba1")  # Mamba-1 convolves x alone
     conv_gpu = np.where(grouped, 2 * ng_gpu * ds, 0) + nv_gpu * dv
     per_layer = nv_gpu * ds * dv + (np.asarray(a.linear_conv_width) - 1) * conv_gpu
     return Ll * per_layer * dtype_bytes(a.kv_dtype)
@@ -665,7 +665,7 @@ def params_per_gpu(a: Architecture, tensor_parallel: Any = 1) -> Any:
     qkv_gpu = np.where(mla, (p["attention/qkv"] - down) / tp + down, qkv_gpu)
     moe_layers = ffn_layers(a)[1]
     gate = moe_layers * np.where(a.is_moe & np.asarray(a.shared_expert_gate), d, 0)
-    mamba = np.asarray(a.linear_kind) == "mamba2"
+    mamba = equals(a.linear_kind, "mamba2")
     lin_norm_split = np.where(mamba, p["linear/norm"], 0)
     linear = p["linear/in_proj"] + p["linear/conv"] + p["linear/heads"] + p["linear/out"]
     split = (

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from dse._same import equals
 from dse.spec import pattern as P
 
 LINEAR_FIELDS: tuple[str, ...] = (
@@ -66,7 +67,7 @@ def inert_masks(cols: Mapping[str, Any], n: int) -> dict[str, np.ndarray]:
     pattern = _text(cols.get("attention_pattern"), P.FULL, n)
     _, full, sliding, linear, _ = (np.broadcast_to(c, (n,)) for c in P.counts(pattern))
     no_sliding, no_linear = sliding == 0, linear == 0
-    mamba1 = _text(cols.get("linear_kind"), "", n) == "mamba1"
+    mamba1 = equals(_text(cols.get("linear_kind"), "", n), "mamba1")
     dense = ~(_number(cols.get("n_experts"), 1.0, n) > 1)
     out = {"n_kv_heads": mla, "sliding_window": no_sliding}
     out.update({name: no_linear for name in LINEAR_FIELDS})

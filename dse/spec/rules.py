@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dse._same import equals
 from dse.errors import ConfigError
 from dse.spec import pattern as P
 from dse.spec.arch import BOOL_FIELDS, Architecture, fp4_weights
@@ -497,7 +498,7 @@ def _attention_rules(
     nv = np.where(nv > 0, nv, h)
     ng = _int_col(raw("linear_n_groups"))
     ng = np.where(ng > 0, ng, nv)
-    grouped = raw("linear_kind") != "mamba1"  # Mamba-1's B and C are not grouped
+    grouped = ~equals(raw("linear_kind"), "mamba1")  # Mamba-1's B and C are not grouped
     yield (
         ok & linear & grouped & (_mod(nv, ng) != 0),
         "linear_n_groups: must divide linear_n_heads={}, got {}",
