@@ -14,6 +14,10 @@ training rows carry measured board power (H200), a second MLP predicts log power
 inputs, the sliding window (`POWER_INPUTS`) and the log latency (`_hybrid.LogPowerHead`: fitted
 to gradient-boosted trees' median of log power, clipped to the GPU's idle and board power) and
 the model returns energy = power x latency.
+
+One file on purpose: `AttentionModel._design_rows` (a few rows in Python floats) mirrors
+`_design_arrays` (vectorised) step by step, and the two stay side by side so that a change to
+one is made to the other (tests/models/test_attention_rows.py holds them equal bit for bit).
 """
 
 from __future__ import annotations
