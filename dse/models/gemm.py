@@ -290,9 +290,8 @@ class _Grid:
             return b
 
         def along_k(off: int) -> np.ndarray:
-            return lerp(
-                flat.take(base + off), flat.take(base + off + s2), t2
-            )  # (no np.take wrapper)
+            # (the method, not np.take's wrapper)
+            return lerp(flat.take(base + off), flat.take(base + off + s2), t2)
 
         lo = lerp(along_k(0), along_k(s1), t1)
         hi = lerp(along_k(s0), along_k(s0 + s1), t1)

@@ -638,8 +638,8 @@ def _moe_ops_sized(sh: LayerShapes, cols: Mapping[str, np.ndarray], c: OpCounts)
     )
     n_up = where(sh.gated, 2.0, 1.0)
     sff = cols["shared_expert_d_ff"].astype(float) / tp
-    c_sff = c.cols["shared_expert_d_ff"].astype(float) / c.tp  # the counts' rows' (sff > 0)
-    shared_count = np.where(c.moe & (c_sff > 0), moe_count, 0.0)
+    # the counts' rows' shared expert (sff > 0 there: its width over TP >= 1)
+    shared_count = np.where(c.moe & (c.cols["shared_expert_d_ff"] > 0), moe_count, 0.0)
     return [
         Op(
             "ffn/moe",

@@ -341,12 +341,14 @@ def _priced_on_groups(
     if pre_g is None or dec_g is None or pre_g.rows is None or dec_g.rows is None:
         return None
     counts = op_counts(cols)
-    at = {id(pre_g): ColumnsAt(cols, pre_g.rows), id(dec_g): ColumnsAt(cols, dec_g.rows)}
-    shapes = LayerShapes.of(at[id(pre_g)], "prefill")
-    pre_ops = forward_ops(at[id(pre_g)], "prefill", like=shapes, counts=counts)
+    # one gathered mapping where both phases have the same groups (their shapes shared)
+    pre_at = ColumnsAt(cols, pre_g.rows)
+    dec_at = pre_at if dec_g is pre_g else ColumnsAt(cols, dec_g.rows)
+    shapes = LayerShapes.of(pre_at, "prefill")
+    pre_ops = forward_ops(pre_at, "prefill", like=shapes, counts=counts)
     kv = nodes.take(dec_g.rows, axis=1)
     dec_ops = forward_ops(
-        at[id(dec_g)],
+        dec_at,
         "decode",
         kv_len=kv,
         stratum=node_strata(len(nodes)),
