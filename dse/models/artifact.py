@@ -39,6 +39,7 @@ import numpy as np
 from dse.errors import ArtifactError, ConfigError
 from dse.files import sha256_file, write_atomic
 from dse.models import class_path, model_class
+from dse.models._npz import read_npz
 from dse.models.band import Band, degree_of
 from dse.models.base import (
     GPU_SPEC,
@@ -256,8 +257,7 @@ class Artifact:
                 "upgrade dse, or " + fix
             )
         try:
-            with np.load(w_p, allow_pickle=False) as npz:
-                flat = {k: npz[k] for k in npz.files}
+            flat = read_npz(w_p)
         except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
             raise ArtifactError(f"{w_p}: cannot read weights ({exc}); {fix}") from None
         models: dict[str, dict[str, np.ndarray]] = {}
