@@ -64,6 +64,9 @@ sweep() {
   echo "$tag rc=$rc wall_s=$(awk "BEGIN{print $t1 - $t0}")" >> "$out/sweeps.txt"
   [ $rc = 0 ] || tail -20 "/tmp/sw-$tag.log" >> "$out/sweeps.txt"
 }
+# Bytecode written first for both checkouts: with PYTHONDONTWRITEBYTECODE set (or a read-only
+# checkout) every sweep would compile the dse modules from source, ~0.2-0.3 s a run.
+for code in "$here" "$base"; do "$py" -m compileall -q "$code/dse" > /dev/null; done
 for rep in 1 2; do
   rm -rf /tmp/sw-*-$rep
   if [ $rep = 1 ]; then a=$here; b=$base; la=$new_label; lb=$base_label
