@@ -773,7 +773,8 @@ def _parts_one(
     return dict(zip(one, np.array([list(one.values())]).T.copy(), strict=True))
 
 
-# The `GlobalInputs` `_parts_one` reads.
+# The `GlobalInputs` `_parts_one` reads: the phase times, the steps and waves, and the inputs
+# whose range is checked (every one of them is an input of the MLP or a term).
 _ONE_INPUTS = (
     "t_pre_s",
     "t_dec_s",
@@ -784,16 +785,8 @@ _ONE_INPUTS = (
     "t_dec_attn_roof_s",
     "t_dec_comm_roof_s",
     "steps",
-    "batch",
-    "prompt",
-    "output",
-    "n_layers",
-    "d_model",
-    "tp",
-    "n_experts",
-    "gqa",
-    "kv_fill",
     "waves",
+    *RANGE_INPUTS,
 )
 
 
